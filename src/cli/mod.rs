@@ -1,0 +1,101 @@
+//! Command-line front end. Every subcommand runs on the same engine the studio uses; without a subcommand
+//! the studio opens.
+
+mod bench;
+mod inference;
+mod train;
+
+use clap::{Args, Parser, Subcommand};
+use prelude::*;
+
+/// Re-exports the CLI modules share.
+mod prelude {
+    pub use crate::engine::device::{default_dtype, parse_dtype, select_device, DeviceChoice};
+    pub use crate::engine::model::{load_model, LoadedModel};
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "metal-candle", version, about = "LoRA fine-tuning studio and CLI on Candle")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Describe a model: architecture, parameters, layers, context, dtype, device, chat template.
+    Info(inference::InfoArgs),
+    /// Generate text, streaming it as it is produced.
+    Generate(inference::GenerateArgs),
+    /// Per-token log-probabilities of a text under the model.
+    Score(inference::ScoreArgs),
+    /// LoRA fine-tuning; writes a run folder with checkpoints and metrics.
+    Train(Box<train::TrainArgs>),
+    /// Convert a checkpoint to mlx-lm format, a PEFT copy, or a merged model folder.
+    Export(train::ExportArgs),
+    /// Benchmarks: generation, training and LoRA micro-benchmarks.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+/// Options shared by every command that loads a model.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// A Hugging Face model folder or a .gguf file.
+    #[arg(long)]
+    pub model: std::path::PathBuf,
+    /// A LoRA adapter folder (ours or PEFT's) to apply.
+    #[arg(long)]
+    pub adapter: Option<std::path::PathBuf>,
+    /// auto | cpu | cuda | metal
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceChoice,
+    /// f32 | f16 | bf16 (default: f32 on the CPU, bf16 on GPUs)
+    #[arg(long)]
+    pub dtype: Option<String>,
+}
+
+impl ModelArgs {
+    /// Load the model (and adapter) the arguments name.
+    pub fn load(&self) -> anyhow::Result<LoadedModel> {
+        use anyhow::Context;
+        let device = select_device(self.device)?;
+        let dtype = match &self.dtype {
+            Some(d) => parse_dtype(d)?,
+            None => default_dtype(&device),
+        };
+        let model = load_model(&self.model, &device, dtype)
+            .with_context(|| format!("loading model {}", self.model.display()))?;
+        let mut model = model;
+        if let Some(adapter) = &self.adapter {
+            let summary = crate::engine::checkpoint::load_adapter(&mut model.model, adapter)
+                .with_context(|| format!("loading adapter {}", adapter.display()))?;
+            eprintln!(
+                "adapter {}: rank {}, alpha {}, {} linears ({})",
+                adapter.display(),
+                summary.rank,
+                summary.alpha,
+                summary.adapted_linears,
+                summary.targets.join(", ")
+            );
+        }
+        Ok(model)
+    }
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        None => open_studio(),
+        Some(Command::Info(a)) => inference::info(&a),
+        Some(Command::Generate(a)) => inference::generate(&a),
+        Some(Command::Score(a)) => inference::score(&a),
+        Some(Command::Train(a)) => train::train(&a),
+        Some(Command::Export(a)) => train::export(&a),
+        Some(Command::Bench(b)) => bench::run(b),
+    }
+}
+
+fn open_studio() -> anyhow::Result<()> {
+    anyhow::bail!("this build has no studio (built without the `studio` feature); see --help for subcommands")
+}

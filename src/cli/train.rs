@@ -1,0 +1,326 @@
+//! `train` and `export`: LoRA fine-tuning from the command line, printing the same events the studio plots.
+
+use crate::engine::checkpoint::{self, ExportFormat};
+use crate::engine::device::{default_dtype, parse_dtype, select_device, DeviceChoice};
+use crate::engine::model::load_model;
+use crate::engine::train::{self, Schedule, TrainConfig, TrainControl, TrainEvent};
+use anyhow::Context;
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// A Hugging Face model folder or a .gguf file.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// A .jsonl file or a folder with train/valid/test.jsonl.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Runs folder; the run is written to OUT/<name>/.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub rank: Option<usize>,
+    #[arg(long)]
+    pub alpha: Option<f64>,
+    #[arg(long)]
+    pub dropout: Option<f32>,
+    /// Comma-separated: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear.
+    #[arg(long)]
+    pub targets: Option<String>,
+    /// Adapt only the last N layers.
+    #[arg(long)]
+    pub layers: Option<usize>,
+    #[arg(long)]
+    pub rslora: bool,
+    #[arg(long, conflicts_with = "epochs")]
+    pub iters: Option<usize>,
+    #[arg(long)]
+    pub epochs: Option<f64>,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// constant | linear | cosine
+    #[arg(long)]
+    pub schedule: Option<Schedule>,
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    #[arg(long)]
+    pub grad_accum: Option<usize>,
+    #[arg(long)]
+    pub max_grad_norm: Option<f64>,
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    #[arg(long)]
+    pub val_every: Option<usize>,
+    #[arg(long)]
+    pub save_every: Option<usize>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Continue from a checkpoint folder (runs/<name>/checkpoint-<step>).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Settings from a TOML file (run.json field names); flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Skip malformed dataset rows instead of failing.
+    #[arg(long)]
+    pub skip_invalid_rows: bool,
+    #[arg(long)]
+    pub train_on_prompt: bool,
+    #[arg(long)]
+    pub device: Option<DeviceChoice>,
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Print one JSON event per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl TrainArgs {
+    /// Settings: defaults, then the TOML file, then the checkpoint's run.json when resuming, then flags.
+    pub fn to_config(&self) -> anyhow::Result<TrainConfig> {
+        let mut c = match &self.config {
+            Some(path) => TrainConfig::from_toml_file(path)?,
+            None => TrainConfig::default(),
+        };
+        if let Some(ckpt) = &self.resume {
+            let run_json = ckpt.parent().map(|p| p.join(checkpoint::RUN_CONFIG));
+            if let Some(saved) = run_json.filter(|p| p.exists()) {
+                let run: serde_json::Value = crate::engine::error::read_json(&saved)?;
+                if let Some(cfg) = run.get("config") {
+                    c = serde_json::from_value(cfg.clone()).with_context(|| format!("reading {}", saved.display()))?;
+                }
+            }
+            c.resume = Some(ckpt.clone());
+        }
+        macro_rules! set {
+            ($field:expr, $value:expr) => {
+                if let Some(v) = $value.clone() {
+                    $field = v;
+                }
+            };
+        }
+        set!(c.model, self.model);
+        set!(c.data, self.data);
+        set!(c.out, self.out);
+        if self.name.is_some() {
+            c.run_name = self.name.clone();
+        }
+        set!(c.lora.rank, self.rank);
+        set!(c.lora.alpha, self.alpha);
+        set!(c.lora.dropout, self.dropout);
+        if let Some(t) = &self.targets {
+            c.lora.targets = t.split(',').map(|s| s.trim().to_string()).collect();
+        }
+        if self.layers.is_some() {
+            c.lora.layers = self.layers;
+        }
+        c.lora.use_rslora |= self.rslora;
+        if self.iters.is_some() {
+            c.iters = self.iters;
+            c.epochs = None;
+        }
+        if self.epochs.is_some() {
+            c.epochs = self.epochs;
+            c.iters = None;
+        }
+        set!(c.batch_size, self.batch_size);
+        set!(c.seq_len, self.seq_len);
+        set!(c.lr, self.lr);
+        set!(c.schedule, self.schedule);
+        set!(c.warmup, self.warmup);
+        set!(c.grad_accum, self.grad_accum);
+        if self.max_grad_norm.is_some() {
+            c.max_grad_norm = self.max_grad_norm.filter(|n| *n > 0.0);
+        }
+        set!(c.weight_decay, self.weight_decay);
+        set!(c.val_every, self.val_every);
+        set!(c.save_every, self.save_every);
+        set!(c.seed, self.seed);
+        set!(c.device, self.device);
+        if self.dtype.is_some() {
+            c.dtype = self.dtype.clone();
+        }
+        c.skip_invalid_rows |= self.skip_invalid_rows;
+        c.train_on_prompt |= self.train_on_prompt;
+        if c.model.as_os_str().is_empty() {
+            anyhow::bail!("--model is required (or `model` in --config)");
+        }
+        if c.data.as_os_str().is_empty() {
+            anyhow::bail!("--data is required (or `data` in --config)");
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
+    let config = args.to_config()?;
+    let device = select_device(config.device)?;
+    let dtype = match &config.dtype {
+        Some(d) => parse_dtype(d)?,
+        None => default_dtype(&device),
+    };
+    let base = load_model(&config.model, &device, dtype)
+        .with_context(|| format!("loading model {}", config.model.display()))?;
+    let control = TrainControl::default();
+    let ctrl = control.clone();
+    // Ctrl-C: stop after the current step and save a final checkpoint; a second Ctrl-C exits at once.
+    let _ = ctrlc_stop(ctrl);
+    let json = args.json;
+    let mut printer = ProgressPrinter::default();
+    let result = train::run_training(&config, &base, &control, &mut |event| {
+        if json {
+            if let Ok(line) = serde_json::to_string(&event) {
+                println!("{line}");
+            }
+        } else {
+            printer.print(&event);
+        }
+    });
+    result.map(|dir| {
+        if !json {
+            eprintln!("run folder: {}", dir.display());
+        }
+    })?;
+    Ok(())
+}
+
+/// Human-readable progress: a one-line bar refreshed per step, plus lines for evals and checkpoints.
+#[derive(Default)]
+struct ProgressPrinter {
+    total_steps: usize,
+}
+
+impl ProgressPrinter {
+    fn print(&mut self, event: &TrainEvent) {
+        let mut err = std::io::stderr();
+        match event {
+            TrainEvent::Started { run_dir, trainable_params, total_steps, train_examples, valid_examples, truncated_examples, start_step, .. } => {
+                self.total_steps = *total_steps;
+                let _ = writeln!(
+                    err,
+                    "training {} ({} trainable params) on {train_examples} examples ({valid_examples} validation, {truncated_examples} truncated), {total_steps} steps{}",
+                    run_dir.display(),
+                    trainable_params,
+                    if *start_step > 0 { format!(", resuming at step {start_step}") } else { String::new() }
+                );
+            }
+            TrainEvent::Step { step, total_steps, loss, lr, tokens_per_sec, eta_secs, .. } => {
+                let width = 30;
+                let filled = (step * width / (*total_steps).max(1)).min(width);
+                let _ = write!(
+                    err,
+                    "\r[{}{}] {step}/{total_steps} loss {loss:.4} lr {lr:.2e} {tokens_per_sec:.0} tok/s ETA {} ",
+                    "#".repeat(filled),
+                    "-".repeat(width - filled),
+                    format_secs(*eta_secs)
+                );
+                if step == total_steps {
+                    let _ = writeln!(err);
+                }
+            }
+            TrainEvent::Eval { step, val_loss, perplexity } => {
+                let _ = writeln!(err, "\nstep {step}: validation loss {val_loss:.4} (perplexity {perplexity:.2})");
+            }
+            TrainEvent::CheckpointSaved { step, path } => {
+                let _ = writeln!(err, "\nstep {step}: saved {}", path.display());
+            }
+            TrainEvent::Paused { step } => {
+                let _ = writeln!(err, "\npaused at step {step}");
+            }
+            TrainEvent::Resumed { step } => {
+                let _ = writeln!(err, "resumed at step {step}");
+            }
+            TrainEvent::Finished { step, final_loss, final_val_loss, stopped_early, elapsed_secs } => {
+                let _ = writeln!(
+                    err,
+                    "\n{} at step {step} after {}: train loss {}, validation loss {}",
+                    if *stopped_early { "stopped" } else { "finished" },
+                    format_secs(*elapsed_secs),
+                    final_loss.map(|l| format!("{l:.4}")).unwrap_or("-".into()),
+                    final_val_loss.map(|l| format!("{l:.4}")).unwrap_or("-".into()),
+                );
+            }
+            TrainEvent::Failed { step, message } => {
+                let _ = writeln!(err, "\nfailed at step {step}: {message}");
+            }
+        }
+    }
+}
+
+fn format_secs(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, s % 3600 / 60)
+    } else {
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
+
+/// Install a SIGINT handler that asks the run to stop (saving first). Returns false if none could be set.
+fn ctrlc_stop(control: TrainControl) -> bool {
+    static CONTROL: std::sync::OnceLock<TrainControl> = std::sync::OnceLock::new();
+    if CONTROL.set(control).is_err() {
+        return false;
+    }
+    extern "C" fn on_sigint(_: i32) {
+        if let Some(c) = CONTROL.get() {
+            if c.stop_requested() {
+                std::process::exit(130);
+            }
+            c.request_stop();
+        }
+    }
+    #[cfg(unix)]
+    unsafe {
+        // SAFETY: the handler only touches an atomic flag (and exits on a second signal).
+        libc_signal(2, on_sigint);
+    }
+    true
+}
+
+#[cfg(unix)]
+extern "C" {
+    #[link_name = "signal"]
+    fn libc_signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// A checkpoint folder (runs/<name>/checkpoint-<step>).
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// peft | mlx-lm | merged
+    #[arg(long, default_value = "mlx-lm")]
+    pub format: ExportFormat,
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The base model (default: the one in the run's run.json).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+}
+
+pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => {
+            let run_json = args.checkpoint.parent().map(|p| p.join(checkpoint::RUN_CONFIG));
+            let run: serde_json::Value = match run_json.filter(|p| p.exists()) {
+                Some(p) => crate::engine::error::read_json(&p)?,
+                None => anyhow::bail!("no run.json next to {}; pass --model", args.checkpoint.display()),
+            };
+            PathBuf::from(run.get("model").and_then(|m| m.as_str()).unwrap_or_default())
+        }
+    };
+    let out = checkpoint::export_checkpoint(&args.checkpoint, args.format, &args.out, &model)?;
+    eprintln!("exported {} ({:?}) to {}", args.checkpoint.display(), args.format, out.display());
+    Ok(())
+}

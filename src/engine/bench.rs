@@ -1,0 +1,293 @@
+//! Benchmarks of the engine: generation speed, training step speed and memory, the rank explorer's
+//! equal-budget probes, and the LoRA layer micro-benchmark. They print numbers; no test times anything.
+
+use crate::engine::generate::{generate, GenerateRequest};
+use crate::engine::model::LoadedModel;
+use crate::engine::sampler::SamplingParams;
+use crate::engine::Result;
+
+/// Results of a generation benchmark (best of the repeats).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GenerateBench {
+    pub prompt_tokens: usize,
+    pub new_tokens: usize,
+    pub prefill_tokens_per_sec: f64,
+    pub decode_tokens_per_sec: f64,
+    pub repeats: usize,
+}
+
+/// A deterministic prompt of exactly `n` tokens.
+pub fn synthetic_prompt(model: &LoadedModel, n: usize) -> Result<Vec<u32>> {
+    let text = "The quick brown fox jumps over the lazy dog while the curious cat watches from the window. ";
+    let mut ids = Vec::with_capacity(n);
+    let piece = model.tokenizer.encode(text, false)?;
+    if piece.is_empty() {
+        return Err(crate::engine::Error::Tokenizer("the benchmark text encodes to nothing".into()));
+    }
+    while ids.len() < n {
+        ids.extend_from_slice(&piece);
+    }
+    ids.truncate(n);
+    Ok(ids)
+}
+
+/// Greedy generation of `new_tokens` (eos ignored) after a `prompt_tokens` prompt, after one warm-up run.
+pub fn bench_generate(model: &LoadedModel, prompt_tokens: usize, new_tokens: usize, repeats: usize) -> Result<GenerateBench> {
+    let req = GenerateRequest {
+        prompt_ids: synthetic_prompt(model, prompt_tokens)?,
+        max_new_tokens: new_tokens,
+        sampling: SamplingParams::greedy(),
+        eos_token_ids: vec![],
+        ignore_eos: true,
+        stop_strings: vec![],
+    };
+    let warmup = GenerateRequest { max_new_tokens: 4.min(new_tokens), ..req.clone() };
+    generate(&model.model, &model.tokenizer, &warmup, &mut |_| true)?;
+    let mut best = GenerateBench {
+        prompt_tokens,
+        new_tokens,
+        prefill_tokens_per_sec: 0.0,
+        decode_tokens_per_sec: 0.0,
+        repeats: repeats.max(1),
+    };
+    for _ in 0..repeats.max(1) {
+        let out = generate(&model.model, &model.tokenizer, &req, &mut |_| true)?;
+        best.prefill_tokens_per_sec = best.prefill_tokens_per_sec.max(out.prefill_tokens_per_sec());
+        best.decode_tokens_per_sec = best.decode_tokens_per_sec.max(out.decode_tokens_per_sec());
+    }
+    Ok(best)
+}
+
+/// Results of a training-step benchmark.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TrainBench {
+    pub batch_size: usize,
+    pub seq_len: usize,
+    pub rank: usize,
+    pub targets: Vec<String>,
+    pub steps: usize,
+    pub mean_step_secs: f64,
+    pub tokens_per_sec: f64,
+    pub trainable_params: usize,
+    /// Peak process RSS during the measured steps (CPU), when the OS reports it.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// Deterministic random token batch (b, t) with every position after the first a target.
+pub fn random_batch(vocab: usize, batch_size: usize, seq_len: usize, seed: u64) -> crate::engine::data::Batch {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let input_ids: Vec<u32> = (0..batch_size * seq_len).map(|_| rng.random_range(0..vocab as u32)).collect();
+    let target_mask: Vec<f32> = (0..batch_size * seq_len).map(|i| if i % seq_len == 0 { 0.0 } else { 1.0 }).collect();
+    crate::engine::data::Batch {
+        input_ids,
+        target_mask,
+        batch_size,
+        seq_len,
+        target_tokens: batch_size * (seq_len - 1),
+        lengths: vec![seq_len; batch_size],
+    }
+}
+
+/// Time full training steps (forward, backward, AdamW) on random batches of a fixed shape.
+pub fn bench_train(
+    model: &LoadedModel,
+    lora: &crate::engine::train::LoraSettings,
+    batch_size: usize,
+    seq_len: usize,
+    steps: usize,
+    warmup_steps: usize,
+) -> Result<TrainBench> {
+    let mut m = model.model.clone();
+    crate::engine::lora::detach_adapters(&mut m);
+    let params = crate::engine::lora::attach_new_adapters(&mut m, lora, 0)?;
+    let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
+    let mut runner = crate::engine::train::StepRunner::new(m, &params, 0.0, None)?;
+    let vocab = model.config.vocab_size;
+    for i in 0..warmup_steps {
+        runner.step(&[random_batch(vocab, batch_size, seq_len, i as u64)], 1e-4)?;
+    }
+    crate::engine::device::reset_peak_rss();
+    let started = std::time::Instant::now();
+    for i in 0..steps.max(1) {
+        runner.step(&[random_batch(vocab, batch_size, seq_len, 1000 + i as u64)], 1e-4)?;
+    }
+    let mean_step_secs = started.elapsed().as_secs_f64() / steps.max(1) as f64;
+    Ok(TrainBench {
+        batch_size,
+        seq_len,
+        rank: lora.rank,
+        targets: lora.resolved_targets()?,
+        steps: steps.max(1),
+        mean_step_secs,
+        tokens_per_sec: (batch_size * seq_len) as f64 / mean_step_secs,
+        trainable_params,
+        peak_rss_bytes: crate::engine::device::peak_rss_bytes(),
+    })
+}
+
+/// One point of the rank explorer: an equal-budget probe training at one rank.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RankProbeResult {
+    pub rank: usize,
+    pub trainable_params: usize,
+    pub steps: usize,
+    pub tokens_per_sec: f64,
+    /// Peak process memory (RSS on the CPU) during the probe.
+    pub peak_memory_bytes: u64,
+    pub val_loss: f64,
+}
+
+/// Train briefly at each rank with the same seed, data order and token budget; report speed, memory and
+/// validation loss per rank. `on_result` is called as each rank finishes. The LoRA scale (alpha / r) is
+/// held at the settings' value so ranks differ only in capacity.
+pub fn rank_probe(
+    base: &LoadedModel,
+    settings: &crate::engine::train::TrainConfig,
+    ranks: &[usize],
+    token_budget: usize,
+    control: &crate::engine::train::TrainControl,
+    on_result: &mut dyn FnMut(&RankProbeResult),
+) -> Result<Vec<RankProbeResult>> {
+    use crate::engine::train::{self, lr_at, StepRunner};
+    settings.validate()?;
+    if ranks.is_empty() {
+        return Err(crate::engine::Error::InvalidSetting("choose at least one rank to probe".into()));
+    }
+    let data = train::prepare_data(settings, base)?;
+    let avg_len = data.summary.tokens_per_epoch as f64 / data.train.examples.len().max(1) as f64;
+    let tokens_per_step = (avg_len * (settings.batch_size * settings.grad_accum) as f64).max(1.0);
+    let steps = ((token_budget as f64 / tokens_per_step).ceil() as usize).max(1);
+    let probe_cfg = crate::engine::train::TrainConfig { iters: Some(steps), epochs: None, ..settings.clone() };
+    let valid = data.valid.as_ref().filter(|v| !v.examples.is_empty()).unwrap_or(&data.train);
+    let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
+    let scale = settings.lora.scale();
+    let mut results = Vec::new();
+    for &rank in ranks {
+        if control.stop_requested() {
+            return Err(crate::engine::Error::Cancelled);
+        }
+        let lora = crate::engine::train::LoraSettings { rank, alpha: scale * rank as f64, use_rslora: false, ..settings.lora.clone() };
+        let mut model = base.model.clone();
+        crate::engine::lora::detach_adapters(&mut model);
+        let params = crate::engine::lora::attach_new_adapters(&mut model, &lora, settings.seed)?;
+        let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
+        let mut runner = StepRunner::new(model, &params, settings.weight_decay, settings.max_grad_norm)?;
+        let (plan, total_steps) = train::plan_batches(&probe_cfg, data.train.lengths())?;
+        let mut batches = plan.iter();
+        crate::engine::device::reset_peak_rss();
+        let started = std::time::Instant::now();
+        let mut tokens = 0usize;
+        for step in 0..total_steps {
+            if control.stop_requested() {
+                return Err(crate::engine::Error::Cancelled);
+            }
+            let micro: Vec<_> = (0..settings.grad_accum).filter_map(|_| batches.next()).collect();
+            let collated = micro
+                .iter()
+                .map(|b| crate::engine::data::collate(&data.train.examples, &b.indices, pad_id))
+                .collect::<Result<Vec<_>>>()?;
+            tokens += collated.iter().map(|b| b.batch_size * b.seq_len).sum::<usize>();
+            runner.step(&collated, lr_at(&probe_cfg, step, total_steps))?;
+        }
+        let secs = started.elapsed().as_secs_f64().max(1e-9);
+        let val_loss = train::validation_loss(&runner.model, &valid.examples, settings.batch_size, settings.val_batches, pad_id)?;
+        let r = RankProbeResult {
+            rank,
+            trainable_params,
+            steps: total_steps,
+            tokens_per_sec: tokens as f64 / secs,
+            peak_memory_bytes: crate::engine::device::peak_rss_bytes().unwrap_or(0),
+            val_loss,
+        };
+        on_result(&r);
+        results.push(r);
+    }
+    Ok(results)
+}
+
+/// One line of the LoRA micro-benchmark table.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LoraMicroResult {
+    /// "lora" for a LoRA linear, or "softmax" / "layer_norm" / "rms_norm".
+    pub op: String,
+    pub hidden: usize,
+    pub rank: usize,
+    pub forward_ms: f64,
+    pub backward_ms: Option<f64>,
+}
+
+fn time_ms(repeats: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let started = std::time::Instant::now();
+    for _ in 0..repeats.max(1) {
+        f()?;
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e3 / repeats.max(1) as f64)
+}
+
+/// LoRA linear forward and forward+backward for hidden 512/1024/2048 at rank 8 and ranks 4..64 at 1024,
+/// plus softmax, layer norm and RMS norm at 1024 (forward: fused kernels; backward: the differentiable
+/// versions training uses), on `device`, over a (4 x 128, hidden) input as the seeds' table.
+pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<Vec<LoraMicroResult>> {
+    use candle_core::{DType, Tensor, Var};
+    let rows = 4 * 128;
+    let sync = |t: &Tensor| -> Result<()> {
+        // Reading one value forces queued GPU work to finish before the clock stops.
+        t.flatten_all()?.narrow(0, 0, 1)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+        Ok(())
+    };
+    let mut out = Vec::new();
+    let mut cases: Vec<(usize, usize)> = [512, 1024, 2048].iter().map(|&h| (h, 8)).collect();
+    cases.extend([4, 16, 32, 64].iter().map(|&r| (1024, r)));
+    for (hidden, rank) in cases {
+        let x = Tensor::randn(0f32, 1.0, (rows, hidden), device)?;
+        let w = (Tensor::randn(0f32, 1.0, (hidden, hidden), device)? * 0.02)?;
+        let a = Var::from_tensor(&(Tensor::randn(0f32, 1.0, (hidden, rank), device)? * 0.02)?)?;
+        let b = Var::from_tensor(&(Tensor::randn(0f32, 1.0, (rank, hidden), device)? * 0.02)?)?;
+        let forward = || -> Result<Tensor> {
+            let y = crate::engine::ops::frozen_matmul_t(&x, &w)?;
+            Ok((y + (x.matmul(a.as_tensor())?.matmul(b.as_tensor())? * 2.0)?)?)
+        };
+        let forward_ms = time_ms(repeats, || sync(&forward()?))?;
+        let backward_ms = time_ms(repeats, || {
+            let grads = forward()?.sum_all()?.backward()?;
+            if let Some(g) = grads.get(a.as_tensor()) {
+                sync(g)?;
+            }
+            Ok(())
+        })?;
+        out.push(LoraMicroResult { op: "lora".into(), hidden, rank, forward_ms, backward_ms: Some(backward_ms) });
+    }
+    let hidden = 1024;
+    let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (rows, hidden), device)?)?;
+    let gamma = Tensor::ones(hidden, DType::F32, device)?;
+    let beta = Tensor::zeros(hidden, DType::F32, device)?;
+    type OpFn<'a> = Box<dyn Fn(&Tensor, bool) -> candle_core::Result<Tensor> + 'a>;
+    let ops: Vec<(&str, OpFn)> = vec![
+        ("softmax", Box::new(|t: &Tensor, g: bool| crate::engine::ops::softmax_last_dim(t, g))),
+        ("layer_norm", Box::new(|t: &Tensor, g: bool| {
+            if g {
+                let mean = t.mean_keepdim(1)?;
+                let centered = t.broadcast_sub(&mean)?;
+                let var = centered.sqr()?.mean_keepdim(1)?;
+                centered.broadcast_div(&(var + 1e-5)?.sqrt()?)?.broadcast_mul(&gamma)?.broadcast_add(&beta)
+            } else {
+                candle_nn::ops::layer_norm(t, &gamma, &beta, 1e-5)
+            }
+        })),
+        ("rms_norm", Box::new(|t: &Tensor, g: bool| crate::engine::ops::rms_norm(t, &gamma, 1e-5, g))),
+    ];
+    for (name, op) in ops {
+        let forward_ms = time_ms(repeats, || sync(&op(x.as_tensor(), false)?))?;
+        let backward_ms = time_ms(repeats, || {
+            let grads = op(x.as_tensor(), true)?.sqr()?.sum_all()?.backward()?;
+            if let Some(g) = grads.get(x.as_tensor()) {
+                sync(g)?;
+            }
+            Ok(())
+        })?;
+        out.push(LoraMicroResult { op: name.into(), hidden, rank: 0, forward_ms, backward_ms: Some(backward_ms) });
+    }
+    Ok(out)
+}

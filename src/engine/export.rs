@@ -1,0 +1,135 @@
+//! Exporting a checkpoint: a PEFT copy, mlx-lm's adapter format, or a merged full model folder that
+//! transformers loads like any other.
+
+use crate::engine::checkpoint::{self, ExportFormat, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
+use crate::engine::model::{load_model, LoadedModel, ModelSource};
+use crate::engine::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Export `checkpoint` into the folder `out` (created if needed). Returns `out`.
+pub fn export(ckpt: &Path, format: ExportFormat, out: &Path, base_model: &Path) -> Result<PathBuf> {
+    if !ckpt.join(ADAPTER_CONFIG).exists() {
+        return Err(Error::MissingFile {
+            path: ckpt.join(ADAPTER_CONFIG),
+            what: "not a checkpoint folder".into(),
+        });
+    }
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    match format {
+        ExportFormat::Peft => {
+            for name in [ADAPTER_CONFIG, ADAPTER_WEIGHTS] {
+                let bytes = std::fs::read(ckpt.join(name)).map_err(|e| Error::io(ckpt.join(name), e))?;
+                checkpoint::write_atomic(&out.join(name), &bytes)?;
+            }
+        }
+        ExportFormat::MlxLm => export_mlx(ckpt, out, base_model)?,
+        ExportFormat::Merged => export_merged(ckpt, out, base_model)?,
+    }
+    Ok(out.to_path_buf())
+}
+
+/// mlx-lm stores `lora_a` (in, r) and `lora_b` (r, out) under `model.layers.N.<group>.<module>` with the
+/// final multiplier as `scale` — the same layout we train in.
+fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
+    let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
+    let (summary, params) = checkpoint::load_adapter_params(&mut model.model, ckpt)?;
+    let mut tensors = HashMap::new();
+    let mut keys = std::collections::BTreeSet::new();
+    let mut min_layer = usize::MAX;
+    for p in &params {
+        let prefix = checkpoint::peft_prefix(p.layer, p.module);
+        let prefix = prefix.trim_start_matches("base_model.model.");
+        tensors.insert(format!("{prefix}.lora_a"), p.a.as_tensor().clone());
+        tensors.insert(format!("{prefix}.lora_b"), p.b.as_tensor().clone());
+        let group = if prefix.contains(".self_attn.") { "self_attn" } else { "mlp" };
+        keys.insert(format!("{group}.{}", p.module));
+        min_layer = min_layer.min(p.layer);
+    }
+    let scale = if summary.use_rslora { summary.alpha / (summary.rank as f64).sqrt() } else { summary.alpha / summary.rank as f64 };
+    let config = serde_json::json!({
+        "fine_tune_type": "lora",
+        "num_layers": model.config.num_layers - min_layer,
+        "model": base_model.to_string_lossy(),
+        "lora_parameters": {
+            "rank": summary.rank,
+            "scale": scale,
+            "dropout": 0.0,
+            "keys": keys.into_iter().collect::<Vec<_>>(),
+        },
+    });
+    let cpu: HashMap<String, Tensor> = tensors;
+    let tmp = out.join("adapters.safetensors.tmp");
+    candle_core::safetensors::save(&cpu, &tmp).map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, out.join("adapters.safetensors")).map_err(|e| Error::io(out, e))?;
+    checkpoint::write_atomic(
+        &out.join("adapter_config.json"),
+        serde_json::to_string_pretty(&config).unwrap_or_default().as_bytes(),
+    )
+}
+
+/// A Hugging Face folder: merged weights (f32), config.json, tokenizer files and chat template.
+fn export_merged(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
+    let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
+    checkpoint::load_adapter(&mut model.model, ckpt)?;
+    let weights = model.model.merged_named_weights()?;
+    let tmp = out.join("model.safetensors.tmp");
+    candle_core::safetensors::save(&weights, &tmp).map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, out.join("model.safetensors")).map_err(|e| Error::io(out, e))?;
+    write_model_files(&model, out)
+}
+
+fn write_model_files(model: &LoadedModel, out: &Path) -> Result<()> {
+    let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    match &model.source {
+        ModelSource::HfFolder(src) => {
+            for name in ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja", "special_tokens_map.json"] {
+                let from = src.join(name);
+                if from.exists() {
+                    let bytes = std::fs::read(&from).map_err(|e| Error::io(&from, e))?;
+                    checkpoint::write_atomic(&out.join(name), &bytes)?;
+                }
+            }
+        }
+        ModelSource::Gguf(_) => {
+            let c = &model.config;
+            let config = serde_json::json!({
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": c.architecture.as_str(),
+                "vocab_size": c.vocab_size,
+                "hidden_size": c.hidden_size,
+                "intermediate_size": c.intermediate_size,
+                "num_hidden_layers": c.num_layers,
+                "num_attention_heads": c.num_attention_heads,
+                "num_key_value_heads": c.num_kv_heads,
+                "head_dim": c.head_dim,
+                "rms_norm_eps": c.rms_norm_eps,
+                "rope_theta": c.rope_theta,
+                "max_position_embeddings": c.max_position_embeddings,
+                "tie_word_embeddings": c.tie_word_embeddings,
+                "hidden_act": "silu",
+                "bos_token_id": c.bos_token_id,
+                "eos_token_id": model.eos_token_ids.first(),
+                "torch_dtype": "float32",
+            });
+            checkpoint::write_atomic(&out.join("config.json"), json(&config).as_bytes())?;
+            let tok_path = out.join("tokenizer.json");
+            model
+                .tokenizer
+                .inner()
+                .save(&tok_path, false)
+                .map_err(|e| Error::Tokenizer(format!("writing {}: {e}", tok_path.display())))?;
+            let tok_config = serde_json::json!({
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": model.tokenizer.bos_token,
+                "eos_token": model.tokenizer.eos_token,
+                "chat_template": model.chat_template.as_ref().map(|t| t.source.clone()),
+            });
+            checkpoint::write_atomic(&out.join("tokenizer_config.json"), json(&tok_config).as_bytes())?;
+            let gen = serde_json::json!({ "eos_token_id": model.eos_token_ids, "bos_token_id": c.bos_token_id });
+            checkpoint::write_atomic(&out.join("generation_config.json"), json(&gen).as_bytes())?;
+        }
+    }
+    Ok(())
+}

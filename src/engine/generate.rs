@@ -1,0 +1,305 @@
+//! Generation: a KV cache that grows by doubling and is written in place (no per-token copy of the whole
+//! cache), and a streaming generation loop with eos ids, stop strings and cancellation.
+
+use crate::engine::model::tokenizer::{StreamDecoder, TextTokenizer};
+use crate::engine::model::transformer::Transformer;
+use crate::engine::sampler::{Sampler, SamplingParams};
+use crate::engine::{Error, Result};
+use candle_core::{Tensor, D};
+use std::time::Instant;
+
+/// Keys and values of one layer: (b, kv_heads, capacity, head_dim) buffers of which `len` positions are used.
+#[derive(Debug, Default)]
+pub struct LayerCache {
+    k: Option<Tensor>,
+    v: Option<Tensor>,
+    len: usize,
+}
+
+impl LayerCache {
+    /// Append new keys/values (b, kv_heads, t, head_dim) and return views of everything cached so far.
+    pub fn append(&mut self, k: &Tensor, v: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
+        let t = k.dim(2)?;
+        let capacity = self.k.as_ref().map(|c| c.dim(2)).transpose()?.unwrap_or(0);
+        if self.len + t > capacity {
+            let new_capacity = (self.len + t).next_power_of_two().max(64);
+            self.k = Some(grow(self.k.as_ref(), k, self.len, new_capacity)?);
+            self.v = Some(grow(self.v.as_ref(), v, self.len, new_capacity)?);
+        }
+        let (kb, vb) = match (&self.k, &self.v) {
+            (Some(kb), Some(vb)) => (kb, vb),
+            _ => candle_core::bail!("kv cache buffers missing"),
+        };
+        kb.slice_set(&k.contiguous()?, 2, self.len)?;
+        vb.slice_set(&v.contiguous()?, 2, self.len)?;
+        self.len += t;
+        Ok((kb.narrow(2, 0, self.len)?, vb.narrow(2, 0, self.len)?))
+    }
+}
+
+/// A fresh zeroed buffer of `capacity` positions holding the first `len` positions of `old`.
+fn grow(old: Option<&Tensor>, like: &Tensor, len: usize, capacity: usize) -> candle_core::Result<Tensor> {
+    let (b, h, _, d) = like.dims4()?;
+    let buf = Tensor::zeros((b, h, capacity, d), like.dtype(), like.device())?;
+    if let Some(old) = old {
+        if len > 0 {
+            buf.slice_set(&old.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+        }
+    }
+    Ok(buf)
+}
+
+/// One cache per decoder layer.
+#[derive(Debug, Default)]
+pub struct KvCache {
+    layers: Vec<LayerCache>,
+}
+
+impl KvCache {
+    pub fn new(num_layers: usize) -> Self {
+        Self { layers: (0..num_layers).map(|_| LayerCache::default()).collect() }
+    }
+
+    pub fn layer(&mut self, i: usize) -> &mut LayerCache {
+        &mut self.layers[i]
+    }
+
+    /// Number of cached positions.
+    pub fn len(&self) -> usize {
+        self.layers.first().map(|l| l.len).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub prompt_ids: Vec<u32>,
+    pub max_new_tokens: usize,
+    pub sampling: SamplingParams,
+    pub eos_token_ids: Vec<u32>,
+    pub ignore_eos: bool,
+    pub stop_strings: Vec<String>,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Eos,
+    MaxTokens,
+    StopString,
+    ContextFull,
+    Cancelled,
+}
+
+/// The result of a generation.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GenerationOutput {
+    pub prompt_ids: Vec<u32>,
+    pub generated_ids: Vec<u32>,
+    pub text: String,
+    pub stop_reason: StopReason,
+    pub prefill_secs: f64,
+    pub decode_secs: f64,
+}
+
+impl GenerationOutput {
+    pub fn prefill_tokens_per_sec(&self) -> f64 {
+        self.prompt_ids.len() as f64 / self.prefill_secs.max(1e-9)
+    }
+
+    /// Tokens after the first, over the time after the first (the first comes from the prefill).
+    pub fn decode_tokens_per_sec(&self) -> f64 {
+        self.generated_ids.len().saturating_sub(1) as f64 / self.decode_secs.max(1e-9)
+    }
+}
+
+/// Generate from `req.prompt_ids`, calling `on_text` with each completed piece of text. `on_text` returns
+/// false to cancel.
+pub fn generate(
+    model: &Transformer,
+    tokenizer: &TextTokenizer,
+    req: &GenerateRequest,
+    on_text: &mut dyn FnMut(&str) -> bool,
+) -> Result<GenerationOutput> {
+    let context = model.config.max_position_embeddings;
+    if req.prompt_ids.is_empty() {
+        return Err(Error::InvalidSetting("the prompt is empty".into()));
+    }
+    if req.prompt_ids.len() >= context {
+        return Err(Error::PromptTooLong { prompt_tokens: req.prompt_ids.len(), context_len: context });
+    }
+    let device = model.device();
+    let mut cache = KvCache::new(model.config.num_layers);
+    let mut sampler = Sampler::new(req.sampling.clone());
+    let mut decoder = StreamDecoder::new(tokenizer);
+    let mut stops = StopStringFilter::new(&req.stop_strings);
+    let mut all_ids = req.prompt_ids.clone();
+    let mut generated = Vec::new();
+    let mut stop_reason = StopReason::MaxTokens;
+
+    let started = Instant::now();
+    let input = Tensor::new(req.prompt_ids.as_slice(), device)?.unsqueeze(0)?;
+    let mut logits = model.forward_last(&input, 0, Some(&mut cache))?;
+    let mut prefill_secs = 0.0;
+    let mut decode_started = Instant::now();
+
+    while generated.len() < req.max_new_tokens {
+        let mut row: Vec<f32> = logits.squeeze(0)?.to_vec1()?;
+        let next = sampler.sample(&mut row, &all_ids);
+        if generated.is_empty() {
+            prefill_secs = started.elapsed().as_secs_f64();
+            decode_started = Instant::now();
+        }
+        if !req.ignore_eos && req.eos_token_ids.contains(&next) {
+            generated.push(next);
+            stop_reason = StopReason::Eos;
+            break;
+        }
+        generated.push(next);
+        all_ids.push(next);
+        if let Some(piece) = decoder.push(next)? {
+            let (emit, hit) = stops.push(&piece);
+            if !emit.is_empty() && !on_text(&emit) {
+                stop_reason = StopReason::Cancelled;
+                break;
+            }
+            if hit {
+                stop_reason = StopReason::StopString;
+                break;
+            }
+        }
+        if generated.len() >= req.max_new_tokens {
+            break;
+        }
+        if all_ids.len() >= context {
+            stop_reason = StopReason::ContextFull;
+            break;
+        }
+        let input = Tensor::new(&[next], device)?.unsqueeze(0)?;
+        logits = model.forward_last(&input, all_ids.len() - 1, Some(&mut cache))?;
+    }
+    if stop_reason != StopReason::StopString && stop_reason != StopReason::Cancelled {
+        let mut tail = decoder.finish()?.map(|p| stops.push(&p).0).unwrap_or_default();
+        tail.push_str(&stops.flush());
+        if !tail.is_empty() {
+            on_text(&tail);
+        }
+    }
+    let decode_secs = decode_started.elapsed().as_secs_f64();
+    Ok(GenerationOutput {
+        prompt_ids: req.prompt_ids.clone(),
+        generated_ids: generated,
+        text: stops.text,
+        stop_reason,
+        prefill_secs,
+        decode_secs,
+    })
+}
+
+/// Log-probabilities of each next token: `out[i] = log p(ids[i+1] | ids[..=i])`.
+pub fn score(model: &Transformer, ids: &[u32]) -> Result<Vec<f32>> {
+    if ids.len() < 2 {
+        return Err(Error::InvalidSetting("scoring needs at least two tokens".into()));
+    }
+    let context = model.config.max_position_embeddings;
+    if ids.len() > context {
+        return Err(Error::PromptTooLong { prompt_tokens: ids.len(), context_len: context });
+    }
+    let input = Tensor::new(ids, model.device())?.unsqueeze(0)?;
+    let logits = model.forward(&input, 0, None)?.squeeze(0)?.to_dtype(candle_core::DType::F32)?;
+    let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+    let targets = Tensor::new(&ids[1..], model.device())?;
+    let picked = log_probs
+        .narrow(0, 0, ids.len() - 1)?
+        .gather(&targets.unsqueeze(1)?, 1)?
+        .squeeze(1)?;
+    Ok(picked.to_vec1()?)
+}
+
+/// Holds back text that might be the start of a stop string, and cuts the output at the first stop string.
+struct StopStringFilter<'a> {
+    stops: &'a [String],
+    text: String,
+    emitted: usize,
+}
+
+impl<'a> StopStringFilter<'a> {
+    fn new(stops: &'a [String]) -> Self {
+        Self { stops, text: String::new(), emitted: 0 }
+    }
+
+    /// Add a piece; returns (text safe to emit now, whether a stop string was hit).
+    fn push(&mut self, piece: &str) -> (String, bool) {
+        let search_from = self.emitted;
+        self.text.push_str(piece);
+        let hit = self
+            .stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| self.text[search_from..].find(s.as_str()).map(|i| search_from + i))
+            .min();
+        if let Some(at) = hit {
+            self.text.truncate(at);
+            let out = self.text[self.emitted..].to_string();
+            self.emitted = self.text.len();
+            return (out, true);
+        }
+        let held = self.longest_partial_stop();
+        let safe = self.text.len() - held;
+        let out = self.text[self.emitted..safe.max(self.emitted)].to_string();
+        self.emitted = safe.max(self.emitted);
+        (out, false)
+    }
+
+    /// Length of the longest suffix of the text that is a proper prefix of a stop string.
+    fn longest_partial_stop(&self) -> usize {
+        let mut best = 0;
+        for stop in self.stops {
+            for (len, _) in stop.char_indices().skip(1) {
+                if len > best && self.text.ends_with(&stop[..len]) {
+                    best = len;
+                }
+            }
+        }
+        best
+    }
+
+    fn flush(&mut self) -> String {
+        let out = self.text[self.emitted..].to_string();
+        self.emitted = self.text.len();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_strings_cut_output_and_hold_back_partial_matches() {
+        let stops = vec!["</s>".to_string()];
+        let mut f = StopStringFilter::new(&stops);
+        assert_eq!(f.push("hello <"), ("hello ".to_string(), false));
+        assert_eq!(f.push("/"), (String::new(), false));
+        assert_eq!(f.push("s> more"), (String::new(), true));
+        assert_eq!(f.text, "hello ");
+    }
+
+    #[test]
+    fn kv_cache_appends_in_place() {
+        let dev = candle_core::Device::Cpu;
+        let mut c = LayerCache::default();
+        let a = Tensor::ones((1, 2, 3, 4), candle_core::DType::F32, &dev).unwrap();
+        let b = (Tensor::ones((1, 2, 70, 4), candle_core::DType::F32, &dev).unwrap() * 2.0).unwrap();
+        c.append(&a, &a).unwrap();
+        let (k, _) = c.append(&b, &b).unwrap();
+        assert_eq!(k.dims(), &[1, 2, 73, 4]);
+        let sum: f32 = k.sum_all().unwrap().to_scalar().unwrap();
+        assert_eq!(sum, (2 * 3 * 4) as f32 + (2 * 70 * 4 * 2) as f32);
+    }
+}

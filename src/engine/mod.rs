@@ -1,0 +1,17 @@
+//! The ML engine: devices, models, generation, LoRA and training. It never imports egui/eframe and knows
+//! nothing of the worker, the CLI or the studio.
+
+pub mod bench;
+pub mod checkpoint;
+pub mod data;
+pub mod device;
+pub mod error;
+pub mod export;
+pub mod generate;
+pub mod lora;
+pub mod model;
+pub mod ops;
+pub mod sampler;
+pub mod train;
+
+pub use error::{Error, Result};

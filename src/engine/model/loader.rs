@@ -1,0 +1,192 @@
+//! Loading a model from disk: a Hugging Face folder (config.json, safetensors, tokenizer.json, chat template,
+//! generation_config.json) or a single GGUF file, into one [`LoadedModel`].
+
+use super::chat_template::{find_template_source, token_string, ChatMessage, ChatTemplate};
+use super::config::{ModelConfig, OneOrMany, RawConfig};
+use super::safetensors_weights::Weights;
+use super::tokenizer::TextTokenizer;
+use super::transformer::Transformer;
+use crate::engine::{Error, Result};
+use candle_core::{DType, Device};
+use std::path::{Path, PathBuf};
+
+/// What kind of model a path holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A Hugging Face model folder.
+    HfFolder(PathBuf),
+    /// A single `.gguf` file.
+    Gguf(PathBuf),
+}
+
+impl ModelSource {
+    /// Classify a path the user gave us: a folder, a `.gguf` file, or a `config.json` inside a folder.
+    pub fn detect(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(Error::MissingFile {
+                path: path.to_path_buf(),
+                what: "expected a Hugging Face model folder or a .gguf file".into(),
+            });
+        }
+        if path.is_dir() {
+            return Ok(Self::HfFolder(path.to_path_buf()));
+        }
+        let is_gguf = path.extension().map(|e| e.eq_ignore_ascii_case("gguf")).unwrap_or(false);
+        if is_gguf {
+            return Ok(Self::Gguf(path.to_path_buf()));
+        }
+        if path.file_name().map(|n| n == "config.json").unwrap_or(false) {
+            if let Some(parent) = path.parent() {
+                return Ok(Self::HfFolder(parent.to_path_buf()));
+            }
+        }
+        Err(Error::InvalidSetting(format!(
+            "{} is neither a model folder nor a .gguf file",
+            path.display()
+        )))
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::HfFolder(p) | Self::Gguf(p) => p,
+        }
+    }
+
+    pub fn format_name(&self) -> &'static str {
+        match self {
+            Self::HfFolder(_) => "safetensors",
+            Self::Gguf(_) => "gguf",
+        }
+    }
+}
+
+/// A model ready to run: weights on a device, tokenizer, chat template and stop ids.
+pub struct LoadedModel {
+    pub source: ModelSource,
+    pub config: ModelConfig,
+    pub model: Transformer,
+    pub tokenizer: TextTokenizer,
+    pub chat_template: Option<ChatTemplate>,
+    /// Every id that ends a generation (config, generation_config.json and the tokenizer's eos token).
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl LoadedModel {
+    /// Render a conversation with the model's chat template.
+    pub fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let template = self.chat_template.as_ref().ok_or_else(|| {
+            Error::ChatTemplate(format!(
+                "{} has no chat template (tokenizer_config.json `chat_template`, chat_template.jinja or GGUF \
+                 `tokenizer.chat_template`); use a plain prompt instead",
+                self.source.path().display()
+            ))
+        })?;
+        template.render(messages, add_generation_prompt)
+    }
+
+    /// Token ids for a chat: rendered text tokenized without adding special tokens again, as transformers'
+    /// `apply_chat_template(tokenize=True)` does.
+    pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let text = self.render_chat(messages, true)?;
+        self.tokenizer.encode(&text, false)
+    }
+}
+
+/// Load a model folder or GGUF file onto `device` in `dtype`.
+pub fn load_model(path: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
+    match ModelSource::detect(path)? {
+        ModelSource::HfFolder(folder) => load_hf_folder(&folder, device, dtype),
+        ModelSource::Gguf(file) => load_gguf_file(&file, device, dtype),
+    }
+}
+
+fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
+    let config_path = folder.join("config.json");
+    if !config_path.exists() {
+        return Err(Error::MissingFile {
+            path: config_path,
+            what: "a Hugging Face model folder needs config.json".into(),
+        });
+    }
+    let raw = RawConfig::from_file(&config_path)?;
+    let config = raw.resolve(&config_path)?;
+    let tokenizer_path = folder.join("tokenizer.json");
+    let inner = TextTokenizer::from_file(&tokenizer_path)?;
+    let tokenizer_config: Option<serde_json::Value> = {
+        let p = folder.join("tokenizer_config.json");
+        if p.exists() { Some(crate::engine::error::read_json(&p)?) } else { None }
+    };
+    let bos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("bos_token")));
+    let eos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("eos_token")));
+    let tokenizer = TextTokenizer::new(inner, bos.clone(), eos.clone());
+    let chat_template = find_template_source(folder, tokenizer_config.as_ref())?
+        .map(|src| ChatTemplate::new(src, bos, eos.clone()))
+        .transpose()?;
+
+    let mut eos_token_ids = config.eos_token_ids.clone();
+    let generation_config = folder.join("generation_config.json");
+    if generation_config.exists() {
+        let value: serde_json::Value = crate::engine::error::read_json(&generation_config)?;
+        if let Some(e) = value.get("eos_token_id") {
+            if let Ok(ids) = serde_json::from_value::<OneOrMany>(e.clone()) {
+                eos_token_ids.extend(ids.to_vec());
+            }
+        }
+    }
+    if let Some(id) = eos.as_deref().and_then(|t| tokenizer.token_to_id(t)) {
+        eos_token_ids.push(id);
+    }
+    dedup_in_order(&mut eos_token_ids);
+
+    let weights = Weights::open_folder(folder)?;
+    let model = Transformer::load(&config, &weights, dtype, device)?;
+    let config = model.config.clone();
+    Ok(LoadedModel {
+        source: ModelSource::HfFolder(folder.to_path_buf()),
+        config,
+        model,
+        tokenizer,
+        chat_template,
+        eos_token_ids,
+    })
+}
+
+fn load_gguf_file(file: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
+    let g = super::gguf::load_gguf(file, device, dtype)?;
+    let tokenizer = TextTokenizer::new(g.tokenizer, g.bos_token.clone(), g.eos_token.clone());
+    let chat_template = g
+        .chat_template
+        .map(|src| ChatTemplate::new(src, g.bos_token.clone(), g.eos_token.clone()))
+        .transpose()?;
+    let mut eos_token_ids = g.config.eos_token_ids.clone();
+    if let Some(id) = g.eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t)) {
+        eos_token_ids.push(id);
+    }
+    // Chat models end a turn with their end-of-turn token even when the GGUF's eos is another one.
+    if let Some(template) = &chat_template {
+        for marker in ["<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"] {
+            if template.source.contains(marker) {
+                if let Some(id) = tokenizer.token_to_id(marker) {
+                    eos_token_ids.push(id);
+                }
+            }
+        }
+    }
+    dedup_in_order(&mut eos_token_ids);
+    let weights = Weights::from_map(g.tensors, file.to_path_buf());
+    let model = Transformer::load(&g.config, &weights, dtype, device)?;
+    let config = model.config.clone();
+    Ok(LoadedModel {
+        source: ModelSource::Gguf(file.to_path_buf()),
+        config,
+        model,
+        tokenizer,
+        chat_template,
+        eos_token_ids,
+    })
+}
+
+fn dedup_in_order(ids: &mut Vec<u32>) {
+    let mut seen = std::collections::HashSet::new();
+    ids.retain(|id| seen.insert(*id));
+}

@@ -1,0 +1,81 @@
+//! What a training run reports. The CLI prints these, the studio plots them, `metrics.jsonl` stores them.
+
+use std::path::PathBuf;
+
+/// One event of a training run. Every run ends with exactly one `Finished` or `Failed`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TrainEvent {
+    Started {
+        run_dir: PathBuf,
+        config: Box<super::config::TrainConfig>,
+        trainable_params: usize,
+        total_steps: usize,
+        tokens_per_epoch: usize,
+        target_tokens_per_epoch: usize,
+        train_examples: usize,
+        valid_examples: usize,
+        truncated_examples: usize,
+        /// Step the run starts from (non-zero when resuming).
+        start_step: usize,
+    },
+    Step {
+        step: usize,
+        total_steps: usize,
+        loss: f64,
+        lr: f64,
+        grad_norm: f64,
+        tokens_per_sec: f64,
+        trained_tokens: usize,
+        elapsed_secs: f64,
+        eta_secs: f64,
+    },
+    Eval {
+        step: usize,
+        val_loss: f64,
+        perplexity: f64,
+    },
+    CheckpointSaved {
+        step: usize,
+        path: PathBuf,
+    },
+    Paused {
+        step: usize,
+    },
+    Resumed {
+        step: usize,
+    },
+    Finished {
+        step: usize,
+        final_loss: Option<f64>,
+        final_val_loss: Option<f64>,
+        stopped_early: bool,
+        elapsed_secs: f64,
+    },
+    Failed {
+        step: usize,
+        message: String,
+    },
+}
+
+/// Pause / stop requests for a running job, shared between the job and whoever controls it.
+#[derive(Debug, Clone, Default)]
+pub struct TrainControl {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pause: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TrainControl {
+    pub fn request_stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    pub fn set_paused(&self, paused: bool) {
+        self.pause.store(paused, std::sync::atomic::Ordering::SeqCst);
+    }
+    pub fn is_paused(&self) -> bool {
+        self.pause.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,431 @@
+//! The LoRA trainer: attaches adapters to a clone of the base model (sharing its weights), runs AdamW with
+//! a schedule, accumulation and clipping over the dataset's batches, evaluates, checkpoints, and reports
+//! everything as [`TrainEvent`]s. It never touches a UI: callers pass an `emit` callback.
+
+pub mod config;
+pub mod events;
+pub mod loss;
+pub mod optimizer;
+
+pub use config::{lr_at, LoraSettings, Schedule, TrainConfig, ALL_TARGETS};
+pub use events::{TrainControl, TrainEvent};
+
+use crate::engine::checkpoint::{self, TrainerState};
+use crate::engine::data::{self, BatchOptions, BatchPlan, DataOptions, PreparedDataset, TokenizeSpec};
+use crate::engine::lora::{self, AdapterParam};
+use crate::engine::model::transformer::Transformer;
+use crate::engine::model::LoadedModel;
+use crate::engine::{Error, Result};
+use candle_core::Tensor;
+use optimizer::{AdamW, AdamWParams};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Run a training job to completion (or stop/failure). Always emits exactly one `Finished` or `Failed`,
+/// and returns the run folder.
+pub fn run_training(
+    config: &TrainConfig,
+    base: &LoadedModel,
+    control: &TrainControl,
+    emit: &mut dyn FnMut(TrainEvent),
+) -> Result<PathBuf> {
+    let mut last_step = 0;
+    let mut run_dir: Option<PathBuf> = None;
+    let result = {
+        let mut forward = |e: TrainEvent| {
+            if let Some(s) = checkpoint::event_step(&e) {
+                last_step = s;
+            }
+            if let TrainEvent::Started { run_dir: d, .. } = &e {
+                run_dir = Some(d.clone());
+            }
+            if let Some(dir) = &run_dir {
+                // Metrics are a record, not a reason to abort training; a full disk shows up at the next save.
+                let _ = checkpoint::append_metric(dir, &e);
+            }
+            emit(e);
+        };
+        Trainer::run(config, base, control, &mut forward)
+    };
+    match result {
+        Ok(dir) => Ok(dir),
+        Err(e) => {
+            let failed = TrainEvent::Failed { step: last_step, message: e.to_string() };
+            if let Some(dir) = &run_dir {
+                let _ = checkpoint::append_metric(dir, &failed);
+            }
+            emit(failed);
+            Err(e)
+        }
+    }
+}
+
+/// Load and tokenize the dataset for `config` with `model`'s tokenizer and chat template.
+pub fn prepare_data(config: &TrainConfig, model: &LoadedModel) -> Result<PreparedDataset> {
+    let options = DataOptions {
+        skip_invalid_rows: config.skip_invalid_rows,
+        seed: config.seed,
+        max_seq_len: config.seq_len,
+        train_on_prompt: config.train_on_prompt,
+        ..Default::default()
+    };
+    let spec = TokenizeSpec::for_model(model, config.seq_len, config.train_on_prompt);
+    data::prepare_dataset(&config.data, &spec, &options)
+}
+
+/// The batch plan (micro-batches) for a config over `train_lengths`, and the number of optimizer steps.
+pub fn plan_batches(config: &TrainConfig, train_lengths: Vec<usize>) -> Result<(BatchPlan, usize)> {
+    let per_epoch = train_lengths.len().div_ceil(config.batch_size).max(1);
+    let micro_batches = match config.iters {
+        Some(iters) => iters * config.grad_accum,
+        None => ((config.epochs.unwrap_or(1.0) * per_epoch as f64).round() as usize).max(1),
+    };
+    let plan = BatchPlan::new(
+        train_lengths,
+        BatchOptions {
+            batch_size: config.batch_size,
+            seed: config.seed,
+            schedule: data::Schedule::Iterations(micro_batches),
+            ..Default::default()
+        },
+    )?;
+    Ok((plan, micro_batches.div_ceil(config.grad_accum)))
+}
+
+/// One optimizer step over a list of micro-batches: forward/backward with gradient accumulation, global
+/// norm clipping, AdamW. Shared by the trainer, the rank explorer and the training benchmark.
+pub struct StepRunner {
+    pub model: Transformer,
+    pub optimizer: AdamW,
+    pub max_grad_norm: Option<f64>,
+}
+
+impl StepRunner {
+    /// Wrap a model whose adapters are `params`.
+    pub fn new(model: Transformer, params: &[AdapterParam], weight_decay: f64, max_grad_norm: Option<f64>) -> Result<Self> {
+        let named: Vec<(String, candle_core::Var)> = params
+            .iter()
+            .flat_map(|p| {
+                let prefix = checkpoint::peft_prefix(p.layer, p.module);
+                [(format!("{prefix}.lora_A"), p.a.clone()), (format!("{prefix}.lora_B"), p.b.clone())]
+            })
+            .collect();
+        let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
+        Ok(Self { model, optimizer, max_grad_norm })
+    }
+
+    /// Returns (mean loss per target token over all micro-batches, gradient norm before clipping). A
+    /// non-finite loss or norm skips the update and is returned as is.
+    pub fn step(&mut self, batches: &[data::Batch], lr: f64) -> Result<(f64, f64)> {
+        let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
+        let vars: Vec<candle_core::Var> = self.optimizer.params().iter().map(|(_, v)| v.clone()).collect();
+        let mut grads: Vec<Option<Tensor>> = vec![None; vars.len()];
+        let mut loss_sum = 0f64;
+        let denom = target_tokens.max(1) as f64;
+        for batch in batches {
+            let (nll, n) = loss::batch_nll_sum(&self.model, batch, true)?;
+            if n == 0 {
+                continue;
+            }
+            let scaled = (nll / denom)?;
+            loss_sum += scaled.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+            let store = scaled.backward()?;
+            for (i, v) in vars.iter().enumerate() {
+                if let Some(g) = store.get(v.as_tensor()) {
+                    grads[i] = Some(match grads[i].take() {
+                        Some(acc) => (acc + g)?,
+                        None => g.clone(),
+                    });
+                }
+            }
+        }
+        let mut grads: Vec<Tensor> = grads
+            .into_iter()
+            .zip(&vars)
+            .map(|(g, v)| g.map(Ok).unwrap_or_else(|| v.zeros_like()))
+            .collect::<candle_core::Result<_>>()?;
+        let norm = optimizer::grad_norm(&grads)?;
+        if !loss_sum.is_finite() || !norm.is_finite() {
+            return Ok((if loss_sum.is_finite() { f64::NAN } else { loss_sum }, norm));
+        }
+        if let Some(max) = self.max_grad_norm {
+            optimizer::clip_grads(&mut grads, norm, max)?;
+        }
+        self.optimizer.step(&grads, lr)?;
+        Ok((loss_sum, norm))
+    }
+}
+
+struct Trainer<'a> {
+    config: &'a TrainConfig,
+    runner: StepRunner,
+    params: Vec<AdapterParam>,
+    data: PreparedDataset,
+    run_dir: PathBuf,
+    adapter_config: serde_json::Value,
+    pad_id: u32,
+}
+
+impl<'a> Trainer<'a> {
+    fn run(
+        config: &'a TrainConfig,
+        base: &LoadedModel,
+        control: &TrainControl,
+        emit: &mut dyn FnMut(TrainEvent),
+    ) -> Result<PathBuf> {
+        config.validate()?;
+        let started = Instant::now();
+        let data = prepare_data(config, base)?;
+        // A clone shares the frozen weights with `base` (tensors are reference counted).
+        let mut model = base.model.clone();
+        lora::detach_adapters(&mut model);
+        let (run_dir, resume) = prepare_run_dir(config)?;
+        let params = match &resume {
+            Some(ckpt) => checkpoint::load_adapter_params(&mut model, ckpt)?.1,
+            None => lora::attach_new_adapters(&mut model, &config.lora, config.seed)?,
+        };
+        if let Some(ckpt) = &resume {
+            let (r, a) = (params[0].a.dims()[1], config.lora.rank);
+            if r != a {
+                return Err(Error::InvalidSetting(format!(
+                    "{} has rank {r} but the settings say rank {a}; resume with the checkpoint's settings",
+                    ckpt.display()
+                )));
+            }
+        }
+        let adapter_config = checkpoint::peft_config_json(&config.lora, model.config.num_layers, &config.model)?;
+        let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
+        let runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm)?;
+        let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, pad_id };
+        trainer.train(resume.as_deref(), control, emit, started)?;
+        Ok(trainer.run_dir)
+    }
+
+    fn train(
+        &mut self,
+        resume: Option<&Path>,
+        control: &TrainControl,
+        emit: &mut dyn FnMut(TrainEvent),
+        started: Instant,
+    ) -> Result<()> {
+        let cfg = self.config;
+        let (plan, total_steps) = plan_batches(cfg, self.data.train.lengths())?;
+        let mut state = TrainerState {
+            step: 0,
+            total_steps,
+            cursor: plan.start(),
+            seed: cfg.seed,
+            train_loss: None,
+            val_loss: None,
+            trained_tokens: 0,
+            elapsed_secs: 0.0,
+            saved_unix_secs: 0,
+        };
+        let mut elapsed_before = 0.0;
+        if let Some(ckpt) = resume {
+            let (saved, moments) = checkpoint::load_trainer_state(ckpt)?;
+            self.runner.optimizer.load_state(&moments, saved.step)?;
+            checkpoint::truncate_metrics(&self.run_dir, saved.step)?;
+            elapsed_before = saved.elapsed_secs;
+            state = TrainerState { total_steps, ..saved };
+        }
+        let summary = &self.data.summary;
+        emit(TrainEvent::Started {
+            run_dir: self.run_dir.clone(),
+            config: Box::new(cfg.clone()),
+            trainable_params: self.params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum(),
+            total_steps,
+            tokens_per_epoch: summary.tokens_per_epoch,
+            target_tokens_per_epoch: summary.target_tokens_per_epoch,
+            train_examples: self.data.train.examples.len(),
+            valid_examples: self.data.valid.as_ref().map(|v| v.examples.len()).unwrap_or(0),
+            truncated_examples: summary.truncated,
+            start_step: state.step,
+        });
+        let mut batches = plan.iter_from(state.cursor)?;
+        let start_step = state.step;
+        let run_started = Instant::now();
+        let mut window_tokens = 0usize;
+        let mut window_started = Instant::now();
+        let mut stopped_early = false;
+        let mut last_saved_step = None;
+
+        while state.step < total_steps {
+            if control.stop_requested() {
+                stopped_early = true;
+                break;
+            }
+            if control.is_paused() {
+                emit(TrainEvent::Paused { step: state.step });
+                while control.is_paused() && !control.stop_requested() {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                emit(TrainEvent::Resumed { step: state.step });
+                window_started = Instant::now();
+                window_tokens = 0;
+                continue;
+            }
+            let micro: Vec<_> = (0..cfg.grad_accum).filter_map(|_| batches.next()).collect();
+            let Some(last) = micro.last() else { break };
+            let next_cursor = last.next;
+            let batches_data = micro
+                .iter()
+                .map(|b| data::collate(&self.data.train.examples, &b.indices, self.pad_id))
+                .collect::<Result<Vec<_>>>()?;
+            let lr = lr_at(cfg, state.step, total_steps);
+            let (loss, grad_norm) = self.runner.step(&batches_data, lr)?;
+            if !loss.is_finite() {
+                return Err(Error::Training(format!(
+                    "the loss became {loss} at step {}; nothing was saved from this step (last checkpoint: {}). \
+                     Lower the learning rate or check the data",
+                    state.step + 1,
+                    last_saved_step.or((state.step > 0).then_some(state.step)).map(|s| format!("step {s}")).unwrap_or("none".into())
+                )));
+            }
+            state.step += 1;
+            state.cursor = next_cursor;
+            state.train_loss = Some(loss);
+            state.trained_tokens += batches_data.iter().map(|b| b.lengths.iter().sum::<usize>()).sum::<usize>();
+            window_tokens += batches_data.iter().map(|b| b.batch_size * b.seq_len).sum::<usize>();
+            let window_secs = window_started.elapsed().as_secs_f64().max(1e-9);
+            let elapsed = elapsed_before + run_started.elapsed().as_secs_f64();
+            let per_step = run_started.elapsed().as_secs_f64() / (state.step - start_step).max(1) as f64;
+            emit(TrainEvent::Step {
+                step: state.step,
+                total_steps,
+                loss,
+                lr,
+                grad_norm,
+                tokens_per_sec: window_tokens as f64 / window_secs,
+                trained_tokens: state.trained_tokens,
+                elapsed_secs: elapsed,
+                eta_secs: per_step * (total_steps - state.step) as f64,
+            });
+            if cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < total_steps {
+                state.val_loss = self.evaluate(state.step, emit)?;
+            }
+            if cfg.save_every > 0 && state.step % cfg.save_every == 0 && state.step < total_steps {
+                state.elapsed_secs = elapsed;
+                self.save(&mut state, emit)?;
+                last_saved_step = Some(state.step);
+            }
+        }
+        if state.step > 0 && !stopped_early {
+            state.val_loss = self.evaluate(state.step, emit)?.or(state.val_loss);
+        }
+        state.elapsed_secs = elapsed_before + run_started.elapsed().as_secs_f64();
+        if state.step > 0 && last_saved_step != Some(state.step) {
+            self.save(&mut state, emit)?;
+        }
+        emit(TrainEvent::Finished {
+            step: state.step,
+            final_loss: state.train_loss,
+            final_val_loss: state.val_loss,
+            stopped_early,
+            elapsed_secs: started.elapsed().as_secs_f64() + elapsed_before,
+        });
+        Ok(())
+    }
+
+    /// Mean validation loss over target tokens (None without a validation split).
+    fn evaluate(&self, step: usize, emit: &mut dyn FnMut(TrainEvent)) -> Result<Option<f64>> {
+        let Some(valid) = self.data.valid.as_ref().filter(|v| !v.examples.is_empty()) else { return Ok(None) };
+        let loss = validation_loss(&self.runner.model, &valid.examples, self.config.batch_size, self.config.val_batches, self.pad_id)?;
+        emit(TrainEvent::Eval { step, val_loss: loss, perplexity: loss.exp() });
+        Ok(Some(loss))
+    }
+
+    fn save(&self, state: &mut TrainerState, emit: &mut dyn FnMut(TrainEvent)) -> Result<()> {
+        state.saved_unix_secs = checkpoint::unix_now();
+        let path = checkpoint::save_checkpoint(
+            &self.run_dir,
+            &self.params,
+            &self.adapter_config,
+            &self.runner.optimizer.state_tensors(),
+            state,
+        )?;
+        emit(TrainEvent::CheckpointSaved { step: state.step, path });
+        Ok(())
+    }
+}
+
+/// Mean NLL per target token over (up to `max_batches`, 0 = all) batches of `examples`.
+pub fn validation_loss(
+    model: &Transformer,
+    examples: &[data::Example],
+    batch_size: usize,
+    max_batches: usize,
+    pad_id: u32,
+) -> Result<f64> {
+    let lengths: Vec<usize> = examples.iter().map(|e| e.len()).collect();
+    let mut total = 0f64;
+    let mut count = 0usize;
+    for (i, indices) in data::eval_batches(&lengths, batch_size).iter().enumerate() {
+        if max_batches > 0 && i >= max_batches {
+            break;
+        }
+        let batch = data::collate(examples, indices, pad_id)?;
+        let (nll, n) = loss::batch_nll_sum(model, &batch, false)?;
+        total += nll.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        count += n;
+    }
+    Ok(total / count.max(1) as f64)
+}
+
+/// Create (or, when resuming, reuse) the run folder and write run.json. Returns (run dir, checkpoint to
+/// resume from).
+fn prepare_run_dir(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
+    if let Some(ckpt) = &config.resume {
+        if !ckpt.join(checkpoint::TRAINER_STATE).exists() {
+            return Err(Error::MissingFile {
+                path: ckpt.join(checkpoint::TRAINER_STATE),
+                what: "resuming needs a checkpoint folder written by `train`".into(),
+            });
+        }
+        let run_dir = ckpt.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        return Ok((run_dir, Some(ckpt.clone())));
+    }
+    let name = config.run_name.clone().unwrap_or_else(default_run_name);
+    let run_dir = config.out.join(&name);
+    if run_dir.join(checkpoint::RUN_CONFIG).exists() {
+        return Err(Error::InvalidSetting(format!(
+            "{} already holds a run; pick another name or resume from one of its checkpoints",
+            run_dir.display()
+        )));
+    }
+    std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
+    let run = serde_json::json!({
+        "name": name,
+        "config": config,
+        "model": config.model,
+        "dataset": config.data,
+        "started_unix_secs": checkpoint::unix_now(),
+        "metal_candle_version": env!("CARGO_PKG_VERSION"),
+    });
+    checkpoint::write_atomic(
+        &run_dir.join(checkpoint::RUN_CONFIG),
+        serde_json::to_string_pretty(&run).unwrap_or_default().as_bytes(),
+    )?;
+    Ok((run_dir, None))
+}
+
+/// `run-YYYYMMDD-HHMMSS` in UTC.
+pub fn default_run_name() -> String {
+    let secs = checkpoint::unix_now();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!("run-{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Gregorian date from days since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}

@@ -1,0 +1,14 @@
+//! metal-candle: LoRA fine-tuning of language models on your own machine, on Candle.
+//!
+//! `engine` is the ML engine (models, generation, LoRA, training); `worker` is the one bridge between the
+//! engine and its front ends; `cli` and (with the `studio` feature) `studio` consume the same event stream.
+
+pub mod cli;
+pub mod engine;
+#[cfg(feature = "studio")]
+pub mod studio;
+pub mod worker;
+
+
+
+

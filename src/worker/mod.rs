@@ -1,0 +1,567 @@
+//! The one bridge between the engine and its front ends: [`Command`]s go in, [`Event`]s come out.
+//!
+//! A dispatcher thread owns the shared state (the loaded base model behind an `Arc`, the controls of running
+//! jobs) and starts every long job on its own thread, so a chat can stream while a training run continues and
+//! both share the same base weights. Front ends never wait on it:
+//! - [`Worker::send`] pushes onto an unbounded channel and returns at once;
+//! - events arrive on a bounded channel (high-rate token and step events apply back-pressure to the job, not
+//!   to the front end), which the front end drains with [`Worker::drain`] under a time budget;
+//! - every job wakes the front end through a [`Waker`] after each event it sends;
+//! - every job ends with exactly one explicit final event (`…Finished` / `…Failed` / `…Loaded`), and errors,
+//!   even panics inside a job, come back as events instead of a dead thread.
+//!
+//! This module knows nothing of egui: the studio passes a waker that calls `Context::request_repaint`.
+
+mod jobs;
+mod scan;
+mod types;
+
+pub use scan::{default_hf_cache_dir, scan_models};
+pub use types::*;
+
+use crate::engine::bench::{LoraMicroResult, RankProbeResult};
+use crate::engine::checkpoint::ExportFormat;
+use crate::engine::device::DeviceChoice;
+use crate::engine::model::chat_template::ChatMessage;
+use crate::engine::model::LoadedModel;
+use crate::engine::sampler::SamplingParams;
+use crate::engine::train::{TrainConfig, TrainControl, TrainEvent};
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Called by worker threads after they send an event, to wake the front end (e.g. request a repaint).
+pub type Waker = Arc<dyn Fn() + Send + Sync>;
+
+/// How many events may wait unread before a job blocks on sending the next one.
+pub const EVENT_CAPACITY: usize = 4096;
+
+/// What the front end asks the worker to do.
+#[derive(Debug, Clone)]
+pub enum Command {
+    /// Load a model folder or GGUF file; it becomes the shared base model.
+    LoadModel { path: PathBuf, device: DeviceChoice, dtype: Option<String> },
+    /// Validate a dataset file or folder; with a loaded model, also tokenize it for statistics and a preview.
+    InspectDataset { path: PathBuf, max_seq_len: usize, train_on_prompt: bool, preview_rows: usize },
+    /// Look for models in the Hugging Face cache and in `extra_dirs`.
+    ScanModels { hf_cache: Option<PathBuf>, extra_dirs: Vec<PathBuf> },
+    /// Train on the loaded base model (its path must match `config.model`).
+    StartTraining(Box<TrainConfig>),
+    PauseTraining(bool),
+    StopTraining,
+    /// Stream a reply; `adapter` applies a checkpoint to a clone of the base model that shares its weights.
+    Generate(GenerateJob),
+    CancelGeneration { id: u64 },
+    /// Read every run folder under `runs_dir`.
+    ListRuns { runs_dir: PathBuf },
+    DeleteCheckpoint { path: PathBuf },
+    ExportCheckpoint { checkpoint: PathBuf, format: ExportFormat, out: PathBuf, base_model: PathBuf },
+    /// Equal-budget probe trainings at each rank.
+    RankProbe { config: Box<TrainConfig>, ranks: Vec<usize>, token_budget: usize },
+    StopRankProbe,
+    /// The LoRA layer micro-benchmark on the loaded model's device (the CPU when none is loaded).
+    LoraMicroBench { repeats: usize },
+}
+
+/// Which column of the chat a generation belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ChatSide {
+    Base,
+    Adapter,
+}
+
+/// One chat generation request.
+#[derive(Debug, Clone)]
+pub struct GenerateJob {
+    /// Chosen by the front end; every event of this generation carries it.
+    pub id: u64,
+    pub side: ChatSide,
+    /// A checkpoint folder to apply, or None for the base model.
+    pub adapter: Option<PathBuf>,
+    pub messages: Vec<ChatMessage>,
+    pub sampling: SamplingParams,
+    pub max_new_tokens: usize,
+}
+
+/// What the worker reports.
+#[derive(Debug, Clone)]
+pub enum Event {
+    ModelLoading { path: PathBuf },
+    ModelLoaded(Box<ModelSummary>),
+    ModelLoadFailed { path: PathBuf, message: String },
+    DatasetInspected(Box<DatasetReport>),
+    DatasetFailed { path: PathBuf, message: String },
+    ModelsFound(Vec<FoundModel>),
+    /// A training run's own events, `Finished` or `Failed` last.
+    Train(TrainEvent),
+    GenerationStarted { id: u64, prompt_tokens: usize },
+    Token { id: u64, text: String },
+    GenerationFinished { id: u64, stats: GenerationStats },
+    GenerationFailed { id: u64, message: String },
+    Runs { runs_dir: PathBuf, runs: Vec<RunSummary> },
+    RunsFailed { runs_dir: PathBuf, message: String },
+    CheckpointDeleted { path: PathBuf },
+    ExportFinished { path: PathBuf },
+    /// A delete or export that failed.
+    ActionFailed { what: String, message: String },
+    RankProbeResult(RankProbeResult),
+    RankProbeFinished { results: Vec<RankProbeResult> },
+    RankProbeFailed { message: String },
+    MicroBenchFinished(Vec<LoraMicroResult>),
+    MicroBenchFailed { message: String },
+}
+
+/// Messages the dispatcher reads: front-end commands plus notes from its own job threads.
+enum Msg {
+    Command(Command),
+    ModelReady { path: PathBuf, model: Arc<LoadedModel> },
+    TrainingEnded,
+    ProbeEnded,
+    GenerationEnded { id: u64 },
+    Shutdown,
+}
+
+/// The front end's handle: cheap to call, never blocks.
+pub struct Worker {
+    commands: Sender<Msg>,
+    events: Receiver<Event>,
+}
+
+impl Worker {
+    /// Start the dispatcher thread.
+    pub fn spawn(waker: Waker) -> Self {
+        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+        let (ev_tx, ev_rx) = crossbeam_channel::bounded(EVENT_CAPACITY);
+        let out = Outbox { events: ev_tx, waker };
+        let dispatcher = Dispatcher {
+            inbox: cmd_tx.clone(),
+            out,
+            model: None,
+            training: None,
+            probe: None,
+            generations: HashMap::new(),
+        };
+        let spawned = std::thread::Builder::new()
+            .name("mc-dispatcher".into())
+            .spawn(move || dispatcher.run(cmd_rx));
+        if let Err(e) = spawned {
+            // Without a dispatcher every command is answered by nobody; say so once.
+            eprintln!("metal-candle: cannot start the worker thread: {e}");
+        }
+        Self { commands: cmd_tx, events: ev_rx }
+    }
+
+    /// Queue a command. Never blocks.
+    pub fn send(&self, command: Command) {
+        let _ = self.commands.send(Msg::Command(command));
+    }
+
+    /// The next event, if one is waiting.
+    pub fn try_recv(&self) -> Option<Event> {
+        self.events.try_recv().ok()
+    }
+
+    /// Hand waiting events to `handle` until none are left, `max_events` were handled or `budget` is spent.
+    /// Returns whether events are still waiting (the caller should come back next frame).
+    pub fn drain(&self, budget: Duration, max_events: usize, mut handle: impl FnMut(Event)) -> bool {
+        let started = Instant::now();
+        let mut handled = 0;
+        while handled < max_events && started.elapsed() < budget {
+            match self.events.try_recv() {
+                Ok(event) => {
+                    handle(event);
+                    handled += 1;
+                }
+                Err(_) => return false,
+            }
+        }
+        !self.events.is_empty()
+    }
+
+    /// Events waiting to be drained.
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // The dispatcher stops running jobs; nobody waits for them (they end at their next check).
+        let _ = self.commands.send(Msg::Shutdown);
+    }
+}
+
+/// The sending side of the event channel plus the waker; cloned into every job.
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    events: Sender<Event>,
+    waker: Waker,
+}
+
+impl Outbox {
+    /// Send an event and wake the front end. Blocks only while the channel is full (back-pressure on a job);
+    /// returns false when the front end is gone, so the job can stop.
+    pub(crate) fn send(&self, event: Event) -> bool {
+        let delivered = self.events.send(event).is_ok();
+        (self.waker)();
+        delivered
+    }
+}
+
+struct Dispatcher {
+    /// For job threads to report back to the dispatcher.
+    inbox: Sender<Msg>,
+    out: Outbox,
+    model: Option<(PathBuf, Arc<LoadedModel>)>,
+    training: Option<TrainControl>,
+    probe: Option<TrainControl>,
+    generations: HashMap<u64, Arc<AtomicBool>>,
+}
+
+impl Dispatcher {
+    fn run(mut self, inbox: Receiver<Msg>) {
+        while let Ok(msg) = inbox.recv() {
+            match msg {
+                Msg::Command(c) => self.command(c),
+                Msg::ModelReady { path, model } => self.model = Some((path, model)),
+                Msg::TrainingEnded => self.training = None,
+                Msg::ProbeEnded => self.probe = None,
+                Msg::GenerationEnded { id } => {
+                    self.generations.remove(&id);
+                }
+                Msg::Shutdown => break,
+            }
+        }
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        if let Some(c) = &self.training {
+            c.request_stop();
+        }
+        if let Some(c) = &self.probe {
+            c.request_stop();
+        }
+        for flag in self.generations.values() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn base_for(&self, path: &std::path::Path) -> Option<Arc<LoadedModel>> {
+        let (loaded, model) = self.model.as_ref()?;
+        same_path(loaded, path).then(|| model.clone())
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::LoadModel { path, device, dtype } => {
+                let out = self.out.clone();
+                let inbox = self.inbox.clone();
+                out.send(Event::ModelLoading { path: path.clone() });
+                let fail_path = path.clone();
+                spawn_job("mc-load", self.out.clone(), move |e| Event::ModelLoadFailed { path: fail_path, message: e }, move || {
+                    jobs::load_model_job(&path, device, dtype.as_deref(), &out, &inbox)
+                });
+            }
+            Command::InspectDataset { path, max_seq_len, train_on_prompt, preview_rows } => {
+                let model = self.model.as_ref().map(|(_, m)| m.clone());
+                let out = self.out.clone();
+                let fail_path = path.clone();
+                spawn_job("mc-dataset", self.out.clone(), move |e| Event::DatasetFailed { path: fail_path, message: e }, move || {
+                    let report = jobs::inspect_dataset(&path, model.as_deref(), max_seq_len, train_on_prompt, preview_rows);
+                    match report {
+                        Ok(r) => out.send(Event::DatasetInspected(Box::new(r))),
+                        Err(e) => out.send(Event::DatasetFailed { path, message: e.to_string() }),
+                    };
+                });
+            }
+            Command::ScanModels { hf_cache, extra_dirs } => {
+                let out = self.out.clone();
+                spawn_job("mc-scan", self.out.clone(), |_| Event::ModelsFound(Vec::new()), move || {
+                    let found = scan_models(hf_cache.as_deref(), &extra_dirs);
+                    out.send(Event::ModelsFound(found));
+                });
+            }
+            Command::StartTraining(config) => self.start_training(*config),
+            Command::PauseTraining(paused) => {
+                if let Some(c) = &self.training {
+                    c.set_paused(paused);
+                }
+            }
+            Command::StopTraining => {
+                if let Some(c) = &self.training {
+                    c.set_paused(false);
+                    c.request_stop();
+                }
+            }
+            Command::Generate(job) => self.start_generation(job),
+            Command::CancelGeneration { id } => {
+                if let Some(flag) = self.generations.get(&id) {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            }
+            Command::ListRuns { runs_dir } => {
+                let out = self.out.clone();
+                let dir = runs_dir.clone();
+                spawn_job("mc-runs", self.out.clone(), move |e| Event::RunsFailed { runs_dir: dir, message: e }, move || {
+                    match jobs::list_runs(&runs_dir) {
+                        Ok(runs) => out.send(Event::Runs { runs_dir, runs }),
+                        Err(e) => out.send(Event::RunsFailed { runs_dir, message: e.to_string() }),
+                    };
+                });
+            }
+            Command::DeleteCheckpoint { path } => {
+                let out = self.out.clone();
+                let what = format!("delete {}", path.display());
+                spawn_job("mc-delete", self.out.clone(), move |e| Event::ActionFailed { what, message: e }, move || {
+                    match crate::engine::checkpoint::delete_checkpoint(&path) {
+                        Ok(()) => out.send(Event::CheckpointDeleted { path }),
+                        Err(e) => out.send(Event::ActionFailed { what: format!("delete {}", path.display()), message: e.to_string() }),
+                    };
+                });
+            }
+            Command::ExportCheckpoint { checkpoint, format, out: out_dir, base_model } => {
+                let out = self.out.clone();
+                let what = format!("export {}", checkpoint.display());
+                let what2 = what.clone();
+                spawn_job("mc-export", self.out.clone(), move |e| Event::ActionFailed { what, message: e }, move || {
+                    match crate::engine::checkpoint::export_checkpoint(&checkpoint, format, &out_dir, &base_model) {
+                        Ok(path) => out.send(Event::ExportFinished { path }),
+                        Err(e) => out.send(Event::ActionFailed { what: what2, message: e.to_string() }),
+                    };
+                });
+            }
+            Command::RankProbe { config, ranks, token_budget } => self.start_probe(*config, ranks, token_budget),
+            Command::StopRankProbe => {
+                if let Some(c) = &self.probe {
+                    c.request_stop();
+                }
+            }
+            Command::LoraMicroBench { repeats } => {
+                let device = self.model.as_ref().map(|(_, m)| m.model.device().clone());
+                let out = self.out.clone();
+                spawn_job("mc-microbench", self.out.clone(), |e| Event::MicroBenchFailed { message: e }, move || {
+                    let device = device.unwrap_or(candle_core::Device::Cpu);
+                    match crate::engine::bench::bench_lora_micro(&device, repeats) {
+                        Ok(r) => out.send(Event::MicroBenchFinished(r)),
+                        Err(e) => out.send(Event::MicroBenchFailed { message: e.to_string() }),
+                    };
+                });
+            }
+        }
+    }
+
+    fn start_training(&mut self, config: TrainConfig) {
+        let fail = |out: &Outbox, message: String| {
+            out.send(Event::Train(TrainEvent::Failed { step: 0, message }));
+        };
+        if self.training.is_some() {
+            return fail(&self.out, "a training run is already in progress; stop it first".into());
+        }
+        let Some(base) = self.base_for(&config.model) else {
+            return fail(
+                &self.out,
+                format!("load the model {} before training (the model panel's Load button)", config.model.display()),
+            );
+        };
+        let control = TrainControl::default();
+        self.training = Some(control.clone());
+        let out = self.out.clone();
+        let inbox = self.inbox.clone();
+        let guard_inbox = self.inbox.clone();
+        spawn_job(
+            "mc-train",
+            self.out.clone(),
+            move |e| {
+                let _ = guard_inbox.send(Msg::TrainingEnded);
+                Event::Train(TrainEvent::Failed { step: 0, message: e })
+            },
+            move || {
+                jobs::train_job(&config, &base, &control, &out, || {
+                    let _ = inbox.send(Msg::TrainingEnded);
+                });
+            },
+        );
+    }
+
+    fn start_probe(&mut self, config: TrainConfig, ranks: Vec<usize>, token_budget: usize) {
+        if self.probe.is_some() {
+            self.out.send(Event::RankProbeFailed { message: "a rank probe is already running".into() });
+            return;
+        }
+        let Some(base) = self.base_for(&config.model) else {
+            self.out.send(Event::RankProbeFailed {
+                message: format!("load the model {} before probing ranks", config.model.display()),
+            });
+            return;
+        };
+        let control = TrainControl::default();
+        self.probe = Some(control.clone());
+        let out = self.out.clone();
+        let inbox = self.inbox.clone();
+        let guard_inbox = self.inbox.clone();
+        spawn_job(
+            "mc-probe",
+            self.out.clone(),
+            move |e| {
+                let _ = guard_inbox.send(Msg::ProbeEnded);
+                Event::RankProbeFailed { message: e }
+            },
+            move || {
+                jobs::probe_job(&config, &base, &ranks, token_budget, &control, &out, || {
+                    let _ = inbox.send(Msg::ProbeEnded);
+                });
+            },
+        );
+    }
+
+    fn start_generation(&mut self, job: GenerateJob) {
+        let id = job.id;
+        let Some((_, base)) = self.model.as_ref() else {
+            self.out.send(Event::GenerationFailed { id, message: "load a model first (Model panel)".into() });
+            return;
+        };
+        let base = base.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.generations.insert(id, cancel.clone());
+        let out = self.out.clone();
+        let inbox = self.inbox.clone();
+        let guard_inbox = self.inbox.clone();
+        spawn_job(
+            "mc-generate",
+            self.out.clone(),
+            move |e| {
+                let _ = guard_inbox.send(Msg::GenerationEnded { id });
+                Event::GenerationFailed { id, message: e }
+            },
+            move || {
+                jobs::generate_job(&job, &base, &cancel, &out, || {
+                    let _ = inbox.send(Msg::GenerationEnded { id });
+                });
+            },
+        );
+    }
+}
+
+/// Run `body` on a named thread. A panic inside it becomes the event `on_panic` makes, so the front end always
+/// hears how a job ended; a thread that cannot be started is reported the same way.
+fn spawn_job(
+    name: &str,
+    out: Outbox,
+    on_panic: impl FnOnce(String) -> Event + Send + 'static,
+    body: impl FnOnce() + Send + 'static,
+) {
+    let (panic_out, panic_msg) = (out.clone(), Arc::new(std::sync::Mutex::new(Some(on_panic))));
+    let for_thread = panic_msg.clone();
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+            let text = panic_text(payload.as_ref());
+            if let Some(make) = for_thread.lock().ok().and_then(|mut g| g.take()) {
+                panic_out.send(make(format!("internal error (panic): {text}")));
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        if let Some(make) = panic_msg.lock().ok().and_then(|mut g| g.take()) {
+            out.send(make(format!("cannot start a thread: {e}")));
+        }
+    }
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".into()
+    }
+}
+
+/// Whether two paths name the same file or folder (after resolving `.`/`..` and links when possible).
+pub fn same_path(a: &std::path::Path, b: &std::path::Path) -> bool {
+    if a == b {
+        return true;
+    }
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker() -> Worker {
+        Worker::spawn(Arc::new(|| {}))
+    }
+
+    fn next_event(w: &Worker) -> Event {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(e) = w.try_recv() {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "no event within 30 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_missing_model_fails_with_an_event() {
+        let w = worker();
+        w.send(Command::LoadModel { path: "/nonexistent/model".into(), device: DeviceChoice::Cpu, dtype: None });
+        assert!(matches!(next_event(&w), Event::ModelLoading { .. }));
+        match next_event(&w) {
+            Event::ModelLoadFailed { message, .. } => assert!(message.contains("/nonexistent/model"), "{message}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn training_without_a_model_fails_with_an_event() {
+        let w = worker();
+        let config = TrainConfig { model: "/nonexistent".into(), ..Default::default() };
+        w.send(Command::StartTraining(Box::new(config)));
+        match next_event(&w) {
+            Event::Train(TrainEvent::Failed { message, .. }) => assert!(message.contains("load the model"), "{message}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn generation_without_a_model_fails_with_an_event() {
+        let w = worker();
+        w.send(Command::Generate(GenerateJob {
+            id: 7,
+            side: ChatSide::Base,
+            adapter: None,
+            messages: vec![ChatMessage::new("user", "hi")],
+            sampling: SamplingParams::greedy(),
+            max_new_tokens: 4,
+        }));
+        assert!(matches!(next_event(&w), Event::GenerationFailed { id: 7, .. }));
+    }
+
+    #[test]
+    fn a_panicking_job_reports_instead_of_dying() {
+        let (tx, rx) = crossbeam_channel::bounded(4);
+        let out = Outbox { events: tx, waker: Arc::new(|| {}) };
+        spawn_job("t", out, |m| Event::MicroBenchFailed { message: m }, || panic!("boom"));
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Event::MicroBenchFailed { message }) => assert!(message.contains("boom")),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn display_names_of_cache_snapshots_use_the_repo() {
+        let p = std::path::Path::new("/h/hub/models--HuggingFaceTB--SmolLM2-135M/snapshots/abc");
+        assert_eq!(display_name(p), "HuggingFaceTB/SmolLM2-135M");
+        assert_eq!(display_name(std::path::Path::new("/m/x.gguf")), "x.gguf");
+    }
+}

@@ -1,0 +1,44 @@
+//! Shared helpers for integration tests: fixture paths and loading.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+pub fn expected(name: &str) -> serde_json::Value {
+    let path = fixture(name).join("expected.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+pub fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+/// The real SmolLM2 GGUF: `$METAL_CANDLE_SMOLLM2`, else the first .gguf in models/smollm2/.
+/// Panics with instructions when absent: the README's test command fetches it.
+pub fn smollm2_path() -> PathBuf {
+    if let Ok(p) = std::env::var("METAL_CANDLE_SMOLLM2") {
+        return PathBuf::from(p);
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/smollm2");
+    std::fs::read_dir(&dir)
+        .ok()
+        .and_then(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().map(|e| e == "gguf").unwrap_or(false))
+        })
+        .unwrap_or_else(|| panic!("SmolLM2 GGUF not found in {}; run scripts/fetch_smollm2.sh", dir.display()))
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max)
+}
