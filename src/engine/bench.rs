@@ -102,7 +102,7 @@ pub fn bench_train(
     crate::engine::lora::detach_adapters(&mut m);
     let params = crate::engine::lora::attach_new_adapters(&mut m, lora, 0)?;
     let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
-    let mut runner = crate::engine::train::StepRunner::new(m, &params, 0.0, None)?;
+    let mut runner = crate::engine::train::StepRunner::new(m, &params, 0.0, None, 0)?;
     let vocab = model.config.vocab_size;
     for i in 0..warmup_steps {
         runner.step(&[random_batch(vocab, batch_size, seq_len, i as u64)], 1e-4)?;
@@ -172,7 +172,7 @@ pub fn rank_probe(
         crate::engine::lora::detach_adapters(&mut model);
         let params = crate::engine::lora::attach_new_adapters(&mut model, &lora, settings.seed)?;
         let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
-        let mut runner = StepRunner::new(model, &params, settings.weight_decay, settings.max_grad_norm)?;
+        let mut runner = StepRunner::new(model, &params, settings.weight_decay, settings.max_grad_norm, settings.seed)?;
         let (plan, total_steps) = train::plan_batches(&probe_cfg, data.train.lengths())?;
         let mut batches = plan.iter();
         crate::engine::device::reset_peak_rss();

@@ -142,6 +142,27 @@ pub fn attach_adapter(
     Err(Error::InvalidSetting(format!("the model has no layer {layer} module {module}")))
 }
 
+/// Make the dropout masks of optimizer step `step` a pure function of (seed, step): all adapters share one
+/// counter, which is reset here and advanced by each mask drawn during the step.
+pub fn seed_dropout(model: &Transformer, seed: u64, step: usize) {
+    let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (step as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    if let Some(adapter) = model.linears().iter().find_map(|(_, _, l)| l.adapter.as_ref()) {
+        adapter.dropout_seed.store(mixed, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Set the dropout probability of every attached adapter (adapters loaded from disk come without one),
+/// sharing one mask-seed counter as freshly attached adapters do.
+pub fn set_dropout(model: &mut Transformer, dropout: f32) {
+    let counter = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    for (_, _, linear) in model.linears_mut() {
+        if let Some(adapter) = linear.adapter.as_mut() {
+            adapter.dropout = dropout;
+            adapter.dropout_seed = counter.clone();
+        }
+    }
+}
+
 /// Remove every adapter.
 pub fn detach_adapters(model: &mut Transformer) {
     for (_, _, linear) in model.linears_mut() {

@@ -11,7 +11,7 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, grad: bool) -> Result<Ten
         return candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps as f32);
     }
     let dtype = x.dtype();
-    let xf = x.to_dtype(DType::F32)?;
+    let xf = upcast(x)?;
     let mean_sq = xf.sqr()?.mean_keepdim(D::Minus1)?;
     let normed = xf.broadcast_div(&(mean_sq + eps)?.sqrt()?)?;
     normed.to_dtype(dtype)?.broadcast_mul(weight)
@@ -39,6 +39,14 @@ pub fn softmax_last_dim(x: &Tensor, grad: bool) -> Result<Tensor> {
         return candle_nn::ops::softmax_last_dim(&x.contiguous()?);
     }
     candle_nn::ops::softmax(x, D::Minus1)
+}
+
+/// Half-precision tensors converted to f32 for numerically sensitive steps (softmax, loss); f32 and f64 stay.
+pub fn upcast(x: &Tensor) -> Result<Tensor> {
+    match x.dtype() {
+        DType::F16 | DType::BF16 => x.to_dtype(DType::F32),
+        _ => Ok(x.clone()),
+    }
 }
 
 /// SwiGLU gate: silu(gate) * up.

@@ -131,6 +131,14 @@ pub fn fmt_age(secs: u64) -> String {
     }
 }
 
+/// A small filled circle: a status light.
+pub fn status_dot_ui(ui: &mut Ui, color: Color32) -> egui::Response {
+    let size = ui.text_style_height(&egui::TextStyle::Body);
+    let (rect, response) = ui.allocate_exact_size(egui::vec2(size * 0.8, size), egui::Sense::hover());
+    ui.painter().circle_filled(rect.center(), size * 0.3, color);
+    response
+}
+
 /// A section heading with a little space above.
 pub fn section_ui(ui: &mut Ui, title: &str) {
     ui.add_space(6.0);

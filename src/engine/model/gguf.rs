@@ -969,6 +969,20 @@ mod tests {
         assert!(err.contains("`bert`") && err.contains("gpt2"), "{err}");
     }
 
+    #[test]
+    #[ignore]
+    fn tmp_compare_unpermuted_with_python() {
+        let Some(path) = smollm2_path() else { return };
+        let model = load_gguf(&path, &Device::Cpu, DType::F32).unwrap();
+        for (name, file) in [("model.layers.0.self_attn.q_proj.weight", "/tmp/q0_hf.bin"), ("model.layers.0.self_attn.k_proj.weight", "/tmp/k0_hf.bin"), ("model.layers.5.self_attn.k_proj.weight", "/tmp/k5_hf.bin"), ("model.layers.5.self_attn.k_proj.weight", "/tmp/k5_gguf.bin")] {
+            let bytes = std::fs::read(file).unwrap();
+            let want: Vec<f32> = bytes.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let got = model.tensors[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let max = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            println!("TMPCMP {name} vs {file}: max abs diff {max:e} over {} values", got.len());
+        }
+    }
+
     /// The ids and text of the reference fixture written by the Python helper, if present.
     fn fixture() -> Option<(String, Vec<u32>)> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_expected.json");

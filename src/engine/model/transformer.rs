@@ -149,7 +149,7 @@ impl Attention {
             let scores4 = scores.reshape((b, self.num_kv_heads, rep, t, total))?;
             scores = scores4.broadcast_add(&mask)?.reshape((b, self.num_kv_heads, rep * t, total))?;
         }
-        let probs = ops::softmax_last_dim(&scores.to_dtype(DType::F32)?, grad)?.to_dtype(v.dtype())?;
+        let probs = ops::softmax_last_dim(&ops::upcast(&scores)?, grad)?.to_dtype(v.dtype())?;
         let out = probs.matmul(&v)?; // (b, kv, rep * t, d)
         let out = out
             .reshape((b, self.num_heads, t, self.head_dim))?

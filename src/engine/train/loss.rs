@@ -29,7 +29,7 @@ pub fn batch_nll_sum(model: &Transformer, batch: &Batch, train: bool) -> Result<
     }
     let hidden = hidden.reshape((b * t, model.config.hidden_size))?;
     let picked = hidden.index_select(&Tensor::from_vec(sources, n, device)?, 0)?;
-    let logits = model.logits(&picked)?.to_dtype(DType::F32)?;
+    let logits = crate::engine::ops::upcast(&model.logits(&picked)?)?;
     let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
     let targets = Tensor::from_vec(targets, (n, 1), device)?;
     let nll = log_probs.gather(&targets, 1)?.sum_all()?.neg()?;

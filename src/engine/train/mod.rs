@@ -98,11 +98,19 @@ pub struct StepRunner {
     pub model: Transformer,
     pub optimizer: AdamW,
     pub max_grad_norm: Option<f64>,
+    /// Base of the per-step dropout seeds, so a resumed run draws the same masks.
+    pub seed: u64,
 }
 
 impl StepRunner {
     /// Wrap a model whose adapters are `params`.
-    pub fn new(model: Transformer, params: &[AdapterParam], weight_decay: f64, max_grad_norm: Option<f64>) -> Result<Self> {
+    pub fn new(
+        model: Transformer,
+        params: &[AdapterParam],
+        weight_decay: f64,
+        max_grad_norm: Option<f64>,
+        seed: u64,
+    ) -> Result<Self> {
         let named: Vec<(String, candle_core::Var)> = params
             .iter()
             .flat_map(|p| {
@@ -111,12 +119,13 @@ impl StepRunner {
             })
             .collect();
         let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
-        Ok(Self { model, optimizer, max_grad_norm })
+        Ok(Self { model, optimizer, max_grad_norm, seed })
     }
 
     /// Returns (mean loss per target token over all micro-batches, gradient norm before clipping). A
     /// non-finite loss or norm skips the update and is returned as is.
     pub fn step(&mut self, batches: &[data::Batch], lr: f64) -> Result<(f64, f64)> {
+        lora::seed_dropout(&self.model, self.seed, self.optimizer.step);
         let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
         let vars: Vec<candle_core::Var> = self.optimizer.params().iter().map(|(_, v)| v.clone()).collect();
         let mut grads: Vec<Option<Tensor>> = vec![None; vars.len()];
@@ -181,7 +190,11 @@ impl<'a> Trainer<'a> {
         lora::detach_adapters(&mut model);
         let (run_dir, resume) = prepare_run_dir(config)?;
         let params = match &resume {
-            Some(ckpt) => checkpoint::load_adapter_params(&mut model, ckpt)?.1,
+            Some(ckpt) => {
+                let params = checkpoint::load_adapter_params(&mut model, ckpt)?.1;
+                lora::set_dropout(&mut model, config.lora.dropout);
+                params
+            }
             None => lora::attach_new_adapters(&mut model, &config.lora, config.seed)?,
         };
         if let Some(ckpt) = &resume {
@@ -195,7 +208,7 @@ impl<'a> Trainer<'a> {
         }
         let adapter_config = checkpoint::peft_config_json(&config.lora, model.config.num_layers, &config.model)?;
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
-        let runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm)?;
+        let runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, pad_id };
         trainer.train(resume.as_deref(), control, emit, started)?;
         Ok(trainer.run_dir)

@@ -1,0 +1,433 @@
+//! The checkpoints page: browse run folders (each run's settings and loss curve, its checkpoints with step,
+//! loss, time and size), overlay the loss curves of several runs, and per checkpoint open it in chat, resume
+//! training from it, export it (PEFT, mlx-lm, merged model) or delete it after a confirmation.
+
+use super::app::{Action, PanelCtx};
+use super::widgets::{self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone};
+use crate::engine::checkpoint::ExportFormat;
+use crate::worker::{display_name, CheckpointSummary, Command, RunSummary};
+use egui::{RichText, Ui};
+use egui_plot::{Legend, Line, LineStyle, Plot, Points};
+use std::path::{Path, PathBuf};
+
+/// An export being set up in the dialog.
+#[derive(Debug, Clone)]
+struct ExportDialog {
+    checkpoint: PathBuf,
+    base_model: PathBuf,
+    format: ExportFormat,
+    out: String,
+}
+
+#[derive(Default)]
+pub struct CheckpointsPanel {
+    pub runs: Vec<RunSummary>,
+    listed_dir: Option<PathBuf>,
+    loading: bool,
+    error: Option<String>,
+    selected: Option<String>,
+    confirm_delete: Option<PathBuf>,
+    export: Option<ExportDialog>,
+    exporting: Vec<PathBuf>,
+    notes: Vec<(Tone, String)>,
+}
+
+impl CheckpointsPanel {
+    pub fn on_runs(&mut self, runs_dir: PathBuf, runs: Vec<RunSummary>) {
+        self.loading = false;
+        self.error = None;
+        self.listed_dir = Some(runs_dir);
+        if self.selected.as_ref().is_none_or(|s| !runs.iter().any(|r| &r.name == s)) {
+            self.selected = runs.first().map(|r| r.name.clone());
+        }
+        self.runs = runs;
+    }
+
+    pub fn on_runs_failed(&mut self, message: String) {
+        self.loading = false;
+        self.error = Some(message);
+    }
+
+    pub fn on_export_finished(&mut self, path: PathBuf) {
+        self.exporting.clear();
+        self.notes.push((Tone::Ok, format!("Exported to {}", path.display())));
+    }
+
+    pub fn on_action_failed(&mut self, what: String, message: String) {
+        self.exporting.clear();
+        self.notes.push((Tone::Error, format!("Could not {what}: {message}")));
+    }
+
+    pub fn on_deleted(&mut self, path: &Path) {
+        self.notes.push((Tone::Ok, format!("Deleted {}", path.display())));
+    }
+
+    /// Ask the worker for the run list (a refresh while one is under way is dropped).
+    pub fn request_refresh(&mut self, runs_dir: &Path, actions: &mut Vec<Action>) {
+        if self.loading {
+            return;
+        }
+        self.loading = true;
+        actions.push(Action::Send(Command::ListRuns { runs_dir: runs_dir.to_path_buf() }));
+    }
+
+    /// Every checkpoint of every run, newest first: for the chat's adapter picker.
+    pub fn all_checkpoints(&self) -> Vec<(String, &CheckpointSummary)> {
+        let mut out: Vec<(String, &CheckpointSummary)> =
+            self.runs.iter().flat_map(|r| r.checkpoints.iter().map(move |c| (r.name.clone(), c))).collect();
+        out.sort_by(|a, b| b.1.saved_unix_secs.cmp(&a.1.saved_unix_secs).then(b.1.step.cmp(&a.1.step)));
+        out
+    }
+
+    pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        if self.listed_dir.as_deref() != Some(ctx.prefs.train.out.as_path()) && !self.loading {
+            self.request_refresh(&ctx.prefs.train.out.clone(), ctx.actions);
+        }
+        widgets::page_header_ui(ui, "Checkpoints", "Every run folder under the runs folder, newest first. Checkpoints appear here as they are written.");
+        ui.horizontal(|ui| {
+            ui.label(RichText::new(format!("Runs folder: {}", ctx.prefs.train.out.display())).weak());
+            if ui.add_enabled(!self.loading, egui::Button::new("Refresh")).on_hover_text("Read the runs folder again").clicked() {
+                self.request_refresh(&ctx.prefs.train.out.clone(), ctx.actions);
+            }
+            if self.loading {
+                ui.spinner();
+            }
+        });
+        let mut dismiss = None;
+        for (i, (tone, note)) in self.notes.iter().enumerate().rev().take(3) {
+            ui.horizontal(|ui| {
+                banner_ui(ui, *tone, note.clone());
+            });
+            if ui.small_button("Dismiss").on_hover_text("Hide this message").clicked() {
+                dismiss = Some(i);
+            }
+        }
+        if let Some(i) = dismiss {
+            self.notes.remove(i);
+        }
+        if let Some(e) = &self.error {
+            banner_ui(ui, Tone::Error, format!("Cannot read the runs folder: {e}"));
+        }
+        if self.runs.is_empty() {
+            if !self.loading {
+                banner_ui(ui, Tone::Info, "No runs yet. Finished and running trainings show up here with their checkpoints.");
+            }
+            return;
+        }
+        egui::Panel::left("runs-list").resizable(true).default_size(280.0).size_range(200.0..=460.0).show(ui, |ui| {
+            self.run_list_ui(ui, ctx);
+        });
+        egui::CentralPanel::default().show(ui, |ui| {
+            egui::ScrollArea::vertical().id_salt("run-detail").auto_shrink([false; 2]).show(ui, |ui| {
+                self.detail_ui(ui, ctx);
+                ui.add_space(10.0);
+                self.overlay_ui(ui, ctx);
+            });
+        });
+        self.modals_ui(ui, ctx);
+    }
+
+    fn run_list_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        ui.label(RichText::new(format!("{} runs", self.runs.len())).strong());
+        ui.label(RichText::new("tick runs to overlay their loss curves").weak().small());
+        egui::ScrollArea::vertical().id_salt("runs-scroll").auto_shrink([false; 2]).show(ui, |ui| {
+            for (i, run) in self.runs.iter().enumerate() {
+                let selected = self.selected.as_deref() == Some(run.name.as_str());
+                ui.push_id(i, |ui| {
+                    ui.horizontal(|ui| {
+                        let mut overlay = ctx.prefs.overlay_runs.contains(&run.name);
+                        if ui.checkbox(&mut overlay, "").on_hover_text(format!("overlay {}", run.name)).changed() {
+                            if overlay {
+                                ctx.prefs.overlay_runs.push(run.name.clone());
+                            } else {
+                                ctx.prefs.overlay_runs.retain(|n| n != &run.name);
+                            }
+                        }
+                        let text = RichText::new(&run.name).strong();
+                        if ui.selectable_label(selected, text).clicked() {
+                            self.selected = Some(run.name.clone());
+                        }
+                    });
+                    let color = status_color(&run.status);
+                    ui.horizontal(|ui| {
+                        ui.add_space(28.0);
+                        widgets::status_dot_ui(ui, color);
+                        ui.label(RichText::new(short_status(&run.status)).color(color).small());
+                        ui.label(RichText::new(format!("· {} ckpt", run.checkpoints.len())).weak().small());
+                        if let Some(t) = run.started_unix_secs {
+                            ui.label(RichText::new(format!("· {}", fmt_age(t))).weak().small());
+                        }
+                    });
+                    ui.add_space(4.0);
+                });
+            }
+        });
+    }
+
+    fn detail_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        let Some(run) = self.selected.as_ref().and_then(|s| self.runs.iter().find(|r| &r.name == s)) else {
+            ui.label("Select a run.");
+            return;
+        };
+        ui.horizontal(|ui| {
+            ui.label(RichText::new(&run.name).size(18.0).strong());
+            let color = status_color(&run.status);
+            ui.label(RichText::new(&run.status).color(color));
+        });
+        ui.label(RichText::new(run.dir.display().to_string()).weak().small());
+        ui.add_space(4.0);
+        ui.columns(2, |cols| {
+            card_ui(&mut cols[0], |ui| {
+                ui.set_width(ui.available_width());
+                ui.label(RichText::new("Settings").strong());
+                match &run.config {
+                    Some(c) => {
+                        egui::Grid::new("run-settings").num_columns(2).spacing([14.0, 3.0]).show(ui, |ui| {
+                            let row = |ui: &mut Ui, k: &str, v: String| {
+                                ui.label(RichText::new(k).weak());
+                                ui.label(v);
+                                ui.end_row();
+                            };
+                            row(ui, "Model", display_name(&c.model));
+                            row(ui, "Data", c.data.display().to_string());
+                            row(ui, "LoRA", format!("rank {} · alpha {} · scale {:.2}{}", c.lora.rank, c.lora.alpha, c.lora.scale(), if c.lora.use_rslora { " (rsLoRA)" } else { "" }));
+                            row(ui, "Targets", c.lora.targets.join(", "));
+                            row(ui, "Layers", c.lora.layers.map(|n| format!("last {n}")).unwrap_or_else(|| "all".into()));
+                            row(ui, "Learning rate", format!("{} {:?}, warmup {}", fmt_sci(c.lr), c.schedule, c.warmup).to_lowercase());
+                            row(ui, "Batch", format!("{} × {} accumulation · {} tokens", c.batch_size, c.grad_accum, c.seq_len));
+                            row(
+                                ui,
+                                "Duration",
+                                match (c.iters, c.epochs, run.total_steps) {
+                                    (_, _, Some(t)) => format!("{t} steps"),
+                                    (Some(n), _, _) => format!("{n} steps"),
+                                    (None, Some(e), _) => format!("{e} epochs"),
+                                    _ => "–".into(),
+                                },
+                            );
+                            row(ui, "Seed", c.seed.to_string());
+                            if let Some(p) = run.trainable_params {
+                                row(ui, "Trainable", fmt_count(p));
+                            }
+                        });
+                    }
+                    None => {
+                        ui.label(RichText::new("run.json is missing or unreadable").weak());
+                    }
+                }
+            });
+            card_ui(&mut cols[1], |ui| {
+                ui.set_width(ui.available_width());
+                ui.label(RichText::new("Loss").strong());
+                let train = to_points(&run.train_loss);
+                let smoothed = smooth(&train, 0.6);
+                let val = to_points(&run.val_loss);
+                Plot::new(("run-loss", &run.name))
+                    .height(210.0)
+                    .legend(Legend::default())
+                    .x_axis_label("step")
+                    .show(ui, |plot| {
+                        plot.line(Line::new("train", &train[..]).color(palette::TRAIN_RAW).width(1.0));
+                        plot.line(Line::new("train (smoothed)", &smoothed[..]).color(palette::TRAIN).width(2.0));
+                        if !val.is_empty() {
+                            plot.line(Line::new("validation", &val[..]).color(palette::VALID).width(2.0));
+                            plot.points(Points::new("validation", &val[..]).color(palette::VALID).radius(3.0));
+                        }
+                    });
+            });
+        });
+        ui.add_space(6.0);
+        widgets::section_ui(ui, &format!("Checkpoints ({})", run.checkpoints.len()));
+        if run.checkpoints.is_empty() {
+            ui.label(RichText::new("No checkpoint saved yet.").weak());
+            return;
+        }
+        let base_model = run.config.as_ref().map(|c| c.model.clone()).unwrap_or_default();
+        let config = run.config.clone();
+        let mut action = None;
+        let mut new_export = None;
+        let mut new_delete = None;
+        egui::Grid::new("ckpts").num_columns(6).striped(true).spacing([18.0, 6.0]).show(ui, |ui| {
+            for h in ["Step", "Train loss", "Val loss", "Saved", "Size", ""] {
+                ui.label(RichText::new(h).strong());
+            }
+            ui.end_row();
+            for c in run.checkpoints.iter().rev() {
+                ui.label(RichText::new(c.step.to_string()).monospace());
+                ui.label(c.train_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
+                ui.label(c.val_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
+                ui.label(fmt_age(c.saved_unix_secs)).on_hover_text(widgets::fmt_unix(c.saved_unix_secs));
+                ui.label(fmt_bytes(c.size_bytes));
+                ui.push_id(&c.path, |ui| {
+                    ui.horizontal(|ui| {
+                        if ui.button("Open in chat").on_hover_text("Chat with this adapter on the base model").clicked() {
+                            action = Some(Action::OpenInChat { checkpoint: c.path.clone(), base_model: base_model.clone() });
+                        }
+                        if ui.add_enabled(!ctx.training_active, egui::Button::new("Resume"))
+                            .on_hover_text("Continue this run from here with its saved settings")
+                            .on_disabled_hover_text("A run is in progress")
+                            .clicked()
+                        {
+                            action = Some(Action::ResumeFrom { checkpoint: c.path.clone(), config: config.clone().map(Box::new) });
+                        }
+                        let exporting = self.exporting.contains(&c.path);
+                        if ui.add_enabled(!exporting, egui::Button::new(if exporting { "Exporting…" } else { "Export…" }))
+                            .on_hover_text("Write the adapter as PEFT, mlx-lm, or a merged model")
+                            .clicked()
+                        {
+                            new_export = Some(ExportDialog {
+                                checkpoint: c.path.clone(),
+                                base_model: base_model.clone(),
+                                format: ExportFormat::Peft,
+                                out: default_export_dir(&c.path, ExportFormat::Peft).display().to_string(),
+                            });
+                        }
+                        if ui.button(RichText::new("Delete").color(palette::ERROR)).on_hover_text("Delete this checkpoint folder").clicked() {
+                            new_delete = Some(c.path.clone());
+                        }
+                    });
+                });
+                ui.end_row();
+            }
+        });
+        if let Some(a) = action {
+            ctx.actions.push(a);
+        }
+        if new_export.is_some() {
+            self.export = new_export;
+        }
+        if new_delete.is_some() {
+            self.confirm_delete = new_delete;
+        }
+    }
+
+    fn overlay_ui(&self, ui: &mut Ui, ctx: &PanelCtx<'_>) {
+        widgets::section_ui(ui, "Compare runs");
+        let chosen: Vec<&RunSummary> = self.runs.iter().filter(|r| ctx.prefs.overlay_runs.contains(&r.name)).collect();
+        if chosen.is_empty() {
+            ui.label(RichText::new("Tick runs in the list to overlay their loss curves here.").weak());
+            return;
+        }
+        Plot::new("overlay")
+            .height(260.0)
+            .legend(Legend::default())
+            .x_axis_label("step")
+            .y_axis_label("loss")
+            .show(ui, |plot| {
+                for (i, run) in chosen.iter().enumerate() {
+                    let color = palette::SERIES[i % palette::SERIES.len()];
+                    let train = smooth(&to_points(&run.train_loss), 0.6);
+                    plot.line(Line::new(format!("{} train", run.name), train).color(color).width(2.0));
+                    if !run.val_loss.is_empty() {
+                        plot.line(
+                            Line::new(format!("{} val", run.name), to_points(&run.val_loss))
+                                .color(color)
+                                .width(1.5)
+                                .style(LineStyle::dashed_loose()),
+                        );
+                    }
+                }
+            });
+    }
+
+    fn modals_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        if let Some(path) = self.confirm_delete.clone() {
+            let mut close = false;
+            egui::Modal::new(egui::Id::new("confirm-delete")).show(ui.ctx(), |ui| {
+                ui.set_width(420.0);
+                ui.label(RichText::new("Delete checkpoint?").strong().size(16.0));
+                ui.add_space(4.0);
+                ui.label(format!("{} will be removed from disk. This cannot be undone.", path.display()));
+                ui.add_space(8.0);
+                ui.horizontal(|ui| {
+                    if ui.button(RichText::new("Delete").color(palette::ERROR).strong()).clicked() {
+                        ctx.actions.push(Action::Send(Command::DeleteCheckpoint { path: path.clone() }));
+                        close = true;
+                    }
+                    if ui.button("Cancel").clicked() {
+                        close = true;
+                    }
+                });
+            });
+            if close {
+                self.confirm_delete = None;
+            }
+        }
+        if let Some(mut dialog) = self.export.take() {
+            let mut keep = true;
+            egui::Modal::new(egui::Id::new("export")).show(ui.ctx(), |ui| {
+                ui.set_width(480.0);
+                ui.label(RichText::new("Export checkpoint").strong().size(16.0));
+                ui.label(RichText::new(dialog.checkpoint.display().to_string()).weak().small());
+                ui.add_space(6.0);
+                let before = dialog.format;
+                ui.radio_value(&mut dialog.format, ExportFormat::Peft, "PEFT adapter")
+                    .on_hover_text("adapter_config.json + adapter_model.safetensors, loadable with peft / transformers");
+                ui.radio_value(&mut dialog.format, ExportFormat::MlxLm, "mlx-lm adapter")
+                    .on_hover_text("adapters.safetensors + adapter_config.json for mlx_lm.generate --adapter-path");
+                ui.radio_value(&mut dialog.format, ExportFormat::Merged, "Merged model")
+                    .on_hover_text("A full Hugging Face model folder with the adapter merged into the weights");
+                if dialog.format != before {
+                    dialog.out = default_export_dir(&dialog.checkpoint, dialog.format).display().to_string();
+                }
+                ui.horizontal(|ui| {
+                    let l = ui.label("Output folder");
+                    ui.add(egui::TextEdit::singleline(&mut dialog.out).desired_width(320.0)).labelled_by(l.id);
+                });
+                if dialog.format == ExportFormat::Merged {
+                    ui.label(RichText::new(format!("base model: {}", dialog.base_model.display())).weak().small());
+                }
+                ui.add_space(8.0);
+                ui.horizontal(|ui| {
+                    if ui.button(RichText::new("Export").strong()).clicked() {
+                        self.exporting.push(dialog.checkpoint.clone());
+                        ctx.actions.push(Action::Send(Command::ExportCheckpoint {
+                            checkpoint: dialog.checkpoint.clone(),
+                            format: dialog.format,
+                            out: PathBuf::from(dialog.out.trim()),
+                            base_model: dialog.base_model.clone(),
+                        }));
+                        keep = false;
+                    }
+                    if ui.button("Cancel").clicked() {
+                        keep = false;
+                    }
+                });
+            });
+            if keep {
+                self.export = Some(dialog);
+            }
+        }
+    }
+}
+
+fn default_export_dir(checkpoint: &Path, format: ExportFormat) -> PathBuf {
+    let name = checkpoint.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into());
+    let suffix = match format {
+        ExportFormat::Peft => "peft",
+        ExportFormat::MlxLm => "mlx",
+        ExportFormat::Merged => "merged",
+    };
+    let run_dir = checkpoint.parent().unwrap_or(Path::new("."));
+    run_dir.join("exports").join(format!("{name}-{suffix}"))
+}
+
+fn status_color(status: &str) -> egui::Color32 {
+    if status.starts_with("finished") {
+        palette::OK
+    } else if status.starts_with("failed") {
+        palette::ERROR
+    } else if status.starts_with("stopped") {
+        palette::WARN
+    } else {
+        palette::TRAIN
+    }
+}
+
+fn short_status(status: &str) -> &str {
+    if status.starts_with("failed") {
+        "failed"
+    } else {
+        status
+    }
+}

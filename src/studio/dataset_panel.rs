@@ -1,0 +1,371 @@
+//! The dataset page: pick a `.jsonl` file or a folder with train/valid/test files; see the detected format,
+//! rows per split, every invalid row with its line number, a preview of rows rendered through the chat template
+//! with trained and masked tokens coloured differently, and a token-length histogram against the maximum
+//! sequence length.
+
+use super::app::{Action, PanelCtx};
+use super::file_picker::{FilePicker, PickKind, PickOutcome};
+use super::widgets::{self, banner_ui, card_ui, fmt_count, palette, section_ui, Tone};
+use crate::worker::DatasetReport;
+use egui::{RichText, Ui};
+use egui_plot::{Bar, BarChart, Legend, Plot, VLine};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What an inspection depends on; a change of any part asks the worker again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InspectKey {
+    pub path: PathBuf,
+    pub max_seq_len: usize,
+    pub train_on_prompt: bool,
+    pub model: Option<PathBuf>,
+}
+
+#[derive(Default)]
+pub struct DatasetPanel {
+    picker: Option<FilePicker>,
+    picker_note: Option<String>,
+    pub report: Option<DatasetReport>,
+    pub error: Option<(PathBuf, String)>,
+    inspecting: Option<(InspectKey, Instant)>,
+    last_key: Option<InspectKey>,
+    histogram: Option<Histogram>,
+}
+
+/// Bars of the length histogram, computed once per report.
+struct Histogram {
+    bin_width: usize,
+    /// (bin start, count)
+    bins: Vec<(usize, usize)>,
+    max_seq_len: usize,
+}
+
+impl DatasetPanel {
+    pub fn is_inspecting(&self) -> bool {
+        self.inspecting.is_some()
+    }
+
+    /// The report, if it belongs to `path`.
+    pub fn report_for(&self, path: &Path) -> Option<&DatasetReport> {
+        self.report.as_ref().filter(|r| r.path == path)
+    }
+
+    pub fn on_inspected(&mut self, report: DatasetReport) {
+        self.inspecting = None;
+        self.error = None;
+        self.histogram = report.tokens.as_ref().map(|t| histogram(&t.lengths, t.max_seq_len));
+        self.report = Some(report);
+    }
+
+    pub fn on_failed(&mut self, path: PathBuf, message: String) {
+        self.inspecting = None;
+        self.report = None;
+        self.histogram = None;
+        self.error = Some((path, message));
+    }
+
+    /// Inspect the active dataset again when it, the sequence length, prompt masking or the model changed.
+    pub fn refresh_if_stale(&mut self, key: Option<InspectKey>, actions: &mut Vec<Action>) {
+        let Some(key) = key else { return };
+        if self.inspecting.is_some() || self.last_key.as_ref() == Some(&key) {
+            return;
+        }
+        self.last_key = Some(key.clone());
+        actions.push(Action::Send(crate::worker::Command::InspectDataset {
+            path: key.path.clone(),
+            max_seq_len: key.max_seq_len,
+            train_on_prompt: key.train_on_prompt,
+            preview_rows: 6,
+        }));
+        self.inspecting = Some((key, Instant::now()));
+    }
+
+    /// Forget the last inspection so the next refresh asks again (after the user re-opens the same path).
+    pub fn invalidate(&mut self) {
+        self.last_key = None;
+    }
+
+    pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        self.poll_picker(ctx);
+        widgets::page_header_ui(
+            ui,
+            "Training data",
+            "JSONL rows in chat ({\"messages\": [...]}), completions ({\"prompt\", \"completion\"}) or text ({\"text\"}) format; a folder may hold train/valid/test.jsonl.",
+        );
+        egui::ScrollArea::vertical().id_salt("dataset-page").auto_shrink([false; 2]).show(ui, |ui| {
+            self.open_row_ui(ui, ctx);
+            ui.add_space(8.0);
+            if let Some((key, started)) = &self.inspecting {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label(format!("Inspecting {} … {:.1} s", key.path.display(), started.elapsed().as_secs_f64()));
+                });
+            }
+            if let Some((path, message)) = &self.error {
+                banner_ui(ui, Tone::Error, format!("Cannot read {}:\n{message}", path.display()));
+            }
+            if let Some(report) = &self.report {
+                report_ui(ui, report, self.histogram.as_ref(), ctx);
+            } else if self.error.is_none() && self.inspecting.is_none() {
+                banner_ui(ui, Tone::Info, "No dataset yet. Pick a .jsonl file or a folder; the bundled sample is assets/sample-chat.");
+            }
+        });
+    }
+
+    fn poll_picker(&mut self, ctx: &mut PanelCtx<'_>) {
+        let Some(picker) = &self.picker else { return };
+        let Some(outcome) = picker.poll() else { return };
+        self.picker = None;
+        match outcome {
+            PickOutcome::Picked(path) => {
+                self.picker_note = None;
+                ctx.actions.push(Action::OpenDataset(path));
+            }
+            PickOutcome::Cancelled => {}
+            PickOutcome::Unavailable(message) => self.picker_note = Some(message),
+        }
+    }
+
+    fn open_row_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        card_ui(ui, |ui| {
+            ui.set_width(ui.available_width());
+            ui.horizontal(|ui| {
+                let label = ui.label("Path");
+                let response = ui
+                    .add(
+                        egui::TextEdit::singleline(&mut ctx.prefs.dataset_input)
+                            .hint_text("/path/to/data.jsonl or a folder with train.jsonl")
+                            .desired_width((ui.available_width() - 300.0).max(200.0)),
+                    )
+                    .labelled_by(label.id);
+                let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+                let has_path = !ctx.prefs.dataset_input.trim().is_empty();
+                if ui.add_enabled(has_path, egui::Button::new(RichText::new("Open dataset").strong())).clicked() || (enter && has_path) {
+                    ctx.actions.push(Action::OpenDataset(PathBuf::from(ctx.prefs.dataset_input.trim())));
+                }
+                let picking = self.picker.is_some();
+                if ui.add_enabled(!picking, egui::Button::new("Open .jsonl…")).on_hover_text("Pick a JSONL file").clicked() {
+                    self.open_picker(ui, PickKind::DatasetFile, ctx);
+                }
+                if ui.add_enabled(!picking, egui::Button::new("Open folder…")).on_hover_text("Pick a folder with train.jsonl").clicked() {
+                    self.open_picker(ui, PickKind::DatasetFolder, ctx);
+                }
+            });
+            if let Some(note) = &self.picker_note {
+                banner_ui(ui, Tone::Warn, note.clone());
+            }
+            if !ctx.prefs.recent_datasets.is_empty() {
+                ui.horizontal_wrapped(|ui| {
+                    ui.label(RichText::new("Recent:").weak());
+                    let mut open = None;
+                    for p in ctx.prefs.recent_datasets.iter().take(6) {
+                        if ui.small_button(short_path(p)).on_hover_text(p.display().to_string()).clicked() {
+                            open = Some(p.clone());
+                        }
+                    }
+                    if let Some(p) = open {
+                        ctx.actions.push(Action::OpenDataset(p));
+                    }
+                });
+            }
+        });
+    }
+
+    fn open_picker(&mut self, ui: &Ui, kind: PickKind, ctx: &PanelCtx<'_>) {
+        let start = PathBuf::from(ctx.prefs.dataset_input.trim());
+        let start = if start.is_dir() { Some(start) } else { start.parent().map(|p| p.to_path_buf()) };
+        let egui_ctx = ui.ctx().clone();
+        self.picker_note = None;
+        self.picker = Some(FilePicker::open(kind, start, move || egui_ctx.request_repaint()));
+    }
+}
+
+/// "assets/sample-chat" for a folder, the file name for a file.
+pub fn short_path(p: &Path) -> String {
+    let parts: Vec<_> = p.iter().collect();
+    let n = parts.len();
+    if n >= 2 {
+        format!("{}/{}", parts[n - 2].to_string_lossy(), parts[n - 1].to_string_lossy())
+    } else {
+        p.display().to_string()
+    }
+}
+
+fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx: &mut PanelCtx<'_>) {
+    section_ui(ui, "Splits");
+    card_ui(ui, |ui| {
+        ui.set_width(ui.available_width());
+        egui::Grid::new("splits").num_columns(6).striped(true).spacing([20.0, 4.0]).show(ui, |ui| {
+            for h in ["Split", "File", "Format", "Rows", "Blank lines", "Problems"] {
+                ui.label(RichText::new(h).strong());
+            }
+            ui.end_row();
+            for s in &report.splits {
+                ui.label(&s.split);
+                ui.label(s.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default())
+                    .on_hover_text(s.path.display().to_string());
+                ui.label(s.format.clone().unwrap_or_else(|| "unknown".into()));
+                ui.label(s.rows.to_string());
+                ui.label(s.blank_lines.to_string());
+                if s.problems.is_empty() {
+                    ui.label(RichText::new("none").color(palette::OK));
+                } else {
+                    ui.label(RichText::new(s.problems.len().to_string()).color(palette::ERROR).strong());
+                }
+                ui.end_row();
+            }
+        });
+        for note in &report.notes {
+            ui.label(RichText::new(format!("· {note}")).weak());
+        }
+    });
+
+    let problems = report.problem_count();
+    if problems > 0 {
+        section_ui(ui, &format!("Invalid rows ({problems})"));
+        banner_ui(
+            ui,
+            Tone::Error,
+            format!(
+                "{problems} row{} cannot be used. Fix them, or tick \"Skip invalid rows\" in the LoRA settings to train without them.",
+                if problems == 1 { "" } else { "s" }
+            ),
+        );
+        egui::ScrollArea::vertical().id_salt("problems").max_height(220.0).show(ui, |ui| {
+            for s in &report.splits {
+                let file = s.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+                for (line, message) in s.problems.iter().take(500) {
+                    ui.horizontal_wrapped(|ui| {
+                        ui.label(RichText::new(format!("{file}:{line}")).monospace().color(palette::ERROR));
+                        ui.add(egui::Label::new(message.as_str()).wrap());
+                    });
+                }
+            }
+        });
+    }
+
+    match &report.tokens {
+        Some(t) => {
+            section_ui(ui, "Token lengths");
+            card_ui(ui, |ui| {
+                ui.set_width(ui.available_width());
+                ui.horizontal_wrapped(|ui| {
+                    stat_ui(ui, "training rows", fmt_count(t.lengths.len()));
+                    stat_ui(ui, "tokens per epoch", fmt_count(t.total_tokens));
+                    stat_ui(ui, "trained tokens", fmt_count(t.target_tokens));
+                    stat_ui(ui, "longest row", t.lengths.iter().max().copied().unwrap_or(0).to_string());
+                    let tone = if t.truncated > 0 { palette::WARN } else { palette::OK };
+                    ui.label(
+                        RichText::new(format!("{} truncated at max seq len {}", t.truncated, t.max_seq_len)).color(tone).strong(),
+                    )
+                    .on_hover_text("Rows longer than the maximum sequence length lose their tail. Change it in LoRA settings.");
+                });
+                if !t.failures.is_empty() {
+                    banner_ui(ui, Tone::Warn, format!("{} rows could not be templated, e.g. line {}: {}", t.failures.len(), t.failures[0].1, t.failures[0].2));
+                }
+                if let Some(h) = hist {
+                    histogram_ui(ui, h);
+                }
+            });
+        }
+        None => {
+            ui.add_space(6.0);
+            banner_ui(ui, Tone::Info, "Load a model to see token counts, the length histogram and the templated preview.");
+        }
+    }
+
+    if !report.preview.is_empty() {
+        section_ui(ui, "Preview through the chat template");
+        widgets::token_legend_ui(ui);
+        for (i, row) in report.preview.iter().enumerate() {
+            card_ui(ui, |ui| {
+                ui.set_width(ui.available_width());
+                ui.label(
+                    RichText::new(format!(
+                        "{} · line {} · {} tokens{}",
+                        row.split,
+                        row.line,
+                        row.tokens,
+                        if row.truncated { " (truncated)" } else { "" }
+                    ))
+                    .weak()
+                    .small(),
+                );
+                ui.push_id(i, |ui| widgets::token_view_ui(ui, &row.pieces));
+            });
+            ui.add_space(4.0);
+        }
+    }
+    let _ = ctx;
+}
+
+fn stat_ui(ui: &mut Ui, label: &str, value: String) {
+    ui.label(RichText::new(value).strong().size(15.0));
+    ui.label(RichText::new(label).weak());
+    ui.add_space(12.0);
+}
+
+fn histogram(lengths: &[usize], max_seq_len: usize) -> Histogram {
+    let longest = lengths.iter().max().copied().unwrap_or(0).max(max_seq_len).max(1);
+    // A "nice" bin width giving roughly 40 bins; max_seq_len falls on a bin edge when it is a multiple.
+    let raw = (longest as f64 / 40.0).max(1.0);
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let bin_width = [1.0, 2.0, 4.0, 5.0, 8.0, 10.0]
+        .iter()
+        .map(|m| (m * magnitude) as usize)
+        .find(|w| *w as f64 >= raw)
+        .unwrap_or((10.0 * magnitude) as usize)
+        .max(1);
+    let n = longest / bin_width + 1;
+    let mut counts = vec![0usize; n];
+    for &l in lengths {
+        counts[(l / bin_width).min(n - 1)] += 1;
+    }
+    Histogram { bin_width, bins: counts.into_iter().enumerate().map(|(i, c)| (i * bin_width, c)).collect(), max_seq_len }
+}
+
+fn histogram_ui(ui: &mut Ui, h: &Histogram) {
+    let w = h.bin_width as f64;
+    let (mut kept, mut cut) = (Vec::new(), Vec::new());
+    for &(start, count) in &h.bins {
+        if count == 0 {
+            continue;
+        }
+        let bar = Bar::new(start as f64 + w / 2.0, count as f64).width(w * 0.9);
+        if start >= h.max_seq_len {
+            cut.push(bar.name(format!("{start}–{} tokens: {count} rows (truncated)", start + h.bin_width - 1)));
+        } else {
+            kept.push(bar.name(format!("{start}–{} tokens: {count} rows", start + h.bin_width - 1)));
+        }
+    }
+    let max_seq = h.max_seq_len as f64;
+    Plot::new("length-histogram")
+        .height(200.0)
+        .legend(Legend::default())
+        .allow_scroll(false)
+        .x_axis_label("tokens per row")
+        .y_axis_label("rows")
+        .include_y(0.0)
+        .include_x(0.0)
+        .show(ui, |plot| {
+            plot.bar_chart(BarChart::new("fits", kept).color(palette::TRAIN));
+            if !cut.is_empty() {
+                plot.bar_chart(BarChart::new("truncated", cut).color(palette::ERROR));
+            }
+            plot.vline(VLine::new("max seq len", max_seq).color(palette::ACCENT).width(2.0));
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_bins_cover_every_row() {
+        let lengths = [3, 50, 51, 99, 700];
+        let h = histogram(&lengths, 512);
+        assert_eq!(h.bins.iter().map(|b| b.1).sum::<usize>(), lengths.len());
+        assert!(h.bins.len() <= 60, "{}", h.bins.len());
+        assert_eq!(h.max_seq_len, 512);
+    }
+}

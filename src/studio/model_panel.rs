@@ -1,0 +1,345 @@
+//! The model page: open a model folder or `.gguf` file (typed, picked in a native dialog, dropped on the
+//! window, or chosen from the models found on this machine), watch it load on the worker, and read what it is:
+//! architecture, size, context, dtype, device, and what training it will cost at the current settings.
+
+use super::app::{Action, ModelStatus, PanelCtx};
+use super::estimate;
+use super::file_picker::{FilePicker, PickKind, PickOutcome};
+use super::widgets::{self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, section_ui, Tone};
+use crate::engine::device::DeviceChoice;
+use crate::worker::{display_name, FoundModel, ModelSummary};
+use egui::{RichText, Ui};
+use std::path::PathBuf;
+
+/// State of the model page that is not persisted.
+#[derive(Default)]
+pub struct ModelPanel {
+    picker: Option<FilePicker>,
+    picker_note: Option<String>,
+    found: Vec<FoundModel>,
+    scanning: bool,
+    scanned_once: bool,
+    filter: String,
+}
+
+impl ModelPanel {
+    pub fn on_models_found(&mut self, found: Vec<FoundModel>) {
+        self.found = found;
+        self.scanning = false;
+        self.scanned_once = true;
+    }
+
+    /// Ask the worker for the models on this machine (once per session unless asked again).
+    pub fn ensure_scanned(&mut self, ctx: &mut PanelCtx<'_>) {
+        if !self.scanned_once && !self.scanning {
+            self.rescan(ctx);
+        }
+    }
+
+    fn rescan(&mut self, ctx: &mut PanelCtx<'_>) {
+        self.scanning = true;
+        let mut extra = vec![PathBuf::from("models")];
+        extra.extend(ctx.prefs.model_dirs.iter().cloned());
+        ctx.actions.push(Action::Send(crate::worker::Command::ScanModels {
+            hf_cache: crate::worker::default_hf_cache_dir(),
+            extra_dirs: extra,
+        }));
+    }
+
+    pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        self.poll_picker(ctx);
+        self.ensure_scanned(ctx);
+        widgets::page_header_ui(
+            ui,
+            "Base model",
+            "A Hugging Face model folder (config.json + safetensors) or a single .gguf file. Chat and training share it.",
+        );
+        egui::ScrollArea::vertical().id_salt("model-page").auto_shrink([false; 2]).show(ui, |ui| {
+            self.open_row_ui(ui, ctx);
+            ui.add_space(8.0);
+            status_ui(ui, ctx.model, ctx.prefs);
+            ui.add_space(8.0);
+            self.found_ui(ui, ctx);
+        });
+    }
+
+    fn poll_picker(&mut self, ctx: &mut PanelCtx<'_>) {
+        let Some(picker) = &self.picker else { return };
+        let Some(outcome) = picker.poll() else { return };
+        self.picker = None;
+        match outcome {
+            PickOutcome::Picked(path) => {
+                self.picker_note = None;
+                ctx.actions.push(Action::LoadModel(path));
+            }
+            PickOutcome::Cancelled => {}
+            PickOutcome::Unavailable(message) => self.picker_note = Some(message),
+        }
+    }
+
+    fn open_row_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        card_ui(ui, |ui| {
+            ui.set_width(ui.available_width());
+            ui.horizontal(|ui| {
+                let label = ui.label("Path");
+                let busy = ctx.model.loading.is_some();
+                let edit = egui::TextEdit::singleline(&mut ctx.prefs.model_path)
+                    .hint_text("/path/to/model-folder or model.gguf")
+                    .desired_width((ui.available_width() - 300.0).max(200.0));
+                let response = ui.add(edit).labelled_by(label.id);
+                let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+                let can_load = !ctx.prefs.model_path.trim().is_empty() && !busy;
+                let load = ui
+                    .add_enabled(can_load, egui::Button::new(RichText::new("Load model").strong()))
+                    .on_hover_text("Load the weights on the worker; the window stays responsive.");
+                if (load.clicked() || (enter && can_load)) && !ctx.prefs.model_path.trim().is_empty() {
+                    ctx.actions.push(Action::LoadModel(PathBuf::from(ctx.prefs.model_path.trim())));
+                }
+                let picking = self.picker.is_some();
+                if ui.add_enabled(!picking, egui::Button::new("Open .gguf…")).on_hover_text("Pick a GGUF file").clicked() {
+                    self.open_picker(ui, PickKind::ModelFile, ctx);
+                }
+                if ui.add_enabled(!picking, egui::Button::new("Open folder…")).on_hover_text("Pick a Hugging Face model folder").clicked() {
+                    self.open_picker(ui, PickKind::ModelFolder, ctx);
+                }
+            });
+            ui.horizontal(|ui| {
+                let label = ui.label("Device").on_hover_text(
+                    "auto picks Metal on a Mac, CUDA when built with --features cuda and a GPU is present, else the CPU.",
+                );
+                egui::ComboBox::from_id_salt("device")
+                    .selected_text(ctx.prefs.device.to_string())
+                    .show_ui(ui, |ui| {
+                        for d in [DeviceChoice::Auto, DeviceChoice::Cpu, DeviceChoice::Cuda, DeviceChoice::Metal] {
+                            ui.selectable_value(&mut ctx.prefs.device, d, d.to_string());
+                        }
+                    })
+                    .response
+                    .labelled_by(label.id);
+                let label = ui.label("dtype").on_hover_text(
+                    "Compute precision of the base weights. auto: f32 on the CPU, bf16 on GPUs. GGUF files are dequantized to it.",
+                );
+                let current = ctx.prefs.dtype.clone().unwrap_or_else(|| "auto".into());
+                egui::ComboBox::from_id_salt("dtype")
+                    .selected_text(current)
+                    .show_ui(ui, |ui| {
+                        ui.selectable_value(&mut ctx.prefs.dtype, None, "auto");
+                        for d in ["f32", "f16", "bf16"] {
+                            ui.selectable_value(&mut ctx.prefs.dtype, Some(d.to_string()), d);
+                        }
+                    })
+                    .response
+                    .labelled_by(label.id);
+                ui.checkbox(&mut ctx.prefs.auto_load_model, "Load last model on start")
+                    .on_hover_text("Load the last model in the background when the studio opens.");
+            });
+            ui.label(RichText::new("Tip: drop a model folder or .gguf file anywhere on the window.").weak().small());
+            if self.picker.is_some() {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label("Waiting for the file dialog…");
+                });
+            }
+            if let Some(note) = &self.picker_note {
+                banner_ui(ui, Tone::Warn, note.clone());
+            }
+            if !ctx.prefs.recent_models.is_empty() {
+                ui.add_space(4.0);
+                ui.horizontal_wrapped(|ui| {
+                    ui.label(RichText::new("Recent:").weak());
+                    let mut load = None;
+                    for p in ctx.prefs.recent_models.iter().take(6) {
+                        if ui.small_button(display_name(p)).on_hover_text(p.display().to_string()).clicked() {
+                            load = Some(p.clone());
+                        }
+                    }
+                    if let Some(p) = load {
+                        ctx.actions.push(Action::LoadModel(p));
+                    }
+                });
+            }
+        });
+    }
+
+    fn open_picker(&mut self, ui: &Ui, kind: PickKind, ctx: &PanelCtx<'_>) {
+        let start = PathBuf::from(ctx.prefs.model_path.trim());
+        let start = if start.is_dir() { Some(start) } else { start.parent().map(|p| p.to_path_buf()) };
+        let egui_ctx = ui.ctx().clone();
+        self.picker_note = None;
+        self.picker = Some(FilePicker::open(kind, start, move || egui_ctx.request_repaint()));
+    }
+
+    fn found_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        ui.horizontal(|ui| {
+            section_ui(ui, "Models on this machine");
+            ui.add_space(8.0);
+            if ui.add_enabled(!self.scanning, egui::Button::new("Rescan")).on_hover_text(
+                "Look again in the Hugging Face cache (~/.cache/huggingface/hub) and ./models",
+            ).clicked() {
+                self.rescan(ctx);
+            }
+            if self.scanning {
+                ui.spinner();
+            }
+            let label = ui.label("Filter");
+            ui.add(egui::TextEdit::singleline(&mut self.filter).hint_text("name").desired_width(140.0))
+                .labelled_by(label.id);
+        });
+        ui.label(
+            RichText::new(format!(
+                "Hugging Face cache: {} · plus ./models",
+                crate::worker::default_hf_cache_dir().map(|p| p.display().to_string()).unwrap_or_else(|| "unknown".into())
+            ))
+            .weak()
+            .small(),
+        );
+        if self.found.is_empty() {
+            ui.label(RichText::new(if self.scanning { "Scanning…" } else { "No models found. Download one with the Hugging Face CLI, or run scripts/fetch_smollm2.sh." }).weak());
+            return;
+        }
+        let filter = self.filter.to_lowercase();
+        let mut load = None;
+        egui::Grid::new("found-models").num_columns(5).striped(true).spacing([16.0, 6.0]).show(ui, |ui| {
+            ui.label(RichText::new("Name").strong());
+            ui.label(RichText::new("Format").strong());
+            ui.label(RichText::new("Size").strong());
+            ui.label(RichText::new("Found in").strong());
+            ui.label("");
+            ui.end_row();
+            for (i, m) in self.found.iter().enumerate() {
+                if !filter.is_empty() && !m.name.to_lowercase().contains(&filter) {
+                    continue;
+                }
+                let is_loaded = ctx.model.loaded.as_ref().is_some_and(|l| crate::worker::same_path(&l.path, &m.path));
+                ui.label(&m.name).on_hover_text(m.path.display().to_string());
+                ui.label(&m.format);
+                ui.label(fmt_bytes(m.size_bytes));
+                ui.label(RichText::new(&m.origin).weak());
+                ui.push_id(i, |ui| {
+                    if is_loaded {
+                        ui.label(RichText::new("loaded").color(palette::OK));
+                    } else if ui.small_button("Load").on_hover_text(format!("Load {}", m.name)).clicked() {
+                        load = Some(m.path.clone());
+                    }
+                });
+                ui.end_row();
+            }
+        });
+        if let Some(p) = load {
+            ctx.actions.push(Action::LoadModel(p));
+        }
+    }
+}
+
+/// Loading progress, the load error, or the loaded model's card.
+fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &super::app::Prefs) {
+    if let Some((path, started)) = &status.loading {
+        card_ui(ui, |ui| {
+            ui.set_width(ui.available_width());
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(RichText::new(format!("Loading {}", display_name(path))).strong());
+                ui.label(RichText::new(format!("{:.1} s", started.elapsed().as_secs_f64())).weak());
+            });
+            ui.add(egui::ProgressBar::new(0.0).animate(true).desired_height(6.0));
+            ui.label(RichText::new(path.display().to_string()).weak().small());
+        });
+        ui.add_space(6.0);
+    }
+    if let Some((path, message)) = &status.error {
+        banner_ui(ui, Tone::Error, format!("Could not load {}:\n{message}", path.display()));
+        ui.add_space(6.0);
+    }
+    match &status.loaded {
+        Some(m) => model_card_ui(ui, m, prefs),
+        None if status.loading.is_none() => {
+            banner_ui(ui, Tone::Info, "No model loaded yet. Pick one above, or drop it on the window.");
+        }
+        None => {}
+    }
+}
+
+fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
+    ui.columns(2, |cols| {
+        card_ui(&mut cols[0], |ui| {
+            ui.set_width(ui.available_width());
+            ui.horizontal(|ui| {
+                widgets::status_dot_ui(ui, palette::OK);
+                ui.label(RichText::new(m.name()).strong().size(16.0));
+            });
+            ui.label(RichText::new(m.path.display().to_string()).weak().small());
+            ui.add_space(4.0);
+            egui::Grid::new("model-facts").num_columns(2).spacing([18.0, 4.0]).show(ui, |ui| {
+                let row = |ui: &mut Ui, k: &str, v: String| {
+                    ui.label(RichText::new(k).weak());
+                    ui.label(v);
+                    ui.end_row();
+                };
+                row(ui, "Architecture", m.architecture.clone());
+                row(ui, "Parameters", format!("{} ({})", fmt_count(m.parameters), m.parameters));
+                row(ui, "Layers", m.layers.to_string());
+                row(ui, "Hidden size", format!("{} · MLP {}", m.hidden_size, m.intermediate_size));
+                row(ui, "Attention", format!("{} heads · {} KV heads · head dim {}", m.attention_heads, m.kv_heads, m.head_dim));
+                row(ui, "Vocabulary", m.vocab_size.to_string());
+                row(ui, "Context", format!("{} tokens", m.context_length));
+                row(
+                    ui,
+                    "Format",
+                    match &m.weights_dtype {
+                        Some(w) => format!("{} (saved as {w})", m.format),
+                        None => m.format.clone(),
+                    },
+                );
+                row(ui, "Compute dtype", m.dtype.clone());
+                row(ui, "Device", m.device.clone());
+                row(ui, "Chat template", if m.has_chat_template { "yes".into() } else { "none (plain fallback format)".into() });
+                row(ui, "Loaded in", fmt_secs(m.load_secs));
+            });
+        });
+        card_ui(&mut cols[1], |ui| {
+            ui.set_width(ui.available_width());
+            memory_card_ui(ui, m, prefs);
+        });
+    });
+}
+
+/// The estimate of training memory at the current settings, part by part.
+pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
+    let cfg = &prefs.train;
+    let est = estimate::training_memory(m, cfg);
+    let trainable = estimate::trainable_params(m, &cfg.lora);
+    ui.label(RichText::new("Training at the current settings").strong())
+        .on_hover_text("An estimate from the model's shape and the LoRA / training settings; it updates as you change them.");
+    ui.label(
+        RichText::new(format!(
+            "rank {} · {} · batch {} × {} tokens",
+            cfg.lora.rank,
+            cfg.lora.targets.join(", "),
+            cfg.batch_size,
+            cfg.seq_len
+        ))
+        .weak()
+        .small(),
+    );
+    ui.add_space(4.0);
+    egui::Grid::new("mem-est").num_columns(2).spacing([18.0, 4.0]).show(ui, |ui| {
+        let row = |ui: &mut Ui, k: &str, v: String, help: &str| {
+            ui.label(RichText::new(k).weak()).on_hover_text(help);
+            ui.label(v);
+            ui.end_row();
+        };
+        row(
+            ui,
+            "Trainable parameters",
+            format!("{} ({:.3}% of the model)", fmt_count(trainable), 100.0 * trainable as f64 / m.parameters.max(1) as f64),
+            "rank × (in + out) for every adapted linear in every adapted layer",
+        );
+        row(ui, "Base weights", fmt_bytes(est.base_weights_bytes), "parameters × bytes of the compute dtype; frozen, shared with chat");
+        row(ui, "Adapter + optimizer", fmt_bytes(est.adapter_state_bytes), "LoRA weights, gradients and AdamW's two moments, all f32");
+        row(ui, "Activations", fmt_bytes(est.activations_bytes), "what the backward pass keeps per layer for one micro-batch");
+        row(ui, "Logits", fmt_bytes(est.logits_bytes), "batch × sequence × vocabulary in f32, with log-softmax and gradient");
+        ui.label(RichText::new("Total (≈)").strong());
+        ui.label(RichText::new(fmt_bytes(est.total_bytes())).strong().color(palette::ACCENT));
+        ui.end_row();
+    });
+}

@@ -1,0 +1,386 @@
+//! LoRA and training settings: every knob of a run with a tooltip saying what it does, the effective LoRA
+//! scale, and live consequences (trainable parameters, memory, steps, the learning-rate schedule). Invalid
+//! combinations are explained, and the run cannot start until they are fixed.
+
+use super::app::{PanelCtx, Prefs};
+use super::estimate;
+use super::model_panel::memory_card_ui;
+use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
+use crate::engine::train::{lr_at, Schedule, TrainConfig, ALL_TARGETS};
+use crate::worker::{DatasetReport, ModelSummary};
+use egui::{DragValue, RichText, Ui};
+use egui_plot::{Line, Plot, PlotPoints};
+use std::path::PathBuf;
+
+/// The configuration a Start button would run, or why it cannot.
+pub fn ready_config(prefs: &Prefs, model: Option<&ModelSummary>, dataset: Option<&PathBuf>) -> Result<TrainConfig, String> {
+    let Some(model) = model else { return Err("Load a base model first (Model page).".into()) };
+    let Some(data) = dataset else { return Err("Open a dataset first (Dataset page).".into()) };
+    let mut cfg = prefs.train.clone();
+    cfg.model = model.path.clone();
+    cfg.data = data.clone();
+    cfg.device = prefs.device;
+    cfg.dtype = prefs.dtype.clone();
+    if cfg.run_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+        cfg.run_name = None;
+    }
+    cfg.validate().map_err(|e| sentence(&e.to_string()))?;
+    model_checks(&cfg, model)?;
+    Ok(cfg)
+}
+
+/// Checks that need the model's shape, beyond what `TrainConfig::validate` can see.
+fn model_checks(cfg: &TrainConfig, model: &ModelSummary) -> Result<(), String> {
+    if cfg.seq_len > model.context_length {
+        return Err(format!(
+            "Sequence length {} is longer than the model's context of {} tokens.",
+            cfg.seq_len, model.context_length
+        ));
+    }
+    if let Some(n) = cfg.lora.layers {
+        if n > model.layers {
+            return Err(format!("Adapting the last {n} layers, but the model has only {} layers.", model.layers));
+        }
+    }
+    Ok(())
+}
+
+/// "invalid setting: rank must be …" -> "Rank must be …."
+fn sentence(message: &str) -> String {
+    let m = message.trim_start_matches("invalid setting: ");
+    let mut chars = m.chars();
+    let mut s: String = match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    };
+    if !s.ends_with('.') {
+        s.push('.');
+    }
+    s
+}
+
+/// Settings page state (all settings themselves live in the persisted [`Prefs`]).
+#[derive(Default)]
+pub struct SettingsPanel {}
+
+impl SettingsPanel {
+    pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        widgets::page_header_ui(
+            ui,
+            "LoRA settings",
+            "Hover any setting for what it does. Trainable parameters, memory and steps update as you change them.",
+        );
+        let model = ctx.model.loaded.clone();
+        let report = ctx.dataset.cloned();
+        egui::ScrollArea::vertical().id_salt("settings-page").auto_shrink([false; 2]).show(ui, |ui| {
+            let status = ready_config(ctx.prefs, model.as_ref(), ctx.prefs.dataset.as_ref());
+            match &status {
+                Ok(_) => banner_ui(ui, Tone::Ok, "Ready to train with these settings."),
+                Err(reason) => banner_ui(ui, Tone::Warn, format!("Not ready: {reason}")),
+            };
+            ui.add_space(6.0);
+            ui.columns(2, |cols| {
+                lora_card_ui(&mut cols[0], ctx.prefs, model.as_ref());
+                cols[0].add_space(8.0);
+                data_card_ui(&mut cols[0], ctx.prefs, model.as_ref());
+                optimizer_card_ui(&mut cols[1], ctx.prefs);
+                cols[1].add_space(8.0);
+                summary_card_ui(&mut cols[1], ctx.prefs, model.as_ref(), report.as_ref());
+            });
+        });
+    }
+}
+
+/// A grid row: a label with help on hover, then the input(s), named by the label for screen readers.
+fn row_ui(ui: &mut Ui, label: &str, help: &str, add: impl FnOnce(&mut Ui)) {
+    let l = widgets::setting_label_ui(ui, label, help);
+    ui.horizontal(|ui| {
+        ui.label_inputs_by(l.id, |ui| add(ui));
+    })
+    .response
+    .on_hover_text(help);
+    ui.end_row();
+}
+
+fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
+    card_ui(ui, |ui| {
+        ui.set_width(ui.available_width());
+        ui.label(RichText::new("LoRA adapter").strong().size(15.0));
+        ui.add_space(4.0);
+        let lora = &mut prefs.train.lora;
+        egui::Grid::new("lora-grid").num_columns(2).spacing([14.0, 8.0]).show(ui, |ui| {
+            row_ui(ui, "Rank", "Inner dimension r of the low-rank update B·A. Higher rank: more capacity, more trainable parameters and memory. 8–16 suits most fine-tunes; use the Rank explorer to compare.", |ui| {
+                ui.add(DragValue::new(&mut lora.rank).range(1..=1024).speed(0.2));
+                for r in [4, 8, 16, 32, 64] {
+                    if ui.selectable_label(lora.rank == r, r.to_string()).on_hover_text(format!("rank {r}")).clicked() {
+                        lora.rank = r;
+                    }
+                }
+            });
+            row_ui(ui, "Alpha", "Scales the update: the adapter's output is multiplied by alpha / rank (alpha / √rank with rsLoRA). Keeping alpha ≈ 2 × rank is a common default; raising it is like raising the learning rate of the adapter.", |ui| {
+                ui.add(DragValue::new(&mut lora.alpha).range(0.1..=4096.0).speed(0.25).max_decimals(2));
+                let scale = lora.scale();
+                ui.label(RichText::new(format!("effective scale {}", if lora.use_rslora { format!("α/√r = {scale:.3}") } else { format!("α/r = {scale:.3}") })).color(palette::ACCENT));
+            });
+            row_ui(ui, "rsLoRA", "Rank-stabilized LoRA: scale by alpha/√rank instead of alpha/rank, so higher ranks keep learning at a similar speed.", |ui| {
+                ui.checkbox(&mut lora.use_rslora, "scale by α/√r");
+            });
+            row_ui(ui, "Dropout", "Dropout on the adapter's input during training. Helps small datasets overfit less; 0 disables it.", |ui| {
+                ui.add(egui::Slider::new(&mut lora.dropout, 0.0..=0.5).fixed_decimals(2));
+            });
+            row_ui(ui, "Target modules", "Which linear layers of each decoder block get an adapter. Attention projections (q, k, v, o) are the classic choice; adding the MLP (gate, up, down) trains more parameters and often fits better.", |ui| {
+                ui.vertical(|ui| {
+                    ui.horizontal_wrapped(|ui| {
+                        for t in ALL_TARGETS {
+                            let mut on = lora.targets.iter().any(|x| x == t || x == "all-linear");
+                            if ui.checkbox(&mut on, t).changed() {
+                                expand_all_linear(&mut lora.targets);
+                                if on {
+                                    lora.targets.push(t.to_string());
+                                } else {
+                                    lora.targets.retain(|x| x != t);
+                                }
+                                lora.targets.sort_by_key(|x| ALL_TARGETS.iter().position(|a| a == x));
+                                lora.targets.dedup();
+                            }
+                        }
+                    });
+                    ui.horizontal(|ui| {
+                        if ui.small_button("q, v").on_hover_text("The original LoRA paper's choice").clicked() {
+                            lora.targets = vec!["q_proj".into(), "v_proj".into()];
+                        }
+                        if ui.small_button("attention").on_hover_text("q, k, v and o projections").clicked() {
+                            lora.targets = ALL_TARGETS[..4].iter().map(|s| s.to_string()).collect();
+                        }
+                        if ui.small_button("all linear").on_hover_text("Every linear of every block (QLoRA style)").clicked() {
+                            lora.targets = ALL_TARGETS.iter().map(|s| s.to_string()).collect();
+                        }
+                    });
+                });
+            });
+            let n_layers = model.map(|m| m.layers).unwrap_or(usize::MAX);
+            row_ui(ui, "Layers", "Adapt every decoder layer, or only the last N (cheaper; the top layers matter most for style and format).", |ui| {
+                let mut all = lora.layers.is_none();
+                if ui.checkbox(&mut all, "all").changed() {
+                    lora.layers = if all { None } else { Some(n_layers.min(8).max(1)) };
+                }
+                if let Some(n) = &mut lora.layers {
+                    ui.label("last");
+                    ui.add(DragValue::new(n).range(1..=n_layers.min(1024)));
+                    if let Some(m) = model {
+                        ui.label(RichText::new(format!("of {}", m.layers)).weak());
+                    }
+                }
+            });
+        });
+    });
+}
+
+fn expand_all_linear(targets: &mut Vec<String>) {
+    if targets.iter().any(|t| t == "all-linear" || t == "all") {
+        targets.retain(|t| t != "all-linear" && t != "all");
+        targets.extend(ALL_TARGETS.iter().map(|s| s.to_string()));
+    }
+}
+
+fn data_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
+    card_ui(ui, |ui| {
+        ui.set_width(ui.available_width());
+        ui.label(RichText::new("Data and length").strong().size(15.0));
+        ui.add_space(4.0);
+        let cfg = &mut prefs.train;
+        let context = model.map(|m| m.context_length).unwrap_or(1 << 20);
+        egui::Grid::new("data-grid").num_columns(2).spacing([14.0, 8.0]).show(ui, |ui| {
+            row_ui(ui, "Sequence length", "Maximum tokens per example; longer rows are cut (the Dataset page shows how many). Memory for activations grows with it, attention quadratically.", |ui| {
+                ui.add(DragValue::new(&mut cfg.seq_len).range(8..=context).speed(4.0).suffix(" tokens"));
+                for n in [256, 512, 1024, 2048] {
+                    if n <= context && ui.selectable_label(cfg.seq_len == n, n.to_string()).on_hover_text(format!("{n} tokens")).clicked() {
+                        cfg.seq_len = n;
+                    }
+                }
+            });
+            row_ui(ui, "Train on prompt", "Also compute the loss on system and user turns, not only on the assistant's replies. Usually off for chat data.", |ui| {
+                ui.checkbox(&mut cfg.train_on_prompt, "all tokens");
+            });
+            row_ui(ui, "Skip invalid rows", "Train without the rows that fail validation instead of refusing the dataset.", |ui| {
+                ui.checkbox(&mut cfg.skip_invalid_rows, "skip");
+            });
+            row_ui(ui, "Seed", "Seeds adapter initialisation, data order, dropout and the validation hold-out. Same seed + same settings = same run.", |ui| {
+                ui.add(DragValue::new(&mut cfg.seed).speed(1.0));
+            });
+        });
+    });
+}
+
+fn optimizer_card_ui(ui: &mut Ui, prefs: &mut Prefs) {
+    card_ui(ui, |ui| {
+        ui.set_width(ui.available_width());
+        ui.label(RichText::new("Optimization").strong().size(15.0));
+        ui.add_space(4.0);
+        let cfg = &mut prefs.train;
+        egui::Grid::new("opt-grid").num_columns(2).spacing([14.0, 8.0]).show(ui, |ui| {
+            row_ui(ui, "Learning rate", "Peak AdamW learning rate, reached after warmup. LoRA tolerates higher rates than full fine-tuning: 1e-4 to 5e-4 is typical.", |ui| {
+                ui.add(
+                    egui::Slider::new(&mut cfg.lr, 1e-6..=1e-2)
+                        .logarithmic(true)
+                        .custom_formatter(|v, _| fmt_sci(v))
+                        .custom_parser(|s| s.trim().parse::<f64>().ok()),
+                );
+            });
+            row_ui(ui, "Schedule", "How the learning rate decays after warmup: constant, linearly to zero, or along a cosine to zero.", |ui| {
+                egui::ComboBox::from_id_salt("schedule")
+                    .selected_text(format!("{:?}", cfg.schedule).to_lowercase())
+                    .show_ui(ui, |ui| {
+                        for s in [Schedule::Constant, Schedule::Linear, Schedule::Cosine] {
+                            ui.selectable_value(&mut cfg.schedule, s, format!("{s:?}").to_lowercase());
+                        }
+                    });
+                ui.label("warmup");
+                ui.add(DragValue::new(&mut cfg.warmup).range(0..=100_000).suffix(" steps"));
+            });
+            row_ui(ui, "Batch size", "Examples per micro-batch. Memory grows linearly with it.", |ui| {
+                ui.add(DragValue::new(&mut cfg.batch_size).range(1..=1024));
+            });
+            row_ui(ui, "Accumulation", "Micro-batches whose gradients are summed before each optimizer step: a larger effective batch without more memory.", |ui| {
+                ui.add(DragValue::new(&mut cfg.grad_accum).range(1..=1024));
+                ui.label(RichText::new(format!("effective batch {}", cfg.batch_size * cfg.grad_accum)).weak());
+            });
+            row_ui(ui, "Duration", "How long to train: a number of optimizer steps, or passes over the training split.", |ui| {
+                let mut by_epochs = cfg.iters.is_none();
+                if ui.radio(!by_epochs, "iterations").clicked() {
+                    by_epochs = false;
+                    cfg.iters = Some(cfg.iters.unwrap_or(100));
+                }
+                if ui.radio(by_epochs, "epochs").clicked() {
+                    by_epochs = true;
+                    cfg.iters = None;
+                    cfg.epochs = Some(cfg.epochs.unwrap_or(1.0));
+                }
+                if by_epochs {
+                    let e = cfg.epochs.get_or_insert(1.0);
+                    ui.add(DragValue::new(e).range(0.01..=1000.0).speed(0.05).max_decimals(2));
+                } else if let Some(n) = &mut cfg.iters {
+                    ui.add(DragValue::new(n).range(1..=10_000_000).speed(1.0).suffix(" steps"));
+                }
+            });
+            row_ui(ui, "Gradient clipping", "Rescale gradients whose global norm exceeds this, which keeps rare bad batches from derailing the run.", |ui| {
+                let mut on = cfg.max_grad_norm.is_some();
+                if ui.checkbox(&mut on, "clip at").changed() {
+                    cfg.max_grad_norm = on.then_some(1.0);
+                }
+                if let Some(n) = &mut cfg.max_grad_norm {
+                    ui.add(DragValue::new(n).range(0.01..=100.0).speed(0.05).max_decimals(2));
+                }
+            });
+            row_ui(ui, "Weight decay", "AdamW's decoupled weight decay on the adapter weights. 0 is common for LoRA.", |ui| {
+                ui.add(DragValue::new(&mut cfg.weight_decay).range(0.0..=1.0).speed(0.001).max_decimals(4));
+            });
+            row_ui(ui, "Evaluate every", "Compute the validation loss every N steps (0: only at the end).", |ui| {
+                ui.add(DragValue::new(&mut cfg.val_every).range(0..=1_000_000).suffix(" steps"));
+                ui.label("using");
+                ui.add(DragValue::new(&mut cfg.val_batches).range(0..=100_000).suffix(" batches"));
+                ui.label(RichText::new("(0 = all)").weak());
+            });
+            row_ui(ui, "Save every", "Write a checkpoint every N steps (0: only at the end). Checkpoints appear in the Checkpoints page as they are written.", |ui| {
+                ui.add(DragValue::new(&mut cfg.save_every).range(0..=1_000_000).suffix(" steps"));
+            });
+            row_ui(ui, "Runs folder", "Where run folders are written: <runs>/<run name>/{run.json, metrics.jsonl, checkpoint-N/}.", |ui| {
+                let mut s = cfg.out.display().to_string();
+                if ui.add(egui::TextEdit::singleline(&mut s).desired_width(200.0)).changed() {
+                    cfg.out = PathBuf::from(s);
+                }
+            });
+            row_ui(ui, "Run name", "Folder name of the run; leave empty for an automatic one (date, model, rank).", |ui| {
+                let name = cfg.run_name.get_or_insert_with(String::new);
+                ui.add(egui::TextEdit::singleline(name).hint_text("automatic").desired_width(200.0));
+            });
+        });
+    });
+}
+
+fn summary_card_ui(ui: &mut Ui, prefs: &Prefs, model: Option<&ModelSummary>, report: Option<&DatasetReport>) {
+    let cfg = &prefs.train;
+    card_ui(ui, |ui| {
+        ui.set_width(ui.available_width());
+        ui.label(RichText::new("What this run costs").strong().size(15.0));
+        ui.add_space(4.0);
+        let tokens_per_step = cfg.batch_size * cfg.grad_accum * cfg.seq_len;
+        egui::Grid::new("summary-grid").num_columns(2).spacing([14.0, 4.0]).show(ui, |ui| {
+            ui.label(RichText::new("Tokens per step").weak()).on_hover_text("batch × accumulation × sequence length: an upper bound, rows are usually shorter");
+            ui.label(format!("≤ {}", fmt_count(tokens_per_step)));
+            ui.end_row();
+            if let Some(r) = report {
+                let rows = r.rows("train");
+                let per_step = (cfg.batch_size * cfg.grad_accum).max(1);
+                let steps_per_epoch = rows.div_ceil(per_step).max(1);
+                ui.label(RichText::new("Steps per epoch").weak()).on_hover_text("training rows / effective batch (before any validation hold-out)");
+                ui.label(format!("≈ {steps_per_epoch} ({rows} rows)"));
+                ui.end_row();
+                let total = total_steps(cfg, steps_per_epoch);
+                ui.label(RichText::new("Total steps").weak());
+                ui.label(match cfg.iters {
+                    Some(n) => format!("{n} (≈ {:.2} epochs)", n as f64 / steps_per_epoch as f64),
+                    None => format!("≈ {total}"),
+                });
+                ui.end_row();
+            }
+        });
+        ui.add_space(6.0);
+        match model {
+            Some(m) => memory_card_ui(ui, m, prefs),
+            None => {
+                ui.label(RichText::new("Load a model to see trainable parameters and memory.").weak());
+            }
+        }
+        ui.add_space(6.0);
+        let steps_per_epoch = report.map(|r| r.rows("train").div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1)).unwrap_or(100);
+        lr_preview_ui(ui, cfg, total_steps(cfg, steps_per_epoch));
+        if let Some(m) = model {
+            let trainable = estimate::trainable_params(m, &cfg.lora);
+            ui.label(RichText::new(format!("{} trainable of {} parameters", fmt_count(trainable), fmt_count(m.parameters))).weak().small());
+        }
+    });
+}
+
+fn total_steps(cfg: &TrainConfig, steps_per_epoch: usize) -> usize {
+    match (cfg.iters, cfg.epochs) {
+        (Some(n), _) => n,
+        (None, Some(e)) => ((e * steps_per_epoch as f64).ceil() as usize).max(1),
+        (None, None) => steps_per_epoch,
+    }
+}
+
+/// The learning rate over the run, as the trainer will schedule it.
+fn lr_preview_ui(ui: &mut Ui, cfg: &TrainConfig, total: usize) {
+    let total = total.max(1);
+    let stride = (total / 400).max(1);
+    let points: PlotPoints = (0..total).step_by(stride).chain(std::iter::once(total - 1)).map(|s| [s as f64, lr_at(cfg, s, total)]).collect();
+    ui.label(RichText::new("Learning-rate schedule").weak());
+    Plot::new("lr-preview")
+        .height(110.0)
+        .allow_drag(false)
+        .allow_zoom(false)
+        .allow_scroll(false)
+        .show_x(false)
+        .y_axis_formatter(widgets::axis_sci)
+        .include_y(0.0)
+        .show(ui, |plot| {
+            plot.line(Line::new("learning rate", points).color(palette::LR).width(2.0));
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_messages_become_sentences() {
+        assert_eq!(sentence("invalid setting: LoRA rank must be at least 1"), "LoRA rank must be at least 1.");
+    }
+
+    #[test]
+    fn not_ready_without_model_or_data() {
+        let prefs = Prefs::default();
+        assert!(ready_config(&prefs, None, None).unwrap_err().contains("model"));
+    }
+}

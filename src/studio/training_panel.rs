@@ -1,0 +1,513 @@
+//! The training page: start, pause and stop a run on the worker; live plots of train loss (raw and smoothed),
+//! validation loss, learning rate and tokens/s; a progress bar with ETA; and an event log. Events arrive
+//! through the app's drain each frame; this panel only keeps numbers.
+
+use super::app::{Action, PanelCtx};
+use super::settings_panel::ready_config;
+use super::widgets::{self, banner_ui, card_ui, decimate, fmt_count, fmt_loss, fmt_sci, fmt_secs, palette, Ema, Tone};
+use crate::engine::train::TrainEvent;
+use crate::worker::Command;
+use egui::{RichText, Ui};
+use egui_plot::{Corner, Legend, Line, MarkerShape, Plot, PlotPoint, Points};
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Lines the event log keeps.
+const LOG_LINES: usize = 3000;
+/// Points drawn per series; longer series are decimated (min/max per bucket) for drawing only.
+const MAX_DRAWN_POINTS: usize = 2000;
+
+/// Where the current (or last) run stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunStatus {
+    Idle,
+    /// Start was sent; waiting for `Started`.
+    Starting,
+    Running,
+    Pausing,
+    Paused,
+    Stopping,
+    Finished { stopped_early: bool },
+    Failed(String),
+}
+
+impl RunStatus {
+    pub fn is_active(&self) -> bool {
+        matches!(self, Self::Starting | Self::Running | Self::Pausing | Self::Paused | Self::Stopping)
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            Self::Idle => "idle".into(),
+            Self::Starting => "starting…".into(),
+            Self::Running => "training".into(),
+            Self::Pausing => "pausing…".into(),
+            Self::Paused => "paused".into(),
+            Self::Stopping => "stopping…".into(),
+            Self::Finished { stopped_early: true } => "stopped".into(),
+            Self::Finished { stopped_early: false } => "finished".into(),
+            Self::Failed(_) => "failed".into(),
+        }
+    }
+}
+
+/// Everything plotted and shown about the live run.
+#[derive(Debug, Clone, Default)]
+pub struct LiveRun {
+    pub run_dir: Option<PathBuf>,
+    pub total_steps: usize,
+    pub start_step: usize,
+    pub trainable_params: usize,
+    pub train_examples: usize,
+    pub valid_examples: usize,
+    pub step: usize,
+    pub elapsed_secs: f64,
+    pub eta_secs: Option<f64>,
+    pub tokens_per_sec: Option<f64>,
+    pub trained_tokens: usize,
+    pub loss: Vec<PlotPoint>,
+    pub smoothed: Vec<PlotPoint>,
+    pub val_loss: Vec<PlotPoint>,
+    pub lr: Vec<PlotPoint>,
+    pub tokens_per_sec_series: Vec<PlotPoint>,
+    pub grad_norm: Vec<PlotPoint>,
+    pub checkpoints: Vec<(usize, PathBuf)>,
+    ema: Ema,
+    smoothing: f64,
+}
+
+impl LiveRun {
+    fn push_loss(&mut self, step: f64, loss: f64, smoothing: f64) {
+        self.loss.push(PlotPoint::new(step, loss));
+        if (smoothing - self.smoothing).abs() > 1e-9 {
+            self.resmooth(smoothing);
+        } else {
+            let s = self.ema.push(loss, smoothing);
+            self.smoothed.push(PlotPoint::new(step, s));
+        }
+    }
+
+    fn resmooth(&mut self, smoothing: f64) {
+        self.smoothing = smoothing;
+        self.ema = Ema::default();
+        self.smoothed = self.loss.iter().map(|p| PlotPoint::new(p.x, self.ema.push(p.y, smoothing))).collect();
+    }
+}
+
+/// One log line: seconds since the studio opened, the text, and how it should look.
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    pub at_secs: f64,
+    pub text: String,
+    pub tone: Tone,
+}
+
+pub struct TrainingPanel {
+    pub status: RunStatus,
+    pub run: Option<LiveRun>,
+    pub log: VecDeque<LogLine>,
+    opened: Instant,
+    /// Steps received since the studio opened (all runs), for the frame-time measurement.
+    pub steps_received: usize,
+}
+
+impl Default for TrainingPanel {
+    fn default() -> Self {
+        Self { status: RunStatus::Idle, run: None, log: VecDeque::new(), opened: Instant::now(), steps_received: 0 }
+    }
+}
+
+impl TrainingPanel {
+    pub fn is_active(&self) -> bool {
+        self.status.is_active()
+    }
+
+    fn log(&mut self, tone: Tone, text: impl Into<String>) {
+        if self.log.len() >= LOG_LINES {
+            self.log.pop_front();
+        }
+        self.log.push_back(LogLine { at_secs: self.opened.elapsed().as_secs_f64(), text: text.into(), tone });
+    }
+
+    /// A start was requested (the worker answers with `Started` or `Failed`).
+    pub fn on_start_requested(&mut self, config: &crate::engine::train::TrainConfig) {
+        self.status = RunStatus::Starting;
+        self.run = Some(LiveRun { smoothing: -1.0, ..Default::default() });
+        let what = match &config.resume {
+            Some(ckpt) => format!("resuming from {}", ckpt.display()),
+            None => format!("new run on {}", config.data.display()),
+        };
+        self.log(Tone::Info, format!("start requested: {what}"));
+    }
+
+    /// Fold one training event into the plots and the log. Returns an action for the app when the event
+    /// changes what other pages show (a checkpoint appeared, the run ended).
+    pub fn on_event(&mut self, event: TrainEvent, smoothing: f64) -> Option<Action> {
+        let run = self.run.get_or_insert_with(LiveRun::default);
+        match event {
+            TrainEvent::Started {
+                run_dir,
+                trainable_params,
+                total_steps,
+                train_examples,
+                valid_examples,
+                truncated_examples,
+                start_step,
+                tokens_per_epoch,
+                ..
+            } => {
+                run.run_dir = Some(run_dir.clone());
+                run.total_steps = total_steps;
+                run.start_step = start_step;
+                run.step = start_step;
+                run.trainable_params = trainable_params;
+                run.train_examples = train_examples;
+                run.valid_examples = valid_examples;
+                self.status = RunStatus::Running;
+                self.log(
+                    Tone::Info,
+                    format!(
+                        "started {}: {total_steps} steps, {} trainable parameters, {train_examples} train / {valid_examples} valid examples, {} tokens per epoch{}{}",
+                        run_dir.display(),
+                        fmt_count(trainable_params),
+                        fmt_count(tokens_per_epoch),
+                        if truncated_examples > 0 { format!(", {truncated_examples} truncated") } else { String::new() },
+                        if start_step > 0 { format!(", resuming at step {start_step}") } else { String::new() },
+                    ),
+                );
+                Some(Action::RefreshRuns)
+            }
+            TrainEvent::Step { step, total_steps, loss, lr, grad_norm, tokens_per_sec, trained_tokens, elapsed_secs, eta_secs } => {
+                self.steps_received += 1;
+                let x = step as f64;
+                run.push_loss(x, loss, smoothing);
+                run.lr.push(PlotPoint::new(x, lr));
+                run.tokens_per_sec_series.push(PlotPoint::new(x, tokens_per_sec));
+                run.grad_norm.push(PlotPoint::new(x, grad_norm));
+                run.step = step;
+                run.total_steps = total_steps;
+                run.elapsed_secs = elapsed_secs;
+                run.eta_secs = Some(eta_secs);
+                run.tokens_per_sec = Some(tokens_per_sec);
+                run.trained_tokens = trained_tokens;
+                if self.status == RunStatus::Starting {
+                    self.status = RunStatus::Running;
+                }
+                let every = (total_steps / 100).max(1);
+                if step % every == 0 || step == total_steps || step <= 3 {
+                    self.log(
+                        Tone::Info,
+                        format!(
+                            "step {step}/{total_steps}  loss {}  lr {}  grad norm {grad_norm:.3}  {tokens_per_sec:.0} tok/s",
+                            fmt_loss(loss),
+                            fmt_sci(lr)
+                        ),
+                    );
+                }
+                None
+            }
+            TrainEvent::Eval { step, val_loss, perplexity } => {
+                run.val_loss.push(PlotPoint::new(step as f64, val_loss));
+                self.log(Tone::Ok, format!("eval at step {step}: validation loss {} (perplexity {perplexity:.2})", fmt_loss(val_loss)));
+                None
+            }
+            TrainEvent::CheckpointSaved { step, path } => {
+                run.checkpoints.push((step, path.clone()));
+                self.log(Tone::Ok, format!("checkpoint saved at step {step}: {}", path.display()));
+                Some(Action::RefreshRuns)
+            }
+            TrainEvent::Paused { step } => {
+                self.status = RunStatus::Paused;
+                self.log(Tone::Warn, format!("paused at step {step}"));
+                None
+            }
+            TrainEvent::Resumed { step } => {
+                self.status = RunStatus::Running;
+                self.log(Tone::Info, format!("resumed at step {step}"));
+                None
+            }
+            TrainEvent::Finished { step, final_loss, final_val_loss, stopped_early, elapsed_secs } => {
+                run.step = step;
+                if elapsed_secs > 0.0 {
+                    run.elapsed_secs = elapsed_secs;
+                }
+                run.eta_secs = None;
+                self.status = RunStatus::Finished { stopped_early };
+                self.log(
+                    Tone::Ok,
+                    format!(
+                        "{} at step {step} after {}: final loss {}, validation loss {}",
+                        if stopped_early { "stopped" } else { "finished" },
+                        fmt_secs(elapsed_secs),
+                        final_loss.map(fmt_loss).unwrap_or_else(|| "–".into()),
+                        final_val_loss.map(fmt_loss).unwrap_or_else(|| "–".into()),
+                    ),
+                );
+                Some(Action::RefreshRuns)
+            }
+            TrainEvent::Failed { step, message } => {
+                run.eta_secs = None;
+                self.log(Tone::Error, format!("failed at step {step}: {message}"));
+                self.status = RunStatus::Failed(message);
+                Some(Action::RefreshRuns)
+            }
+        }
+    }
+
+    pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        widgets::page_header_ui(ui, "Training", "Runs on a worker thread; the plots stream live and the window stays responsive.");
+        self.controls_ui(ui, ctx);
+        ui.add_space(6.0);
+        let smoothing = ctx.prefs.smoothing as f64;
+        if let Some(run) = &mut self.run {
+            if (run.smoothing - smoothing).abs() > 1e-9 && !run.loss.is_empty() {
+                run.resmooth(smoothing);
+            }
+        }
+        egui::ScrollArea::vertical().id_salt("training-page").auto_shrink([false; 2]).show(ui, |ui| {
+            if let Some(run) = &self.run {
+                card_ui(ui, |ui| {
+                    ui.set_width(ui.available_width());
+                    widgets::run_progress_ui(ui, run.step, run.total_steps, run.elapsed_secs, run.eta_secs, run.tokens_per_sec);
+                    ui.horizontal_wrapped(|ui| {
+                        if let Some(dir) = &run.run_dir {
+                            ui.label(RichText::new(format!("run folder {}", dir.display())).weak());
+                        }
+                        if let Some(p) = run.loss.last() {
+                            ui.separator();
+                            ui.label(format!("loss {}", fmt_loss(p.y)));
+                        }
+                        if let Some(p) = run.val_loss.last() {
+                            ui.separator();
+                            ui.label(RichText::new(format!("val loss {}", fmt_loss(p.y))).color(palette::VALID));
+                        }
+                        ui.separator();
+                        ui.label(format!("{} trained tokens", fmt_count(run.trained_tokens)));
+                        if !run.checkpoints.is_empty() {
+                            ui.separator();
+                            ui.label(format!("{} checkpoints", run.checkpoints.len()));
+                        }
+                    });
+                });
+                ui.add_space(6.0);
+                plots_ui(ui, run, &mut ctx.prefs.smoothing);
+            } else {
+                banner_ui(ui, Tone::Info, "No run yet. Load a model, open a dataset, check the LoRA settings, then press Start training.");
+            }
+            ui.add_space(6.0);
+            self.log_ui(ui);
+        });
+    }
+
+    fn controls_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        let ready = ready_config(ctx.prefs, ctx.model.loaded.as_ref(), ctx.prefs.dataset.as_ref());
+        card_ui(ui, |ui| {
+            ui.set_width(ui.available_width());
+            ui.horizontal(|ui| {
+                let active = self.status.is_active();
+                let start_label = if ctx.prefs.train.resume.is_some() { "Resume training" } else { "Start training" };
+                let start = ui
+                    .add_enabled(!active && ready.is_ok(), egui::Button::new(RichText::new(start_label).strong()).min_size(egui::vec2(120.0, 28.0)))
+                    .on_hover_text("Train an adapter with the current settings");
+                let start = match &ready {
+                    Err(reason) if !active => start.on_disabled_hover_text(reason.as_str()),
+                    _ => start,
+                };
+                if start.clicked() {
+                    ctx.actions.push(Action::StartTraining);
+                }
+                let paused = matches!(self.status, RunStatus::Paused | RunStatus::Pausing);
+                let can_pause = matches!(self.status, RunStatus::Running | RunStatus::Paused);
+                let pause_label = if paused { "Resume" } else { "Pause" };
+                if ui
+                    .add_enabled(can_pause, egui::Button::new(pause_label).min_size(egui::vec2(80.0, 28.0)))
+                    .on_hover_text("Pause after the current step; the model stays loaded")
+                    .clicked()
+                {
+                    if paused {
+                        ctx.actions.push(Action::Send(Command::PauseTraining(false)));
+                        self.status = RunStatus::Running;
+                    } else {
+                        ctx.actions.push(Action::Send(Command::PauseTraining(true)));
+                        self.status = RunStatus::Pausing;
+                    }
+                }
+                let can_stop = matches!(self.status, RunStatus::Running | RunStatus::Paused | RunStatus::Pausing | RunStatus::Starting);
+                if ui
+                    .add_enabled(can_stop, egui::Button::new("Stop").min_size(egui::vec2(80.0, 28.0)))
+                    .on_hover_text("Stop after the current step and save a final checkpoint")
+                    .clicked()
+                {
+                    ctx.actions.push(Action::Send(Command::StopTraining));
+                    self.status = RunStatus::Stopping;
+                    self.log(Tone::Warn, "stop requested");
+                }
+                ui.add_space(12.0);
+                let color = match &self.status {
+                    RunStatus::Running => palette::OK,
+                    RunStatus::Failed(_) => palette::ERROR,
+                    RunStatus::Paused | RunStatus::Pausing | RunStatus::Stopping => palette::WARN,
+                    _ => ui.visuals().weak_text_color(),
+                };
+                widgets::status_dot_ui(ui, color);
+                ui.label(RichText::new(self.status.label()).color(color).strong());
+            });
+            if let Some(ckpt) = ctx.prefs.train.resume.clone() {
+                ui.horizontal(|ui| {
+                    ui.label(RichText::new(format!("Will resume from {}", ckpt.display())).color(palette::ACCENT));
+                    if ui.small_button("Start fresh instead").clicked() {
+                        ctx.prefs.train.resume = None;
+                    }
+                });
+            }
+            if let (Err(reason), false) = (&ready, self.status.is_active()) {
+                ui.label(RichText::new(reason.as_str()).color(palette::WARN));
+            }
+            if let RunStatus::Failed(message) = &self.status {
+                banner_ui(ui, Tone::Error, format!("The run failed: {message}"));
+            }
+        });
+    }
+
+    fn log_ui(&self, ui: &mut Ui) {
+        widgets::section_ui(ui, "Event log");
+        egui::Frame::new()
+            .fill(ui.visuals().extreme_bg_color)
+            .corner_radius(4.0)
+            .inner_margin(egui::Margin::same(6))
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical()
+                    .id_salt("train-log")
+                    .max_height(180.0)
+                    .stick_to_bottom(true)
+                    .auto_shrink([false, true])
+                    .show_rows(ui, ui.text_style_height(&egui::TextStyle::Monospace), self.log.len(), |ui, range| {
+                        for line in self.log.range(range) {
+                            let color = match line.tone {
+                                Tone::Info => ui.visuals().text_color(),
+                                t => t.color(),
+                            };
+                            ui.label(RichText::new(format!("[{}] {}", fmt_clock(line.at_secs), line.text)).monospace().color(color));
+                        }
+                    });
+            });
+    }
+}
+
+fn fmt_clock(secs: f64) -> String {
+    let s = secs as u64;
+    format!("{:02}:{:02}:{:02}", s / 3600, (s % 3600) / 60, s % 60)
+}
+
+/// The four live plots, x axes linked.
+fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
+    let link = egui::Id::new("train-plots-x");
+    let height = 230.0;
+    ui.columns(2, |cols| {
+        let ui = &mut cols[0];
+        ui.horizontal(|ui| {
+            ui.label(RichText::new("Loss").strong());
+            ui.add_space(10.0);
+            let l = ui.label(RichText::new("smoothing").weak());
+            ui.add(egui::Slider::new(smoothing, 0.0..=0.99).fixed_decimals(2))
+                .labelled_by(l.id)
+                .on_hover_text("Exponential moving average of the raw loss (debiased, as TensorBoard does)");
+        });
+        let raw = decimate(&run.loss, MAX_DRAWN_POINTS);
+        let smooth = decimate(&run.smoothed, MAX_DRAWN_POINTS);
+        Plot::new("loss-plot")
+            .height(height)
+            .legend(Legend::default().position(Corner::RightTop))
+            .link_axis(link, [true, false])
+            .x_axis_label("step")
+            .show(ui, |plot| {
+                plot.line(Line::new("train (raw)", &raw[..]).color(palette::TRAIN_RAW).width(1.0));
+                plot.line(Line::new("train (smoothed)", &smooth[..]).color(palette::TRAIN).width(2.0));
+                if !run.val_loss.is_empty() {
+                    plot.line(Line::new("validation", &run.val_loss[..]).color(palette::VALID).width(2.0));
+                    plot.points(
+                        Points::new("validation", &run.val_loss[..]).color(palette::VALID).radius(3.5).shape(MarkerShape::Circle),
+                    );
+                }
+            });
+
+        let ui = &mut cols[1];
+        ui.label(RichText::new("Learning rate").strong());
+        let lr = decimate(&run.lr, MAX_DRAWN_POINTS);
+        Plot::new("lr-plot")
+            .height(height)
+            .link_axis(link, [true, false])
+            .y_axis_formatter(widgets::axis_sci)
+            .include_y(0.0)
+            .x_axis_label("step")
+            .show(ui, |plot| {
+                plot.line(Line::new("learning rate", &lr[..]).color(palette::LR).width(2.0));
+            });
+    });
+    ui.add_space(4.0);
+    ui.columns(2, |cols| {
+        let ui = &mut cols[0];
+        ui.label(RichText::new("Throughput").strong());
+        let tps = decimate(&run.tokens_per_sec_series, MAX_DRAWN_POINTS);
+        Plot::new("tps-plot")
+            .height(height * 0.8)
+            .link_axis(link, [true, false])
+            .include_y(0.0)
+            .x_axis_label("step")
+            .y_axis_label("tokens/s")
+            .show(ui, |plot| {
+                plot.line(Line::new("tokens/s", &tps[..]).color(palette::SPEED).width(2.0).fill(0.0).fill_alpha(0.15));
+            });
+        let ui = &mut cols[1];
+        ui.label(RichText::new("Gradient norm").strong());
+        let gn = decimate(&run.grad_norm, MAX_DRAWN_POINTS);
+        Plot::new("grad-plot")
+            .height(height * 0.8)
+            .link_axis(link, [true, false])
+            .include_y(0.0)
+            .x_axis_label("step")
+            .show(ui, |plot| {
+                plot.line(Line::new("grad norm", &gn[..]).color(palette::SERIES[3]).width(1.5));
+            });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(step: usize, loss: f64) -> TrainEvent {
+        TrainEvent::Step {
+            step,
+            total_steps: 10,
+            loss,
+            lr: 1e-4,
+            grad_norm: 1.0,
+            tokens_per_sec: 100.0,
+            trained_tokens: step * 10,
+            elapsed_secs: step as f64,
+            eta_secs: (10 - step) as f64,
+        }
+    }
+
+    #[test]
+    fn events_fill_the_series_and_end_the_run() {
+        let mut p = TrainingPanel::default();
+        p.on_event(step(1, 2.0), 0.6);
+        p.on_event(step(2, 1.0), 0.6);
+        p.on_event(TrainEvent::Eval { step: 2, val_loss: 1.5, perplexity: 4.48 }, 0.6);
+        let run = p.run.as_ref().unwrap();
+        assert_eq!(run.loss.len(), 2);
+        assert_eq!(run.smoothed.len(), 2);
+        assert_eq!(run.val_loss.len(), 1);
+        assert!(run.smoothed[1].y > 1.0 && run.smoothed[1].y < 2.0);
+        let action = p.on_event(
+            TrainEvent::Finished { step: 2, final_loss: Some(1.0), final_val_loss: Some(1.5), stopped_early: true, elapsed_secs: 2.0 },
+            0.6,
+        );
+        assert!(matches!(action, Some(Action::RefreshRuns)));
+        assert_eq!(p.status, RunStatus::Finished { stopped_early: true });
+        assert!(!p.is_active());
+    }
+}
