@@ -543,6 +543,7 @@ def make_peft_fixture(models, base_name: str, out_name: str, lora_kwargs: dict, 
     pm.eval()
     pm.peft_config["default"].base_model_name_or_path = f"../{base_name}"
     pm.save_pretrained(out, safe_serialization=True)
+    (out / "README.md").unlink(missing_ok=True)  # boilerplate model card
     # target_modules is a python set inside PEFT -> random order in the json; make it stable
     acfg_path = out / "adapter_config.json"
     acfg = json.load(open(acfg_path))

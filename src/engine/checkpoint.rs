@@ -128,11 +128,23 @@ fn write_safetensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<(
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let result = candle_core::safetensors::save(&cpu, &tmp)
         .map_err(|e| Error::Training(format!("writing {}: {e}", path.display())))
-        .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
+        .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e)))
+        .and_then(|_| make_world_readable(path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// safetensors writes through an owner-only temporary file; give saved weights the usual 0644 so other
+/// tools (and other users of a shared machine) can read them.
+pub fn make_world_readable(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(|e| Error::io(path, e))?;
+    }
+    Ok(())
 }
 
 fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
@@ -180,7 +192,6 @@ pub fn peft_config_json(settings: &LoraSettings, num_layers: usize, base_model: 
         "layers_to_transform": layers,
         "modules_to_save": null,
         "revision": null,
-        "library": "metal-candle",
     }))
 }
 

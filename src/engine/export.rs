@@ -55,7 +55,7 @@ fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
         "lora_parameters": {
             "rank": summary.rank,
             "scale": scale,
-            "dropout": 0.0,
+            "dropout": adapter_dropout(ckpt),
             "keys": keys.into_iter().collect::<Vec<_>>(),
         },
     });
@@ -63,6 +63,7 @@ fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     let tmp = out.join("adapters.safetensors.tmp");
     candle_core::safetensors::save(&cpu, &tmp).map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
     std::fs::rename(&tmp, out.join("adapters.safetensors")).map_err(|e| Error::io(out, e))?;
+    checkpoint::make_world_readable(&out.join("adapters.safetensors"))?;
     checkpoint::write_atomic(
         &out.join("adapter_config.json"),
         serde_json::to_string_pretty(&config).unwrap_or_default().as_bytes(),
@@ -77,6 +78,7 @@ fn export_merged(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     let tmp = out.join("model.safetensors.tmp");
     candle_core::safetensors::save(&weights, &tmp).map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
     std::fs::rename(&tmp, out.join("model.safetensors")).map_err(|e| Error::io(out, e))?;
+    checkpoint::make_world_readable(&out.join("model.safetensors"))?;
     write_model_files(&model, out)
 }
 
@@ -132,4 +134,12 @@ fn write_model_files(model: &LoadedModel, out: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The training dropout recorded in a PEFT adapter_config.json (0 when absent).
+fn adapter_dropout(ckpt: &Path) -> f64 {
+    crate::engine::error::read_json::<serde_json::Value>(&ckpt.join(ADAPTER_CONFIG))
+        .ok()
+        .and_then(|c| c.get("lora_dropout").and_then(|d| d.as_f64()))
+        .unwrap_or(0.0)
 }

@@ -2,6 +2,7 @@
 //! nothing of the worker, the CLI or the studio.
 
 pub mod bench;
+pub mod blas;
 pub mod checkpoint;
 pub mod data;
 pub mod device;

@@ -71,9 +71,44 @@ pub fn frozen_matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     y.reshape(out_dims)
 }
 
-/// `x W^T` with the weight held inside the op, so autograd sees only `x`.
+/// `x W^T` (or `x W` when `transposed` is false) with the weight held inside the op, so autograd sees only `x`.
 struct FrozenMatmulT {
     weight: Tensor,
+}
+
+/// `g W` for the backward pass of [`FrozenMatmulT`]; never part of a graph itself.
+struct FrozenMatmulN {
+    weight: Tensor,
+}
+
+/// Multiply a contiguous f32 CPU input by the held weight through OpenBLAS when it is loaded.
+/// Returns None to fall back to Candle's GEMM.
+fn blas_frozen_matmul(
+    weight: &Tensor,
+    storage: &candle_core::CpuStorage,
+    layout: &candle_core::Layout,
+    weight_transposed: bool,
+) -> Option<(candle_core::CpuStorage, candle_core::Shape)> {
+    if !crate::engine::blas::available() {
+        return None;
+    }
+    let (rows, k) = layout.shape().dims2().ok()?;
+    let (start, end) = layout.contiguous_offsets()?;
+    let candle_core::CpuStorage::F32(x) = storage else { return None };
+    let (w_storage, w_layout) = weight.storage_and_layout();
+    let (w_start, w_end) = w_layout.contiguous_offsets()?;
+    let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(w)) = &*w_storage else { return None };
+    let (d0, d1) = w_layout.shape().dims2().ok()?;
+    let n = if weight_transposed { d0 } else { d1 };
+    let w_k = if weight_transposed { d1 } else { d0 };
+    if w_k != k {
+        return None;
+    }
+    let mut out = vec![0f32; rows * n];
+    if !crate::engine::blas::sgemm(&x[start..end], &w[w_start..w_end], &mut out, rows, n, k, weight_transposed) {
+        return None;
+    }
+    Some((candle_core::CpuStorage::F32(out), (rows, n).into()))
 }
 
 impl FrozenMatmulT {
@@ -87,6 +122,26 @@ impl FrozenMatmulT {
     }
 }
 
+/// Candle's matmul of `storage` by the weight (transposed or not) on any backend.
+macro_rules! backend_matmul {
+    ($self:ident, $storage:ident, $layout:ident, $variant:ident, $transposed:expr) => {{
+        use candle_core::backend::BackendStorage;
+        let (rows, k) = $layout.shape().dims2()?;
+        let (w_storage, w_layout) = $self.weight.storage_and_layout();
+        let (rhs_layout, n) = if $transposed {
+            (w_layout.transpose(0, 1)?, w_layout.shape().dims2()?.0)
+        } else {
+            (w_layout.clone(), w_layout.shape().dims2()?.1)
+        };
+        match &*w_storage {
+            candle_core::Storage::$variant(w) => {
+                Ok(($storage.matmul(w, (1, rows, n, k), $layout, &rhs_layout)?, (rows, n).into()))
+            }
+            _ => candle_core::bail!("frozen matmul: weight and input are on different devices"),
+        }
+    }};
+}
+
 impl candle_core::CustomOp1 for FrozenMatmulT {
     fn name(&self) -> &'static str {
         "frozen-matmul-t"
@@ -97,16 +152,11 @@ impl candle_core::CustomOp1 for FrozenMatmulT {
         storage: &candle_core::CpuStorage,
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        use candle_core::backend::BackendStorage;
-        let (rows, k, out) = self.dims(layout)?;
-        let (w_storage, w_layout) = self.weight.storage_and_layout();
-        let w_t = w_layout.transpose(0, 1)?;
-        match &*w_storage {
-            candle_core::Storage::Cpu(w) => {
-                Ok((storage.matmul(w, (1, rows, out, k), layout, &w_t)?, (rows, out).into()))
-            }
-            _ => candle_core::bail!("frozen matmul: weight and input are on different devices"),
+        self.dims(layout)?;
+        if let Some(out) = blas_frozen_matmul(&self.weight, storage, layout, true) {
+            return Ok(out);
         }
+        backend_matmul!(self, storage, layout, Cpu, true)
     }
 
     #[cfg(feature = "cuda")]
@@ -115,16 +165,8 @@ impl candle_core::CustomOp1 for FrozenMatmulT {
         storage: &candle_core::CudaStorage,
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
-        use candle_core::backend::BackendStorage;
-        let (rows, k, out) = self.dims(layout)?;
-        let (w_storage, w_layout) = self.weight.storage_and_layout();
-        let w_t = w_layout.transpose(0, 1)?;
-        match &*w_storage {
-            candle_core::Storage::Cuda(w) => {
-                Ok((storage.matmul(w, (1, rows, out, k), layout, &w_t)?, (rows, out).into()))
-            }
-            _ => candle_core::bail!("frozen matmul: weight and input are on different devices"),
-        }
+        self.dims(layout)?;
+        backend_matmul!(self, storage, layout, Cuda, true)
     }
 
     #[cfg(target_os = "macos")]
@@ -133,19 +175,205 @@ impl candle_core::CustomOp1 for FrozenMatmulT {
         storage: &candle_core::MetalStorage,
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::MetalStorage, candle_core::Shape)> {
-        use candle_core::backend::BackendStorage;
-        let (rows, k, out) = self.dims(layout)?;
-        let (w_storage, w_layout) = self.weight.storage_and_layout();
-        let w_t = w_layout.transpose(0, 1)?;
-        match &*w_storage {
-            candle_core::Storage::Metal(w) => {
-                Ok((storage.matmul(w, (1, rows, out, k), layout, &w_t)?, (rows, out).into()))
-            }
-            _ => candle_core::bail!("frozen matmul: weight and input are on different devices"),
-        }
+        self.dims(layout)?;
+        backend_matmul!(self, storage, layout, Metal, true)
     }
 
     fn bwd(&self, _x: &Tensor, _y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(grad_y.matmul(&self.weight)?))
+        let grad = grad_y.contiguous()?.apply_op1_no_bwd(&FrozenMatmulN { weight: self.weight.clone() })?;
+        Ok(Some(grad))
+    }
+}
+
+impl candle_core::CustomOp1 for FrozenMatmulN {
+    fn name(&self) -> &'static str {
+        "frozen-matmul-n"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        if let Some(out) = blas_frozen_matmul(&self.weight, storage, layout, false) {
+            return Ok(out);
+        }
+        backend_matmul!(self, storage, layout, Cpu, false)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
+        backend_matmul!(self, storage, layout, Cuda, false)
+    }
+
+    #[cfg(target_os = "macos")]
+    fn metal_fwd(
+        &self,
+        storage: &candle_core::MetalStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::MetalStorage, candle_core::Shape)> {
+        backend_matmul!(self, storage, layout, Metal, false)
+    }
+}
+
+/// Per-row negative log-likelihood `logsumexp(logits[i]) - logits[i, targets[i]]` for logits (n, vocab).
+///
+/// On the CPU this is one fused pass forward and one backward (softmax minus one-hot), instead of the half
+/// dozen vocabulary-sized temporaries a composed log-softmax creates; elsewhere it is composed from
+/// differentiable ops.
+pub fn cross_entropy_rows(logits: &Tensor, targets: &[u32]) -> Result<Tensor> {
+    let (n, vocab) = logits.dims2()?;
+    if n != targets.len() {
+        candle_core::bail!("cross entropy: {n} rows but {} targets", targets.len());
+    }
+    if let Some(&bad) = targets.iter().find(|&&t| t as usize >= vocab) {
+        candle_core::bail!("cross entropy: target id {bad} is outside the vocabulary of {vocab}");
+    }
+    if logits.device().is_cpu() && logits.dtype() == DType::F32 {
+        return logits.contiguous()?.apply_op1(CrossEntropyRows { targets: targets.to_vec() });
+    }
+    let log_probs = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    let index = Tensor::from_slice(targets, (n, 1), logits.device())?;
+    log_probs.gather(&index, 1)?.squeeze(1)?.neg()
+}
+
+struct CrossEntropyRows {
+    targets: Vec<u32>,
+}
+
+fn cpu_f32_rows<'a>(storage: &'a candle_core::CpuStorage, layout: &candle_core::Layout) -> Result<(&'a [f32], usize, usize)> {
+    let (n, vocab) = layout.shape().dims2()?;
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("cross entropy expects contiguous logits")
+    };
+    let data = match storage {
+        candle_core::CpuStorage::F32(v) => &v[start..end],
+        _ => candle_core::bail!("cross entropy expects f32 logits"),
+    };
+    Ok((data, n, vocab))
+}
+
+fn log_sum_exp(row: &[f32]) -> f32 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        return max;
+    }
+    let sum: f32 = row.iter().map(|&x| (x - max).exp()).sum();
+    max + sum.ln()
+}
+
+impl candle_core::CustomOp1 for CrossEntropyRows {
+    fn name(&self) -> &'static str {
+        "cross-entropy-rows"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let (data, n, vocab) = cpu_f32_rows(storage, layout)?;
+        let out: Vec<f32> = (0..n)
+            .map(|i| {
+                let row = &data[i * vocab..(i + 1) * vocab];
+                log_sum_exp(row) - row[self.targets[i] as usize]
+            })
+            .collect();
+        Ok((candle_core::CpuStorage::F32(out), n.into()))
+    }
+
+    fn bwd(&self, logits: &Tensor, _nll: &Tensor, grad_nll: &Tensor) -> Result<Option<Tensor>> {
+        let scale: Vec<f32> = grad_nll.to_dtype(DType::F32)?.to_vec1()?;
+        let grad = logits.apply_op1_no_bwd(&CrossEntropyRowsGrad { targets: self.targets.clone(), scale })?;
+        Ok(Some(grad))
+    }
+}
+
+/// d nll / d logits = scale[i] * (softmax(logits[i]) - onehot(targets[i])).
+struct CrossEntropyRowsGrad {
+    targets: Vec<u32>,
+    scale: Vec<f32>,
+}
+
+impl candle_core::CustomOp1 for CrossEntropyRowsGrad {
+    fn name(&self) -> &'static str {
+        "cross-entropy-rows-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let (data, n, vocab) = cpu_f32_rows(storage, layout)?;
+        let mut out = vec![0f32; n * vocab];
+        for i in 0..n {
+            let row = &data[i * vocab..(i + 1) * vocab];
+            let lse = log_sum_exp(row);
+            let dst = &mut out[i * vocab..(i + 1) * vocab];
+            let s = self.scale[i];
+            for (d, &x) in dst.iter_mut().zip(row) {
+                *d = s * (x - lse).exp();
+            }
+            dst[self.targets[i] as usize] -= s;
+        }
+        Ok((candle_core::CpuStorage::F32(out), (n, vocab).into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+    }
+
+    #[test]
+    fn fused_cross_entropy_matches_composed_value_and_gradient() {
+        let dev = Device::Cpu;
+        let logits = Var::from_tensor(&(Tensor::randn(0f32, 3.0, (5, 37), &dev).unwrap())).unwrap();
+        let targets = [3u32, 0, 36, 7, 7];
+        let fused = cross_entropy_rows(logits.as_tensor(), &targets).unwrap();
+        let log_probs = candle_nn::ops::log_softmax(logits.as_tensor(), D::Minus1).unwrap();
+        let index = Tensor::from_slice(&targets, (5, 1), &dev).unwrap();
+        let composed = log_probs.gather(&index, 1).unwrap().squeeze(1).unwrap().neg().unwrap();
+        assert!(max_diff(&fused, &composed) < 1e-5);
+        let weights = Tensor::new(&[1f32, 2.0, 0.5, -1.0, 3.0], &dev).unwrap();
+        let g1 = (fused * &weights).unwrap().sum_all().unwrap().backward().unwrap();
+        let g2 = (composed * &weights).unwrap().sum_all().unwrap().backward().unwrap();
+        let (g1, g2) = (g1.get(logits.as_tensor()).unwrap(), g2.get(logits.as_tensor()).unwrap());
+        assert!(max_diff(g1, g2) < 1e-5);
+    }
+
+    #[test]
+    fn frozen_matmul_gives_input_gradient_and_no_weight_gradient() {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 3, 8), &dev).unwrap()).unwrap();
+        let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, (5, 8), &dev).unwrap()).unwrap();
+        let y = frozen_matmul_t(x.as_tensor(), w.as_tensor()).unwrap();
+        let reference = x.as_tensor().broadcast_matmul(&w.as_tensor().t().unwrap()).unwrap();
+        assert!(max_diff(&y, &reference) < 1e-5);
+        let g = y.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+        let g_ref = reference.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+        assert!(max_diff(g.get(x.as_tensor()).unwrap(), g_ref.get(x.as_tensor()).unwrap()) < 1e-4);
+        assert!(g.get(w.as_tensor()).is_none(), "a frozen weight must not receive a gradient");
+    }
+
+    #[test]
+    fn differentiable_norm_rope_and_softmax_match_fused_kernels() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (2, 3, 4, 8), &dev).unwrap();
+        let w = Tensor::randn(1f32, 0.1, 8, &dev).unwrap();
+        assert!(max_diff(&rms_norm(&x, &w, 1e-6, true).unwrap(), &rms_norm(&x, &w, 1e-6, false).unwrap()) < 1e-5);
+        let cos = Tensor::randn(0f32, 1.0, (4, 4), &dev).unwrap();
+        let sin = Tensor::randn(0f32, 1.0, (4, 4), &dev).unwrap();
+        assert!(max_diff(&rope(&x, &cos, &sin, true).unwrap(), &rope(&x, &cos, &sin, false).unwrap()) < 1e-5);
+        assert!(max_diff(&softmax_last_dim(&x, true).unwrap(), &softmax_last_dim(&x, false).unwrap()) < 1e-6);
     }
 }

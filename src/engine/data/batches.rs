@@ -170,6 +170,7 @@ impl BatchPlan {
 }
 
 /// Iterator over a [`BatchPlan`]; computes each epoch's order once.
+#[derive(Debug)]
 pub struct BatchIter<'a> {
     plan: &'a BatchPlan,
     cursor: DataCursor,

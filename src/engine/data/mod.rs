@@ -335,7 +335,8 @@ pub struct PreparedDataset {
     pub summary: DatasetSummary,
 }
 
-/// Read, validate, split and tokenize a dataset.
+/// Read, validate, split and tokenize a dataset. `options.max_seq_len` and `options.train_on_prompt` override
+/// the spec's own values, so one `DataOptions` describes the whole dataset side of a run.
 pub fn prepare_dataset(path: &Path, spec: &TokenizeSpec<'_>, options: &DataOptions) -> Result<PreparedDataset> {
     let spec = TokenizeSpec { max_seq_len: options.max_seq_len, train_on_prompt: options.train_on_prompt, ..*spec };
     let raw = load_raw_dataset(path, options)?;
@@ -454,7 +455,7 @@ fn tokenize_split(
 mod tests {
     use super::tokenize::tests::{byte_tokenizer, CHATML};
     use super::*;
-    use crate::engine::model::chat_template::ChatTemplate;
+    use crate::engine::model::chat_template::{ChatMessage, ChatTemplate};
     use crate::engine::model::tokenizer::TextTokenizer;
 
     fn chat_line(q: &str, a: &str) -> String {
@@ -618,6 +619,62 @@ mod tests {
         let hist = s.length_histogram(4);
         assert_eq!(hist.iter().map(|b| b.count).sum::<usize>(), 2);
         assert_eq!(hist.last().unwrap().max_len, 100);
+    }
+
+    /// The sample dataset through a real loaded model (the tiny-llama fixture): `TokenizeSpec::for_model`,
+    /// folder layout, every example ending in a trained `<|im_end|>`, batches that collate.
+    #[test]
+    fn sample_chat_dataset_with_a_loaded_model() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let (model_dir, data_dir) = (root.join("tests/fixtures/tiny-llama"), root.join("assets/sample-chat"));
+        if !model_dir.join("model.safetensors").exists() || !data_dir.join("train.jsonl").exists() {
+            eprintln!("skipped: tests/fixtures/tiny-llama or assets/sample-chat is absent");
+            return;
+        }
+        let model = crate::engine::model::load_model(&model_dir, &candle_core::Device::Cpu, candle_core::DType::F32)
+            .unwrap();
+        let spec = TokenizeSpec::for_model(&model, 512, false);
+        let prepared = prepare_dataset(&data_dir, &spec, &DataOptions::default()).unwrap();
+        let s = &prepared.summary;
+        assert_eq!((s.format, s.train.rows, s.valid.as_ref().map(|v| v.rows)), (DatasetFormat::Chat, 135, Some(17)));
+        assert_eq!((s.truncated, s.dropped, s.skipped_rows), (0, 0, 0));
+        let im_end = model.tokenizer.token_to_id("<|im_end|>").unwrap();
+        for e in &prepared.train.examples {
+            let last_trained = e.target_mask.iter().rposition(|&t| t).unwrap();
+            assert_eq!(e.input_ids[last_trained], im_end);
+        }
+        let plan = BatchPlan::new(prepared.train.lengths(), BatchOptions { batch_size: 8, ..BatchOptions::default() })
+            .unwrap();
+        let total: usize = plan
+            .iter()
+            .map(|b| collate(&prepared.train.examples, &b.indices, 0).unwrap().target_tokens)
+            .sum();
+        assert_eq!(total, s.target_tokens_per_epoch);
+    }
+
+    /// The real SmolLM2 chat template and tokenizer: `$METAL_CANDLE_SMOLLM2`, else the GGUF that
+    /// `scripts/fetch_smollm2.sh` puts in models/smollm2/.
+    #[test]
+    fn smollm2_masks_both_replies() {
+        let path = std::env::var("METAL_CANDLE_SMOLLM2").map(PathBuf::from).unwrap_or_else(|_| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("models/smollm2/SmolLM2-135M-Instruct-Q4_1.gguf")
+        });
+        if !path.exists() {
+            eprintln!("skipped: {} is absent (run scripts/fetch_smollm2.sh)", path.display());
+            return;
+        }
+        let model = crate::engine::model::load_model(&path, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap();
+        let spec = TokenizeSpec::for_model(&model, 512, false);
+        let row = Row::Chat(vec![
+            ChatMessage::new("user", "Capital of France?"),
+            ChatMessage::new("assistant", "Paris."),
+            ChatMessage::new("user", "And of Italy?"),
+            ChatMessage::new("assistant", "Rome."),
+        ]);
+        let pieces = preview_row(&row, &spec).unwrap();
+        let trained: String = pieces.iter().filter(|(_, t)| *t).map(|(p, _)| p.as_str()).collect();
+        println!("{pieces:?}");
+        assert_eq!(trained, "Paris.<|im_end|>Rome.<|im_end|>");
     }
 
     #[test]

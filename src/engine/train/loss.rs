@@ -4,7 +4,7 @@
 use crate::engine::data::Batch;
 use crate::engine::model::transformer::{ForwardOptions, Transformer};
 use crate::engine::Result;
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor};
 
 /// Sum of target-token NLL for one batch, and the number of target tokens.
 pub fn batch_nll_sum(model: &Transformer, batch: &Batch, train: bool) -> Result<(Tensor, usize)> {
@@ -30,8 +30,6 @@ pub fn batch_nll_sum(model: &Transformer, batch: &Batch, train: bool) -> Result<
     let hidden = hidden.reshape((b * t, model.config.hidden_size))?;
     let picked = hidden.index_select(&Tensor::from_vec(sources, n, device)?, 0)?;
     let logits = crate::engine::ops::upcast(&model.logits(&picked)?)?;
-    let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-    let targets = Tensor::from_vec(targets, (n, 1), device)?;
-    let nll = log_probs.gather(&targets, 1)?.sum_all()?.neg()?;
+    let nll = crate::engine::ops::cross_entropy_rows(&logits, &targets)?.sum_all()?;
     Ok((nll, n))
 }

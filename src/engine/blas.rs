@@ -1,0 +1,132 @@
+//! Optional fast CPU matrix multiply through a system OpenBLAS, loaded at run time.
+//!
+//! Candle's portable GEMM uses AVX2 kernels; OpenBLAS with its AVX-512 kernels multiplies the frozen
+//! weights about twice as fast on the CPUs we measured (BENCHMARKS.md). Nothing links against OpenBLAS:
+//! we `dlopen` it on first use, so a machine without it (or a Mac) simply keeps Candle's GEMM. Virtual
+//! machines often report a generic CPU model that makes OpenBLAS pick ancient SSE3 kernels, so unless the
+//! user chose one we name the core type from the CPU's actual features before loading it.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+type SgemmFn = unsafe extern "C" fn(
+    order: c_int,
+    trans_a: c_int,
+    trans_b: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: f32,
+    a: *const f32,
+    lda: c_int,
+    b: *const f32,
+    ldb: c_int,
+    beta: f32,
+    c: *mut f32,
+    ldc: c_int,
+);
+
+const ROW_MAJOR: c_int = 101;
+const NO_TRANS: c_int = 111;
+const TRANS: c_int = 112;
+
+struct Blas {
+    sgemm: SgemmFn,
+}
+
+// SAFETY: a function pointer into a thread-safe library.
+unsafe impl Send for Blas {}
+unsafe impl Sync for Blas {}
+
+static BLAS: OnceLock<Option<Blas>> = OnceLock::new();
+
+#[cfg(target_os = "linux")]
+extern "C" {
+    fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+#[cfg(target_os = "linux")]
+fn load() -> Option<Blas> {
+    if std::env::var_os("METAL_CANDLE_NO_BLAS").is_some() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::env::var_os("OPENBLAS_CORETYPE").is_none() {
+        let core = if std::arch::is_x86_feature_detected!("avx512f") {
+            Some("SkylakeX")
+        } else if std::arch::is_x86_feature_detected!("avx2") {
+            Some("Haswell")
+        } else {
+            None
+        };
+        if let Some(core) = core {
+            // Read once by OpenBLAS when it initialises, which happens inside the dlopen below.
+            std::env::set_var("OPENBLAS_CORETYPE", core);
+        }
+    }
+    const RTLD_NOW: c_int = 2;
+    for name in [c"libopenblas.so.0", c"libopenblas.so"] {
+        // SAFETY: plain dlopen/dlsym of a C library; the symbol has the standard CBLAS signature.
+        unsafe {
+            let handle = dlopen(name.as_ptr(), RTLD_NOW);
+            if handle.is_null() {
+                continue;
+            }
+            let sym = dlsym(handle, c"cblas_sgemm".as_ptr());
+            if !sym.is_null() {
+                return Some(Blas { sgemm: std::mem::transmute::<*mut c_void, SgemmFn>(sym) });
+            }
+        }
+    }
+    None
+}
+
+#[cfg(not(target_os = "linux"))]
+fn load() -> Option<Blas> {
+    None
+}
+
+fn blas() -> Option<&'static Blas> {
+    BLAS.get_or_init(load).as_ref()
+}
+
+/// Whether matrix multiplies on the CPU go through OpenBLAS.
+pub fn available() -> bool {
+    blas().is_some()
+}
+
+/// Load the library now (call early, before worker threads start, since it sets an environment variable).
+pub fn init() {
+    let _ = blas();
+}
+
+/// `c (m, n) = a (m, k) · op(b)` with row-major contiguous buffers, where `op(b)` is `b^T` for `b` stored
+/// (n, k) when `b_transposed`, else `b` stored (k, n). Returns false when no BLAS is loaded.
+pub fn sgemm(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize, b_transposed: bool) -> bool {
+    let Some(blas) = blas() else { return false };
+    if a.len() < m * k || b.len() < n * k || c.len() < m * n || m.max(n).max(k) > c_int::MAX as usize {
+        return false;
+    }
+    let (trans_b, ldb) = if b_transposed { (TRANS, k) } else { (NO_TRANS, n) };
+    // SAFETY: lengths checked above; buffers are contiguous row-major as described.
+    unsafe {
+        (blas.sgemm)(
+            ROW_MAJOR,
+            NO_TRANS,
+            trans_b,
+            m as c_int,
+            n as c_int,
+            k as c_int,
+            1.0,
+            a.as_ptr(),
+            k as c_int,
+            b.as_ptr(),
+            ldb as c_int,
+            0.0,
+            c.as_mut_ptr(),
+            n as c_int,
+        );
+    }
+    true
+}

@@ -1,0 +1,345 @@
+//! The studio driven through its real panels with egui_kittest, headless, on the tiny Llama fixture: open the
+//! model, open a dataset, train a short run and watch loss points arrive, find the checkpoint in the browser,
+//! open it in chat and receive streamed tokens; stop a run midway; a malformed dataset shows its errors.
+//!
+//! Every wait steps the UI in a loop with a deadline, so a broken worker fails the test instead of hanging it.
+
+#![cfg(feature = "studio")]
+
+use egui_kittest::kittest::Queryable;
+use egui_kittest::Harness;
+use metal_candle::engine::device::DeviceChoice;
+use metal_candle::studio::app::{studio_train_defaults, Page, Prefs, StudioApp, StudioOptions};
+use metal_candle::studio::training_panel::RunStatus;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+type StudioHarness = Harness<'static, Option<StudioApp>>;
+
+fn fixture_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama")
+}
+
+fn chat_line(q: &str, a: &str) -> String {
+    serde_json::json!({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}).to_string()
+}
+
+/// A small chat dataset folder with train.jsonl and valid.jsonl.
+fn write_dataset(dir: &Path) -> PathBuf {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let pairs = [
+        ("What is the capital of France?", "Paris."),
+        ("What is the capital of Italy?", "Rome."),
+        ("What is the capital of Spain?", "Madrid."),
+        ("What is the capital of Japan?", "Tokyo."),
+        ("What is two plus two?", "Four."),
+        ("Name a primary colour.", "Red."),
+        ("What do bees make?", "Honey."),
+        ("Which planet is red?", "Mars."),
+    ];
+    let train: Vec<String> = pairs.iter().map(|(q, a)| chat_line(q, a)).collect();
+    std::fs::write(data.join("train.jsonl"), train.join("\n") + "\n").unwrap();
+    let valid = [chat_line("What is the capital of Germany?", "Berlin."), chat_line("What is one plus one?", "Two.")];
+    std::fs::write(data.join("valid.jsonl"), valid.join("\n") + "\n").unwrap();
+    data
+}
+
+/// Preferences for a quick CPU run into `runs`.
+fn test_prefs(runs: &Path, iters: usize) -> Prefs {
+    let mut prefs = Prefs { device: DeviceChoice::Cpu, auto_load_model: false, ..Prefs::default() };
+    prefs.model_path = fixture_model().display().to_string();
+    prefs.train = studio_train_defaults();
+    prefs.train.out = runs.to_path_buf();
+    prefs.train.iters = Some(iters);
+    prefs.train.batch_size = 2;
+    prefs.train.seq_len = 64;
+    prefs.train.warmup = 1;
+    prefs.train.val_every = 3;
+    prefs.train.val_batches = 1;
+    prefs.train.save_every = 3;
+    prefs.chat.max_tokens = 12;
+    prefs.chat.sampling.temperature = 0.0;
+    prefs
+}
+
+/// A harness whose app is built on the harness's own context in the first frame. A missing glyph in the
+/// studio's own text fails the test; chats with the random fixture model emit arbitrary bytes, so those tests
+/// allow them (`model_text`).
+fn harness_with(prefs: Prefs, model_text: bool) -> StudioHarness {
+    let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
+    let mut builder = Harness::builder().with_size(egui::vec2(1360.0, 860.0));
+    if model_text {
+        builder = builder.allow_missing_glyphs();
+    }
+    builder.build_ui_state(
+        move |ui, state: &mut Option<StudioApp>| {
+            let app = state.get_or_insert_with(|| StudioApp::new(ui.ctx(), prefs.clone(), options.clone()));
+            app.ui_root(ui);
+        },
+        None,
+    )
+}
+
+fn harness(prefs: Prefs) -> StudioHarness {
+    harness_with(prefs, false)
+}
+
+fn app(h: &StudioHarness) -> &StudioApp {
+    h.state().as_ref().expect("the app is built in the first frame")
+}
+
+fn app_mut(h: &mut StudioHarness) -> &mut StudioApp {
+    h.state_mut().as_mut().expect("the app is built in the first frame")
+}
+
+/// Step frames until `cond` holds, failing after `secs` seconds.
+fn step_until(h: &mut StudioHarness, what: &str, secs: u64, cond: impl Fn(&StudioApp) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        h.step();
+        if cond(app(h)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn click(h: &mut StudioHarness, label: &str) {
+    h.get_by_label(label).click();
+    h.step();
+    h.step();
+}
+
+fn goto(h: &mut StudioHarness, page: Page) {
+    click(h, page.title());
+    assert_eq!(app(h).prefs.page, page);
+}
+
+fn load_fixture_model(h: &mut StudioHarness) {
+    goto(h, Page::Model);
+    click(h, "Load model");
+    step_until(h, "the model to load", 60, |a| a.model.loaded.is_some() || a.model.error.is_some());
+    if let Some((_, e)) = &app(h).model.error {
+        panic!("the fixture model failed to load: {e}");
+    }
+    h.step();
+    assert!(h.query_by_label("llama").is_some(), "the model card shows the architecture");
+    assert!(h.query_by_label_contains("Trainable parameters").is_some(), "the memory estimate is shown");
+}
+
+fn open_dataset(h: &mut StudioHarness, path: &Path) {
+    goto(h, Page::Dataset);
+    app_mut(h).prefs.dataset_input = path.display().to_string();
+    click(h, "Open dataset");
+    let path = path.to_path_buf();
+    step_until(h, "the dataset report", 60, move |a| {
+        !a.dataset_panel.is_inspecting()
+            && (a.dataset_panel.report.as_ref().is_some_and(|r| r.path == path)
+                || a.dataset_panel.error.as_ref().is_some_and(|e| e.0 == path))
+    });
+}
+
+#[test]
+fn open_model_train_browse_checkpoint_and_chat() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_dataset(tmp.path());
+    let runs = tmp.path().join("runs");
+    let mut h = harness_with(test_prefs(&runs, 6), true);
+
+    load_fixture_model(&mut h);
+
+    open_dataset(&mut h, &data);
+    step_until(&mut h, "token statistics under the model's tokenizer", 60, |a| {
+        a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some())
+    });
+    {
+        let report = app(&h).dataset_panel.report.clone().unwrap();
+        assert_eq!(report.rows("train"), 8);
+        assert_eq!(report.rows("valid"), 2);
+        assert_eq!(report.problem_count(), 0);
+        assert!(!report.preview.is_empty(), "rows are previewed through the chat template");
+        let pieces = &report.preview[0].pieces;
+        assert!(pieces.iter().any(|(_, trained)| *trained) && pieces.iter().any(|(_, trained)| !*trained));
+    }
+    h.step();
+    assert!(h.query_by_label_contains("truncated at max seq len 64").is_some());
+
+    // Invalid settings are explained, and training cannot start with them.
+    goto(&mut h, Page::Settings);
+    let targets = std::mem::take(&mut app_mut(&mut h).prefs.train.lora.targets);
+    h.step();
+    assert!(h.query_by_label_contains("at least one LoRA target").is_some());
+    app_mut(&mut h).prefs.train.lora.targets = targets;
+
+    goto(&mut h, Page::Training);
+    click(&mut h, "Start training");
+    step_until(&mut h, "loss points", 120, |a| a.training_panel.run.as_ref().is_some_and(|r| r.loss.len() >= 2));
+    step_until(&mut h, "the run to finish", 180, |a| !a.training_panel.is_active());
+    {
+        let t = &app(&h).training_panel;
+        assert_eq!(t.status, RunStatus::Finished { stopped_early: false }, "log: {:?}", t.log);
+        let run = t.run.as_ref().unwrap();
+        assert_eq!(run.loss.len(), 6);
+        assert!(!run.val_loss.is_empty(), "validation loss was plotted");
+        assert!(!run.checkpoints.is_empty(), "checkpoints were reported");
+    }
+
+    goto(&mut h, Page::Checkpoints);
+    step_until(&mut h, "the run and its checkpoints in the browser", 30, |a| {
+        a.checkpoints_panel.runs.iter().any(|r| !r.checkpoints.is_empty())
+    });
+    h.step();
+    let opens = h.get_all_by_label("Open in chat").count();
+    assert!(opens >= 1, "each checkpoint has an Open in chat button");
+    h.get_all_by_label("Open in chat").next().unwrap().click();
+    h.step();
+    h.step();
+    assert_eq!(app(&h).prefs.page, Page::Chat);
+    assert!(app(&h).chat_panel.adapter.is_some(), "the checkpoint is the chat's adapter");
+
+    app_mut(&mut h).chat_panel.input = "What is the capital of France?".into();
+    h.step();
+    click(&mut h, "Send");
+    step_until(&mut h, "the adapter's reply to stream in", 60, |a| {
+        a.chat_panel.exchanges.last().and_then(|e| e.adapter.as_ref()).is_some_and(|r| !r.streaming)
+    });
+    let reply = app(&h).chat_panel.exchanges.last().unwrap().adapter.clone().unwrap();
+    assert!(reply.error.is_none(), "generation failed: {:?}", reply.error);
+    assert!(reply.pieces >= 1, "tokens arrived one piece at a time");
+    let stats = reply.stats.expect("final statistics");
+    assert!(stats.new_tokens >= 1);
+    assert!(reply.adapter.is_some(), "the reply came from the adapter side");
+}
+
+#[test]
+fn side_by_side_chat_streams_both_columns_while_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_dataset(tmp.path());
+    let runs = tmp.path().join("runs");
+    let mut h = harness_with(test_prefs(&runs, 400), true);
+    load_fixture_model(&mut h);
+    open_dataset(&mut h, &data);
+    step_until(&mut h, "token statistics", 60, |a| a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()));
+    goto(&mut h, Page::Training);
+    click(&mut h, "Start training");
+    step_until(&mut h, "a first checkpoint", 120, |a| {
+        a.training_panel.run.as_ref().is_some_and(|r| !r.checkpoints.is_empty())
+    });
+    let checkpoint = app(&h).training_panel.run.as_ref().unwrap().checkpoints[0].1.clone();
+    {
+        let a = app_mut(&mut h);
+        a.chat_panel.adapter = Some(checkpoint);
+        a.prefs.chat.mode = metal_candle::studio::chat_panel::ChatMode::SideBySide;
+        a.chat_panel.input = "Hi".into();
+    }
+    goto(&mut h, Page::Chat);
+    click(&mut h, "Send");
+    step_until(&mut h, "both replies", 60, |a| {
+        a.chat_panel.exchanges.last().is_some_and(|e| {
+            e.base.as_ref().is_some_and(|r| !r.streaming) && e.adapter.as_ref().is_some_and(|r| !r.streaming)
+        })
+    });
+    assert!(app(&h).training_panel.is_active(), "training went on while chatting");
+    let ex = app(&h).chat_panel.exchanges.last().unwrap().clone();
+    for r in [ex.base.unwrap(), ex.adapter.unwrap()] {
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert!(r.stats.is_some());
+    }
+    goto(&mut h, Page::Training);
+    click(&mut h, "Stop");
+    step_until(&mut h, "the run to stop", 120, |a| !a.training_panel.is_active());
+}
+
+#[test]
+fn a_run_stops_midway() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_dataset(tmp.path());
+    let runs = tmp.path().join("runs");
+    let mut h = harness(test_prefs(&runs, 2000));
+    load_fixture_model(&mut h);
+    open_dataset(&mut h, &data);
+    step_until(&mut h, "token statistics", 60, |a| a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()));
+    goto(&mut h, Page::Training);
+    click(&mut h, "Start training");
+    step_until(&mut h, "a few steps", 120, |a| a.training_panel.run.as_ref().is_some_and(|r| r.loss.len() >= 3));
+
+    click(&mut h, "Pause");
+    step_until(&mut h, "the run to pause", 60, |a| a.training_panel.status == RunStatus::Paused);
+    let paused_at = app(&h).training_panel.run.as_ref().unwrap().step;
+    for _ in 0..20 {
+        h.step();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(app(&h).training_panel.run.as_ref().unwrap().step, paused_at, "no steps while paused");
+    click(&mut h, "Resume");
+
+    click(&mut h, "Stop");
+    step_until(&mut h, "the run to stop", 120, |a| !a.training_panel.is_active());
+    let t = &app(&h).training_panel;
+    assert_eq!(t.status, RunStatus::Finished { stopped_early: true }, "log: {:?}", t.log);
+    let run = t.run.as_ref().unwrap();
+    assert!(run.step < 2000, "stopped at step {}", run.step);
+    assert!(t.log.iter().any(|l| l.text.contains("stopped")));
+}
+
+#[test]
+fn a_malformed_dataset_shows_its_errors_with_line_numbers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.jsonl");
+    let lines = [
+        chat_line("Hello?", "Hi."),
+        "{\"messages\": [".to_string(),
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"no reply\"}]}".to_string(),
+        chat_line("Fine?", "Yes."),
+        "[1, 2, 3]".to_string(),
+    ];
+    std::fs::write(&bad, lines.join("\n") + "\n").unwrap();
+    let mut h = harness(test_prefs(&tmp.path().join("runs"), 5));
+    open_dataset(&mut h, &bad);
+    let report = app(&h).dataset_panel.report.clone().expect("a report, not a crash");
+    assert_eq!(report.rows("train"), 2);
+    let lines: Vec<usize> = report.splits[0].problems.iter().map(|p| p.0).collect();
+    assert_eq!(lines, vec![2, 3, 5]);
+    h.step();
+    assert!(h.query_by_label("bad.jsonl:2").is_some(), "each problem is listed with file and line");
+    assert!(h.query_by_label("bad.jsonl:3").is_some());
+    assert!(h.query_by_label_contains("no assistant message").is_some());
+    assert!(h.query_by_label_contains("3 rows cannot be used").is_some());
+
+    // A path that does not exist is an error in the panel too.
+    open_dataset(&mut h, &tmp.path().join("missing.jsonl"));
+    assert!(app(&h).dataset_panel.error.is_some());
+    h.step();
+    assert!(h.query_by_label_contains("Cannot read").is_some());
+}
+
+#[test]
+fn a_model_that_fails_to_load_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut prefs = test_prefs(&tmp.path().join("runs"), 5);
+    prefs.model_path = tmp.path().join("no-such-model").display().to_string();
+    let mut h = harness(prefs);
+    click(&mut h, "Load model");
+    step_until(&mut h, "the load error", 30, |a| a.model.error.is_some());
+    h.step();
+    assert!(h.query_by_label_contains("Could not load").is_some());
+    assert!(app(&h).model.loaded.is_none());
+}
+
+#[test]
+fn every_page_renders_with_named_widgets_before_anything_is_loaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut h = harness(test_prefs(&tmp.path().join("runs"), 5));
+    for page in Page::ALL {
+        goto(&mut h, page);
+        for _ in 0..3 {
+            h.step();
+        }
+        h.check_accessibility();
+    }
+    goto(&mut h, Page::Settings);
+    h.step();
+    assert!(h.query_by_label_contains("Not ready: Load a base model first").is_some());
+}
