@@ -96,10 +96,21 @@ pub fn available() -> bool {
     blas().is_some()
 }
 
-/// Load the library now (call early, before worker threads start, since it sets an environment variable).
+/// Load the library now (call early, before worker threads start, since it sets environment variables).
+///
+/// With OpenBLAS doing the large multiplies on its own threads, Candle's spinning worker pool for the
+/// remaining element-wise work only competes with it for the same cores, so unless the user chose a thread
+/// count we run Candle's element-wise ops on the calling thread.
 pub fn init() {
-    let _ = blas();
+    if blas().is_some() && std::env::var_os("CANDLE_NUM_THREADS").is_none() && std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
 }
+
+/// Below this many rows a multiply is a matrix-vector product bound by memory bandwidth, where Candle's
+/// GEMM does as well and OpenBLAS's thread wake-ups only add latency (token-by-token decoding).
+pub const MIN_ROWS: usize = 8;
 
 /// `c (m, n) = a (m, k) · op(b)` with row-major contiguous buffers, where `op(b)` is `b^T` for `b` stored
 /// (n, k) when `b_transposed`, else `b` stored (k, n). Returns false when no BLAS is loaded.

@@ -89,10 +89,10 @@ fn blas_frozen_matmul(
     layout: &candle_core::Layout,
     weight_transposed: bool,
 ) -> Option<(candle_core::CpuStorage, candle_core::Shape)> {
-    if !crate::engine::blas::available() {
+    let (rows, k) = layout.shape().dims2().ok()?;
+    if rows < crate::engine::blas::MIN_ROWS || !crate::engine::blas::available() {
         return None;
     }
-    let (rows, k) = layout.shape().dims2().ok()?;
     let (start, end) = layout.contiguous_offsets()?;
     let candle_core::CpuStorage::F32(x) = storage else { return None };
     let (w_storage, w_layout) = weight.storage_and_layout();
