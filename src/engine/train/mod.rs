@@ -141,9 +141,12 @@ impl StepRunner {
             let store = scaled.backward()?;
             for (i, v) in vars.iter().enumerate() {
                 if let Some(g) = store.get(v.as_tensor()) {
+                    // Detached: a gradient's op history would otherwise keep this step's whole forward graph
+                    // alive inside the optimizer's moments, step after step.
+                    let g = g.detach();
                     grads[i] = Some(match grads[i].take() {
-                        Some(acc) => (acc + g)?,
-                        None => g.clone(),
+                        Some(acc) => (acc + g)?.detach(),
+                        None => g,
                     });
                 }
             }

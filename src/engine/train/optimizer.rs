@@ -49,7 +49,7 @@ impl AdamW {
         let bias1 = 1.0 - b1.powi(t);
         let bias2 = 1.0 - b2.powi(t);
         for (i, (_, p)) in self.params.iter().enumerate() {
-            let g = &grads[i];
+            let g = &grads[i].detach();
             let m = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?;
             let v = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
             let denom = ((v.clone() / bias2)?.sqrt()? + self.hp.eps)?;
@@ -60,8 +60,8 @@ impl AdamW {
                 p.as_tensor().clone()
             };
             p.set(&(decayed - (update * lr)?)?)?;
-            self.m[i] = m;
-            self.v[i] = v;
+            self.m[i] = m.detach();
+            self.v[i] = v.detach();
         }
         Ok(())
     }
@@ -108,7 +108,7 @@ pub fn clip_grads(grads: &mut [Tensor], norm: f64, max_norm: f64) -> Result<()> 
     let coef = max_norm / (norm + 1e-6);
     if coef < 1.0 {
         for g in grads.iter_mut() {
-            *g = (&*g * coef)?;
+            *g = (&*g * coef)?.detach();
         }
     }
     Ok(())
