@@ -10,6 +10,9 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, grad: bool) -> Result<Ten
     if !grad {
         return candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps as f32);
     }
+    if is_cpu_f32(x) {
+        return x.contiguous()?.apply_op1(RmsNormOp { weight: weight.clone(), eps: eps as f32 });
+    }
     let dtype = x.dtype();
     let xf = upcast(x)?;
     let mean_sq = xf.sqr()?.mean_keepdim(D::Minus1)?;
@@ -22,6 +25,10 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, grad: bool) -> Result<Ten
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, grad: bool) -> Result<Tensor> {
     if !grad {
         return candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin);
+    }
+    if is_cpu_f32(x) {
+        // A rotation's gradient is the inverse rotation: rope with -sin.
+        return x.contiguous()?.apply_op1(RopeOp { cos: cos.clone(), sin: sin.clone() });
     }
     let half = x.dim(D::Minus1)? / 2;
     let x1 = x.narrow(D::Minus1, 0, half)?;
@@ -38,7 +45,170 @@ pub fn softmax_last_dim(x: &Tensor, grad: bool) -> Result<Tensor> {
     if !grad {
         return candle_nn::ops::softmax_last_dim(&x.contiguous()?);
     }
+    if is_cpu_f32(x) {
+        return x.contiguous()?.apply_op1(SoftmaxOp);
+    }
     candle_nn::ops::softmax(x, D::Minus1)
+}
+
+fn is_cpu_f32(x: &Tensor) -> bool {
+    x.device().is_cpu() && x.dtype() == DType::F32
+}
+
+/// Contiguous f32 data of a CPU storage.
+fn f32_data<'a>(storage: &'a candle_core::CpuStorage, layout: &candle_core::Layout) -> Result<&'a [f32]> {
+    let Some((start, end)) = layout.contiguous_offsets() else { candle_core::bail!("expected a contiguous tensor") };
+    match storage {
+        candle_core::CpuStorage::F32(v) => Ok(&v[start..end]),
+        _ => candle_core::bail!("expected f32"),
+    }
+}
+
+fn f32_of(t: &Tensor) -> Result<Vec<f32>> {
+    t.flatten_all()?.to_vec1::<f32>()
+}
+
+/// Fused CPU RMS norm whose backward is one fused pass too (the weight is frozen: no gradient for it).
+struct RmsNormOp {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl candle_core::CustomOp1 for RmsNormOp {
+    fn name(&self) -> &'static str {
+        "rms-norm-train"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = f32_data(storage, layout)?;
+        let w = f32_of(&self.weight)?;
+        let d = w.len();
+        if d == 0 || x.len() % d != 0 {
+            candle_core::bail!("rms norm: input width does not match the weight ({d})");
+        }
+        let mut out = vec![0f32; x.len()];
+        for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
+            let inv = 1.0 / (mean_sq + self.eps).sqrt();
+            for ((o, &v), &g) in dst.iter_mut().zip(row).zip(&w) {
+                *o = v * inv * g;
+            }
+        }
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
+        let xs = f32_of(x)?;
+        let dy = f32_of(grad_y)?;
+        let w = f32_of(&self.weight)?;
+        let d = w.len();
+        let mut dx = vec![0f32; xs.len()];
+        // dx = inv * (dy*w - xhat * mean(dy*w*xhat)), xhat = x * inv.
+        for ((row, drow), out) in xs.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
+            let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
+            let inv = 1.0 / (mean_sq + self.eps).sqrt();
+            let dot = row.iter().zip(drow).zip(&w).map(|((&v, &g), &wv)| g * wv * v * inv).sum::<f32>() / d as f32;
+            for (((o, &v), &g), &wv) in out.iter_mut().zip(row).zip(drow).zip(&w) {
+                *o = inv * (g * wv - v * inv * dot);
+            }
+        }
+        Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
+    }
+}
+
+/// Rope on the CPU with a backward pass (the inverse rotation).
+struct RopeOp {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+fn rope_cpu(x: &[f32], dims: &[usize], cos: &[f32], sin: &[f32], sign: f32) -> Vec<f32> {
+    let d = dims[dims.len() - 1];
+    let t = dims[dims.len() - 2];
+    let half = d / 2;
+    let mut out = vec![0f32; x.len()];
+    for (i, (src, dst)) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
+        let pos = i % t;
+        let (c, s) = (&cos[pos * half..(pos + 1) * half], &sin[pos * half..(pos + 1) * half]);
+        for j in 0..half {
+            let (x1, x2) = (src[j], src[j + half]);
+            let sj = sign * s[j];
+            dst[j] = x1 * c[j] - x2 * sj;
+            dst[j + half] = x2 * c[j] + x1 * sj;
+        }
+    }
+    out
+}
+
+impl candle_core::CustomOp1 for RopeOp {
+    fn name(&self) -> &'static str {
+        "rope-train"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = f32_data(storage, layout)?;
+        let dims = layout.shape().dims();
+        let out = rope_cpu(x, dims, &f32_of(&self.cos)?, &f32_of(&self.sin)?, 1.0);
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
+        let dy = f32_of(grad_y)?;
+        let out = rope_cpu(&dy, x.dims(), &f32_of(&self.cos)?, &f32_of(&self.sin)?, -1.0);
+        Ok(Some(Tensor::from_vec(out, x.shape(), x.device())?))
+    }
+}
+
+/// Softmax over the last dimension on the CPU with a fused backward: dx = y * (dy - sum(dy * y)).
+struct SoftmaxOp;
+
+impl candle_core::CustomOp1 for SoftmaxOp {
+    fn name(&self) -> &'static str {
+        "softmax-train"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = f32_data(storage, layout)?;
+        let d = layout.shape().dims().last().copied().unwrap_or(1).max(1);
+        let mut out = vec![0f32; x.len()];
+        for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for (o, &v) in dst.iter_mut().zip(row) {
+                *o = (v - max).exp();
+                sum += *o;
+            }
+            let inv = 1.0 / sum;
+            dst.iter_mut().for_each(|o| *o *= inv);
+        }
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
+        let ys = f32_of(y)?;
+        let dy = f32_of(grad_y)?;
+        let d = x.dims().last().copied().unwrap_or(1).max(1);
+        let mut dx = vec![0f32; ys.len()];
+        for ((yr, gr), out) in ys.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
+            let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
+            for ((o, &yv), &g) in out.iter_mut().zip(yr).zip(gr) {
+                *o = yv * (g - dot);
+            }
+        }
+        Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
+    }
 }
 
 /// Half-precision tensors converted to f32 for numerically sensitive steps (softmax, loss); f32 and f64 stay.
@@ -331,7 +501,7 @@ mod tests {
     use candle_core::{Device, Var};
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+        (a - b).unwrap().abs().unwrap().max_all().unwrap().to_dtype(DType::F32).unwrap().to_scalar().unwrap()
     }
 
     #[test]
@@ -375,5 +545,37 @@ mod tests {
         let sin = Tensor::randn(0f32, 1.0, (4, 4), &dev).unwrap();
         assert!(max_diff(&rope(&x, &cos, &sin, true).unwrap(), &rope(&x, &cos, &sin, false).unwrap()) < 1e-5);
         assert!(max_diff(&softmax_last_dim(&x, true).unwrap(), &softmax_last_dim(&x, false).unwrap()) < 1e-6);
+    }
+
+    /// The fused CPU f32 ops (forward and backward) against the composed versions, run in f64.
+    #[test]
+    fn fused_training_ops_match_composed_gradients() {
+        let dev = Device::Cpu;
+        let x64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+        let w64 = Tensor::randn(1f64, 0.2, 8, &dev).unwrap();
+        let cos64 = Tensor::randn(0f64, 1.0, (5, 4), &dev).unwrap();
+        let sin64 = Tensor::randn(0f64, 1.0, (5, 4), &dev).unwrap();
+        let up = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+        type Op = fn(&Tensor, &Tensor, &Tensor, &Tensor) -> Result<Tensor>;
+        let cases: [(&str, Op); 3] = [
+            ("rms_norm", |x, w, _, _| rms_norm(x, w, 1e-6, true)),
+            ("rope", |x, _, c, s| rope(x, c, s, true)),
+            ("softmax", |x, _, _, _| softmax_last_dim(x, true)),
+        ];
+        for (name, op) in cases {
+            let run = |dtype: DType| {
+                let x = Var::from_tensor(&x64.to_dtype(dtype).unwrap()).unwrap();
+                let (w, c, s) = (w64.to_dtype(dtype).unwrap(), cos64.to_dtype(dtype).unwrap(), sin64.to_dtype(dtype).unwrap());
+                let y = op(x.as_tensor(), &w, &c, &s).unwrap();
+                // A non-trivial upstream gradient.
+                let loss = (y.clone() * up.to_dtype(dtype).unwrap()).unwrap().sum_all().unwrap();
+                let g = loss.backward().unwrap().get(x.as_tensor()).unwrap().to_dtype(DType::F64).unwrap();
+                (y.to_dtype(DType::F64).unwrap(), g)
+            };
+            let (y32, g32) = run(DType::F32);
+            let (y64, g64) = run(DType::F64);
+            assert!(max_diff(&y32, &y64) < 1e-4, "{name}: forward differs");
+            assert!(max_diff(&g32, &g64) < 1e-3, "{name}: gradient differs");
+        }
     }
 }
