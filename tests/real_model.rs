@@ -127,3 +127,52 @@ fn bad_input_gives_clear_errors_not_panics() {
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success() && err.contains("context"), "{err}");
 }
+
+#[test]
+fn smollm2_learns_the_sample_format_and_applies_it_to_a_new_country() {
+    use metal_candle::engine::train::{self, LoraSettings, TrainConfig, TrainControl, TrainEvent};
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = smollm2_path();
+    let base = load_model(&model_path, &Device::Cpu, DType::F32).unwrap();
+    let cfg = TrainConfig {
+        model: model_path.clone(),
+        data: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat"),
+        out: dir.path().to_path_buf(),
+        run_name: Some("format".into()),
+        lora: LoraSettings { rank: 8, alpha: 16.0, targets: vec!["all-linear".into()], ..Default::default() },
+        iters: Some(24),
+        epochs: None,
+        batch_size: 4,
+        seq_len: 96,
+        lr: 2e-3,
+        warmup: 3,
+        val_every: 0,
+        save_every: 0,
+        device: metal_candle::engine::device::DeviceChoice::Cpu,
+        ..Default::default()
+    };
+    let mut val_losses = Vec::new();
+    let run_dir = train::run_training(&cfg, &base, &TrainControl::default(), &mut |e| {
+        if let TrainEvent::Eval { val_loss, .. } = e {
+            val_losses.push(val_loss);
+        }
+    })
+    .unwrap();
+    assert!(val_losses.last().copied().unwrap_or(f64::MAX) < 0.3, "validation loss {val_losses:?}");
+
+    // Iceland is not in the dataset: the adapter must apply the learned format to it.
+    let mut tuned = load_model(&model_path, &Device::Cpu, DType::F32).unwrap();
+    metal_candle::engine::checkpoint::load_adapter(&mut tuned.model, &run_dir.join("checkpoint-24")).unwrap();
+    let prompt_ids = tuned.encode_chat(&[ChatMessage::new("user", "Tell me about Iceland.")]).unwrap();
+    let req = GenerateRequest {
+        prompt_ids,
+        max_new_tokens: 40,
+        sampling: SamplingParams::greedy(),
+        eos_token_ids: tuned.eos_token_ids.clone(),
+        ignore_eos: false,
+        stop_strings: vec![],
+    };
+    let out = generate(&tuned.model, &tuned.tokenizer, &req, &mut |_| true).unwrap();
+    assert!(out.text.starts_with("Iceland -> capital: ") && out.text.contains("; continent: "), "{:?}", out.text);
+    assert_eq!(out.stop_reason, metal_candle::engine::generate::StopReason::Eos, "the adapter learned to stop");
+}
