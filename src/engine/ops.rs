@@ -281,6 +281,75 @@ fn blas_frozen_matmul(
     Some((candle_core::CpuStorage::F32(out), (rows, n).into()))
 }
 
+/// Token-by-token decoding multiplies one row by every weight matrix: a pass over the weights bound by
+/// memory bandwidth, which one core cannot saturate. Split the output rows over a small pool of threads.
+fn gemv_frozen(
+    weight: &Tensor,
+    storage: &candle_core::CpuStorage,
+    layout: &candle_core::Layout,
+) -> Option<(candle_core::CpuStorage, candle_core::Shape)> {
+    use rayon::prelude::*;
+    let (rows, k) = layout.shape().dims2().ok()?;
+    if rows != 1 || gemv_disabled() {
+        return None;
+    }
+    let pool = gemv_pool()?;
+    let (start, end) = layout.contiguous_offsets()?;
+    let candle_core::CpuStorage::F32(x) = storage else { return None };
+    let x = &x[start..end];
+    let (w_storage, w_layout) = weight.storage_and_layout();
+    let (w_start, w_end) = w_layout.contiguous_offsets()?;
+    let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(w)) = &*w_storage else { return None };
+    let w = &w[w_start..w_end];
+    let (n, w_k) = w_layout.shape().dims2().ok()?;
+    if w_k != k {
+        return None;
+    }
+    let mut out = vec![0f32; n];
+    const ROWS_PER_TASK: usize = 64;
+    pool.install(|| {
+        out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(chunk, dst)| {
+            for (i, o) in dst.iter_mut().enumerate() {
+                let row = chunk * ROWS_PER_TASK + i;
+                *o = dot(x, &w[row * k..(row + 1) * k]);
+            }
+        })
+    });
+    Some((candle_core::CpuStorage::F32(out), (1, n).into()))
+}
+
+/// `METAL_CANDLE_NO_GEMV=1` falls back to Candle's GEMM (for A/B measurements).
+fn gemv_disabled() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DISABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_NO_GEMV").is_some())
+}
+
+fn gemv_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("metal-candle-gemv-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Dot product with independent accumulators so the compiler vectorises it.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let (ac, bc) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 impl FrozenMatmulT {
     fn dims(&self, layout: &candle_core::Layout) -> Result<(usize, usize, usize)> {
         let (rows, k) = layout.shape().dims2()?;
@@ -323,6 +392,9 @@ impl candle_core::CustomOp1 for FrozenMatmulT {
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
         self.dims(layout)?;
+        if let Some(out) = gemv_frozen(&self.weight, storage, layout) {
+            return Ok(out);
+        }
         if let Some(out) = blas_frozen_matmul(&self.weight, storage, layout, true) {
             return Ok(out);
         }
