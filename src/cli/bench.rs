@@ -79,14 +79,9 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let r = bench::bench_train(&m, &lora, args.batch_size, args.seq_len, args.steps, args.warmup)?;
-    let device = device_name(m.model.device());
-    let dtype = format!("{:?}", m.model.dtype()).to_lowercase();
+    let (device, dtype) = device_and_dtype(&m);
     if args.json {
-        let mut v = serde_json::to_value(&r)?;
-        v["impl"] = "metal-candle".into();
-        v["device"] = device.into();
-        v["dtype"] = dtype.into();
-        println!("{v}");
+        print_json(&r, device, Some(&dtype))?;
     } else {
         println!(
             "metal-candle train on {device} {dtype}: batch {}x{}, rank {} on {}: {:.3} s/step, {:.0} tokens/s, peak RSS {}",
@@ -107,10 +102,7 @@ fn lora(args: &LoraBenchArgs) -> anyhow::Result<()> {
     let rows = bench::bench_lora_micro(&device, args.repeats)?;
     if args.json {
         for r in &rows {
-            let mut v = serde_json::to_value(r)?;
-            v["impl"] = "metal-candle".into();
-            v["device"] = device_name(&device).into();
-            println!("{v}");
+            print_json(r, device_name(&device), None)?;
         }
         return Ok(());
     }
@@ -131,19 +123,30 @@ fn lora(args: &LoraBenchArgs) -> anyhow::Result<()> {
 fn generate(args: &GenerateBenchArgs) -> anyhow::Result<()> {
     let m = args.model.load()?;
     let r = bench::bench_generate(&m, args.prompt_tokens, args.new_tokens, args.repeats)?;
-    let device = device_name(m.model.device());
-    let dtype = format!("{:?}", m.model.dtype()).to_lowercase();
+    let (device, dtype) = device_and_dtype(&m);
     if args.json {
-        let mut v = serde_json::to_value(&r)?;
-        v["impl"] = "metal-candle".into();
-        v["device"] = device.into();
-        v["dtype"] = dtype.into();
-        println!("{v}");
+        print_json(&r, device, Some(&dtype))?;
     } else {
         println!(
             "metal-candle generate on {device} {dtype}: prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens), best of {}",
             r.prefill_tokens_per_sec, r.prompt_tokens, r.decode_tokens_per_sec, r.new_tokens, r.repeats
         );
     }
+    Ok(())
+}
+
+fn device_and_dtype(m: &crate::engine::model::LoadedModel) -> (&'static str, String) {
+    (device_name(m.model.device()), format!("{:?}", m.model.dtype()).to_lowercase())
+}
+
+/// One JSON line: the result's fields plus which implementation, device and dtype produced it.
+fn print_json(result: &impl serde::Serialize, device: &str, dtype: Option<&str>) -> anyhow::Result<()> {
+    let mut v = serde_json::to_value(result)?;
+    v["impl"] = "metal-candle".into();
+    v["device"] = device.into();
+    if let Some(dtype) = dtype {
+        v["dtype"] = dtype.into();
+    }
+    println!("{v}");
     Ok(())
 }

@@ -234,21 +234,18 @@ pub fn frozen_matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     let in_features = dims[dims.len() - 1];
     let rows = x.elem_count() / in_features.max(1);
     let x2 = x.reshape((rows, in_features))?;
-    let y = x2.contiguous()?.apply_op1(FrozenMatmulT { weight: weight.clone() })?;
+    let y = x2.contiguous()?.apply_op1(FrozenMatmul { weight: weight.clone(), transposed: true })?;
     let mut out_dims = dims;
     let last = out_dims.len() - 1;
     out_dims[last] = weight.dim(0)?;
     y.reshape(out_dims)
 }
 
-/// `x W^T` (or `x W` when `transposed` is false) with the weight held inside the op, so autograd sees only `x`.
-struct FrozenMatmulT {
+/// `x W^T` (or `x W` when `transposed` is false) with the weight held inside the op, so autograd sees
+/// only `x`. The backward of the transposed product is the plain one, which itself is never differentiated.
+struct FrozenMatmul {
     weight: Tensor,
-}
-
-/// `g W` for the backward pass of [`FrozenMatmulT`]; never part of a graph itself.
-struct FrozenMatmulN {
-    weight: Tensor,
+    transposed: bool,
 }
 
 /// Multiply a contiguous f32 CPU input by the held weight through OpenBLAS when it is loaded.
@@ -350,24 +347,26 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-impl FrozenMatmulT {
-    fn dims(&self, layout: &candle_core::Layout) -> Result<(usize, usize, usize)> {
-        let (rows, k) = layout.shape().dims2()?;
-        let (out, k_w) = self.weight.dims2()?;
+impl FrozenMatmul {
+    fn check(&self, layout: &candle_core::Layout) -> Result<()> {
+        let (_, k) = layout.shape().dims2()?;
+        let (d0, d1) = self.weight.dims2()?;
+        let k_w = if self.transposed { d1 } else { d0 };
         if k != k_w {
             candle_core::bail!("frozen matmul: input has {k} features, weight expects {k_w}");
         }
-        Ok((rows, k, out))
+        Ok(())
     }
 }
 
 /// Candle's matmul of `storage` by the weight (transposed or not) on any backend.
 macro_rules! backend_matmul {
-    ($self:ident, $storage:ident, $layout:ident, $variant:ident, $transposed:expr) => {{
+    ($self:ident, $storage:ident, $layout:ident, $variant:ident) => {{
         use candle_core::backend::BackendStorage;
+        $self.check($layout)?;
         let (rows, k) = $layout.shape().dims2()?;
         let (w_storage, w_layout) = $self.weight.storage_and_layout();
-        let (rhs_layout, n) = if $transposed {
+        let (rhs_layout, n) = if $self.transposed {
             (w_layout.transpose(0, 1)?, w_layout.shape().dims2()?.0)
         } else {
             (w_layout.clone(), w_layout.shape().dims2()?.1)
@@ -381,9 +380,9 @@ macro_rules! backend_matmul {
     }};
 }
 
-impl candle_core::CustomOp1 for FrozenMatmulT {
+impl candle_core::CustomOp1 for FrozenMatmul {
     fn name(&self) -> &'static str {
-        "frozen-matmul-t"
+        "frozen-matmul"
     }
 
     fn cpu_fwd(
@@ -391,14 +390,16 @@ impl candle_core::CustomOp1 for FrozenMatmulT {
         storage: &candle_core::CpuStorage,
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        self.dims(layout)?;
-        if let Some(out) = gemv_frozen(&self.weight, storage, layout) {
+        self.check(layout)?;
+        if self.transposed {
+            if let Some(out) = gemv_frozen(&self.weight, storage, layout) {
+                return Ok(out);
+            }
+        }
+        if let Some(out) = blas_frozen_matmul(&self.weight, storage, layout, self.transposed) {
             return Ok(out);
         }
-        if let Some(out) = blas_frozen_matmul(&self.weight, storage, layout, true) {
-            return Ok(out);
-        }
-        backend_matmul!(self, storage, layout, Cpu, true)
+        backend_matmul!(self, storage, layout, Cpu)
     }
 
     #[cfg(feature = "cuda")]
@@ -407,8 +408,7 @@ impl candle_core::CustomOp1 for FrozenMatmulT {
         storage: &candle_core::CudaStorage,
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
-        self.dims(layout)?;
-        backend_matmul!(self, storage, layout, Cuda, true)
+        backend_matmul!(self, storage, layout, Cuda)
     }
 
     #[cfg(target_os = "macos")]
@@ -417,48 +417,15 @@ impl candle_core::CustomOp1 for FrozenMatmulT {
         storage: &candle_core::MetalStorage,
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::MetalStorage, candle_core::Shape)> {
-        self.dims(layout)?;
-        backend_matmul!(self, storage, layout, Metal, true)
+        backend_matmul!(self, storage, layout, Metal)
     }
 
     fn bwd(&self, _x: &Tensor, _y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
-        let grad = grad_y.contiguous()?.apply_op1_no_bwd(&FrozenMatmulN { weight: self.weight.clone() })?;
-        Ok(Some(grad))
-    }
-}
-
-impl candle_core::CustomOp1 for FrozenMatmulN {
-    fn name(&self) -> &'static str {
-        "frozen-matmul-n"
-    }
-
-    fn cpu_fwd(
-        &self,
-        storage: &candle_core::CpuStorage,
-        layout: &candle_core::Layout,
-    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        if let Some(out) = blas_frozen_matmul(&self.weight, storage, layout, false) {
-            return Ok(out);
+        if !self.transposed {
+            candle_core::bail!("frozen matmul: the backward product is not differentiable");
         }
-        backend_matmul!(self, storage, layout, Cpu, false)
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &candle_core::Layout,
-    ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
-        backend_matmul!(self, storage, layout, Cuda, false)
-    }
-
-    #[cfg(target_os = "macos")]
-    fn metal_fwd(
-        &self,
-        storage: &candle_core::MetalStorage,
-        layout: &candle_core::Layout,
-    ) -> Result<(candle_core::MetalStorage, candle_core::Shape)> {
-        backend_matmul!(self, storage, layout, Metal, false)
+        let plain = FrozenMatmul { weight: self.weight.clone(), transposed: false };
+        Ok(Some(grad_y.contiguous()?.apply_op1_no_bwd(&plain)?))
     }
 }
 
