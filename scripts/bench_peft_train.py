@@ -11,6 +11,8 @@ resource.getrusage; torch.cuda.max_memory_allocated on GPU). Prints one JSON lin
 
     python scripts/bench_peft_train.py --gguf models/smollm2/SmolLM2-135M-Instruct-Q4_1.gguf \
         --batch-size 4 --seq-len 128 --rank 8 --targets q_proj,v_proj --steps 5
+
+--hf-dir DIR loads a Hugging Face model folder instead (e.g. one from scripts/make_smollm2_hf.py).
 """
 from __future__ import annotations
 
@@ -60,7 +62,9 @@ def vm_hwm_bytes() -> int | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gguf", required=True, type=Path)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--gguf", type=Path)
+    src.add_argument("--hf-dir", type=Path, help="a Hugging Face model folder instead of a GGUF")
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--rank", type=int, default=8)
@@ -87,9 +91,12 @@ def main() -> None:
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
 
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(
-        args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32, attn_implementation="eager"
-    )
+    if args.gguf is not None:
+        model = AutoModelForCausalLM.from_pretrained(
+            args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32, attn_implementation="eager"
+        )
+    else:
+        model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32, attn_implementation="eager")
     model = model.to(device=dev, dtype=dtype)
     model.config.use_cache = False
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -150,7 +157,7 @@ def main() -> None:
     tokens = args.batch_size * args.seq_len
     res = {
         "impl": "transformers+peft",
-        "model": args.gguf.name,
+        "model": (args.gguf or args.hf_dir).name,
         "device": dev,
         "dtype": args.dtype,
         "threads": torch.get_num_threads() if dev == "cpu" else None,

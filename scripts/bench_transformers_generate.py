@@ -11,6 +11,8 @@ Each measurement is preceded by a warm-up and is the median of --repeats runs.
 Prints one JSON line.
 
     python scripts/bench_transformers_generate.py --gguf models/smollm2/SmolLM2-135M-Instruct-Q4_1.gguf
+
+--hf-dir DIR loads a Hugging Face model folder instead (e.g. one from scripts/make_smollm2_hf.py).
 """
 from __future__ import annotations
 
@@ -41,7 +43,9 @@ def timed(fn, device: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gguf", required=True, type=Path)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--gguf", type=Path)
+    src.add_argument("--hf-dir", type=Path, help="a Hugging Face model folder instead of a GGUF")
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
@@ -61,9 +65,12 @@ def main() -> None:
     dev = args.device
 
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(
-        args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32, attn_implementation="eager"
-    )
+    if args.gguf is not None:
+        model = AutoModelForCausalLM.from_pretrained(
+            args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32, attn_implementation="eager"
+        )
+    else:
+        model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32, attn_implementation="eager")
     model = model.to(device=dev, dtype=dtype).eval()
     load_s = time.perf_counter() - t0
 
@@ -114,7 +121,7 @@ def main() -> None:
 
     res = {
         "impl": "transformers",
-        "model": args.gguf.name,
+        "model": (args.gguf or args.hf_dir).name,
         "device": dev,
         "dtype": args.dtype,
         "threads": torch.get_num_threads() if dev == "cpu" else None,

@@ -191,6 +191,13 @@ fn open_model_train_browse_checkpoint_and_chat() {
         a.checkpoints_panel.runs.iter().any(|r| !r.checkpoints.is_empty())
     });
     h.step();
+    h.check_accessibility();
+    let name = app(&h).checkpoints_panel.runs[0].name.clone();
+    h.get_by_label(&format!("Overlay {name} in the comparison plot")).click();
+    h.step();
+    h.step();
+    assert_eq!(app(&h).prefs.overlay_runs.len(), 1, "ticking a run overlays it");
+    assert!(h.query_by_label("Compare runs").is_some());
     let opens = h.get_all_by_label("Open in chat").count();
     assert!(opens >= 1, "each checkpoint has an Open in chat button");
     h.get_all_by_label("Open in chat").next().unwrap().click();
@@ -211,6 +218,36 @@ fn open_model_train_browse_checkpoint_and_chat() {
     let stats = reply.stats.expect("final statistics");
     assert!(stats.new_tokens >= 1);
     assert!(reply.adapter.is_some(), "the reply came from the adapter side");
+    h.check_accessibility();
+
+    // The loaded pages name every input too.
+    for page in [Page::Model, Page::Dataset, Page::Settings, Page::Training, Page::Ranks] {
+        goto(&mut h, page);
+        h.step();
+        h.check_accessibility();
+    }
+
+    // Export the newest checkpoint as a PEFT adapter.
+    goto(&mut h, Page::Checkpoints);
+    h.get_all_by_label("Export…").next().unwrap().click();
+    h.step();
+    h.step();
+    let out = tmp.path().join("exported-peft");
+    *app_mut(&mut h).checkpoints_panel.export_out_mut().expect("the export dialog is open") = out.display().to_string();
+    click(&mut h, "Export");
+    step_until(&mut h, "the export", 60, |a| !a.checkpoints_panel.is_exporting());
+    assert!(out.join("adapter_config.json").is_file(), "PEFT export written to {}", out.display());
+
+    // Delete a checkpoint, with a confirmation first.
+    let before: usize = app(&h).checkpoints_panel.runs.iter().map(|r| r.checkpoints.len()).sum();
+    h.get_all_by_label("Delete").next().unwrap().click();
+    h.step();
+    h.step();
+    assert!(h.query_by_label_contains("cannot be undone").is_some(), "deleting asks first");
+    click(&mut h, "Delete checkpoint");
+    step_until(&mut h, "the checkpoint to disappear", 30, move |a| {
+        a.checkpoints_panel.runs.iter().map(|r| r.checkpoints.len()).sum::<usize>() == before - 1
+    });
 }
 
 #[test]
@@ -342,4 +379,40 @@ fn every_page_renders_with_named_widgets_before_anything_is_loaded() {
     goto(&mut h, Page::Settings);
     h.step();
     assert!(h.query_by_label_contains("Not ready: Load a base model first").is_some());
+}
+
+#[test]
+fn rank_explorer_probes_ranks_and_puts_one_into_the_settings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_dataset(tmp.path());
+    let mut prefs = test_prefs(&tmp.path().join("runs"), 5);
+    prefs.rank.ranks = vec![2, 4];
+    prefs.rank.token_budget = 300;
+    prefs.train.lora.rank = 8;
+    let mut h = harness(prefs);
+    load_fixture_model(&mut h);
+    open_dataset(&mut h, &data);
+    step_until(&mut h, "token statistics", 60, |a| a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()));
+    goto(&mut h, Page::Ranks);
+    click(&mut h, "Run probes");
+    step_until(&mut h, "the probes to finish", 180, |a| !a.rank_panel.running);
+    {
+        let r = &app(&h).rank_panel;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        let ranks: Vec<usize> = r.results.iter().map(|x| x.rank).collect();
+        assert_eq!(ranks, vec![2, 4]);
+        assert!(r.results[1].trainable_params == 2 * r.results[0].trainable_params);
+    }
+    h.step();
+    h.check_accessibility();
+    h.get_all_by_label("Use this rank").last().unwrap().click();
+    h.step();
+    h.step();
+    assert_eq!(app(&h).prefs.train.lora.rank, 4, "one click puts the rank into the settings");
+
+    click(&mut h, "Run micro-benchmark");
+    step_until(&mut h, "the micro-benchmark", 180, |a| !a.rank_panel.micro_running);
+    let r = &app(&h).rank_panel;
+    assert!(r.micro_error.is_none(), "{:?}", r.micro_error);
+    assert!(r.micro.iter().any(|m| m.op == "lora" && m.backward_ms.is_some()));
 }

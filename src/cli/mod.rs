@@ -16,9 +16,42 @@ mod prelude {
 
 #[derive(Debug, Parser)]
 #[command(name = "metal-candle", version, about = "LoRA fine-tuning studio and CLI on Candle")]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Studio options (only without a subcommand).
+    #[command(flatten)]
+    pub studio: StudioArgs,
+}
+
+/// Options of the studio, which opens when no subcommand is given.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StudioArgs {
+    /// Open this model in the studio: a Hugging Face model folder or a .gguf file.
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
+    /// Open this dataset in the studio: a .jsonl file or a folder with train.jsonl.
+    #[arg(long)]
+    pub data: Option<std::path::PathBuf>,
+    /// Runs folder (default: the remembered one, or ./runs).
+    #[arg(long)]
+    pub runs: Option<std::path::PathBuf>,
+    /// Page to show first: model, dataset, lora, train, checkpoints, chat, rank.
+    #[arg(long, hide = true)]
+    pub page: Option<String>,
+    /// Start training as soon as the model and dataset are ready.
+    #[arg(long, hide = true)]
+    pub train: bool,
+    /// Record frame times for SECS seconds once training streams, print a JSON report, and close.
+    #[arg(long, hide = true, value_name = "SECS")]
+    pub measure_frames: Option<f64>,
+    /// Write the --measure-frames report to this file instead of stdout.
+    #[arg(long, hide = true)]
+    pub measure_out: Option<std::path::PathBuf>,
+    /// Neither read nor write remembered settings.
+    #[arg(long, hide = true)]
+    pub ephemeral: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -86,7 +119,7 @@ impl ModelArgs {
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        None => open_studio(),
+        None => open_studio(cli.studio),
         Some(Command::Info(a)) => inference::info(&a),
         Some(Command::Generate(a)) => inference::generate(&a),
         Some(Command::Score(a)) => inference::score(&a),
@@ -96,6 +129,28 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn open_studio() -> anyhow::Result<()> {
+#[cfg(feature = "studio")]
+fn open_studio(args: StudioArgs) -> anyhow::Result<()> {
+    use crate::studio::{Page, StudioOptions};
+    let page = match args.page.as_deref() {
+        Some(name) => Some(Page::from_name(name).ok_or_else(|| anyhow::anyhow!("unknown page `{name}`"))?),
+        None => None,
+    };
+    crate::studio::run(StudioOptions {
+        model: args.model,
+        data: args.data,
+        runs_dir: args.runs,
+        page,
+        discover_defaults: true,
+        start_training: args.train || args.measure_frames.is_some(),
+        measure_frames_secs: args.measure_frames,
+        measure_out: args.measure_out,
+        persist: !args.ephemeral,
+    })
+}
+
+#[cfg(not(feature = "studio"))]
+fn open_studio(args: StudioArgs) -> anyhow::Result<()> {
+    let _ = args;
     anyhow::bail!("this build has no studio (built without the `studio` feature); see --help for subcommands")
 }

@@ -62,6 +62,16 @@ impl CheckpointsPanel {
         self.notes.push((Tone::Ok, format!("Deleted {}", path.display())));
     }
 
+    /// Whether an export is under way.
+    pub fn is_exporting(&self) -> bool {
+        !self.exporting.is_empty()
+    }
+
+    /// The output folder field of the open export dialog.
+    pub fn export_out_mut(&mut self) -> Option<&mut String> {
+        self.export.as_mut().map(|d| &mut d.out)
+    }
+
     /// Ask the worker for the run list (a refresh while one is under way is dropped).
     pub fn request_refresh(&mut self, runs_dir: &Path, actions: &mut Vec<Action>) {
         if self.loading {
@@ -136,7 +146,10 @@ impl CheckpointsPanel {
                 ui.push_id(i, |ui| {
                     ui.horizontal(|ui| {
                         let mut overlay = ctx.prefs.overlay_runs.contains(&run.name);
-                        if ui.checkbox(&mut overlay, "").on_hover_text(format!("overlay {}", run.name)).changed() {
+                        // Without text of its own, the hover text is the checkbox's accessible name.
+                        let toggled =
+                            ui.checkbox(&mut overlay, "").on_hover_text(format!("Overlay {} in the comparison plot", run.name)).changed();
+                        if toggled {
                             if overlay {
                                 ctx.prefs.overlay_runs.push(run.name.clone());
                             } else {
@@ -148,11 +161,12 @@ impl CheckpointsPanel {
                             self.selected = Some(run.name.clone());
                         }
                     });
-                    let color = status_color(&run.status);
+                    let status = live_status(run, ctx);
+                    let color = status_color(status);
                     ui.horizontal(|ui| {
                         ui.add_space(28.0);
                         widgets::status_dot_ui(ui, color);
-                        ui.label(RichText::new(short_status(&run.status)).color(color).small());
+                        ui.label(RichText::new(short_status(status)).color(color).small());
                         ui.label(RichText::new(format!("· {} ckpt", run.checkpoints.len())).weak().small());
                         if let Some(t) = run.started_unix_secs {
                             ui.label(RichText::new(format!("· {}", fmt_age(t))).weak().small());
@@ -171,8 +185,8 @@ impl CheckpointsPanel {
         };
         ui.horizontal(|ui| {
             ui.label(RichText::new(&run.name).size(18.0).strong());
-            let color = status_color(&run.status);
-            ui.label(RichText::new(&run.status).color(color));
+            let status = live_status(run, ctx);
+            ui.label(RichText::new(status).color(status_color(status)));
         });
         ui.label(RichText::new(run.dir.display().to_string()).weak().small());
         ui.add_space(4.0);
@@ -223,6 +237,7 @@ impl CheckpointsPanel {
                 let smoothed = smooth(&train, 0.6);
                 let val = to_points(&run.val_loss);
                 Plot::new(("run-loss", &run.name))
+                    .allow_scroll(false)
                     .height(210.0)
                     .legend(Legend::default())
                     .x_axis_label("step")
@@ -309,6 +324,7 @@ impl CheckpointsPanel {
             return;
         }
         Plot::new("overlay")
+            .allow_scroll(false)
             .height(260.0)
             .legend(Legend::default())
             .x_axis_label("step")
@@ -317,10 +333,10 @@ impl CheckpointsPanel {
                 for (i, run) in chosen.iter().enumerate() {
                     let color = palette::SERIES[i % palette::SERIES.len()];
                     let train = smooth(&to_points(&run.train_loss), 0.6);
-                    plot.line(Line::new(format!("{} train", run.name), train).color(color).width(2.0));
+                    plot.line(Line::new(format!("{} train", run.name), egui_plot::PlotPoints::Owned(train)).color(color).width(2.0));
                     if !run.val_loss.is_empty() {
                         plot.line(
-                            Line::new(format!("{} val", run.name), to_points(&run.val_loss))
+                            Line::new(format!("{} val", run.name), egui_plot::PlotPoints::Owned(to_points(&run.val_loss)))
                                 .color(color)
                                 .width(1.5)
                                 .style(LineStyle::dashed_loose()),
@@ -333,14 +349,14 @@ impl CheckpointsPanel {
     fn modals_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         if let Some(path) = self.confirm_delete.clone() {
             let mut close = false;
-            egui::Modal::new(egui::Id::new("confirm-delete")).show(ui.ctx(), |ui| {
+            egui::Modal::new(egui::Id::unique("confirm-delete")).show(ui.ctx(), |ui| {
                 ui.set_width(420.0);
                 ui.label(RichText::new("Delete checkpoint?").strong().size(16.0));
                 ui.add_space(4.0);
                 ui.label(format!("{} will be removed from disk. This cannot be undone.", path.display()));
                 ui.add_space(8.0);
                 ui.horizontal(|ui| {
-                    if ui.button(RichText::new("Delete").color(palette::ERROR).strong()).clicked() {
+                    if ui.button(RichText::new("Delete checkpoint").color(palette::ERROR).strong()).clicked() {
                         ctx.actions.push(Action::Send(Command::DeleteCheckpoint { path: path.clone() }));
                         close = true;
                     }
@@ -355,7 +371,7 @@ impl CheckpointsPanel {
         }
         if let Some(mut dialog) = self.export.take() {
             let mut keep = true;
-            egui::Modal::new(egui::Id::new("export")).show(ui.ctx(), |ui| {
+            egui::Modal::new(egui::Id::unique("export")).show(ui.ctx(), |ui| {
                 ui.set_width(480.0);
                 ui.label(RichText::new("Export checkpoint").strong().size(16.0));
                 ui.label(RichText::new(dialog.checkpoint.display().to_string()).weak().small());
@@ -412,8 +428,16 @@ fn default_export_dir(checkpoint: &Path, format: ExportFormat) -> PathBuf {
     run_dir.join("exports").join(format!("{name}-{suffix}"))
 }
 
+/// The run's status, "training" while it is the run in progress.
+fn live_status<'a>(run: &'a RunSummary, ctx: &PanelCtx<'_>) -> &'a str {
+    match &ctx.active_run {
+        Some(dir) if crate::worker::paths_match(dir, &run.dir) => "training",
+        _ => &run.status,
+    }
+}
+
 fn status_color(status: &str) -> egui::Color32 {
-    if status.starts_with("finished") {
+    if status.starts_with("finished") || status == "training" {
         palette::OK
     } else if status.starts_with("failed") {
         palette::ERROR

@@ -80,9 +80,16 @@ impl DatasetPanel {
         self.inspecting = Some((key, Instant::now()));
     }
 
-    /// Forget the last inspection so the next refresh asks again (after the user re-opens the same path).
-    pub fn invalidate(&mut self) {
+    /// Forget the last inspection so the next refresh asks again; a different path also clears what is shown.
+    pub fn invalidate(&mut self, path: &Path) {
         self.last_key = None;
+        if self.report.as_ref().is_some_and(|r| r.path != path) {
+            self.report = None;
+            self.histogram = None;
+        }
+        if self.error.as_ref().is_some_and(|e| e.0 != path) {
+            self.error = None;
+        }
     }
 
     pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
@@ -131,25 +138,29 @@ impl DatasetPanel {
             ui.set_width(ui.available_width());
             ui.horizontal(|ui| {
                 let label = ui.label("Path");
-                let response = ui
-                    .add(
-                        egui::TextEdit::singleline(&mut ctx.prefs.dataset_input)
-                            .hint_text("/path/to/data.jsonl or a folder with train.jsonl")
-                            .desired_width((ui.available_width() - 300.0).max(200.0)),
-                    )
-                    .labelled_by(label.id);
-                let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
-                let has_path = !ctx.prefs.dataset_input.trim().is_empty();
-                if ui.add_enabled(has_path, egui::Button::new(RichText::new("Open dataset").strong())).clicked() || (enter && has_path) {
-                    ctx.actions.push(Action::OpenDataset(PathBuf::from(ctx.prefs.dataset_input.trim())));
-                }
-                let picking = self.picker.is_some();
-                if ui.add_enabled(!picking, egui::Button::new("Open .jsonl…")).on_hover_text("Pick a JSONL file").clicked() {
-                    self.open_picker(ui, PickKind::DatasetFile, ctx);
-                }
-                if ui.add_enabled(!picking, egui::Button::new("Open folder…")).on_hover_text("Pick a folder with train.jsonl").clicked() {
-                    self.open_picker(ui, PickKind::DatasetFolder, ctx);
-                }
+                // Right to left: the buttons take what they need, the path field the rest.
+                ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                    let picking = self.picker.is_some();
+                    if ui.add_enabled(!picking, egui::Button::new("Open folder…")).on_hover_text("Pick a folder with train.jsonl").clicked() {
+                        self.open_picker(ui, PickKind::DatasetFolder, ctx);
+                    }
+                    if ui.add_enabled(!picking, egui::Button::new("Open .jsonl…")).on_hover_text("Pick a JSONL file").clicked() {
+                        self.open_picker(ui, PickKind::DatasetFile, ctx);
+                    }
+                    let has_path = !ctx.prefs.dataset_input.trim().is_empty();
+                    let open = ui.add_enabled(has_path, egui::Button::new(RichText::new("Open dataset").strong())).clicked();
+                    let response = ui
+                        .add(
+                            egui::TextEdit::singleline(&mut ctx.prefs.dataset_input)
+                                .hint_text("/path/to/data.jsonl or a folder with train.jsonl")
+                                .desired_width(ui.available_width()),
+                        )
+                        .labelled_by(label.id);
+                    let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+                    if (open || enter) && !ctx.prefs.dataset_input.trim().is_empty() {
+                        ctx.actions.push(Action::OpenDataset(PathBuf::from(ctx.prefs.dataset_input.trim())));
+                    }
+                });
             });
             if let Some(note) = &self.picker_note {
                 banner_ui(ui, Tone::Warn, note.clone());
@@ -260,6 +271,18 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx:
                     )
                     .on_hover_text("Rows longer than the maximum sequence length lose their tail. Change it in LoRA settings.");
                 });
+                if t.dropped > 0 {
+                    banner_ui(
+                        ui,
+                        if t.dropped == t.lengths.len() { Tone::Error } else { Tone::Warn },
+                        format!(
+                            "{} of {} rows have no trained tokens within {} tokens (the reply starts after the cut) and will be dropped; raise the sequence length.",
+                            t.dropped,
+                            t.lengths.len(),
+                            t.max_seq_len
+                        ),
+                    );
+                }
                 if !t.failures.is_empty() {
                     banner_ui(ui, Tone::Warn, format!("{} rows could not be templated, e.g. line {}: {}", t.failures.len(), t.failures[0].1, t.failures[0].2));
                 }

@@ -1,1 +1,74 @@
-//! The studio.
+//! The studio: an eframe/egui desktop app over the engine. It talks to the engine only through
+//! [`crate::worker`]'s commands and events; its panels hold plain numbers and strings.
+//!
+//! - `app`: the eframe app, persisted preferences, event routing, navigation;
+//! - one file per page: `model_panel`, `dataset_panel`, `settings_panel`, `training_panel`,
+//!   `checkpoints_panel`, `chat_panel`, `rank_panel`;
+//! - `widgets`: plots, progress, the token view, formatting; `estimate`: parameter and memory estimates;
+//!   `file_picker`: native dialogs off the UI thread.
+
+pub mod app;
+pub mod chat_panel;
+pub mod checkpoints_panel;
+pub mod dataset_panel;
+pub mod estimate;
+pub mod file_picker;
+pub mod model_panel;
+pub mod rank_panel;
+pub mod settings_panel;
+pub mod training_panel;
+pub mod widgets;
+
+pub use app::{Page, Prefs, StudioApp, StudioOptions};
+
+/// Open the studio window and run until it is closed.
+pub fn run(options: StudioOptions) -> anyhow::Result<()> {
+    let native = eframe::NativeOptions {
+        renderer: eframe::Renderer::Glow,
+        viewport: egui::ViewportBuilder::default()
+            .with_title("metal-candle studio")
+            .with_app_id("metal-candle")
+            .with_inner_size([1360.0, 860.0])
+            .with_min_inner_size([900.0, 600.0])
+            .with_drag_and_drop(true),
+        persist_window: options.persist,
+        ..Default::default()
+    };
+    let result = eframe::run_native(
+        "metal-candle",
+        native,
+        Box::new(move |cc| {
+            let prefs = if options.persist {
+                cc.storage.and_then(|s| eframe::get_value::<Prefs>(s, app::STORAGE_KEY)).unwrap_or_default()
+            } else {
+                Prefs::default()
+            };
+            Ok(Box::new(StudioApp::new(&cc.egui_ctx, prefs, options)))
+        }),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot open the studio window: {e}"));
+    if result.is_ok() {
+        exit_without_c_handlers();
+    }
+    result
+}
+
+/// Leave the process now that the window is closed and preferences are saved.
+///
+/// The engine may have `dlopen`ed OpenBLAS. Its C exit handler (`gotoblas_quit`) joins the BLAS worker threads,
+/// and that join deadlocks when BLAS was first used from a thread that has since ended, which is exactly how
+/// the studio trains (on a worker thread): the window would close but the process would never exit. Rust's
+/// own state needs no exit handlers, so skip the C ones.
+fn exit_without_c_handlers() {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    #[cfg(unix)]
+    {
+        unsafe extern "C" {
+            fn _exit(status: std::ffi::c_int) -> !;
+        }
+        // SAFETY: `_exit` ends the process immediately; nothing runs after it.
+        unsafe { _exit(0) }
+    }
+}

@@ -82,26 +82,30 @@ impl ModelPanel {
             ui.set_width(ui.available_width());
             ui.horizontal(|ui| {
                 let label = ui.label("Path");
-                let busy = ctx.model.loading.is_some();
-                let edit = egui::TextEdit::singleline(&mut ctx.prefs.model_path)
-                    .hint_text("/path/to/model-folder or model.gguf")
-                    .desired_width((ui.available_width() - 300.0).max(200.0));
-                let response = ui.add(edit).labelled_by(label.id);
-                let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
-                let can_load = !ctx.prefs.model_path.trim().is_empty() && !busy;
-                let load = ui
-                    .add_enabled(can_load, egui::Button::new(RichText::new("Load model").strong()))
-                    .on_hover_text("Load the weights on the worker; the window stays responsive.");
-                if (load.clicked() || (enter && can_load)) && !ctx.prefs.model_path.trim().is_empty() {
-                    ctx.actions.push(Action::LoadModel(PathBuf::from(ctx.prefs.model_path.trim())));
-                }
-                let picking = self.picker.is_some();
-                if ui.add_enabled(!picking, egui::Button::new("Open .gguf…")).on_hover_text("Pick a GGUF file").clicked() {
-                    self.open_picker(ui, PickKind::ModelFile, ctx);
-                }
-                if ui.add_enabled(!picking, egui::Button::new("Open folder…")).on_hover_text("Pick a Hugging Face model folder").clicked() {
-                    self.open_picker(ui, PickKind::ModelFolder, ctx);
-                }
+                // Right to left: the buttons take what they need, the path field the rest.
+                ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                    let picking = self.picker.is_some();
+                    if ui.add_enabled(!picking, egui::Button::new("Open folder…")).on_hover_text("Pick a Hugging Face model folder").clicked() {
+                        self.open_picker(ui, PickKind::ModelFolder, ctx);
+                    }
+                    if ui.add_enabled(!picking, egui::Button::new("Open .gguf…")).on_hover_text("Pick a GGUF file").clicked() {
+                        self.open_picker(ui, PickKind::ModelFile, ctx);
+                    }
+                    let busy = ctx.model.loading.is_some();
+                    let can_load = !ctx.prefs.model_path.trim().is_empty() && !busy;
+                    let load = ui
+                        .add_enabled(can_load, egui::Button::new(RichText::new("Load model").strong()))
+                        .on_hover_text("Load the weights on the worker; the window stays responsive.")
+                        .clicked();
+                    let edit = egui::TextEdit::singleline(&mut ctx.prefs.model_path)
+                        .hint_text("/path/to/model-folder or model.gguf")
+                        .desired_width(ui.available_width());
+                    let response = ui.add(edit).labelled_by(label.id);
+                    let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+                    if (load || (enter && can_load)) && !ctx.prefs.model_path.trim().is_empty() {
+                        ctx.actions.push(Action::LoadModel(PathBuf::from(ctx.prefs.model_path.trim())));
+                    }
+                });
             });
             ui.horizontal(|ui| {
                 let label = ui.label("Device").on_hover_text(
@@ -210,7 +214,7 @@ impl ModelPanel {
                 if !filter.is_empty() && !m.name.to_lowercase().contains(&filter) {
                     continue;
                 }
-                let is_loaded = ctx.model.loaded.as_ref().is_some_and(|l| crate::worker::same_path(&l.path, &m.path));
+                let is_loaded = ctx.model.loaded.as_ref().is_some_and(|l| crate::worker::paths_match(&l.path, &m.path));
                 ui.label(&m.name).on_hover_text(m.path.display().to_string());
                 ui.label(&m.format);
                 ui.label(fmt_bytes(m.size_bytes));
@@ -286,6 +290,7 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
                     ui,
                     "Format",
                     match &m.weights_dtype {
+                        Some(w) if w.starts_with(&m.format) => w.clone(),
                         Some(w) => format!("{} (saved as {w})", m.format),
                         None => m.format.clone(),
                     },

@@ -102,6 +102,17 @@ fn row_ui(ui: &mut Ui, label: &str, help: &str, add: impl FnOnce(&mut Ui)) {
     ui.end_row();
 }
 
+/// [`row_ui`] for inputs that take several lines.
+fn block_row_ui(ui: &mut Ui, label: &str, help: &str, add: impl FnOnce(&mut Ui)) {
+    let l = widgets::setting_label_ui(ui, label, help);
+    ui.vertical(|ui| {
+        ui.label_inputs_by(l.id, |ui| add(ui));
+    })
+    .response
+    .on_hover_text(help);
+    ui.end_row();
+}
+
 fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
     card_ui(ui, |ui| {
         ui.set_width(ui.available_width());
@@ -128,10 +139,10 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
             row_ui(ui, "Dropout", "Dropout on the adapter's input during training. Helps small datasets overfit less; 0 disables it.", |ui| {
                 ui.add(egui::Slider::new(&mut lora.dropout, 0.0..=0.5).fixed_decimals(2));
             });
-            row_ui(ui, "Target modules", "Which linear layers of each decoder block get an adapter. Attention projections (q, k, v, o) are the classic choice; adding the MLP (gate, up, down) trains more parameters and often fits better.", |ui| {
-                ui.vertical(|ui| {
-                    ui.horizontal_wrapped(|ui| {
-                        for t in ALL_TARGETS {
+            block_row_ui(ui, "Target modules", "Which linear layers of each decoder block get an adapter. Attention projections (q, k, v, o) are the classic choice; adding the MLP (gate, up, down) trains more parameters and often fits better.", |ui| {
+                for group in [&ALL_TARGETS[..4], &ALL_TARGETS[4..]] {
+                    ui.horizontal(|ui| {
+                        for &t in group {
                             let mut on = lora.targets.iter().any(|x| x == t || x == "all-linear");
                             if ui.checkbox(&mut on, t).changed() {
                                 expand_all_linear(&mut lora.targets);
@@ -145,24 +156,25 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                             }
                         }
                     });
-                    ui.horizontal(|ui| {
-                        if ui.small_button("q, v").on_hover_text("The original LoRA paper's choice").clicked() {
-                            lora.targets = vec!["q_proj".into(), "v_proj".into()];
-                        }
-                        if ui.small_button("attention").on_hover_text("q, k, v and o projections").clicked() {
-                            lora.targets = ALL_TARGETS[..4].iter().map(|s| s.to_string()).collect();
-                        }
-                        if ui.small_button("all linear").on_hover_text("Every linear of every block (QLoRA style)").clicked() {
-                            lora.targets = ALL_TARGETS.iter().map(|s| s.to_string()).collect();
-                        }
-                    });
+                }
+                ui.horizontal(|ui| {
+                    ui.label(RichText::new("presets").weak());
+                    if ui.small_button("q, v").on_hover_text("The original LoRA paper's choice").clicked() {
+                        lora.targets = vec!["q_proj".into(), "v_proj".into()];
+                    }
+                    if ui.small_button("attention").on_hover_text("q, k, v and o projections").clicked() {
+                        lora.targets = ALL_TARGETS[..4].iter().map(|s| s.to_string()).collect();
+                    }
+                    if ui.small_button("all linear").on_hover_text("Every linear of every block (QLoRA style)").clicked() {
+                        lora.targets = ALL_TARGETS.iter().map(|s| s.to_string()).collect();
+                    }
                 });
             });
             let n_layers = model.map(|m| m.layers).unwrap_or(usize::MAX);
             row_ui(ui, "Layers", "Adapt every decoder layer, or only the last N (cheaper; the top layers matter most for style and format).", |ui| {
                 let mut all = lora.layers.is_none();
                 if ui.checkbox(&mut all, "all").changed() {
-                    lora.layers = if all { None } else { Some(n_layers.min(8).max(1)) };
+                    lora.layers = if all { None } else { Some(n_layers.clamp(1, 8)) };
                 }
                 if let Some(n) = &mut lora.layers {
                     ui.label("last");

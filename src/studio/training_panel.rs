@@ -286,7 +286,8 @@ impl TrainingPanel {
                         ui.label(format!("{} trained tokens", fmt_count(run.trained_tokens)));
                         if !run.checkpoints.is_empty() {
                             ui.separator();
-                            ui.label(format!("{} checkpoints", run.checkpoints.len()));
+                            let n = run.checkpoints.len();
+                            ui.label(format!("{n} checkpoint{}", if n == 1 { "" } else { "s" }));
                         }
                     });
                 });
@@ -379,7 +380,7 @@ impl TrainingPanel {
             .show(ui, |ui| {
                 egui::ScrollArea::vertical()
                     .id_salt("train-log")
-                    .max_height(180.0)
+                    .max_height(150.0)
                     .stick_to_bottom(true)
                     .auto_shrink([false, true])
                     .show_rows(ui, ui.text_style_height(&egui::TextStyle::Monospace), self.log.len(), |ui, range| {
@@ -402,8 +403,8 @@ fn fmt_clock(secs: f64) -> String {
 
 /// The four live plots, x axes linked.
 fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
-    let link = egui::Id::new("train-plots-x");
-    let height = 230.0;
+    let link = egui::Id::unique("train-plots-x");
+    let height = 200.0;
     ui.columns(2, |cols| {
         let ui = &mut cols[0];
         ui.horizontal(|ui| {
@@ -417,6 +418,7 @@ fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
         let raw = decimate(&run.loss, MAX_DRAWN_POINTS);
         let smooth = decimate(&run.smoothed, MAX_DRAWN_POINTS);
         Plot::new("loss-plot")
+            .allow_scroll(false)
             .height(height)
             .legend(Legend::default().position(Corner::RightTop))
             .link_axis(link, [true, false])
@@ -436,6 +438,7 @@ fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
         ui.label(RichText::new("Learning rate").strong());
         let lr = decimate(&run.lr, MAX_DRAWN_POINTS);
         Plot::new("lr-plot")
+            .allow_scroll(false)
             .height(height)
             .link_axis(link, [true, false])
             .y_axis_formatter(widgets::axis_sci)
@@ -451,6 +454,7 @@ fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
         ui.label(RichText::new("Throughput").strong());
         let tps = decimate(&run.tokens_per_sec_series, MAX_DRAWN_POINTS);
         Plot::new("tps-plot")
+            .allow_scroll(false)
             .height(height * 0.8)
             .link_axis(link, [true, false])
             .include_y(0.0)
@@ -463,6 +467,7 @@ fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
         ui.label(RichText::new("Gradient norm").strong());
         let gn = decimate(&run.grad_norm, MAX_DRAWN_POINTS);
         Plot::new("grad-plot")
+            .allow_scroll(false)
             .height(height * 0.8)
             .link_axis(link, [true, false])
             .include_y(0.0)

@@ -211,7 +211,7 @@ pub fn run_progress_ui(ui: &mut Ui, step: usize, total: usize, elapsed_secs: f64
         egui::ProgressBar::new(fraction)
             .fill(palette::ACCENT.gamma_multiply(0.85))
             .desired_height(18.0)
-            .text(RichText::new(format!("step {step} / {total}  ·  {:.0}%", fraction * 100.0)).color(Color32::BLACK)),
+            .text(RichText::new(format!("step {step} / {total}  ·  {:.0}%", fraction * 100.0)).strong()),
     );
     ui.horizontal(|ui| {
         ui.label(format!("elapsed {}", fmt_secs(elapsed_secs)));

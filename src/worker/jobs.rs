@@ -150,7 +150,9 @@ pub(super) fn inspect_dataset(
                     stats.lengths.push(len);
                     stats.total_tokens += len.min(max_seq_len);
                     stats.truncated += usize::from(len > max_seq_len);
-                    stats.target_tokens += example.target_mask.iter().take(max_seq_len).filter(|&&t| t).count();
+                    let targets = example.target_mask.iter().take(max_seq_len).filter(|&&t| t).count();
+                    stats.target_tokens += targets;
+                    stats.dropped += usize::from(targets == 0);
                 }
                 Err(e) => stats.failures.push(("train".into(), sourced.line, e.to_string())),
             }
@@ -171,7 +173,10 @@ pub(super) fn inspect_dataset(
     Ok(report)
 }
 
-fn preview(row: &Row, spec: &TokenizeSpec<'_>, model: &LoadedModel) -> Result<(usize, bool, Vec<(String, bool)>)> {
+/// (tokens, truncated, pieces) of one row.
+type Preview = (usize, bool, Vec<(String, bool)>);
+
+fn preview(row: &Row, spec: &TokenizeSpec<'_>, model: &LoadedModel) -> Result<Preview> {
     let example = data::tokenize_row(row, spec)?;
     let pieces = data::preview_example(&example, &model.tokenizer)?;
     Ok((example.len(), example.truncated, pieces))

@@ -492,9 +492,22 @@ pub fn same_path(a: &std::path::Path, b: &std::path::Path) -> bool {
     }
 }
 
+/// Whether two paths name the same place, without touching the filesystem (cheap enough for every frame):
+/// equal, or one is a relative tail of the other (typed relative to the working directory vs. absolute).
+pub fn paths_match(a: &std::path::Path, b: &std::path::Path) -> bool {
+    a == b || (a.is_relative() && b.ends_with(a)) || (b.is_relative() && a.ends_with(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_match_relative_tails() {
+        use std::path::Path;
+        assert!(paths_match(Path::new("/w/models/m.gguf"), Path::new("models/m.gguf")));
+        assert!(!paths_match(Path::new("/w/models/m.gguf"), Path::new("other/m.gguf")));
+    }
 
     fn worker() -> Worker {
         Worker::spawn(Arc::new(|| {}))

@@ -38,7 +38,7 @@ pub fn scan_models(hf_cache: Option<&Path>, extra_dirs: &[PathBuf]) -> Vec<Found
     }
     let mut seen = std::collections::HashSet::new();
     found.retain(|m| seen.insert(std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone())));
-    found.sort_by(|a, b| a.name.to_lowercase().cmp(&b.name.to_lowercase()));
+    found.sort_by_key(|m| m.name.to_lowercase());
     found
 }
 

@@ -91,6 +91,8 @@ pub struct TokenStats {
     pub max_seq_len: usize,
     /// Rows longer than `max_seq_len`.
     pub truncated: usize,
+    /// Rows with no trained token left within `max_seq_len` (the trainer drops them).
+    pub dropped: usize,
     pub total_tokens: usize,
     /// Tokens that are training targets (after truncation).
     pub target_tokens: usize,

@@ -1,0 +1,445 @@
+//! The chat page: talk to the base model, to the base model with a checkpoint's adapter, or to both side by
+//! side with the same prompt. Replies stream token by token from the worker's KV-cache generator, which runs on
+//! its own thread and shares the loaded base weights with any training run.
+
+use super::app::{Action, PanelCtx};
+use super::widgets::{self, banner_ui, palette, Tone};
+use crate::engine::model::chat_template::ChatMessage;
+use crate::worker::{display_name, ChatSide, CheckpointSummary, Command, GenerateJob, GenerationStats};
+use egui::{DragValue, RichText, Ui};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Which model(s) answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum ChatMode {
+    #[default]
+    Base,
+    Adapter,
+    SideBySide,
+}
+
+/// One streamed (or streaming) reply.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub id: u64,
+    pub text: String,
+    pub streaming: bool,
+    pub started: Instant,
+    pub first_token_at: Option<Instant>,
+    pub pieces: usize,
+    pub stats: Option<GenerationStats>,
+    pub error: Option<String>,
+    /// The adapter that produced it (None: base model).
+    pub adapter: Option<PathBuf>,
+}
+
+impl Reply {
+    /// Tokens/s: the final decode rate, or a live estimate from the pieces streamed so far.
+    pub fn tokens_per_sec(&self) -> Option<f64> {
+        if let Some(s) = &self.stats {
+            return Some(s.decode_tokens_per_sec());
+        }
+        let first = self.first_token_at?;
+        let secs = first.elapsed().as_secs_f64();
+        (secs > 0.2 && self.pieces > 1).then(|| (self.pieces - 1) as f64 / secs)
+    }
+}
+
+/// A user message and the replies to it.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub user: String,
+    pub base: Option<Reply>,
+    pub adapter: Option<Reply>,
+}
+
+impl Exchange {
+    fn reply(&self, side: ChatSide) -> Option<&Reply> {
+        match side {
+            ChatSide::Base => self.base.as_ref(),
+            ChatSide::Adapter => self.adapter.as_ref(),
+        }
+    }
+
+    fn reply_mut(&mut self, side: ChatSide) -> &mut Option<Reply> {
+        match side {
+            ChatSide::Base => &mut self.base,
+            ChatSide::Adapter => &mut self.adapter,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct ChatPanel {
+    /// The checkpoint whose adapter the "adapter" side uses.
+    pub adapter: Option<PathBuf>,
+    /// The base model the adapter was trained on, when known (to warn about a mismatch).
+    pub adapter_base: Option<PathBuf>,
+    pub input: String,
+    pub exchanges: Vec<Exchange>,
+    /// Generation id -> (exchange index, side).
+    pending: HashMap<u64, (usize, ChatSide)>,
+    next_id: u64,
+}
+
+impl ChatPanel {
+    pub fn is_generating(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Choose a checkpoint for the adapter side.
+    pub fn open_checkpoint(&mut self, checkpoint: PathBuf, base_model: Option<PathBuf>, mode: &mut ChatMode) {
+        self.adapter = Some(checkpoint);
+        self.adapter_base = base_model;
+        if *mode == ChatMode::Base {
+            *mode = ChatMode::Adapter;
+        }
+    }
+
+    fn reply_for(&mut self, id: u64) -> Option<&mut Reply> {
+        let &(i, side) = self.pending.get(&id)?;
+        self.exchanges.get_mut(i)?.reply_mut(side).as_mut()
+    }
+
+    pub fn on_started(&mut self, id: u64, _prompt_tokens: usize) {
+        let _ = self.reply_for(id);
+    }
+
+    pub fn on_token(&mut self, id: u64, text: &str) {
+        if let Some(r) = self.reply_for(id) {
+            if r.first_token_at.is_none() {
+                r.first_token_at = Some(Instant::now());
+            }
+            r.pieces += 1;
+            r.text.push_str(text);
+        }
+    }
+
+    pub fn on_finished(&mut self, id: u64, stats: GenerationStats) {
+        if let Some(r) = self.reply_for(id) {
+            r.streaming = false;
+            r.stats = Some(stats);
+        }
+        self.pending.remove(&id);
+    }
+
+    pub fn on_failed(&mut self, id: u64, message: String) {
+        if let Some(r) = self.reply_for(id) {
+            r.streaming = false;
+            r.error = Some(message);
+        }
+        self.pending.remove(&id);
+    }
+
+    /// Send the input to the active side(s).
+    fn send(&mut self, ctx: &mut PanelCtx<'_>) {
+        let text = self.input.trim().to_string();
+        if text.is_empty() || self.is_generating() {
+            return;
+        }
+        self.input.clear();
+        let mode = ctx.prefs.chat.mode;
+        let sides: &[ChatSide] = match mode {
+            ChatMode::Base => &[ChatSide::Base],
+            ChatMode::Adapter => &[ChatSide::Adapter],
+            ChatMode::SideBySide => &[ChatSide::Base, ChatSide::Adapter],
+        };
+        let index = self.exchanges.len();
+        self.exchanges.push(Exchange { user: text, base: None, adapter: None });
+        for &side in sides {
+            let adapter = match side {
+                ChatSide::Adapter => self.adapter.clone(),
+                ChatSide::Base => None,
+            };
+            self.next_id += 1;
+            let id = self.next_id;
+            let messages = self.history(side, ctx.prefs.chat.system_prompt.trim());
+            *self.exchanges[index].reply_mut(side) = Some(Reply {
+                id,
+                text: String::new(),
+                streaming: true,
+                started: Instant::now(),
+                first_token_at: None,
+                pieces: 0,
+                stats: None,
+                error: None,
+                adapter: adapter.clone(),
+            });
+            self.pending.insert(id, (index, side));
+            let c = &ctx.prefs.chat;
+            ctx.actions.push(Action::Send(Command::Generate(GenerateJob {
+                id,
+                side,
+                adapter,
+                messages,
+                sampling: c.sampling.clone(),
+                max_new_tokens: c.max_tokens,
+            })));
+        }
+    }
+
+    /// The conversation one side has seen, ending with the newest user message.
+    fn history(&self, side: ChatSide, system: &str) -> Vec<ChatMessage> {
+        let mut messages = Vec::new();
+        if !system.is_empty() {
+            messages.push(ChatMessage::new("system", system));
+        }
+        let n = self.exchanges.len();
+        for (i, ex) in self.exchanges.iter().enumerate() {
+            let reply = ex.reply(side).filter(|r| r.error.is_none() && !r.text.is_empty());
+            if i + 1 < n && reply.is_none() {
+                continue;
+            }
+            messages.push(ChatMessage::new("user", ex.user.clone()));
+            if let (Some(r), true) = (reply, i + 1 < n) {
+                messages.push(ChatMessage::new("assistant", r.text.trim()));
+            }
+        }
+        messages
+    }
+
+    fn stop(&mut self, actions: &mut Vec<Action>) {
+        for id in self.pending.keys() {
+            actions.push(Action::Send(Command::CancelGeneration { id: *id }));
+        }
+    }
+
+    pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, checkpoints: &[(String, &CheckpointSummary)]) {
+        widgets::page_header_ui(
+            ui,
+            "Chat",
+            "Replies stream from a KV-cache generator on the worker; it shares the base weights with a running training.",
+        );
+        egui::Panel::right("chat-settings").resizable(true).default_size(260.0).size_range(220.0..=380.0).show(ui, |ui| {
+            egui::ScrollArea::vertical().id_salt("chat-settings-scroll").show(ui, |ui| settings_ui(ui, ctx));
+        });
+        egui::Panel::top("chat-top").show(ui, |ui| self.top_ui(ui, ctx, checkpoints));
+        egui::Panel::bottom("chat-input").show(ui, |ui| self.input_ui(ui, ctx));
+        egui::CentralPanel::default().show(ui, |ui| self.transcript_ui(ui, ctx));
+    }
+
+    fn top_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, checkpoints: &[(String, &CheckpointSummary)]) {
+        ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new("Base").weak());
+            match &ctx.model.loaded {
+                Some(m) => ui.label(RichText::new(m.name()).strong()),
+                None => ui.label(RichText::new("no model loaded").color(palette::WARN)),
+            };
+            ui.separator();
+            let l = ui.label(RichText::new("Adapter").weak());
+            let current = self.adapter.as_ref().map(|p| checkpoint_label(p)).unwrap_or_else(|| "none".into());
+            egui::ComboBox::from_id_salt("adapter-pick")
+                .selected_text(current)
+                .width(260.0)
+                .show_ui(ui, |ui| {
+                    if ui.selectable_label(self.adapter.is_none(), "none").clicked() {
+                        self.adapter = None;
+                        self.adapter_base = None;
+                    }
+                    for (run, c) in checkpoints {
+                        let selected = self.adapter.as_ref() == Some(&c.path);
+                        if ui.selectable_label(selected, format!("{run} / step {}", c.step)).clicked() {
+                            self.adapter = Some(c.path.clone());
+                            self.adapter_base = None;
+                        }
+                    }
+                })
+                .response
+                .labelled_by(l.id);
+            ui.separator();
+            let mode = &mut ctx.prefs.chat.mode;
+            ui.selectable_value(mode, ChatMode::Base, "Base").on_hover_text("Only the base model answers");
+            ui.add_enabled_ui(self.adapter.is_some(), |ui| {
+                ui.selectable_value(mode, ChatMode::Adapter, "With adapter").on_hover_text("The base model with the chosen checkpoint's adapter");
+                ui.selectable_value(mode, ChatMode::SideBySide, "Side by side").on_hover_text("The same prompt answered by both");
+            });
+            if self.adapter.is_none() && *mode != ChatMode::Base {
+                *mode = ChatMode::Base;
+            }
+        });
+        if let (Some(base), Some(loaded)) = (&self.adapter_base, &ctx.model.loaded) {
+            if !base.as_os_str().is_empty() && !crate::worker::paths_match(base, &loaded.path) {
+                ui.horizontal(|ui| {
+                    banner_ui(ui, Tone::Warn, format!("This adapter was trained on {}, but {} is loaded.", display_name(base), loaded.name()));
+                });
+                if ui.small_button(format!("Load {}", display_name(base))).clicked() {
+                    ctx.actions.push(Action::LoadModel(base.clone()));
+                }
+            }
+        }
+        ui.add_space(2.0);
+    }
+
+    fn input_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        ui.add_space(4.0);
+        let generating = self.is_generating();
+        let can_send = ctx.model.loaded.is_some() && !generating;
+        ui.horizontal(|ui| {
+            let width = (ui.available_width() - 200.0).max(150.0);
+            let edit = egui::TextEdit::multiline(&mut self.input)
+                .id_salt("chat-input-box")
+                .hint_text("Message (Enter sends, Shift+Enter for a new line)")
+                .desired_rows(2)
+                .desired_width(width)
+                .return_key(egui::KeyboardShortcut::new(egui::Modifiers::SHIFT, egui::Key::Enter));
+            let response = ui.add(edit);
+            let enter = response.has_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter) && !i.modifiers.shift);
+            ui.vertical(|ui| {
+                let send = ui.add_enabled(can_send && !self.input.trim().is_empty(), egui::Button::new(RichText::new("Send").strong()).min_size(egui::vec2(80.0, 24.0)));
+                if send.clicked() || (enter && can_send) {
+                    self.send(ctx);
+                }
+                ui.horizontal(|ui| {
+                    if ui.add_enabled(generating, egui::Button::new("Stop")).on_hover_text("Stop generating").clicked() {
+                        self.stop(ctx.actions);
+                    }
+                    if ui.add_enabled(!self.exchanges.is_empty(), egui::Button::new("Clear")).on_hover_text("Start a new conversation").clicked() {
+                        self.stop(ctx.actions);
+                        self.pending.clear();
+                        self.exchanges.clear();
+                    }
+                });
+            });
+        });
+        if ctx.model.loaded.is_none() {
+            ui.label(RichText::new("Load a model on the Model page to chat.").color(palette::WARN));
+        }
+        ui.add_space(4.0);
+    }
+
+    fn transcript_ui(&self, ui: &mut Ui, ctx: &PanelCtx<'_>) {
+        if self.exchanges.is_empty() {
+            ui.add_space(20.0);
+            ui.vertical_centered(|ui| {
+                ui.label(RichText::new("Ask something to start.").weak().size(16.0));
+                if self.adapter.is_some() {
+                    ui.label(RichText::new("Side by side shows how the adapter changes the answers.").weak());
+                }
+            });
+            return;
+        }
+        match ctx.prefs.chat.mode {
+            ChatMode::SideBySide => {
+                ui.columns(2, |cols| {
+                    self.column_ui(&mut cols[0], ChatSide::Base, "Base model");
+                    self.column_ui(&mut cols[1], ChatSide::Adapter, "With adapter");
+                });
+            }
+            ChatMode::Base => self.column_ui(ui, ChatSide::Base, ""),
+            ChatMode::Adapter => self.column_ui(ui, ChatSide::Adapter, ""),
+        }
+    }
+
+    fn column_ui(&self, ui: &mut Ui, side: ChatSide, title: &str) {
+        if !title.is_empty() {
+            ui.label(RichText::new(title).strong().color(if side == ChatSide::Base { palette::TRAIN } else { palette::ACCENT }));
+        }
+        egui::ScrollArea::vertical()
+            .id_salt(("transcript", side as u8))
+            .stick_to_bottom(true)
+            .auto_shrink([false; 2])
+            .show(ui, |ui| {
+                for (i, ex) in self.exchanges.iter().enumerate() {
+                    ui.push_id(i, |ui| {
+                        bubble_ui(ui, "You", &ex.user, palette::TRAIN, None);
+                        if let Some(r) = ex.reply(side) {
+                            reply_ui(ui, r, side);
+                        }
+                    });
+                }
+            });
+    }
+}
+
+fn checkpoint_label(path: &std::path::Path) -> String {
+    let ck = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let run = path.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{run} / {ck}")
+}
+
+fn bubble_ui(ui: &mut Ui, who: &str, text: &str, color: egui::Color32, footer: Option<(String, egui::Color32)>) {
+    egui::Frame::new()
+        .fill(color.gamma_multiply(0.08))
+        .stroke(egui::Stroke::new(1.0, color.gamma_multiply(0.35)))
+        .corner_radius(6.0)
+        .inner_margin(egui::Margin::symmetric(10, 6))
+        .show(ui, |ui| {
+            ui.set_width(ui.available_width());
+            // Columns lay out justified; chat text reads better ragged.
+            ui.with_layout(egui::Layout::top_down(egui::Align::LEFT), |ui| {
+                ui.label(RichText::new(who).color(color).strong().small());
+                ui.add(egui::Label::new(text).wrap().selectable(true));
+                if let Some((f, c)) = footer {
+                    ui.label(RichText::new(f).color(c).small());
+                }
+            });
+        });
+    ui.add_space(4.0);
+}
+
+fn reply_ui(ui: &mut Ui, r: &Reply, side: ChatSide) {
+    let color = if side == ChatSide::Base { palette::SPEED } else { palette::ACCENT };
+    let who = match (&r.adapter, side) {
+        (Some(p), ChatSide::Adapter) => format!("Assistant · {}", checkpoint_label(p)),
+        _ => "Assistant · base".into(),
+    };
+    let tps = r.tokens_per_sec().map(|t| format!("{t:.1} tokens/s")).unwrap_or_default();
+    let footer = if let Some(e) = &r.error {
+        Some((format!("error: {e}"), palette::ERROR))
+    } else if r.streaming {
+        Some((format!("generating… {tps}"), palette::MASKED_FG))
+    } else {
+        r.stats.as_ref().map(|s| {
+            (
+                format!(
+                    "{} tokens · {tps} · prompt {} tokens in {:.2} s · stopped: {}",
+                    s.new_tokens,
+                    s.prompt_tokens,
+                    s.prefill_secs,
+                    s.stop_reason.replace('_', " ")
+                ),
+                palette::MASKED_FG,
+            )
+        })
+    };
+    let text = if r.text.is_empty() && r.streaming { "…" } else { r.text.as_str() };
+    bubble_ui(ui, &who, text, color, footer);
+    if r.streaming {
+        ui.ctx().request_repaint_after(std::time::Duration::from_millis(250));
+    }
+}
+
+fn settings_ui(ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+    let c = &mut ctx.prefs.chat;
+    ui.label(RichText::new("Generation").strong());
+    ui.add_space(4.0);
+    let l = ui.label("System prompt").on_hover_text("Sent first in every conversation; leave empty to use the template's default.");
+    ui.add(egui::TextEdit::multiline(&mut c.system_prompt).desired_rows(3).desired_width(f32::INFINITY)).labelled_by(l.id);
+    ui.add_space(6.0);
+    egui::Grid::new("chat-grid").num_columns(2).spacing([10.0, 8.0]).show(ui, |ui| {
+        let l = ui.label("Temperature").on_hover_text("Randomness: 0 always picks the most likely token (greedy); 0.7 is a good default; above 1 gets wild.");
+        ui.add(egui::Slider::new(&mut c.sampling.temperature, 0.0..=2.0).fixed_decimals(2)).labelled_by(l.id);
+        ui.end_row();
+        let l = ui.label("Top-p").on_hover_text("Sample only from the most likely tokens whose probabilities add up to p (1 = off).");
+        ui.add(egui::Slider::new(&mut c.sampling.top_p, 0.05..=1.0).fixed_decimals(2)).labelled_by(l.id);
+        ui.end_row();
+        let l = ui.label("Top-k").on_hover_text("Sample only from the k most likely tokens (0 = off).");
+        ui.add(DragValue::new(&mut c.sampling.top_k).range(0..=1000)).labelled_by(l.id);
+        ui.end_row();
+        let l = ui.label("Repetition penalty").on_hover_text("Above 1 discourages tokens that already appeared (1 = off).");
+        ui.add(DragValue::new(&mut c.sampling.repetition_penalty).range(1.0..=2.0).speed(0.01).max_decimals(2)).labelled_by(l.id);
+        ui.end_row();
+        let l = ui.label("Max tokens").on_hover_text("The longest reply, in tokens.");
+        ui.add(DragValue::new(&mut c.max_tokens).range(1..=8192)).labelled_by(l.id);
+        ui.end_row();
+        let l = ui.label("Seed").on_hover_text("Same seed, prompt and settings give the same reply.");
+        ui.add(DragValue::new(&mut c.sampling.seed)).labelled_by(l.id);
+        ui.end_row();
+    });
+    ui.add_space(6.0);
+    if ui.small_button("Greedy").on_hover_text("Temperature 0: deterministic, good for comparing base and adapter").clicked() {
+        c.sampling.temperature = 0.0;
+    }
+}
