@@ -233,8 +233,9 @@ pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<
     use candle_core::{DType, Tensor, Var};
     let rows = 4 * 128;
     let sync = |t: &Tensor| -> Result<()> {
-        // Reading one value forces queued GPU work to finish before the clock stops.
-        t.flatten_all()?.narrow(0, 0, 1)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+        // Wait for queued GPU work before the clock stops. (Reading one value with to_vec1 copied the whole
+        // buffer to the host on CUDA: candle 0.11's to_vec1 copies the entire storage, then slices.)
+        t.device().synchronize()?;
         Ok(())
     };
     let mut out = Vec::new();
