@@ -4,7 +4,7 @@
 //! sequence length.
 
 use super::app::{Action, PanelCtx};
-use super::file_picker::{FilePicker, PickKind, PickOutcome};
+use super::file_picker::{take_picked, FilePicker, PickKind};
 use super::widgets::{self, banner_ui, card_ui, fmt_count, palette, section_ui, Tone};
 use crate::worker::DatasetReport;
 use egui::{RichText, Ui};
@@ -120,16 +120,8 @@ impl DatasetPanel {
     }
 
     fn poll_picker(&mut self, ctx: &mut PanelCtx<'_>) {
-        let Some(picker) = &self.picker else { return };
-        let Some(outcome) = picker.poll() else { return };
-        self.picker = None;
-        match outcome {
-            PickOutcome::Picked(path) => {
-                self.picker_note = None;
-                ctx.actions.push(Action::OpenDataset(path));
-            }
-            PickOutcome::Cancelled => {}
-            PickOutcome::Unavailable(message) => self.picker_note = Some(message),
+        if let Some(path) = take_picked(&mut self.picker, &mut self.picker_note) {
+            ctx.actions.push(Action::OpenDataset(path));
         }
     }
 

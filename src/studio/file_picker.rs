@@ -98,3 +98,21 @@ fn portal_available() -> bool {
         true
     }
 }
+
+/// Check a panel's pending dialog: the picked path once it is chosen, or a note when no dialog could open.
+/// Clears `picker` when the dialog has ended either way.
+pub fn take_picked(picker: &mut Option<FilePicker>, note: &mut Option<String>) -> Option<std::path::PathBuf> {
+    let outcome = picker.as_ref()?.poll()?;
+    *picker = None;
+    match outcome {
+        PickOutcome::Picked(path) => {
+            *note = None;
+            Some(path)
+        }
+        PickOutcome::Cancelled => None,
+        PickOutcome::Unavailable(message) => {
+            *note = Some(message);
+            None
+        }
+    }
+}

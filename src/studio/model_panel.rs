@@ -4,7 +4,7 @@
 
 use super::app::{Action, ModelStatus, PanelCtx};
 use super::estimate;
-use super::file_picker::{FilePicker, PickKind, PickOutcome};
+use super::file_picker::{take_picked, FilePicker, PickKind};
 use super::widgets::{self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, section_ui, Tone};
 use crate::engine::device::DeviceChoice;
 use crate::worker::{display_name, FoundModel, ModelSummary};
@@ -64,16 +64,8 @@ impl ModelPanel {
     }
 
     fn poll_picker(&mut self, ctx: &mut PanelCtx<'_>) {
-        let Some(picker) = &self.picker else { return };
-        let Some(outcome) = picker.poll() else { return };
-        self.picker = None;
-        match outcome {
-            PickOutcome::Picked(path) => {
-                self.picker_note = None;
-                ctx.actions.push(Action::LoadModel(path));
-            }
-            PickOutcome::Cancelled => {}
-            PickOutcome::Unavailable(message) => self.picker_note = Some(message),
+        if let Some(path) = take_picked(&mut self.picker, &mut self.picker_note) {
+            ctx.actions.push(Action::LoadModel(path));
         }
     }
 
