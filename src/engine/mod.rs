@@ -1,4 +1,4 @@
-//! The ML engine: devices, models, generation, LoRA and training. It never imports egui/eframe and knows
+//! The ML engine: devices, models, generation, LoRA and training. It never imports the GUI crates and knows
 //! nothing of the worker, the CLI or the studio.
 
 pub mod bench;
