@@ -8,7 +8,3 @@ pub mod engine;
 #[cfg(feature = "studio")]
 pub mod studio;
 pub mod worker;
-
-
-
-

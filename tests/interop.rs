@@ -38,7 +38,11 @@ fn fixture_folders_hold_only_the_adapter() {
             .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
             .collect();
         names.sort();
-        assert_eq!(names, vec![ADAPTER_CONFIG, ADAPTER_WEIGHTS, "expected.json"], "{adapter}: no optimizer/trainer state");
+        assert_eq!(
+            names,
+            vec![ADAPTER_CONFIG, ADAPTER_WEIGHTS, "expected.json"],
+            "{adapter}: no optimizer/trainer state"
+        );
     }
 }
 
@@ -88,7 +92,9 @@ fn merged_export_reproduces_transformers_logprobs() {
         let lp = score(&m.model, &ids).unwrap();
         let diff = max_abs_diff(&lp, &floats(&exp["merged_score"]["token_logprobs"]));
         let diff_peft = max_abs_diff(&lp, &floats(&exp["peft_score"]["token_logprobs"]));
-        eprintln!("{adapter}: merged vs transformers max |logprob diff| = {diff:.3e} (vs PEFT unmerged {diff_peft:.3e})");
+        eprintln!(
+            "{adapter}: merged vs transformers max |logprob diff| = {diff:.3e} (vs PEFT unmerged {diff_peft:.3e})"
+        );
         assert!(diff < 1e-4, "{adapter}: merged export vs transformers max |logprob diff| = {diff}");
         assert!(diff_peft < 1e-4, "{adapter}: merged export vs PEFT max |logprob diff| = {diff_peft}");
     }
@@ -114,10 +120,15 @@ fn mlx_lm_export_has_mlx_layout_and_values() {
         }
         assert_eq!(lp["rank"], want["lora_parameters"]["rank"], "{adapter}: rank");
         assert_eq!(lp["dropout"].as_f64(), want["lora_parameters"]["dropout"].as_f64(), "{adapter}: dropout");
-        let mut keys: Vec<String> = lp["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_string()).collect();
+        let mut keys: Vec<String> =
+            lp["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_string()).collect();
         keys.sort();
-        let want_keys: Vec<String> =
-            want["lora_parameters"]["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_string()).collect();
+        let want_keys: Vec<String> = want["lora_parameters"]["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().to_string())
+            .collect();
         assert_eq!(keys, want_keys, "{adapter}: keys");
         // scale = alpha / r, or alpha / sqrt(r) for rsLoRA.
         let (r, alpha) = (exp["lora"]["r"].as_f64().unwrap(), exp["lora"]["lora_alpha"].as_f64().unwrap());
@@ -139,7 +150,8 @@ fn mlx_lm_export_has_mlx_layout_and_values() {
         for (name, t) in &mlx {
             assert!(name.starts_with("model.layers."), "{name}");
             let (stem, which) = name.rsplit_once('.').unwrap();
-            let peft_name = format!("base_model.model.{stem}.{}.weight", if which == "lora_a" { "lora_A" } else { "lora_B" });
+            let peft_name =
+                format!("base_model.model.{stem}.{}.weight", if which == "lora_a" { "lora_A" } else { "lora_B" });
             let reference = peft.get(&peft_name).unwrap_or_else(|| panic!("{adapter}: no {peft_name} for {name}"));
             let d = max_tensor_diff(t, &reference.t().unwrap());
             assert_eq!(d, 0.0, "{adapter}: {name} differs from {peft_name}^T by {d}");

@@ -66,8 +66,19 @@ fn cli_generate_and_score_print_json() {
     let model = smollm2_path();
     let model = model.to_str().unwrap();
     let out = cli(&[
-        "generate", "--model", model, "--device", "cpu", "--prompt", "What is the capital of France?", "--chat",
-        "--temperature", "0", "--max-tokens", "16", "--json",
+        "generate",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--prompt",
+        "What is the capital of France?",
+        "--chat",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "16",
+        "--json",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -75,7 +86,16 @@ fn cli_generate_and_score_print_json() {
     assert!(!v["prompt_ids"].as_array().unwrap().is_empty() && !v["generated_ids"].as_array().unwrap().is_empty());
 
     let exp = smollm2_expected();
-    let out = cli(&["score", "--model", model, "--device", "cpu", "--text", exp["score"]["text"].as_str().unwrap(), "--json"]);
+    let out = cli(&[
+        "score",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--text",
+        exp["score"]["text"].as_str().unwrap(),
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(ids(&v["ids"]), ids(&exp["score"]["ids"]));
@@ -123,7 +143,8 @@ fn bad_input_gives_clear_errors_not_panics() {
     assert!(!out.status.success() && err.contains("model.safetensors") && !err.contains("panicked"), "{err}");
     // A prompt longer than the context.
     let long = "word ".repeat(300);
-    let out = cli(&["generate", "--model", fixture("tiny-llama").to_str().unwrap(), "--prompt", &long, "--device", "cpu"]);
+    let out =
+        cli(&["generate", "--model", fixture("tiny-llama").to_str().unwrap(), "--prompt", &long, "--device", "cpu"]);
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success() && err.contains("context"), "{err}");
 }

@@ -23,7 +23,8 @@ fn chat_line(q: &str, a: &str) -> String {
 fn frames_stay_short_while_training_streams_events() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data.jsonl");
-    let rows: Vec<String> = (0..32).map(|i| chat_line(&format!("Question number {i}?"), &format!("Answer {i}."))).collect();
+    let rows: Vec<String> =
+        (0..32).map(|i| chat_line(&format!("Question number {i}?"), &format!("Answer {i}."))).collect();
     std::fs::write(&data, rows.join("\n") + "\n").unwrap();
 
     let mut prefs = Prefs { device: DeviceChoice::Cpu, auto_load_model: false, ..Prefs::default() };
@@ -89,7 +90,8 @@ fn frames_stay_short_while_training_streams_events() {
     let mut report = a.frames.report(a.training_panel.steps_received);
     frame_ms.sort_by(|x, y| x.total_cmp(y));
     let pct = |p: f64| frame_ms[((frame_ms.len() - 1) as f64 * p).round() as usize];
-    report["harness_step"] = serde_json::json!({"p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99), "max_ms": pct(1.0)});
+    report["harness_step"] =
+        serde_json::json!({"p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99), "max_ms": pct(1.0)});
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
 
     let steps = report["train_steps_received"].as_u64().unwrap_or(0);

@@ -78,7 +78,8 @@ fn layer0_adapter_gradients_match_finite_differences() {
     let mut checked = 0;
     for p in &layer0 {
         for (which, var) in [("A", &p.a), ("B", &p.b)] {
-            let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for layer 0 {} {which}", p.module));
+            let g =
+                grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for layer 0 {} {which}", p.module));
             let g: Vec<f32> = g.flatten_all().unwrap().to_vec1().unwrap();
             assert!(g.iter().any(|x| x.abs() > 1e-7), "layer 0 {} {which}: gradient is zero", p.module);
             let original: Vec<f32> = var.flatten_all().unwrap().to_vec1().unwrap();
@@ -97,7 +98,11 @@ fn layer0_adapter_gradients_match_finite_differences() {
                 var.set(&Tensor::from_vec(original.clone(), var.shape(), &Device::Cpu).unwrap()).unwrap();
                 let analytic = g[idx] as f64;
                 let tol = 1e-3 * analytic.abs().max(fd.abs()) + 1e-6;
-                assert!((fd - analytic).abs() < tol, "layer 0 {} {which}[{idx}]: analytic {analytic} vs finite difference {fd}", p.module);
+                assert!(
+                    (fd - analytic).abs() < tol,
+                    "layer 0 {} {which}[{idx}]: analytic {analytic} vs finite difference {fd}",
+                    p.module
+                );
                 checked += 1;
             }
         }
@@ -132,14 +137,18 @@ fn loss_falls_and_run_folder_is_complete() {
     assert!(matches!(events.first(), Some(TrainEvent::Started { .. })));
     assert!(matches!(events.last(), Some(TrainEvent::Finished { stopped_early: false, .. })));
     assert!(events.iter().any(|e| matches!(e, TrainEvent::Eval { .. })));
-    for f in ["run.json", "metrics.jsonl", "checkpoint-20/adapter_model.safetensors", "checkpoint-40/trainer_state.json"] {
+    for f in
+        ["run.json", "metrics.jsonl", "checkpoint-20/adapter_model.safetensors", "checkpoint-40/trainer_state.json"]
+    {
         assert!(run_dir.join(f).exists(), "missing {f}");
     }
     let cfg_json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir.join("checkpoint-40/adapter_config.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("checkpoint-40/adapter_config.json")).unwrap())
+            .unwrap();
     assert_eq!(cfg_json["r"], 4);
     assert_eq!(cfg_json["lora_alpha"], 8.0);
-    let weights = candle_core::safetensors::load(run_dir.join("checkpoint-40/adapter_model.safetensors"), &Device::Cpu).unwrap();
+    let weights =
+        candle_core::safetensors::load(run_dir.join("checkpoint-40/adapter_model.safetensors"), &Device::Cpu).unwrap();
     let a = &weights["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"];
     let b = &weights["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"];
     assert_eq!(a.dims(), &[4, 64], "PEFT lora_A is (r, in)");
@@ -260,10 +269,11 @@ fn rank_probe_runs_equal_budget_trainings_per_rank() {
     let cfg = tiny_config(dir.path(), "probe", 1);
     let base = load_model(&cfg.model, &Device::Cpu, DType::F32).unwrap();
     let mut seen = Vec::new();
-    let results = metal_candle::engine::bench::rank_probe(&base, &cfg, &[2, 8], 2_000, &TrainControl::default(), &mut |r| {
-        seen.push(r.rank)
-    })
-    .unwrap();
+    let results =
+        metal_candle::engine::bench::rank_probe(&base, &cfg, &[2, 8], 2_000, &TrainControl::default(), &mut |r| {
+            seen.push(r.rank)
+        })
+        .unwrap();
     assert_eq!(seen, vec![2, 8]);
     assert_eq!(results[0].steps, results[1].steps, "equal token budget means equal steps");
     assert_eq!(results[1].trainable_params, 4 * results[0].trainable_params);

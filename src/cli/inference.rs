@@ -170,10 +170,7 @@ pub fn score(args: &ScoreArgs) -> anyhow::Result<()> {
     let logprobs = generate::score(&m.model, &ids)?;
     let nll_mean = -logprobs.iter().map(|&x| x as f64).sum::<f64>() / logprobs.len() as f64;
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({ "ids": ids, "token_logprobs": logprobs, "nll_mean": nll_mean })
-        );
+        println!("{}", serde_json::json!({ "ids": ids, "token_logprobs": logprobs, "nll_mean": nll_mean }));
         return Ok(());
     }
     println!("{} tokens, mean NLL {:.4} nats, perplexity {:.2}", ids.len(), nll_mean, nll_mean.exp());

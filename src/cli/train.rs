@@ -203,7 +203,16 @@ impl ProgressPrinter {
     fn print(&mut self, event: &TrainEvent) {
         let mut err = std::io::stderr();
         match event {
-            TrainEvent::Started { run_dir, trainable_params, total_steps, train_examples, valid_examples, truncated_examples, start_step, .. } => {
+            TrainEvent::Started {
+                run_dir,
+                trainable_params,
+                total_steps,
+                train_examples,
+                valid_examples,
+                truncated_examples,
+                start_step,
+                ..
+            } => {
                 self.total_steps = *total_steps;
                 let _ = writeln!(
                     err,

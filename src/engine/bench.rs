@@ -32,7 +32,12 @@ pub fn synthetic_prompt(model: &LoadedModel, n: usize) -> Result<Vec<u32>> {
 }
 
 /// Greedy generation of `new_tokens` (eos ignored) after a `prompt_tokens` prompt, after one warm-up run.
-pub fn bench_generate(model: &LoadedModel, prompt_tokens: usize, new_tokens: usize, repeats: usize) -> Result<GenerateBench> {
+pub fn bench_generate(
+    model: &LoadedModel,
+    prompt_tokens: usize,
+    new_tokens: usize,
+    repeats: usize,
+) -> Result<GenerateBench> {
     let req = GenerateRequest {
         prompt_ids: synthetic_prompt(model, prompt_tokens)?,
         max_new_tokens: new_tokens,
@@ -167,7 +172,12 @@ pub fn rank_probe(
         if control.stop_requested() {
             return Err(crate::engine::Error::Cancelled);
         }
-        let lora = crate::engine::train::LoraSettings { rank, alpha: scale * rank as f64, use_rslora: false, ..settings.lora.clone() };
+        let lora = crate::engine::train::LoraSettings {
+            rank,
+            alpha: scale * rank as f64,
+            use_rslora: false,
+            ..settings.lora.clone()
+        };
         let mut model = base.model.clone();
         crate::engine::lora::detach_adapters(&mut model);
         let params = crate::engine::lora::attach_new_adapters(&mut model, &lora, settings.seed)?;
@@ -191,7 +201,8 @@ pub fn rank_probe(
             runner.step(&collated, lr_at(&probe_cfg, step, total_steps))?;
         }
         let secs = started.elapsed().as_secs_f64().max(1e-9);
-        let val_loss = train::validation_loss(&runner.model, &valid.examples, settings.batch_size, settings.val_batches, pad_id)?;
+        let val_loss =
+            train::validation_loss(&runner.model, &valid.examples, settings.batch_size, settings.val_batches, pad_id)?;
         let r = RankProbeResult {
             rank,
             trainable_params,
@@ -267,16 +278,19 @@ pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<
     type OpFn<'a> = Box<dyn Fn(&Tensor, bool) -> candle_core::Result<Tensor> + 'a>;
     let ops: Vec<(&str, OpFn)> = vec![
         ("softmax", Box::new(|t: &Tensor, g: bool| crate::engine::ops::softmax_last_dim(t, g))),
-        ("layer_norm", Box::new(|t: &Tensor, g: bool| {
-            if g {
-                let mean = t.mean_keepdim(1)?;
-                let centered = t.broadcast_sub(&mean)?;
-                let var = centered.sqr()?.mean_keepdim(1)?;
-                centered.broadcast_div(&(var + 1e-5)?.sqrt()?)?.broadcast_mul(&gamma)?.broadcast_add(&beta)
-            } else {
-                candle_nn::ops::layer_norm(t, &gamma, &beta, 1e-5)
-            }
-        })),
+        (
+            "layer_norm",
+            Box::new(|t: &Tensor, g: bool| {
+                if g {
+                    let mean = t.mean_keepdim(1)?;
+                    let centered = t.broadcast_sub(&mean)?;
+                    let var = centered.sqr()?.mean_keepdim(1)?;
+                    centered.broadcast_div(&(var + 1e-5)?.sqrt()?)?.broadcast_mul(&gamma)?.broadcast_add(&beta)
+                } else {
+                    candle_nn::ops::layer_norm(t, &gamma, &beta, 1e-5)
+                }
+            }),
+        ),
         ("rms_norm", Box::new(|t: &Tensor, g: bool| crate::engine::ops::rms_norm(t, &gamma, 1e-5, g))),
     ];
     for (name, op) in ops {

@@ -102,7 +102,10 @@ pub fn available() -> bool {
 /// remaining element-wise work only competes with it for the same cores, so unless the user chose a thread
 /// count we run Candle's element-wise ops on the calling thread.
 pub fn init() {
-    if blas().is_some() && std::env::var_os("CANDLE_NUM_THREADS").is_none() && std::env::var_os("RAYON_NUM_THREADS").is_none() {
+    if blas().is_some()
+        && std::env::var_os("CANDLE_NUM_THREADS").is_none()
+        && std::env::var_os("RAYON_NUM_THREADS").is_none()
+    {
         std::env::set_var("CANDLE_NUM_THREADS", "1");
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }

@@ -89,10 +89,7 @@ pub struct TrainerState {
 }
 
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -121,10 +118,8 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
 }
 
 fn write_safetensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
-    let cpu: HashMap<String, Tensor> = tensors
-        .iter()
-        .map(|(k, t)| Ok((k.clone(), t.to_device(&Device::Cpu)?)))
-        .collect::<Result<_>>()?;
+    let cpu: HashMap<String, Tensor> =
+        tensors.iter().map(|(k, t)| Ok((k.clone(), t.to_device(&Device::Cpu)?))).collect::<Result<_>>()?;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let result = candle_core::safetensors::save(&cpu, &tmp)
         .map_err(|e| Error::Training(format!("writing {}: {e}", path.display())))
@@ -151,10 +146,8 @@ fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
     if !path.exists() {
         return Err(Error::MissingFile { path: path.to_path_buf(), what: "adapter weights".into() });
     }
-    candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| Error::CorruptWeights {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+    candle_core::safetensors::load(path, &Device::Cpu)
+        .map_err(|e| Error::CorruptWeights { path: path.to_path_buf(), message: e.to_string() })
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -175,7 +168,8 @@ pub fn peft_prefix(layer: usize, module: &str) -> String {
 /// PEFT's adapter_config.json for these settings.
 pub fn peft_config_json(settings: &LoraSettings, num_layers: usize, base_model: &Path) -> Result<serde_json::Value> {
     let targets = settings.resolved_targets()?;
-    let layers: Option<Vec<usize>> = settings.layers.map(|_| lora::adapted_layers(num_layers, settings.layers).collect());
+    let layers: Option<Vec<usize>> =
+        settings.layers.map(|_| lora::adapted_layers(num_layers, settings.layers).collect());
     Ok(serde_json::json!({
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
@@ -278,7 +272,13 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
         });
     }
     Ok((
-        AdapterSummary { rank, alpha, targets: targets.into_iter().collect(), use_rslora, adapted_linears: params.len() },
+        AdapterSummary {
+            rank,
+            alpha,
+            targets: targets.into_iter().collect(),
+            use_rslora,
+            adapted_linears: params.len(),
+        },
         params,
     ))
 }
@@ -333,11 +333,7 @@ pub fn append_metric(run_dir: &Path, event: &TrainEvent) -> Result<()> {
     use std::io::Write;
     let path = run_dir.join(METRICS);
     let line = serde_json::to_string(event).map_err(|e| Error::Training(e.to_string()))?;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| Error::io(&path, e))?;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| Error::io(&path, e))?;
     writeln!(f, "{line}").map_err(|e| Error::io(&path, e))
 }
 

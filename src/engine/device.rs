@@ -45,17 +45,13 @@ pub fn select_device(choice: DeviceChoice) -> Result<Device> {
         DeviceChoice::Cpu => Ok(Device::Cpu),
         DeviceChoice::Cuda => {
             if !candle_core::utils::cuda_is_available() {
-                return Err(Error::Device(
-                    "CUDA requested but this binary was built without `--features cuda`".into(),
-                ));
+                return Err(Error::Device("CUDA requested but this binary was built without `--features cuda`".into()));
             }
             Device::new_cuda(0).map_err(|e| Error::Device(format!("no usable CUDA GPU: {e}")))
         }
         DeviceChoice::Metal => {
             if !candle_core::utils::metal_is_available() {
-                return Err(Error::Device(
-                    "Metal requested but this binary was not built for macOS with Metal".into(),
-                ));
+                return Err(Error::Device("Metal requested but this binary was not built for macOS with Metal".into()));
             }
             Device::new_metal(0).map_err(|e| Error::Device(format!("no usable Metal GPU: {e}")))
         }
@@ -90,9 +86,7 @@ pub fn parse_dtype(s: &str) -> Result<DType> {
         "f32" | "float32" => Ok(DType::F32),
         "f16" | "float16" => Ok(DType::F16),
         "bf16" | "bfloat16" => Ok(DType::BF16),
-        other => Err(Error::InvalidSetting(format!(
-            "unknown dtype `{other}`; use f32, f16 or bf16"
-        ))),
+        other => Err(Error::InvalidSetting(format!("unknown dtype `{other}`; use f32, f16 or bf16"))),
     }
 }
 

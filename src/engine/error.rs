@@ -19,18 +19,10 @@ pub enum Error {
     Json { path: PathBuf, message: String },
 
     #[error("unsupported model architecture `{found}` in {path}; supported: {supported}")]
-    UnsupportedArchitecture {
-        found: String,
-        path: PathBuf,
-        supported: String,
-    },
+    UnsupportedArchitecture { found: String, path: PathBuf, supported: String },
 
     #[error("{path}: bad model config field `{field}`: {message}")]
-    BadConfig {
-        path: PathBuf,
-        field: String,
-        message: String,
-    },
+    BadConfig { path: PathBuf, field: String, message: String },
 
     #[error("{path}: corrupt or truncated weights: {message}")]
     CorruptWeights { path: PathBuf, message: String },
@@ -44,11 +36,10 @@ pub enum Error {
     #[error("chat template error: {0}")]
     ChatTemplate(String),
 
-    #[error("the prompt is {prompt_tokens} tokens but the model's context is {context_len} tokens; shorten the prompt")]
-    PromptTooLong {
-        prompt_tokens: usize,
-        context_len: usize,
-    },
+    #[error(
+        "the prompt is {prompt_tokens} tokens but the model's context is {context_len} tokens; shorten the prompt"
+    )]
+    PromptTooLong { prompt_tokens: usize, context_len: usize },
 
     #[error("device error: {0}")]
     Device(String),
@@ -57,11 +48,7 @@ pub enum Error {
     InvalidSetting(String),
 
     #[error("{path}:{line}: {message}")]
-    Dataset {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
+    Dataset { path: PathBuf, line: usize, message: String },
 
     #[error("{0}")]
     Data(String),
@@ -87,10 +74,7 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         let path = path.into();
         if source.kind() == std::io::ErrorKind::NotFound {
-            Error::MissingFile {
-                path,
-                what: "no such file or directory".into(),
-            }
+            Error::MissingFile { path, what: "no such file or directory".into() }
         } else {
             Error::Io { path, source }
         }
@@ -105,8 +89,5 @@ pub fn read_to_string(path: &std::path::Path) -> Result<String> {
 /// Read and parse a JSON file, with the path in the error.
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T> {
     let text = read_to_string(path)?;
-    serde_json::from_str(&text).map_err(|e| Error::Json {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+    serde_json::from_str(&text).map_err(|e| Error::Json { path: path.to_path_buf(), message: e.to_string() })
 }

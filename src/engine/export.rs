@@ -11,10 +11,7 @@ use std::path::{Path, PathBuf};
 /// Export `checkpoint` into the folder `out` (created if needed). Returns `out`.
 pub fn export(ckpt: &Path, format: ExportFormat, out: &Path, base_model: &Path) -> Result<PathBuf> {
     if !ckpt.join(ADAPTER_CONFIG).exists() {
-        return Err(Error::MissingFile {
-            path: ckpt.join(ADAPTER_CONFIG),
-            what: "not a checkpoint folder".into(),
-        });
+        return Err(Error::MissingFile { path: ckpt.join(ADAPTER_CONFIG), what: "not a checkpoint folder".into() });
     }
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     match format {
@@ -47,7 +44,11 @@ fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
         keys.insert(format!("{group}.{}", p.module));
         min_layer = min_layer.min(p.layer);
     }
-    let scale = if summary.use_rslora { summary.alpha / (summary.rank as f64).sqrt() } else { summary.alpha / summary.rank as f64 };
+    let scale = if summary.use_rslora {
+        summary.alpha / (summary.rank as f64).sqrt()
+    } else {
+        summary.alpha / summary.rank as f64
+    };
     let config = serde_json::json!({
         "fine_tune_type": "lora",
         "num_layers": model.config.num_layers - min_layer,
@@ -61,7 +62,8 @@ fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     });
     let cpu: HashMap<String, Tensor> = tensors;
     let tmp = out.join("adapters.safetensors.tmp");
-    candle_core::safetensors::save(&cpu, &tmp).map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
+    candle_core::safetensors::save(&cpu, &tmp)
+        .map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
     std::fs::rename(&tmp, out.join("adapters.safetensors")).map_err(|e| Error::io(out, e))?;
     checkpoint::make_world_readable(&out.join("adapters.safetensors"))?;
     checkpoint::write_atomic(
@@ -76,7 +78,8 @@ fn export_merged(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     checkpoint::load_adapter(&mut model.model, ckpt)?;
     let weights = model.model.merged_named_weights()?;
     let tmp = out.join("model.safetensors.tmp");
-    candle_core::safetensors::save(&weights, &tmp).map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
+    candle_core::safetensors::save(&weights, &tmp)
+        .map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
     std::fs::rename(&tmp, out.join("model.safetensors")).map_err(|e| Error::io(out, e))?;
     checkpoint::make_world_readable(&out.join("model.safetensors"))?;
     write_model_files(&model, out)
@@ -86,7 +89,14 @@ fn write_model_files(model: &LoadedModel, out: &Path) -> Result<()> {
     let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     match &model.source {
         ModelSource::HfFolder(src) => {
-            for name in ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja", "special_tokens_map.json"] {
+            for name in [
+                "config.json",
+                "tokenizer.json",
+                "tokenizer_config.json",
+                "generation_config.json",
+                "chat_template.jinja",
+                "special_tokens_map.json",
+            ] {
                 let from = src.join(name);
                 if from.exists() {
                     let bytes = std::fs::read(&from).map_err(|e| Error::io(&from, e))?;

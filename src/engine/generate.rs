@@ -214,10 +214,7 @@ pub fn score(model: &Transformer, ids: &[u32]) -> Result<Vec<f32>> {
     let logits = model.forward(&input, 0, None)?.squeeze(0)?.to_dtype(candle_core::DType::F32)?;
     let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
     let targets = Tensor::new(&ids[1..], model.device())?;
-    let picked = log_probs
-        .narrow(0, 0, ids.len() - 1)?
-        .gather(&targets.unsqueeze(1)?, 1)?
-        .squeeze(1)?;
+    let picked = log_probs.narrow(0, 0, ids.len() - 1)?.gather(&targets.unsqueeze(1)?, 1)?.squeeze(1)?;
     Ok(picked.to_vec1()?)
 }
 

@@ -37,7 +37,11 @@ impl LoraAdapter {
             x2 = self.apply_dropout(&x2)?;
         }
         let (a, b) = (self.a.as_tensor(), self.b.as_tensor());
-        let (a, b) = if a.dtype() == x.dtype() { (a.clone(), b.clone()) } else { (a.to_dtype(x.dtype())?, b.to_dtype(x.dtype())?) };
+        let (a, b) = if a.dtype() == x.dtype() {
+            (a.clone(), b.clone())
+        } else {
+            (a.to_dtype(x.dtype())?, b.to_dtype(x.dtype())?)
+        };
         let update = (x2.matmul(&a)?.matmul(&b)? * self.scale)?;
         y + update.reshape(y.shape())?
     }
@@ -47,9 +51,8 @@ impl LoraAdapter {
         let seed = self.dropout_seed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut rng = StdRng::seed_from_u64(seed);
         let keep = 1.0 - self.dropout;
-        let mask: Vec<f32> = (0..x.elem_count())
-            .map(|_| if rng.random::<f32>() < keep { 1.0 / keep } else { 0.0 })
-            .collect();
+        let mask: Vec<f32> =
+            (0..x.elem_count()).map(|_| if rng.random::<f32>() < keep { 1.0 / keep } else { 0.0 }).collect();
         let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
         x * mask
     }
@@ -71,11 +74,7 @@ pub fn adapted_layers(num_layers: usize, last_n: Option<usize>) -> std::ops::Ran
 }
 
 /// Attach fresh adapters as PEFT initialises them: A ~ kaiming-uniform (bound 1/sqrt(in)), B = 0.
-pub fn attach_new_adapters(
-    model: &mut Transformer,
-    settings: &LoraSettings,
-    seed: u64,
-) -> Result<Vec<AdapterParam>> {
+pub fn attach_new_adapters(model: &mut Transformer, settings: &LoraSettings, seed: u64) -> Result<Vec<AdapterParam>> {
     let targets = settings.resolved_targets()?;
     let layers = adapted_layers(model.config.num_layers, settings.layers);
     let device = model.device().clone();
@@ -129,13 +128,8 @@ pub fn attach_adapter(
             }
             let a = Var::from_tensor(&a.to_dtype(DType::F32)?.to_device(&device)?)?;
             let b = Var::from_tensor(&b.to_dtype(DType::F32)?.to_device(&device)?)?;
-            linear.adapter = Some(LoraAdapter {
-                a: a.clone(),
-                b: b.clone(),
-                scale,
-                dropout: 0.0,
-                dropout_seed: Default::default(),
-            });
+            linear.adapter =
+                Some(LoraAdapter { a: a.clone(), b: b.clone(), scale, dropout: 0.0, dropout_seed: Default::default() });
             return Ok(AdapterParam { layer, module: m, a, b });
         }
     }
@@ -174,10 +168,7 @@ pub fn detach_adapters(model: &mut Transformer) {
 pub fn trainable_parameter_count(config: &crate::engine::model::ModelConfig, settings: &LoraSettings) -> Result<usize> {
     let targets = settings.resolved_targets()?;
     let layers = adapted_layers(config.num_layers, settings.layers).len();
-    let per_layer: usize = targets
-        .iter()
-        .filter_map(|t| config.linear_shape(t))
-        .map(|(i, o)| settings.rank * (i + o))
-        .sum();
+    let per_layer: usize =
+        targets.iter().filter_map(|t| config.linear_shape(t)).map(|(i, o)| settings.rank * (i + o)).sum();
     Ok(per_layer * layers)
 }

@@ -212,9 +212,12 @@ impl ChatPanel {
             "Chat",
             "Replies stream from a KV-cache generator on the worker; it shares the base weights with a running training.",
         );
-        egui::Panel::right("chat-settings").resizable(true).default_size(260.0).size_range(220.0..=380.0).show(ui, |ui| {
-            egui::ScrollArea::vertical().id_salt("chat-settings-scroll").show(ui, |ui| settings_ui(ui, ctx));
-        });
+        egui::Panel::right("chat-settings").resizable(true).default_size(260.0).size_range(220.0..=380.0).show(
+            ui,
+            |ui| {
+                egui::ScrollArea::vertical().id_salt("chat-settings-scroll").show(ui, |ui| settings_ui(ui, ctx));
+            },
+        );
         egui::Panel::top("chat-top").show(ui, |ui| self.top_ui(ui, ctx, checkpoints));
         egui::Panel::bottom("chat-input").show(ui, |ui| self.input_ui(ui, ctx));
         egui::CentralPanel::default().show(ui, |ui| self.transcript_ui(ui, ctx));
@@ -252,8 +255,10 @@ impl ChatPanel {
             let mode = &mut ctx.prefs.chat.mode;
             ui.selectable_value(mode, ChatMode::Base, "Base").on_hover_text("Only the base model answers");
             ui.add_enabled_ui(self.adapter.is_some(), |ui| {
-                ui.selectable_value(mode, ChatMode::Adapter, "With adapter").on_hover_text("The base model with the chosen checkpoint's adapter");
-                ui.selectable_value(mode, ChatMode::SideBySide, "Side by side").on_hover_text("The same prompt answered by both");
+                ui.selectable_value(mode, ChatMode::Adapter, "With adapter")
+                    .on_hover_text("The base model with the chosen checkpoint's adapter");
+                ui.selectable_value(mode, ChatMode::SideBySide, "Side by side")
+                    .on_hover_text("The same prompt answered by both");
             });
             if self.adapter.is_none() && *mode != ChatMode::Base {
                 *mode = ChatMode::Base;
@@ -262,7 +267,11 @@ impl ChatPanel {
         if let (Some(base), Some(loaded)) = (&self.adapter_base, &ctx.model.loaded) {
             if !base.as_os_str().is_empty() && !crate::worker::paths_match(base, &loaded.path) {
                 ui.horizontal(|ui| {
-                    banner_ui(ui, Tone::Warn, format!("This adapter was trained on {}, but {} is loaded.", display_name(base), loaded.name()));
+                    banner_ui(
+                        ui,
+                        Tone::Warn,
+                        format!("This adapter was trained on {}, but {} is loaded.", display_name(base), loaded.name()),
+                    );
                 });
                 if ui.small_button(format!("Load {}", display_name(base))).clicked() {
                     ctx.actions.push(Action::LoadModel(base.clone()));
@@ -287,15 +296,23 @@ impl ChatPanel {
             let response = ui.add(edit);
             let enter = response.has_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter) && !i.modifiers.shift);
             ui.vertical(|ui| {
-                let send = ui.add_enabled(can_send && !self.input.trim().is_empty(), egui::Button::new(RichText::new("Send").strong()).min_size(egui::vec2(80.0, 24.0)));
+                let send = ui.add_enabled(
+                    can_send && !self.input.trim().is_empty(),
+                    egui::Button::new(RichText::new("Send").strong()).min_size(egui::vec2(80.0, 24.0)),
+                );
                 if send.clicked() || (enter && can_send) {
                     self.send(ctx);
                 }
                 ui.horizontal(|ui| {
-                    if ui.add_enabled(generating, egui::Button::new("Stop")).on_hover_text("Stop generating").clicked() {
+                    if ui.add_enabled(generating, egui::Button::new("Stop")).on_hover_text("Stop generating").clicked()
+                    {
                         self.stop(ctx.actions);
                     }
-                    if ui.add_enabled(!self.exchanges.is_empty(), egui::Button::new("Clear")).on_hover_text("Start a new conversation").clicked() {
+                    if ui
+                        .add_enabled(!self.exchanges.is_empty(), egui::Button::new("Clear"))
+                        .on_hover_text("Start a new conversation")
+                        .clicked()
+                    {
                         self.stop(ctx.actions);
                         self.pending.clear();
                         self.exchanges.clear();
@@ -334,7 +351,11 @@ impl ChatPanel {
 
     fn column_ui(&self, ui: &mut Ui, side: ChatSide, title: &str) {
         if !title.is_empty() {
-            ui.label(RichText::new(title).strong().color(if side == ChatSide::Base { palette::TRAIN } else { palette::ACCENT }));
+            ui.label(RichText::new(title).strong().color(if side == ChatSide::Base {
+                palette::TRAIN
+            } else {
+                palette::ACCENT
+            }));
         }
         egui::ScrollArea::vertical()
             .id_salt(("transcript", side as u8))
@@ -415,21 +436,30 @@ fn settings_ui(ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
     let c = &mut ctx.prefs.chat;
     ui.label(RichText::new("Generation").strong());
     ui.add_space(4.0);
-    let l = ui.label("System prompt").on_hover_text("Sent first in every conversation; leave empty to use the template's default.");
-    ui.add(egui::TextEdit::multiline(&mut c.system_prompt).desired_rows(3).desired_width(f32::INFINITY)).labelled_by(l.id);
+    let l = ui
+        .label("System prompt")
+        .on_hover_text("Sent first in every conversation; leave empty to use the template's default.");
+    ui.add(egui::TextEdit::multiline(&mut c.system_prompt).desired_rows(3).desired_width(f32::INFINITY))
+        .labelled_by(l.id);
     ui.add_space(6.0);
     egui::Grid::new("chat-grid").num_columns(2).spacing([10.0, 8.0]).show(ui, |ui| {
-        let l = ui.label("Temperature").on_hover_text("Randomness: 0 always picks the most likely token (greedy); 0.7 is a good default; above 1 gets wild.");
+        let l = ui.label("Temperature").on_hover_text(
+            "Randomness: 0 always picks the most likely token (greedy); 0.7 is a good default; above 1 gets wild.",
+        );
         ui.add(egui::Slider::new(&mut c.sampling.temperature, 0.0..=2.0).fixed_decimals(2)).labelled_by(l.id);
         ui.end_row();
-        let l = ui.label("Top-p").on_hover_text("Sample only from the most likely tokens whose probabilities add up to p (1 = off).");
+        let l = ui
+            .label("Top-p")
+            .on_hover_text("Sample only from the most likely tokens whose probabilities add up to p (1 = off).");
         ui.add(egui::Slider::new(&mut c.sampling.top_p, 0.05..=1.0).fixed_decimals(2)).labelled_by(l.id);
         ui.end_row();
         let l = ui.label("Top-k").on_hover_text("Sample only from the k most likely tokens (0 = off).");
         ui.add(DragValue::new(&mut c.sampling.top_k).range(0..=1000)).labelled_by(l.id);
         ui.end_row();
-        let l = ui.label("Repetition penalty").on_hover_text("Above 1 discourages tokens that already appeared (1 = off).");
-        ui.add(DragValue::new(&mut c.sampling.repetition_penalty).range(1.0..=2.0).speed(0.01).max_decimals(2)).labelled_by(l.id);
+        let l =
+            ui.label("Repetition penalty").on_hover_text("Above 1 discourages tokens that already appeared (1 = off).");
+        ui.add(DragValue::new(&mut c.sampling.repetition_penalty).range(1.0..=2.0).speed(0.01).max_decimals(2))
+            .labelled_by(l.id);
         ui.end_row();
         let l = ui.label("Max tokens").on_hover_text("The longest reply, in tokens.");
         ui.add(DragValue::new(&mut c.max_tokens).range(1..=8192)).labelled_by(l.id);
@@ -439,7 +469,11 @@ fn settings_ui(ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         ui.end_row();
     });
     ui.add_space(6.0);
-    if ui.small_button("Greedy").on_hover_text("Temperature 0: deterministic, good for comparing base and adapter").clicked() {
+    if ui
+        .small_button("Greedy")
+        .on_hover_text("Temperature 0: deterministic, good for comparing base and adapter")
+        .clicked()
+    {
         c.sampling.temperature = 0.0;
     }
 }

@@ -3,7 +3,9 @@
 //! training from it, export it (PEFT, mlx-lm, merged model) or delete it after a confirmation.
 
 use super::app::{Action, PanelCtx};
-use super::widgets::{self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone};
+use super::widgets::{
+    self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone,
+};
 use crate::engine::checkpoint::ExportFormat;
 use crate::worker::{display_name, CheckpointSummary, Command, RunSummary};
 use egui::{RichText, Ui};
@@ -93,10 +95,18 @@ impl CheckpointsPanel {
         if self.listed_dir.as_deref() != Some(ctx.prefs.train.out.as_path()) && !self.loading {
             self.request_refresh(&ctx.prefs.train.out.clone(), ctx.actions);
         }
-        widgets::page_header_ui(ui, "Checkpoints", "Every run folder under the runs folder, newest first. Checkpoints appear here as they are written.");
+        widgets::page_header_ui(
+            ui,
+            "Checkpoints",
+            "Every run folder under the runs folder, newest first. Checkpoints appear here as they are written.",
+        );
         ui.horizontal(|ui| {
             ui.label(RichText::new(format!("Runs folder: {}", ctx.prefs.train.out.display())).weak());
-            if ui.add_enabled(!self.loading, egui::Button::new("Refresh")).on_hover_text("Read the runs folder again").clicked() {
+            if ui
+                .add_enabled(!self.loading, egui::Button::new("Refresh"))
+                .on_hover_text("Read the runs folder again")
+                .clicked()
+            {
                 self.request_refresh(&ctx.prefs.train.out.clone(), ctx.actions);
             }
             if self.loading {
@@ -120,7 +130,11 @@ impl CheckpointsPanel {
         }
         if self.runs.is_empty() {
             if !self.loading {
-                banner_ui(ui, Tone::Info, "No runs yet. Finished and running trainings show up here with their checkpoints.");
+                banner_ui(
+                    ui,
+                    Tone::Info,
+                    "No runs yet. Finished and running trainings show up here with their checkpoints.",
+                );
             }
             return;
         }
@@ -147,8 +161,10 @@ impl CheckpointsPanel {
                     ui.horizontal(|ui| {
                         let mut overlay = ctx.prefs.overlay_runs.contains(&run.name);
                         // Without text of its own, the hover text is the checkbox's accessible name.
-                        let toggled =
-                            ui.checkbox(&mut overlay, "").on_hover_text(format!("Overlay {} in the comparison plot", run.name)).changed();
+                        let toggled = ui
+                            .checkbox(&mut overlay, "")
+                            .on_hover_text(format!("Overlay {} in the comparison plot", run.name))
+                            .changed();
                         if toggled {
                             if overlay {
                                 ctx.prefs.overlay_runs.push(run.name.clone());
@@ -204,11 +220,33 @@ impl CheckpointsPanel {
                             };
                             row(ui, "Model", display_name(&c.model));
                             row(ui, "Data", c.data.display().to_string());
-                            row(ui, "LoRA", format!("rank {} · alpha {} · scale {:.2}{}", c.lora.rank, c.lora.alpha, c.lora.scale(), if c.lora.use_rslora { " (rsLoRA)" } else { "" }));
+                            row(
+                                ui,
+                                "LoRA",
+                                format!(
+                                    "rank {} · alpha {} · scale {:.2}{}",
+                                    c.lora.rank,
+                                    c.lora.alpha,
+                                    c.lora.scale(),
+                                    if c.lora.use_rslora { " (rsLoRA)" } else { "" }
+                                ),
+                            );
                             row(ui, "Targets", c.lora.targets.join(", "));
-                            row(ui, "Layers", c.lora.layers.map(|n| format!("last {n}")).unwrap_or_else(|| "all".into()));
-                            row(ui, "Learning rate", format!("{} {:?}, warmup {}", fmt_sci(c.lr), c.schedule, c.warmup).to_lowercase());
-                            row(ui, "Batch", format!("{} × {} accumulation · {} tokens", c.batch_size, c.grad_accum, c.seq_len));
+                            row(
+                                ui,
+                                "Layers",
+                                c.lora.layers.map(|n| format!("last {n}")).unwrap_or_else(|| "all".into()),
+                            );
+                            row(
+                                ui,
+                                "Learning rate",
+                                format!("{} {:?}, warmup {}", fmt_sci(c.lr), c.schedule, c.warmup).to_lowercase(),
+                            );
+                            row(
+                                ui,
+                                "Batch",
+                                format!("{} × {} accumulation · {} tokens", c.batch_size, c.grad_accum, c.seq_len),
+                            );
                             row(
                                 ui,
                                 "Duration",
@@ -275,18 +313,28 @@ impl CheckpointsPanel {
                 ui.label(fmt_bytes(c.size_bytes));
                 ui.push_id(&c.path, |ui| {
                     ui.horizontal(|ui| {
-                        if ui.button("Open in chat").on_hover_text("Chat with this adapter on the base model").clicked() {
-                            action = Some(Action::OpenInChat { checkpoint: c.path.clone(), base_model: base_model.clone() });
+                        if ui.button("Open in chat").on_hover_text("Chat with this adapter on the base model").clicked()
+                        {
+                            action =
+                                Some(Action::OpenInChat { checkpoint: c.path.clone(), base_model: base_model.clone() });
                         }
-                        if ui.add_enabled(!ctx.training_active, egui::Button::new("Resume"))
+                        if ui
+                            .add_enabled(!ctx.training_active, egui::Button::new("Resume"))
                             .on_hover_text("Continue this run from here with its saved settings")
                             .on_disabled_hover_text("A run is in progress")
                             .clicked()
                         {
-                            action = Some(Action::ResumeFrom { checkpoint: c.path.clone(), config: config.clone().map(Box::new) });
+                            action = Some(Action::ResumeFrom {
+                                checkpoint: c.path.clone(),
+                                config: config.clone().map(Box::new),
+                            });
                         }
                         let exporting = self.exporting.contains(&c.path);
-                        if ui.add_enabled(!exporting, egui::Button::new(if exporting { "Exporting…" } else { "Export…" }))
+                        if ui
+                            .add_enabled(
+                                !exporting,
+                                egui::Button::new(if exporting { "Exporting…" } else { "Export…" }),
+                            )
                             .on_hover_text("Write the adapter as PEFT, mlx-lm, or a merged model")
                             .clicked()
                         {
@@ -297,7 +345,11 @@ impl CheckpointsPanel {
                                 out: default_export_dir(&c.path, ExportFormat::Peft).display().to_string(),
                             });
                         }
-                        if ui.button(RichText::new("Delete").color(palette::ERROR)).on_hover_text("Delete this checkpoint folder").clicked() {
+                        if ui
+                            .button(RichText::new("Delete").color(palette::ERROR))
+                            .on_hover_text("Delete this checkpoint folder")
+                            .clicked()
+                        {
                             new_delete = Some(c.path.clone());
                         }
                     });
@@ -333,13 +385,20 @@ impl CheckpointsPanel {
                 for (i, run) in chosen.iter().enumerate() {
                     let color = palette::SERIES[i % palette::SERIES.len()];
                     let train = smooth(&to_points(&run.train_loss), 0.6);
-                    plot.line(Line::new(format!("{} train", run.name), egui_plot::PlotPoints::Owned(train)).color(color).width(2.0));
+                    plot.line(
+                        Line::new(format!("{} train", run.name), egui_plot::PlotPoints::Owned(train))
+                            .color(color)
+                            .width(2.0),
+                    );
                     if !run.val_loss.is_empty() {
                         plot.line(
-                            Line::new(format!("{} val", run.name), egui_plot::PlotPoints::Owned(to_points(&run.val_loss)))
-                                .color(color)
-                                .width(1.5)
-                                .style(LineStyle::dashed_loose()),
+                            Line::new(
+                                format!("{} val", run.name),
+                                egui_plot::PlotPoints::Owned(to_points(&run.val_loss)),
+                            )
+                            .color(color)
+                            .width(1.5)
+                            .style(LineStyle::dashed_loose()),
                         );
                     }
                 }
@@ -377,8 +436,9 @@ impl CheckpointsPanel {
                 ui.label(RichText::new(dialog.checkpoint.display().to_string()).weak().small());
                 ui.add_space(6.0);
                 let before = dialog.format;
-                ui.radio_value(&mut dialog.format, ExportFormat::Peft, "PEFT adapter")
-                    .on_hover_text("adapter_config.json + adapter_model.safetensors, loadable with peft / transformers");
+                ui.radio_value(&mut dialog.format, ExportFormat::Peft, "PEFT adapter").on_hover_text(
+                    "adapter_config.json + adapter_model.safetensors, loadable with peft / transformers",
+                );
                 ui.radio_value(&mut dialog.format, ExportFormat::MlxLm, "mlx-lm adapter")
                     .on_hover_text("adapters.safetensors + adapter_config.json for mlx_lm.generate --adapter-path");
                 ui.radio_value(&mut dialog.format, ExportFormat::Merged, "Merged model")

@@ -114,7 +114,11 @@ impl DatasetPanel {
             if let Some(report) = &self.report {
                 report_ui(ui, report, self.histogram.as_ref(), ctx);
             } else if self.error.is_none() && self.inspecting.is_none() {
-                banner_ui(ui, Tone::Info, "No dataset yet. Pick a .jsonl file or a folder; the bundled sample is assets/sample-chat.");
+                banner_ui(
+                    ui,
+                    Tone::Info,
+                    "No dataset yet. Pick a .jsonl file or a folder; the bundled sample is assets/sample-chat.",
+                );
             }
         });
     }
@@ -133,14 +137,23 @@ impl DatasetPanel {
                 // Right to left: the buttons take what they need, the path field the rest.
                 ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                     let picking = self.picker.is_some();
-                    if ui.add_enabled(!picking, egui::Button::new("Open folder…")).on_hover_text("Pick a folder with train.jsonl").clicked() {
+                    if ui
+                        .add_enabled(!picking, egui::Button::new("Open folder…"))
+                        .on_hover_text("Pick a folder with train.jsonl")
+                        .clicked()
+                    {
                         self.open_picker(ui, PickKind::DatasetFolder, ctx);
                     }
-                    if ui.add_enabled(!picking, egui::Button::new("Open .jsonl…")).on_hover_text("Pick a JSONL file").clicked() {
+                    if ui
+                        .add_enabled(!picking, egui::Button::new("Open .jsonl…"))
+                        .on_hover_text("Pick a JSONL file")
+                        .clicked()
+                    {
                         self.open_picker(ui, PickKind::DatasetFile, ctx);
                     }
                     let has_path = !ctx.prefs.dataset_input.trim().is_empty();
-                    let open = ui.add_enabled(has_path, egui::Button::new(RichText::new("Open dataset").strong())).clicked();
+                    let open =
+                        ui.add_enabled(has_path, egui::Button::new(RichText::new("Open dataset").strong())).clicked();
                     let response = ui
                         .add(
                             egui::TextEdit::singleline(&mut ctx.prefs.dataset_input)
@@ -259,9 +272,13 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx:
                     stat_ui(ui, "longest row", t.lengths.iter().max().copied().unwrap_or(0).to_string());
                     let tone = if t.truncated > 0 { palette::WARN } else { palette::OK };
                     ui.label(
-                        RichText::new(format!("{} truncated at max seq len {}", t.truncated, t.max_seq_len)).color(tone).strong(),
+                        RichText::new(format!("{} truncated at max seq len {}", t.truncated, t.max_seq_len))
+                            .color(tone)
+                            .strong(),
                     )
-                    .on_hover_text("Rows longer than the maximum sequence length lose their tail. Change it in LoRA settings.");
+                    .on_hover_text(
+                        "Rows longer than the maximum sequence length lose their tail. Change it in LoRA settings.",
+                    );
                 });
                 if t.dropped > 0 {
                     banner_ui(
@@ -276,7 +293,16 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx:
                     );
                 }
                 if !t.failures.is_empty() {
-                    banner_ui(ui, Tone::Warn, format!("{} rows could not be templated, e.g. line {}: {}", t.failures.len(), t.failures[0].1, t.failures[0].2));
+                    banner_ui(
+                        ui,
+                        Tone::Warn,
+                        format!(
+                            "{} rows could not be templated, e.g. line {}: {}",
+                            t.failures.len(),
+                            t.failures[0].1,
+                            t.failures[0].2
+                        ),
+                    );
                 }
                 if let Some(h) = hist {
                     histogram_ui(ui, h);
@@ -285,7 +311,11 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx:
         }
         None => {
             ui.add_space(6.0);
-            banner_ui(ui, Tone::Info, "Load a model to see token counts, the length histogram and the templated preview.");
+            banner_ui(
+                ui,
+                Tone::Info,
+                "Load a model to see token counts, the length histogram and the templated preview.",
+            );
         }
     }
 
@@ -336,7 +366,11 @@ fn histogram(lengths: &[usize], max_seq_len: usize) -> Histogram {
     for &l in lengths {
         counts[(l / bin_width).min(n - 1)] += 1;
     }
-    Histogram { bin_width, bins: counts.into_iter().enumerate().map(|(i, c)| (i * bin_width, c)).collect(), max_seq_len }
+    Histogram {
+        bin_width,
+        bins: counts.into_iter().enumerate().map(|(i, c)| (i * bin_width, c)).collect(),
+        max_seq_len,
+    }
 }
 
 fn histogram_ui(ui: &mut Ui, h: &Histogram) {

@@ -62,7 +62,9 @@ impl FilePicker {
         match self.rx.try_recv() {
             Ok(o) => Some(o),
             Err(TryRecvError::Empty) => None,
-            Err(TryRecvError::Disconnected) => Some(PickOutcome::Unavailable("the file dialog closed unexpectedly".into())),
+            Err(TryRecvError::Disconnected) => {
+                Some(PickOutcome::Unavailable("the file dialog closed unexpectedly".into()))
+            }
         }
     }
 }
@@ -75,7 +77,9 @@ fn pick_blocking(kind: PickKind, start_dir: Option<PathBuf>) -> PickOutcome {
     let picked = match kind {
         PickKind::ModelFile => dialog.set_title("Open a GGUF model").add_filter("GGUF model", &["gguf"]).pick_file(),
         PickKind::ModelFolder => dialog.set_title("Open a Hugging Face model folder").pick_folder(),
-        PickKind::DatasetFile => dialog.set_title("Open a JSONL dataset").add_filter("JSON Lines", &["jsonl"]).pick_file(),
+        PickKind::DatasetFile => {
+            dialog.set_title("Open a JSONL dataset").add_filter("JSON Lines", &["jsonl"]).pick_file()
+        }
         PickKind::DatasetFolder => dialog.set_title("Open a dataset folder (train.jsonl, valid.jsonl)").pick_folder(),
         PickKind::Folder => dialog.set_title("Choose a folder").pick_folder(),
     };

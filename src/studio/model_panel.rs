@@ -77,10 +77,18 @@ impl ModelPanel {
                 // Right to left: the buttons take what they need, the path field the rest.
                 ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                     let picking = self.picker.is_some();
-                    if ui.add_enabled(!picking, egui::Button::new("Open folder…")).on_hover_text("Pick a Hugging Face model folder").clicked() {
+                    if ui
+                        .add_enabled(!picking, egui::Button::new("Open folder…"))
+                        .on_hover_text("Pick a Hugging Face model folder")
+                        .clicked()
+                    {
                         self.open_picker(ui, PickKind::ModelFolder, ctx);
                     }
-                    if ui.add_enabled(!picking, egui::Button::new("Open .gguf…")).on_hover_text("Pick a GGUF file").clicked() {
+                    if ui
+                        .add_enabled(!picking, egui::Button::new("Open .gguf…"))
+                        .on_hover_text("Pick a GGUF file")
+                        .clicked()
+                    {
                         self.open_picker(ui, PickKind::ModelFile, ctx);
                     }
                     let busy = ctx.model.loading.is_some();
@@ -169,9 +177,11 @@ impl ModelPanel {
         ui.horizontal(|ui| {
             section_ui(ui, "Models on this machine");
             ui.add_space(8.0);
-            if ui.add_enabled(!self.scanning, egui::Button::new("Rescan")).on_hover_text(
-                "Look again in the Hugging Face cache (~/.cache/huggingface/hub) and ./models",
-            ).clicked() {
+            if ui
+                .add_enabled(!self.scanning, egui::Button::new("Rescan"))
+                .on_hover_text("Look again in the Hugging Face cache (~/.cache/huggingface/hub) and ./models")
+                .clicked()
+            {
                 self.rescan(ctx);
             }
             if self.scanning {
@@ -184,13 +194,22 @@ impl ModelPanel {
         ui.label(
             RichText::new(format!(
                 "Hugging Face cache: {} · plus ./models",
-                crate::worker::default_hf_cache_dir().map(|p| p.display().to_string()).unwrap_or_else(|| "unknown".into())
+                crate::worker::default_hf_cache_dir()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "unknown".into())
             ))
             .weak()
             .small(),
         );
         if self.found.is_empty() {
-            ui.label(RichText::new(if self.scanning { "Scanning…" } else { "No models found. Download one with the Hugging Face CLI, or run scripts/fetch_smollm2.sh." }).weak());
+            ui.label(
+                RichText::new(if self.scanning {
+                    "Scanning…"
+                } else {
+                    "No models found. Download one with the Hugging Face CLI, or run scripts/fetch_smollm2.sh."
+                })
+                .weak(),
+            );
             return;
         }
         let filter = self.filter.to_lowercase();
@@ -275,7 +294,11 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
                 row(ui, "Parameters", format!("{} ({})", fmt_count(m.parameters), m.parameters));
                 row(ui, "Layers", m.layers.to_string());
                 row(ui, "Hidden size", format!("{} · MLP {}", m.hidden_size, m.intermediate_size));
-                row(ui, "Attention", format!("{} heads · {} KV heads · head dim {}", m.attention_heads, m.kv_heads, m.head_dim));
+                row(
+                    ui,
+                    "Attention",
+                    format!("{} heads · {} KV heads · head dim {}", m.attention_heads, m.kv_heads, m.head_dim),
+                );
                 row(ui, "Vocabulary", m.vocab_size.to_string());
                 row(ui, "Context", format!("{} tokens", m.context_length));
                 row(
@@ -289,7 +312,11 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
                 );
                 row(ui, "Compute dtype", m.dtype.clone());
                 row(ui, "Device", m.device.clone());
-                row(ui, "Chat template", if m.has_chat_template { "yes".into() } else { "none (plain fallback format)".into() });
+                row(
+                    ui,
+                    "Chat template",
+                    if m.has_chat_template { "yes".into() } else { "none (plain fallback format)".into() },
+                );
                 row(ui, "Loaded in", fmt_secs(m.load_secs));
             });
         });
@@ -305,8 +332,9 @@ pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) 
     let cfg = &prefs.train;
     let est = estimate::training_memory(m, cfg);
     let trainable = estimate::trainable_params(m, &cfg.lora);
-    ui.label(RichText::new("Training at the current settings").strong())
-        .on_hover_text("An estimate from the model's shape and the LoRA / training settings; it updates as you change them.");
+    ui.label(RichText::new("Training at the current settings").strong()).on_hover_text(
+        "An estimate from the model's shape and the LoRA / training settings; it updates as you change them.",
+    );
     ui.label(
         RichText::new(format!(
             "rank {} · {} · batch {} × {} tokens",
@@ -328,13 +356,37 @@ pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) 
         row(
             ui,
             "Trainable parameters",
-            format!("{} ({:.3}% of the model)", fmt_count(trainable), 100.0 * trainable as f64 / m.parameters.max(1) as f64),
+            format!(
+                "{} ({:.3}% of the model)",
+                fmt_count(trainable),
+                100.0 * trainable as f64 / m.parameters.max(1) as f64
+            ),
             "rank × (in + out) for every adapted linear in every adapted layer",
         );
-        row(ui, "Base weights", fmt_bytes(est.base_weights_bytes), "parameters × bytes of the compute dtype; frozen, shared with chat");
-        row(ui, "Adapter + optimizer", fmt_bytes(est.adapter_state_bytes), "LoRA weights, gradients and AdamW's two moments, all f32");
-        row(ui, "Activations", fmt_bytes(est.activations_bytes), "what the backward pass keeps per layer for one micro-batch");
-        row(ui, "Logits", fmt_bytes(est.logits_bytes), "batch × sequence × vocabulary in f32, with log-softmax and gradient");
+        row(
+            ui,
+            "Base weights",
+            fmt_bytes(est.base_weights_bytes),
+            "parameters × bytes of the compute dtype; frozen, shared with chat",
+        );
+        row(
+            ui,
+            "Adapter + optimizer",
+            fmt_bytes(est.adapter_state_bytes),
+            "LoRA weights, gradients and AdamW's two moments, all f32",
+        );
+        row(
+            ui,
+            "Activations",
+            fmt_bytes(est.activations_bytes),
+            "what the backward pass keeps per layer for one micro-batch",
+        );
+        row(
+            ui,
+            "Logits",
+            fmt_bytes(est.logits_bytes),
+            "batch × sequence × vocabulary in f32, with log-softmax and gradient",
+        );
         ui.label(RichText::new("Total (≈)").strong());
         ui.label(RichText::new(fmt_bytes(est.total_bytes())).strong().color(palette::ACCENT));
         ui.end_row();

@@ -95,8 +95,13 @@ impl RankPanel {
                 let l = ui.label("Token budget").on_hover_text(
                     "Training tokens per probe. Every rank sees exactly the same batches, so the comparison is fair.",
                 );
-                ui.add(DragValue::new(&mut ctx.prefs.rank.token_budget).range(256..=100_000_000).speed(256.0).suffix(" tokens"))
-                    .labelled_by(l.id);
+                ui.add(
+                    DragValue::new(&mut ctx.prefs.rank.token_budget)
+                        .range(256..=100_000_000)
+                        .speed(256.0)
+                        .suffix(" tokens"),
+                )
+                .labelled_by(l.id);
             });
             ui.label(
                 RichText::new(format!(
@@ -131,7 +136,11 @@ impl RankPanel {
                         }));
                     }
                 }
-                if ui.add_enabled(self.running, egui::Button::new("Stop")).on_hover_text("Stop after the current step").clicked() {
+                if ui
+                    .add_enabled(self.running, egui::Button::new("Stop"))
+                    .on_hover_text("Stop after the current step")
+                    .clicked()
+                {
                     ctx.actions.push(Action::Send(Command::StopRankProbe));
                 }
                 if self.running {
@@ -139,7 +148,11 @@ impl RankPanel {
                     let done = self.results.len();
                     let total = self.planned.len().max(1);
                     let current = self.planned.get(done).map(|r| format!("probing rank {r}")).unwrap_or_default();
-                    ui.add(egui::ProgressBar::new(done as f32 / total as f32).desired_width(200.0).text(format!("{done}/{total} · {current}")));
+                    ui.add(
+                        egui::ProgressBar::new(done as f32 / total as f32)
+                            .desired_width(200.0)
+                            .text(format!("{done}/{total} · {current}")),
+                    );
                 }
             });
             if let Err(reason) = &ready {
@@ -187,7 +200,11 @@ impl RankPanel {
                     ui.push_id(r.rank, |ui| {
                         if current {
                             ui.label(RichText::new("in settings").color(palette::OK));
-                        } else if ui.button("Use this rank").on_hover_text(format!("Set the LoRA rank to {} in the training settings", r.rank)).clicked() {
+                        } else if ui
+                            .button("Use this rank")
+                            .on_hover_text(format!("Set the LoRA rank to {} in the training settings", r.rank))
+                            .clicked()
+                        {
                             ctx.actions.push(Action::UseRank(r.rank));
                         }
                     });
@@ -230,8 +247,24 @@ impl RankPanel {
         let mut by_hidden: Vec<&LoraMicroResult> = lora.iter().copied().filter(|m| m.rank == 8).collect();
         by_hidden.sort_by_key(|m| m.hidden);
         ui.columns(2, |cols| {
-            micro_plot_ui(&mut cols[0], "micro-rank", "Time vs rank (hidden 1024)", "rank", &by_rank, |m| (m.rank as f64).log2(), true);
-            micro_plot_ui(&mut cols[1], "micro-hidden", "Time vs hidden size (rank 8)", "hidden", &by_hidden, |m| m.hidden as f64, false);
+            micro_plot_ui(
+                &mut cols[0],
+                "micro-rank",
+                "Time vs rank (hidden 1024)",
+                "rank",
+                &by_rank,
+                |m| (m.rank as f64).log2(),
+                true,
+            );
+            micro_plot_ui(
+                &mut cols[1],
+                "micro-hidden",
+                "Time vs hidden size (rank 8)",
+                "hidden",
+                &by_hidden,
+                |m| m.hidden as f64,
+                false,
+            );
         });
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
@@ -260,15 +293,16 @@ fn rank_plot_ui(ui: &mut Ui, id: &str, title: &str, points: Vec<[f64; 2]>, color
     if from_zero {
         plot = plot.include_y(0.0);
     }
-    plot
-        .height(190.0)
+    plot.height(190.0)
         .allow_scroll(false)
         .x_axis_label("rank")
         .x_axis_formatter(|m, _| rank_tick(m.value))
         .x_grid_spacer(|input| log2_marks(input.bounds))
         .show(ui, |plot| {
             plot.line(Line::new(title, PlotPoints::from(points.clone())).color(color).width(2.0));
-            plot.points(Points::new(title, PlotPoints::from(points)).color(color).radius(4.0).shape(MarkerShape::Circle));
+            plot.points(
+                Points::new(title, PlotPoints::from(points)).color(color).radius(4.0).shape(MarkerShape::Circle),
+            );
         });
 }
 
@@ -298,7 +332,13 @@ fn micro_plot_ui(
     ui.label(RichText::new(title).strong());
     let fwd: Vec<[f64; 2]> = rows.iter().map(|m| [x(m), m.forward_ms]).collect();
     let bwd: Vec<[f64; 2]> = rows.iter().filter_map(|m| m.backward_ms.map(|b| [x(m), b])).collect();
-    let mut plot = Plot::new(id).height(200.0).legend(Legend::default().position(egui_plot::Corner::LeftTop)).allow_scroll(false).x_axis_label(x_label.to_string()).y_axis_label("ms").include_y(0.0);
+    let mut plot = Plot::new(id)
+        .height(200.0)
+        .legend(Legend::default().position(egui_plot::Corner::LeftTop))
+        .allow_scroll(false)
+        .x_axis_label(x_label.to_string())
+        .y_axis_label("ms")
+        .include_y(0.0);
     if log2_x {
         plot = plot.x_axis_formatter(|m, _| rank_tick(m.value)).x_grid_spacer(|input| log2_marks(input.bounds));
     }

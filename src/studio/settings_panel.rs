@@ -13,7 +13,11 @@ use egui_plot::{Line, Plot, PlotPoints};
 use std::path::PathBuf;
 
 /// The configuration a Start button would run, or why it cannot.
-pub fn ready_config(prefs: &Prefs, model: Option<&ModelSummary>, dataset: Option<&PathBuf>) -> Result<TrainConfig, String> {
+pub fn ready_config(
+    prefs: &Prefs,
+    model: Option<&ModelSummary>,
+    dataset: Option<&PathBuf>,
+) -> Result<TrainConfig, String> {
     let Some(model) = model else { return Err("Load a base model first (Model page).".into()) };
     let Some(data) = dataset else { return Err("Open a dataset first (Dataset page).".into()) };
     let mut cfg = prefs.train.clone();
@@ -318,14 +322,16 @@ fn summary_card_ui(ui: &mut Ui, prefs: &Prefs, model: Option<&ModelSummary>, rep
         ui.add_space(4.0);
         let tokens_per_step = cfg.batch_size * cfg.grad_accum * cfg.seq_len;
         egui::Grid::new("summary-grid").num_columns(2).spacing([14.0, 4.0]).show(ui, |ui| {
-            ui.label(RichText::new("Tokens per step").weak()).on_hover_text("batch × accumulation × sequence length: an upper bound, rows are usually shorter");
+            ui.label(RichText::new("Tokens per step").weak())
+                .on_hover_text("batch × accumulation × sequence length: an upper bound, rows are usually shorter");
             ui.label(format!("≤ {}", fmt_count(tokens_per_step)));
             ui.end_row();
             if let Some(r) = report {
                 let rows = r.rows("train");
                 let per_step = (cfg.batch_size * cfg.grad_accum).max(1);
                 let steps_per_epoch = rows.div_ceil(per_step).max(1);
-                ui.label(RichText::new("Steps per epoch").weak()).on_hover_text("training rows / effective batch (before any validation hold-out)");
+                ui.label(RichText::new("Steps per epoch").weak())
+                    .on_hover_text("training rows / effective batch (before any validation hold-out)");
                 ui.label(format!("≈ {steps_per_epoch} ({rows} rows)"));
                 ui.end_row();
                 let total = total_steps(cfg, steps_per_epoch);
@@ -345,11 +351,16 @@ fn summary_card_ui(ui: &mut Ui, prefs: &Prefs, model: Option<&ModelSummary>, rep
             }
         }
         ui.add_space(6.0);
-        let steps_per_epoch = report.map(|r| r.rows("train").div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1)).unwrap_or(100);
+        let steps_per_epoch =
+            report.map(|r| r.rows("train").div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1)).unwrap_or(100);
         lr_preview_ui(ui, cfg, total_steps(cfg, steps_per_epoch));
         if let Some(m) = model {
             let trainable = estimate::trainable_params(m, &cfg.lora);
-            ui.label(RichText::new(format!("{} trainable of {} parameters", fmt_count(trainable), fmt_count(m.parameters))).weak().small());
+            ui.label(
+                RichText::new(format!("{} trainable of {} parameters", fmt_count(trainable), fmt_count(m.parameters)))
+                    .weak()
+                    .small(),
+            );
         }
     });
 }
@@ -366,7 +377,11 @@ fn total_steps(cfg: &TrainConfig, steps_per_epoch: usize) -> usize {
 fn lr_preview_ui(ui: &mut Ui, cfg: &TrainConfig, total: usize) {
     let total = total.max(1);
     let stride = (total / 400).max(1);
-    let points: PlotPoints = (0..total).step_by(stride).chain(std::iter::once(total - 1)).map(|s| [s as f64, lr_at(cfg, s, total)]).collect();
+    let points: PlotPoints = (0..total)
+        .step_by(stride)
+        .chain(std::iter::once(total - 1))
+        .map(|s| [s as f64, lr_at(cfg, s, total)])
+        .collect();
     ui.label(RichText::new("Learning-rate schedule").weak());
     Plot::new("lr-preview")
         .height(110.0)

@@ -28,7 +28,9 @@ pub enum RunStatus {
     Pausing,
     Paused,
     Stopping,
-    Finished { stopped_early: bool },
+    Finished {
+        stopped_early: bool,
+    },
     Failed(String),
 }
 
@@ -178,7 +180,17 @@ impl TrainingPanel {
                 );
                 Some(Action::RefreshRuns)
             }
-            TrainEvent::Step { step, total_steps, loss, lr, grad_norm, tokens_per_sec, trained_tokens, elapsed_secs, eta_secs } => {
+            TrainEvent::Step {
+                step,
+                total_steps,
+                loss,
+                lr,
+                grad_norm,
+                tokens_per_sec,
+                trained_tokens,
+                elapsed_secs,
+                eta_secs,
+            } => {
                 self.steps_received += 1;
                 let x = step as f64;
                 run.push_loss(x, loss, smoothing);
@@ -209,7 +221,10 @@ impl TrainingPanel {
             }
             TrainEvent::Eval { step, val_loss, perplexity } => {
                 run.val_loss.push(PlotPoint::new(step as f64, val_loss));
-                self.log(Tone::Ok, format!("eval at step {step}: validation loss {} (perplexity {perplexity:.2})", fmt_loss(val_loss)));
+                self.log(
+                    Tone::Ok,
+                    format!("eval at step {step}: validation loss {} (perplexity {perplexity:.2})", fmt_loss(val_loss)),
+                );
                 None
             }
             TrainEvent::CheckpointSaved { step, path } => {
@@ -256,7 +271,11 @@ impl TrainingPanel {
     }
 
     pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
-        widgets::page_header_ui(ui, "Training", "Runs on a worker thread; the plots stream live and the window stays responsive.");
+        widgets::page_header_ui(
+            ui,
+            "Training",
+            "Runs on a worker thread; the plots stream live and the window stays responsive.",
+        );
         self.controls_ui(ui, ctx);
         ui.add_space(6.0);
         let smoothing = ctx.prefs.smoothing as f64;
@@ -269,7 +288,14 @@ impl TrainingPanel {
             if let Some(run) = &self.run {
                 card_ui(ui, |ui| {
                     ui.set_width(ui.available_width());
-                    widgets::run_progress_ui(ui, run.step, run.total_steps, run.elapsed_secs, run.eta_secs, run.tokens_per_sec);
+                    widgets::run_progress_ui(
+                        ui,
+                        run.step,
+                        run.total_steps,
+                        run.elapsed_secs,
+                        run.eta_secs,
+                        run.tokens_per_sec,
+                    );
                     ui.horizontal_wrapped(|ui| {
                         if let Some(dir) = &run.run_dir {
                             ui.label(RichText::new(format!("run folder {}", dir.display())).weak());
@@ -294,7 +320,11 @@ impl TrainingPanel {
                 ui.add_space(6.0);
                 plots_ui(ui, run, &mut ctx.prefs.smoothing);
             } else {
-                banner_ui(ui, Tone::Info, "No run yet. Load a model, open a dataset, check the LoRA settings, then press Start training.");
+                banner_ui(
+                    ui,
+                    Tone::Info,
+                    "No run yet. Load a model, open a dataset, check the LoRA settings, then press Start training.",
+                );
             }
             ui.add_space(6.0);
             self.log_ui(ui);
@@ -309,7 +339,10 @@ impl TrainingPanel {
                 let active = self.status.is_active();
                 let start_label = if ctx.prefs.train.resume.is_some() { "Resume training" } else { "Start training" };
                 let start = ui
-                    .add_enabled(!active && ready.is_ok(), egui::Button::new(RichText::new(start_label).strong()).min_size(egui::vec2(120.0, 28.0)))
+                    .add_enabled(
+                        !active && ready.is_ok(),
+                        egui::Button::new(RichText::new(start_label).strong()).min_size(egui::vec2(120.0, 28.0)),
+                    )
                     .on_hover_text("Train an adapter with the current settings");
                 let start = match &ready {
                     Err(reason) if !active => start.on_disabled_hover_text(reason.as_str()),
@@ -334,7 +367,10 @@ impl TrainingPanel {
                         self.status = RunStatus::Pausing;
                     }
                 }
-                let can_stop = matches!(self.status, RunStatus::Running | RunStatus::Paused | RunStatus::Pausing | RunStatus::Starting);
+                let can_stop = matches!(
+                    self.status,
+                    RunStatus::Running | RunStatus::Paused | RunStatus::Pausing | RunStatus::Starting
+                );
                 if ui
                     .add_enabled(can_stop, egui::Button::new("Stop").min_size(egui::vec2(80.0, 28.0)))
                     .on_hover_text("Stop after the current step and save a final checkpoint")
@@ -389,7 +425,11 @@ impl TrainingPanel {
                                 Tone::Info => ui.visuals().text_color(),
                                 t => t.color(),
                             };
-                            ui.label(RichText::new(format!("[{}] {}", fmt_clock(line.at_secs), line.text)).monospace().color(color));
+                            ui.label(
+                                RichText::new(format!("[{}] {}", fmt_clock(line.at_secs), line.text))
+                                    .monospace()
+                                    .color(color),
+                            );
                         }
                     });
             });
@@ -429,7 +469,10 @@ fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
                 if !run.val_loss.is_empty() {
                     plot.line(Line::new("validation", &run.val_loss[..]).color(palette::VALID).width(2.0));
                     plot.points(
-                        Points::new("validation", &run.val_loss[..]).color(palette::VALID).radius(3.5).shape(MarkerShape::Circle),
+                        Points::new("validation", &run.val_loss[..])
+                            .color(palette::VALID)
+                            .radius(3.5)
+                            .shape(MarkerShape::Circle),
                     );
                 }
             });
@@ -508,7 +551,13 @@ mod tests {
         assert_eq!(run.val_loss.len(), 1);
         assert!(run.smoothed[1].y > 1.0 && run.smoothed[1].y < 2.0);
         let action = p.on_event(
-            TrainEvent::Finished { step: 2, final_loss: Some(1.0), final_val_loss: Some(1.5), stopped_early: true, elapsed_secs: 2.0 },
+            TrainEvent::Finished {
+                step: 2,
+                final_loss: Some(1.0),
+                final_val_loss: Some(1.5),
+                stopped_early: true,
+                elapsed_secs: 2.0,
+            },
             0.6,
         );
         assert!(matches!(action, Some(Action::RefreshRuns)));

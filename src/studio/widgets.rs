@@ -115,10 +115,7 @@ pub fn fmt_unix(secs: u64) -> String {
 
 /// "3 min ago" style age of a Unix timestamp.
 pub fn fmt_age(secs: u64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(secs);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(secs);
     let age = now.saturating_sub(secs);
     if age < 60 {
         "just now".into()
@@ -205,7 +202,14 @@ pub fn card_ui<R>(ui: &mut Ui, add_contents: impl FnOnce(&mut Ui) -> R) -> R {
 }
 
 /// Progress of a run: a bar with "step / total · percent" and a line with elapsed time, ETA and speed.
-pub fn run_progress_ui(ui: &mut Ui, step: usize, total: usize, elapsed_secs: f64, eta_secs: Option<f64>, tokens_per_sec: Option<f64>) {
+pub fn run_progress_ui(
+    ui: &mut Ui,
+    step: usize,
+    total: usize,
+    elapsed_secs: f64,
+    eta_secs: Option<f64>,
+    tokens_per_sec: Option<f64>,
+) {
     let fraction = if total > 0 { (step as f32 / total as f32).clamp(0.0, 1.0) } else { 0.0 };
     ui.add(
         egui::ProgressBar::new(fraction)
@@ -237,7 +241,12 @@ pub fn token_view_ui(ui: &mut Ui, pieces: &[(String, bool)]) {
             continue;
         }
         let format = if *trained {
-            TextFormat { font_id: font.clone(), color: palette::TRAINED_FG, background: palette::TRAINED_BG, ..Default::default() }
+            TextFormat {
+                font_id: font.clone(),
+                color: palette::TRAINED_FG,
+                background: palette::TRAINED_BG,
+                ..Default::default()
+            }
         } else {
             TextFormat { font_id: font.clone(), color: palette::MASKED_FG, ..Default::default() }
         };
@@ -249,10 +258,13 @@ pub fn token_view_ui(ui: &mut Ui, pieces: &[(String, bool)]) {
 /// The legend of [`token_view_ui`].
 pub fn token_legend_ui(ui: &mut Ui) {
     ui.horizontal(|ui| {
-        ui.label(RichText::new(" trained ").monospace().color(palette::TRAINED_FG).background_color(palette::TRAINED_BG))
-            .on_hover_text("Tokens the loss is computed on: the assistant replies and their end-of-turn token.");
-        ui.label(RichText::new(" masked ").monospace().color(palette::MASKED_FG))
-            .on_hover_text("Tokens the model sees as context but is not trained to produce: system and user turns, template markup.");
+        ui.label(
+            RichText::new(" trained ").monospace().color(palette::TRAINED_FG).background_color(palette::TRAINED_BG),
+        )
+        .on_hover_text("Tokens the loss is computed on: the assistant replies and their end-of-turn token.");
+        ui.label(RichText::new(" masked ").monospace().color(palette::MASKED_FG)).on_hover_text(
+            "Tokens the model sees as context but is not trained to produce: system and user turns, template markup.",
+        );
     });
 }
 

@@ -20,7 +20,13 @@ use std::time::Instant;
 /// Rows tokenized for the length statistics; larger datasets are sampled from the start.
 const MAX_STAT_ROWS: usize = 20_000;
 
-pub(super) fn load_model_job(path: &Path, device: DeviceChoice, dtype: Option<&str>, out: &Outbox, inbox: &Sender<Msg>) {
+pub(super) fn load_model_job(
+    path: &Path,
+    device: DeviceChoice,
+    dtype: Option<&str>,
+    out: &Outbox,
+    inbox: &Sender<Msg>,
+) {
     let started = Instant::now();
     let result = (|| -> Result<LoadedModel> {
         let device = select_device(device)?;
@@ -296,11 +302,12 @@ pub(super) fn probe_job(
     out: &Outbox,
     on_final: impl FnOnce(),
 ) {
-    let result = crate::engine::bench::rank_probe(base, config, ranks, token_budget, control, &mut |r: &RankProbeResult| {
-        if !out.send(Event::RankProbeResult(r.clone())) {
-            control.request_stop();
-        }
-    });
+    let result =
+        crate::engine::bench::rank_probe(base, config, ranks, token_budget, control, &mut |r: &RankProbeResult| {
+            if !out.send(Event::RankProbeResult(r.clone())) {
+                control.request_stop();
+            }
+        });
     on_final();
     match result {
         Ok(results) => out.send(Event::RankProbeFinished { results }),

@@ -43,27 +43,56 @@ pub const EVENT_CAPACITY: usize = 4096;
 #[derive(Debug, Clone)]
 pub enum Command {
     /// Load a model folder or GGUF file; it becomes the shared base model.
-    LoadModel { path: PathBuf, device: DeviceChoice, dtype: Option<String> },
+    LoadModel {
+        path: PathBuf,
+        device: DeviceChoice,
+        dtype: Option<String>,
+    },
     /// Validate a dataset file or folder; with a loaded model, also tokenize it for statistics and a preview.
-    InspectDataset { path: PathBuf, max_seq_len: usize, train_on_prompt: bool, preview_rows: usize },
+    InspectDataset {
+        path: PathBuf,
+        max_seq_len: usize,
+        train_on_prompt: bool,
+        preview_rows: usize,
+    },
     /// Look for models in the Hugging Face cache and in `extra_dirs`.
-    ScanModels { hf_cache: Option<PathBuf>, extra_dirs: Vec<PathBuf> },
+    ScanModels {
+        hf_cache: Option<PathBuf>,
+        extra_dirs: Vec<PathBuf>,
+    },
     /// Train on the loaded base model (its path must match `config.model`).
     StartTraining(Box<TrainConfig>),
     PauseTraining(bool),
     StopTraining,
     /// Stream a reply; `adapter` applies a checkpoint to a clone of the base model that shares its weights.
     Generate(GenerateJob),
-    CancelGeneration { id: u64 },
+    CancelGeneration {
+        id: u64,
+    },
     /// Read every run folder under `runs_dir`.
-    ListRuns { runs_dir: PathBuf },
-    DeleteCheckpoint { path: PathBuf },
-    ExportCheckpoint { checkpoint: PathBuf, format: ExportFormat, out: PathBuf, base_model: PathBuf },
+    ListRuns {
+        runs_dir: PathBuf,
+    },
+    DeleteCheckpoint {
+        path: PathBuf,
+    },
+    ExportCheckpoint {
+        checkpoint: PathBuf,
+        format: ExportFormat,
+        out: PathBuf,
+        base_model: PathBuf,
+    },
     /// Equal-budget probe trainings at each rank.
-    RankProbe { config: Box<TrainConfig>, ranks: Vec<usize>, token_budget: usize },
+    RankProbe {
+        config: Box<TrainConfig>,
+        ranks: Vec<usize>,
+        token_budget: usize,
+    },
     StopRankProbe,
     /// The LoRA layer micro-benchmark on the loaded model's device (the CPU when none is loaded).
-    LoraMicroBench { repeats: usize },
+    LoraMicroBench {
+        repeats: usize,
+    },
 }
 
 /// Which column of the chat a generation belongs to.
@@ -89,29 +118,68 @@ pub struct GenerateJob {
 /// What the worker reports.
 #[derive(Debug, Clone)]
 pub enum Event {
-    ModelLoading { path: PathBuf },
+    ModelLoading {
+        path: PathBuf,
+    },
     ModelLoaded(Box<ModelSummary>),
-    ModelLoadFailed { path: PathBuf, message: String },
+    ModelLoadFailed {
+        path: PathBuf,
+        message: String,
+    },
     DatasetInspected(Box<DatasetReport>),
-    DatasetFailed { path: PathBuf, message: String },
+    DatasetFailed {
+        path: PathBuf,
+        message: String,
+    },
     ModelsFound(Vec<FoundModel>),
     /// A training run's own events, `Finished` or `Failed` last.
     Train(TrainEvent),
-    GenerationStarted { id: u64, prompt_tokens: usize },
-    Token { id: u64, text: String },
-    GenerationFinished { id: u64, stats: GenerationStats },
-    GenerationFailed { id: u64, message: String },
-    Runs { runs_dir: PathBuf, runs: Vec<RunSummary> },
-    RunsFailed { runs_dir: PathBuf, message: String },
-    CheckpointDeleted { path: PathBuf },
-    ExportFinished { path: PathBuf },
+    GenerationStarted {
+        id: u64,
+        prompt_tokens: usize,
+    },
+    Token {
+        id: u64,
+        text: String,
+    },
+    GenerationFinished {
+        id: u64,
+        stats: GenerationStats,
+    },
+    GenerationFailed {
+        id: u64,
+        message: String,
+    },
+    Runs {
+        runs_dir: PathBuf,
+        runs: Vec<RunSummary>,
+    },
+    RunsFailed {
+        runs_dir: PathBuf,
+        message: String,
+    },
+    CheckpointDeleted {
+        path: PathBuf,
+    },
+    ExportFinished {
+        path: PathBuf,
+    },
     /// A delete or export that failed.
-    ActionFailed { what: String, message: String },
+    ActionFailed {
+        what: String,
+        message: String,
+    },
     RankProbeResult(RankProbeResult),
-    RankProbeFinished { results: Vec<RankProbeResult> },
-    RankProbeFailed { message: String },
+    RankProbeFinished {
+        results: Vec<RankProbeResult>,
+    },
+    RankProbeFailed {
+        message: String,
+    },
     MicroBenchFinished(Vec<LoraMicroResult>),
-    MicroBenchFailed { message: String },
+    MicroBenchFailed {
+        message: String,
+    },
 }
 
 /// Messages the dispatcher reads: front-end commands plus notes from its own job threads.
@@ -144,9 +212,7 @@ impl Worker {
             probe: None,
             generations: HashMap::new(),
         };
-        let spawned = std::thread::Builder::new()
-            .name("mc-dispatcher".into())
-            .spawn(move || dispatcher.run(cmd_rx));
+        let spawned = std::thread::Builder::new().name("mc-dispatcher".into()).spawn(move || dispatcher.run(cmd_rx));
         if let Err(e) = spawned {
             // Without a dispatcher every command is answered by nobody; say so once.
             eprintln!("metal-candle: cannot start the worker thread: {e}");
@@ -262,28 +328,42 @@ impl Dispatcher {
                 let inbox = self.inbox.clone();
                 out.send(Event::ModelLoading { path: path.clone() });
                 let fail_path = path.clone();
-                spawn_job("mc-load", self.out.clone(), move |e| Event::ModelLoadFailed { path: fail_path, message: e }, move || {
-                    jobs::load_model_job(&path, device, dtype.as_deref(), &out, &inbox)
-                });
+                spawn_job(
+                    "mc-load",
+                    self.out.clone(),
+                    move |e| Event::ModelLoadFailed { path: fail_path, message: e },
+                    move || jobs::load_model_job(&path, device, dtype.as_deref(), &out, &inbox),
+                );
             }
             Command::InspectDataset { path, max_seq_len, train_on_prompt, preview_rows } => {
                 let model = self.model.as_ref().map(|(_, m)| m.clone());
                 let out = self.out.clone();
                 let fail_path = path.clone();
-                spawn_job("mc-dataset", self.out.clone(), move |e| Event::DatasetFailed { path: fail_path, message: e }, move || {
-                    let report = jobs::inspect_dataset(&path, model.as_deref(), max_seq_len, train_on_prompt, preview_rows);
-                    match report {
-                        Ok(r) => out.send(Event::DatasetInspected(Box::new(r))),
-                        Err(e) => out.send(Event::DatasetFailed { path, message: e.to_string() }),
-                    };
-                });
+                spawn_job(
+                    "mc-dataset",
+                    self.out.clone(),
+                    move |e| Event::DatasetFailed { path: fail_path, message: e },
+                    move || {
+                        let report =
+                            jobs::inspect_dataset(&path, model.as_deref(), max_seq_len, train_on_prompt, preview_rows);
+                        match report {
+                            Ok(r) => out.send(Event::DatasetInspected(Box::new(r))),
+                            Err(e) => out.send(Event::DatasetFailed { path, message: e.to_string() }),
+                        };
+                    },
+                );
             }
             Command::ScanModels { hf_cache, extra_dirs } => {
                 let out = self.out.clone();
-                spawn_job("mc-scan", self.out.clone(), |_| Event::ModelsFound(Vec::new()), move || {
-                    let found = scan_models(hf_cache.as_deref(), &extra_dirs);
-                    out.send(Event::ModelsFound(found));
-                });
+                spawn_job(
+                    "mc-scan",
+                    self.out.clone(),
+                    |_| Event::ModelsFound(Vec::new()),
+                    move || {
+                        let found = scan_models(hf_cache.as_deref(), &extra_dirs);
+                        out.send(Event::ModelsFound(found));
+                    },
+                );
             }
             Command::StartTraining(config) => self.start_training(*config),
             Command::PauseTraining(paused) => {
@@ -306,33 +386,51 @@ impl Dispatcher {
             Command::ListRuns { runs_dir } => {
                 let out = self.out.clone();
                 let dir = runs_dir.clone();
-                spawn_job("mc-runs", self.out.clone(), move |e| Event::RunsFailed { runs_dir: dir, message: e }, move || {
-                    match jobs::list_runs(&runs_dir) {
-                        Ok(runs) => out.send(Event::Runs { runs_dir, runs }),
-                        Err(e) => out.send(Event::RunsFailed { runs_dir, message: e.to_string() }),
-                    };
-                });
+                spawn_job(
+                    "mc-runs",
+                    self.out.clone(),
+                    move |e| Event::RunsFailed { runs_dir: dir, message: e },
+                    move || {
+                        match jobs::list_runs(&runs_dir) {
+                            Ok(runs) => out.send(Event::Runs { runs_dir, runs }),
+                            Err(e) => out.send(Event::RunsFailed { runs_dir, message: e.to_string() }),
+                        };
+                    },
+                );
             }
             Command::DeleteCheckpoint { path } => {
                 let out = self.out.clone();
                 let what = format!("delete {}", path.display());
-                spawn_job("mc-delete", self.out.clone(), move |e| Event::ActionFailed { what, message: e }, move || {
-                    match crate::engine::checkpoint::delete_checkpoint(&path) {
-                        Ok(()) => out.send(Event::CheckpointDeleted { path }),
-                        Err(e) => out.send(Event::ActionFailed { what: format!("delete {}", path.display()), message: e.to_string() }),
-                    };
-                });
+                spawn_job(
+                    "mc-delete",
+                    self.out.clone(),
+                    move |e| Event::ActionFailed { what, message: e },
+                    move || {
+                        match crate::engine::checkpoint::delete_checkpoint(&path) {
+                            Ok(()) => out.send(Event::CheckpointDeleted { path }),
+                            Err(e) => out.send(Event::ActionFailed {
+                                what: format!("delete {}", path.display()),
+                                message: e.to_string(),
+                            }),
+                        };
+                    },
+                );
             }
             Command::ExportCheckpoint { checkpoint, format, out: out_dir, base_model } => {
                 let out = self.out.clone();
                 let what = format!("export {}", checkpoint.display());
                 let what2 = what.clone();
-                spawn_job("mc-export", self.out.clone(), move |e| Event::ActionFailed { what, message: e }, move || {
-                    match crate::engine::checkpoint::export_checkpoint(&checkpoint, format, &out_dir, &base_model) {
-                        Ok(path) => out.send(Event::ExportFinished { path }),
-                        Err(e) => out.send(Event::ActionFailed { what: what2, message: e.to_string() }),
-                    };
-                });
+                spawn_job(
+                    "mc-export",
+                    self.out.clone(),
+                    move |e| Event::ActionFailed { what, message: e },
+                    move || {
+                        match crate::engine::checkpoint::export_checkpoint(&checkpoint, format, &out_dir, &base_model) {
+                            Ok(path) => out.send(Event::ExportFinished { path }),
+                            Err(e) => out.send(Event::ActionFailed { what: what2, message: e.to_string() }),
+                        };
+                    },
+                );
             }
             Command::RankProbe { config, ranks, token_budget } => self.start_probe(*config, ranks, token_budget),
             Command::StopRankProbe => {
@@ -343,13 +441,18 @@ impl Dispatcher {
             Command::LoraMicroBench { repeats } => {
                 let device = self.model.as_ref().map(|(_, m)| m.model.device().clone());
                 let out = self.out.clone();
-                spawn_job("mc-microbench", self.out.clone(), |e| Event::MicroBenchFailed { message: e }, move || {
-                    let device = device.unwrap_or(candle_core::Device::Cpu);
-                    match crate::engine::bench::bench_lora_micro(&device, repeats) {
-                        Ok(r) => out.send(Event::MicroBenchFinished(r)),
-                        Err(e) => out.send(Event::MicroBenchFailed { message: e.to_string() }),
-                    };
-                });
+                spawn_job(
+                    "mc-microbench",
+                    self.out.clone(),
+                    |e| Event::MicroBenchFailed { message: e },
+                    move || {
+                        let device = device.unwrap_or(candle_core::Device::Cpu);
+                        match crate::engine::bench::bench_lora_micro(&device, repeats) {
+                            Ok(r) => out.send(Event::MicroBenchFinished(r)),
+                            Err(e) => out.send(Event::MicroBenchFailed { message: e.to_string() }),
+                        };
+                    },
+                );
             }
         }
     }
@@ -541,7 +644,9 @@ mod tests {
         let config = TrainConfig { model: "/nonexistent".into(), ..Default::default() };
         w.send(Command::StartTraining(Box::new(config)));
         match next_event(&w) {
-            Event::Train(TrainEvent::Failed { message, .. }) => assert!(message.contains("load the model"), "{message}"),
+            Event::Train(TrainEvent::Failed { message, .. }) => {
+                assert!(message.contains("load the model"), "{message}")
+            }
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -30,10 +30,7 @@ pub fn smollm2_path() -> PathBuf {
     std::fs::read_dir(&dir)
         .ok()
         .and_then(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| p.extension().map(|e| e == "gguf").unwrap_or(false))
+            entries.flatten().map(|e| e.path()).find(|p| p.extension().map(|e| e == "gguf").unwrap_or(false))
         })
         .unwrap_or_else(|| panic!("SmolLM2 GGUF not found in {}; run scripts/fetch_smollm2.sh", dir.display()))
 }

@@ -102,7 +102,11 @@ impl BatchPlan {
 
     pub fn batches_per_epoch(&self) -> usize {
         let (n, b) = (self.lengths.len(), self.options.batch_size);
-        if self.options.drop_last { n / b } else { n.div_ceil(b) }
+        if self.options.drop_last {
+            n / b
+        } else {
+            n.div_ceil(b)
+        }
     }
 
     /// Batches in the whole run.
@@ -379,7 +383,11 @@ mod tests {
     fn collate_pads_and_never_targets_padding() {
         let examples = vec![
             Example { input_ids: vec![1, 2, 3], target_mask: vec![true, true, false], truncated: false },
-            Example { input_ids: vec![4, 5, 6, 7, 8], target_mask: vec![false, false, true, true, true], truncated: false },
+            Example {
+                input_ids: vec![4, 5, 6, 7, 8],
+                target_mask: vec![false, false, true, true, true],
+                truncated: false,
+            },
         ];
         let batch = collate(&examples, &[0, 1], 0).unwrap();
         assert_eq!((batch.batch_size, batch.seq_len, batch.target_tokens), (2, 5, 4));

@@ -82,10 +82,9 @@ impl Row {
     pub fn to_messages(&self) -> Option<Vec<ChatMessage>> {
         match self {
             Self::Chat(messages) => Some(messages.clone()),
-            Self::Completion { prompt, completion } => Some(vec![
-                ChatMessage::new("user", prompt.clone()),
-                ChatMessage::new("assistant", completion.clone()),
-            ]),
+            Self::Completion { prompt, completion } => {
+                Some(vec![ChatMessage::new("user", prompt.clone()), ChatMessage::new("assistant", completion.clone())])
+            }
             Self::Text(_) => None,
         }
     }
@@ -183,15 +182,10 @@ fn check_row(
     file_format: Option<(DatasetFormat, usize)>,
 ) -> std::result::Result<Row, String> {
     let value = value?;
-    let obj = value
-        .as_object()
-        .ok_or_else(|| format!("expected a JSON object, found {}", kind(&value)))?;
+    let obj = value.as_object().ok_or_else(|| format!("expected a JSON object, found {}", kind(&value)))?;
     let own = DatasetFormat::of_object(obj);
     match (own, file_format) {
-        (None, None) => Err(format!(
-            "no `messages`, `prompt`/`completion` or `text` field; found {}",
-            key_list(obj)
-        )),
+        (None, None) => Err(format!("no `messages`, `prompt`/`completion` or `text` field; found {}", key_list(obj))),
         (None, Some((format, at))) => Err(format!(
             "missing field {} (the file is in {format} format, detected from line {at}); found {}",
             format.fields(),
@@ -238,26 +232,21 @@ fn parse_chat(obj: &Map<String, Value>) -> std::result::Result<Row, String> {
     }
     let mut out = Vec::with_capacity(list.len());
     for (i, m) in list.iter().enumerate() {
-        let m = m.as_object().ok_or_else(|| {
-            format!("messages[{i}] must be an object with `role` and `content`, found {}", kind(m))
-        })?;
+        let m = m
+            .as_object()
+            .ok_or_else(|| format!("messages[{i}] must be an object with `role` and `content`, found {}", kind(m)))?;
         let role = match m.get("role") {
             None => return Err(format!("messages[{i}] has no `role`")),
             Some(Value::String(r)) => r.clone(),
             Some(other) => return Err(format!("messages[{i}].role must be a string, found {}", kind(other))),
         };
         if !CHAT_ROLES.contains(&role.as_str()) {
-            return Err(format!(
-                "messages[{i}] has unknown role `{role}`; expected one of {}",
-                CHAT_ROLES.join(", ")
-            ));
+            return Err(format!("messages[{i}] has unknown role `{role}`; expected one of {}", CHAT_ROLES.join(", ")));
         }
         let content = match m.get("content") {
             None => return Err(format!("messages[{i}] ({role}) has no `content`")),
             Some(Value::String(c)) => c.clone(),
-            Some(other) => {
-                return Err(format!("messages[{i}].content must be a string, found {}", kind(other)))
-            }
+            Some(other) => return Err(format!("messages[{i}].content must be a string, found {}", kind(other))),
         };
         out.push(ChatMessage { role, content });
     }
@@ -357,7 +346,10 @@ mod tests {
             ("{\"messages\": []}", "empty conversation"),
             ("{\"messages\": [{\"content\": \"x\"}]}", "messages[0] has no `role`"),
             ("{\"messages\": [{\"role\": \"user\"}]}", "messages[0] (user) has no `content`"),
-            ("{\"messages\": [{\"role\": \"user\", \"content\": 3}]}", "messages[0].content must be a string, found a number"),
+            (
+                "{\"messages\": [{\"role\": \"user\", \"content\": 3}]}",
+                "messages[0].content must be a string, found a number",
+            ),
             ("{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}]}", "unknown role `bot`"),
             ("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", "no assistant message"),
             ("{\"text\": \"x\"}", "mixed formats"),

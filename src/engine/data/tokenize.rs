@@ -285,7 +285,8 @@ pub(crate) mod tests {
     /// A byte-level BPE tokenizer with no merges (one token per byte) and ChatML specials: offsets are
     /// exact, so masks can be checked character by character.
     pub(crate) fn byte_tokenizer() -> TextTokenizer {
-        let mut alphabet: Vec<char> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet().into_iter().collect();
+        let mut alphabet: Vec<char> =
+            tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet().into_iter().collect();
         alphabet.sort_unstable();
         let vocab: serde_json::Map<String, serde_json::Value> =
             alphabet.iter().enumerate().map(|(i, c)| (c.to_string(), serde_json::json!(i))).collect();
@@ -357,12 +358,8 @@ pub(crate) mod tests {
         // `<|im_start|>assistant\n` header, nor the newline after <|im_end|>.
         assert_eq!(trained_text(&pieces), "|Hello!<|im_end|>|Ciao é<|im_end|>|");
         let im_end = tok.token_to_id("<|im_end|>").unwrap();
-        let trained_im_ends = example
-            .input_ids
-            .iter()
-            .zip(&example.target_mask)
-            .filter(|(&id, &t)| id == im_end && t)
-            .count();
+        let trained_im_ends =
+            example.input_ids.iter().zip(&example.target_mask).filter(|(&id, &t)| id == im_end && t).count();
         assert_eq!(trained_im_ends, 2);
 
         let all = tokenize_row(&two_turns(), &TokenizeSpec { train_on_prompt: true, ..s }).unwrap();
@@ -383,8 +380,7 @@ pub(crate) mod tests {
             eprintln!("skipped: tests/fixtures/tiny-llama/tokenizer.json is absent (run scripts/make_fixtures.py)");
             return;
         };
-        let config: serde_json::Value =
-            crate::engine::error::read_json(&folder.join("tokenizer_config.json")).unwrap();
+        let config: serde_json::Value = crate::engine::error::read_json(&folder.join("tokenizer_config.json")).unwrap();
         let source = find_template_source(&folder, Some(&config)).unwrap().unwrap();
         let tok = TextTokenizer::new(inner, None, Some("<|im_end|>".into()));
         let template = ChatTemplate::new(source, None, Some("<|im_end|>".into())).unwrap();

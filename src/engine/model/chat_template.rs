@@ -38,8 +38,7 @@ fn raise_exception(message: String) -> std::result::Result<String, minijinja::Er
 
 fn strftime_now(format: String) -> String {
     // Templates use this for "Today Date"; a fixed, neutral date keeps renders reproducible.
-    format.replace("%d", "01").replace("%b", "Jan").replace("%B", "January").replace("%Y", "2026")
-        .replace("%m", "01")
+    format.replace("%d", "01").replace("%b", "Jan").replace("%B", "January").replace("%Y", "2026").replace("%m", "01")
 }
 
 impl ChatTemplate {
@@ -53,20 +52,12 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned("chat", source.clone())
             .map_err(|e| Error::ChatTemplate(format!("the template does not compile: {e}")))?;
-        Ok(Self {
-            env,
-            source,
-            bos_token: bos_token.unwrap_or_default(),
-            eos_token: eos_token.unwrap_or_default(),
-        })
+        Ok(Self { env, source, bos_token: bos_token.unwrap_or_default(), eos_token: eos_token.unwrap_or_default() })
     }
 
     /// Render a conversation; `add_generation_prompt` opens the assistant's turn.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let template = self
-            .env
-            .get_template("chat")
-            .map_err(|e| Error::ChatTemplate(e.to_string()))?;
+        let template = self.env.get_template("chat").map_err(|e| Error::ChatTemplate(e.to_string()))?;
         template
             .render(minijinja::context! {
                 messages => messages,

@@ -52,7 +52,9 @@ pub struct Llama3RopeScaling {
 pub enum RopeScaling {
     Llama3(Llama3RopeScaling),
     /// Positions divided by `factor` ("linear" in transformers).
-    Linear { factor: f64 },
+    Linear {
+        factor: f64,
+    },
 }
 
 /// Everything the transformer needs, resolved.
@@ -137,13 +139,12 @@ impl RawConfig {
     /// Fill defaults the way transformers does for each architecture and check what must be present.
     pub fn resolve(&self, path: &Path) -> Result<ModelConfig> {
         let model_type = self.model_type.clone().unwrap_or_default();
-        let architecture = Architecture::from_model_type(&model_type).ok_or_else(|| {
-            Error::UnsupportedArchitecture {
+        let architecture =
+            Architecture::from_model_type(&model_type).ok_or_else(|| Error::UnsupportedArchitecture {
                 found: if model_type.is_empty() { "(no model_type)".into() } else { model_type.clone() },
                 path: path.to_path_buf(),
                 supported: Architecture::SUPPORTED.into(),
-            }
-        })?;
+            })?;
         let need = |v: Option<usize>, field: &str| -> Result<usize> {
             match v {
                 Some(x) if x > 0 => Ok(x),
@@ -177,9 +178,7 @@ impl RawConfig {
         let (rope_theta, rope_scaling) = self.resolve_rope(path)?;
         let sliding_window = match architecture {
             Architecture::Mistral => self.sliding_window,
-            Architecture::Qwen2 | Architecture::Qwen3 if self.use_sliding_window == Some(true) => {
-                self.sliding_window
-            }
+            Architecture::Qwen2 | Architecture::Qwen3 if self.use_sliding_window == Some(true) => self.sliding_window,
             _ => None,
         };
         let attention_bias = self.attention_bias.unwrap_or(false);
@@ -223,11 +222,8 @@ impl RawConfig {
         let Some(scaling) = scaling else {
             return Ok((theta, None));
         };
-        let kind = scaling
-            .get("rope_type")
-            .or_else(|| scaling.get("type"))
-            .and_then(|v| v.as_str())
-            .unwrap_or("default");
+        let kind =
+            scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|v| v.as_str()).unwrap_or("default");
         let num = |field: &str| -> Result<f64> {
             scaling.get(field).and_then(|v| v.as_f64()).ok_or_else(|| Error::BadConfig {
                 path: path.to_path_buf(),

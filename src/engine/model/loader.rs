@@ -40,10 +40,7 @@ impl ModelSource {
                 return Ok(Self::HfFolder(parent.to_path_buf()));
             }
         }
-        Err(Error::InvalidSetting(format!(
-            "{} is neither a model folder nor a .gguf file",
-            path.display()
-        )))
+        Err(Error::InvalidSetting(format!("{} is neither a model folder nor a .gguf file", path.display())))
     }
 
     pub fn path(&self) -> &Path {
@@ -114,7 +111,11 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<Loaded
     let inner = TextTokenizer::from_file(&tokenizer_path)?;
     let tokenizer_config: Option<serde_json::Value> = {
         let p = folder.join("tokenizer_config.json");
-        if p.exists() { Some(crate::engine::error::read_json(&p)?) } else { None }
+        if p.exists() {
+            Some(crate::engine::error::read_json(&p)?)
+        } else {
+            None
+        }
     };
     let bos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("bos_token")));
     let eos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("eos_token")));
@@ -154,10 +155,8 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<Loaded
 fn load_gguf_file(file: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
     let g = super::gguf::load_gguf(file, device, dtype)?;
     let tokenizer = TextTokenizer::new(g.tokenizer, g.bos_token.clone(), g.eos_token.clone());
-    let chat_template = g
-        .chat_template
-        .map(|src| ChatTemplate::new(src, g.bos_token.clone(), g.eos_token.clone()))
-        .transpose()?;
+    let chat_template =
+        g.chat_template.map(|src| ChatTemplate::new(src, g.bos_token.clone(), g.eos_token.clone())).transpose()?;
     let mut eos_token_ids = g.config.eos_token_ids.clone();
     if let Some(id) = g.eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t)) {
         eos_token_ids.push(id);

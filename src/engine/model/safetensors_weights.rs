@@ -83,10 +83,7 @@ impl Weights {
         if tensor.dims() != shape {
             return Err(Error::CorruptWeights {
                 path: self.origin().to_path_buf(),
-                message: format!(
-                    "tensor `{name}` has shape {:?} but the config implies {shape:?}",
-                    tensor.dims()
-                ),
+                message: format!("tensor `{name}` has shape {:?} but the config implies {shape:?}", tensor.dims()),
             });
         }
         Ok(tensor.to_dtype(dtype)?.to_device(device)?)
@@ -95,24 +92,17 @@ impl Weights {
 
 fn shard_paths(index: &Path) -> Result<Vec<PathBuf>> {
     let value: serde_json::Value = crate::engine::error::read_json(index)?;
-    let map = value.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::Json {
-        path: index.to_path_buf(),
-        message: "no `weight_map` object".into(),
-    })?;
+    let map = value
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| Error::Json { path: index.to_path_buf(), message: "no `weight_map` object".into() })?;
     let folder = index.parent().unwrap_or(Path::new("."));
-    let mut files: Vec<PathBuf> = map
-        .values()
-        .filter_map(|v| v.as_str())
-        .map(|f| folder.join(f))
-        .collect();
+    let mut files: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|f| folder.join(f)).collect();
     files.sort();
     files.dedup();
     for f in &files {
         if !f.exists() {
-            return Err(Error::MissingFile {
-                path: f.clone(),
-                what: format!("shard listed in {}", index.display()),
-            });
+            return Err(Error::MissingFile { path: f.clone(), what: format!("shard listed in {}", index.display()) });
         }
     }
     Ok(files)

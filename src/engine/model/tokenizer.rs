@@ -25,24 +25,18 @@ impl TextTokenizer {
                 what: "the model folder needs a tokenizer.json".into(),
             });
         }
-        tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+        tokenizers::Tokenizer::from_file(path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
     }
 
     /// Token ids for `text`; `add_special_tokens` applies the post-processor (BOS and the like).
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
-            .encode(text, add_special_tokens)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let enc = self.inner.encode(text, add_special_tokens).map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// Text for `ids`.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
-        self.inner
-            .decode(ids, skip_special_tokens)
-            .map_err(|e| Error::Tokenizer(e.to_string()))
+        self.inner.decode(ids, skip_special_tokens).map_err(|e| Error::Tokenizer(e.to_string()))
     }
 
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
@@ -59,12 +53,7 @@ impl TextTokenizer {
 
     /// Ids of all special (added, special) tokens.
     pub fn special_token_ids(&self) -> Vec<u32> {
-        self.inner
-            .get_added_tokens_decoder()
-            .iter()
-            .filter(|(_, t)| t.special)
-            .map(|(id, _)| *id)
-            .collect()
+        self.inner.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(id, _)| *id).collect()
     }
 
     pub fn inner(&self) -> &tokenizers::Tokenizer {

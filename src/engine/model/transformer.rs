@@ -29,9 +29,8 @@ struct RotaryTables {
 impl RotaryTables {
     fn new(cfg: &ModelConfig, dtype: DType, device: &Device) -> Result<Self> {
         let dim = cfg.head_dim;
-        let mut inv_freq: Vec<f64> = (0..dim / 2)
-            .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f64 / dim as f64))
-            .collect();
+        let mut inv_freq: Vec<f64> =
+            (0..dim / 2).map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f64 / dim as f64)).collect();
         let mut position_scale = 1.0;
         match &cfg.rope_scaling {
             Some(RopeScaling::Llama3(s)) => {
@@ -119,9 +118,8 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let grad = opts.train;
-        let heads = |y: Tensor, n: usize| -> Result<Tensor> {
-            Ok(y.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?)
-        };
+        let heads =
+            |y: Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?) };
         let mut q = heads(self.q_proj.forward(x, opts.train)?, self.num_heads)?;
         let mut k = heads(self.k_proj.forward(x, opts.train)?, self.num_kv_heads)?;
         let v = heads(self.v_proj.forward(x, opts.train)?, self.num_kv_heads)?;
@@ -151,10 +149,11 @@ impl Attention {
         }
         let probs = ops::softmax_last_dim(&ops::upcast(&scores)?, grad)?.to_dtype(v.dtype())?;
         let out = probs.matmul(&v)?; // (b, kv, rep * t, d)
-        let out = out
-            .reshape((b, self.num_heads, t, self.head_dim))?
-            .transpose(1, 2)?
-            .reshape((b, t, self.num_heads * self.head_dim))?;
+        let out = out.reshape((b, self.num_heads, t, self.head_dim))?.transpose(1, 2)?.reshape((
+            b,
+            t,
+            self.num_heads * self.head_dim,
+        ))?;
         Ok(self.o_proj.forward(&out, opts.train)?)
     }
 }
@@ -225,7 +224,8 @@ impl DecoderLayer {
             self_attn: Attention::new(cfg, w, &format!("{prefix}.self_attn"))?,
             mlp: Mlp::new(cfg, w, &format!("{prefix}.mlp"))?,
             input_layernorm: w.get(&format!("{prefix}.input_layernorm.weight"), &[cfg.hidden_size])?,
-            post_attention_layernorm: w.get(&format!("{prefix}.post_attention_layernorm.weight"), &[cfg.hidden_size])?,
+            post_attention_layernorm: w
+                .get(&format!("{prefix}.post_attention_layernorm.weight"), &[cfg.hidden_size])?,
             rms_norm_eps: cfg.rms_norm_eps,
         })
     }
@@ -284,9 +284,7 @@ impl Transformer {
         let w = WeightLoader { weights, dtype, device };
         let (v, h) = (config.vocab_size, config.hidden_size);
         let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
-        let layers = (0..config.num_layers)
-            .map(|i| DecoderLayer::new(config, &w, i))
-            .collect::<Result<Vec<_>>>()?;
+        let layers = (0..config.num_layers).map(|i| DecoderLayer::new(config, &w, i)).collect::<Result<Vec<_>>>()?;
         let norm = w.get("model.norm.weight", &[h])?;
         // Some checkpoints say tie_word_embeddings=false yet ship no lm_head: they are tied in effect.
         let lm_head = if !config.tie_word_embeddings && weights.contains("lm_head.weight") {
@@ -329,10 +327,8 @@ impl Transformer {
         if start_pos + t > context {
             return Err(crate::engine::Error::PromptTooLong { prompt_tokens: start_pos + t, context_len: context });
         }
-        let mut x = self
-            .embed_tokens
-            .index_select(&input_ids.flatten_all()?, 0)?
-            .reshape((b, t, self.config.hidden_size))?;
+        let mut x =
+            self.embed_tokens.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, self.config.hidden_size))?;
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
             x = layer.forward(&x, &self.rotary, start_pos, layer_cache, opts)?;
@@ -417,7 +413,11 @@ impl Transformer {
             }
         }
         for (i, module, linear) in self.linears() {
-            let group = if module.ends_with("proj") && ["q_proj", "k_proj", "v_proj", "o_proj"].contains(&module) { "self_attn" } else { "mlp" };
+            let group = if module.ends_with("proj") && ["q_proj", "k_proj", "v_proj", "o_proj"].contains(&module) {
+                "self_attn"
+            } else {
+                "mlp"
+            };
             let name = format!("model.layers.{i}.{group}.{module}");
             let mut w = linear.weight.to_dtype(DType::F32)?;
             if let Some(a) = &linear.adapter {

@@ -295,7 +295,10 @@ impl<'a> Trainer<'a> {
                     "the loss became {loss} at step {}; nothing was saved from this step (last checkpoint: {}). \
                      Lower the learning rate or check the data",
                     state.step + 1,
-                    last_saved_step.or((state.step > 0).then_some(state.step)).map(|s| format!("step {s}")).unwrap_or("none".into())
+                    last_saved_step
+                        .or((state.step > 0).then_some(state.step))
+                        .map(|s| format!("step {s}"))
+                        .unwrap_or("none".into())
                 )));
             }
             state.step += 1;
@@ -346,7 +349,13 @@ impl<'a> Trainer<'a> {
     /// Mean validation loss over target tokens (None without a validation split).
     fn evaluate(&self, step: usize, emit: &mut dyn FnMut(TrainEvent)) -> Result<Option<f64>> {
         let Some(valid) = self.data.valid.as_ref().filter(|v| !v.examples.is_empty()) else { return Ok(None) };
-        let loss = validation_loss(&self.runner.model, &valid.examples, self.config.batch_size, self.config.val_batches, self.pad_id)?;
+        let loss = validation_loss(
+            &self.runner.model,
+            &valid.examples,
+            self.config.batch_size,
+            self.config.val_batches,
+            self.pad_id,
+        )?;
         emit(TrainEvent::Eval { step, val_loss: loss, perplexity: loss.exp() });
         Ok(Some(loss))
     }

@@ -81,7 +81,9 @@ impl AdamW {
         for (i, (name, p)) in self.params.iter().enumerate() {
             let get = |key: String| -> Result<Tensor> {
                 let t = tensors.get(&key).ok_or_else(|| {
-                    crate::engine::Error::Training(format!("optimizer state has no `{key}`; the checkpoint does not match these LoRA settings"))
+                    crate::engine::Error::Training(format!(
+                        "optimizer state has no `{key}`; the checkpoint does not match these LoRA settings"
+                    ))
                 })?;
                 Ok(t.to_device(p.device())?.to_dtype(p.dtype())?)
             };

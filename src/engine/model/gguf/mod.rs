@@ -1,0 +1,536 @@
+//! Loading a single GGUF file (llama.cpp's format) of the `llama` architecture into what a Hugging Face
+//! model folder would give us: a resolved [`ModelConfig`], dequantized tensors under Hugging Face names and
+//! layout, a `tokenizers::Tokenizer` rebuilt from the `tokenizer.ggml.*` metadata, and the chat template.
+//!
+//! Three things differ between a GGUF file and the Hugging Face checkpoint it was converted from, and this
+//! module undoes each of them:
+//! - tensor names (`blk.0.attn_q.weight` is `model.layers.0.self_attn.q_proj.weight`);
+//! - the rows of `attn_q`/`attn_k`, which llama.cpp's convert script permutes for its interleaved rope
+//!   (see [`unpermute_qk_rows`]);
+//! - the tokenizer, which exists only as metadata. It is rebuilt the way transformers' GGUF loader does
+//!   (`integrations/gguf/gguf_tokenizer_mapping.py`), with two deliberate differences that follow llama.cpp
+//!   and the model's original `tokenizer.json` instead: BOS/EOS are added only where `tokenizer.ggml.add_bos_token`
+//!   / `add_eos_token` say so (transformers 4.x adds BOS regardless), and `tokenizer.ggml.pre = smollm` isolates
+//!   digits before the GPT-2 split (transformers uses the GPT-2 split alone, which differs on runs of spaces
+//!   before a digit).
+//!
+//! Weights are dequantized to `dtype`: training needs real tensors, and LoRA never touches quantized ones.
+//! A truncated or corrupt file yields [`Error::CorruptWeights`], never a panic or a huge allocation.
+
+use crate::engine::model::config::{Architecture, Llama3RopeScaling, ModelConfig, RopeScaling};
+use crate::engine::{Error, Result};
+use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+
+use tokenizer::{build_tokenizer, GgufVocab};
+use tokenizers::Tokenizer;
+
+#[cfg(test)]
+mod tests;
+mod tokenizer;
+
+/// The GGUF architectures this loader understands (`general.architecture`).
+pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama";
+
+/// A GGUF file turned into what a Hugging Face folder would give us.
+pub struct GgufModel {
+    /// Resolved from the `llama.*` and `tokenizer.ggml.*` metadata.
+    pub config: ModelConfig,
+    /// Dequantized weights under Hugging Face names and in Hugging Face layout. `lm_head.weight` is present
+    /// only when the file has `output.weight`; otherwise `config.tie_word_embeddings` is true.
+    pub tensors: HashMap<String, Tensor>,
+    /// Rebuilt from the `tokenizer.ggml.*` metadata.
+    pub tokenizer: Tokenizer,
+    /// `tokenizer.chat_template`.
+    pub chat_template: Option<String>,
+    /// The BOS token string (`tokenizer.ggml.bos_token_id`), for chat template rendering.
+    pub bos_token: Option<String>,
+    /// The EOS token string (`tokenizer.ggml.eos_token_id`), for chat template rendering.
+    pub eos_token: Option<String>,
+}
+
+/// Load a GGUF file of the `llama` architecture, dequantizing every tensor to `dtype` on `device`.
+pub fn load_gguf(path: &Path, device: &Device, dtype: DType) -> Result<GgufModel> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut reader = BufReader::new(file);
+    let content = guarded(path, "cannot read the GGUF header", || Content::read(&mut reader))?;
+    check_tensor_extents(path, &content, file_size)?;
+
+    let meta = Metadata { path, map: &content.metadata };
+    check_architecture(&meta)?;
+    let vocab = GgufVocab::from_metadata(&meta)?;
+    let rope_freqs = match content.tensor_infos.get(ROPE_FREQS) {
+        Some(info) => Some(read_f32_vec(path, &content, info, &mut reader)?),
+        None => None,
+    };
+    let config = resolve_config(&meta, &content, &vocab, rope_freqs.as_deref())?;
+    let tensors = load_tensors(path, &content, &mut reader, &config, device, dtype)?;
+    let tokenizer = build_tokenizer(&vocab)?;
+    let token_string = |id: Option<u32>| id.and_then(|i| vocab.tokens.get(i as usize).cloned());
+    Ok(GgufModel {
+        chat_template: meta.string("tokenizer.chat_template")?.map(str::to_owned),
+        bos_token: token_string(vocab.bos_id),
+        eos_token: token_string(vocab.eos_id),
+        config,
+        tensors,
+        tokenizer,
+    })
+}
+
+fn corrupt(path: &Path, message: impl Into<String>) -> Error {
+    Error::CorruptWeights { path: path.to_path_buf(), message: message.into() }
+}
+
+/// Run a candle GGUF read, turning both its errors and any panic on malformed data into `CorruptWeights`.
+/// candle validates lengths, but a crafted file (say `general.alignment = 0`) can still make it panic.
+fn guarded<T>(path: &Path, what: &str, read: impl FnOnce() -> candle_core::Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(AssertUnwindSafe(read)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(corrupt(path, format!("{what}: {}", without_backtrace(&e)))),
+        Err(_) => Err(corrupt(path, format!("{what}: the GGUF reader failed on malformed data"))),
+    }
+}
+
+/// candle appends a backtrace to its errors when `RUST_BACKTRACE` is set; a user-facing message wants none.
+fn without_backtrace(e: &candle_core::Error) -> &candle_core::Error {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(inner),
+        other => other,
+    }
+}
+
+/// Check, before reading any tensor data, that every tensor lies inside the file: a truncated download is
+/// reported at once, with the file size, instead of after minutes of dequantizing.
+fn check_tensor_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
+    let mut needed_bytes = 0u64;
+    for (name, info) in &content.tensor_infos {
+        let end = tensor_size_bytes(info)
+            .and_then(|bytes| content.tensor_data_offset.checked_add(info.offset)?.checked_add(bytes))
+            .ok_or_else(|| {
+                corrupt(path, format!("tensor `{name}` has an impossible shape or offset {:?}", info.shape.dims()))
+            })?;
+        needed_bytes = needed_bytes.max(end);
+    }
+    if needed_bytes > file_size {
+        return Err(corrupt(
+            path,
+            format!(
+                "the file is truncated: its tensors need {needed_bytes} bytes but it has {file_size}; re-download it"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes of a tensor's data, or `None` if its shape overflows or does not fill whole quantization blocks.
+fn tensor_size_bytes(info: &TensorInfo) -> Option<u64> {
+    let elems = info.shape.dims().iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))?;
+    let block = info.ggml_dtype.block_size() as u64;
+    if block == 0 || elems % block != 0 {
+        return None;
+    }
+    (elems / block).checked_mul(info.ggml_dtype.type_size() as u64)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Metadata
+
+/// Typed access to GGUF metadata; a value of the wrong type is a `BadConfig` naming the key.
+struct Metadata<'a> {
+    path: &'a Path,
+    map: &'a HashMap<String, Value>,
+}
+
+impl Metadata<'_> {
+    fn bad(&self, key: &str, message: impl Into<String>) -> Error {
+        Error::BadConfig { path: self.path.to_path_buf(), field: key.into(), message: message.into() }
+    }
+
+    fn usize(&self, key: &str) -> Result<Option<usize>> {
+        self.map
+            .get(key)
+            .map(|v| value_to_usize(v).ok_or_else(|| self.bad(key, "expected a non-negative integer")))
+            .transpose()
+    }
+
+    fn need_usize(&self, key: &str) -> Result<usize> {
+        match self.usize(key)? {
+            Some(v) if v > 0 => Ok(v),
+            Some(_) => Err(self.bad(key, "must be positive")),
+            None => Err(self.bad(key, "missing from the GGUF metadata")),
+        }
+    }
+
+    fn float(&self, key: &str) -> Result<Option<f64>> {
+        self.map.get(key).map(|v| value_to_f64(v).ok_or_else(|| self.bad(key, "expected a number"))).transpose()
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(self.bad(key, "expected a boolean")),
+        }
+    }
+
+    fn string(&self, key: &str) -> Result<Option<&str>> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(_) => Err(self.bad(key, "expected a string")),
+        }
+    }
+
+    fn array(&self, key: &str) -> Result<Option<&[Value]>> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::Array(items)) => Ok(Some(items.as_slice())),
+            Some(_) => Err(self.bad(key, "expected an array")),
+        }
+    }
+
+    fn strings(&self, key: &str) -> Result<Option<Vec<String>>> {
+        let Some(items) = self.array(key)? else { return Ok(None) };
+        let strings = items.iter().map(|v| match v {
+            Value::String(s) => Ok(s.clone()),
+            _ => Err(self.bad(key, "expected an array of strings")),
+        });
+        strings.collect::<Result<Vec<_>>>().map(Some)
+    }
+
+    fn ints(&self, key: &str) -> Result<Option<Vec<i64>>> {
+        let Some(items) = self.array(key)? else { return Ok(None) };
+        let ints = items.iter().map(|v| value_to_i64(v).ok_or_else(|| self.bad(key, "expected an array of integers")));
+        ints.collect::<Result<Vec<_>>>().map(Some)
+    }
+
+    fn floats(&self, key: &str) -> Result<Option<Vec<f32>>> {
+        let Some(items) = self.array(key)? else { return Ok(None) };
+        let floats = items
+            .iter()
+            .map(|v| value_to_f64(v).map(|x| x as f32).ok_or_else(|| self.bad(key, "expected an array of numbers")));
+        floats.collect::<Result<Vec<_>>>().map(Some)
+    }
+
+    fn token_id(&self, key: &str) -> Result<Option<u32>> {
+        self.usize(key)?.map(|v| u32::try_from(v).map_err(|_| self.bad(key, "token id out of range"))).transpose()
+    }
+}
+
+fn value_to_i64(v: &Value) -> Option<i64> {
+    match *v {
+        Value::U8(x) => Some(x.into()),
+        Value::I8(x) => Some(x.into()),
+        Value::U16(x) => Some(x.into()),
+        Value::I16(x) => Some(x.into()),
+        Value::U32(x) => Some(x.into()),
+        Value::I32(x) => Some(x.into()),
+        Value::U64(x) => i64::try_from(x).ok(),
+        Value::I64(x) => Some(x),
+        _ => None,
+    }
+}
+
+fn value_to_usize(v: &Value) -> Option<usize> {
+    value_to_i64(v).and_then(|x| usize::try_from(x).ok())
+}
+
+fn value_to_f64(v: &Value) -> Option<f64> {
+    match *v {
+        // Through the shortest decimal, so an f32 `1e-5` becomes the f64 `1e-5` a config.json would give.
+        Value::F32(x) => Some(x.to_string().parse().unwrap_or(x.into())),
+        Value::F64(x) => Some(x),
+        _ => value_to_i64(v).map(|x| x as f64),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Config
+
+const ARCH: &str = "llama";
+/// Llama 3 files carry their rope scaling as precomputed per-frequency factors in this tensor.
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
+fn check_architecture(meta: &Metadata) -> Result<()> {
+    let found = meta.string("general.architecture")?.unwrap_or("(no general.architecture)");
+    if found == ARCH {
+        return Ok(());
+    }
+    Err(Error::UnsupportedArchitecture {
+        found: found.to_string(),
+        path: meta.path.to_path_buf(),
+        supported: SUPPORTED_GGUF_ARCHITECTURES.into(),
+    })
+}
+
+fn resolve_config(
+    meta: &Metadata,
+    content: &Content,
+    vocab: &GgufVocab,
+    rope_freqs: Option<&[f32]>,
+) -> Result<ModelConfig> {
+    let key = |name: &str| format!("{ARCH}.{name}");
+    let hidden_size = meta.need_usize(&key("embedding_length"))?;
+    let num_attention_heads = meta.need_usize(&key("attention.head_count"))?;
+    let num_kv_heads = meta.usize(&key("attention.head_count_kv"))?.unwrap_or(num_attention_heads);
+    if num_kv_heads == 0 || num_attention_heads % num_kv_heads != 0 {
+        return Err(meta.bad(
+            &key("attention.head_count_kv"),
+            format!("{num_kv_heads} does not divide attention.head_count {num_attention_heads}"),
+        ));
+    }
+    let head_dim = meta.usize(&key("attention.key_length"))?.unwrap_or(hidden_size / num_attention_heads);
+    if let Some(rope_dims) = meta.usize(&key("rope.dimension_count"))? {
+        if rope_dims != head_dim {
+            return Err(meta.bad(
+                &key("rope.dimension_count"),
+                format!("rope over {rope_dims} of {head_dim} head dimensions (partial rotary) is not supported"),
+            ));
+        }
+    }
+    let vocab_size = vocab.tokens.len();
+    if let Some(declared) = meta.usize(&key("vocab_size"))? {
+        if declared != vocab_size {
+            return Err(
+                meta.bad(&key("vocab_size"), format!("{declared} but tokenizer.ggml.tokens has {vocab_size} tokens"))
+            );
+        }
+    }
+    let rope_theta = meta.float(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+    let rope_scaling = match rope_freqs {
+        Some(factors) => Some(infer_llama3_rope_scaling(meta, factors, rope_theta, head_dim)?),
+        None => linear_rope_scaling(meta)?,
+    };
+    let has_tensor = |name: &str| content.tensor_infos.contains_key(name);
+    Ok(ModelConfig {
+        architecture: Architecture::Llama,
+        vocab_size,
+        hidden_size,
+        intermediate_size: meta.need_usize(&key("feed_forward_length"))?,
+        num_layers: meta.need_usize(&key("block_count"))?,
+        num_attention_heads,
+        num_kv_heads,
+        head_dim,
+        rms_norm_eps: meta.float(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+        rope_theta,
+        rope_scaling,
+        max_position_embeddings: meta.usize(&key("context_length"))?.unwrap_or(2048),
+        tie_word_embeddings: !has_tensor("output.weight"),
+        qkv_bias: has_tensor("blk.0.attn_q.bias"),
+        o_bias: has_tensor("blk.0.attn_output.bias"),
+        qk_norm: false,
+        sliding_window: None,
+        bos_token_id: vocab.bos_id,
+        eos_token_ids: vocab.eos_id.into_iter().collect(),
+        weights_dtype: content.tensor_infos.get("blk.0.attn_q.weight").map(|i| format!("gguf {:?}", i.ggml_dtype)),
+    })
+}
+
+/// `rope.scaling.type = linear` (or the older `rope.scale_linear`); any other scaling type is refused.
+fn linear_rope_scaling(meta: &Metadata) -> Result<Option<RopeScaling>> {
+    let type_key = format!("{ARCH}.rope.scaling.type");
+    let factor = match meta.string(&type_key)? {
+        None | Some("none") => meta.float(&format!("{ARCH}.rope.scale_linear"))?,
+        Some("linear") => meta.float(&format!("{ARCH}.rope.scaling.factor"))?,
+        Some(other) => {
+            return Err(meta.bad(&type_key, format!("`{other}` rope scaling is not supported; supported: none, linear")))
+        }
+    };
+    Ok(factor.filter(|f| *f != 1.0 && *f > 0.0).map(|factor| RopeScaling::Linear { factor }))
+}
+
+/// llama.cpp stores Llama 3 rope scaling only as the resulting per-frequency divisors. All released Llama 3.x
+/// models use low/high frequency factors 1 and 4 over an original context of 8192, so we assume those, take
+/// `factor` from the largest divisor, and accept the guess only if it reproduces every stored divisor.
+fn infer_llama3_rope_scaling(meta: &Metadata, factors: &[f32], theta: f64, head_dim: usize) -> Result<RopeScaling> {
+    let factor = factors.iter().copied().fold(f32::MIN, f32::max) as f64;
+    let guess = Llama3RopeScaling {
+        factor,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192,
+    };
+    let expected = llama3_rope_factors(&guess, theta, head_dim);
+    let matches = expected.len() == factors.len()
+        && expected.iter().zip(factors).all(|(e, f)| (e - *f as f64).abs() <= 1e-3 * e.abs().max(1.0));
+    if !matches {
+        return Err(meta.bad(
+            ROPE_FREQS,
+            "these rope frequency factors are not Llama 3 scaling with low/high factors 1/4 over 8192 positions; \
+             this rope scaling is not supported",
+        ));
+    }
+    Ok(RopeScaling::Llama3(guess))
+}
+
+/// The divisor llama.cpp's convert script writes for each rope frequency under Llama 3 scaling.
+fn llama3_rope_factors(s: &Llama3RopeScaling, theta: f64, head_dim: usize) -> Vec<f64> {
+    let original = s.original_max_position_embeddings as f64;
+    let low_freq_wavelen = original / s.low_freq_factor;
+    let high_freq_wavelen = original / s.high_freq_factor;
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / theta.powf((2 * i) as f64 / head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            if wavelen < high_freq_wavelen {
+                1.0
+            } else if wavelen > low_freq_wavelen {
+                s.factor
+            } else {
+                let smooth = (original / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                1.0 / ((1.0 - smooth) / s.factor + smooth)
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Tensors
+
+/// The Hugging Face name of a GGUF tensor of the llama architecture, or `None` for tensors we do not load.
+fn hf_tensor_name(gguf_name: &str) -> Option<String> {
+    match gguf_name {
+        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
+        "output_norm.weight" => return Some("model.norm.weight".into()),
+        "output.weight" => return Some("lm_head.weight".into()),
+        _ => {}
+    }
+    let rest = gguf_name.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, param) = rest.rsplit_once('.')?;
+    let hf_module = match module {
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{hf_module}.{param}"))
+}
+
+/// Every tensor the transformer needs, with its Hugging Face shape.
+fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+    let q = cfg.num_attention_heads * cfg.head_dim;
+    let kv = cfg.num_kv_heads * cfg.head_dim;
+    let mut shapes =
+        vec![("model.embed_tokens.weight".to_string(), vec![v, h]), ("model.norm.weight".to_string(), vec![h])];
+    if !cfg.tie_word_embeddings {
+        shapes.push(("lm_head.weight".into(), vec![v, h]));
+    }
+    for layer in 0..cfg.num_layers {
+        let p = format!("model.layers.{layer}");
+        let mut push = |name: &str, shape: Vec<usize>| shapes.push((format!("{p}.{name}"), shape));
+        push("input_layernorm.weight", vec![h]);
+        push("post_attention_layernorm.weight", vec![h]);
+        push("self_attn.q_proj.weight", vec![q, h]);
+        push("self_attn.k_proj.weight", vec![kv, h]);
+        push("self_attn.v_proj.weight", vec![kv, h]);
+        push("self_attn.o_proj.weight", vec![h, q]);
+        push("mlp.gate_proj.weight", vec![i, h]);
+        push("mlp.up_proj.weight", vec![i, h]);
+        push("mlp.down_proj.weight", vec![h, i]);
+        if cfg.qkv_bias {
+            push("self_attn.q_proj.bias", vec![q]);
+            push("self_attn.k_proj.bias", vec![kv]);
+            push("self_attn.v_proj.bias", vec![kv]);
+        }
+        if cfg.o_bias {
+            push("self_attn.o_proj.bias", vec![h]);
+        }
+    }
+    shapes
+}
+
+/// Dequantize every tensor the model needs, check its shape against the config, and restore Hugging Face
+/// row order for q/k. Work happens on the CPU; each tensor moves to `device` once, already in `dtype`.
+fn load_tensors(
+    path: &Path,
+    content: &Content,
+    reader: &mut BufReader<File>,
+    cfg: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<HashMap<String, Tensor>> {
+    let gguf_names: HashMap<String, &str> =
+        content.tensor_infos.keys().filter_map(|g| hf_tensor_name(g).map(|hf| (hf, g.as_str()))).collect();
+    let mut tensors = HashMap::new();
+    for (hf_name, shape) in expected_shapes(cfg) {
+        let gguf_name = *gguf_names
+            .get(&hf_name)
+            .ok_or_else(|| Error::MissingTensor { name: hf_name.clone(), path: path.to_path_buf() })?;
+        let tensor = read_dequantized(path, content, gguf_name, reader)?;
+        if tensor.dims() != shape.as_slice() {
+            return Err(corrupt(
+                path,
+                format!(
+                    "tensor `{gguf_name}` has shape {:?}, but the metadata implies {shape:?} for `{hf_name}`",
+                    tensor.dims()
+                ),
+            ));
+        }
+        let n_head = match gguf_name.split('.').nth(2) {
+            Some("attn_q") => Some(cfg.num_attention_heads),
+            Some("attn_k") => Some(cfg.num_kv_heads),
+            _ => None,
+        };
+        let tensor = match n_head {
+            Some(n_head) => {
+                permute_rows(&tensor, n_head, true).map_err(|e| corrupt(path, format!("`{gguf_name}`: {e}")))?
+            }
+            None => tensor,
+        };
+        tensors.insert(hf_name, tensor.to_dtype(dtype)?.to_device(device)?);
+    }
+    Ok(tensors)
+}
+
+/// Read one tensor and dequantize it to f32 on the CPU.
+fn read_dequantized(path: &Path, content: &Content, name: &str, reader: &mut BufReader<File>) -> Result<Tensor> {
+    guarded(path, &format!("cannot read tensor `{name}`"), || {
+        content.tensor(reader, name, &Device::Cpu)?.dequantize(&Device::Cpu)
+    })
+}
+
+fn read_f32_vec(path: &Path, content: &Content, info: &TensorInfo, reader: &mut BufReader<File>) -> Result<Vec<f32>> {
+    let read = || {
+        info.read(reader, content.tensor_data_offset, &Device::Cpu)?
+            .dequantize(&Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()
+    };
+    guarded(path, &format!("cannot read tensor `{ROPE_FREQS}`"), read)
+}
+
+/// Undo llama.cpp's q/k row permutation. Its convert script turns Hugging Face's half-split rope layout into
+/// GGML's interleaved one with `w.reshape(n_head, 2, rows / n_head / 2, cols).swapaxes(1, 2).reshape(rows, cols)`;
+/// this is the inverse: `reshape(n_head, rows / n_head / 2, 2, cols).swapaxes(1, 2)`. For k, `n_head` is the
+/// KV head count. Biases (rank 1) are permuted the same way.
+pub fn unpermute_qk_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
+    Ok(permute_rows(w, n_head, true)?)
+}
+
+/// The permutation itself (`inverse = false`) or its inverse, on the first dimension of `w`.
+fn permute_rows(w: &Tensor, n_head: usize, inverse: bool) -> candle_core::Result<Tensor> {
+    let dims = w.dims().to_vec();
+    let rows = dims.first().copied().unwrap_or(0);
+    if n_head == 0 || rows == 0 || rows % (2 * n_head) != 0 {
+        candle_core::bail!("cannot split {rows} q/k rows into {n_head} heads of two rope halves");
+    }
+    let cols: usize = dims[1..].iter().product();
+    let half = rows / n_head / 2;
+    let split = if inverse { (n_head, half, 2, cols) } else { (n_head, 2, half, cols) };
+    w.reshape(split)?.transpose(1, 2)?.contiguous()?.reshape(dims)
+}

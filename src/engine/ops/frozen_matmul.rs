@@ -1,0 +1,210 @@
+//! Multiplying by frozen weights: the forward product through OpenBLAS (batches) or a threaded matrix-vector
+//! product (decoding) on the CPU, Candle's matmul elsewhere, and a backward pass that returns only the input
+//! gradient.
+
+use candle_core::{Result, Tensor};
+
+/// `x W^T` for a frozen weight `W` of shape (out, in); `x`: (..., in).
+///
+/// Candle's matmul backward computes a gradient for both operands, which for a frozen weight is a wasted
+/// weight-sized matmul per layer (and, for the tied lm_head, a vocabulary-sized one). This op's backward
+/// returns only the input gradient.
+pub fn frozen_matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let in_features = dims[dims.len() - 1];
+    let rows = x.elem_count() / in_features.max(1);
+    let x2 = x.reshape((rows, in_features))?;
+    let y = x2.contiguous()?.apply_op1(FrozenMatmul { weight: weight.clone(), transposed: true })?;
+    let mut out_dims = dims;
+    let last = out_dims.len() - 1;
+    out_dims[last] = weight.dim(0)?;
+    y.reshape(out_dims)
+}
+
+/// `x W^T` (or `x W` when `transposed` is false) with the weight held inside the op, so autograd sees
+/// only `x`. The backward of the transposed product is the plain one, which itself is never differentiated.
+struct FrozenMatmul {
+    weight: Tensor,
+    transposed: bool,
+}
+
+/// Multiply a contiguous f32 CPU input by the held weight through OpenBLAS when it is loaded.
+/// Returns None to fall back to Candle's GEMM.
+fn blas_frozen_matmul(
+    weight: &Tensor,
+    storage: &candle_core::CpuStorage,
+    layout: &candle_core::Layout,
+    weight_transposed: bool,
+) -> Option<(candle_core::CpuStorage, candle_core::Shape)> {
+    let (rows, k) = layout.shape().dims2().ok()?;
+    if rows < crate::engine::blas::MIN_ROWS || !crate::engine::blas::available() {
+        return None;
+    }
+    let (start, end) = layout.contiguous_offsets()?;
+    let candle_core::CpuStorage::F32(x) = storage else { return None };
+    let (w_storage, w_layout) = weight.storage_and_layout();
+    let (w_start, w_end) = w_layout.contiguous_offsets()?;
+    let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(w)) = &*w_storage else { return None };
+    let (d0, d1) = w_layout.shape().dims2().ok()?;
+    let n = if weight_transposed { d0 } else { d1 };
+    let w_k = if weight_transposed { d1 } else { d0 };
+    if w_k != k {
+        return None;
+    }
+    let mut out = vec![0f32; rows * n];
+    if !crate::engine::blas::sgemm(&x[start..end], &w[w_start..w_end], &mut out, rows, n, k, weight_transposed) {
+        return None;
+    }
+    Some((candle_core::CpuStorage::F32(out), (rows, n).into()))
+}
+
+/// Token-by-token decoding multiplies one row by every weight matrix: a pass over the weights bound by
+/// memory bandwidth, which one core cannot saturate. Split the output rows over a small pool of threads.
+fn gemv_frozen(
+    weight: &Tensor,
+    storage: &candle_core::CpuStorage,
+    layout: &candle_core::Layout,
+) -> Option<(candle_core::CpuStorage, candle_core::Shape)> {
+    use rayon::prelude::*;
+    let (rows, k) = layout.shape().dims2().ok()?;
+    if rows != 1 || gemv_disabled() {
+        return None;
+    }
+    let pool = gemv_pool()?;
+    let (start, end) = layout.contiguous_offsets()?;
+    let candle_core::CpuStorage::F32(x) = storage else { return None };
+    let x = &x[start..end];
+    let (w_storage, w_layout) = weight.storage_and_layout();
+    let (w_start, w_end) = w_layout.contiguous_offsets()?;
+    let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(w)) = &*w_storage else { return None };
+    let w = &w[w_start..w_end];
+    let (n, w_k) = w_layout.shape().dims2().ok()?;
+    if w_k != k {
+        return None;
+    }
+    let mut out = vec![0f32; n];
+    const ROWS_PER_TASK: usize = 64;
+    pool.install(|| {
+        out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(chunk, dst)| {
+            for (i, o) in dst.iter_mut().enumerate() {
+                let row = chunk * ROWS_PER_TASK + i;
+                *o = dot(x, &w[row * k..(row + 1) * k]);
+            }
+        })
+    });
+    Some((candle_core::CpuStorage::F32(out), (1, n).into()))
+}
+
+/// `METAL_CANDLE_NO_GEMV=1` falls back to Candle's GEMM (for A/B measurements).
+fn gemv_disabled() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DISABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_NO_GEMV").is_some())
+}
+
+fn gemv_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("metal-candle-gemv-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Dot product with independent accumulators so the compiler vectorises it.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let (ac, bc) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+impl FrozenMatmul {
+    fn check(&self, layout: &candle_core::Layout) -> Result<()> {
+        let (_, k) = layout.shape().dims2()?;
+        let (d0, d1) = self.weight.dims2()?;
+        let k_w = if self.transposed { d1 } else { d0 };
+        if k != k_w {
+            candle_core::bail!("frozen matmul: input has {k} features, weight expects {k_w}");
+        }
+        Ok(())
+    }
+}
+
+/// Candle's matmul of `storage` by the weight (transposed or not) on any backend.
+macro_rules! backend_matmul {
+    ($self:ident, $storage:ident, $layout:ident, $variant:ident) => {{
+        use candle_core::backend::BackendStorage;
+        $self.check($layout)?;
+        let (rows, k) = $layout.shape().dims2()?;
+        let (w_storage, w_layout) = $self.weight.storage_and_layout();
+        let (rhs_layout, n) = if $self.transposed {
+            (w_layout.transpose(0, 1)?, w_layout.shape().dims2()?.0)
+        } else {
+            (w_layout.clone(), w_layout.shape().dims2()?.1)
+        };
+        match &*w_storage {
+            candle_core::Storage::$variant(w) => {
+                Ok(($storage.matmul(w, (1, rows, n, k), $layout, &rhs_layout)?, (rows, n).into()))
+            }
+            _ => candle_core::bail!("frozen matmul: weight and input are on different devices"),
+        }
+    }};
+}
+
+impl candle_core::CustomOp1 for FrozenMatmul {
+    fn name(&self) -> &'static str {
+        "frozen-matmul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        self.check(layout)?;
+        if self.transposed {
+            if let Some(out) = gemv_frozen(&self.weight, storage, layout) {
+                return Ok(out);
+            }
+        }
+        if let Some(out) = blas_frozen_matmul(&self.weight, storage, layout, self.transposed) {
+            return Ok(out);
+        }
+        backend_matmul!(self, storage, layout, Cpu)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
+        backend_matmul!(self, storage, layout, Cuda)
+    }
+
+    #[cfg(target_os = "macos")]
+    fn metal_fwd(
+        &self,
+        storage: &candle_core::MetalStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::MetalStorage, candle_core::Shape)> {
+        backend_matmul!(self, storage, layout, Metal)
+    }
+
+    fn bwd(&self, _x: &Tensor, _y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
+        if !self.transposed {
+            candle_core::bail!("frozen matmul: the backward product is not differentiable");
+        }
+        let plain = FrozenMatmul { weight: self.weight.clone(), transposed: false };
+        Ok(Some(grad_y.contiguous()?.apply_op1_no_bwd(&plain)?))
+    }
+}

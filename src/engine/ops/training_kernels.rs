@@ -1,0 +1,148 @@
+//! CPU training kernels with backward passes: RMS norm, rotary embedding and softmax, each one fused pass
+//! forward and one backward instead of the chain of element-wise ops (and their gradients) a composition makes.
+
+use super::{f32_data, f32_of};
+use candle_core::{Result, Tensor};
+
+/// Fused CPU RMS norm whose backward is one fused pass too (the weight is frozen: no gradient for it).
+pub(super) struct RmsNormOp {
+    pub(super) weight: Tensor,
+    pub(super) eps: f32,
+}
+
+impl candle_core::CustomOp1 for RmsNormOp {
+    fn name(&self) -> &'static str {
+        "rms-norm-train"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = f32_data(storage, layout)?;
+        let w = f32_of(&self.weight)?;
+        let d = w.len();
+        if d == 0 || x.len() % d != 0 {
+            candle_core::bail!("rms norm: input width does not match the weight ({d})");
+        }
+        let mut out = vec![0f32; x.len()];
+        for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
+            let inv = 1.0 / (mean_sq + self.eps).sqrt();
+            for ((o, &v), &g) in dst.iter_mut().zip(row).zip(&w) {
+                *o = v * inv * g;
+            }
+        }
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
+        let xs = f32_of(x)?;
+        let dy = f32_of(grad_y)?;
+        let w = f32_of(&self.weight)?;
+        let d = w.len();
+        let mut dx = vec![0f32; xs.len()];
+        // dx = inv * (dy*w - xhat * mean(dy*w*xhat)), xhat = x * inv.
+        for ((row, drow), out) in xs.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
+            let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
+            let inv = 1.0 / (mean_sq + self.eps).sqrt();
+            let dot = row.iter().zip(drow).zip(&w).map(|((&v, &g), &wv)| g * wv * v * inv).sum::<f32>() / d as f32;
+            for (((o, &v), &g), &wv) in out.iter_mut().zip(row).zip(drow).zip(&w) {
+                *o = inv * (g * wv - v * inv * dot);
+            }
+        }
+        Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
+    }
+}
+
+/// Rope on the CPU with a backward pass (the inverse rotation).
+pub(super) struct RopeOp {
+    pub(super) cos: Tensor,
+    pub(super) sin: Tensor,
+}
+
+fn rope_cpu(x: &[f32], dims: &[usize], cos: &[f32], sin: &[f32], sign: f32) -> Vec<f32> {
+    let d = dims[dims.len() - 1];
+    let t = dims[dims.len() - 2];
+    let half = d / 2;
+    let mut out = vec![0f32; x.len()];
+    for (i, (src, dst)) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
+        let pos = i % t;
+        let (c, s) = (&cos[pos * half..(pos + 1) * half], &sin[pos * half..(pos + 1) * half]);
+        for j in 0..half {
+            let (x1, x2) = (src[j], src[j + half]);
+            let sj = sign * s[j];
+            dst[j] = x1 * c[j] - x2 * sj;
+            dst[j + half] = x2 * c[j] + x1 * sj;
+        }
+    }
+    out
+}
+
+impl candle_core::CustomOp1 for RopeOp {
+    fn name(&self) -> &'static str {
+        "rope-train"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = f32_data(storage, layout)?;
+        let dims = layout.shape().dims();
+        let out = rope_cpu(x, dims, &f32_of(&self.cos)?, &f32_of(&self.sin)?, 1.0);
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
+        let dy = f32_of(grad_y)?;
+        let out = rope_cpu(&dy, x.dims(), &f32_of(&self.cos)?, &f32_of(&self.sin)?, -1.0);
+        Ok(Some(Tensor::from_vec(out, x.shape(), x.device())?))
+    }
+}
+
+/// Softmax over the last dimension on the CPU with a fused backward: dx = y * (dy - sum(dy * y)).
+pub(super) struct SoftmaxOp;
+
+impl candle_core::CustomOp1 for SoftmaxOp {
+    fn name(&self) -> &'static str {
+        "softmax-train"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = f32_data(storage, layout)?;
+        let d = layout.shape().dims().last().copied().unwrap_or(1).max(1);
+        let mut out = vec![0f32; x.len()];
+        for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for (o, &v) in dst.iter_mut().zip(row) {
+                *o = (v - max).exp();
+                sum += *o;
+            }
+            let inv = 1.0 / sum;
+            dst.iter_mut().for_each(|o| *o *= inv);
+        }
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
+        let ys = f32_of(y)?;
+        let dy = f32_of(grad_y)?;
+        let d = x.dims().last().copied().unwrap_or(1).max(1);
+        let mut dx = vec![0f32; ys.len()];
+        for ((yr, gr), out) in ys.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
+            let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
+            for ((o, &yv), &g) in out.iter_mut().zip(yr).zip(gr) {
+                *o = yv * (g - dot);
+            }
+        }
+        Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
+    }
+}

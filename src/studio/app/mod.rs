@@ -1,0 +1,601 @@
+//! The studio app: persisted preferences, the worker handle, event routing, navigation and the frame around
+//! the pages. Each frame drains the worker's events under a small time budget (the UI never waits on the
+//! worker), runs the current page, then carries out the actions the pages asked for.
+
+use super::chat_panel::{ChatMode, ChatPanel};
+use super::checkpoints_panel::CheckpointsPanel;
+use super::dataset_panel::{DatasetPanel, InspectKey};
+use super::model_panel::ModelPanel;
+use super::rank_panel::RankPanel;
+use super::settings_panel::{ready_config, SettingsPanel};
+use super::training_panel::TrainingPanel;
+use super::widgets::{self, palette, Tone};
+use crate::engine::device::DeviceChoice;
+use crate::engine::sampler::SamplingParams;
+use crate::engine::train::TrainConfig;
+use crate::worker::{display_name, Command, DatasetReport, Event, ModelSummary, Worker};
+use egui::{RichText, Ui};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod chrome;
+mod frame_stats;
+mod prefs;
+
+pub use frame_stats::FrameStats;
+use prefs::remember;
+pub use prefs::{studio_train_defaults, ChatPrefs, Page, Prefs, RankPrefs};
+
+/// Key of the persisted preferences in eframe's storage.
+pub const STORAGE_KEY: &str = "metal-candle-studio";
+/// Time the UI spends draining worker events per frame before it draws (and asks for another frame).
+pub const DRAIN_BUDGET: Duration = Duration::from_millis(4);
+/// Events handled per frame at most.
+pub const DRAIN_MAX_EVENTS: usize = 5000;
+/// The model as the studio knows it: what is loaded, what is loading, the last load error.
+#[derive(Debug, Clone, Default)]
+pub struct ModelStatus {
+    pub loaded: Option<ModelSummary>,
+    pub loading: Option<(PathBuf, Instant)>,
+    pub error: Option<(PathBuf, String)>,
+}
+
+/// What a page asks the app to do after it has been drawn.
+#[derive(Debug, Clone)]
+pub enum Action {
+    Send(Command),
+    Goto(Page),
+    LoadModel(PathBuf),
+    OpenDataset(PathBuf),
+    StartTraining,
+    RefreshRuns,
+    OpenInChat { checkpoint: PathBuf, base_model: PathBuf },
+    ResumeFrom { checkpoint: PathBuf, config: Option<Box<TrainConfig>> },
+    UseRank(usize),
+}
+
+/// What every page gets: the preferences to edit, the model status to read, and a queue for actions.
+pub struct PanelCtx<'a> {
+    pub prefs: &'a mut Prefs,
+    pub model: &'a ModelStatus,
+    pub dataset: Option<&'a DatasetReport>,
+    pub training_active: bool,
+    /// The folder of the run in progress, if any.
+    pub active_run: Option<PathBuf>,
+    pub actions: &'a mut Vec<Action>,
+}
+
+/// How the studio was opened (command-line flags and test setups).
+#[derive(Debug, Clone, Default)]
+pub struct StudioOptions {
+    /// Open this model (overrides the remembered one).
+    pub model: Option<PathBuf>,
+    /// Open this dataset.
+    pub data: Option<PathBuf>,
+    /// Use this runs folder.
+    pub runs_dir: Option<PathBuf>,
+    /// Show this page first.
+    pub page: Option<Page>,
+    /// On a first launch, pick up models/smollm2/*.gguf and assets/sample-chat when present.
+    pub discover_defaults: bool,
+    /// Start training as soon as the model and the dataset are ready.
+    pub start_training: bool,
+    /// Measure frame times for this many seconds once training streams, write the report, then close.
+    pub measure_frames_secs: Option<f64>,
+    /// Where the frame-time report goes (stdout when None).
+    pub measure_out: Option<PathBuf>,
+    /// Remember preferences between launches.
+    pub persist: bool,
+}
+
+/// A short message in the corner.
+struct Toast {
+    tone: Tone,
+    text: String,
+    shown: Instant,
+}
+
+pub struct StudioApp {
+    pub prefs: Prefs,
+    worker: Worker,
+    pub model: ModelStatus,
+    pub model_panel: ModelPanel,
+    pub dataset_panel: DatasetPanel,
+    pub settings_panel: SettingsPanel,
+    pub training_panel: TrainingPanel,
+    pub checkpoints_panel: CheckpointsPanel,
+    pub chat_panel: ChatPanel,
+    pub rank_panel: RankPanel,
+    actions: Vec<Action>,
+    toasts: Vec<Toast>,
+    pub options: StudioOptions,
+    pub frames: FrameStats,
+    autostart_pending: bool,
+    measurement_done: bool,
+    last_drain_ms: f32,
+    last_drained: usize,
+}
+
+impl StudioApp {
+    /// Build the app on `ctx` (the worker wakes it with `request_repaint`).
+    pub fn new(ctx: &egui::Context, mut prefs: Prefs, options: StudioOptions) -> Self {
+        apply_style(ctx);
+        let repaint = ctx.clone();
+        let worker = Worker::spawn(Arc::new(move || repaint.request_repaint()));
+        // A resume is a one-off request, not a setting to carry into the next launch.
+        prefs.train.resume = None;
+        let mut app = Self {
+            prefs,
+            worker,
+            model: ModelStatus::default(),
+            model_panel: ModelPanel::default(),
+            dataset_panel: DatasetPanel::default(),
+            settings_panel: SettingsPanel::default(),
+            training_panel: TrainingPanel::default(),
+            checkpoints_panel: CheckpointsPanel::default(),
+            chat_panel: ChatPanel::default(),
+            rank_panel: RankPanel::default(),
+            actions: Vec::new(),
+            toasts: Vec::new(),
+            autostart_pending: options.start_training,
+            options,
+            frames: FrameStats::default(),
+            measurement_done: false,
+            last_drain_ms: 0.0,
+            last_drained: 0,
+        };
+        app.apply_options();
+        app
+    }
+
+    fn apply_options(&mut self) {
+        let o = self.options.clone();
+        if let Some(dir) = &o.runs_dir {
+            self.prefs.train.out = dir.clone();
+        }
+        if let Some(page) = o.page {
+            self.prefs.page = page;
+        }
+        if o.discover_defaults {
+            if self.prefs.model_path.trim().is_empty() && o.model.is_none() {
+                if let Some(gguf) = first_gguf(Path::new("models/smollm2")) {
+                    self.prefs.model_path = gguf.display().to_string();
+                }
+            }
+            if self.prefs.dataset.is_none() && o.data.is_none() && Path::new("assets/sample-chat/train.jsonl").is_file()
+            {
+                self.actions.push(Action::OpenDataset(PathBuf::from("assets/sample-chat")));
+            }
+        }
+        match &o.model {
+            Some(m) => self.actions.push(Action::LoadModel(m.clone())),
+            None => {
+                let remembered = PathBuf::from(self.prefs.model_path.trim());
+                if self.prefs.auto_load_model && !self.prefs.model_path.trim().is_empty() && remembered.exists() {
+                    self.actions.push(Action::LoadModel(remembered));
+                }
+            }
+        }
+        // The chat's adapter picker and the navigation's run count need the run list from the start.
+        self.actions.push(Action::RefreshRuns);
+        if let Some(d) = &o.data {
+            self.actions.push(Action::OpenDataset(d.clone()));
+        } else if let Some(d) = self.prefs.dataset.clone() {
+            if d.exists() {
+                self.actions.push(Action::OpenDataset(d));
+            }
+        }
+    }
+
+    /// Drain worker events (time-boxed), then carry out queued actions. Safe to call more than once a frame.
+    pub fn pump(&mut self, ctx: &egui::Context) {
+        let started = Instant::now();
+        let mut events = Vec::new();
+        let more = self.worker.drain(DRAIN_BUDGET, DRAIN_MAX_EVENTS, |e| events.push(e));
+        let drained = events.len();
+        for e in events {
+            self.handle_event(e);
+        }
+        if more {
+            ctx.request_repaint();
+        }
+        self.last_drain_ms += started.elapsed().as_secs_f32() * 1e3;
+        self.last_drained += drained;
+        self.after_events();
+        self.run_actions();
+    }
+
+    fn handle_event(&mut self, event: Event) {
+        match event {
+            Event::ModelLoading { path } => {
+                self.model.loading = Some((path, Instant::now()));
+                self.model.error = None;
+            }
+            Event::ModelLoaded(summary) => {
+                self.model.loading = None;
+                self.model.error = None;
+                remember(&mut self.prefs.recent_models, &summary.path);
+                self.prefs.model_path = summary.path.display().to_string();
+                self.toast(Tone::Ok, format!("Loaded {} in {}", summary.name(), widgets::fmt_secs(summary.load_secs)));
+                self.model.loaded = Some(*summary);
+            }
+            Event::ModelLoadFailed { path, message } => {
+                self.model.loading = None;
+                self.model.error = Some((path, message));
+            }
+            Event::DatasetInspected(report) => self.dataset_panel.on_inspected(*report),
+            Event::DatasetFailed { path, message } => self.dataset_panel.on_failed(path, message),
+            Event::ModelsFound(found) => self.model_panel.on_models_found(found),
+            Event::Train(e) => {
+                if let Some(a) = self.training_panel.on_event(e, self.prefs.smoothing as f64) {
+                    self.actions.push(a);
+                }
+            }
+            Event::GenerationStarted { id, prompt_tokens } => self.chat_panel.on_started(id, prompt_tokens),
+            Event::Token { id, text } => self.chat_panel.on_token(id, &text),
+            Event::GenerationFinished { id, stats } => self.chat_panel.on_finished(id, stats),
+            Event::GenerationFailed { id, message } => self.chat_panel.on_failed(id, message),
+            Event::Runs { runs_dir, runs } => self.checkpoints_panel.on_runs(runs_dir, runs),
+            Event::RunsFailed { message, .. } => self.checkpoints_panel.on_runs_failed(message),
+            Event::CheckpointDeleted { path } => {
+                self.checkpoints_panel.on_deleted(&path);
+                self.actions.push(Action::RefreshRuns);
+            }
+            Event::ExportFinished { path } => {
+                self.toast(Tone::Ok, format!("Exported to {}", path.display()));
+                self.checkpoints_panel.on_export_finished(path);
+            }
+            Event::ActionFailed { what, message } => {
+                self.toast(Tone::Error, format!("Could not {what}"));
+                self.checkpoints_panel.on_action_failed(what, message);
+            }
+            Event::RankProbeResult(r) => self.rank_panel.on_result(r),
+            Event::RankProbeFinished { results } => self.rank_panel.on_finished(results),
+            Event::RankProbeFailed { message } => self.rank_panel.on_failed(message),
+            Event::MicroBenchFinished(r) => self.rank_panel.on_micro(r),
+            Event::MicroBenchFailed { message } => self.rank_panel.on_micro_failed(message),
+        }
+    }
+
+    /// Follow-ups that depend on the state events left behind.
+    fn after_events(&mut self) {
+        let key = self.prefs.dataset.clone().map(|path| InspectKey {
+            path,
+            max_seq_len: self.prefs.train.seq_len,
+            train_on_prompt: self.prefs.train.train_on_prompt,
+            model: self.model.loaded.as_ref().map(|m| m.path.clone()),
+        });
+        // While a model is loading, wait: the inspection would have to be redone with its tokenizer.
+        if self.model.loading.is_none() {
+            self.dataset_panel.refresh_if_stale(key, &mut self.actions);
+        }
+        if self.autostart_pending && self.model.loaded.is_some() && !self.dataset_panel.is_inspecting() {
+            let ready = ready_config(&self.prefs, self.model.loaded.as_ref(), self.prefs.dataset.as_ref());
+            if ready.is_ok() && self.dataset_panel.report.is_some() {
+                self.autostart_pending = false;
+                self.actions.push(Action::StartTraining);
+                self.prefs.page = Page::Training;
+            }
+        }
+    }
+
+    fn run_actions(&mut self) {
+        // Actions may queue more actions (a refresh sends a command); a bound keeps a bug from spinning.
+        for _ in 0..8 {
+            if self.actions.is_empty() {
+                break;
+            }
+            for action in std::mem::take(&mut self.actions) {
+                self.run_action(action);
+            }
+        }
+    }
+
+    fn run_action(&mut self, action: Action) {
+        match action {
+            Action::Send(c) => self.worker.send(c),
+            Action::Goto(p) => self.prefs.page = p,
+            Action::LoadModel(path) => {
+                self.prefs.model_path = path.display().to_string();
+                self.model.loading = Some((path.clone(), Instant::now()));
+                self.model.error = None;
+                self.worker.send(Command::LoadModel {
+                    path,
+                    device: self.prefs.device,
+                    dtype: self.prefs.dtype.clone(),
+                });
+            }
+            Action::OpenDataset(path) => {
+                self.prefs.dataset_input = path.display().to_string();
+                remember(&mut self.prefs.recent_datasets, &path);
+                self.dataset_panel.invalidate(&path);
+                self.prefs.dataset = Some(path);
+            }
+            Action::StartTraining => {
+                match ready_config(&self.prefs, self.model.loaded.as_ref(), self.prefs.dataset.as_ref()) {
+                    Ok(config) => {
+                        self.training_panel.on_start_requested(&config);
+                        self.worker.send(Command::StartTraining(Box::new(config)));
+                        // A resume happens once; the next Start begins a fresh run.
+                        self.prefs.train.resume = None;
+                    }
+                    Err(reason) => self.toast(Tone::Warn, reason),
+                }
+            }
+            Action::RefreshRuns => {
+                let dir = self.prefs.train.out.clone();
+                self.checkpoints_panel.request_refresh(&dir, &mut self.actions);
+            }
+            Action::OpenInChat { checkpoint, base_model } => {
+                let base = (!base_model.as_os_str().is_empty()).then_some(base_model);
+                if self.model.loaded.is_none() && self.model.loading.is_none() {
+                    if let Some(b) = base.clone().filter(|b| b.exists()) {
+                        self.actions.push(Action::LoadModel(b));
+                    }
+                }
+                self.chat_panel.open_checkpoint(checkpoint, base, &mut self.prefs.chat.mode);
+                self.prefs.page = Page::Chat;
+            }
+            Action::ResumeFrom { checkpoint, config } => {
+                if let Some(c) = config {
+                    let out = self.prefs.train.out.clone();
+                    let loaded_matches =
+                        self.model.loaded.as_ref().is_some_and(|m| crate::worker::same_path(&m.path, &c.model));
+                    if !loaded_matches && c.model.exists() {
+                        self.actions.push(Action::LoadModel(c.model.clone()));
+                    }
+                    if self.prefs.dataset.as_ref().is_none_or(|d| !crate::worker::same_path(d, &c.data))
+                        && c.data.exists()
+                    {
+                        self.actions.push(Action::OpenDataset(c.data.clone()));
+                    }
+                    self.prefs.train = TrainConfig { out, ..*c };
+                }
+                self.prefs.train.resume = Some(checkpoint.clone());
+                self.prefs.page = Page::Training;
+                self.toast(Tone::Info, format!("Ready to resume from {}: press Resume training", checkpoint.display()));
+            }
+            Action::UseRank(rank) => {
+                self.prefs.train.lora.rank = rank;
+                self.toast(
+                    Tone::Ok,
+                    format!("LoRA rank set to {rank} (scale is now {:.2})", self.prefs.train.lora.scale()),
+                );
+            }
+        }
+    }
+
+    fn toast(&mut self, tone: Tone, text: impl Into<String>) {
+        self.toasts.push(Toast { tone, text: text.into(), shown: Instant::now() });
+        if self.toasts.len() > 4 {
+            self.toasts.remove(0);
+        }
+    }
+
+    /// The whole window: top bar, navigation, status bar, the current page.
+    pub fn ui_root(&mut self, ui: &mut Ui) {
+        let frame_started = Instant::now();
+        let ctx = ui.ctx().clone();
+        self.pump(&ctx);
+        self.handle_dropped_files(&ctx);
+
+        egui::Panel::top("top-bar")
+            .frame(egui::Frame::side_top_panel(ui.style()).inner_margin(egui::Margin::symmetric(12, 8)))
+            .show(ui, |ui| {
+                self.top_bar_ui(ui);
+            });
+        egui::Panel::bottom("status-bar").show(ui, |ui| self.status_bar_ui(ui));
+        egui::Panel::left("nav").resizable(false).exact_size(178.0).show(ui, |ui| self.nav_ui(ui));
+        egui::CentralPanel::default()
+            .frame(egui::Frame::central_panel(ui.style()).inner_margin(egui::Margin::same(14)))
+            .show(ui, |ui| {
+                self.page_ui(ui);
+            });
+        self.toasts_ui(&ctx);
+        self.drop_overlay_ui(&ctx);
+        self.run_actions();
+
+        let ui_ms = frame_started.elapsed().as_secs_f32() * 1e3;
+        let pending = self.worker.pending_events();
+        self.frames.record(
+            ui_ms,
+            std::mem::take(&mut self.last_drain_ms),
+            std::mem::take(&mut self.last_drained),
+            pending,
+        );
+        self.measurement_tick(&ctx);
+        // Time-based text (spinners, "loading 3.2 s") needs a slow tick even when no event arrives.
+        if self.model.loading.is_some() || self.training_panel.is_active() || self.chat_panel.is_generating() {
+            ctx.request_repaint_after(Duration::from_millis(500));
+        }
+    }
+
+    fn page_ui(&mut self, ui: &mut Ui) {
+        let checkpoints = self.checkpoints_panel.all_checkpoints();
+        let checkpoints: Vec<(String, crate::worker::CheckpointSummary)> =
+            checkpoints.into_iter().map(|(r, c)| (r, c.clone())).collect();
+        let refs: Vec<(String, &crate::worker::CheckpointSummary)> =
+            checkpoints.iter().map(|(r, c)| (r.clone(), c)).collect();
+        let dataset = self.prefs.dataset.clone();
+        let report = dataset.as_deref().and_then(|d| self.dataset_panel.report_for(d)).cloned();
+        let mut ctx = PanelCtx {
+            prefs: &mut self.prefs,
+            model: &self.model,
+            dataset: report.as_ref(),
+            training_active: self.training_panel.is_active(),
+            active_run: self
+                .training_panel
+                .run
+                .as_ref()
+                .and_then(|r| r.run_dir.clone())
+                .filter(|_| self.training_panel.is_active()),
+            actions: &mut self.actions,
+        };
+        match ctx.prefs.page {
+            Page::Model => self.model_panel.ui(ui, &mut ctx),
+            Page::Dataset => self.dataset_panel.ui(ui, &mut ctx),
+            Page::Settings => self.settings_panel.ui(ui, &mut ctx),
+            Page::Training => self.training_panel.ui(ui, &mut ctx),
+            Page::Checkpoints => self.checkpoints_panel.ui(ui, &mut ctx),
+            Page::Chat => self.chat_panel.ui(ui, &mut ctx, &refs),
+            Page::Ranks => self.rank_panel.ui(ui, &mut ctx),
+        }
+    }
+
+    /// Start and finish the `--measure-frames` recording.
+    fn measurement_tick(&mut self, ctx: &egui::Context) {
+        let Some(secs) = self.options.measure_frames_secs else { return };
+        if self.measurement_done {
+            return;
+        }
+        ctx.request_repaint();
+        match self.frames.recording_since {
+            None if self.training_panel.steps_received > 0 => {
+                self.frames.recording_since = Some(Instant::now());
+                self.frames.steps_at_start = self.training_panel.steps_received;
+            }
+            Some(t) if t.elapsed().as_secs_f64() >= secs => {
+                self.measurement_done = true;
+                let mut report = self.frames.report(self.training_panel.steps_received);
+                if let Some(m) = &self.model.loaded {
+                    report["model"] = serde_json::json!(m.name());
+                    report["device"] = serde_json::json!(m.device);
+                }
+                report["training_status"] = serde_json::json!(self.training_panel.status.label());
+                let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+                match &self.options.measure_out {
+                    Some(p) => {
+                        if let Err(e) = std::fs::write(p, &text) {
+                            eprintln!("cannot write {}: {e}", p.display());
+                        }
+                    }
+                    None => println!("{text}"),
+                }
+                self.worker.send(Command::StopTraining);
+                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            }
+            _ => {}
+        }
+    }
+
+    /// eframe's measure of the previous frame's CPU time (UI plus tessellation), for the frame report.
+    pub fn record_cpu_usage(&mut self, cpu_secs: Option<f32>) {
+        if let (Some(s), Some(_)) = (cpu_secs, self.frames.recording_since) {
+            self.frames.cpu_ms.push(s * 1e3);
+        }
+    }
+}
+
+impl eframe::App for StudioApp {
+    fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
+        // Also runs while the window is hidden, so the worker's channel keeps draining.
+        self.pump(ctx);
+    }
+
+    fn ui(&mut self, ui: &mut Ui, frame: &mut eframe::Frame) {
+        self.record_cpu_usage(frame.info().cpu_usage);
+        self.ui_root(ui);
+    }
+
+    fn auto_save_interval(&self) -> Duration {
+        // Settings survive a crash or a killed process, not only a clean close.
+        Duration::from_secs(10)
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        if self.options.persist {
+            eframe::set_value(storage, STORAGE_KEY, &self.prefs);
+        }
+    }
+
+    fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
+        // Ask running jobs to stop; they check at their next step and the process exits anyway.
+        self.worker.send(Command::StopTraining);
+        self.worker.send(Command::StopRankProbe);
+    }
+}
+
+/// What a dropped path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    Model,
+    Dataset,
+}
+
+pub fn classify_drop(path: &Path) -> Option<Dropped> {
+    if path.is_dir() {
+        if path.join("config.json").is_file() {
+            return Some(Dropped::Model);
+        }
+        if path.join("train.jsonl").is_file() {
+            return Some(Dropped::Dataset);
+        }
+        return None;
+    }
+    match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
+        Some("gguf") => Some(Dropped::Model),
+        Some("jsonl") => Some(Dropped::Dataset),
+        _ if path.file_name().is_some_and(|n| n == "config.json") => Some(Dropped::Model),
+        _ => None,
+    }
+}
+
+fn first_gguf(dir: &Path) -> Option<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")))
+        .collect();
+    files.sort();
+    files.into_iter().next()
+}
+
+/// The studio's look: the default theme with an amber accent and a little more air.
+fn apply_style(ctx: &egui::Context) {
+    ctx.all_styles_mut(|style| {
+        style.spacing.item_spacing = egui::vec2(8.0, 6.0);
+        style.spacing.button_padding = egui::vec2(8.0, 4.0);
+        style.spacing.interact_size.y = 22.0;
+        style.visuals.selection.bg_fill = palette::ACCENT.gamma_multiply(0.55);
+        style.visuals.selection.stroke = egui::Stroke::new(1.0, egui::Color32::WHITE);
+        style.visuals.hyperlink_color = palette::ACCENT;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefs_round_trip_and_tolerate_unknown_or_missing_fields() {
+        let mut p = Prefs::default();
+        p.recent_models.push("/m/x.gguf".into());
+        p.train.lora.rank = 32;
+        let json = serde_json::to_string(&p).unwrap();
+        let back: Prefs = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, p);
+        let partial: Prefs = serde_json::from_str(r#"{"smoothing": 0.9, "something_new": 1}"#).unwrap();
+        assert_eq!(partial.smoothing, 0.9);
+        assert_eq!(partial.train, studio_train_defaults());
+    }
+
+    #[test]
+    fn pages_parse_from_names() {
+        assert_eq!(Page::from_name("chat"), Some(Page::Chat));
+        assert_eq!(Page::from_name("rank"), Some(Page::Ranks));
+        assert_eq!(Page::from_name("LoRA"), Some(Page::Settings));
+        assert_eq!(Page::from_name("checkpoints"), Some(Page::Checkpoints));
+        assert_eq!(Page::from_name("nope"), None);
+    }
+
+    #[test]
+    fn drops_are_classified() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("train.jsonl"), "").unwrap();
+        assert_eq!(classify_drop(dir.path()), Some(Dropped::Dataset));
+        assert_eq!(classify_drop(Path::new("/x/model.GGUF")), Some(Dropped::Model));
+        assert_eq!(classify_drop(Path::new("/x/readme.md")), None);
+    }
+}

@@ -1,0 +1,141 @@
+//! The studio's persisted preferences (one `#[serde(default)]` struct) and the pages they remember.
+
+use super::*;
+
+/// Entries kept in the recent lists.
+const RECENT: usize = 8;
+
+/// The pages, in navigation order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Page {
+    #[default]
+    Model,
+    Dataset,
+    Settings,
+    Training,
+    Checkpoints,
+    Chat,
+    Ranks,
+}
+
+impl Page {
+    pub const ALL: [Page; 7] =
+        [Page::Model, Page::Dataset, Page::Settings, Page::Training, Page::Checkpoints, Page::Chat, Page::Ranks];
+
+    /// The navigation label.
+    pub fn title(self) -> &'static str {
+        match self {
+            Page::Model => "Model",
+            Page::Dataset => "Dataset",
+            Page::Settings => "LoRA settings",
+            Page::Training => "Train",
+            Page::Checkpoints => "Checkpoints",
+            Page::Chat => "Chat",
+            Page::Ranks => "Rank explorer",
+        }
+    }
+
+    /// Parse a page name as given to `--page` (case-insensitive, first word is enough).
+    pub fn from_name(name: &str) -> Option<Page> {
+        let n = name.to_ascii_lowercase();
+        Page::ALL.into_iter().find(|p| {
+            let t = p.title().to_ascii_lowercase();
+            t == n || t.split_whitespace().next() == Some(n.as_str()) || format!("{p:?}").to_ascii_lowercase() == n
+        })
+    }
+}
+
+/// Chat preferences.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ChatPrefs {
+    pub system_prompt: String,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub mode: ChatMode,
+}
+
+impl Default for ChatPrefs {
+    fn default() -> Self {
+        Self {
+            system_prompt: String::new(),
+            sampling: SamplingParams::default(),
+            max_tokens: 256,
+            mode: ChatMode::Base,
+        }
+    }
+}
+
+/// Rank explorer preferences.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct RankPrefs {
+    pub ranks: Vec<usize>,
+    pub token_budget: usize,
+}
+
+impl Default for RankPrefs {
+    fn default() -> Self {
+        Self { ranks: vec![4, 8, 16, 32, 64], token_budget: 20_000 }
+    }
+}
+
+/// Everything that persists between launches. Runtime handles (the worker, channels) live outside it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Prefs {
+    pub page: Page,
+    /// The model path field.
+    pub model_path: String,
+    pub recent_models: Vec<PathBuf>,
+    /// Extra folders scanned for models.
+    pub model_dirs: Vec<PathBuf>,
+    pub device: DeviceChoice,
+    pub dtype: Option<String>,
+    pub auto_load_model: bool,
+    /// The dataset path field.
+    pub dataset_input: String,
+    /// The dataset in use.
+    pub dataset: Option<PathBuf>,
+    pub recent_datasets: Vec<PathBuf>,
+    pub train: TrainConfig,
+    /// EMA smoothing of the loss plot.
+    pub smoothing: f32,
+    pub chat: ChatPrefs,
+    pub rank: RankPrefs,
+    pub overlay_runs: Vec<String>,
+}
+
+impl Default for Prefs {
+    fn default() -> Self {
+        Self {
+            page: Page::Model,
+            model_path: String::new(),
+            recent_models: Vec::new(),
+            model_dirs: Vec::new(),
+            device: DeviceChoice::Auto,
+            dtype: None,
+            auto_load_model: true,
+            dataset_input: String::new(),
+            dataset: None,
+            recent_datasets: Vec::new(),
+            train: studio_train_defaults(),
+            smoothing: 0.6,
+            chat: ChatPrefs::default(),
+            rank: RankPrefs::default(),
+            overlay_runs: Vec::new(),
+        }
+    }
+}
+
+/// Training defaults sized for a first run on a small model and the bundled sample data.
+pub fn studio_train_defaults() -> TrainConfig {
+    TrainConfig { iters: Some(100), seq_len: 256, val_every: 20, save_every: 50, ..TrainConfig::default() }
+}
+
+/// Put `path` first in a recent list.
+pub(super) fn remember(list: &mut Vec<PathBuf>, path: &Path) {
+    list.retain(|p| p != path);
+    list.insert(0, path.to_path_buf());
+    list.truncate(RECENT);
+}
