@@ -4,8 +4,8 @@
 //! sequence length.
 
 use super::app::{Action, PanelCtx};
-use super::file_picker::{take_picked, FilePicker, PickKind};
-use super::widgets::{self, banner_ui, card_ui, fmt_count, palette, section_ui, Tone};
+use super::file_picker::{PanelPicker, PickKind};
+use super::widgets::{self, banner_ui, card_ui, fmt_count, palette, recent_paths_ui, section_ui, Tone};
 use crate::worker::DatasetReport;
 use egui::{RichText, Ui};
 use egui_plot::{Bar, BarChart, Legend, Plot, VLine};
@@ -23,8 +23,7 @@ pub struct InspectKey {
 
 #[derive(Default)]
 pub struct DatasetPanel {
-    picker: Option<FilePicker>,
-    picker_note: Option<String>,
+    picker: PanelPicker,
     pub report: Option<DatasetReport>,
     pub error: Option<(PathBuf, String)>,
     inspecting: Option<(InspectKey, Instant)>,
@@ -124,7 +123,7 @@ impl DatasetPanel {
     }
 
     fn poll_picker(&mut self, ctx: &mut PanelCtx<'_>) {
-        if let Some(path) = take_picked(&mut self.picker, &mut self.picker_note) {
+        if let Some(path) = self.picker.take_picked() {
             ctx.actions.push(Action::OpenDataset(path));
         }
     }
@@ -136,20 +135,20 @@ impl DatasetPanel {
                 let label = ui.label("Path");
                 // Right to left: the buttons take what they need, the path field the rest.
                 ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                    let picking = self.picker.is_some();
+                    let picking = self.picker.is_open();
                     if ui
                         .add_enabled(!picking, egui::Button::new("Open folder…"))
                         .on_hover_text("Pick a folder with train.jsonl")
                         .clicked()
                     {
-                        self.open_picker(ui, PickKind::DatasetFolder, ctx);
+                        self.picker.open(ui, PickKind::DatasetFolder, &ctx.prefs.dataset_input);
                     }
                     if ui
                         .add_enabled(!picking, egui::Button::new("Open .jsonl…"))
                         .on_hover_text("Pick a JSONL file")
                         .clicked()
                     {
-                        self.open_picker(ui, PickKind::DatasetFile, ctx);
+                        self.picker.open(ui, PickKind::DatasetFile, &ctx.prefs.dataset_input);
                     }
                     let has_path = !ctx.prefs.dataset_input.trim().is_empty();
                     let open =
@@ -167,32 +166,15 @@ impl DatasetPanel {
                     }
                 });
             });
-            if let Some(note) = &self.picker_note {
+            if let Some(note) = &self.picker.note {
                 banner_ui(ui, Tone::Warn, note.clone());
             }
             if !ctx.prefs.recent_datasets.is_empty() {
-                ui.horizontal_wrapped(|ui| {
-                    ui.label(RichText::new("Recent:").weak());
-                    let mut open = None;
-                    for p in ctx.prefs.recent_datasets.iter().take(6) {
-                        if ui.small_button(short_path(p)).on_hover_text(p.display().to_string()).clicked() {
-                            open = Some(p.clone());
-                        }
-                    }
-                    if let Some(p) = open {
-                        ctx.actions.push(Action::OpenDataset(p));
-                    }
-                });
+                if let Some(p) = recent_paths_ui(ui, &ctx.prefs.recent_datasets, short_path) {
+                    ctx.actions.push(Action::OpenDataset(p));
+                }
             }
         });
-    }
-
-    fn open_picker(&mut self, ui: &Ui, kind: PickKind, ctx: &PanelCtx<'_>) {
-        let start = PathBuf::from(ctx.prefs.dataset_input.trim());
-        let start = if start.is_dir() { Some(start) } else { start.parent().map(|p| p.to_path_buf()) };
-        let egui_ctx = ui.ctx().clone();
-        self.picker_note = None;
-        self.picker = Some(FilePicker::open(kind, start, move || egui_ctx.request_repaint()));
     }
 }
 

@@ -103,20 +103,42 @@ fn portal_available() -> bool {
     }
 }
 
-/// Check a panel's pending dialog: the picked path once it is chosen, or a note when no dialog could open.
-/// Clears `picker` when the dialog has ended either way.
-pub fn take_picked(picker: &mut Option<FilePicker>, note: &mut Option<String>) -> Option<std::path::PathBuf> {
-    let outcome = picker.as_ref()?.poll()?;
-    *picker = None;
-    match outcome {
-        PickOutcome::Picked(path) => {
-            *note = None;
-            Some(path)
-        }
-        PickOutcome::Cancelled => None,
-        PickOutcome::Unavailable(message) => {
-            *note = Some(message);
-            None
+/// A panel's native file dialog: at most one open at a time, and the note shown when none could open.
+#[derive(Default)]
+pub struct PanelPicker {
+    pending: Option<FilePicker>,
+    /// Why no dialog could open (e.g. no desktop portal), shown in the panel.
+    pub note: Option<String>,
+}
+
+impl PanelPicker {
+    pub fn is_open(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Open a dialog starting next to the path currently typed in the panel; the UI repaints when it ends.
+    pub fn open(&mut self, ui: &egui::Ui, kind: PickKind, current_input: &str) {
+        let start = PathBuf::from(current_input.trim());
+        let start = if start.is_dir() { Some(start) } else { start.parent().map(|p| p.to_path_buf()) };
+        let egui_ctx = ui.ctx().clone();
+        self.note = None;
+        self.pending = Some(FilePicker::open(kind, start, move || egui_ctx.request_repaint()));
+    }
+
+    /// The picked path once the dialog has ended with one; records the note when no dialog could open.
+    pub fn take_picked(&mut self) -> Option<PathBuf> {
+        let outcome = self.pending.as_ref()?.poll()?;
+        self.pending = None;
+        match outcome {
+            PickOutcome::Picked(path) => {
+                self.note = None;
+                Some(path)
+            }
+            PickOutcome::Cancelled => None,
+            PickOutcome::Unavailable(message) => {
+                self.note = Some(message);
+                None
+            }
         }
     }
 }

@@ -4,8 +4,10 @@
 
 use super::app::{Action, ModelStatus, PanelCtx};
 use super::estimate;
-use super::file_picker::{take_picked, FilePicker, PickKind};
-use super::widgets::{self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, section_ui, Tone};
+use super::file_picker::{PanelPicker, PickKind};
+use super::widgets::{
+    self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, recent_paths_ui, section_ui, Tone,
+};
 use crate::engine::device::DeviceChoice;
 use crate::worker::{display_name, FoundModel, ModelSummary};
 use egui::{RichText, Ui};
@@ -14,8 +16,7 @@ use std::path::PathBuf;
 /// State of the model page that is not persisted.
 #[derive(Default)]
 pub struct ModelPanel {
-    picker: Option<FilePicker>,
-    picker_note: Option<String>,
+    picker: PanelPicker,
     found: Vec<FoundModel>,
     scanning: bool,
     scanned_once: bool,
@@ -64,7 +65,7 @@ impl ModelPanel {
     }
 
     fn poll_picker(&mut self, ctx: &mut PanelCtx<'_>) {
-        if let Some(path) = take_picked(&mut self.picker, &mut self.picker_note) {
+        if let Some(path) = self.picker.take_picked() {
             ctx.actions.push(Action::LoadModel(path));
         }
     }
@@ -76,20 +77,20 @@ impl ModelPanel {
                 let label = ui.label("Path");
                 // Right to left: the buttons take what they need, the path field the rest.
                 ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                    let picking = self.picker.is_some();
+                    let picking = self.picker.is_open();
                     if ui
                         .add_enabled(!picking, egui::Button::new("Open folder…"))
                         .on_hover_text("Pick a Hugging Face model folder")
                         .clicked()
                     {
-                        self.open_picker(ui, PickKind::ModelFolder, ctx);
+                        self.picker.open(ui, PickKind::ModelFolder, &ctx.prefs.model_path);
                     }
                     if ui
                         .add_enabled(!picking, egui::Button::new("Open .gguf…"))
                         .on_hover_text("Pick a GGUF file")
                         .clicked()
                     {
-                        self.open_picker(ui, PickKind::ModelFile, ctx);
+                        self.picker.open(ui, PickKind::ModelFile, &ctx.prefs.model_path);
                     }
                     let busy = ctx.model.loading.is_some();
                     let can_load = !ctx.prefs.model_path.trim().is_empty() && !busy;
@@ -138,39 +139,22 @@ impl ModelPanel {
                     .on_hover_text("Load the last model in the background when the studio opens.");
             });
             ui.label(RichText::new("Tip: drop a model folder or .gguf file anywhere on the window.").weak().small());
-            if self.picker.is_some() {
+            if self.picker.is_open() {
                 ui.horizontal(|ui| {
                     ui.spinner();
                     ui.label("Waiting for the file dialog…");
                 });
             }
-            if let Some(note) = &self.picker_note {
+            if let Some(note) = &self.picker.note {
                 banner_ui(ui, Tone::Warn, note.clone());
             }
             if !ctx.prefs.recent_models.is_empty() {
                 ui.add_space(4.0);
-                ui.horizontal_wrapped(|ui| {
-                    ui.label(RichText::new("Recent:").weak());
-                    let mut load = None;
-                    for p in ctx.prefs.recent_models.iter().take(6) {
-                        if ui.small_button(display_name(p)).on_hover_text(p.display().to_string()).clicked() {
-                            load = Some(p.clone());
-                        }
-                    }
-                    if let Some(p) = load {
-                        ctx.actions.push(Action::LoadModel(p));
-                    }
-                });
+                if let Some(p) = recent_paths_ui(ui, &ctx.prefs.recent_models, display_name) {
+                    ctx.actions.push(Action::LoadModel(p));
+                }
             }
         });
-    }
-
-    fn open_picker(&mut self, ui: &Ui, kind: PickKind, ctx: &PanelCtx<'_>) {
-        let start = PathBuf::from(ctx.prefs.model_path.trim());
-        let start = if start.is_dir() { Some(start) } else { start.parent().map(|p| p.to_path_buf()) };
-        let egui_ctx = ui.ctx().clone();
-        self.picker_note = None;
-        self.picker = Some(FilePicker::open(kind, start, move || egui_ctx.request_repaint()));
     }
 
     fn found_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
