@@ -153,16 +153,9 @@ fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
 // ---------------------------------------------------------------------------------------------------------
 // PEFT adapter format
 
-fn module_group(module: &str) -> &'static str {
-    match module {
-        "q_proj" | "k_proj" | "v_proj" | "o_proj" => "self_attn",
-        _ => "mlp",
-    }
-}
-
 /// PEFT's tensor name prefix for one adapted linear.
 pub fn peft_prefix(layer: usize, module: &str) -> String {
-    format!("base_model.model.model.layers.{layer}.{}.{module}", module_group(module))
+    format!("base_model.model.{}", crate::engine::model::transformer::hf_linear_name(layer, module))
 }
 
 /// PEFT's adapter_config.json for these settings.

@@ -2,6 +2,7 @@
 //! transformers loads like any other.
 
 use crate::engine::checkpoint::{self, ExportFormat, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
+use crate::engine::model::transformer::{hf_linear_name, module_group};
 use crate::engine::model::{load_model, LoadedModel, ModelSource};
 use crate::engine::{Error, Result};
 use candle_core::{DType, Device, Tensor};
@@ -36,12 +37,10 @@ fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     let mut keys = std::collections::BTreeSet::new();
     let mut min_layer = usize::MAX;
     for p in &params {
-        let prefix = checkpoint::peft_prefix(p.layer, p.module);
-        let prefix = prefix.trim_start_matches("base_model.model.");
+        let prefix = hf_linear_name(p.layer, p.module);
         tensors.insert(format!("{prefix}.lora_a"), p.a.as_tensor().clone());
         tensors.insert(format!("{prefix}.lora_b"), p.b.as_tensor().clone());
-        let group = if prefix.contains(".self_attn.") { "self_attn" } else { "mlp" };
-        keys.insert(format!("{group}.{}", p.module));
+        keys.insert(format!("{}.{}", module_group(p.module), p.module));
         min_layer = min_layer.min(p.layer);
     }
     let scale = if summary.use_rslora {

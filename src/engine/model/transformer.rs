@@ -12,6 +12,19 @@ use crate::engine::ops;
 use crate::engine::Result;
 use candle_core::{DType, Device, Tensor};
 
+/// The block a projection belongs to in Hugging Face names: `self_attn` or `mlp`.
+pub fn module_group(module: &str) -> &'static str {
+    match module {
+        "q_proj" | "k_proj" | "v_proj" | "o_proj" => "self_attn",
+        _ => "mlp",
+    }
+}
+
+/// Hugging Face name of a decoder layer's linear, e.g. `model.layers.3.self_attn.q_proj`.
+pub fn hf_linear_name(layer: usize, module: &str) -> String {
+    format!("model.layers.{layer}.{}.{module}", module_group(module))
+}
+
 /// Options for one forward pass.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ForwardOptions {
@@ -413,12 +426,7 @@ impl Transformer {
             }
         }
         for (i, module, linear) in self.linears() {
-            let group = if module.ends_with("proj") && ["q_proj", "k_proj", "v_proj", "o_proj"].contains(&module) {
-                "self_attn"
-            } else {
-                "mlp"
-            };
-            let name = format!("model.layers.{i}.{group}.{module}");
+            let name = hf_linear_name(i, module);
             let mut w = linear.weight.to_dtype(DType::F32)?;
             if let Some(a) = &linear.adapter {
                 let delta = (a.a.as_tensor().matmul(a.b.as_tensor())?.t()? * a.scale)?;
