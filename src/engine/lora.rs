@@ -48,13 +48,18 @@ impl LoraAdapter {
 
     /// Inverted dropout with a mask from our own seeded RNG (Candle's CPU RNG cannot be seeded).
     fn apply_dropout(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        x * self.dropout_mask(x)?
+    }
+
+    /// The next dropout mask for an input like `x`: 0 or 1/keep per element, drawn from the shared seeded
+    /// counter (so the training and reference passes draw identical masks in the same order).
+    pub(crate) fn dropout_mask(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let seed = self.dropout_seed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut rng = StdRng::seed_from_u64(seed);
         let keep = 1.0 - self.dropout;
         let mask: Vec<f32> =
             (0..x.elem_count()).map(|_| if rng.random::<f32>() < keep { 1.0 / keep } else { 0.0 }).collect();
-        let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
-        x * mask
+        Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())
     }
 }
 

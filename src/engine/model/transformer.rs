@@ -87,13 +87,13 @@ pub struct Attention {
     pub k_proj: Linear,
     pub v_proj: Linear,
     pub o_proj: Linear,
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
-    num_heads: usize,
-    num_kv_heads: usize,
-    head_dim: usize,
-    rms_norm_eps: f64,
-    sliding_window: Option<usize>,
+    pub(crate) q_norm: Option<Tensor>,
+    pub(crate) k_norm: Option<Tensor>,
+    pub(crate) num_heads: usize,
+    pub(crate) num_kv_heads: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) rms_norm_eps: f64,
+    pub(crate) sliding_window: Option<usize>,
 }
 
 impl Attention {
@@ -173,7 +173,7 @@ impl Attention {
 
 /// Additive mask (t, total): query i sits at absolute position start_pos + i and sees keys at or before it
 /// (and, with a sliding window, no further back than the window). None when nothing is masked.
-fn attention_mask(
+pub(crate) fn attention_mask(
     t: usize,
     start_pos: usize,
     total: usize,
@@ -225,9 +225,9 @@ impl Mlp {
 pub struct DecoderLayer {
     pub self_attn: Attention,
     pub mlp: Mlp,
-    input_layernorm: Tensor,
-    post_attention_layernorm: Tensor,
-    rms_norm_eps: f64,
+    pub(crate) input_layernorm: Tensor,
+    pub(crate) post_attention_layernorm: Tensor,
+    pub(crate) rms_norm_eps: f64,
 }
 
 impl DecoderLayer {
@@ -335,18 +335,43 @@ impl Transformer {
         mut cache: Option<&mut KvCache>,
         opts: ForwardOptions,
     ) -> Result<Tensor> {
-        let (b, t) = input_ids.dims2()?;
+        let t = input_ids.dim(1)?;
         let context = self.config.max_position_embeddings;
         if start_pos + t > context {
             return Err(crate::engine::Error::PromptTooLong { prompt_tokens: start_pos + t, context_len: context });
         }
-        let mut x =
-            self.embed_tokens.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, self.config.hidden_size))?;
+        let mut x = self.embed(input_ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
             x = layer.forward(&x, &self.rotary, start_pos, layer_cache, opts)?;
         }
         Ok(ops::rms_norm(&x, &self.norm, self.config.rms_norm_eps, opts.train)?)
+    }
+
+    /// Token embeddings (b, t, hidden) for ids (b, t).
+    pub(crate) fn embed(&self, input_ids: &Tensor) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
+        Ok(self.embed_tokens.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, self.config.hidden_size))?)
+    }
+
+    /// Run decoder layer `index` without a cache or gradients (the frozen layers below every adapter).
+    pub(crate) fn layer_forward(&self, index: usize, x: &Tensor) -> Result<Tensor> {
+        self.layers[index].forward(x, &self.rotary, 0, None, ForwardOptions::default())
+    }
+
+    /// Rotary cos/sin tables (len, head_dim / 2) for positions `start..start + len`.
+    pub(crate) fn rotary_slice(&self, start: usize, len: usize) -> Result<(Tensor, Tensor)> {
+        Ok(self.rotary.slice(start, len)?)
+    }
+
+    /// The final RMS norm's weight.
+    pub(crate) fn final_norm_weight(&self) -> &Tensor {
+        &self.norm
+    }
+
+    /// The output projection (vocab, hidden): lm_head, or the embeddings when tied.
+    pub(crate) fn head_weight(&self) -> &Tensor {
+        self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
     }
 
     /// Logits (…, vocab) for hidden states (…, hidden).

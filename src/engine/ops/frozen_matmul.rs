@@ -21,6 +21,20 @@ pub fn frozen_matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     y.reshape(out_dims)
 }
 
+/// `x W` for a frozen weight `W` of shape (out, in) and `x`: (..., out): the input gradient of
+/// [`frozen_matmul_t`], for the hand-written backward pass. Not differentiable itself.
+pub fn frozen_matmul(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let out_features = dims[dims.len() - 1];
+    let rows = x.elem_count() / out_features.max(1);
+    let x2 = x.reshape((rows, out_features))?;
+    let y = x2.contiguous()?.apply_op1_no_bwd(&FrozenMatmul { weight: weight.clone(), transposed: false })?;
+    let mut out_dims = dims;
+    let last = out_dims.len() - 1;
+    out_dims[last] = weight.dim(1)?;
+    y.reshape(out_dims)
+}
+
 /// `x W^T` (or `x W` when `transposed` is false) with the weight held inside the op, so autograd sees
 /// only `x`. The backward of the transposed product is the plain one, which itself is never differentiated.
 struct FrozenMatmul {

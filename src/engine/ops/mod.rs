@@ -3,12 +3,16 @@
 //! Inference uses Candle's fused kernels. Those have no backward pass (see design.md, "Traps"), so when
 //! gradients are needed (`grad == true`) we use versions whose gradients are known to flow.
 
+mod backward;
 mod cross_entropy;
 mod frozen_matmul;
+mod head_loss;
 mod training_kernels;
 
+pub use backward::{rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
 pub use cross_entropy::cross_entropy_rows;
-pub use frozen_matmul::frozen_matmul_t;
+pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
+pub use head_loss::{head_nll, HeadLoss};
 
 use candle_core::{DType, Result, Tensor, D};
 use training_kernels::{RmsNormOp, RopeOp, SoftmaxOp};

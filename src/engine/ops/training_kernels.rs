@@ -38,22 +38,24 @@ impl candle_core::CustomOp1 for RmsNormOp {
     }
 
     fn bwd(&self, x: &Tensor, _y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
-        let xs = f32_of(x)?;
-        let dy = f32_of(grad_y)?;
-        let w = f32_of(&self.weight)?;
-        let d = w.len();
-        let mut dx = vec![0f32; xs.len()];
-        // dx = inv * (dy*w - xhat * mean(dy*w*xhat)), xhat = x * inv.
-        for ((row, drow), out) in xs.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
-            let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
-            let inv = 1.0 / (mean_sq + self.eps).sqrt();
-            let dot = row.iter().zip(drow).zip(&w).map(|((&v, &g), &wv)| g * wv * v * inv).sum::<f32>() / d as f32;
-            for (((o, &v), &g), &wv) in out.iter_mut().zip(row).zip(drow).zip(&w) {
-                *o = inv * (g * wv - v * inv * dot);
-            }
-        }
+        let dx = rms_norm_backward_f32(&f32_of(x)?, &f32_of(grad_y)?, &f32_of(&self.weight)?, self.eps);
         Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
     }
+}
+
+/// RMS norm's input gradient: dx = inv * (dy*w - xhat * mean(dy*w*xhat)), xhat = x * inv, per row of `w.len()`.
+pub(super) fn rms_norm_backward_f32(xs: &[f32], dy: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let d = w.len();
+    let mut dx = vec![0f32; xs.len()];
+    for ((row, drow), out) in xs.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
+        let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        let inv = 1.0 / (mean_sq + eps).sqrt();
+        let dot = row.iter().zip(drow).zip(w).map(|((&v, &g), &wv)| g * wv * v * inv).sum::<f32>() / d as f32;
+        for (((o, &v), &g), &wv) in out.iter_mut().zip(row).zip(drow).zip(w) {
+            *o = inv * (g * wv - v * inv * dot);
+        }
+    }
+    dx
 }
 
 /// Rope on the CPU with a backward pass (the inverse rotation).
@@ -62,7 +64,7 @@ pub(super) struct RopeOp {
     pub(super) sin: Tensor,
 }
 
-fn rope_cpu(x: &[f32], dims: &[usize], cos: &[f32], sin: &[f32], sign: f32) -> Vec<f32> {
+pub(super) fn rope_cpu(x: &[f32], dims: &[usize], cos: &[f32], sin: &[f32], sign: f32) -> Vec<f32> {
     let d = dims[dims.len() - 1];
     let t = dims[dims.len() - 2];
     let half = d / 2;
@@ -133,16 +135,20 @@ impl candle_core::CustomOp1 for SoftmaxOp {
     }
 
     fn bwd(&self, x: &Tensor, y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
-        let ys = f32_of(y)?;
-        let dy = f32_of(grad_y)?;
         let d = x.dims().last().copied().unwrap_or(1).max(1);
-        let mut dx = vec![0f32; ys.len()];
-        for ((yr, gr), out) in ys.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
-            let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
-            for ((o, &yv), &g) in out.iter_mut().zip(yr).zip(gr) {
-                *o = yv * (g - dot);
-            }
-        }
+        let dx = softmax_backward_f32(&f32_of(y)?, &f32_of(grad_y)?, d);
         Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
     }
+}
+
+/// Softmax's input gradient from its output `y`, rows of `d`: dx = y * (dy - sum(dy * y)).
+pub(super) fn softmax_backward_f32(ys: &[f32], dy: &[f32], d: usize) -> Vec<f32> {
+    let mut dx = vec![0f32; ys.len()];
+    for ((yr, gr), out) in ys.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
+        let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
+        for ((o, &yv), &g) in out.iter_mut().zip(yr).zip(gr) {
+            *o = yv * (g - dot);
+        }
+    }
+    dx
 }

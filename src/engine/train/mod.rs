@@ -2,6 +2,7 @@
 //! a schedule, accumulation and clipping over the dataset's batches, evaluates, checkpoints, and reports
 //! everything as [`TrainEvent`]s. It never touches a UI: callers pass an `emit` callback.
 
+pub mod backprop;
 pub mod config;
 pub mod events;
 pub mod loss;
@@ -127,34 +128,19 @@ impl StepRunner {
     pub fn step(&mut self, batches: &[data::Batch], lr: f64) -> Result<(f64, f64)> {
         lora::seed_dropout(&self.model, self.seed, self.optimizer.step);
         let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
-        let vars: Vec<candle_core::Var> = self.optimizer.params().iter().map(|(_, v)| v.clone()).collect();
-        let mut grads: Vec<Option<Tensor>> = vec![None; vars.len()];
-        let mut loss_sum = 0f64;
         let denom = target_tokens.max(1) as f64;
+        let mut loss_sum = 0f64;
+        let mut accumulated = backprop::Gradients::default();
         for batch in batches {
-            let (nll, n) = loss::batch_nll_sum(&self.model, batch, true)?;
-            if n == 0 {
-                continue;
-            }
-            let scaled = (nll / denom)?;
-            loss_sum += scaled.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
-            let store = scaled.backward()?;
-            for (i, v) in vars.iter().enumerate() {
-                if let Some(g) = store.get(v.as_tensor()) {
-                    // Detached: a gradient's op history would otherwise keep this step's whole forward graph
-                    // alive inside the optimizer's moments, step after step.
-                    let g = g.detach();
-                    grads[i] = Some(match grads[i].take() {
-                        Some(acc) => (acc + g)?.detach(),
-                        None => g,
-                    });
-                }
-            }
+            let out = backprop::loss_and_gradients(&self.model, batch, 1.0 / denom, true)?;
+            loss_sum += out.nll_sum / denom;
+            accumulated.merge(out.grads)?;
         }
-        let mut grads: Vec<Tensor> = grads
-            .into_iter()
-            .zip(&vars)
-            .map(|(g, v)| g.map(Ok).unwrap_or_else(|| v.zeros_like()))
+        let mut grads: Vec<Tensor> = self
+            .optimizer
+            .params()
+            .iter()
+            .map(|(_, v)| accumulated.get(v.as_tensor()).cloned().map(Ok).unwrap_or_else(|| v.zeros_like()))
             .collect::<candle_core::Result<_>>()?;
         let norm = optimizer::grad_norm(&grads)?;
         if !loss_sum.is_finite() || !norm.is_finite() {

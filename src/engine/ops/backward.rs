@@ -1,0 +1,72 @@
+//! Input gradients of the transformer's element-wise blocks, for the hand-written training backward pass
+//! (engine/train/backprop). Each takes what the forward pass saved and the output gradient; CPU f32 uses the
+//! fused kernels of `training_kernels`, other devices and dtypes compose Candle ops (which run on the GPU).
+
+use super::training_kernels::{rms_norm_backward_f32, rope_cpu, softmax_backward_f32};
+use super::{f32_of, is_cpu_f32, upcast};
+use candle_core::{Result, Tensor, D};
+
+/// Gradient of `rms_norm(x, weight, eps)` with respect to `x` (the weight is frozen).
+pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> Result<Tensor> {
+    if is_cpu_f32(x) && is_cpu_f32(dy) {
+        let dx = rms_norm_backward_f32(&f32_of(x)?, &f32_of(dy)?, &f32_of(weight)?, eps as f32);
+        return Tensor::from_vec(dx, x.shape(), x.device());
+    }
+    let dtype = x.dtype();
+    let (xf, gw) = (upcast(x)?, upcast(&dy.broadcast_mul(weight)?)?);
+    let inv = (xf.sqr()?.mean_keepdim(D::Minus1)? + eps)?.sqrt()?.recip()?;
+    let xhat = xf.broadcast_mul(&inv)?;
+    let dot = (&gw * &xhat)?.mean_keepdim(D::Minus1)?;
+    let dx = (gw - xhat.broadcast_mul(&dot)?)?.broadcast_mul(&inv)?;
+    dx.to_dtype(dtype)
+}
+
+/// Gradient of rotary embedding: the inverse rotation of the output gradient (rope with -sin).
+/// `dy`: (b, heads, t, head_dim); `cos`/`sin`: (t, head_dim / 2).
+pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    if is_cpu_f32(dy) {
+        let dx = rope_cpu(&f32_of(dy)?, dy.dims(), &f32_of(cos)?, &f32_of(sin)?, -1.0);
+        return Tensor::from_vec(dx, dy.shape(), dy.device());
+    }
+    candle_nn::rotary_emb::rope(&dy.contiguous()?, cos, &sin.neg()?)
+}
+
+/// Gradient of a last-dimension softmax from its output `p`: `p * (dp - sum(dp * p))`, in f32 or f64.
+pub fn softmax_backward(p: &Tensor, dp: &Tensor) -> Result<Tensor> {
+    if is_cpu_f32(p) && is_cpu_f32(dp) {
+        let d = p.dims().last().copied().unwrap_or(1).max(1);
+        let dx = softmax_backward_f32(&f32_of(p)?, &f32_of(dp)?, d);
+        return Tensor::from_vec(dx, p.shape(), p.device());
+    }
+    let (p, dp) = (upcast(p)?, upcast(dp)?);
+    let dot = (&dp * &p)?.sum_keepdim(D::Minus1)?;
+    p * dp.broadcast_sub(&dot)?
+}
+
+/// Gradients of `silu(gate) * up` with respect to gate and up, given the output gradient `dm`.
+pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
+    if is_cpu_f32(gate) && is_cpu_f32(up) && is_cpu_f32(dm) {
+        let (g, u, d) = (f32_of(gate)?, f32_of(up)?, f32_of(dm)?);
+        let mut dgate = vec![0f32; g.len()];
+        let mut dup = vec![0f32; g.len()];
+        for i in 0..g.len() {
+            let sig = 1.0 / (1.0 + (-g[i]).exp());
+            let silu = g[i] * sig;
+            dup[i] = d[i] * silu;
+            dgate[i] = d[i] * u[i] * sig * (1.0 + g[i] * (1.0 - sig));
+        }
+        return Ok((
+            Tensor::from_vec(dgate, gate.shape(), gate.device())?,
+            Tensor::from_vec(dup, up.shape(), up.device())?,
+        ));
+    }
+    let dtype = gate.dtype();
+    let (g, u, d) = (upcast(gate)?, upcast(up)?, upcast(dm)?);
+    let sig = candle_nn::ops::sigmoid(&g)?;
+    let silu = (&g * &sig)?;
+    let dup = (&d * &silu)?;
+    // silu'(g) = sig * (1 + g * (1 - sig)) = sig + silu * (1 - sig)
+    let dsilu = (&sig + (&silu * sig.affine(-1.0, 1.0)?)?)?;
+    let dgate = ((d * u)? * dsilu)?;
+    Ok((dgate.to_dtype(dtype)?, dup.to_dtype(dtype)?))
+}
