@@ -118,29 +118,76 @@ pub const MIN_ROWS: usize = 8;
 /// `c (m, n) = a (m, k) · op(b)` with row-major contiguous buffers, where `op(b)` is `b^T` for `b` stored
 /// (n, k) when `b_transposed`, else `b` stored (k, n). Returns false when no BLAS is loaded.
 pub fn sgemm(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize, b_transposed: bool) -> bool {
-    let Some(blas) = blas() else { return false };
-    if a.len() < m * k || b.len() < n * k || c.len() < m * n || m.max(n).max(k) > c_int::MAX as usize {
+    if c.len() < m * n {
         return false;
     }
-    let (trans_b, ldb) = if b_transposed { (TRANS, k) } else { (NO_TRANS, n) };
-    // SAFETY: lengths checked above; buffers are contiguous row-major as described.
+    // SAFETY: c holds at least m * n initialised elements.
+    unsafe { sgemm_raw(a, b, c.as_mut_ptr(), m, n, k, b_transposed) }
+}
+
+/// [`sgemm`] into a new buffer, without first zeroing it (OpenBLAS with beta = 0 never reads `c`).
+pub fn sgemm_to_vec(a: &[f32], b: &[f32], m: usize, n: usize, k: usize, b_transposed: bool) -> Option<Vec<f32>> {
+    let mut c = Vec::with_capacity(m * n);
+    // SAFETY: the buffer has capacity m * n; on success every element has been written, so the length is set.
     unsafe {
-        (blas.sgemm)(
-            ROW_MAJOR,
-            NO_TRANS,
-            trans_b,
-            m as c_int,
-            n as c_int,
-            k as c_int,
-            1.0,
-            a.as_ptr(),
-            k as c_int,
-            b.as_ptr(),
-            ldb as c_int,
-            0.0,
-            c.as_mut_ptr(),
-            n as c_int,
-        );
+        if !sgemm_raw(a, b, c.as_mut_ptr(), m, n, k, b_transposed) {
+            return None;
+        }
+        c.set_len(m * n);
     }
+    Some(c)
+}
+
+/// # Safety
+/// `c` must be valid for writing `m * n` floats.
+unsafe fn sgemm_raw(a: &[f32], b: &[f32], c: *mut f32, m: usize, n: usize, k: usize, b_transposed: bool) -> bool {
+    if a.len() < m * k || b.len() < n * k {
+        return false;
+    }
+    let ldb = if b_transposed { k } else { n };
+    let op_a = Operand { data: a, transposed: false, ld: k };
+    sgemm_operands(op_a, Operand { data: b, transposed: b_transposed, ld: ldb }, c, m, n, k)
+}
+
+/// One matrix operand of a product: row-major with leading dimension `ld`, used as is or transposed.
+#[derive(Clone, Copy)]
+pub struct Operand<'a> {
+    pub data: &'a [f32],
+    pub transposed: bool,
+    pub ld: usize,
+}
+
+/// `c (m, n) = op(a) (m, k) · op(b) (k, n)`, `c` row-major contiguous.
+///
+/// # Safety
+/// `c` must be valid for writing `m * n` floats, and each operand's data must cover its `ld`-strided rows.
+pub unsafe fn sgemm_operands(a: Operand, b: Operand, c: *mut f32, m: usize, n: usize, k: usize) -> bool {
+    let Some(blas) = blas() else { return false };
+    if m.max(n).max(k).max(a.ld).max(b.ld) > c_int::MAX as usize {
+        return false;
+    }
+    let trans = |t: bool| if t { TRANS } else { NO_TRANS };
+    let t0 = std::time::Instant::now();
+    let _guard = TimeGuard(t0);
+    (blas.sgemm)(
+        ROW_MAJOR,
+        trans(a.transposed),
+        trans(b.transposed),
+        m as c_int,
+        n as c_int,
+        k as c_int,
+        1.0,
+        a.data.as_ptr(),
+        a.ld as c_int,
+        b.data.as_ptr(),
+        b.ld as c_int,
+        0.0,
+        c,
+        n as c_int,
+    );
     true
 }
+
+pub static BLAS_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+struct TimeGuard(std::time::Instant);
+impl Drop for TimeGuard { fn drop(&mut self) { BLAS_NANOS.fetch_add(self.0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed); } }

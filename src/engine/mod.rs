@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod blas;
 pub mod checkpoint;
+pub mod cpu_pool;
 pub mod data;
 pub mod device;
 pub mod error;

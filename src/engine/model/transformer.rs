@@ -154,13 +154,9 @@ impl Attention {
         let rep = self.num_heads / self.num_kv_heads;
         let q = q.contiguous()?.reshape((b, self.num_kv_heads, rep * t, self.head_dim))?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let mut scores = (q.matmul(&k.t()?)? * scale)?;
-        if let Some(mask) = attention_mask(t, start_pos, total, self.sliding_window, x.device())? {
-            let mask = mask.to_dtype(scores.dtype())?;
-            let scores4 = scores.reshape((b, self.num_kv_heads, rep, t, total))?;
-            scores = scores4.broadcast_add(&mask)?.reshape((b, self.num_kv_heads, rep * t, total))?;
-        }
-        let probs = ops::softmax_last_dim(&ops::upcast(&scores)?, grad)?.to_dtype(v.dtype())?;
+        let scores = q.matmul(&k.t()?)?;
+        let mask = attention_mask(t, start_pos, total, self.sliding_window, x.device())?;
+        let probs = ops::scaled_masked_softmax(&scores, scale, mask.as_ref(), grad)?.to_dtype(v.dtype())?;
         let out = probs.matmul(&v)?; // (b, kv, rep * t, d)
         let out = out.reshape((b, self.num_heads, t, self.head_dim))?.transpose(1, 2)?.reshape((
             b,

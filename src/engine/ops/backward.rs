@@ -31,16 +31,17 @@ pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> 
     candle_nn::rotary_emb::rope(&dy.contiguous()?, cos, &sin.neg()?)
 }
 
-/// Gradient of a last-dimension softmax from its output `p`: `p * (dp - sum(dp * p))`, in f32 or f64.
-pub fn softmax_backward(p: &Tensor, dp: &Tensor) -> Result<Tensor> {
+/// Gradient of `softmax(scale * x + mask)` over the last dimension with respect to `x`, from the output `p`:
+/// `scale * p * (dp - sum(dp * p))`, in f32 or f64.
+pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
     if is_cpu_f32(p) && is_cpu_f32(dp) {
         let d = p.dims().last().copied().unwrap_or(1).max(1);
-        let dx = softmax_backward_f32(&f32_of(p)?, &f32_of(dp)?, d);
+        let dx = softmax_backward_f32(&f32_of(p)?, &f32_of(dp)?, d, scale as f32);
         return Tensor::from_vec(dx, p.shape(), p.device());
     }
     let (p, dp) = (upcast(p)?, upcast(dp)?);
     let dot = (&dp * &p)?.sum_keepdim(D::Minus1)?;
-    p * dp.broadcast_sub(&dot)?
+    (p * dp.broadcast_sub(&dot)?)? * scale
 }
 
 /// Gradients of `silu(gate) * up` with respect to gate and up, given the output gradient `dm`.

@@ -65,10 +65,7 @@ fn blas_frozen_matmul(
     if w_k != k {
         return None;
     }
-    let mut out = vec![0f32; rows * n];
-    if !crate::engine::blas::sgemm(&x[start..end], &w[w_start..w_end], &mut out, rows, n, k, weight_transposed) {
-        return None;
-    }
+    let out = crate::engine::blas::sgemm_to_vec(&x[start..end], &w[w_start..w_end], rows, n, k, weight_transposed)?;
     Some((candle_core::CpuStorage::F32(out), (rows, n).into()))
 }
 
@@ -84,7 +81,7 @@ fn gemv_frozen(
     if rows != 1 || gemv_disabled() {
         return None;
     }
-    let pool = gemv_pool()?;
+    let pool = crate::engine::cpu_pool::pool()?;
     let (start, end) = layout.contiguous_offsets()?;
     let candle_core::CpuStorage::F32(x) = storage else { return None };
     let x = &x[start..end];
@@ -113,19 +110,6 @@ fn gemv_frozen(
 fn gemv_disabled() -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DISABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_NO_GEMV").is_some())
-}
-
-fn gemv_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("metal-candle-gemv-{i}"))
-            .build()
-            .ok()
-    })
-    .as_ref()
 }
 
 /// Dot product with independent accumulators so the compiler vectorises it.

@@ -61,17 +61,25 @@ fn head_nll_cpu(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Opt
         if !crate::engine::blas::sgemm(&x[start * h..(start + rows) * h], w, chunk, rows, vocab, h, true) {
             candle_core::bail!("head loss: BLAS multiply failed");
         }
-        for (i, row) in chunk.chunks_exact_mut(vocab).enumerate() {
-            let target = targets[start + i] as usize;
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
-            let lse = max + sum.ln();
-            nll_sum += (lse - row[target]) as f64;
-            if grad.is_some() {
-                row.iter_mut().for_each(|v| *v = scale * (*v - lse).exp());
-                row[target] -= scale;
-            }
+        let mut row_nll = [0f64; CPU_CHUNK_ROWS];
+        let with_grad = grad.is_some();
+        let row_loss = |(row, (nll, &target)): (&mut [f32], (&mut f64, &u32))| {
+            *nll = row_loss_and_grad(row, target as usize, with_grad.then_some(scale));
+        };
+        match crate::engine::cpu_pool::pool() {
+            Some(pool) => pool.install(|| {
+                use rayon::prelude::*;
+                chunk
+                    .par_chunks_exact_mut(vocab)
+                    .zip(row_nll.par_iter_mut().zip(&targets[start..start + rows]))
+                    .for_each(row_loss)
+            }),
+            None => chunk
+                .chunks_exact_mut(vocab)
+                .zip(row_nll.iter_mut().zip(&targets[start..start + rows]))
+                .for_each(row_loss),
         }
+        nll_sum += row_nll[..rows].iter().sum::<f64>();
         if let Some(grad) = grad.as_mut() {
             let dst = &mut grad[start * h..(start + rows) * h];
             if !crate::engine::blas::sgemm(chunk, w, dst, rows, h, vocab, false) {
@@ -81,6 +89,28 @@ fn head_nll_cpu(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Opt
     }
     let grad_hidden = grad.map(|g| Tensor::from_vec(g, (n, h), hidden.device())).transpose()?;
     Ok(HeadLoss { nll_sum, grad_hidden })
+}
+
+/// `logsumexp(row) - row[target]`; with a scale, the row is overwritten by `scale * (softmax(row) - onehot)`.
+/// One exponential per logit.
+fn row_loss_and_grad(row: &mut [f32], target: usize, grad_scale: Option<f32>) -> f64 {
+    let target_logit = row[target];
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = match grad_scale {
+        Some(scale) => {
+            let mut sum = 0f32;
+            for v in row.iter_mut() {
+                *v = (*v - max).exp();
+                sum += *v;
+            }
+            let factor = scale / sum;
+            row.iter_mut().for_each(|v| *v *= factor);
+            row[target] -= scale;
+            max + sum.ln()
+        }
+        None => max + row.iter().map(|&v| (v - max).exp()).sum::<f32>().ln(),
+    };
+    (lse - target_logit) as f64
 }
 
 fn head_nll_composed(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {

@@ -7,12 +7,14 @@ mod backward;
 mod cross_entropy;
 mod frozen_matmul;
 mod head_loss;
+mod matmul;
 mod training_kernels;
 
 pub use backward::{rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
 pub use cross_entropy::cross_entropy_rows;
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, HeadLoss};
+pub use matmul::matmul;
 
 use candle_core::{DType, Result, Tensor, D};
 use training_kernels::{RmsNormOp, RopeOp, SoftmaxOp};
@@ -63,6 +65,30 @@ pub fn softmax_last_dim(x: &Tensor, grad: bool) -> Result<Tensor> {
     candle_nn::ops::softmax(x, D::Minus1)
 }
 
+/// Attention probabilities `softmax(scale * scores + mask)` for scores (..., rows, total) whose rows are
+/// query positions modulo `mask`'s height (t, total); one fused pass on the CPU in f32.
+pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>, composed: bool) -> Result<Tensor> {
+    let total = scores.dim(D::Minus1)?;
+    if is_cpu_f32(scores) && !composed {
+        let mask_data = mask.map(f32_of).transpose()?;
+        let t = mask.map(|m| m.dim(0)).transpose()?.unwrap_or(1);
+        let out =
+            training_kernels::scaled_masked_softmax_f32(&f32_of(scores)?, scale as f32, mask_data.as_deref(), t, total);
+        return Tensor::from_vec(out, scores.shape(), scores.device());
+    }
+    let mut x = (upcast(scores)? * scale)?;
+    if let Some(mask) = mask {
+        let (t, dims) = (mask.dim(0)?, x.dims().to_vec());
+        let rows = dims[dims.len() - 2];
+        let lead: usize = dims[..dims.len() - 2].iter().product();
+        x = x
+            .reshape((lead, rows / t, t, total))?
+            .broadcast_add(&mask.to_dtype(x.dtype())?)?
+            .reshape(dims)?;
+    }
+    softmax_last_dim(&x, composed)
+}
+
 fn is_cpu_f32(x: &Tensor) -> bool {
     x.device().is_cpu() && x.dtype() == DType::F32
 }
@@ -88,8 +114,14 @@ pub fn upcast(x: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// SwiGLU gate: silu(gate) * up.
+/// SwiGLU gate: silu(gate) * up (one pass on the CPU in f32 when no gradient is tracked).
 pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    let tracked = gate.track_op() || up.track_op();
+    if is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape() && !tracked {
+        let (g, u) = (f32_of(gate)?, f32_of(up)?);
+        let out: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
+        return Tensor::from_vec(out, gate.shape(), gate.device());
+    }
     candle_nn::ops::silu(gate)? * up
 }
 

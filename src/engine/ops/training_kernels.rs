@@ -136,19 +136,43 @@ impl candle_core::CustomOp1 for SoftmaxOp {
 
     fn bwd(&self, x: &Tensor, y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
         let d = x.dims().last().copied().unwrap_or(1).max(1);
-        let dx = softmax_backward_f32(&f32_of(y)?, &f32_of(grad_y)?, d);
+        let dx = softmax_backward_f32(&f32_of(y)?, &f32_of(grad_y)?, d, 1.0);
         Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
     }
 }
 
-/// Softmax's input gradient from its output `y`, rows of `d`: dx = y * (dy - sum(dy * y)).
-pub(super) fn softmax_backward_f32(ys: &[f32], dy: &[f32], d: usize) -> Vec<f32> {
+/// Input gradient of `softmax(scale * x)` from its output `y`, rows of `d`: dx = scale * y * (dy - sum(dy * y)).
+pub(super) fn softmax_backward_f32(ys: &[f32], dy: &[f32], d: usize, scale: f32) -> Vec<f32> {
     let mut dx = vec![0f32; ys.len()];
     for ((yr, gr), out) in ys.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
         let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
         for ((o, &yv), &g) in out.iter_mut().zip(yr).zip(gr) {
-            *o = yv * (g - dot);
+            *o = scale * yv * (g - dot);
         }
     }
     dx
+}
+
+/// `softmax(scale * x + mask[row % t])` over rows of `d` = `mask`'s width, where `mask` is (t, d) and a row's
+/// query position is its index modulo `t`: attention's scaling, masking and softmax in one pass.
+pub(super) fn scaled_masked_softmax_f32(x: &[f32], scale: f32, mask: Option<&[f32]>, t: usize, d: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    for (r, (row, dst)) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
+        match mask {
+            Some(mask) => {
+                let m = &mask[(r % t) * d..(r % t + 1) * d];
+                dst.iter_mut().zip(row).zip(m).for_each(|((o, &v), &mv)| *o = v * scale + mv);
+            }
+            None => dst.iter_mut().zip(row).for_each(|(o, &v)| *o = v * scale),
+        }
+        let max = dst.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for o in dst.iter_mut() {
+            *o = (*o - max).exp();
+            sum += *o;
+        }
+        let inv = 1.0 / sum;
+        dst.iter_mut().for_each(|o| *o *= inv);
+    }
+    out
 }

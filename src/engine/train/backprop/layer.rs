@@ -78,13 +78,9 @@ pub(super) fn forward(layer: &DecoderLayer, x: &Tensor, ctx: &SequenceContext) -
     let rep = heads / kv_heads;
     let q = q.contiguous()?.reshape((b, kv_heads, rep * t, d))?;
     let scale = 1.0 / (d as f64).sqrt();
-    let mut scores = (q.matmul(&k.t()?)? * scale)?;
-    if let Some(mask) = &ctx.mask {
-        let mask = mask.to_dtype(scores.dtype())?;
-        scores = scores.reshape((b, kv_heads, rep, t, t))?.broadcast_add(&mask)?.reshape((b, kv_heads, rep * t, t))?;
-    }
-    let probs = ops::softmax_last_dim(&ops::upcast(&scores)?, composed)?.to_dtype(v.dtype())?;
-    let attn = probs.matmul(&v)?.reshape((b, heads, t, d))?.transpose(1, 2)?.reshape((b * t, heads * d))?;
+    let scores = ops::matmul(&q, &k.t()?)?;
+    let probs = ops::scaled_masked_softmax(&scores, scale, ctx.mask.as_ref(), composed)?.to_dtype(v.dtype())?;
+    let attn = ops::matmul(&probs, &v)?.reshape((b, heads, t, d))?.transpose(1, 2)?.reshape((b * t, heads * d))?;
     let (attn_out, o_tape) = linear::forward(&att.o_proj, &attn, ctx.train)?;
     let x_mid = (x + attn_out)?;
     let normed_mid = ops::rms_norm(&x_mid, &layer.post_attention_layernorm, layer.rms_norm_eps, composed)?;
@@ -143,12 +139,12 @@ pub(super) fn backward(
     // Attention.
     let d_attn = input_grad(linear::backward(&att.o_proj, &tape.attn, o_tape, &d_mid, grads, true)?)?;
     let d_o = d_attn.reshape((b, t, heads, d))?.transpose(1, 2)?.contiguous()?.reshape((b, kv_heads, rep * t, d))?;
-    let d_v = tape.probs.t()?.matmul(&d_o)?; // (b, kv, t, d)
-    let d_probs = d_o.matmul(&tape.v.t()?)?;
+    let d_v = ops::matmul(&tape.probs.t()?, &d_o)?; // (b, kv, t, d)
+    let d_probs = ops::matmul(&d_o, &tape.v.t()?)?;
     let scale = 1.0 / (d as f64).sqrt();
-    let d_scores = (ops::softmax_backward(&tape.probs, &d_probs)? * scale)?.to_dtype(tape.q.dtype())?;
-    let d_q = d_scores.matmul(&tape.k)?.reshape((b, heads, t, d))?;
-    let d_k = d_scores.t()?.matmul(&tape.q)?; // (b, kv, t, d)
+    let d_scores = ops::softmax_backward(&tape.probs, &d_probs, scale)?.to_dtype(tape.q.dtype())?;
+    let d_q = ops::matmul(&d_scores, &tape.k)?.reshape((b, heads, t, d))?;
+    let d_k = ops::matmul(&d_scores.t()?, &tape.q)?; // (b, kv, t, d)
     let mut d_q = ops::rope_backward(&d_q, &ctx.cos, &ctx.sin)?;
     let mut d_k = ops::rope_backward(&d_k, &ctx.cos, &ctx.sin)?;
     if let (Some(qn), Some(kn), Some(q_pre), Some(k_pre)) =

@@ -41,10 +41,10 @@ pub(super) fn forward(linear: &Linear, x: &Tensor, train: bool) -> Result<(Tenso
     let adapter = linear.adapter.as_ref().expect("active adapter");
     let mask = if train && adapter.dropout > 0.0 { Some(adapter.dropout_mask(x)?) } else { None };
     let xa = match &mask {
-        Some(mask) => (x * mask)?.matmul(&a)?,
-        None => x.matmul(&a)?,
+        Some(mask) => ops::matmul(&(x * mask)?, &a)?,
+        None => ops::matmul(x, &a)?,
     };
-    let y = (y + (xa.matmul(&b)? * scale)?)?;
+    let y = (y + (ops::matmul(&xa, &b)? * scale)?)?;
     Ok((y, LinearTape { mask, xa: Some(xa) }))
 }
 
@@ -60,15 +60,15 @@ pub(super) fn backward(
     let mut dx = if need_input_grad { Some(ops::frozen_matmul(dy, &linear.weight)?) } else { None };
     if let (Some((a, b, scale)), Some(xa)) = (active_adapter(linear, x.dtype())?, &tape.xa) {
         let adapter = linear.adapter.as_ref().expect("active adapter");
-        let dxa = (dy.matmul(&b.t()?)? * scale)?; // (rows, r)
-        grads.add(adapter.b.as_tensor(), &(xa.t()?.matmul(dy)? * scale)?)?;
+        let dxa = (ops::matmul(dy, &b.t()?)? * scale)?; // (rows, r)
+        grads.add(adapter.b.as_tensor(), &(ops::matmul(&xa.t()?, dy)? * scale)?)?;
         let x_in = match &tape.mask {
             Some(mask) => (x * mask)?,
             None => x.clone(),
         };
-        grads.add(adapter.a.as_tensor(), &x_in.t()?.matmul(&dxa)?)?;
+        grads.add(adapter.a.as_tensor(), &ops::matmul(&x_in.t()?, &dxa)?)?;
         if let Some(dx) = dx.as_mut() {
-            let mut through_adapter = dxa.matmul(&a.t()?)?;
+            let mut through_adapter = ops::matmul(&dxa, &a.t()?)?;
             if let Some(mask) = &tape.mask {
                 through_adapter = (through_adapter * mask)?;
             }
