@@ -167,8 +167,6 @@ pub unsafe fn sgemm_operands(a: Operand, b: Operand, c: *mut f32, m: usize, n: u
         return false;
     }
     let trans = |t: bool| if t { TRANS } else { NO_TRANS };
-    let t0 = std::time::Instant::now();
-    let _guard = TimeGuard(t0);
     (blas.sgemm)(
         ROW_MAJOR,
         trans(a.transposed),
@@ -187,7 +185,3 @@ pub unsafe fn sgemm_operands(a: Operand, b: Operand, c: *mut f32, m: usize, n: u
     );
     true
 }
-
-pub static BLAS_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-struct TimeGuard(std::time::Instant);
-impl Drop for TimeGuard { fn drop(&mut self) { BLAS_NANOS.fetch_add(self.0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed); } }

@@ -34,3 +34,26 @@ pub fn for_each_chunk<T: Send>(data: &mut [T], chunk_len: usize, work: impl Fn(u
         _ => data.chunks_mut(chunk_len).enumerate().for_each(|(i, c)| work(i, c)),
     }
 }
+
+/// Like [`for_each_chunk`] over two equally long buffers split at the same points.
+pub fn for_each_chunk_pair<T: Send>(
+    a: &mut [T],
+    b: &mut [T],
+    chunk_len: usize,
+    work: impl Fn(usize, &mut [T], &mut [T]) + Sync + Send,
+) {
+    use rayon::prelude::*;
+    let chunk_len = chunk_len.max(1);
+    match pool() {
+        Some(pool) if a.len() > chunk_len => pool.install(|| {
+            a.par_chunks_mut(chunk_len)
+                .zip(b.par_chunks_mut(chunk_len))
+                .enumerate()
+                .for_each(|(i, (x, y))| work(i, x, y))
+        }),
+        _ => a.chunks_mut(chunk_len).zip(b.chunks_mut(chunk_len)).enumerate().for_each(|(i, (x, y))| work(i, x, y)),
+    }
+}
+
+/// Elements per task when splitting element-wise work: large enough that scheduling costs nothing.
+pub const ELEMENTS_PER_TASK: usize = 1 << 16;

@@ -48,14 +48,18 @@ pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
 pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
     if is_cpu_f32(gate) && is_cpu_f32(up) && is_cpu_f32(dm) {
         let (g, u, d) = (f32_of(gate)?, f32_of(up)?, f32_of(dm)?);
+        let (g, u, d): (&[f32], &[f32], &[f32]) = (&g, &u, &d);
         let mut dgate = vec![0f32; g.len()];
         let mut dup = vec![0f32; g.len()];
-        for i in 0..g.len() {
-            let sig = 1.0 / (1.0 + (-g[i]).exp());
-            let silu = g[i] * sig;
-            dup[i] = d[i] * silu;
-            dgate[i] = d[i] * u[i] * sig * (1.0 + g[i] * (1.0 - sig));
-        }
+        let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
+        crate::engine::cpu_pool::for_each_chunk_pair(&mut dgate, &mut dup, chunk, |c, dgate, dup| {
+            let (g, u, d) = (&g[c * chunk..], &u[c * chunk..], &d[c * chunk..]);
+            for i in 0..dgate.len() {
+                let sig = 1.0 / (1.0 + (-g[i]).exp());
+                dup[i] = d[i] * g[i] * sig;
+                dgate[i] = d[i] * u[i] * sig * (1.0 + g[i] * (1.0 - sig));
+            }
+        });
         return Ok((
             Tensor::from_vec(dgate, gate.shape(), gate.device())?,
             Tensor::from_vec(dup, up.shape(), up.device())?,

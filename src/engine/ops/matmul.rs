@@ -12,7 +12,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     let (a_dims, b_dims) = (a.dims(), b.dims());
     let rank = a_dims.len();
-    if rank < 2 || b_dims.len() != rank || a_dims[..rank - 2] != b_dims[..rank - 2] || a_dims[rank - 1] != b_dims[rank - 2]
+    if rank < 2
+        || b_dims.len() != rank
+        || a_dims[..rank - 2] != b_dims[..rank - 2]
+        || a_dims[rank - 1] != b_dims[rank - 2]
     {
         return a.matmul(b);
     }
@@ -22,8 +25,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let b = as_batched_matrix(b)?;
     let (a_storage, a_layout) = a.0.storage_and_layout();
     let (b_storage, b_layout) = b.0.storage_and_layout();
-    let (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(a_data)), candle_core::Storage::Cpu(candle_core::CpuStorage::F32(b_data))) =
-        (&*a_storage, &*b_storage)
+    let (
+        candle_core::Storage::Cpu(candle_core::CpuStorage::F32(a_data)),
+        candle_core::Storage::Cpu(candle_core::CpuStorage::F32(b_data)),
+    ) = (&*a_storage, &*b_storage)
     else {
         candle_core::bail!("matmul: expected CPU f32 storage")
     };

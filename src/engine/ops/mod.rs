@@ -81,10 +81,7 @@ pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>,
         let (t, dims) = (mask.dim(0)?, x.dims().to_vec());
         let rows = dims[dims.len() - 2];
         let lead: usize = dims[..dims.len() - 2].iter().product();
-        x = x
-            .reshape((lead, rows / t, t, total))?
-            .broadcast_add(&mask.to_dtype(x.dtype())?)?
-            .reshape(dims)?;
+        x = x.reshape((lead, rows / t, t, total))?.broadcast_add(&mask.to_dtype(x.dtype())?)?.reshape(dims)?;
     }
     softmax_last_dim(&x, composed)
 }
@@ -102,8 +99,34 @@ fn f32_data<'a>(storage: &'a candle_core::CpuStorage, layout: &candle_core::Layo
     }
 }
 
-fn f32_of(t: &Tensor) -> Result<Vec<f32>> {
-    t.flatten_all()?.to_vec1::<f32>()
+fn f32_of(t: &Tensor) -> Result<F32Elems<'_>> {
+    if t.device().is_cpu() && t.dtype() == DType::F32 {
+        let (storage, layout) = t.storage_and_layout();
+        if let Some((start, end)) = layout.contiguous_offsets() {
+            return Ok(F32Elems::Borrowed(Box::new(storage), start, end));
+        }
+    }
+    Ok(F32Elems::Owned(t.flatten_all()?.to_vec1::<f32>()?))
+}
+
+/// A tensor's f32 elements in order: borrowed from a contiguous CPU storage (no copy), else copied.
+enum F32Elems<'a> {
+    Borrowed(Box<dyn std::ops::Deref<Target = candle_core::Storage> + 'a>, usize, usize),
+    Owned(Vec<f32>),
+}
+
+impl std::ops::Deref for F32Elems<'_> {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        match self {
+            F32Elems::Borrowed(storage, start, end) => match &***storage {
+                candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) => &v[*start..*end],
+                _ => unreachable!("borrowed only from CPU f32 storage"),
+            },
+            F32Elems::Owned(v) => v,
+        }
+    }
 }
 
 /// Half-precision tensors converted to f32 for numerically sensitive steps (softmax, loss); f32 and f64 stay.
@@ -119,7 +142,15 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     let tracked = gate.track_op() || up.track_op();
     if is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape() && !tracked {
         let (g, u) = (f32_of(gate)?, f32_of(up)?);
-        let out: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
+        let (g, u): (&[f32], &[f32]) = (&g, &u);
+        let mut out = vec![0f32; g.len()];
+        let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
+        crate::engine::cpu_pool::for_each_chunk(&mut out, chunk, |i, dst| {
+            let (g, u) = (&g[i * chunk..], &u[i * chunk..]);
+            for (j, o) in dst.iter_mut().enumerate() {
+                *o = g[j] / (1.0 + (-g[j]).exp()) * u[j];
+            }
+        });
         return Tensor::from_vec(out, gate.shape(), gate.device());
     }
     candle_nn::ops::silu(gate)? * up

@@ -30,7 +30,7 @@ impl candle_core::CustomOp1 for RmsNormOp {
         for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
             let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
             let inv = 1.0 / (mean_sq + self.eps).sqrt();
-            for ((o, &v), &g) in dst.iter_mut().zip(row).zip(&w) {
+            for ((o, &v), &g) in dst.iter_mut().zip(row).zip(w.iter()) {
                 *o = v * inv * g;
             }
         }
@@ -157,22 +157,27 @@ pub(super) fn softmax_backward_f32(ys: &[f32], dy: &[f32], d: usize, scale: f32)
 /// query position is its index modulo `t`: attention's scaling, masking and softmax in one pass.
 pub(super) fn scaled_masked_softmax_f32(x: &[f32], scale: f32, mask: Option<&[f32]>, t: usize, d: usize) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
-    for (r, (row, dst)) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
-        match mask {
-            Some(mask) => {
-                let m = &mask[(r % t) * d..(r % t + 1) * d];
-                dst.iter_mut().zip(row).zip(m).for_each(|((o, &v), &mv)| *o = v * scale + mv);
+    let rows_per_task = (crate::engine::cpu_pool::ELEMENTS_PER_TASK / d.max(1)).max(1);
+    crate::engine::cpu_pool::for_each_chunk(&mut out, rows_per_task * d, |task, block| {
+        for (i, dst) in block.chunks_exact_mut(d).enumerate() {
+            let r = task * rows_per_task + i;
+            let row = &x[r * d..(r + 1) * d];
+            match mask {
+                Some(mask) => {
+                    let m = &mask[(r % t) * d..(r % t + 1) * d];
+                    dst.iter_mut().zip(row).zip(m).for_each(|((o, &v), &mv)| *o = v * scale + mv);
+                }
+                None => dst.iter_mut().zip(row).for_each(|(o, &v)| *o = v * scale),
             }
-            None => dst.iter_mut().zip(row).for_each(|(o, &v)| *o = v * scale),
+            let max = dst.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for o in dst.iter_mut() {
+                *o = (*o - max).exp();
+                sum += *o;
+            }
+            let inv = 1.0 / sum;
+            dst.iter_mut().for_each(|o| *o *= inv);
         }
-        let max = dst.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f32;
-        for o in dst.iter_mut() {
-            *o = (*o - max).exp();
-            sum += *o;
-        }
-        let inv = 1.0 / sum;
-        dst.iter_mut().for_each(|o| *o *= inv);
-    }
+    });
     out
 }

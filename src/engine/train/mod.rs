@@ -127,9 +127,6 @@ impl StepRunner {
     /// non-finite loss or norm skips the update and is returned as is.
     pub fn step(&mut self, batches: &[data::Batch], lr: f64) -> Result<(f64, f64)> {
         lora::seed_dropout(&self.model, self.seed, self.optimizer.step);
-        let t0 = std::time::Instant::now();
-        crate::engine::blas::BLAS_NANOS.store(0, std::sync::atomic::Ordering::Relaxed);
-        let _p = Prof(t0);
         let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
         let denom = target_tokens.max(1) as f64;
         let mut loss_sum = 0f64;
@@ -443,6 +440,3 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
-
-struct Prof(std::time::Instant);
-impl Drop for Prof { fn drop(&mut self) { eprintln!("PROFILE step {:?} blas {:?}", self.0.elapsed(), std::time::Duration::from_nanos(crate::engine::blas::BLAS_NANOS.load(std::sync::atomic::Ordering::Relaxed))); } }
