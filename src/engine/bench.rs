@@ -72,10 +72,13 @@ pub struct TrainBench {
     pub targets: Vec<String>,
     pub steps: usize,
     pub mean_step_secs: f64,
+    pub median_step_secs: f64,
     pub tokens_per_sec: f64,
     pub trainable_params: usize,
     /// Peak process RSS during the measured steps (CPU), when the OS reports it.
     pub peak_rss_bytes: Option<u64>,
+    /// The BLAS library doing CPU multiplies, if one was loaded.
+    pub blas: Option<String>,
 }
 
 /// Deterministic random token batch (b, t) with every position after the first a target.
@@ -113,11 +116,16 @@ pub fn bench_train(
         runner.step(&[random_batch(vocab, batch_size, seq_len, i as u64)], 1e-4)?;
     }
     crate::engine::device::reset_peak_rss();
-    let started = std::time::Instant::now();
+    let mut step_secs = Vec::new();
     for i in 0..steps.max(1) {
+        let started = std::time::Instant::now();
         runner.step(&[random_batch(vocab, batch_size, seq_len, 1000 + i as u64)], 1e-4)?;
+        model.model.device().synchronize()?;
+        step_secs.push(started.elapsed().as_secs_f64());
     }
-    let mean_step_secs = started.elapsed().as_secs_f64() / steps.max(1) as f64;
+    let mean_step_secs = step_secs.iter().sum::<f64>() / step_secs.len() as f64;
+    step_secs.sort_by(f64::total_cmp);
+    let median_step_secs = step_secs[step_secs.len() / 2];
     Ok(TrainBench {
         batch_size,
         seq_len,
@@ -125,9 +133,15 @@ pub fn bench_train(
         targets: lora.resolved_targets()?,
         steps: steps.max(1),
         mean_step_secs,
+        median_step_secs,
         tokens_per_sec: (batch_size * seq_len) as f64 / mean_step_secs,
         trainable_params,
         peak_rss_bytes: crate::engine::device::peak_rss_bytes(),
+        blas: if model.model.device().is_cpu() {
+            crate::engine::blas::library_name().map(str::to_string)
+        } else {
+            None
+        },
     })
 }
 

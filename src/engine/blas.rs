@@ -1,8 +1,9 @@
-//! Optional fast CPU matrix multiply through a system OpenBLAS, loaded at run time.
+//! Optional fast CPU matrix multiply through a system BLAS (Intel MKL or OpenBLAS), loaded at run time.
 //!
 //! Candle's portable GEMM uses AVX2 kernels; OpenBLAS with its AVX-512 kernels multiplies the frozen
-//! weights about twice as fast on the CPUs we measured (BENCHMARKS.md). Nothing links against OpenBLAS:
-//! we `dlopen` it on first use, so a machine without it (or a Mac) simply keeps Candle's GEMM. Virtual
+//! weights about twice as fast on the CPUs we measured, MKL another ~15% faster (BENCHMARKS.md). Nothing
+//! links against them: we `dlopen` the first of `METAL_CANDLE_BLAS_LIB` (a path or file name), libmkl_rt,
+//! libopenblas, so a machine without one (or a Mac) simply keeps Candle's GEMM. Virtual
 //! machines often report a generic CPU model that makes OpenBLAS pick ancient SSE3 kernels, so unless the
 //! user chose one we name the core type from the CPU's actual features before loading it.
 
@@ -32,6 +33,8 @@ const TRANS: c_int = 112;
 
 struct Blas {
     sgemm: SgemmFn,
+    /// The library's file name as loaded.
+    name: String,
 }
 
 // SAFETY: a function pointer into a thread-safe library.
@@ -65,17 +68,36 @@ fn load() -> Option<Blas> {
             std::env::set_var("OPENBLAS_CORETYPE", core);
         }
     }
+    if std::env::var_os("MKL_THREADING_LAYER").is_none() {
+        // MKL's default threading layer needs Intel's OpenMP runtime; GNU's is on every Linux with gcc.
+        std::env::set_var("MKL_THREADING_LAYER", "GNU");
+    }
+    // An explicit library first, then Intel MKL (faster than OpenBLAS on the Intel CPUs we measured,
+    // BENCHMARKS.md), then OpenBLAS.
+    let explicit = std::env::var("METAL_CANDLE_BLAS_LIB").ok();
+    let candidates: Vec<String> = match &explicit {
+        Some(path) => vec![path.clone()],
+        None => ["libmkl_rt.so.2", "libmkl_rt.so.3", "libmkl_rt.so", "libopenblas.so.0", "libopenblas.so"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
     const RTLD_NOW: c_int = 2;
-    for name in [c"libopenblas.so.0", c"libopenblas.so"] {
+    for name in candidates {
+        let Ok(c_name) = std::ffi::CString::new(name.clone()) else { continue };
         // SAFETY: plain dlopen/dlsym of a C library; the symbol has the standard CBLAS signature.
         unsafe {
-            let handle = dlopen(name.as_ptr(), RTLD_NOW);
+            let handle = dlopen(c_name.as_ptr(), RTLD_NOW);
             if handle.is_null() {
                 continue;
             }
             let sym = dlsym(handle, c"cblas_sgemm".as_ptr());
             if !sym.is_null() {
-                return Some(Blas { sgemm: std::mem::transmute::<*mut c_void, SgemmFn>(sym) });
+                let file = std::path::Path::new(&name).file_name().map(|f| f.to_string_lossy().into_owned());
+                return Some(Blas {
+                    sgemm: std::mem::transmute::<*mut c_void, SgemmFn>(sym),
+                    name: file.unwrap_or(name),
+                });
             }
         }
     }
@@ -91,9 +113,14 @@ fn blas() -> Option<&'static Blas> {
     BLAS.get_or_init(load).as_ref()
 }
 
-/// Whether matrix multiplies on the CPU go through OpenBLAS.
+/// Whether matrix multiplies on the CPU go through a BLAS library.
 pub fn available() -> bool {
     blas().is_some()
+}
+
+/// The BLAS library in use (its file name), if any.
+pub fn library_name() -> Option<&'static str> {
+    blas().map(|b| b.name.as_str())
 }
 
 /// Load the library now (call early, before worker threads start, since it sets environment variables).
