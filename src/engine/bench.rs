@@ -271,13 +271,19 @@ pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<
         let w = (Tensor::randn(0f32, 1.0, (hidden, hidden), device)? * 0.02)?;
         let a = Var::from_tensor(&(Tensor::randn(0f32, 1.0, (hidden, rank), device)? * 0.02)?)?;
         let b = Var::from_tensor(&(Tensor::randn(0f32, 1.0, (rank, hidden), device)? * 0.02)?)?;
-        let forward = || -> Result<Tensor> {
-            let y = crate::engine::ops::frozen_matmul_t(&x, &w)?;
-            Ok((y + (x.matmul(a.as_tensor())?.matmul(b.as_tensor())? * 2.0)?)?)
-        };
-        let forward_ms = time_ms(repeats, || sync(&forward()?))?;
+        let mut projection = crate::engine::model::linear::Linear::new(w, None);
+        projection.adapter = Some(crate::engine::lora::LoraAdapter {
+            a: a.clone(),
+            b: b.clone(),
+            scale: 2.0,
+            dropout: 0.0,
+            dropout_seed: Default::default(),
+        });
+        let forward_ms = time_ms(repeats, || sync(&projection.forward(&x, false)?))?;
+        // The training step's hand-written pass: output, input gradient and both adapter gradients.
         let backward_ms = time_ms(repeats, || {
-            let grads = forward()?.sum_all()?.backward()?;
+            let (_, dx, grads) = crate::engine::train::backprop::linear_forward_backward(&projection, &x)?;
+            sync(&dx)?;
             if let Some(g) = grads.get(a.as_tensor()) {
                 sync(g)?;
             }
@@ -286,36 +292,45 @@ pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<
         out.push(LoraMicroResult { op: "lora".into(), hidden, rank, forward_ms, backward_ms: Some(backward_ms) });
     }
     let hidden = 1024;
-    let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (rows, hidden), device)?)?;
+    let x = Tensor::randn(0f32, 1.0, (rows, hidden), device)?;
+    let upstream = Tensor::randn(0f32, 1.0, (rows, hidden), device)?;
     let gamma = Tensor::ones(hidden, DType::F32, device)?;
     let beta = Tensor::zeros(hidden, DType::F32, device)?;
-    type OpFn<'a> = Box<dyn Fn(&Tensor, bool) -> candle_core::Result<Tensor> + 'a>;
-    let ops: Vec<(&str, OpFn)> = vec![
-        ("softmax", Box::new(|t: &Tensor, g: bool| crate::engine::ops::softmax_last_dim(t, g))),
+    use crate::engine::ops;
+    type OpFn<'a> = Box<dyn Fn() -> candle_core::Result<Tensor> + 'a>;
+    // (name, forward, forward + input gradient as the training pass computes it)
+    let ops: Vec<(&str, OpFn, OpFn)> = vec![
+        (
+            "softmax",
+            Box::new(|| ops::softmax_last_dim(&x, false)),
+            Box::new(|| ops::softmax_backward(&ops::softmax_last_dim(&x, false)?, &upstream, 1.0)),
+        ),
         (
             "layer_norm",
-            Box::new(|t: &Tensor, g: bool| {
-                if g {
-                    let mean = t.mean_keepdim(1)?;
-                    let centered = t.broadcast_sub(&mean)?;
-                    let var = centered.sqr()?.mean_keepdim(1)?;
-                    centered.broadcast_div(&(var + 1e-5)?.sqrt()?)?.broadcast_mul(&gamma)?.broadcast_add(&beta)
-                } else {
-                    candle_nn::ops::layer_norm(t, &gamma, &beta, 1e-5)
-                }
+            Box::new(|| candle_nn::ops::layer_norm(&x, &gamma, &beta, 1e-5)),
+            // Not used by any supported model: composed through Candle's autograd for reference.
+            Box::new(|| {
+                let v = Var::from_tensor(&x)?;
+                let mean = v.mean_keepdim(1)?;
+                let centered = v.broadcast_sub(&mean)?;
+                let var = centered.sqr()?.mean_keepdim(1)?;
+                let y = centered.broadcast_div(&(var + 1e-5)?.sqrt()?)?.broadcast_mul(&gamma)?.broadcast_add(&beta)?;
+                let grads = (y * &upstream)?.sum_all()?.backward()?;
+                grads.get(v.as_tensor()).cloned().ok_or_else(|| candle_core::Error::Msg("no gradient".into()))
             }),
         ),
-        ("rms_norm", Box::new(|t: &Tensor, g: bool| crate::engine::ops::rms_norm(t, &gamma, 1e-5, g))),
+        (
+            "rms_norm",
+            Box::new(|| ops::rms_norm(&x, &gamma, 1e-5, false)),
+            Box::new(|| {
+                let _y = ops::rms_norm(&x, &gamma, 1e-5, false)?;
+                ops::rms_norm_backward(&x, &gamma, 1e-5, &upstream)
+            }),
+        ),
     ];
-    for (name, op) in ops {
-        let forward_ms = time_ms(repeats, || sync(&op(x.as_tensor(), false)?))?;
-        let backward_ms = time_ms(repeats, || {
-            let grads = op(x.as_tensor(), true)?.sqr()?.sum_all()?.backward()?;
-            if let Some(g) = grads.get(x.as_tensor()) {
-                sync(g)?;
-            }
-            Ok(())
-        })?;
+    for (name, forward, forward_backward) in ops {
+        let forward_ms = time_ms(repeats, || sync(&forward()?))?;
+        let backward_ms = time_ms(repeats, || sync(&forward_backward()?))?;
         out.push(LoraMicroResult { op: name.into(), hidden, rank: 0, forward_ms, backward_ms: Some(backward_ms) });
     }
     Ok(out)
