@@ -357,7 +357,7 @@ impl Transformer {
 
     /// Rotary cos/sin tables (len, head_dim / 2) for positions `start..start + len`.
     pub(crate) fn rotary_slice(&self, start: usize, len: usize) -> Result<(Tensor, Tensor)> {
-        Ok(self.rotary.slice(start, len)?)
+        self.rotary.slice(start, len)
     }
 
     /// The final RMS norm's weight.
