@@ -68,6 +68,14 @@ fn load() -> Option<Blas> {
             std::env::set_var("OPENBLAS_CORETYPE", core);
         }
     }
+    if std::env::var_os("OPENBLAS_THREAD_TIMEOUT").is_none() {
+        // OpenBLAS 0.3.21's worker threads spin ~0.1 s after each multiply before they sleep, and a worker that
+        // goes to sleep while the process exits can miss the shutdown signal: exit then hangs forever in
+        // gotoblas_quit joining it (seen at the end of a test binary that trained on a worker thread). With the
+        // shortest spin (2^4 cycles) they are asleep long before exit, and between multiplies they leave the
+        // cores to our own element-wise kernels. Waking them costs microseconds per multiply.
+        std::env::set_var("OPENBLAS_THREAD_TIMEOUT", "4");
+    }
     if std::env::var_os("MKL_THREADING_LAYER").is_none() {
         // MKL's default threading layer needs Intel's OpenMP runtime; GNU's is on every Linux with gcc.
         std::env::set_var("MKL_THREADING_LAYER", "GNU");
