@@ -331,12 +331,7 @@ impl Transformer {
         mut cache: Option<&mut KvCache>,
         opts: ForwardOptions,
     ) -> Result<Tensor> {
-        let t = input_ids.dim(1)?;
-        let context = self.config.max_position_embeddings;
-        if start_pos + t > context {
-            return Err(crate::engine::Error::PromptTooLong { prompt_tokens: start_pos + t, context_len: context });
-        }
-        let mut x = self.embed(input_ids)?;
+        let mut x = self.embed(input_ids, start_pos)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
             x = layer.forward(&x, &self.rotary, start_pos, layer_cache, opts)?;
@@ -344,9 +339,14 @@ impl Transformer {
         Ok(ops::rms_norm(&x, &self.norm, self.config.rms_norm_eps, opts.train)?)
     }
 
-    /// Token embeddings (b, t, hidden) for ids (b, t).
-    pub(crate) fn embed(&self, input_ids: &Tensor) -> Result<Tensor> {
+    /// Token embeddings (b, t, hidden) for ids (b, t) placed at `start_pos`; an error when they would run
+    /// past the context length.
+    pub(crate) fn embed(&self, input_ids: &Tensor, start_pos: usize) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
+        let context = self.config.max_position_embeddings;
+        if start_pos + t > context {
+            return Err(crate::engine::Error::PromptTooLong { prompt_tokens: start_pos + t, context_len: context });
+        }
         Ok(self.embed_tokens.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, self.config.hidden_size))?)
     }
 

@@ -36,13 +36,32 @@ fn cpu_f32_rows<'a>(
     Ok((f32_data(storage, layout)?, n, vocab))
 }
 
-fn log_sum_exp(row: &[f32]) -> f32 {
+pub(super) fn log_sum_exp(row: &[f32]) -> f32 {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if !max.is_finite() {
         return max;
     }
     let sum: f32 = row.iter().map(|&x| (x - max).exp()).sum();
     max + sum.ln()
+}
+
+/// `logsumexp(row) - row[target]`; with a scale, the row is overwritten by `scale * (softmax(row) - onehot)`.
+/// One exponential per logit.
+pub(super) fn row_loss_and_grad(row: &mut [f32], target: usize, grad_scale: Option<f32>) -> f64 {
+    let target_logit = row[target];
+    let Some(scale) = grad_scale else {
+        return (log_sum_exp(row) - target_logit) as f64;
+    };
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in row.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let factor = scale / sum;
+    row.iter_mut().for_each(|v| *v *= factor);
+    row[target] -= scale;
+    (max + sum.ln() - target_logit) as f64
 }
 
 impl candle_core::CustomOp1 for CrossEntropyRows {
@@ -89,16 +108,9 @@ impl candle_core::CustomOp1 for CrossEntropyRowsGrad {
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
         let (data, n, vocab) = cpu_f32_rows(storage, layout)?;
-        let mut out = vec![0f32; n * vocab];
-        for i in 0..n {
-            let row = &data[i * vocab..(i + 1) * vocab];
-            let lse = log_sum_exp(row);
-            let dst = &mut out[i * vocab..(i + 1) * vocab];
-            let s = self.scale[i];
-            for (d, &x) in dst.iter_mut().zip(row) {
-                *d = s * (x - lse).exp();
-            }
-            dst[self.targets[i] as usize] -= s;
+        let mut out = data.to_vec();
+        for (i, row) in out.chunks_exact_mut(vocab).enumerate().take(n) {
+            row_loss_and_grad(row, self.targets[i] as usize, Some(self.scale[i]));
         }
         Ok((candle_core::CpuStorage::F32(out), (n, vocab).into()))
     }

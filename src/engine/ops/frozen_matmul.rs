@@ -76,12 +76,10 @@ fn gemv_frozen(
     storage: &candle_core::CpuStorage,
     layout: &candle_core::Layout,
 ) -> Option<(candle_core::CpuStorage, candle_core::Shape)> {
-    use rayon::prelude::*;
     let (rows, k) = layout.shape().dims2().ok()?;
     if rows != 1 || gemv_disabled() {
         return None;
     }
-    let pool = crate::engine::cpu_pool::pool()?;
     let (start, end) = layout.contiguous_offsets()?;
     let candle_core::CpuStorage::F32(x) = storage else { return None };
     let x = &x[start..end];
@@ -95,13 +93,11 @@ fn gemv_frozen(
     }
     let mut out = vec![0f32; n];
     const ROWS_PER_TASK: usize = 64;
-    pool.install(|| {
-        out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(chunk, dst)| {
-            for (i, o) in dst.iter_mut().enumerate() {
-                let row = chunk * ROWS_PER_TASK + i;
-                *o = dot(x, &w[row * k..(row + 1) * k]);
-            }
-        })
+    crate::engine::cpu_pool::for_each_chunk(&mut out, ROWS_PER_TASK, |chunk, dst| {
+        for (i, o) in dst.iter_mut().enumerate() {
+            let row = chunk * ROWS_PER_TASK + i;
+            *o = dot(x, &w[row * k..(row + 1) * k]);
+        }
     });
     Some((candle_core::CpuStorage::F32(out), (1, n).into()))
 }

@@ -7,7 +7,8 @@
 //! gradient `scale * (softmax - onehot)` in place, and multiplied back by the head into the hidden-state
 //! gradient, which is all the backward pass needs (the head is frozen).
 
-use super::{f32_data, frozen_matmul, frozen_matmul_t, is_cpu_f32, upcast};
+use super::cross_entropy::row_loss_and_grad;
+use super::{f32_of, frozen_matmul, frozen_matmul_t, is_cpu_f32, upcast};
 use candle_core::{DType, Result, Tensor, D};
 
 /// Loss of one batch's target rows.
@@ -44,14 +45,8 @@ pub fn head_nll(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Opt
 fn head_nll_cpu(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {
     let (n, h) = hidden.dims2()?;
     let (vocab, _) = head.dims2()?;
-    let hidden = hidden.contiguous()?;
-    let head = head.contiguous()?;
-    let (x_storage, x_layout) = hidden.storage_and_layout();
-    let (w_storage, w_layout) = head.storage_and_layout();
-    let (candle_core::Storage::Cpu(xs), candle_core::Storage::Cpu(ws)) = (&*x_storage, &*w_storage) else {
-        candle_core::bail!("head loss: expected CPU tensors")
-    };
-    let (x, w) = (f32_data(xs, x_layout)?, f32_data(ws, w_layout)?);
+    let (x, w) = (f32_of(hidden)?, f32_of(head)?);
+    let (x, w): (&[f32], &[f32]) = (&x, &w);
     let mut logits = vec![0f32; CPU_CHUNK_ROWS.min(n) * vocab];
     let mut grad = grad_scale.map(|_| vec![0f32; n * h]);
     let scale = grad_scale.unwrap_or(0.0) as f32;
@@ -90,28 +85,6 @@ fn head_nll_cpu(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Opt
     }
     let grad_hidden = grad.map(|g| Tensor::from_vec(g, (n, h), hidden.device())).transpose()?;
     Ok(HeadLoss { nll_sum, grad_hidden })
-}
-
-/// `logsumexp(row) - row[target]`; with a scale, the row is overwritten by `scale * (softmax(row) - onehot)`.
-/// One exponential per logit.
-fn row_loss_and_grad(row: &mut [f32], target: usize, grad_scale: Option<f32>) -> f64 {
-    let target_logit = row[target];
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = match grad_scale {
-        Some(scale) => {
-            let mut sum = 0f32;
-            for v in row.iter_mut() {
-                *v = (*v - max).exp();
-                sum += *v;
-            }
-            let factor = scale / sum;
-            row.iter_mut().for_each(|v| *v *= factor);
-            row[target] -= scale;
-            max + sum.ln()
-        }
-        None => max + row.iter().map(|&v| (v - max).exp()).sum::<f32>().ln(),
-    };
-    (lse - target_logit) as f64
 }
 
 fn head_nll_composed(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {

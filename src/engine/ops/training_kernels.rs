@@ -120,17 +120,7 @@ impl candle_core::CustomOp1 for SoftmaxOp {
     ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
         let x = f32_data(storage, layout)?;
         let d = layout.shape().dims().last().copied().unwrap_or(1).max(1);
-        let mut out = vec![0f32; x.len()];
-        for (row, dst) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0f32;
-            for (o, &v) in dst.iter_mut().zip(row) {
-                *o = (v - max).exp();
-                sum += *o;
-            }
-            let inv = 1.0 / sum;
-            dst.iter_mut().for_each(|o| *o *= inv);
-        }
+        let out = scaled_masked_softmax_f32(x, 1.0, None, 1, d);
         Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
     }
 

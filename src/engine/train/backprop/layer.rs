@@ -25,7 +25,7 @@ pub(super) struct SequenceContext {
 impl SequenceContext {
     /// f64 models (the gradient tests) use the composed ops, whose arithmetic stays in f64; every other dtype
     /// uses the fused inference kernels forward.
-    fn composed(dtype: DType) -> bool {
+    pub(super) fn composed(dtype: DType) -> bool {
         dtype == DType::F64
     }
 }

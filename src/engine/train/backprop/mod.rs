@@ -35,24 +35,20 @@ impl Gradients {
     }
 
     fn add(&mut self, param: &Tensor, grad: &Tensor) -> candle_core::Result<()> {
-        let grad = grad.to_dtype(candle_core::DType::F32)?;
-        let sum = match self.by_id.remove(&param.id()) {
-            Some(previous) => (previous + grad)?,
-            None => grad,
-        };
-        self.by_id.insert(param.id(), sum);
-        Ok(())
+        self.accumulate(param.id(), grad.to_dtype(candle_core::DType::F32)?)
     }
 
     /// Add another batch's gradients (gradient accumulation).
     pub fn merge(&mut self, other: Gradients) -> candle_core::Result<()> {
-        for (id, grad) in other.by_id {
-            let sum = match self.by_id.remove(&id) {
-                Some(previous) => (previous + grad)?,
-                None => grad,
-            };
-            self.by_id.insert(id, sum);
-        }
+        other.by_id.into_iter().try_for_each(|(id, grad)| self.accumulate(id, grad))
+    }
+
+    fn accumulate(&mut self, id: TensorId, grad: Tensor) -> candle_core::Result<()> {
+        let sum = match self.by_id.remove(&id) {
+            Some(previous) => (previous + grad)?,
+            None => grad,
+        };
+        self.by_id.insert(id, sum);
         Ok(())
     }
 }
@@ -89,10 +85,6 @@ pub fn loss_and_gradients(model: &Transformer, batch: &Batch, loss_scale: f64, t
     if targets.is_empty() {
         return Ok(BatchGradients { nll_sum: 0.0, target_tokens: 0, grads });
     }
-    let context = model.config.max_position_embeddings;
-    if t > context {
-        return Err(crate::engine::Error::PromptTooLong { prompt_tokens: t, context_len: context });
-    }
     let lowest = model
         .linears()
         .iter()
@@ -103,7 +95,7 @@ pub fn loss_and_gradients(model: &Transformer, batch: &Batch, loss_scale: f64, t
 
     let hidden_size = model.config.hidden_size;
     let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
-    let mut x = model.embed(&input)?;
+    let mut x = model.embed(&input, 0)?;
     for index in 0..lowest {
         x = model.layer_forward(index, &x)?;
     }
@@ -127,8 +119,7 @@ pub fn loss_and_gradients(model: &Transformer, batch: &Batch, loss_scale: f64, t
 
     let eps = model.config.rms_norm_eps;
     let norm = model.final_norm_weight();
-    let composed = x.dtype() == candle_core::DType::F64;
-    let normed = crate::engine::ops::rms_norm(&x, norm, eps, composed)?;
+    let normed = crate::engine::ops::rms_norm(&x, norm, eps, layer::SequenceContext::composed(x.dtype()))?;
     let source_index = Tensor::from_vec(sources, targets.len(), device)?;
     let picked = normed.index_select(&source_index, 0)?;
     let head = crate::engine::ops::head_nll(&picked, model.head_weight(), &targets, Some(loss_scale))?;
