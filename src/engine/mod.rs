@@ -5,6 +5,7 @@ pub mod bench;
 pub mod blas;
 pub mod checkpoint;
 pub mod cpu_pool;
+pub mod cpu_team;
 pub mod data;
 pub mod device;
 pub mod error;

@@ -70,7 +70,7 @@ fn blas_frozen_matmul(
 }
 
 /// Token-by-token decoding multiplies one row by every weight matrix: a pass over the weights bound by
-/// memory bandwidth, which one core cannot saturate. Split the output rows over a small pool of threads.
+/// memory bandwidth, which one core cannot saturate: see [`super::gemv`].
 fn gemv_frozen(
     weight: &Tensor,
     storage: &candle_core::CpuStorage,
@@ -91,14 +91,7 @@ fn gemv_frozen(
     if w_k != k {
         return None;
     }
-    let mut out = vec![0f32; n];
-    const ROWS_PER_TASK: usize = 64;
-    crate::engine::cpu_pool::for_each_chunk(&mut out, ROWS_PER_TASK, |chunk, dst| {
-        for (i, o) in dst.iter_mut().enumerate() {
-            let row = chunk * ROWS_PER_TASK + i;
-            *o = dot(x, &w[row * k..(row + 1) * k]);
-        }
-    });
+    let out = super::gemv::gemv(w, x, n, k);
     Some((candle_core::CpuStorage::F32(out), (1, n).into()))
 }
 
@@ -106,19 +99,6 @@ fn gemv_frozen(
 fn gemv_disabled() -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DISABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_NO_GEMV").is_some())
-}
-
-/// Dot product with independent accumulators so the compiler vectorises it.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 16];
-    let (ac, bc) = (a.chunks_exact(16), b.chunks_exact(16));
-    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ac.zip(bc) {
-        for i in 0..16 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 impl FrozenMatmul {

@@ -6,6 +6,7 @@
 mod backward;
 mod cross_entropy;
 mod frozen_matmul;
+mod gemv;
 mod head_loss;
 mod matmul;
 mod training_kernels;
