@@ -17,13 +17,36 @@ const SPIN_BEFORE_PARK: Duration = Duration::from_millis(3);
 /// The work of one section: task index -> ().
 type Task<'a> = dyn Fn(usize) + Sync + 'a;
 
+/// The team's state word: generation, task count and next unclaimed task, changed only as a whole so that
+/// a claim can never pair one section's task count with another section's index.
+#[derive(Clone, Copy)]
+struct State(u64);
+
+impl State {
+    const INDEX_BITS: u32 = 20;
+    const MAX_TASKS: usize = (1 << Self::INDEX_BITS) - 1;
+
+    fn new(generation: u64, tasks: usize) -> Self {
+        Self((generation << (2 * Self::INDEX_BITS)) | ((tasks as u64) << Self::INDEX_BITS))
+    }
+    fn generation(self) -> u64 {
+        self.0 >> (2 * Self::INDEX_BITS)
+    }
+    fn tasks(self) -> usize {
+        ((self.0 >> Self::INDEX_BITS) as usize) & Self::MAX_TASKS
+    }
+    fn next(self) -> usize {
+        (self.0 as usize) & Self::MAX_TASKS
+    }
+}
+
 struct Team {
-    /// Generation (high 32 bits) and the next unclaimed task index (low 32 bits).
+    /// A [`State`].
     state: AtomicU64,
-    /// Task count of the current generation; written before the generation is published.
-    tasks: AtomicUsize,
     /// Completed tasks of the current generation.
     done: AtomicUsize,
+    /// Set when a task panicked on a helper; the caller re-raises it.
+    panicked: std::sync::atomic::AtomicBool,
     /// Points at the calling thread's `&dyn Fn` of the current section, lifetime erased. Only read by a
     /// thread that has claimed a task of the current generation, which cannot end before that task is done.
     job: AtomicPtr<()>,
@@ -43,8 +66,8 @@ fn team() -> Option<&'static Team> {
         }
         let team: &'static Team = Box::leak(Box::new(Team {
             state: AtomicU64::new(0),
-            tasks: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
+            panicked: std::sync::atomic::AtomicBool::new(false),
             job: AtomicPtr::new(std::ptr::null_mut()),
             section: Mutex::new(()),
             parked: Mutex::new(0),
@@ -64,7 +87,7 @@ fn team() -> Option<&'static Team> {
 /// Run `work(i)` for every `i < tasks`, spread over the calling thread and the team's helpers.
 pub fn run(tasks: usize, work: &(dyn Fn(usize) + Sync)) {
     let team = match team() {
-        Some(team) if tasks > 1 => team,
+        Some(team) if tasks > 1 && tasks <= State::MAX_TASKS => team,
         _ => return (0..tasks).for_each(work),
     };
     let Ok(_section) = team.section.try_lock() else {
@@ -76,16 +99,18 @@ pub fn run(tasks: usize, work: &(dyn Fn(usize) + Sync)) {
     while team.done.load(Ordering::Acquire) < tasks {
         std::hint::spin_loop();
     }
+    if team.panicked.swap(false, Ordering::AcqRel) {
+        panic!("a parallel task panicked on a decode helper thread");
+    }
 }
 
 impl Team {
     /// `work` lives on the caller's stack until every task is done.
     fn publish(&self, tasks: usize, work: &&Task<'_>) {
         self.job.store(work as *const &Task<'_> as *mut (), Ordering::Relaxed);
-        self.tasks.store(tasks, Ordering::Relaxed);
         self.done.store(0, Ordering::Relaxed);
-        let generation = (self.state.load(Ordering::Relaxed) >> 32) + 1;
-        self.state.store(generation << 32, Ordering::Release);
+        let generation = State(self.state.load(Ordering::Relaxed)).generation() + 1;
+        self.state.store(State::new(generation, tasks).0, Ordering::Release);
         let parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         if *parked > 0 {
             self.wake.notify_all();
@@ -95,17 +120,21 @@ impl Team {
     /// Claim one task of the current generation and run it; false when none is left.
     fn claim_and_run(&self) -> bool {
         loop {
-            let state = self.state.load(Ordering::Acquire);
-            let next = (state & 0xffff_ffff) as usize;
-            if next >= self.tasks.load(Ordering::Relaxed) {
+            let state = State(self.state.load(Ordering::Acquire));
+            let next = state.next();
+            if next >= state.tasks() {
                 return false;
             }
-            if self.state.compare_exchange_weak(state, state + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            if self.state.compare_exchange_weak(state.0, state.0 + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
                 continue;
             }
             // The section cannot end before this task is done, so the closure is alive.
             let work = self.job.load(Ordering::Relaxed) as *const &Task<'static>;
-            unsafe { (*work)(next) };
+            // A panicking task still counts as done (the caller must not wait forever) and is re-raised there.
+            let work = std::panic::AssertUnwindSafe(|| unsafe { (*work)(next) });
+            if std::panic::catch_unwind(work).is_err() {
+                self.panicked.store(true, Ordering::Release);
+            }
             self.done.fetch_add(1, Ordering::Release);
             return true;
         }
@@ -131,9 +160,9 @@ impl Team {
     /// Sleep until a section is published.
     fn park(&self) {
         let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = self.state.load(Ordering::Acquire) >> 32;
+        let generation = State(self.state.load(Ordering::Acquire)).generation();
         *parked += 1;
-        while self.state.load(Ordering::Acquire) >> 32 == generation {
+        while State(self.state.load(Ordering::Acquire)).generation() == generation {
             parked = self.wake.wait(parked).unwrap_or_else(|e| e.into_inner());
         }
         *parked -= 1;
@@ -155,6 +184,26 @@ mod tests {
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
             }
         }
+    }
+
+    /// Several threads run sections at once (all but one run theirs alone) while the helpers race to
+    /// claim tasks: every task still runs once, with its own section's closure.
+    #[test]
+    fn concurrent_callers_never_run_another_sections_tasks() {
+        std::thread::scope(|scope| {
+            for caller in 0..4usize {
+                scope.spawn(move || {
+                    for round in 0..2000usize {
+                        let tasks = 1 + (caller * 7 + round) % 13;
+                        let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+                        run(tasks, &|i| {
+                            hits[i].fetch_add(1, Ordering::Relaxed);
+                        });
+                        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+                    }
+                });
+            }
+        });
     }
 
     #[test]

@@ -8,45 +8,63 @@ use crate::engine::{Error, Result};
 use candle_core::{Tensor, D};
 use std::time::Instant;
 
-/// Keys and values of one layer: (b, kv_heads, capacity, head_dim) buffers of which `len` positions are used.
+/// Keys and values of one layer in one buffer (2, b, kv_heads, capacity, head_dim), keys first, of which `len`
+/// positions are used. One buffer lets the fused CUDA decode write both with a single launch.
 #[derive(Debug, Default)]
 pub struct LayerCache {
-    k: Option<Tensor>,
-    v: Option<Tensor>,
+    kv: Option<Tensor>,
     len: usize,
 }
 
 impl LayerCache {
     /// Append new keys/values (b, kv_heads, t, head_dim) and return views of everything cached so far.
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
-        let t = k.dim(2)?;
-        let capacity = self.k.as_ref().map(|c| c.dim(2)).transpose()?.unwrap_or(0);
-        if self.len + t > capacity {
-            let new_capacity = (self.len + t).next_power_of_two().max(64);
-            self.k = Some(grow(self.k.as_ref(), k, self.len, new_capacity)?);
-            self.v = Some(grow(self.v.as_ref(), v, self.len, new_capacity)?);
-        }
-        let (kb, vb) = match (&self.k, &self.v) {
-            (Some(kb), Some(vb)) => (kb, vb),
-            _ => candle_core::bail!("kv cache buffers missing"),
-        };
-        kb.slice_set(&k.contiguous()?, 2, self.len)?;
-        vb.slice_set(&v.contiguous()?, 2, self.len)?;
+        let (b, kv_heads, t, head_dim) = k.dims4()?;
+        let buf = self.reserve(b, kv_heads, head_dim, t, k.dtype(), k.device())?;
+        buf.slice_set(&Tensor::stack(&[k, v], 0)?, 3, self.len)?;
         self.len += t;
-        Ok((kb.narrow(2, 0, self.len)?, vb.narrow(2, 0, self.len)?))
+        Ok((buf.get(0)?.narrow(2, 0, self.len)?, buf.get(1)?.narrow(2, 0, self.len)?))
     }
-}
 
-/// A fresh zeroed buffer of `capacity` positions holding the first `len` positions of `old`.
-fn grow(old: Option<&Tensor>, like: &Tensor, len: usize, capacity: usize) -> candle_core::Result<Tensor> {
-    let (b, h, _, d) = like.dims4()?;
-    let buf = Tensor::zeros((b, h, capacity, d), like.dtype(), like.device())?;
-    if let Some(old) = old {
-        if len > 0 {
-            buf.slice_set(&old.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+    /// The buffer, grown (by doubling) to hold `extra` more positions; their contents are for the caller
+    /// to write before [`LayerCache::advance`].
+    pub fn reserve(
+        &mut self,
+        b: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        extra: usize,
+        dtype: candle_core::DType,
+        device: &candle_core::Device,
+    ) -> candle_core::Result<Tensor> {
+        let capacity = self.kv.as_ref().map(|c| c.dim(3)).transpose()?.unwrap_or(0);
+        if self.len + extra > capacity {
+            let new_capacity = (self.len + extra).next_power_of_two().max(64);
+            let buf = Tensor::zeros((2, b, kv_heads, new_capacity, head_dim), dtype, device)?;
+            if let (Some(old), true) = (&self.kv, self.len > 0) {
+                buf.slice_set(&old.narrow(3, 0, self.len)?.contiguous()?, 3, 0)?;
+            }
+            self.kv = Some(buf);
+        }
+        match &self.kv {
+            Some(buf) => Ok(buf.clone()),
+            None => candle_core::bail!("kv cache buffer missing"),
         }
     }
-    Ok(buf)
+
+    /// Count `n` positions written into the reserved buffer.
+    pub fn advance(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// Cached positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// One cache per decoder layer.
@@ -66,7 +84,7 @@ impl KvCache {
 
     /// Number of cached positions.
     pub fn len(&self) -> usize {
-        self.layers.first().map(|l| l.len).unwrap_or(0)
+        self.layers.first().map(LayerCache::len).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -28,6 +28,11 @@ impl Linear {
         self.weight.dims()[0]
     }
 
+    /// Whether an adapter is attached and switched on.
+    pub fn has_active_adapter(&self) -> bool {
+        self.adapter.is_some() && self.adapter_enabled
+    }
+
     /// `x`: (..., in_features) -> (..., out_features). `train` enables adapter dropout.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let mut y = crate::engine::ops::frozen_matmul_t(x, &self.weight)?;

@@ -37,6 +37,8 @@ pub struct ForwardOptions {
 struct RotaryTables {
     cos: Tensor,
     sin: Tensor,
+    /// (positions, head_dim) rows of [cos | sin] in f32 for the fused CUDA decode kernels; None elsewhere.
+    decode_table: Option<Tensor>,
 }
 
 impl RotaryTables {
@@ -72,7 +74,13 @@ impl RotaryTables {
             angles.extend(inv_freq.iter().map(|f| (p * f) as f32));
         }
         let angles = Tensor::from_vec(angles, (max_len, dim / 2), device)?;
-        Ok(Self { cos: angles.cos()?.to_dtype(dtype)?, sin: angles.sin()?.to_dtype(dtype)? })
+        let (cos, sin) = (angles.cos()?, angles.sin()?);
+        let decode_table = if ops::cuda_decode::available(device, dtype) {
+            Some(Tensor::cat(&[&cos, &sin], 1)?.contiguous()?)
+        } else {
+            None
+        };
+        Ok(Self { cos: cos.to_dtype(dtype)?, sin: sin.to_dtype(dtype)?, decode_table })
     }
 
     fn slice(&self, start: usize, len: usize) -> Result<(Tensor, Tensor)> {
@@ -94,6 +102,9 @@ pub struct Attention {
     pub(crate) head_dim: usize,
     pub(crate) rms_norm_eps: f64,
     pub(crate) sliding_window: Option<usize>,
+    /// On CUDA: q, k and v weights (and biases) in one tensor, of which the three projections' weights are
+    /// row views; decoding multiplies by it once. None on other devices.
+    fused_qkv: Option<(Tensor, Option<Tensor>)>,
 }
 
 impl Attention {
@@ -106,10 +117,17 @@ impl Attention {
                 Ok(None)
             }
         };
+        let ([q_proj, k_proj, v_proj], fused_qkv) = w.fused_linears(
+            [&format!("{prefix}.q_proj"), &format!("{prefix}.k_proj"), &format!("{prefix}.v_proj")],
+            h,
+            [q, kv, kv],
+            cfg.qkv_bias,
+        )?;
         Ok(Self {
-            q_proj: w.linear(&format!("{prefix}.q_proj"), h, q, cfg.qkv_bias)?,
-            k_proj: w.linear(&format!("{prefix}.k_proj"), h, kv, cfg.qkv_bias)?,
-            v_proj: w.linear(&format!("{prefix}.v_proj"), h, kv, cfg.qkv_bias)?,
+            q_proj,
+            k_proj,
+            v_proj,
+            fused_qkv,
             o_proj: w.linear(&format!("{prefix}.o_proj"), q, h, cfg.o_bias)?,
             q_norm: norm("q_norm")?,
             k_norm: norm("k_norm")?,
@@ -198,15 +216,20 @@ pub struct Mlp {
     pub gate_proj: Linear,
     pub up_proj: Linear,
     pub down_proj: Linear,
+    /// On CUDA: gate and up weights in one tensor (their weights are row views of it). None elsewhere.
+    fused_gate_up: Option<Tensor>,
 }
 
 impl Mlp {
     fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let ([gate_proj, up_proj], fused) =
+            w.fused_linears([&format!("{prefix}.gate_proj"), &format!("{prefix}.up_proj")], h, [i, i], false)?;
         Ok(Self {
-            gate_proj: w.linear(&format!("{prefix}.gate_proj"), h, i, false)?,
-            up_proj: w.linear(&format!("{prefix}.up_proj"), h, i, false)?,
+            gate_proj,
+            up_proj,
             down_proj: w.linear(&format!("{prefix}.down_proj"), i, h, false)?,
+            fused_gate_up: fused.map(|(weight, _)| weight),
         })
     }
 
@@ -247,10 +270,82 @@ impl DecoderLayer {
         cache: Option<&mut LayerCache>,
         opts: ForwardOptions,
     ) -> Result<Tensor> {
+        match cache {
+            Some(cache) if self.decodes_fused(x, rotary, start_pos, cache, opts)? => {
+                self.decode_fused(x, rotary, cache)
+            }
+            cache => self.forward_composed(x, rotary, start_pos, cache, opts),
+        }
+    }
+
+    fn forward_composed(
+        &self,
+        x: &Tensor,
+        rotary: &RotaryTables,
+        start_pos: usize,
+        cache: Option<&mut LayerCache>,
+        opts: ForwardOptions,
+    ) -> Result<Tensor> {
         let normed = ops::rms_norm(x, &self.input_layernorm, self.rms_norm_eps, opts.train)?;
         let x = (x + self.self_attn.forward(&normed, rotary, start_pos, cache, opts)?)?;
         let normed = ops::rms_norm(&x, &self.post_attention_layernorm, self.rms_norm_eps, opts.train)?;
         Ok((&x + self.mlp.forward(&normed, opts)?)?)
+    }
+}
+
+/// The fused CUDA decode path (see [`ops::cuda_decode`]): one new token, the model's fused weights, and no
+/// active adapter, bias-free norm layout or q/k norm that the kernels do not model.
+impl DecoderLayer {
+    fn decodes_fused(
+        &self,
+        x: &Tensor,
+        rotary: &RotaryTables,
+        start_pos: usize,
+        cache: &LayerCache,
+        opts: ForwardOptions,
+    ) -> Result<bool> {
+        let (a, m) = (&self.self_attn, &self.mlp);
+        Ok(!opts.train
+            && !ops::cuda_decode::disabled_by_env()
+            && x.dim(1)? == 1
+            && start_pos == cache.len()
+            && rotary.decode_table.is_some()
+            && a.fused_qkv.is_some()
+            && m.fused_gate_up.is_some()
+            && a.q_norm.is_none()
+            && ![&a.q_proj, &a.k_proj, &a.v_proj, &m.gate_proj, &m.up_proj].iter().any(|l| l.has_active_adapter()))
+    }
+
+    /// Ten launches per layer: norm, qkv product, cache write, attention, o_proj, add + norm, gate|up product,
+    /// SwiGLU, down_proj, residual add (plus any adapter on o_proj or down_proj).
+    fn decode_fused(&self, x: &Tensor, rotary: &RotaryTables, cache: &mut LayerCache) -> Result<Tensor> {
+        let (a, m) = (&self.self_attn, &self.mlp);
+        let (Some((qkv_weight, qkv_bias)), Some(gate_up), Some(table)) =
+            (&a.fused_qkv, &m.fused_gate_up, &rotary.decode_table)
+        else {
+            return Err(candle_core::Error::Msg("fused decode without fused weights".into()).into());
+        };
+        let b = x.dim(0)?;
+        let normed = ops::rms_norm(x, &self.input_layernorm, self.rms_norm_eps, false)?;
+        let mut qkv = ops::frozen_matmul_t(&normed, qkv_weight)?;
+        if let Some(bias) = qkv_bias {
+            qkv = qkv.broadcast_add(bias)?;
+        }
+        let pos = cache.len();
+        let shape = ops::cuda_decode::DecodeShape {
+            heads: a.num_heads,
+            kv_heads: a.num_kv_heads,
+            head_dim: a.head_dim,
+            pos,
+            first_visible: a.sliding_window.map(|w| (pos + 1).saturating_sub(w)).unwrap_or(0),
+        };
+        let buf = cache.reserve(b, a.num_kv_heads, a.head_dim, 1, x.dtype(), x.device())?;
+        ops::cuda_decode::kv_write(&buf, &qkv, table, shape)?;
+        cache.advance(1);
+        let attn = a.o_proj.forward(&ops::cuda_decode::attention(&qkv, &buf, table, shape)?, false)?;
+        let (x, normed) = ops::cuda_decode::add_rms_norm(x, &attn, &self.post_attention_layernorm, self.rms_norm_eps)?;
+        let gated = ops::cuda_decode::silu_mul_halves(&ops::frozen_matmul_t(&normed, gate_up)?)?;
+        Ok((x + m.down_proj.forward(&gated, false)?)?)
     }
 }
 
@@ -270,6 +365,42 @@ impl WeightLoader<'_> {
         let weight = self.get(&format!("{prefix}.weight"), &[out_features, in_features])?;
         let bias = if bias { Some(self.get(&format!("{prefix}.bias"), &[out_features])?) } else { None };
         Ok(Linear::new(weight, bias))
+    }
+
+    /// Projections that read the same input. Where the fused decode kernels run, their weights (and biases)
+    /// are concatenated into one tensor, returned too, and each linear holds a row view of it (no extra memory).
+    fn fused_linears<const N: usize>(
+        &self,
+        prefixes: [&str; N],
+        in_features: usize,
+        out_features: [usize; N],
+        bias: bool,
+    ) -> Result<([Linear; N], Option<(Tensor, Option<Tensor>)>)> {
+        let linears = prefixes
+            .iter()
+            .zip(out_features)
+            .map(|(p, out)| self.linear(p, in_features, out, bias))
+            .collect::<Result<Vec<_>>>()?;
+        let array = |v: Vec<Linear>| -> [Linear; N] { v.try_into().unwrap_or_else(|_| unreachable!("N linears")) };
+        if !ops::cuda_decode::available(self.device, self.dtype) {
+            return Ok((array(linears), None));
+        }
+        let weight = Tensor::cat(&linears.iter().map(|l| &l.weight).collect::<Vec<_>>(), 0)?;
+        let biases: Option<Vec<&Tensor>> = linears.iter().map(|l| l.bias.as_ref()).collect();
+        let bias = biases.map(|b| Tensor::cat(&b, 0)).transpose()?;
+        let mut start = 0;
+        let views = out_features
+            .iter()
+            .map(|&out| {
+                let view = Linear::new(
+                    weight.narrow(0, start, out)?,
+                    bias.as_ref().map(|b| b.narrow(0, start, out)).transpose()?,
+                );
+                start += out;
+                Ok(view)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((array(views), Some((weight, bias))))
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod backward;
 mod cross_entropy;
+pub mod cuda_decode;
 mod frozen_matmul;
 mod gemv;
 mod head_loss;

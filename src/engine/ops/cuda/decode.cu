@@ -1,0 +1,179 @@
+// Fused CUDA kernels for token-by-token decoding, where each Candle op is a kernel launch and launches, not
+// arithmetic, set the pace. Each kernel does the work of three or four composed ops. Compiled to PTX by
+// build.rs when the `cuda` feature is on; loaded by src/engine/ops/cuda_decode.rs. Math is in f32 for
+// every storage type.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  return v;
+}
+
+// Residual add then RMS norm: out[0 .. rows*cols] = x + delta (rounded to T), out[rows*cols ..] = its norm
+// times w. One block per row.
+template <typename T>
+__device__ void add_rms_norm(const T* x, const T* delta, const T* w, T* out, int rows, int cols, float eps) {
+  __shared__ float partial[32];
+  const int row = blockIdx.x;
+  const T* xr = x + (size_t)row * cols;
+  const T* dr = delta + (size_t)row * cols;
+  T* sum_out = out + (size_t)row * cols;
+  T* norm_out = out + (size_t)rows * cols + (size_t)row * cols;
+  float sq = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    T s = from_f<T>(to_f(xr[i]) + to_f(dr[i]));
+    sum_out[i] = s;
+    float f = to_f(s);
+    sq += f * f;
+  }
+  sq = warp_sum(sq);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (lane == 0) partial[warp] = sq;
+  __syncthreads();
+  if (warp == 0) {
+    float v = lane < warps ? partial[lane] : 0.f;
+    v = warp_sum(v);
+    if (lane == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(partial[0] / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    norm_out[i] = from_f<T>(to_f(sum_out[i]) * inv * to_f(w[i]));
+  }
+}
+
+// SwiGLU on a fused gate|up product: gu (rows, 2 * inter) -> out (rows, inter) = silu(gate) * up.
+template <typename T>
+__device__ void silu_mul_halves(const T* gu, T* out, int rows, int inter) {
+  const size_t n = (size_t)rows * inter;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = i / inter, c = i % inter;
+    const float g = to_f(gu[r * 2 * inter + c]);
+    const float u = to_f(gu[r * 2 * inter + inter + c]);
+    out[i] = from_f<T>(g / (1.f + __expf(-g)) * u);
+  }
+}
+
+// Rotate-half rotary embedding of element i (< d/2) and its partner i + d/2 at one position.
+__device__ __forceinline__ void rotate(float x1, float x2, float c, float s, float* o1, float* o2) {
+  *o1 = x1 * c - x2 * s;
+  *o2 = x2 * c + x1 * s;
+}
+
+// Write one decoded token's keys (rotated) and values into the cache (2, b, kv, cap, d) at `pos`.
+// qkv: (b, (heads + 2 * kv) * d); rope: (max_len, d) rows of [cos | sin] in f32. Grid (kv, b), block d.
+template <typename T>
+__device__ void kv_write(const T* qkv, const float* rope, T* cache, int heads, int kv, int d, int cap, int b,
+                         int pos) {
+  const int kvh = blockIdx.x, bi = blockIdx.y, i = threadIdx.x, half = d / 2;
+  const T* row = qkv + (size_t)bi * (heads + 2 * kv) * d;
+  const T* k = row + (size_t)(heads + kvh) * d;
+  const T* v = row + (size_t)(heads + kv + kvh) * d;
+  T* kc = cache + (((size_t)bi * kv + kvh) * cap + pos) * d;
+  T* vc = cache + (size_t)b * kv * cap * d + (((size_t)bi * kv + kvh) * cap + pos) * d;
+  if (i < half) {
+    const float c = rope[(size_t)pos * d + i], s = rope[(size_t)pos * d + half + i];
+    float o1, o2;
+    rotate(to_f(k[i]), to_f(k[i + half]), c, s, &o1, &o2);
+    kc[i] = from_f<T>(o1);
+    kc[i + half] = from_f<T>(o2);
+  }
+  if (i < d) vc[i] = v[i];
+}
+
+// Attention of one new query per head over the `len` cached positions (keys before `lo` fall outside a
+// sliding window). The query is rotated here. Online softmax per warp, then the warps are merged.
+// Grid (heads, b), block 128; d <= 256. out: (b, heads * d).
+#define ATT_WARPS 4
+#define MAX_PER_LANE 8
+template <typename T>
+__device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* out, int heads, int kv, int d,
+                            int cap, int b, int pos, int len, int lo, float scale) {
+  __shared__ float q_s[256];
+  __shared__ float acc_s[ATT_WARPS][256];
+  __shared__ float m_s[ATT_WARPS], l_s[ATT_WARPS];
+  const int h = blockIdx.x, bi = blockIdx.y, half = d / 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int kvh = h / (heads / kv);
+  const T* q = qkv + (size_t)bi * (heads + 2 * kv) * d + (size_t)h * d;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float c = rope[(size_t)pos * d + i], s = rope[(size_t)pos * d + half + i];
+    float o1, o2;
+    rotate(to_f(q[i]), to_f(q[i + half]), c, s, &o1, &o2);
+    q_s[i] = o1 * scale;
+    q_s[i + half] = o2 * scale;
+  }
+  __syncthreads();
+  const T* kbase = cache + ((size_t)bi * kv + kvh) * cap * d;
+  const T* vbase = cache + (size_t)b * kv * cap * d + ((size_t)bi * kv + kvh) * cap * d;
+  float acc[MAX_PER_LANE];
+  for (int e = 0; e < MAX_PER_LANE; e++) acc[e] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  for (int j = lo + warp; j < len; j += ATT_WARPS) {
+    const T* kj = kbase + (size_t)j * d;
+    float dot = 0.f;
+    for (int e = 0; e < MAX_PER_LANE; e++) {
+      const int idx = lane + 32 * e;
+      if (idx < d) dot += q_s[idx] * to_f(kj[idx]);
+    }
+    dot = warp_sum(dot);
+    const float m_new = fmaxf(m, dot);
+    const float corr = __expf(m - m_new), p = __expf(dot - m_new);
+    l = l * corr + p;
+    const T* vj = vbase + (size_t)j * d;
+    for (int e = 0; e < MAX_PER_LANE; e++) {
+      const int idx = lane + 32 * e;
+      if (idx < d) acc[e] = acc[e] * corr + p * to_f(vj[idx]);
+    }
+    m = m_new;
+  }
+  for (int e = 0; e < MAX_PER_LANE; e++) {
+    const int idx = lane + 32 * e;
+    if (idx < d) acc_s[warp][idx] = acc[e];
+  }
+  if (lane == 0) {
+    m_s[warp] = m;
+    l_s[warp] = l;
+  }
+  __syncthreads();
+  float m_all = -INFINITY;
+  for (int w = 0; w < ATT_WARPS; w++) m_all = fmaxf(m_all, m_s[w]);
+  float l_all = 0.f;
+  for (int w = 0; w < ATT_WARPS; w++) l_all += l_s[w] > 0.f ? l_s[w] * __expf(m_s[w] - m_all) : 0.f;
+  T* o = out + (size_t)bi * heads * d + (size_t)h * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = 0.f;
+    for (int w = 0; w < ATT_WARPS; w++) {
+      if (l_s[w] > 0.f) v += acc_s[w][i] * __expf(m_s[w] - m_all);
+    }
+    o[i] = from_f<T>(v / l_all);
+  }
+}
+
+#define INSTANTIATE(T, SUFFIX)                                                                                     \
+  extern "C" __global__ void add_rms_norm_##SUFFIX(const T* x, const T* delta, const T* w, T* out, int rows,     \
+                                                   int cols, float eps) {                                        \
+    add_rms_norm<T>(x, delta, w, out, rows, cols, eps);                                                          \
+  }                                                                                                              \
+  extern "C" __global__ void silu_mul_halves_##SUFFIX(const T* gu, T* out, int rows, int inter) {                \
+    silu_mul_halves<T>(gu, out, rows, inter);                                                                    \
+  }                                                                                                              \
+  extern "C" __global__ void kv_write_##SUFFIX(const T* qkv, const float* rope, T* cache, int heads, int kv,     \
+                                               int d, int cap, int b, int pos) {                                 \
+    kv_write<T>(qkv, rope, cache, heads, kv, d, cap, b, pos);                                                    \
+  }                                                                                                              \
+  extern "C" __global__ void attn_decode_##SUFFIX(const T* qkv, const float* rope, const T* cache, T* out,       \
+                                                  int heads, int kv, int d, int cap, int b, int pos, int len,    \
+                                                  int lo, float scale) {                                         \
+    attn_decode<T>(qkv, rope, cache, out, heads, kv, d, cap, b, pos, len, lo, scale);                            \
+  }
+
+INSTANTIATE(float, f32)
+INSTANTIATE(__nv_bfloat16, bf16)

@@ -1,0 +1,418 @@
+//! Fused CUDA kernels for decoding one token at a time (src/engine/ops/cuda/decode.cu): there each Candle op
+//! is a kernel launch, and launches, not arithmetic, set the pace. A decoder layer takes ten launches with
+//! these instead of about twenty-one composed ones.
+//!
+//! - [`add_rms_norm`]: residual add and the following RMS norm in one pass (both results returned).
+//! - [`silu_mul_halves`]: SwiGLU on a fused gate|up product.
+//! - [`kv_write`]: rotate the new keys and write keys and values into the layer's cache in place.
+//! - [`attention`]: one query per head against the cache, rotating the query on the way in.
+//!
+//! Only f32 and bf16 on CUDA; [`available`] says when a caller may use them.
+
+use candle_core::{DType, Device, Result, Tensor};
+
+/// Whether the fused kernels run for tensors of `dtype` on `device`.
+pub fn available(device: &Device, dtype: DType) -> bool {
+    cfg!(feature = "cuda") && device.is_cuda() && matches!(dtype, DType::F32 | DType::BF16)
+}
+
+/// `METAL_CANDLE_NO_FUSED_DECODE=1` keeps decoding on the composed ops (for A/B comparisons).
+pub fn disabled_by_env() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DISABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_NO_FUSED_DECODE").is_some())
+}
+
+/// Shapes of the attention for one decoded token.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Position of the new token; the cache holds `pos + 1` positions after [`kv_write`].
+    pub pos: usize,
+    /// First cached position inside the sliding window (0 without one).
+    pub first_visible: usize,
+}
+
+/// `(x + delta, rms_norm(x + delta) * weight)` for contiguous x, delta: (..., hidden).
+pub fn add_rms_norm(x: &Tensor, delta: &Tensor, weight: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+    let both = x.contiguous()?.apply_op3_no_bwd(&delta.contiguous()?, weight, &imp::AddRmsNorm { eps: eps as f32 })?;
+    Ok((both.get(0)?, both.get(1)?))
+}
+
+/// `silu(gate) * up` for `gate_up` (..., 2 * inter) holding gate then up: (..., inter).
+pub fn silu_mul_halves(gate_up: &Tensor) -> Result<Tensor> {
+    gate_up.contiguous()?.apply_op1_no_bwd(&imp::SiluMulHalves)
+}
+
+/// Write the token's rotated keys and its values from `qkv` (b, 1, (heads + 2 kv) * d) into `cache`
+/// (2, b, kv, capacity, d) at `shape.pos`. `rope`: (positions, d) rows of [cos | sin] in f32.
+pub fn kv_write(cache: &Tensor, qkv: &Tensor, rope: &Tensor, shape: DecodeShape) -> Result<()> {
+    cache.inplace_op3(&qkv.contiguous()?, rope, &imp::KvWrite { shape })
+}
+
+/// Attention output (b, 1, heads * d) of the token in `qkv` over the cache's first `pos + 1` positions.
+pub fn attention(qkv: &Tensor, cache: &Tensor, rope: &Tensor, shape: DecodeShape) -> Result<Tensor> {
+    qkv.contiguous()?.apply_op3_no_bwd(cache, rope, &imp::Attention { shape })
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use super::DecodeShape;
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::{CudaDType, WrapErr};
+    use candle_core::{bail, CudaStorage, DType, Layout, Result, Shape};
+
+    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode.ptx"));
+
+    fn kernel_name(storage: &CudaStorage, name: &str) -> Result<String> {
+        match storage.dtype() {
+            DType::F32 => Ok(format!("{name}_f32")),
+            DType::BF16 => Ok(format!("{name}_bf16")),
+            other => bail!("fused decode kernels take f32 or bf16, not {other:?}"),
+        }
+    }
+
+    /// The kernel `name` for `storage`'s dtype (Candle's function handle type is not nameable here).
+    macro_rules! func {
+        ($storage:expr, $name:literal) => {
+            $storage.device().get_or_load_custom_func(&kernel_name($storage, $name)?, "metal_candle_decode", PTX)
+        };
+    }
+
+    fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout, what: &str) -> Result<CudaView<'a, T>> {
+        let Some((start, end)) = layout.contiguous_offsets() else { bail!("fused decode: {what} must be contiguous") };
+        Ok(storage.as_cuda_slice::<T>()?.slice(start..end))
+    }
+
+    fn int(v: usize) -> i32 {
+        v as i32
+    }
+
+    /// Run `$body` with `$t` bound to the Rust element type of `$storage`.
+    macro_rules! with_dtype {
+        ($storage:expr, $t:ident, $body:block) => {
+            match $storage.dtype() {
+                DType::F32 => {
+                    type $t = f32;
+                    $body
+                }
+                DType::BF16 => {
+                    type $t = half::bf16;
+                    $body
+                }
+                other => bail!("fused decode kernels take f32 or bf16, not {other:?}"),
+            }
+        };
+    }
+
+    fn output<T: CudaDType + DeviceRepr>(
+        dev: &candle_core::CudaDevice,
+        len: usize,
+    ) -> Result<candle_core::cuda_backend::cudarc::driver::CudaSlice<T>> {
+        // SAFETY: every element is written by the kernel that follows.
+        unsafe { dev.alloc::<T>(len) }
+    }
+
+    pub struct AddRmsNorm {
+        pub eps: f32,
+    }
+
+    impl candle_core::CustomOp3 for AddRmsNorm {
+        fn name(&self) -> &'static str {
+            "add-rms-norm"
+        }
+
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &Layout,
+            _: &candle_core::CpuStorage,
+            _: &Layout,
+            _: &candle_core::CpuStorage,
+            _: &Layout,
+        ) -> Result<(candle_core::CpuStorage, Shape)> {
+            bail!("add-rms-norm runs on CUDA only")
+        }
+
+        fn cuda_fwd(
+            &self,
+            x: &CudaStorage,
+            xl: &Layout,
+            d: &CudaStorage,
+            dl: &Layout,
+            w: &CudaStorage,
+            wl: &Layout,
+        ) -> Result<(CudaStorage, Shape)> {
+            let dims = xl.shape().dims();
+            let cols = dims[dims.len() - 1];
+            let rows = xl.shape().elem_count() / cols;
+            if dl.shape() != xl.shape() || wl.shape().elem_count() != cols {
+                bail!("add-rms-norm: shapes {:?} + {:?}, weight {:?}", xl.shape(), dl.shape(), wl.shape());
+            }
+            let dev = x.device().clone();
+            let f = func!(x, "add_rms_norm")?;
+            let slice = with_dtype!(x, T, {
+                let out = output::<T>(&dev, 2 * rows * cols)?;
+                let (xv, dv, wv) = (view::<T>(x, xl, "x")?, view::<T>(d, dl, "delta")?, view::<T>(w, wl, "weight")?);
+                let mut b = f.builder();
+                b.arg(&xv);
+                b.arg(&dv);
+                b.arg(&wv);
+                b.arg(&out);
+                candle_core::builder_arg!(b, int(rows), int(cols), self.eps);
+                let block = if cols >= 1024 { 512 } else { 128 };
+                let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+                // SAFETY: arguments match the kernel's signature; buffers are sized above.
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            let mut out_dims = vec![2];
+            out_dims.extend_from_slice(dims);
+            Ok((slice, Shape::from(out_dims)))
+        }
+    }
+
+    pub struct SiluMulHalves;
+
+    impl candle_core::CustomOp1 for SiluMulHalves {
+        fn name(&self) -> &'static str {
+            "silu-mul-halves"
+        }
+
+        fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> Result<(candle_core::CpuStorage, Shape)> {
+            bail!("silu-mul-halves runs on CUDA only")
+        }
+
+        fn cuda_fwd(&self, gu: &CudaStorage, layout: &Layout) -> Result<(CudaStorage, Shape)> {
+            let dims = layout.shape().dims();
+            let inter = dims[dims.len() - 1] / 2;
+            let rows = layout.shape().elem_count() / (2 * inter).max(1);
+            let dev = gu.device().clone();
+            let f = func!(gu, "silu_mul_halves")?;
+            let slice = with_dtype!(gu, T, {
+                let out = output::<T>(&dev, rows * inter)?;
+                let input = view::<T>(gu, layout, "gate_up")?;
+                let mut b = f.builder();
+                b.arg(&input);
+                b.arg(&out);
+                candle_core::builder_arg!(b, int(rows), int(inter));
+                let blocks = (rows * inter).div_ceil(256).min(4096) as u32;
+                let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                // SAFETY: arguments match the kernel's signature; buffers are sized above.
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            let mut out_dims = dims.to_vec();
+            *out_dims.last_mut().expect("non-empty shape") = inter;
+            Ok((slice, Shape::from(out_dims)))
+        }
+    }
+
+    /// Checks shared by the cache write and the attention: qkv (b, 1, (h + 2 kv) d), cache (2, b, kv, cap, d),
+    /// rope (positions, d) f32. Returns (b, cap).
+    fn check(shape: &DecodeShape, qkv: &Layout, cache: &Layout, rope: &Layout) -> Result<(usize, usize)> {
+        let s = shape;
+        let (two, b, kv, cap, d) = cache.shape().dims5()?;
+        let width = (s.heads + 2 * s.kv_heads) * s.head_dim;
+        if two != 2 || kv != s.kv_heads || d != s.head_dim || qkv.shape().elem_count() != b * width {
+            bail!("fused decode: cache {:?} does not fit qkv {:?}", cache.shape(), qkv.shape());
+        }
+        if s.pos >= cap || rope.shape().dims2()?.1 != d || s.pos >= rope.shape().dims2()?.0 {
+            bail!("fused decode: position {} outside the cache ({cap}) or rotary table {:?}", s.pos, rope.shape());
+        }
+        if d > 256 || d % 2 != 0 || s.heads % s.kv_heads != 0 || cache.contiguous_offsets().is_none() {
+            bail!("fused decode: unsupported head layout (d={d}, heads={}, kv={})", s.heads, s.kv_heads);
+        }
+        Ok((b, cap))
+    }
+
+    pub struct KvWrite {
+        pub shape: DecodeShape,
+    }
+
+    impl candle_core::InplaceOp3 for KvWrite {
+        fn name(&self) -> &'static str {
+            "kv-write"
+        }
+
+        fn cpu_fwd(
+            &self,
+            _: &mut candle_core::CpuStorage,
+            _: &Layout,
+            _: &candle_core::CpuStorage,
+            _: &Layout,
+            _: &candle_core::CpuStorage,
+            _: &Layout,
+        ) -> Result<()> {
+            bail!("kv-write runs on CUDA only")
+        }
+
+        fn cuda_fwd(
+            &self,
+            cache: &mut CudaStorage,
+            cl: &Layout,
+            qkv: &CudaStorage,
+            ql: &Layout,
+            rope: &CudaStorage,
+            rl: &Layout,
+        ) -> Result<()> {
+            let s = self.shape;
+            let (b, cap) = check(&s, ql, cl, rl)?;
+            if cache.dtype() != qkv.dtype() {
+                bail!("kv-write: cache {:?} and qkv {:?} differ", cache.dtype(), qkv.dtype());
+            }
+            let f = func!(qkv, "kv_write")?;
+            let rope_view = view::<f32>(rope, rl, "rope")?;
+            let start = cl.start_offset();
+            with_dtype!(qkv, T, {
+                let q = view::<T>(qkv, ql, "qkv")?;
+                let mut c = cache.as_cuda_slice_mut::<T>()?.slice_mut(start..);
+                let mut b_ = f.builder();
+                b_.arg(&q);
+                b_.arg(&rope_view);
+                b_.arg(&mut c);
+                candle_core::builder_arg!(
+                    b_,
+                    int(s.heads),
+                    int(s.kv_heads),
+                    int(s.head_dim),
+                    int(cap),
+                    int(b),
+                    int(s.pos)
+                );
+                let cfg = LaunchConfig {
+                    grid_dim: (s.kv_heads as u32, b as u32, 1),
+                    block_dim: (s.head_dim as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: arguments match the kernel's signature; `check` bounds every index.
+                unsafe { b_.launch(cfg) }.w()?;
+            });
+            Ok(())
+        }
+    }
+
+    pub struct Attention {
+        pub shape: DecodeShape,
+    }
+
+    impl candle_core::CustomOp3 for Attention {
+        fn name(&self) -> &'static str {
+            "decode-attention"
+        }
+
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &Layout,
+            _: &candle_core::CpuStorage,
+            _: &Layout,
+            _: &candle_core::CpuStorage,
+            _: &Layout,
+        ) -> Result<(candle_core::CpuStorage, Shape)> {
+            bail!("decode-attention runs on CUDA only")
+        }
+
+        fn cuda_fwd(
+            &self,
+            qkv: &CudaStorage,
+            ql: &Layout,
+            cache: &CudaStorage,
+            cl: &Layout,
+            rope: &CudaStorage,
+            rl: &Layout,
+        ) -> Result<(CudaStorage, Shape)> {
+            let s = self.shape;
+            let (b, cap) = check(&s, ql, cl, rl)?;
+            let dev = qkv.device().clone();
+            let f = func!(qkv, "attn_decode")?;
+            let rope_view = view::<f32>(rope, rl, "rope")?;
+            let scale = 1.0 / (s.head_dim as f64).sqrt();
+            let slice = with_dtype!(qkv, T, {
+                let out = output::<T>(&dev, b * s.heads * s.head_dim)?;
+                let (q, c) = (view::<T>(qkv, ql, "qkv")?, view::<T>(cache, cl, "cache")?);
+                let mut b_ = f.builder();
+                b_.arg(&q);
+                b_.arg(&rope_view);
+                b_.arg(&c);
+                b_.arg(&out);
+                candle_core::builder_arg!(
+                    b_,
+                    int(s.heads),
+                    int(s.kv_heads),
+                    int(s.head_dim),
+                    int(cap),
+                    int(b),
+                    int(s.pos),
+                    int(s.pos + 1),
+                    int(s.first_visible),
+                    scale as f32
+                );
+                let cfg = LaunchConfig {
+                    grid_dim: (s.heads as u32, b as u32, 1),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: arguments match the kernel's signature; `check` bounds every index.
+                unsafe { b_.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            Ok((slice, Shape::from((b, 1, s.heads * s.head_dim))))
+        }
+    }
+}
+
+/// Without CUDA the ops exist but refuse to run; [`available`] is false, so callers never reach them.
+#[cfg(not(feature = "cuda"))]
+mod imp {
+    use super::DecodeShape;
+    use candle_core::{bail, CpuStorage, Layout, Result, Shape};
+
+    macro_rules! cpu_only_refusal {
+        ($ty:ident, $trait:ident, $name:literal) => {
+            impl candle_core::$trait for $ty {
+                fn name(&self) -> &'static str {
+                    $name
+                }
+                cpu_only_refusal!(@fwd $trait);
+            }
+        };
+        (@fwd CustomOp1) => {
+            fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+                bail!("fused decode kernels need the cuda feature")
+            }
+        };
+        (@fwd CustomOp3) => {
+            fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout)
+                -> Result<(CpuStorage, Shape)> {
+                bail!("fused decode kernels need the cuda feature")
+            }
+        };
+        (@fwd InplaceOp3) => {
+            fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout)
+                -> Result<()> {
+                bail!("fused decode kernels need the cuda feature")
+            }
+        };
+    }
+
+    #[allow(dead_code)]
+    pub struct AddRmsNorm {
+        pub eps: f32,
+    }
+    pub struct SiluMulHalves;
+    #[allow(dead_code)]
+    pub struct KvWrite {
+        pub shape: DecodeShape,
+    }
+    #[allow(dead_code)]
+    pub struct Attention {
+        pub shape: DecodeShape,
+    }
+    cpu_only_refusal!(AddRmsNorm, CustomOp3, "add-rms-norm");
+    cpu_only_refusal!(SiluMulHalves, CustomOp1, "silu-mul-halves");
+    cpu_only_refusal!(KvWrite, InplaceOp3, "kv-write");
+    cpu_only_refusal!(Attention, CustomOp3, "decode-attention");
+}
