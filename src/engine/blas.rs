@@ -35,6 +35,9 @@ struct Blas {
     sgemm: SgemmFn,
     /// The library's file name as loaded.
     name: String,
+    /// The library runs single-threaded because we set it so, and we split each multiply over
+    /// [`cpu_team`](crate::engine::cpu_team) ourselves. False when the user chose the library's thread count.
+    split_by_team: bool,
 }
 
 // SAFETY: a function pointer into a thread-safe library.
@@ -68,12 +71,21 @@ fn load() -> Option<Blas> {
             std::env::set_var("OPENBLAS_CORETYPE", core);
         }
     }
+    // The library's own worker threads sleep between multiplies and are woken through the kernel for each
+    // one: a training step does ~1,500 multiplies, and the wake-ups (plus OpenBLAS's sched_yield spinning)
+    // were a tenth of its time. Unless the user chose a thread count, the library runs single-threaded and
+    // `sgemm_operands` splits each multiply over our decode/compute team, whose helpers stay awake between
+    // sections. (This also avoids OpenBLAS 0.3.21's exit hang in gotoblas_quit, which needs worker threads.)
+    let user_threads =
+        ["OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"].iter().any(|v| std::env::var_os(v).is_some());
+    if !user_threads {
+        std::env::set_var("OPENBLAS_NUM_THREADS", "1");
+        std::env::set_var("MKL_NUM_THREADS", "1");
+    }
     if std::env::var_os("OPENBLAS_THREAD_TIMEOUT").is_none() {
-        // OpenBLAS 0.3.21's worker threads spin ~0.1 s after each multiply before they sleep, and a worker that
-        // goes to sleep while the process exits can miss the shutdown signal: exit then hangs forever in
-        // gotoblas_quit joining it (seen at the end of a test binary that trained on a worker thread). With the
-        // shortest spin (2^4 cycles) they are asleep long before exit, and between multiplies they leave the
-        // cores to our own element-wise kernels. Waking them costs microseconds per multiply.
+        // With user-chosen threads: OpenBLAS 0.3.21's workers spin ~0.1 s after each multiply, and one that
+        // goes to sleep while the process exits can miss the shutdown signal (exit then hangs in
+        // gotoblas_quit). With the shortest spin they are asleep long before exit.
         std::env::set_var("OPENBLAS_THREAD_TIMEOUT", "4");
     }
     if std::env::var_os("MKL_THREADING_LAYER").is_none() {
@@ -105,6 +117,7 @@ fn load() -> Option<Blas> {
                 return Some(Blas {
                     sgemm: std::mem::transmute::<*mut c_void, SgemmFn>(sym),
                     name: file.unwrap_or(name),
+                    split_by_team: !user_threads,
                 });
             }
         }
@@ -201,6 +214,54 @@ pub unsafe fn sgemm_operands(a: Operand, b: Operand, c: *mut f32, m: usize, n: u
     if m.max(n).max(k).max(a.ld).max(b.ld) > c_int::MAX as usize {
         return false;
     }
+    let parts = if blas.split_by_team { crate::engine::cpu_pool::threads() } else { 1 };
+    // Split the larger output dimension, so that each part re-packs only the smaller operand.
+    let (split_rows, extent) = if m >= n { (true, m) } else { (false, n) };
+    let parts = parts.min(extent / MIN_ROWS_PER_PART).max(1);
+    if parts == 1 {
+        call(blas, a, b, c, (m, n, k), n);
+        return true;
+    }
+    let block = extent.div_ceil(parts);
+    let c_addr = c as usize;
+    crate::engine::cpu_team::run(parts, &|part| {
+        let start = part * block;
+        let len = block.min(extent - start);
+        // Parts write disjoint blocks of `c`: rows start..start+len, or those columns of every row.
+        let c = c_addr as *mut f32;
+        if split_rows {
+            let a_part = a.offset_rows(start);
+            unsafe { call(blas, a_part, b, c.add(start * n), (len, n, k), n) };
+        } else {
+            let b_part = b.offset_cols(start);
+            unsafe { call(blas, a, b_part, c.add(start), (m, len, k), n) };
+        }
+    });
+    true
+}
+
+/// Smallest block of output rows (or columns) worth a part of its own.
+const MIN_ROWS_PER_PART: usize = 32;
+
+impl<'a> Operand<'a> {
+    /// The operand `op(self)` (rows, cols) without its first `rows` rows.
+    fn offset_rows(self, rows: usize) -> Self {
+        let offset = if self.transposed { rows } else { rows * self.ld };
+        Self { data: &self.data[offset..], ..self }
+    }
+
+    /// The operand `op(self)` (rows, cols) without its first `cols` columns.
+    fn offset_cols(self, cols: usize) -> Self {
+        let offset = if self.transposed { cols * self.ld } else { cols };
+        Self { data: &self.data[offset..], ..self }
+    }
+}
+
+/// One BLAS call: `c (m, n)` with leading dimension `ldc` = op(a) · op(b).
+///
+/// # Safety
+/// As [`sgemm_operands`].
+unsafe fn call(blas: &Blas, a: Operand, b: Operand, c: *mut f32, (m, n, k): (usize, usize, usize), ldc: usize) {
     let trans = |t: bool| if t { TRANS } else { NO_TRANS };
     (blas.sgemm)(
         ROW_MAJOR,
@@ -216,7 +277,6 @@ pub unsafe fn sgemm_operands(a: Operand, b: Operand, c: *mut f32, m: usize, n: u
         b.ld as c_int,
         0.0,
         c,
-        n as c_int,
+        ldc as c_int,
     );
-    true
 }

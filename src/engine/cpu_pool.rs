@@ -1,59 +1,124 @@
-//! One small pool of worker threads, one per core, for the CPU-heavy work we parallelise ourselves: the
-//! row blocks of a BLAS multiply (OpenBLAS itself runs single-threaded, see blas.rs), decoding's
-//! matrix-vector products, and the fused training kernels.
+//! Data-parallel helpers for the CPU work we parallelise ourselves (the element-wise training kernels, the
+//! head loss rows): a slice is cut into chunks and the chunks are run on [`cpu_team`], the same
+//! always-awake helper threads that split BLAS multiplies and decoding's matrix-vector products.
 //!
-//! A single pool matters on small machines: two libraries each with their own spinning workers (OpenBLAS's
-//! threads busy-wait with sched_yield for a while after every call) fight over the same two cores.
+//! One set of workers matters on small machines: with a second pool (rayon's, or a BLAS library's own
+//! threads) idle workers of one spin or sleep while the other's run, and they fight over the same cores.
 
-/// The shared pool, or None if threads cannot be started (callers then work on the calling thread).
-pub fn pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads())
-            .thread_name(|i| format!("metal-candle-cpu-{i}"))
-            .build()
-            .ok()
-    })
-    .as_ref()
-}
+use crate::engine::cpu_team;
 
-/// Worker threads in the pool: the available cores, at most 16.
+/// Threads that share CPU work: the available cores, at most 16.
 pub fn threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16)
 }
 
-/// Run `work(index, chunk)` over `data` split into chunks of `chunk_len`, on the pool when there is one.
-pub fn for_each_chunk<T: Send>(data: &mut [T], chunk_len: usize, work: impl Fn(usize, &mut [T]) + Sync + Send) {
-    use rayon::prelude::*;
-    let chunk_len = chunk_len.max(1);
-    match pool() {
-        Some(pool) if data.len() > chunk_len => {
-            pool.install(|| data.par_chunks_mut(chunk_len).enumerate().for_each(|(i, c)| work(i, c)))
-        }
-        _ => data.chunks_mut(chunk_len).enumerate().for_each(|(i, c)| work(i, c)),
-    }
-}
-
-/// Like [`for_each_chunk`] over two equally long buffers split at the same points.
-pub fn for_each_chunk_pair<T: Send>(
-    a: &mut [T],
-    b: &mut [T],
-    chunk_len: usize,
-    work: impl Fn(usize, &mut [T], &mut [T]) + Sync + Send,
-) {
-    use rayon::prelude::*;
-    let chunk_len = chunk_len.max(1);
-    match pool() {
-        Some(pool) if a.len() > chunk_len => pool.install(|| {
-            a.par_chunks_mut(chunk_len)
-                .zip(b.par_chunks_mut(chunk_len))
-                .enumerate()
-                .for_each(|(i, (x, y))| work(i, x, y))
-        }),
-        _ => a.chunks_mut(chunk_len).zip(b.chunks_mut(chunk_len)).enumerate().for_each(|(i, (x, y))| work(i, x, y)),
-    }
-}
-
 /// Elements per task when splitting element-wise work: large enough that scheduling costs nothing.
 pub const ELEMENTS_PER_TASK: usize = 1 << 16;
+
+/// A raw pointer that tasks use to reach their own disjoint chunk of a buffer.
+struct Shared<T>(*mut T);
+unsafe impl<T: Send> Send for Shared<T> {}
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    fn ptr(&self) -> *mut T {
+        self.0
+    }
+
+    /// Chunk `index` of `chunk_len` elements of a buffer of `len` elements.
+    ///
+    /// # Safety
+    /// Each index must be used by one task at a time, while the buffer is borrowed mutably by the caller.
+    unsafe fn chunk<'a>(&self, index: usize, chunk_len: usize, len: usize) -> &'a mut [T] {
+        let start = index * chunk_len;
+        std::slice::from_raw_parts_mut(self.0.add(start), chunk_len.min(len - start))
+    }
+}
+
+/// Run `work(index, chunk)` over `data` cut into chunks of `chunk_len`, spread over the team.
+pub fn for_each_chunk<T: Send>(data: &mut [T], chunk_len: usize, work: impl Fn(usize, &mut [T]) + Sync) {
+    let (len, chunk_len) = (data.len(), chunk_len.max(1));
+    let shared = Shared(data.as_mut_ptr());
+    // SAFETY: task i alone touches chunk i; `run` returns only after every task is done.
+    cpu_team::run(len.div_ceil(chunk_len), &|i| work(i, unsafe { shared.chunk(i, chunk_len, len) }));
+}
+
+/// A new buffer of `len` f32 whose chunks of `chunk_len` are filled by `work(index, chunk)` on the team.
+/// Each chunk is zeroed by its own task just before `work` (cache-hot, in parallel) instead of the whole
+/// buffer being zeroed up front on the calling thread.
+pub fn new_f32(len: usize, chunk_len: usize, work: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
+    let mut out: Vec<f32> = Vec::with_capacity(len);
+    for_each_chunk(&mut out.spare_capacity_mut()[..len], chunk_len, |i, chunk| {
+        chunk.iter_mut().for_each(|x| {
+            x.write(0.0);
+        });
+        // SAFETY: every element of the chunk was just initialised.
+        work(i, unsafe { &mut *(chunk as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) })
+    });
+    // SAFETY: the chunks cover all `len` elements, each initialised above.
+    unsafe { out.set_len(len) };
+    out
+}
+
+/// Two new buffers of `len` f32 filled together, chunk by chunk, as in [`new_f32`].
+pub fn new_f32_pair(
+    len: usize,
+    chunk_len: usize,
+    work: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut second: Vec<f32> = Vec::with_capacity(len);
+    let shared = Shared(second.as_mut_ptr());
+    let chunk_len = chunk_len.max(1);
+    let first = new_f32(len, chunk_len, |i, a| {
+        // SAFETY: task i alone writes chunk i of `second`, whose capacity is `len`; zeroed before use.
+        let b = unsafe { shared.chunk(i, chunk_len, len) };
+        b.iter_mut().for_each(|x| *x = 0.0);
+        work(i, a, b)
+    });
+    // SAFETY: every chunk of `second` was written above.
+    unsafe { second.set_len(len) };
+    (first, second)
+}
+
+/// Rows of `row_len` per task so that a task handles about [`ELEMENTS_PER_TASK`] elements.
+pub fn rows_per_task(row_len: usize) -> usize {
+    (ELEMENTS_PER_TASK / row_len.max(1)).max(1)
+}
+
+/// `f(index, chunk)` for each chunk of `data`, collected in order.
+pub fn map_chunks<T: Send, R: Send + Default + Clone>(
+    data: &mut [T],
+    chunk_len: usize,
+    f: impl Fn(usize, &mut [T]) -> R + Sync,
+) -> Vec<R> {
+    let chunk_len = chunk_len.max(1);
+    let mut results = vec![R::default(); data.len().div_ceil(chunk_len)];
+    let out = Shared(results.as_mut_ptr());
+    // SAFETY: task i writes only results[i].
+    for_each_chunk(data, chunk_len, |i, chunk| unsafe { *out.ptr().add(i) = f(i, chunk) });
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_buffer_once_in_order() {
+        let mut data: Vec<usize> = vec![0; 1000];
+        for_each_chunk(&mut data, 64, |i, c| c.iter_mut().for_each(|x| *x += i + 1));
+        assert!(data.iter().enumerate().all(|(j, &x)| x == j / 64 + 1));
+        let (a, b) = new_f32_pair(130, 7, |i, x, y| {
+            x.iter_mut().for_each(|v| *v = i as f32);
+            y.iter_mut().for_each(|v| *v = -(i as f32));
+        });
+        assert!((0..130).all(|j| a[j] == (j / 7) as f32 && b[j] == -a[j]));
+        assert_eq!(
+            new_f32(10, 3, |i, c| c.iter_mut().for_each(|v| *v += i as f32)),
+            [0., 0., 0., 1., 1., 1., 2., 2., 2., 3.]
+        );
+        let sums = map_chunks(&mut data, 100, |_, c| c.iter().sum::<usize>());
+        assert_eq!(sums.len(), 10);
+        assert_eq!(sums.iter().sum::<usize>(), data.iter().sum::<usize>());
+    }
+}

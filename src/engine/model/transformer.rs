@@ -104,7 +104,7 @@ pub struct Attention {
     pub(crate) sliding_window: Option<usize>,
     /// On CUDA: q, k and v weights (and biases) in one tensor, of which the three projections' weights are
     /// row views; decoding multiplies by it once. None on other devices.
-    fused_qkv: Option<(Tensor, Option<Tensor>)>,
+    fused_qkv: Option<FusedWeight>,
 }
 
 impl Attention {
@@ -349,6 +349,9 @@ impl DecoderLayer {
     }
 }
 
+/// Projections' weights concatenated along the output dimension, and their biases if they have them.
+type FusedWeight = (Tensor, Option<Tensor>);
+
 /// Reads named tensors with the right shape, dtype and device.
 struct WeightLoader<'a> {
     weights: &'a Weights,
@@ -375,7 +378,7 @@ impl WeightLoader<'_> {
         in_features: usize,
         out_features: [usize; N],
         bias: bool,
-    ) -> Result<([Linear; N], Option<(Tensor, Option<Tensor>)>)> {
+    ) -> Result<([Linear; N], Option<FusedWeight>)> {
         let linears = prefixes
             .iter()
             .zip(out_features)

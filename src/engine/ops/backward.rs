@@ -49,10 +49,8 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
     if is_cpu_f32(gate) && is_cpu_f32(up) && is_cpu_f32(dm) {
         let (g, u, d) = (f32_of(gate)?, f32_of(up)?, f32_of(dm)?);
         let (g, u, d): (&[f32], &[f32], &[f32]) = (&g, &u, &d);
-        let mut dgate = vec![0f32; g.len()];
-        let mut dup = vec![0f32; g.len()];
         let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
-        crate::engine::cpu_pool::for_each_chunk_pair(&mut dgate, &mut dup, chunk, |c, dgate, dup| {
+        let (dgate, dup) = crate::engine::cpu_pool::new_f32_pair(g.len(), chunk, |c, dgate, dup| {
             let (g, u, d) = (&g[c * chunk..], &u[c * chunk..], &d[c * chunk..]);
             for i in 0..dgate.len() {
                 let sig = 1.0 / (1.0 + (-g[i]).exp());

@@ -57,25 +57,11 @@ fn head_nll_cpu(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Opt
         if !crate::engine::blas::sgemm(&x[start * h..(start + rows) * h], w, chunk, rows, vocab, h, true) {
             candle_core::bail!("head loss: BLAS multiply failed");
         }
-        let mut row_nll = [0f64; CPU_CHUNK_ROWS];
         let with_grad = grad.is_some();
-        let row_loss = |(row, (nll, &target)): (&mut [f32], (&mut f64, &u32))| {
-            *nll = row_loss_and_grad(row, target as usize, with_grad.then_some(scale));
-        };
-        match crate::engine::cpu_pool::pool() {
-            Some(pool) => pool.install(|| {
-                use rayon::prelude::*;
-                chunk
-                    .par_chunks_exact_mut(vocab)
-                    .zip(row_nll.par_iter_mut().zip(&targets[start..start + rows]))
-                    .for_each(row_loss)
-            }),
-            None => chunk
-                .chunks_exact_mut(vocab)
-                .zip(row_nll.iter_mut().zip(&targets[start..start + rows]))
-                .for_each(row_loss),
-        }
-        nll_sum += row_nll[..rows].iter().sum::<f64>();
+        let row_nll = crate::engine::cpu_pool::map_chunks(chunk, vocab, |row, logits| {
+            row_loss_and_grad(logits, targets[start + row] as usize, with_grad.then_some(scale))
+        });
+        nll_sum += row_nll.iter().sum::<f64>();
         if let Some(grad) = grad.as_mut() {
             let dst = &mut grad[start * h..(start + rows) * h];
             if !crate::engine::blas::sgemm(chunk, w, dst, rows, h, vocab, false) {

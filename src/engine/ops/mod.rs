@@ -145,9 +145,8 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     if is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape() && !tracked {
         let (g, u) = (f32_of(gate)?, f32_of(up)?);
         let (g, u): (&[f32], &[f32]) = (&g, &u);
-        let mut out = vec![0f32; g.len()];
         let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
-        crate::engine::cpu_pool::for_each_chunk(&mut out, chunk, |i, dst| {
+        let out = crate::engine::cpu_pool::new_f32(g.len(), chunk, |i, dst| {
             let (g, u) = (&g[i * chunk..], &u[i * chunk..]);
             for (j, o) in dst.iter_mut().enumerate() {
                 *o = g[j] / (1.0 + (-g[j]).exp()) * u[j];
@@ -156,6 +155,35 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         return Tensor::from_vec(out, gate.shape(), gate.device());
     }
     candle_nn::ops::silu(gate)? * up
+}
+
+/// `a + scale * b` for tensors of one shape: one parallel pass on the CPU in f32 when no gradient is
+/// tracked (the hand-written training pass's residuals, adapter outputs and gradient sums), Candle's ops
+/// otherwise.
+pub fn add_scaled(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
+    let tracked = a.track_op() || b.track_op();
+    if is_cpu_f32(a) && is_cpu_f32(b) && a.shape() == b.shape() && !tracked {
+        let (x, y) = (f32_of(a)?, f32_of(b)?);
+        let (x, y): (&[f32], &[f32]) = (&x, &y);
+        let (s, chunk) = (scale as f32, crate::engine::cpu_pool::ELEMENTS_PER_TASK);
+        let out = crate::engine::cpu_pool::new_f32(x.len(), chunk, |i, dst| {
+            let (x, y) = (&x[i * chunk..], &y[i * chunk..]);
+            for (j, o) in dst.iter_mut().enumerate() {
+                *o = x[j] + s * y[j];
+            }
+        });
+        return Tensor::from_vec(out, a.shape(), a.device());
+    }
+    if scale == 1.0 {
+        a + b
+    } else {
+        a + (b * scale)?
+    }
+}
+
+/// `a + b` for tensors of one shape (see [`add_scaled`]).
+pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    add_scaled(a, b, 1.0)
 }
 
 #[cfg(test)]

@@ -82,13 +82,13 @@ pub(super) fn forward(layer: &DecoderLayer, x: &Tensor, ctx: &SequenceContext) -
     let probs = ops::scaled_masked_softmax(&scores, scale, ctx.mask.as_ref(), composed)?.to_dtype(v.dtype())?;
     let attn = ops::matmul(&probs, &v)?.reshape((b, heads, t, d))?.transpose(1, 2)?.reshape((b * t, heads * d))?;
     let (attn_out, o_tape) = linear::forward(&att.o_proj, &attn, ctx.train)?;
-    let x_mid = (x + attn_out)?;
+    let x_mid = ops::add(x, &attn_out)?;
     let normed_mid = ops::rms_norm(&x_mid, &layer.post_attention_layernorm, layer.rms_norm_eps, composed)?;
     let (gate, gate_tape) = linear::forward(&layer.mlp.gate_proj, &normed_mid, ctx.train)?;
     let (up, up_tape) = linear::forward(&layer.mlp.up_proj, &normed_mid, ctx.train)?;
     let gated = ops::silu_mul(&gate, &up)?;
     let (down, down_tape) = linear::forward(&layer.mlp.down_proj, &gated, ctx.train)?;
-    let out = (&x_mid + down)?;
+    let out = ops::add(&x_mid, &down)?;
     let tape = LayerTape {
         x: x.clone(),
         normed_in,
@@ -130,11 +130,14 @@ pub(super) fn backward(
     // MLP and its residual.
     let d_gated = input_grad(linear::backward(&mlp.down_proj, &tape.gated, down_tape, d_out, grads, true)?)?;
     let (d_gate, d_up) = ops::silu_mul_backward(&tape.gate, &tape.up, &d_gated)?;
-    let d_normed_mid =
-        (input_grad(linear::backward(&mlp.gate_proj, &tape.normed_mid, gate_tape, &d_gate, grads, true)?)?
-            + input_grad(linear::backward(&mlp.up_proj, &tape.normed_mid, up_tape, &d_up, grads, true)?)?)?;
-    let d_mid = (d_out
-        + ops::rms_norm_backward(&tape.x_mid, &layer.post_attention_layernorm, layer.rms_norm_eps, &d_normed_mid)?)?;
+    let d_normed_mid = ops::add(
+        &input_grad(linear::backward(&mlp.gate_proj, &tape.normed_mid, gate_tape, &d_gate, grads, true)?)?,
+        &input_grad(linear::backward(&mlp.up_proj, &tape.normed_mid, up_tape, &d_up, grads, true)?)?,
+    )?;
+    let d_mid = ops::add(
+        d_out,
+        &ops::rms_norm_backward(&tape.x_mid, &layer.post_attention_layernorm, layer.rms_norm_eps, &d_normed_mid)?,
+    )?;
 
     // Attention.
     let d_attn = input_grad(linear::backward(&att.o_proj, &tape.attn, o_tape, &d_mid, grads, true)?)?;
@@ -161,7 +164,8 @@ pub(super) fn backward(
     if !need_input_grad {
         return Ok(None);
     }
-    let d_normed_in = ((input_grad(from_q)? + input_grad(from_k)?)? + input_grad(from_v)?)?;
-    let d_x = (d_mid + ops::rms_norm_backward(&tape.x, &layer.input_layernorm, layer.rms_norm_eps, &d_normed_in)?)?;
+    let d_normed_in = ops::add(&ops::add(&input_grad(from_q)?, &input_grad(from_k)?)?, &input_grad(from_v)?)?;
+    let d_x =
+        ops::add(&d_mid, &ops::rms_norm_backward(&tape.x, &layer.input_layernorm, layer.rms_norm_eps, &d_normed_in)?)?;
     Ok(Some(d_x))
 }

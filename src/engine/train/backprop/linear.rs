@@ -44,7 +44,7 @@ pub(super) fn forward(linear: &Linear, x: &Tensor, train: bool) -> Result<(Tenso
         Some(mask) => ops::matmul(&(x * mask)?, &a)?,
         None => ops::matmul(x, &a)?,
     };
-    let y = (y + (ops::matmul(&xa, &b)? * scale)?)?;
+    let y = ops::add_scaled(&y, &ops::matmul(&xa, &b)?, scale)?;
     Ok((y, LinearTape { mask, xa: Some(xa) }))
 }
 
@@ -72,7 +72,7 @@ pub(super) fn backward(
             if let Some(mask) = &tape.mask {
                 through_adapter = (through_adapter * mask)?;
             }
-            *dx = (&*dx + through_adapter)?;
+            *dx = ops::add(dx, &through_adapter)?;
         }
     }
     Ok(dx)
