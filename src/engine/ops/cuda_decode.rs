@@ -56,6 +56,45 @@ pub fn attention(qkv: &Tensor, cache: &Tensor, rope: &Tensor, shape: DecodeShape
     qkv.contiguous()?.apply_op3_no_bwd(cache, rope, &imp::Attention { shape })
 }
 
+/// The `cpu_fwd` of a CUDA-only op: an error naming the op (callers check [`available`] first).
+macro_rules! refuse_cpu {
+    (CustomOp1, $name:literal) => {
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+            candle_core::bail!(concat!($name, " runs on CUDA only (the fused decode kernels)"))
+        }
+    };
+    (CustomOp3, $name:literal) => {
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+            candle_core::bail!(concat!($name, " runs on CUDA only (the fused decode kernels)"))
+        }
+    };
+    (InplaceOp3, $name:literal) => {
+        fn cpu_fwd(
+            &self,
+            _: &mut candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<()> {
+            candle_core::bail!(concat!($name, " runs on CUDA only (the fused decode kernels)"))
+        }
+    };
+}
+
 #[cfg(feature = "cuda")]
 mod imp {
     use super::DecodeShape;
@@ -124,17 +163,7 @@ mod imp {
             "add-rms-norm"
         }
 
-        fn cpu_fwd(
-            &self,
-            _: &candle_core::CpuStorage,
-            _: &Layout,
-            _: &candle_core::CpuStorage,
-            _: &Layout,
-            _: &candle_core::CpuStorage,
-            _: &Layout,
-        ) -> Result<(candle_core::CpuStorage, Shape)> {
-            bail!("add-rms-norm runs on CUDA only")
-        }
+        refuse_cpu!(CustomOp3, "add-rms-norm");
 
         fn cuda_fwd(
             &self,
@@ -181,9 +210,7 @@ mod imp {
             "silu-mul-halves"
         }
 
-        fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> Result<(candle_core::CpuStorage, Shape)> {
-            bail!("silu-mul-halves runs on CUDA only")
-        }
+        refuse_cpu!(CustomOp1, "silu-mul-halves");
 
         fn cuda_fwd(&self, gu: &CudaStorage, layout: &Layout) -> Result<(CudaStorage, Shape)> {
             let dims = layout.shape().dims();
@@ -237,17 +264,7 @@ mod imp {
             "kv-write"
         }
 
-        fn cpu_fwd(
-            &self,
-            _: &mut candle_core::CpuStorage,
-            _: &Layout,
-            _: &candle_core::CpuStorage,
-            _: &Layout,
-            _: &candle_core::CpuStorage,
-            _: &Layout,
-        ) -> Result<()> {
-            bail!("kv-write runs on CUDA only")
-        }
+        refuse_cpu!(InplaceOp3, "kv-write");
 
         fn cuda_fwd(
             &self,
@@ -303,17 +320,7 @@ mod imp {
             "decode-attention"
         }
 
-        fn cpu_fwd(
-            &self,
-            _: &candle_core::CpuStorage,
-            _: &Layout,
-            _: &candle_core::CpuStorage,
-            _: &Layout,
-            _: &candle_core::CpuStorage,
-            _: &Layout,
-        ) -> Result<(candle_core::CpuStorage, Shape)> {
-            bail!("decode-attention runs on CUDA only")
-        }
+        refuse_cpu!(CustomOp3, "decode-attention");
 
         fn cuda_fwd(
             &self,
@@ -368,7 +375,6 @@ mod imp {
 #[cfg(not(feature = "cuda"))]
 mod imp {
     use super::DecodeShape;
-    use candle_core::{bail, CpuStorage, Layout, Result, Shape};
 
     macro_rules! cpu_only_refusal {
         ($ty:ident, $trait:ident, $name:literal) => {
@@ -376,24 +382,7 @@ mod imp {
                 fn name(&self) -> &'static str {
                     $name
                 }
-                cpu_only_refusal!(@fwd $trait);
-            }
-        };
-        (@fwd CustomOp1) => {
-            fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-                bail!("fused decode kernels need the cuda feature")
-            }
-        };
-        (@fwd CustomOp3) => {
-            fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout)
-                -> Result<(CpuStorage, Shape)> {
-                bail!("fused decode kernels need the cuda feature")
-            }
-        };
-        (@fwd InplaceOp3) => {
-            fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout)
-                -> Result<()> {
-                bail!("fused decode kernels need the cuda feature")
+                refuse_cpu!($trait, $name);
             }
         };
     }
