@@ -1,16 +1,25 @@
 //! Input gradients of the transformer's element-wise blocks, for the hand-written training backward pass
 //! (engine/train/backprop). Each takes what the forward pass saved and the output gradient; CPU f32 uses the
-//! fused kernels of `training_kernels`, other devices and dtypes compose Candle ops (which run on the GPU).
+//! fused kernels of `training_kernels`, CUDA f32/bf16 those of `cuda_training`, anything else composes Candle
+//! ops.
 
 use super::training_kernels::{rms_norm_backward_f32, rope_cpu, softmax_backward_f32};
 use super::{f32_of, is_cpu_f32, upcast};
 use candle_core::{Result, Tensor, D};
+
+/// Whether the fused CUDA kernels (cuda_training.rs) take this tensor's dtype on its device.
+fn fused_on_gpu(x: &Tensor) -> bool {
+    super::cuda_kernels::available(x.device(), x.dtype())
+}
 
 /// Gradient of `rms_norm(x, weight, eps)` with respect to `x` (the weight is frozen).
 pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> Result<Tensor> {
     if is_cpu_f32(x) && is_cpu_f32(dy) {
         let dx = rms_norm_backward_f32(&f32_of(x)?, &f32_of(dy)?, &f32_of(weight)?, eps as f32);
         return Tensor::from_vec(dx, x.shape(), x.device());
+    }
+    if fused_on_gpu(x) {
+        return super::cuda_training::rms_norm_backward(x, weight, eps, dy);
     }
     let dtype = x.dtype();
     let (xf, gw) = (upcast(x)?, upcast(&dy.broadcast_mul(weight)?)?);
@@ -39,6 +48,9 @@ pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
         let dx = softmax_backward_f32(&f32_of(p)?, &f32_of(dp)?, d, scale as f32);
         return Tensor::from_vec(dx, p.shape(), p.device());
     }
+    if fused_on_gpu(p) && p.dtype() == dp.dtype() {
+        return super::cuda_training::softmax_backward(p, dp, scale);
+    }
     let (p, dp) = (upcast(p)?, upcast(dp)?);
     let dot = (&dp * &p)?.sum_keepdim(D::Minus1)?;
     (p * dp.broadcast_sub(&dot)?)? * scale
@@ -62,6 +74,9 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
             Tensor::from_vec(dgate, gate.shape(), gate.device())?,
             Tensor::from_vec(dup, up.shape(), up.device())?,
         ));
+    }
+    if fused_on_gpu(gate) && up.dtype() == gate.dtype() && dm.dtype() == gate.dtype() {
+        return super::cuda_training::silu_mul_backward(gate, up, dm);
     }
     let dtype = gate.dtype();
     let (g, u, d) = (upcast(gate)?, upcast(up)?, upcast(dm)?);

@@ -1,4 +1,4 @@
-//! Fused CUDA kernels for decoding one token at a time (src/engine/ops/cuda/decode.cu): there each Candle op
+//! Fused CUDA kernels for decoding one token at a time (src/engine/ops/cuda/fused.cu): there each Candle op
 //! is a kernel launch, and launches, not arithmetic, set the pace. A decoder layer takes ten launches with
 //! these instead of about twenty-one composed ones.
 //!
@@ -7,14 +7,11 @@
 //! - [`kv_write`]: rotate the new keys and write keys and values into the layer's cache in place.
 //! - [`attention`]: one query per head against the cache, rotating the query on the way in.
 //!
-//! Only f32 and bf16 on CUDA; [`available`] says when a caller may use them.
+//! Only f32 and bf16 on CUDA; [`available`] says when a caller may use them. Launch plumbing: cuda_kernels.rs.
 
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{Result, Tensor};
 
-/// Whether the fused kernels run for tensors of `dtype` on `device`.
-pub fn available(device: &Device, dtype: DType) -> bool {
-    cfg!(feature = "cuda") && device.is_cuda() && matches!(dtype, DType::F32 | DType::BF16)
-}
+pub use super::cuda_kernels::available;
 
 /// `METAL_CANDLE_NO_FUSED_DECODE=1` keeps decoding on the composed ops (for A/B comparisons).
 pub fn disabled_by_env() -> bool {
@@ -56,103 +53,16 @@ pub fn attention(qkv: &Tensor, cache: &Tensor, rope: &Tensor, shape: DecodeShape
     qkv.contiguous()?.apply_op3_no_bwd(cache, rope, &imp::Attention { shape })
 }
 
-/// The `cpu_fwd` of a CUDA-only op: an error naming the op (callers check [`available`] first).
-macro_rules! refuse_cpu {
-    (CustomOp1, $name:literal) => {
-        fn cpu_fwd(
-            &self,
-            _: &candle_core::CpuStorage,
-            _: &candle_core::Layout,
-        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-            candle_core::bail!(concat!($name, " runs on CUDA only (the fused decode kernels)"))
-        }
-    };
-    (CustomOp3, $name:literal) => {
-        fn cpu_fwd(
-            &self,
-            _: &candle_core::CpuStorage,
-            _: &candle_core::Layout,
-            _: &candle_core::CpuStorage,
-            _: &candle_core::Layout,
-            _: &candle_core::CpuStorage,
-            _: &candle_core::Layout,
-        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-            candle_core::bail!(concat!($name, " runs on CUDA only (the fused decode kernels)"))
-        }
-    };
-    (InplaceOp3, $name:literal) => {
-        fn cpu_fwd(
-            &self,
-            _: &mut candle_core::CpuStorage,
-            _: &candle_core::Layout,
-            _: &candle_core::CpuStorage,
-            _: &candle_core::Layout,
-            _: &candle_core::CpuStorage,
-            _: &candle_core::Layout,
-        ) -> candle_core::Result<()> {
-            candle_core::bail!(concat!($name, " runs on CUDA only (the fused decode kernels)"))
-        }
-    };
-}
-
 #[cfg(feature = "cuda")]
 mod imp {
     use super::DecodeShape;
+    use crate::engine::ops::cuda_kernels::refuse_cpu;
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
-    use candle_core::cuda_backend::{CudaDType, WrapErr};
-    use candle_core::{bail, CudaStorage, DType, Layout, Result, Shape};
+    use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{bail, CudaStorage, Layout, Result, Shape};
 
-    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode.ptx"));
-
-    fn kernel_name(storage: &CudaStorage, name: &str) -> Result<String> {
-        match storage.dtype() {
-            DType::F32 => Ok(format!("{name}_f32")),
-            DType::BF16 => Ok(format!("{name}_bf16")),
-            other => bail!("fused decode kernels take f32 or bf16, not {other:?}"),
-        }
-    }
-
-    /// The kernel `name` for `storage`'s dtype (Candle's function handle type is not nameable here).
-    macro_rules! func {
-        ($storage:expr, $name:literal) => {
-            $storage.device().get_or_load_custom_func(&kernel_name($storage, $name)?, "metal_candle_decode", PTX)
-        };
-    }
-
-    fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout, what: &str) -> Result<CudaView<'a, T>> {
-        let Some((start, end)) = layout.contiguous_offsets() else { bail!("fused decode: {what} must be contiguous") };
-        Ok(storage.as_cuda_slice::<T>()?.slice(start..end))
-    }
-
-    fn int(v: usize) -> i32 {
-        v as i32
-    }
-
-    /// Run `$body` with `$t` bound to the Rust element type of `$storage`.
-    macro_rules! with_dtype {
-        ($storage:expr, $t:ident, $body:block) => {
-            match $storage.dtype() {
-                DType::F32 => {
-                    type $t = f32;
-                    $body
-                }
-                DType::BF16 => {
-                    type $t = half::bf16;
-                    $body
-                }
-                other => bail!("fused decode kernels take f32 or bf16, not {other:?}"),
-            }
-        };
-    }
-
-    fn output<T: CudaDType + DeviceRepr>(
-        dev: &candle_core::CudaDevice,
-        len: usize,
-    ) -> Result<candle_core::cuda_backend::cudarc::driver::CudaSlice<T>> {
-        // SAFETY: every element is written by the kernel that follows.
-        unsafe { dev.alloc::<T>(len) }
-    }
+    use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype};
 
     pub struct AddRmsNorm {
         pub eps: f32,
@@ -375,17 +285,7 @@ mod imp {
 #[cfg(not(feature = "cuda"))]
 mod imp {
     use super::DecodeShape;
-
-    macro_rules! cpu_only_refusal {
-        ($ty:ident, $trait:ident, $name:literal) => {
-            impl candle_core::$trait for $ty {
-                fn name(&self) -> &'static str {
-                    $name
-                }
-                refuse_cpu!($trait, $name);
-            }
-        };
-    }
+    use crate::engine::ops::cuda_kernels::cpu_only_op;
 
     #[allow(dead_code)]
     pub struct AddRmsNorm {
@@ -400,8 +300,8 @@ mod imp {
     pub struct Attention {
         pub shape: DecodeShape,
     }
-    cpu_only_refusal!(AddRmsNorm, CustomOp3, "add-rms-norm");
-    cpu_only_refusal!(SiluMulHalves, CustomOp1, "silu-mul-halves");
-    cpu_only_refusal!(KvWrite, InplaceOp3, "kv-write");
-    cpu_only_refusal!(Attention, CustomOp3, "decode-attention");
+    cpu_only_op!(AddRmsNorm, CustomOp3, "add-rms-norm");
+    cpu_only_op!(SiluMulHalves, CustomOp1, "silu-mul-halves");
+    cpu_only_op!(KvWrite, InplaceOp3, "kv-write");
+    cpu_only_op!(Attention, CustomOp3, "decode-attention");
 }

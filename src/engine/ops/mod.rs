@@ -6,6 +6,8 @@
 mod backward;
 mod cross_entropy;
 pub mod cuda_decode;
+mod cuda_kernels;
+mod cuda_training;
 mod frozen_matmul;
 mod gemv;
 mod head_loss;
@@ -71,6 +73,9 @@ pub fn softmax_last_dim(x: &Tensor, grad: bool) -> Result<Tensor> {
 /// query positions modulo `mask`'s height (t, total); one fused pass on the CPU in f32.
 pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>, composed: bool) -> Result<Tensor> {
     let total = scores.dim(D::Minus1)?;
+    if !composed && cuda_kernels::available(scores.device(), scores.dtype()) {
+        return cuda_training::masked_softmax(scores, scale, mask);
+    }
     if is_cpu_f32(scores) && !composed {
         let mask_data = mask.map(f32_of).transpose()?;
         let t = mask.map(|m| m.dim(0)).transpose()?.unwrap_or(1);

@@ -66,6 +66,38 @@ pub fn linear_forward_backward(
     Ok((y, dx, grads))
 }
 
+/// `METAL_CANDLE_STEP_PHASES=1` prints each phase of the pass (device synchronised) to stderr: a profile
+/// for devices where no profiler runs (the lent GPUs).
+struct PhaseTimer {
+    device: candle_core::Device,
+    last: Option<std::time::Instant>,
+    phases: Vec<(&'static str, f64)>,
+}
+
+impl PhaseTimer {
+    fn new(device: &candle_core::Device) -> Self {
+        static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let enabled = *ENABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_STEP_PHASES").is_some());
+        Self { device: device.clone(), last: enabled.then(std::time::Instant::now), phases: Vec::new() }
+    }
+
+    fn mark(&mut self, phase: &'static str) -> candle_core::Result<()> {
+        if let Some(last) = self.last {
+            self.device.synchronize()?;
+            self.phases.push((phase, last.elapsed().as_secs_f64() * 1e3));
+            self.last = Some(std::time::Instant::now());
+        }
+        Ok(())
+    }
+
+    fn report(&self) {
+        if self.last.is_some() {
+            let parts: Vec<String> = self.phases.iter().map(|(name, ms)| format!("{name} {ms:.1} ms")).collect();
+            eprintln!("step phases: {}", parts.join(", "));
+        }
+    }
+}
+
 /// One batch's loss and gradients.
 pub struct BatchGradients {
     /// Sum over target tokens of their negative log-likelihood.
@@ -93,6 +125,7 @@ pub fn loss_and_gradients(model: &Transformer, batch: &Batch, loss_scale: f64, t
         .min()
         .ok_or_else(|| crate::engine::Error::InvalidSetting("the model has no active adapter to train".into()))?;
 
+    let mut timer = PhaseTimer::new(device);
     let hidden_size = model.config.hidden_size;
     let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
     let mut x = model.embed(&input, 0)?;
@@ -110,12 +143,14 @@ pub fn loss_and_gradients(model: &Transformer, batch: &Batch, loss_scale: f64, t
         train,
     };
     let mut x = x.reshape((b * t, hidden_size))?;
+    timer.mark("embed + frozen layers")?;
     let mut tapes = Vec::with_capacity(model.layers.len() - lowest);
     for layer in &model.layers[lowest..] {
         let (out, tape) = layer::forward(layer, &x, &ctx)?;
         tapes.push(tape);
         x = out;
     }
+    timer.mark("layers forward")?;
 
     let eps = model.config.rms_norm_eps;
     let norm = model.final_norm_weight();
@@ -126,6 +161,7 @@ pub fn loss_and_gradients(model: &Transformer, batch: &Batch, loss_scale: f64, t
     let d_picked = head.grad_hidden.expect("gradient requested");
     let d_normed = normed.zeros_like()?.index_add(&source_index, &d_picked, 0)?;
     let mut d_x = crate::engine::ops::rms_norm_backward(&x, norm, eps, &d_normed)?;
+    timer.mark("final norm + head + loss, forward and backward")?;
     // Each layer's tape is dropped as soon as its backward is done.
     while let Some(tape) = tapes.pop() {
         let index = lowest + tapes.len();
@@ -134,5 +170,7 @@ pub fn loss_and_gradients(model: &Transformer, batch: &Batch, loss_scale: f64, t
             None => break,
         }
     }
+    timer.mark("layers backward")?;
+    timer.report();
     Ok(BatchGradients { nll_sum: head.nll_sum, target_tokens: targets.len(), grads })
 }

@@ -1,7 +1,7 @@
-// Fused CUDA kernels for token-by-token decoding, where each Candle op is a kernel launch and launches, not
-// arithmetic, set the pace. Each kernel does the work of three or four composed ops. Compiled to PTX by
-// build.rs when the `cuda` feature is on; loaded by src/engine/ops/cuda_decode.rs. Math is in f32 for
-// every storage type.
+// Fused CUDA kernels, where each composed Candle op would be a kernel launch (and, in half precision, an
+// f32 copy): token-by-token decoding (loaded by src/engine/ops/cuda_decode.rs) and the training pass's
+// element-wise blocks (src/engine/ops/cuda_training.rs). Compiled to PTX by build.rs when the `cuda` feature
+// is on. Math is in f32 for every storage type.
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -177,3 +177,113 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
 
 INSTANTIATE(float, f32)
 INSTANTIATE(__nv_bfloat16, bf16)
+
+// ---- Training: forward attention probabilities and the element-wise blocks' input gradients ----
+
+// Sum over the block of one value per thread (blockDim.x a multiple of 32, at most 1024).
+__device__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < warps; w++) total += scratch[w];
+  return total;
+}
+
+__device__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = -INFINITY;
+  for (int w = 0; w < warps; w++) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
+// softmax(scale * x + mask[row % t]) per row of `cols`; mask (t, cols) f32 or null. One block per row.
+template <typename T>
+__device__ void masked_softmax(const T* x, const float* mask, T* out, int cols, int t, float scale) {
+  __shared__ float scratch[32];
+  const size_t row = blockIdx.x;
+  const T* xr = x + row * cols;
+  const float* mr = mask ? mask + (size_t)(row % t) * cols : nullptr;
+  T* o = out + row * cols;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) m = fmaxf(m, to_f(xr[i]) * scale + (mr ? mr[i] : 0.f));
+  m = block_max(m, scratch);
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) s += __expf(to_f(xr[i]) * scale + (mr ? mr[i] : 0.f) - m);
+  s = block_sum(s, scratch);
+  const float inv = 1.f / s;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    o[i] = from_f<T>(__expf(to_f(xr[i]) * scale + (mr ? mr[i] : 0.f) - m) * inv);
+}
+
+// Input gradient of softmax(scale * x + mask) from its output p: scale * p * (dp - sum(dp * p)).
+template <typename T>
+__device__ void softmax_backward(const T* p, const T* dp, T* dx, int cols, float scale) {
+  __shared__ float scratch[32];
+  const size_t row = blockIdx.x;
+  const T *pr = p + row * cols, *gr = dp + row * cols;
+  float dot = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) dot += to_f(pr[i]) * to_f(gr[i]);
+  dot = block_sum(dot, scratch);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    dx[row * cols + i] = from_f<T>(scale * to_f(pr[i]) * (to_f(gr[i]) - dot));
+}
+
+// RMS norm's input gradient (frozen weight): inv * (g - xhat * mean(g * xhat)), g = dy * w, xhat = x * inv.
+template <typename T>
+__device__ void rms_norm_backward(const T* x, const T* dy, const T* w, T* dx, int cols, float eps) {
+  __shared__ float scratch[32];
+  const size_t row = blockIdx.x;
+  const T *xr = x + row * cols, *gr = dy + row * cols;
+  float sq = 0.f, gx = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = to_f(xr[i]);
+    sq += v * v;
+    gx += to_f(gr[i]) * to_f(w[i]) * v;
+  }
+  sq = block_sum(sq, scratch);
+  gx = block_sum(gx, scratch);
+  const float inv = rsqrtf(sq / cols + eps);
+  const float dot = gx * inv / cols;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float g = to_f(gr[i]) * to_f(w[i]);
+    dx[row * cols + i] = from_f<T>(inv * (g - to_f(xr[i]) * inv * dot));
+  }
+}
+
+// Gradients of silu(gate) * up: out[0 .. n] = d gate, out[n .. 2n] = d up.
+template <typename T>
+__device__ void silu_mul_backward(const T* gate, const T* up, const T* dm, T* out, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float g = to_f(gate[i]), u = to_f(up[i]), d = to_f(dm[i]);
+    const float sig = 1.f / (1.f + __expf(-g));
+    out[i] = from_f<T>(d * u * sig * (1.f + g * (1.f - sig)));
+    out[n + i] = from_f<T>(d * g * sig);
+  }
+}
+
+#define INSTANTIATE_TRAINING(T, SUFFIX)                                                                          \
+  extern "C" __global__ void masked_softmax_##SUFFIX(const T* x, const float* mask, T* out, int cols, int t,     \
+                                                     float scale) {                                              \
+    masked_softmax<T>(x, mask, out, cols, t, scale);                                                             \
+  }                                                                                                              \
+  extern "C" __global__ void softmax_backward_##SUFFIX(const T* p, const T* dp, T* dx, int cols, float scale) {  \
+    softmax_backward<T>(p, dp, dx, cols, scale);                                                                 \
+  }                                                                                                              \
+  extern "C" __global__ void rms_norm_backward_##SUFFIX(const T* x, const T* dy, const T* w, T* dx, int cols,   \
+                                                        float eps) {                                             \
+    rms_norm_backward<T>(x, dy, w, dx, cols, eps);                                                               \
+  }                                                                                                              \
+  extern "C" __global__ void silu_mul_backward_##SUFFIX(const T* gate, const T* up, const T* dm, T* out,        \
+                                                        unsigned long long n) {                                  \
+    silu_mul_backward<T>(gate, up, dm, out, (size_t)n);                                                          \
+  }
+
+INSTANTIATE_TRAINING(float, f32)
+INSTANTIATE_TRAINING(__nv_bfloat16, bf16)

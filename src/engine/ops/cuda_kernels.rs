@@ -1,0 +1,140 @@
+//! Shared plumbing of our fused CUDA kernels (src/engine/ops/cuda/fused.cu, compiled to PTX by build.rs):
+//! when they may run, kernel names per dtype, contiguous views, and the CPU refusal of CUDA-only ops. The
+//! ops themselves live in cuda_decode.rs (token-by-token decoding) and cuda_training.rs (the training pass).
+
+use candle_core::{DType, Device};
+
+/// Whether the fused kernels run for tensors of `dtype` on `device`.
+pub fn available(device: &Device, dtype: DType) -> bool {
+    cfg!(feature = "cuda") && device.is_cuda() && matches!(dtype, DType::F32 | DType::BF16)
+}
+
+/// The `cpu_fwd` of a CUDA-only op: an error naming the op (callers check [`available`] first).
+macro_rules! refuse_cpu {
+    (CustomOp1, $name:literal) => {
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+            candle_core::bail!(concat!($name, " runs on CUDA only (the fused kernels)"))
+        }
+    };
+    (CustomOp2, $name:literal) => {
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+            candle_core::bail!(concat!($name, " runs on CUDA only (the fused kernels)"))
+        }
+    };
+    (CustomOp3, $name:literal) => {
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+            candle_core::bail!(concat!($name, " runs on CUDA only (the fused kernels)"))
+        }
+    };
+    (InplaceOp3, $name:literal) => {
+        fn cpu_fwd(
+            &self,
+            _: &mut candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<()> {
+            candle_core::bail!(concat!($name, " runs on CUDA only (the fused kernels)"))
+        }
+    };
+}
+pub(crate) use refuse_cpu;
+
+/// Without the `cuda` feature: an op type that exists (so callers compile) but refuses to run.
+#[cfg(not(feature = "cuda"))]
+macro_rules! cpu_only_op {
+    ($ty:ident, $trait:ident, $name:literal) => {
+        impl candle_core::$trait for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+            $crate::engine::ops::cuda_kernels::refuse_cpu!($trait, $name);
+        }
+    };
+}
+#[cfg(not(feature = "cuda"))]
+pub(crate) use cpu_only_op;
+
+#[cfg(feature = "cuda")]
+pub(crate) mod launch {
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr};
+    use candle_core::cuda_backend::CudaDType;
+    use candle_core::{bail, CudaStorage, DType, Layout, Result};
+
+    pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
+
+    pub fn kernel_name(storage: &CudaStorage, name: &str) -> Result<String> {
+        match storage.dtype() {
+            DType::F32 => Ok(format!("{name}_f32")),
+            DType::BF16 => Ok(format!("{name}_bf16")),
+            other => bail!("fused kernels take f32 or bf16, not {other:?}"),
+        }
+    }
+
+    /// The kernel `name` for `storage`'s dtype (Candle's function handle type is not nameable here).
+    macro_rules! func {
+        ($storage:expr, $name:literal) => {
+            $storage.device().get_or_load_custom_func(
+                &$crate::engine::ops::cuda_kernels::launch::kernel_name($storage, $name)?,
+                "metal_candle_fused",
+                $crate::engine::ops::cuda_kernels::launch::PTX,
+            )
+        };
+    }
+
+    pub fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout, what: &str) -> Result<CudaView<'a, T>> {
+        let Some((start, end)) = layout.contiguous_offsets() else { bail!("fused kernel: {what} must be contiguous") };
+        Ok(storage.as_cuda_slice::<T>()?.slice(start..end))
+    }
+
+    pub fn int(v: usize) -> i32 {
+        v as i32
+    }
+
+    /// Run `$body` with `$t` bound to the Rust element type of `$storage`.
+    macro_rules! with_dtype {
+        ($storage:expr, $t:ident, $body:block) => {
+            match $storage.dtype() {
+                candle_core::DType::F32 => {
+                    type $t = f32;
+                    $body
+                }
+                candle_core::DType::BF16 => {
+                    type $t = half::bf16;
+                    $body
+                }
+                other => candle_core::bail!("fused kernels take f32 or bf16, not {other:?}"),
+            }
+        };
+    }
+
+    pub fn output<T: CudaDType + DeviceRepr>(
+        dev: &candle_core::CudaDevice,
+        len: usize,
+    ) -> Result<candle_core::cuda_backend::cudarc::driver::CudaSlice<T>> {
+        // SAFETY: every element is written by the kernel that follows.
+        unsafe { dev.alloc::<T>(len) }
+    }
+    pub(crate) use {func, with_dtype};
+}

@@ -1,0 +1,258 @@
+//! Fused CUDA kernels for the hand-written training pass (src/engine/ops/cuda/fused.cu): attention
+//! probabilities, and the input gradients of RMS norm, softmax and the SwiGLU gate. Composed from Candle ops
+//! each is 5-15 launches and, in bf16, f32 copies of (tokens x width) or (heads x T x T) tensors; here one
+//! pass. f32 and bf16 on CUDA ([`super::cuda_kernels::available`]); the callers in ops/ compose otherwise.
+
+use candle_core::{Result, Tensor};
+
+/// `softmax(scale * scores + mask[row % t])` over the last dimension; `mask` (t, cols) in f32.
+pub fn masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>) -> Result<Tensor> {
+    let mask = mask.map(|m| m.to_dtype(candle_core::DType::F32)?.contiguous()).transpose()?;
+    scores.contiguous()?.apply_op1_no_bwd(&imp::MaskedSoftmax { scale: scale as f32, mask })
+}
+
+/// `scale * p * (dp - sum(dp * p))` per row: the input gradient of a scaled softmax from its output `p`.
+pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
+    p.contiguous()?.apply_op2_no_bwd(&dp.contiguous()?, &imp::SoftmaxBackward { scale: scale as f32 })
+}
+
+/// Input gradient of `rms_norm(x, weight, eps)` for the output gradient `dy`.
+pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> Result<Tensor> {
+    let op = imp::RmsNormBackward { eps: eps as f32 };
+    x.contiguous()?.apply_op3_no_bwd(&dy.contiguous()?, &weight.contiguous()?, &op)
+}
+
+/// Gradients of `silu(gate) * up` with respect to gate and up.
+pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
+    let both = gate.contiguous()?.apply_op3_no_bwd(&up.contiguous()?, &dm.contiguous()?, &imp::SiluMulBackward)?;
+    Ok((both.get(0)?, both.get(1)?))
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype};
+    use crate::engine::ops::cuda_kernels::refuse_cpu;
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{bail, CudaStorage, Layout, Result, Shape, Tensor};
+
+    /// One block of 256 threads per row of `cols`.
+    fn per_row(layout: &Layout) -> (usize, usize, LaunchConfig) {
+        let cols = layout.shape().dims().last().copied().unwrap_or(1).max(1);
+        let rows = layout.shape().elem_count() / cols;
+        (rows, cols, LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 })
+    }
+
+    fn same_shape(a: &Layout, b: &Layout, what: &str) -> Result<()> {
+        if a.shape() != b.shape() {
+            bail!("{what}: shapes {:?} and {:?} differ", a.shape(), b.shape());
+        }
+        Ok(())
+    }
+
+    pub struct MaskedSoftmax {
+        pub scale: f32,
+        pub mask: Option<Tensor>,
+    }
+
+    impl candle_core::CustomOp1 for MaskedSoftmax {
+        fn name(&self) -> &'static str {
+            "masked-softmax"
+        }
+
+        refuse_cpu!(CustomOp1, "masked-softmax");
+
+        fn cuda_fwd(&self, x: &CudaStorage, layout: &Layout) -> Result<(CudaStorage, Shape)> {
+            let (rows, cols, cfg) = per_row(layout);
+            let dev = x.device().clone();
+            let f = func!(x, "masked_softmax")?;
+            let mask = self.mask.as_ref().map(|m| m.storage_and_layout());
+            let t = match &self.mask {
+                Some(m) => {
+                    let (t, mask_cols) = m.dims2()?;
+                    if mask_cols != cols || rows % t != 0 {
+                        bail!("masked-softmax: mask {:?} does not fit scores {:?}", m.shape(), layout.shape());
+                    }
+                    t
+                }
+                None => 1,
+            };
+            let slice = with_dtype!(x, T, {
+                let out = output::<T>(&dev, rows * cols)?;
+                let input = view::<T>(x, layout, "scores")?;
+                let mut b = f.builder();
+                b.arg(&input);
+                let mask_view = match &mask {
+                    Some((storage, l)) => match &**storage {
+                        candle_core::Storage::Cuda(s) => Some(view::<f32>(s, l, "mask")?),
+                        _ => bail!("masked-softmax: the mask is not on the GPU"),
+                    },
+                    None => None,
+                };
+                let null: u64 = 0;
+                match &mask_view {
+                    Some(v) => b.arg(v),
+                    None => b.arg(&null),
+                };
+                b.arg(&out);
+                candle_core::builder_arg!(b, int(cols), int(t), self.scale);
+                // SAFETY: arguments match the kernel's signature; buffers are sized above.
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            Ok((slice, layout.shape().clone()))
+        }
+    }
+
+    pub struct SoftmaxBackward {
+        pub scale: f32,
+    }
+
+    impl candle_core::CustomOp2 for SoftmaxBackward {
+        fn name(&self) -> &'static str {
+            "softmax-backward"
+        }
+
+        refuse_cpu!(CustomOp2, "softmax-backward");
+
+        fn cuda_fwd(
+            &self,
+            p: &CudaStorage,
+            pl: &Layout,
+            dp: &CudaStorage,
+            dl: &Layout,
+        ) -> Result<(CudaStorage, Shape)> {
+            same_shape(pl, dl, "softmax-backward")?;
+            let (rows, cols, cfg) = per_row(pl);
+            let dev = p.device().clone();
+            let f = func!(p, "softmax_backward")?;
+            let slice = with_dtype!(p, T, {
+                let out = output::<T>(&dev, rows * cols)?;
+                let (pv, dv) = (view::<T>(p, pl, "p")?, view::<T>(dp, dl, "dp")?);
+                let mut b = f.builder();
+                b.arg(&pv);
+                b.arg(&dv);
+                b.arg(&out);
+                candle_core::builder_arg!(b, int(cols), self.scale);
+                // SAFETY: arguments match the kernel's signature; buffers are sized above.
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            Ok((slice, pl.shape().clone()))
+        }
+    }
+
+    pub struct RmsNormBackward {
+        pub eps: f32,
+    }
+
+    impl candle_core::CustomOp3 for RmsNormBackward {
+        fn name(&self) -> &'static str {
+            "rms-norm-backward"
+        }
+
+        refuse_cpu!(CustomOp3, "rms-norm-backward");
+
+        fn cuda_fwd(
+            &self,
+            x: &CudaStorage,
+            xl: &Layout,
+            dy: &CudaStorage,
+            dl: &Layout,
+            w: &CudaStorage,
+            wl: &Layout,
+        ) -> Result<(CudaStorage, Shape)> {
+            same_shape(xl, dl, "rms-norm-backward")?;
+            let (rows, cols, cfg) = per_row(xl);
+            if wl.shape().elem_count() != cols {
+                bail!("rms-norm-backward: weight {:?} for rows of {cols}", wl.shape());
+            }
+            let dev = x.device().clone();
+            let f = func!(x, "rms_norm_backward")?;
+            let slice = with_dtype!(x, T, {
+                let out = output::<T>(&dev, rows * cols)?;
+                let (xv, dv, wv) = (view::<T>(x, xl, "x")?, view::<T>(dy, dl, "dy")?, view::<T>(w, wl, "weight")?);
+                let mut b = f.builder();
+                b.arg(&xv);
+                b.arg(&dv);
+                b.arg(&wv);
+                b.arg(&out);
+                candle_core::builder_arg!(b, int(cols), self.eps);
+                // SAFETY: arguments match the kernel's signature; buffers are sized above.
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            Ok((slice, xl.shape().clone()))
+        }
+    }
+
+    pub struct SiluMulBackward;
+
+    impl candle_core::CustomOp3 for SiluMulBackward {
+        fn name(&self) -> &'static str {
+            "silu-mul-backward"
+        }
+
+        refuse_cpu!(CustomOp3, "silu-mul-backward");
+
+        fn cuda_fwd(
+            &self,
+            g: &CudaStorage,
+            gl: &Layout,
+            u: &CudaStorage,
+            ul: &Layout,
+            d: &CudaStorage,
+            dl: &Layout,
+        ) -> Result<(CudaStorage, Shape)> {
+            same_shape(gl, ul, "silu-mul-backward")?;
+            same_shape(gl, dl, "silu-mul-backward")?;
+            let n = gl.shape().elem_count();
+            let dev = g.device().clone();
+            let f = func!(g, "silu_mul_backward")?;
+            let slice = with_dtype!(g, T, {
+                let out = output::<T>(&dev, 2 * n)?;
+                let (gv, uv, dv) = (view::<T>(g, gl, "gate")?, view::<T>(u, ul, "up")?, view::<T>(d, dl, "grad")?);
+                let mut b = f.builder();
+                b.arg(&gv);
+                b.arg(&uv);
+                b.arg(&dv);
+                b.arg(&out);
+                candle_core::builder_arg!(b, n as u64);
+                let blocks = n.div_ceil(256).min(8192) as u32;
+                let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                // SAFETY: arguments match the kernel's signature; buffers are sized above.
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            let mut dims = vec![2];
+            dims.extend_from_slice(gl.shape().dims());
+            Ok((slice, Shape::from(dims)))
+        }
+    }
+}
+
+/// Without CUDA the ops exist but refuse to run; `available` is false, so callers never reach them.
+#[cfg(not(feature = "cuda"))]
+mod imp {
+    use crate::engine::ops::cuda_kernels::cpu_only_op;
+
+    #[allow(dead_code)]
+    pub struct MaskedSoftmax {
+        pub scale: f32,
+        pub mask: Option<candle_core::Tensor>,
+    }
+    #[allow(dead_code)]
+    pub struct SoftmaxBackward {
+        pub scale: f32,
+    }
+    #[allow(dead_code)]
+    pub struct RmsNormBackward {
+        pub eps: f32,
+    }
+    pub struct SiluMulBackward;
+    cpu_only_op!(MaskedSoftmax, CustomOp1, "masked-softmax");
+    cpu_only_op!(SoftmaxBackward, CustomOp2, "softmax-backward");
+    cpu_only_op!(RmsNormBackward, CustomOp3, "rms-norm-backward");
+    cpu_only_op!(SiluMulBackward, CustomOp3, "silu-mul-backward");
+}
