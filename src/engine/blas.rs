@@ -218,6 +218,9 @@ pub unsafe fn sgemm_operands(a: Operand, b: Operand, c: *mut f32, m: usize, n: u
     // Split the larger output dimension, so that each part re-packs only the smaller operand.
     let (split_rows, extent) = if m >= n { (true, m) } else { (false, n) };
     let parts = parts.min(extent / MIN_ROWS_PER_PART).max(1);
+    // Each part re-packs the smaller operand: beyond two parts, keep parts wide enough that multiplying, not
+    // packing, dominates (matters on many-core machines and narrow outputs).
+    let parts = if parts > 2 { parts.min((extent / WIDE_PART).max(2)) } else { parts };
     if parts == 1 {
         call(blas, a, b, c, (m, n, k), n);
         return true;
@@ -242,6 +245,8 @@ pub unsafe fn sgemm_operands(a: Operand, b: Operand, c: *mut f32, m: usize, n: u
 
 /// Smallest block of output rows (or columns) worth a part of its own.
 const MIN_ROWS_PER_PART: usize = 32;
+/// Rows (or columns) per part once a multiply is split more than two ways.
+const WIDE_PART: usize = 128;
 
 impl<'a> Operand<'a> {
     /// The operand `op(self)` (rows, cols) without its first `rows` rows.
@@ -279,4 +284,52 @@ unsafe fn call(blas: &Blas, a: Operand, b: Operand, c: *mut f32, (m, n, k): (usi
         c,
         ldc as c_int,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every transpose combination, for shapes split by rows, by columns and not at all, against a plain
+    /// triple loop (skipped when no BLAS library is installed).
+    #[test]
+    fn split_products_match_a_plain_product() {
+        if !available() {
+            eprintln!("no BLAS library: skipped");
+            return;
+        }
+        for (m, n, k) in [(300, 70, 33), (40, 260, 17), (5, 7, 3), (129, 129, 64)] {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let a: Vec<f32> = (0..m * k).map(|i| ((i * 37) % 11) as f32 - 5.0).collect();
+                let b: Vec<f32> = (0..k * n).map(|i| ((i * 53) % 13) as f32 - 6.0).collect();
+                // Element (i, j) of op(x) for x stored row-major as (rows, cols) = op(x)^T when transposed.
+                let at = |x: &[f32], tr: bool, rows: usize, cols: usize, i: usize, j: usize| {
+                    if tr {
+                        x[j * rows + i]
+                    } else {
+                        x[i * cols + j]
+                    }
+                };
+                let mut c = vec![0f32; m * n];
+                let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
+                let ok = unsafe {
+                    sgemm_operands(
+                        Operand { data: &a, transposed: ta, ld: lda },
+                        Operand { data: &b, transposed: tb, ld: ldb },
+                        c.as_mut_ptr(),
+                        m,
+                        n,
+                        k,
+                    )
+                };
+                assert!(ok);
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f32 = (0..k).map(|p| at(&a, ta, m, k, i, p) * at(&b, tb, k, n, p, j)).sum();
+                        assert_eq!(c[i * n + j], want, "m={m} n={n} k={k} ta={ta} tb={tb} at ({i}, {j})");
+                    }
+                }
+            }
+        }
+    }
 }
