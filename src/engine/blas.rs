@@ -73,8 +73,8 @@ fn load() -> Option<Blas> {
     }
     // The library's own worker threads sleep between multiplies and are woken through the kernel for each
     // one: a training step does ~1,500 multiplies, and the wake-ups (plus OpenBLAS's sched_yield spinning)
-    // were a tenth of its time. Unless the user chose a thread count, the library runs single-threaded and
-    // `sgemm_operands` splits each multiply over our decode/compute team, whose helpers stay awake between
+    // were a tenth of the samples in its profile. Unless the user chose a thread count, the library runs single-threaded and
+    // `sgemm_operands` splits each multiply over our CPU team (cpu_team.rs), whose helpers stay awake between
     // sections. (This also avoids OpenBLAS 0.3.21's exit hang in gotoblas_quit, which needs worker threads.)
     let user_threads =
         ["OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"].iter().any(|v| std::env::var_os(v).is_some());

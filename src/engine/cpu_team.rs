@@ -1,11 +1,11 @@
-//! A team of helper threads that stay awake between the many short parallel sections of token-by-token
-//! decoding (a matrix-vector product per projection, about 200 per token).
+//! The CPU's one team of worker threads: every parallel section we run (decoding's matrix-vector products,
+//! about 200 per token; the parts of each BLAS multiply; the element-wise training kernels) runs here.
 //!
 //! Rayon's workers go to sleep on a futex once idle; waking them costs tens of microseconds per section,
 //! which at decoding's pace was an eighth of the time. Here the calling thread takes tasks itself and the
 //! helpers spin on an atomic for a few milliseconds after each section before they park, so a section
 //! that follows soon after starts at once. One section runs at a time; a caller that finds the team busy
-//! (another thread decoding) runs its tasks alone.
+//! (another thread decoding or training) runs its tasks alone.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -75,7 +75,7 @@ fn team() -> Option<&'static Team> {
         }));
         for i in 0..helpers {
             let spawned =
-                std::thread::Builder::new().name(format!("metal-candle-decode-{i}")).spawn(move || team.helper_loop());
+                std::thread::Builder::new().name(format!("metal-candle-cpu-{i}")).spawn(move || team.helper_loop());
             if spawned.is_err() {
                 return None;
             }
@@ -100,7 +100,7 @@ pub fn run(tasks: usize, work: &(dyn Fn(usize) + Sync)) {
         std::hint::spin_loop();
     }
     if team.panicked.swap(false, Ordering::AcqRel) {
-        panic!("a parallel task panicked on a decode helper thread");
+        panic!("a parallel task panicked on a CPU helper thread");
     }
 }
 
