@@ -172,10 +172,10 @@ impl Attention {
         let rep = self.num_heads / self.num_kv_heads;
         let q = q.contiguous()?.reshape((b, self.num_kv_heads, rep * t, self.head_dim))?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let scores = q.matmul(&k.t()?)?;
+        let scores = ops::matmul(&q, &k.t()?)?;
         let mask = attention_mask(t, start_pos, total, self.sliding_window, x.device())?;
         let probs = ops::scaled_masked_softmax(&scores, scale, mask.as_ref(), grad)?.to_dtype(v.dtype())?;
-        let out = probs.matmul(&v)?; // (b, kv, rep * t, d)
+        let out = ops::matmul(&probs, &v)?; // (b, kv, rep * t, d)
         let out = out.reshape((b, self.num_heads, t, self.head_dim))?.transpose(1, 2)?.reshape((
             b,
             t,
@@ -294,7 +294,7 @@ impl DecoderLayer {
 }
 
 /// The fused CUDA decode path (see [`ops::cuda_decode`]): one new token, the model's fused weights, and no
-/// active adapter, bias-free norm layout or q/k norm that the kernels do not model.
+/// active adapter on the fused projections or q/k norm, which the kernels do not model.
 impl DecoderLayer {
     fn decodes_fused(
         &self,
