@@ -146,9 +146,9 @@ pub fn library_name() -> Option<&'static str> {
 
 /// Load the library now (call early, before worker threads start, since it sets environment variables).
 ///
-/// With OpenBLAS doing the large multiplies on its own threads, Candle's spinning worker pool for the
-/// remaining element-wise work only competes with it for the same cores, so unless the user chose a thread
-/// count we run Candle's element-wise ops on the calling thread.
+/// Multiplies and our own kernels run on the CPU team (cpu_team.rs); Candle's worker pool for its remaining
+/// element-wise ops would only compete with it for the same cores, so unless the user chose a thread count
+/// Candle's element-wise ops run on the calling thread.
 pub fn init() {
     if blas().is_some()
         && std::env::var_os("CANDLE_NUM_THREADS").is_none()
@@ -159,8 +159,8 @@ pub fn init() {
     }
 }
 
-/// Below this many rows a multiply is a matrix-vector product bound by memory bandwidth, where Candle's
-/// GEMM does as well and OpenBLAS's thread wake-ups only add latency (token-by-token decoding).
+/// Below this many rows a multiply is a matrix-vector product bound by memory bandwidth (token-by-token
+/// decoding): ops/gemv.rs handles one row, Candle's GEMM a few.
 pub const MIN_ROWS: usize = 8;
 
 /// `c (m, n) = a (m, k) · op(b)` with row-major contiguous buffers, where `op(b)` is `b^T` for `b` stored
@@ -214,7 +214,7 @@ pub unsafe fn sgemm_operands(a: Operand, b: Operand, c: *mut f32, m: usize, n: u
     if m.max(n).max(k).max(a.ld).max(b.ld) > c_int::MAX as usize {
         return false;
     }
-    let parts = if blas.split_by_team { crate::engine::cpu_pool::threads() } else { 1 };
+    let parts = if blas.split_by_team { crate::engine::cpu_team::threads() } else { 1 };
     // Split the larger output dimension, so that each part re-packs only the smaller operand.
     let (split_rows, extent) = if m >= n { (true, m) } else { (false, n) };
     let parts = parts.min(extent / MIN_ROWS_PER_PART).max(1);

@@ -7,11 +7,6 @@
 
 use crate::engine::cpu_team;
 
-/// Threads that share CPU work: the available cores, at most 16.
-pub fn threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16)
-}
-
 /// Elements per task when splitting element-wise work: large enough that scheduling costs nothing.
 pub const ELEMENTS_PER_TASK: usize = 1 << 16;
 
@@ -80,9 +75,16 @@ pub fn new_f32_pair(
     (first, second)
 }
 
-/// Rows of `row_len` per task so that a task handles about [`ELEMENTS_PER_TASK`] elements.
-pub fn rows_per_task(row_len: usize) -> usize {
-    (ELEMENTS_PER_TASK / row_len.max(1)).max(1)
+/// A new buffer of `len` f32 made of rows of `row_len`, row `r` filled by `work(r, row)`; rows are grouped so
+/// that a task handles about [`ELEMENTS_PER_TASK`] elements.
+pub fn new_f32_rows(len: usize, row_len: usize, work: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
+    let row_len = row_len.max(1);
+    let rows_per_task = (ELEMENTS_PER_TASK / row_len).max(1);
+    new_f32(len, rows_per_task * row_len, |task, block| {
+        for (i, row) in block.chunks_exact_mut(row_len).enumerate() {
+            work(task * rows_per_task + i, row);
+        }
+    })
 }
 
 /// `f(index, chunk)` for each chunk of `data`, collected in order.

@@ -7,12 +7,17 @@
 //! that follows soon after starts at once. One section runs at a time; a caller that finds the team busy
 //! (another thread decoding or training) runs its tasks alone.
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long an idle helper spins before it parks.
 const SPIN_BEFORE_PARK: Duration = Duration::from_millis(3);
+
+/// Threads that share CPU work (the caller plus the helpers): the available cores, at most 16.
+pub fn threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16)
+}
 
 /// The work of one section: task index -> ().
 type Task<'a> = dyn Fn(usize) + Sync + 'a;
@@ -46,7 +51,7 @@ struct Team {
     /// Completed tasks of the current generation.
     done: AtomicUsize,
     /// Set when a task panicked on a helper; the caller re-raises it.
-    panicked: std::sync::atomic::AtomicBool,
+    panicked: AtomicBool,
     /// Points at the calling thread's `&dyn Fn` of the current section, lifetime erased. Only read by a
     /// thread that has claimed a task of the current generation, which cannot end before that task is done.
     job: AtomicPtr<()>,
@@ -60,14 +65,14 @@ struct Team {
 fn team() -> Option<&'static Team> {
     static TEAM: OnceLock<Option<&'static Team>> = OnceLock::new();
     *TEAM.get_or_init(|| {
-        let helpers = crate::engine::cpu_pool::threads().saturating_sub(1);
+        let helpers = threads().saturating_sub(1);
         if helpers == 0 {
             return None;
         }
         let team: &'static Team = Box::leak(Box::new(Team {
             state: AtomicU64::new(0),
             done: AtomicUsize::new(0),
-            panicked: std::sync::atomic::AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
             job: AtomicPtr::new(std::ptr::null_mut()),
             section: Mutex::new(()),
             parked: Mutex::new(0),

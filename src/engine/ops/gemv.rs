@@ -1,6 +1,6 @@
 //! Matrix-vector product `y = W x` for a row-major f32 weight (n, k): what every projection does for each
 //! decoded token. It is a single pass over the weights, bound by memory bandwidth, so the work is to keep
-//! both cores streaming: rows are split into tasks for [`cpu_team`](crate::engine::cpu_team) and each task
+//! both cores streaming: rows are split into tasks on [`cpu_pool`](crate::engine::cpu_pool) and each task
 //! reads four rows at a time with AVX2/FMA when the CPU has it.
 
 /// Rows per task: large enough for the hardware prefetcher to follow a long stream, small enough that
@@ -11,27 +11,10 @@ const ROWS_PER_TASK: usize = 64;
 pub fn gemv(w: &[f32], x: &[f32], n: usize, k: usize) -> Vec<f32> {
     debug_assert_eq!(w.len(), n * k);
     debug_assert_eq!(x.len(), k);
-    let mut out = vec![0f32; n];
-    let tasks = n.div_ceil(ROWS_PER_TASK);
-    let out_ptr = SendPtr(out.as_mut_ptr());
-    crate::engine::cpu_team::run(tasks, &|task| {
+    crate::engine::cpu_pool::new_f32(n, ROWS_PER_TASK, |task, dst| {
         let first = task * ROWS_PER_TASK;
-        let rows = ROWS_PER_TASK.min(n - first);
-        // Tasks write disjoint row ranges of `out`.
-        let dst = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(first), rows) };
-        rows_times_vector(&w[first * k..(first + rows) * k], x, k, dst);
-    });
-    out
-}
-
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
+        rows_times_vector(&w[first * k..(first + dst.len()) * k], x, k, dst);
+    })
 }
 
 /// `dst[r] = w[r] . x` for the rows of `w` (dst.len(), k).
