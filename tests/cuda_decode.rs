@@ -5,7 +5,6 @@
 use candle_core::{DType, Device, Tensor};
 use metal_candle::engine::generate::KvCache;
 use metal_candle::engine::model::load_model;
-use metal_candle::engine::model::transformer::ForwardOptions;
 
 fn logits_per_step(model_dir: &str, device: &Device, dtype: DType, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
     let loaded = load_model(std::path::Path::new(model_dir), device, dtype).unwrap();
@@ -18,7 +17,7 @@ fn logits_per_step(model_dir: &str, device: &Device, dtype: DType, prompt: &[u32
         let input = if step == 0 { ids.clone() } else { vec![*ids.last().unwrap()] };
         let t = input.len();
         let input = Tensor::from_vec(input, (1, t), device).unwrap();
-        let hidden = model.forward_hidden(&input, pos, Some(&mut cache), ForwardOptions::default()).unwrap();
+        let hidden = model.forward_hidden(&input, pos, Some(&mut cache)).unwrap();
         pos += t;
         let last = hidden.narrow(1, t - 1, 1).unwrap().squeeze(1).unwrap();
         let logits: Vec<f32> =

@@ -279,7 +279,7 @@ pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<
             dropout: 0.0,
             dropout_seed: Default::default(),
         });
-        let forward_ms = time_ms(repeats, || sync(&projection.forward(&x, false)?))?;
+        let forward_ms = time_ms(repeats, || sync(&projection.forward(&x)?))?;
         // The training step's hand-written pass: output, input gradient and both adapter gradients.
         let backward_ms = time_ms(repeats, || {
             let (_, dx, grads) = crate::engine::train::backprop::linear_forward_backward(&projection, &x)?;
@@ -302,8 +302,8 @@ pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<
     let ops: Vec<(&str, OpFn, OpFn)> = vec![
         (
             "softmax",
-            Box::new(|| ops::softmax_last_dim(&x, false)),
-            Box::new(|| ops::softmax_backward(&ops::softmax_last_dim(&x, false)?, &upstream, 1.0)),
+            Box::new(|| candle_nn::ops::softmax_last_dim(&x)),
+            Box::new(|| ops::softmax_backward(&candle_nn::ops::softmax_last_dim(&x)?, &upstream, 1.0)),
         ),
         (
             "layer_norm",
@@ -321,9 +321,9 @@ pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<
         ),
         (
             "rms_norm",
-            Box::new(|| ops::rms_norm(&x, &gamma, 1e-5, false)),
+            Box::new(|| ops::rms_norm(&x, &gamma, 1e-5)),
             Box::new(|| {
-                let _y = ops::rms_norm(&x, &gamma, 1e-5, false)?;
+                let _y = ops::rms_norm(&x, &gamma, 1e-5)?;
                 ops::rms_norm_backward(&x, &gamma, 1e-5, &upstream)
             }),
         ),

@@ -1,65 +1,76 @@
-//! LoRA: a low-rank update `scale * x A B` added to a frozen linear. A and B are stored in the layout that is
-//! fastest for the forward pass, A as (in, r) and B as (r, out), so the update is two plain matmuls with no
-//! transposes; PEFT's (r, in) / (out, r) layout is converted on save and load (see checkpoint.rs).
-//! Adapters are kept in f32 (master weights) and cast to the model's compute dtype in the forward pass.
+//! LoRA on a model: the settings (rank, alpha, targets, layers), attaching fresh or saved adapters to a
+//! model's projections, detaching them, dropout seeding, and the trainable-parameter count. The adapter
+//! layer's math lives with the projection it wraps (model/adapter.rs, model/linear.rs).
 
+pub use crate::engine::model::adapter::LoraAdapter;
 use crate::engine::model::transformer::Transformer;
-use crate::engine::train::LoraSettings;
 use crate::engine::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-/// One adapter on one linear.
-#[derive(Debug, Clone)]
-pub struct LoraAdapter {
-    /// (in_features, rank), f32.
-    pub a: Var,
-    /// (rank, out_features), f32; starts at zero so step 0 equals the base model.
-    pub b: Var,
-    pub scale: f64,
+/// The linears an adapter can wrap.
+pub const ALL_TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+
+/// LoRA shape.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct LoraSettings {
+    pub rank: usize,
+    pub alpha: f64,
     pub dropout: f32,
-    /// Seeds the dropout mask; the trainer bumps it each step so masks are reproducible on resume.
-    pub dropout_seed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Module names (see [`ALL_TARGETS`]); "all-linear" expands to all of them.
+    pub targets: Vec<String>,
+    /// Adapt only the last N layers (None: all).
+    pub layers: Option<usize>,
+    /// Scale alpha/sqrt(r) instead of alpha/r.
+    pub use_rslora: bool,
 }
 
-impl LoraAdapter {
-    pub fn rank(&self) -> usize {
-        self.a.dims()[1]
-    }
-
-    /// `y + scale * dropout(x) A B`, `x`: (..., in), `y`: (..., out).
-    pub fn add_to(&self, y: &Tensor, x: &Tensor, train: bool) -> candle_core::Result<Tensor> {
-        let dims = x.dims().to_vec();
-        let in_features = dims[dims.len() - 1];
-        let rows = x.elem_count() / in_features.max(1);
-        let mut x2 = x.reshape((rows, in_features))?;
-        if train && self.dropout > 0.0 {
-            x2 = self.apply_dropout(&x2)?;
+impl Default for LoraSettings {
+    fn default() -> Self {
+        Self {
+            rank: 8,
+            alpha: 16.0,
+            dropout: 0.0,
+            targets: vec!["q_proj".into(), "v_proj".into()],
+            layers: None,
+            use_rslora: false,
         }
-        let (a, b) = (self.a.as_tensor(), self.b.as_tensor());
-        let (a, b) = if a.dtype() == x.dtype() {
-            (a.clone(), b.clone())
+    }
+}
+
+impl LoraSettings {
+    /// The multiplier applied to `x A B`.
+    pub fn scale(&self) -> f64 {
+        if self.use_rslora {
+            self.alpha / (self.rank as f64).sqrt()
         } else {
-            (a.to_dtype(x.dtype())?, b.to_dtype(x.dtype())?)
-        };
-        let update = (x2.matmul(&a)?.matmul(&b)? * self.scale)?;
-        y + update.reshape(y.shape())?
+            self.alpha / self.rank as f64
+        }
     }
 
-    /// Inverted dropout with a mask from our own seeded RNG (Candle's CPU RNG cannot be seeded).
-    fn apply_dropout(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        x * self.dropout_mask(x)?
-    }
-
-    /// The next dropout mask for an input like `x`: 0 or 1/keep per element, drawn from the shared seeded
-    /// counter (so the training and reference passes draw identical masks in the same order).
-    pub(crate) fn dropout_mask(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let seed = self.dropout_seed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut rng = StdRng::seed_from_u64(seed);
-        let keep = 1.0 - self.dropout;
-        let mask: Vec<f32> =
-            (0..x.elem_count()).map(|_| if rng.random::<f32>() < keep { 1.0 / keep } else { 0.0 }).collect();
-        Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())
+    /// Target module names with "all-linear" expanded, validated.
+    pub fn resolved_targets(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for t in &self.targets {
+            let t = t.trim();
+            if t == "all-linear" || t == "all" {
+                out.extend(ALL_TARGETS.iter().map(|s| s.to_string()));
+            } else if ALL_TARGETS.contains(&t) {
+                out.push(t.to_string());
+            } else if !t.is_empty() {
+                return Err(Error::InvalidSetting(format!(
+                    "unknown LoRA target `{t}`; choose from {} or all-linear",
+                    ALL_TARGETS.join(", ")
+                )));
+            }
+        }
+        out.sort_by_key(|t| ALL_TARGETS.iter().position(|a| a == t));
+        out.dedup();
+        if out.is_empty() {
+            return Err(Error::InvalidSetting("choose at least one LoRA target module".into()));
+        }
+        Ok(out)
     }
 }
 

@@ -1,6 +1,8 @@
 //! Shared helpers for integration tests: fixture paths and loading.
 #![allow(dead_code)]
 
+pub mod reference;
+
 use std::path::PathBuf;
 
 pub fn fixture(name: &str) -> PathBuf {

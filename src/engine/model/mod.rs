@@ -1,14 +1,31 @@
-//! Models: configuration, the transformer, weight loading (Hugging Face folders and GGUF files),
-//! the tokenizer and the chat template, tied together by [`load_model`].
+//! Models: configuration, weights (Hugging Face folders and GGUF files), the tokenizer and the chat template,
+//! tied together by [`load_model`]; and the transformer, one file per block, each owning all of that block's
+//! math (inference forward, training forward and backward, decode step): linear.rs (a projection with its
+//! LoRA adapter, adapter.rs), attention.rs, mlp.rs, decoder_layer.rs, assembled by transformer.rs. The KV
+//! cache (kv_cache.rs) and adapter gradients (gradients.rs) are the types those blocks share with callers.
+//!
+//! The model imports only `ops` and `device` below it in the engine.
 
+pub mod adapter;
+pub mod attention;
 pub mod chat_template;
 pub mod config;
+pub mod decoder_layer;
 pub mod gguf;
+pub mod gradients;
+pub mod kv_cache;
 pub mod linear;
 pub mod loader;
+pub mod mlp;
+pub mod rotary;
 pub mod safetensors_weights;
+pub mod sequence;
 pub mod tokenizer;
 pub mod transformer;
+mod weight_loader;
 
 pub use config::{Architecture, ModelConfig};
+pub use gradients::Gradients;
+pub use kv_cache::{KvCache, LayerCache};
 pub use loader::{load_model, LoadedModel, ModelSource};
+pub use sequence::SequenceContext;

@@ -1,9 +1,9 @@
 //! Input gradients of the transformer's element-wise blocks, for the hand-written training backward pass
 //! (engine/train/backprop). Each takes what the forward pass saved and the output gradient; CPU f32 uses the
-//! fused kernels of `training_kernels`, CUDA f32/bf16 those of `cuda_training`, anything else composes Candle
+//! fused kernels of `cpu_kernels`, CUDA f32/bf16 those of `cuda_training`, anything else composes Candle
 //! ops.
 
-use super::training_kernels::{rms_norm_backward_f32, rope_cpu, softmax_backward_f32};
+use super::cpu_kernels::{rms_norm_backward_f32, rope_cpu, softmax_backward_f32};
 use super::{f32_of, is_cpu_f32, upcast};
 use candle_core::{Result, Tensor, D};
 

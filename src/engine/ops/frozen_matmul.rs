@@ -1,20 +1,16 @@
-//! Multiplying by frozen weights: the forward product through OpenBLAS (batches) or a threaded matrix-vector
-//! product (decoding) on the CPU, Candle's matmul elsewhere, and a backward pass that returns only the input
-//! gradient.
+//! Multiplying by frozen weights: the forward product through BLAS (batches) or a threaded matrix-vector
+//! product (decoding) on the CPU, Candle's matmul elsewhere, and the plain product the backward pass needs
+//! for the input gradient (nothing is ever computed for the frozen weight).
 
 use candle_core::{Result, Tensor};
 
 /// `x W^T` for a frozen weight `W` of shape (out, in); `x`: (..., in).
-///
-/// Candle's matmul backward computes a gradient for both operands, which for a frozen weight is a wasted
-/// weight-sized matmul per layer (and, for the tied lm_head, a vocabulary-sized one). This op's backward
-/// returns only the input gradient.
 pub fn frozen_matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let in_features = dims[dims.len() - 1];
     let rows = x.elem_count() / in_features.max(1);
     let x2 = x.reshape((rows, in_features))?;
-    let y = x2.contiguous()?.apply_op1(FrozenMatmul { weight: weight.clone(), transposed: true })?;
+    let y = x2.contiguous()?.apply_op1_no_bwd(&FrozenMatmul { weight: weight.clone(), transposed: true })?;
     let mut out_dims = dims;
     let last = out_dims.len() - 1;
     out_dims[last] = weight.dim(0)?;
@@ -35,8 +31,8 @@ pub fn frozen_matmul(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     y.reshape(out_dims)
 }
 
-/// `x W^T` (or `x W` when `transposed` is false) with the weight held inside the op, so autograd sees
-/// only `x`. The backward of the transposed product is the plain one, which itself is never differentiated.
+/// `x W^T` (or `x W` when `transposed` is false), as an op that picks BLAS or the matrix-vector kernel on
+/// the CPU and Candle's matmul on other backends.
 struct FrozenMatmul {
     weight: Tensor,
     transposed: bool,
@@ -172,13 +168,5 @@ impl candle_core::CustomOp1 for FrozenMatmul {
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::MetalStorage, candle_core::Shape)> {
         backend_matmul!(self, storage, layout, Metal)
-    }
-
-    fn bwd(&self, _x: &Tensor, _y: &Tensor, grad_y: &Tensor) -> Result<Option<Tensor>> {
-        if !self.transposed {
-            candle_core::bail!("frozen matmul: the backward product is not differentiable");
-        }
-        let plain = FrozenMatmul { weight: self.weight.clone(), transposed: false };
-        Ok(Some(grad_y.contiguous()?.apply_op1_no_bwd(&plain)?))
     }
 }

@@ -9,7 +9,7 @@
 
 use super::cross_entropy::row_loss_and_grad;
 use super::{f32_of, frozen_matmul, frozen_matmul_t, is_cpu_f32, upcast};
-use candle_core::{DType, Result, Tensor, D};
+use candle_core::{Result, Tensor, D};
 
 /// Loss of one batch's target rows.
 pub struct HeadLoss {
@@ -78,7 +78,7 @@ fn head_nll_composed(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale
     let (vocab, _) = head.dims2()?;
     let device = hidden.device();
     let chunk_rows = (DEVICE_CHUNK_ELEMS / vocab.max(1)).max(1);
-    let mut nll_sum = 0f64;
+    let mut nll_parts = Vec::new();
     let mut grads = Vec::new();
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
@@ -87,14 +87,56 @@ fn head_nll_composed(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale
         let lse = (logits.broadcast_sub(&max)?.exp()?.sum_keepdim(D::Minus1)?.log()? + max)?;
         let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
         let picked = logits.gather(&index, 1)?;
-        nll_sum += (&lse - picked)?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        nll_parts.push((&lse - picked)?.sum_all()?);
         if let Some(scale) = grad_scale {
             let probs = (logits.broadcast_sub(&lse)?.exp()? * scale)?;
-            let minus = Tensor::full(-scale, (rows, 1), device)?.to_dtype(probs.dtype())?;
+            // No f64 constant on the device: Metal has none.
+            let minus = (Tensor::ones((rows, 1), probs.dtype(), device)? * -scale)?;
             let dlogits = probs.scatter_add(&index, &minus, 1)?.to_dtype(hidden.dtype())?;
             grads.push(frozen_matmul(&dlogits, head)?);
         }
     }
     let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
-    Ok(HeadLoss { nll_sum, grad_hidden })
+    Ok(HeadLoss { nll_sum: super::sum_to_host(&nll_parts)?, grad_hidden })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    /// The CPU chunked path and the composed (GPU) path agree with a log-softmax computed whole.
+    #[test]
+    fn chunked_head_loss_matches_a_whole_log_softmax() {
+        let dev = Device::Cpu;
+        let hidden = Tensor::randn(0f32, 1.0, (300, 16), &dev).unwrap();
+        let head = Tensor::randn(0f32, 1.0, (37, 16), &dev).unwrap();
+        let targets: Vec<u32> = (0..300).map(|i| (i * 7 % 37) as u32).collect();
+        let logits = hidden.matmul(&head.t().unwrap()).unwrap();
+        let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+        let index = Tensor::from_slice(&targets, (300, 1), &dev).unwrap();
+        let expected: f32 = log_probs.gather(&index, 1).unwrap().sum_all().unwrap().neg().unwrap().to_scalar().unwrap();
+        for loss in [
+            head_nll(&hidden, &head, &targets, Some(0.5)).unwrap(),
+            head_nll_composed(&hidden, &head, &targets, Some(0.5)).unwrap(),
+        ] {
+            assert!((loss.nll_sum - expected as f64).abs() < 1e-3, "{} vs {expected}", loss.nll_sum);
+            // d/dh of 0.5 * nll = 0.5 * (softmax - onehot) W.
+            let onehot = Tensor::zeros((300, 37), DType::F32, &dev)
+                .unwrap()
+                .scatter_add(&index, &Tensor::ones((300, 1), DType::F32, &dev).unwrap(), 1)
+                .unwrap();
+            let probs = candle_nn::ops::softmax_last_dim(&logits).unwrap();
+            let expected_grad = ((probs - onehot).unwrap() * 0.5).unwrap().matmul(&head).unwrap();
+            let diff: f32 = (loss.grad_hidden.unwrap() - expected_grad)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            assert!(diff < 1e-5, "gradient differs by {diff}");
+        }
+    }
 }

@@ -1,9 +1,18 @@
-//! Numeric building blocks of the transformer: RMS norm, rotary embeddings, softmax, SiLU gating.
+//! The one seam for device-specific kernels. Callers (the model's blocks, the training pass) ask for an
+//! operation; this module picks the implementation from the tensor's device and dtype:
 //!
-//! Inference uses Candle's fused kernels. Those have no backward pass (see design.md, "Traps"), so when
-//! gradients are needed (`grad == true`) we use versions whose gradients are known to flow.
+//! - CPU f32: our own parallel kernels (cpu_kernels.rs, gemv.rs, BLAS through frozen_matmul.rs / matmul.rs);
+//! - CUDA f32/bf16: our fused kernels (cuda_training.rs, cuda_decode.rs, compiled from cuda/fused.cu);
+//! - everywhere else (Metal; CPU f16/bf16): Candle's fused kernels where Candle has them (RMS norm, rotary,
+//!   softmax: CPU, CUDA and Metal), composed Candle ops otherwise;
+//! - f64 (the finite-difference tests): composed ops whose arithmetic stays in f64 (Candle's CPU RMS norm
+//!   accumulates in f32).
+//!
+//! No op here records an autograd graph: the training backward is written by hand from the `*_backward`
+//! functions, and nothing on a GPU path creates an f64 tensor (Metal has none).
 
 mod backward;
+mod cpu_kernels;
 mod cross_entropy;
 pub mod cuda_decode;
 mod cuda_kernels;
@@ -12,75 +21,41 @@ mod frozen_matmul;
 mod gemv;
 mod head_loss;
 mod matmul;
-mod training_kernels;
 
 pub use backward::{rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
-pub use cross_entropy::cross_entropy_rows;
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, HeadLoss};
 pub use matmul::matmul;
 
 use candle_core::{DType, Result, Tensor, D};
-use training_kernels::{RmsNormOp, RopeOp, SoftmaxOp};
 
-/// RMS norm over the last dimension, computed in f32, scaled by `weight`.
-pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, grad: bool) -> Result<Tensor> {
-    if !grad {
+/// RMS norm over the last dimension, scaled by `weight`.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    if x.dtype() != DType::F64 {
         return candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps as f32);
     }
-    if is_cpu_f32(x) {
-        return x.contiguous()?.apply_op1(RmsNormOp { weight: weight.clone(), eps: eps as f32 });
-    }
-    let dtype = x.dtype();
-    let xf = upcast(x)?;
-    let mean_sq = xf.sqr()?.mean_keepdim(D::Minus1)?;
-    let normed = xf.broadcast_div(&(mean_sq + eps)?.sqrt()?)?;
-    normed.to_dtype(dtype)?.broadcast_mul(weight)
+    let mean_sq = x.sqr()?.mean_keepdim(D::Minus1)?;
+    x.broadcast_div(&(mean_sq + eps)?.sqrt()?)?.broadcast_mul(weight)
 }
 
 /// Rotary embedding, "rotate half" layout as in Hugging Face Llama. `x`: (b, heads, t, head_dim);
 /// `cos`/`sin`: (t, head_dim / 2).
-pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, grad: bool) -> Result<Tensor> {
-    if !grad {
-        return candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin);
-    }
-    if is_cpu_f32(x) {
-        // A rotation's gradient is the inverse rotation: rope with -sin.
-        return x.contiguous()?.apply_op1(RopeOp { cos: cos.clone(), sin: sin.clone() });
-    }
-    let half = x.dim(D::Minus1)? / 2;
-    let x1 = x.narrow(D::Minus1, 0, half)?;
-    let x2 = x.narrow(D::Minus1, half, half)?;
-    let cos = cos.unsqueeze(0)?.unsqueeze(0)?;
-    let sin = sin.unsqueeze(0)?.unsqueeze(0)?;
-    let out1 = (x1.broadcast_mul(&cos)? - x2.broadcast_mul(&sin)?)?;
-    let out2 = (x2.broadcast_mul(&cos)? + x1.broadcast_mul(&sin)?)?;
-    Tensor::cat(&[out1, out2], D::Minus1)
-}
-
-/// Softmax over the last dimension.
-pub fn softmax_last_dim(x: &Tensor, grad: bool) -> Result<Tensor> {
-    if !grad {
-        return candle_nn::ops::softmax_last_dim(&x.contiguous()?);
-    }
-    if is_cpu_f32(x) {
-        return x.contiguous()?.apply_op1(SoftmaxOp);
-    }
-    candle_nn::ops::softmax(x, D::Minus1)
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin)
 }
 
 /// Attention probabilities `softmax(scale * scores + mask)` for scores (..., rows, total) whose rows are
-/// query positions modulo `mask`'s height (t, total); one fused pass on the CPU in f32.
-pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>, composed: bool) -> Result<Tensor> {
+/// query positions modulo `mask`'s height (t, total); one fused pass on the CPU in f32 and on CUDA.
+pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>) -> Result<Tensor> {
     let total = scores.dim(D::Minus1)?;
-    if !composed && cuda_kernels::available(scores.device(), scores.dtype()) {
+    if cuda_kernels::available(scores.device(), scores.dtype()) {
         return cuda_training::masked_softmax(scores, scale, mask);
     }
-    if is_cpu_f32(scores) && !composed {
+    if is_cpu_f32(scores) {
         let mask_data = mask.map(f32_of).transpose()?;
         let t = mask.map(|m| m.dim(0)).transpose()?.unwrap_or(1);
         let out =
-            training_kernels::scaled_masked_softmax_f32(&f32_of(scores)?, scale as f32, mask_data.as_deref(), t, total);
+            cpu_kernels::scaled_masked_softmax_f32(&f32_of(scores)?, scale as f32, mask_data.as_deref(), t, total);
         return Tensor::from_vec(out, scores.shape(), scores.device());
     }
     let mut x = (upcast(scores)? * scale)?;
@@ -90,20 +65,22 @@ pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>,
         let lead: usize = dims[..dims.len() - 2].iter().product();
         x = x.reshape((lead, rows / t, t, total))?.broadcast_add(&mask.to_dtype(x.dtype())?)?.reshape(dims)?;
     }
-    softmax_last_dim(&x, composed)
+    candle_nn::ops::softmax_last_dim(&x.contiguous()?)
+}
+
+/// The sum of scalar tensors (losses, squared norms) reduced on their device and read to the host once:
+/// in f32 on a GPU (Metal has no f64), in f64 when the tensors already are.
+pub fn sum_to_host(parts: &[Tensor]) -> Result<f64> {
+    let Some(first) = parts.first() else { return Ok(0.0) };
+    let total = Tensor::stack(parts, 0)?.sum_all()?;
+    if first.dtype() == DType::F64 {
+        return total.to_scalar::<f64>();
+    }
+    Ok(total.to_dtype(DType::F32)?.to_scalar::<f32>()? as f64)
 }
 
 fn is_cpu_f32(x: &Tensor) -> bool {
     x.device().is_cpu() && x.dtype() == DType::F32
-}
-
-/// Contiguous f32 data of a CPU storage.
-fn f32_data<'a>(storage: &'a candle_core::CpuStorage, layout: &candle_core::Layout) -> Result<&'a [f32]> {
-    let Some((start, end)) = layout.contiguous_offsets() else { candle_core::bail!("expected a contiguous tensor") };
-    match storage {
-        candle_core::CpuStorage::F32(v) => Ok(&v[start..end]),
-        _ => candle_core::bail!("expected f32"),
-    }
 }
 
 fn f32_of(t: &Tensor) -> Result<F32Elems<'_>> {
@@ -144,10 +121,9 @@ pub fn upcast(x: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// SwiGLU gate: silu(gate) * up (one pass on the CPU in f32 when no gradient is tracked).
+/// SwiGLU gate: silu(gate) * up (one parallel pass on the CPU in f32).
 pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
-    let tracked = gate.track_op() || up.track_op();
-    if is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape() && !tracked {
+    if is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape() {
         let (g, u) = (f32_of(gate)?, f32_of(up)?);
         let (g, u): (&[f32], &[f32]) = (&g, &u);
         let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
@@ -162,12 +138,10 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     candle_nn::ops::silu(gate)? * up
 }
 
-/// `a + scale * b` for tensors of one shape: one parallel pass on the CPU in f32 when no gradient is
-/// tracked (the hand-written training pass's residuals, adapter outputs and gradient sums), Candle's ops
-/// otherwise.
+/// `a + scale * b` for tensors of one shape: one parallel pass on the CPU in f32 (the training pass's
+/// residuals, adapter outputs and gradient sums), Candle's ops otherwise.
 pub fn add_scaled(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
-    let tracked = a.track_op() || b.track_op();
-    if is_cpu_f32(a) && is_cpu_f32(b) && a.shape() == b.shape() && !tracked {
+    if is_cpu_f32(a) && is_cpu_f32(b) && a.shape() == b.shape() {
         let (x, y) = (f32_of(a)?, f32_of(b)?);
         let (x, y): (&[f32], &[f32]) = (&x, &y);
         let (s, chunk) = (scale as f32, crate::engine::cpu_pool::ELEMENTS_PER_TASK);
@@ -196,83 +170,93 @@ mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().max_all().unwrap().to_dtype(DType::F32).unwrap().to_scalar().unwrap()
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        let d = (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap()).unwrap();
+        d.abs().unwrap().max_all().unwrap().to_scalar().unwrap()
     }
 
+    /// Each hand-written input gradient (CPU f32 kernel) against Candle's autograd through the same block
+    /// composed from differentiable ops in f64, with a non-trivial upstream gradient.
     #[test]
-    fn fused_cross_entropy_matches_composed_value_and_gradient() {
-        let dev = Device::Cpu;
-        let logits = Var::from_tensor(&(Tensor::randn(0f32, 3.0, (5, 37), &dev).unwrap())).unwrap();
-        let targets = [3u32, 0, 36, 7, 7];
-        let fused = cross_entropy_rows(logits.as_tensor(), &targets).unwrap();
-        let log_probs = candle_nn::ops::log_softmax(logits.as_tensor(), D::Minus1).unwrap();
-        let index = Tensor::from_slice(&targets, (5, 1), &dev).unwrap();
-        let composed = log_probs.gather(&index, 1).unwrap().squeeze(1).unwrap().neg().unwrap();
-        assert!(max_diff(&fused, &composed) < 1e-5);
-        let weights = Tensor::new(&[1f32, 2.0, 0.5, -1.0, 3.0], &dev).unwrap();
-        let g1 = (fused * &weights).unwrap().sum_all().unwrap().backward().unwrap();
-        let g2 = (composed * &weights).unwrap().sum_all().unwrap().backward().unwrap();
-        let (g1, g2) = (g1.get(logits.as_tensor()).unwrap(), g2.get(logits.as_tensor()).unwrap());
-        assert!(max_diff(g1, g2) < 1e-5);
-    }
-
-    #[test]
-    fn frozen_matmul_gives_input_gradient_and_no_weight_gradient() {
-        let dev = Device::Cpu;
-        let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 3, 8), &dev).unwrap()).unwrap();
-        let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, (5, 8), &dev).unwrap()).unwrap();
-        let y = frozen_matmul_t(x.as_tensor(), w.as_tensor()).unwrap();
-        let reference = x.as_tensor().broadcast_matmul(&w.as_tensor().t().unwrap()).unwrap();
-        assert!(max_diff(&y, &reference) < 1e-5);
-        let g = y.sqr().unwrap().sum_all().unwrap().backward().unwrap();
-        let g_ref = reference.sqr().unwrap().sum_all().unwrap().backward().unwrap();
-        assert!(max_diff(g.get(x.as_tensor()).unwrap(), g_ref.get(x.as_tensor()).unwrap()) < 1e-4);
-        assert!(g.get(w.as_tensor()).is_none(), "a frozen weight must not receive a gradient");
-    }
-
-    #[test]
-    fn differentiable_norm_rope_and_softmax_match_fused_kernels() {
-        let dev = Device::Cpu;
-        let x = Tensor::randn(0f32, 1.0, (2, 3, 4, 8), &dev).unwrap();
-        let w = Tensor::randn(1f32, 0.1, 8, &dev).unwrap();
-        assert!(max_diff(&rms_norm(&x, &w, 1e-6, true).unwrap(), &rms_norm(&x, &w, 1e-6, false).unwrap()) < 1e-5);
-        let cos = Tensor::randn(0f32, 1.0, (4, 4), &dev).unwrap();
-        let sin = Tensor::randn(0f32, 1.0, (4, 4), &dev).unwrap();
-        assert!(max_diff(&rope(&x, &cos, &sin, true).unwrap(), &rope(&x, &cos, &sin, false).unwrap()) < 1e-5);
-        assert!(max_diff(&softmax_last_dim(&x, true).unwrap(), &softmax_last_dim(&x, false).unwrap()) < 1e-6);
-    }
-
-    /// The fused CPU f32 ops (forward and backward) against the composed versions, run in f64.
-    #[test]
-    fn fused_training_ops_match_composed_gradients() {
+    fn backward_kernels_match_autograd_of_composed_blocks() {
         let dev = Device::Cpu;
         let x64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+        let other64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
         let w64 = Tensor::randn(1f64, 0.2, 8, &dev).unwrap();
         let cos64 = Tensor::randn(0f64, 1.0, (5, 4), &dev).unwrap();
         let sin64 = Tensor::randn(0f64, 1.0, (5, 4), &dev).unwrap();
-        let up = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
-        type Op = fn(&Tensor, &Tensor, &Tensor, &Tensor) -> Result<Tensor>;
-        let cases: [(&str, Op); 3] = [
-            ("rms_norm", |x, w, _, _| rms_norm(x, w, 1e-6, true)),
-            ("rope", |x, _, c, s| rope(x, c, s, true)),
-            ("softmax", |x, _, _, _| softmax_last_dim(x, true)),
-        ];
-        for (name, op) in cases {
-            let run = |dtype: DType| {
-                let x = Var::from_tensor(&x64.to_dtype(dtype).unwrap()).unwrap();
-                let (w, c, s) =
-                    (w64.to_dtype(dtype).unwrap(), cos64.to_dtype(dtype).unwrap(), sin64.to_dtype(dtype).unwrap());
-                let y = op(x.as_tensor(), &w, &c, &s).unwrap();
-                // A non-trivial upstream gradient.
-                let loss = (y.clone() * up.to_dtype(dtype).unwrap()).unwrap().sum_all().unwrap();
-                let g = loss.backward().unwrap().get(x.as_tensor()).unwrap().to_dtype(DType::F64).unwrap();
-                (y.to_dtype(DType::F64).unwrap(), g)
-            };
-            let (y32, g32) = run(DType::F32);
-            let (y64, g64) = run(DType::F64);
-            assert!(max_diff(&y32, &y64) < 1e-4, "{name}: forward differs");
-            assert!(max_diff(&g32, &g64) < 1e-3, "{name}: gradient differs");
-        }
+        let up64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        // d/dx of sum(block(x) * up) by autograd.
+        let autograd = |block: &dyn Fn(&Tensor) -> Tensor| -> Tensor {
+            let x = Var::from_tensor(&x64).unwrap();
+            let loss = (block(x.as_tensor()) * &up64).unwrap().sum_all().unwrap();
+            loss.backward().unwrap().get(x.as_tensor()).unwrap().clone()
+        };
+
+        let expected = autograd(&|x| {
+            let inv = (x.sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + 1e-6).unwrap().sqrt().unwrap();
+            x.broadcast_div(&inv).unwrap().broadcast_mul(&w64).unwrap()
+        });
+        let got = rms_norm_backward(&f32(&x64), &f32(&w64), 1e-6, &f32(&up64)).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "rms norm");
+
+        let expected = autograd(&|x| {
+            let (x1, x2) = (x.narrow(D::Minus1, 0, 4).unwrap(), x.narrow(D::Minus1, 4, 4).unwrap());
+            let (c, s) =
+                (cos64.unsqueeze(0).unwrap().unsqueeze(0).unwrap(), sin64.unsqueeze(0).unwrap().unsqueeze(0).unwrap());
+            let o1 = (x1.broadcast_mul(&c).unwrap() - x2.broadcast_mul(&s).unwrap()).unwrap();
+            let o2 = (x2.broadcast_mul(&c).unwrap() + x1.broadcast_mul(&s).unwrap()).unwrap();
+            Tensor::cat(&[o1, o2], D::Minus1).unwrap()
+        });
+        let got = rope_backward(&f32(&up64), &f32(&cos64), &f32(&sin64)).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "rope");
+
+        let scale = 0.35;
+        let expected = autograd(&|x| candle_nn::ops::softmax(&(x * scale).unwrap(), D::Minus1).unwrap());
+        let p = scaled_masked_softmax(&f32(&x64), scale, None).unwrap();
+        let got = softmax_backward(&p, &f32(&up64), scale).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "softmax");
+
+        let expected = autograd(&|g| (candle_nn::ops::silu(g).unwrap() * &other64).unwrap());
+        let (got, _) = silu_mul_backward(&f32(&x64), &f32(&other64), &f32(&up64)).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "silu gate");
+    }
+
+    /// The f32 kernels (ours and Candle's) compute what the f64 composed versions compute.
+    #[test]
+    fn f32_kernels_match_f64_forward() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f64, 1.0, (2, 3, 4, 8), &dev).unwrap();
+        let w = Tensor::randn(1f64, 0.1, 8, &dev).unwrap();
+        let (cos, sin) =
+            (Tensor::randn(0f64, 1.0, (4, 4), &dev).unwrap(), Tensor::randn(0f64, 1.0, (4, 4), &dev).unwrap());
+        let mask = Tensor::new(&[[0f32, -1e9, -1e9, -1e9, 0.0, 0.0, 0.0, 0.0]; 4], &dev).unwrap();
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        assert!(max_diff(&rms_norm(&f32(&x), &f32(&w), 1e-6).unwrap(), &rms_norm(&x, &w, 1e-6).unwrap()) < 1e-5);
+        assert!(max_diff(&rope(&f32(&x), &f32(&cos), &f32(&sin)).unwrap(), &rope(&x, &cos, &sin).unwrap()) < 1e-5);
+        let fast = scaled_masked_softmax(&f32(&x), 0.5, Some(&mask)).unwrap();
+        let composed = scaled_masked_softmax(&x, 0.5, Some(&mask.to_dtype(DType::F64).unwrap())).unwrap();
+        assert!(max_diff(&fast, &composed) < 1e-6);
+    }
+
+    #[test]
+    fn frozen_matmul_matches_a_plain_product_both_ways() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (2, 3, 8), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (5, 8), &dev).unwrap();
+        let y = frozen_matmul_t(&x, &w).unwrap();
+        assert!(max_diff(&y, &x.broadcast_matmul(&w.t().unwrap()).unwrap()) < 1e-5);
+        let back = frozen_matmul(&y, &w).unwrap();
+        assert!(max_diff(&back, &y.broadcast_matmul(&w).unwrap()) < 1e-4);
+    }
+
+    #[test]
+    fn sums_reach_the_host_once_in_the_tensors_precision() {
+        let dev = Device::Cpu;
+        let parts = [Tensor::new(1.5f32, &dev).unwrap(), Tensor::new(2.25f32, &dev).unwrap()];
+        assert_eq!(sum_to_host(&parts).unwrap(), 3.75);
+        assert_eq!(sum_to_host(&[Tensor::new(1e-12f64, &dev).unwrap()]).unwrap(), 1e-12);
+        assert_eq!(sum_to_host(&[]).unwrap(), 0.0);
     }
 }

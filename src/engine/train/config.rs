@@ -4,71 +4,7 @@ use crate::engine::device::DeviceChoice;
 use crate::engine::{Error, Result};
 use std::path::PathBuf;
 
-/// The linears an adapter can wrap.
-pub const ALL_TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
-
-/// LoRA shape.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct LoraSettings {
-    pub rank: usize,
-    pub alpha: f64,
-    pub dropout: f32,
-    /// Module names (see [`ALL_TARGETS`]); "all-linear" expands to all of them.
-    pub targets: Vec<String>,
-    /// Adapt only the last N layers (None: all).
-    pub layers: Option<usize>,
-    /// Scale alpha/sqrt(r) instead of alpha/r.
-    pub use_rslora: bool,
-}
-
-impl Default for LoraSettings {
-    fn default() -> Self {
-        Self {
-            rank: 8,
-            alpha: 16.0,
-            dropout: 0.0,
-            targets: vec!["q_proj".into(), "v_proj".into()],
-            layers: None,
-            use_rslora: false,
-        }
-    }
-}
-
-impl LoraSettings {
-    /// The multiplier applied to `x A B`.
-    pub fn scale(&self) -> f64 {
-        if self.use_rslora {
-            self.alpha / (self.rank as f64).sqrt()
-        } else {
-            self.alpha / self.rank as f64
-        }
-    }
-
-    /// Target module names with "all-linear" expanded, validated.
-    pub fn resolved_targets(&self) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        for t in &self.targets {
-            let t = t.trim();
-            if t == "all-linear" || t == "all" {
-                out.extend(ALL_TARGETS.iter().map(|s| s.to_string()));
-            } else if ALL_TARGETS.contains(&t) {
-                out.push(t.to_string());
-            } else if !t.is_empty() {
-                return Err(Error::InvalidSetting(format!(
-                    "unknown LoRA target `{t}`; choose from {} or all-linear",
-                    ALL_TARGETS.join(", ")
-                )));
-            }
-        }
-        out.sort_by_key(|t| ALL_TARGETS.iter().position(|a| a == t));
-        out.dedup();
-        if out.is_empty() {
-            return Err(Error::InvalidSetting("choose at least one LoRA target module".into()));
-        }
-        Ok(out)
-    }
-}
+pub use crate::engine::lora::{LoraSettings, ALL_TARGETS};
 
 /// Learning-rate schedule after warmup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

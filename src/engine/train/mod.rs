@@ -130,7 +130,7 @@ impl StepRunner {
         let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
         let denom = target_tokens.max(1) as f64;
         let mut loss_sum = 0f64;
-        let mut accumulated = backprop::Gradients::default();
+        let mut accumulated = crate::engine::model::Gradients::default();
         for batch in batches {
             let out = backprop::loss_and_gradients(&self.model, batch, 1.0 / denom, true)?;
             loss_sum += out.nll_sum / denom;
@@ -376,8 +376,8 @@ pub fn validation_loss(
             break;
         }
         let batch = data::collate(examples, indices, pad_id)?;
-        let (nll, n) = loss::batch_nll_sum(model, &batch, false)?;
-        total += nll.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        let (nll, n) = loss::batch_nll_sum(model, &batch)?;
+        total += nll;
         count += n;
     }
     Ok(total / count.max(1) as f64)

@@ -95,14 +95,10 @@ impl AdamW {
     }
 }
 
-/// Global L2 norm of all gradients.
+/// Global L2 norm of all gradients, reduced on the device and read once.
 pub fn grad_norm(grads: &[Tensor]) -> Result<f64> {
-    let mut total = 0f64;
-    for g in grads {
-        let s: f32 = g.sqr()?.sum_all()?.to_dtype(candle_core::DType::F32)?.to_scalar()?;
-        total += s as f64;
-    }
-    Ok(total.sqrt())
+    let squares = grads.iter().map(|g| g.sqr()?.sum_all()).collect::<candle_core::Result<Vec<_>>>()?;
+    Ok(crate::engine::ops::sum_to_host(&squares)?.sqrt())
 }
 
 /// Scale gradients so their global norm is at most `max_norm` (as torch's clip_grad_norm_).

@@ -1,0 +1,59 @@
+//! The LoRA adapter layer: a low-rank update `scale * x A B` added to a frozen linear ([`super::linear`]).
+//! A and B are stored in the layout fastest for the forward pass, A as (in, r) and B as (r, out), so the
+//! update is two plain products with no transposes; PEFT's (r, in) / (out, r) layout is converted on save and
+//! load (checkpoint.rs). Adapters are kept in f32 (master weights) and cast to the compute dtype when used.
+//! Attaching, detaching and counting adapters on a model is `engine::lora`.
+
+use candle_core::{DType, Tensor, Var};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One adapter on one linear.
+#[derive(Debug, Clone)]
+pub struct LoraAdapter {
+    /// (in_features, rank), f32.
+    pub a: Var,
+    /// (rank, out_features), f32; starts at zero so step 0 equals the base model.
+    pub b: Var,
+    pub scale: f64,
+    pub dropout: f32,
+    /// Seeds the dropout mask; the trainer bumps it each step so masks are reproducible on resume.
+    pub dropout_seed: Arc<AtomicU64>,
+}
+
+impl LoraAdapter {
+    pub fn rank(&self) -> usize {
+        self.a.dims()[1]
+    }
+
+    /// A and B in the compute dtype `dtype` (cast from the f32 master weights when it differs).
+    pub fn matrices(&self, dtype: DType) -> candle_core::Result<(Tensor, Tensor)> {
+        let (a, b) = (self.a.as_tensor().detach(), self.b.as_tensor().detach());
+        if a.dtype() == dtype {
+            return Ok((a, b));
+        }
+        Ok((a.to_dtype(dtype)?, b.to_dtype(dtype)?))
+    }
+
+    /// `y + scale * x A B` (inference: no dropout), `x`: (..., in), `y`: (..., out).
+    pub fn add_to(&self, y: &Tensor, x: &Tensor) -> candle_core::Result<Tensor> {
+        let in_features = x.dim(candle_core::D::Minus1)?;
+        let rows = x.elem_count() / in_features.max(1);
+        let (a, b) = self.matrices(x.dtype())?;
+        let update = (x.reshape((rows, in_features))?.matmul(&a)?.matmul(&b)? * self.scale)?;
+        y + update.reshape(y.shape())?
+    }
+
+    /// The next dropout mask for an input like `x`: 0 or 1/keep per element, drawn from the shared seeded
+    /// counter (so a training pass and a reference pass that draw in the same order get identical masks).
+    /// Candle's CPU RNG cannot be seeded, hence our own.
+    pub fn dropout_mask(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let seed = self.dropout_seed.fetch_add(1, Ordering::Relaxed);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let keep = 1.0 - self.dropout;
+        let mask: Vec<f32> =
+            (0..x.elem_count()).map(|_| if rng.random::<f32>() < keep { 1.0 / keep } else { 0.0 }).collect();
+        Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())
+    }
+}

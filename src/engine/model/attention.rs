@@ -1,0 +1,278 @@
+//! Self-attention with grouped-query heads, optional q/k norms (qwen3), biases (qwen2) and a sliding window
+//! (mistral). This file owns all of the block's math: the inference forward over a KV cache, the training
+//! forward that records what the backward needs, the backward, and the fused single-token decode step.
+//! Device-specific kernels are chosen inside `ops`.
+
+use super::gradients::Gradients;
+use super::kv_cache::LayerCache;
+use super::linear::{Linear, LinearTape};
+use super::rotary::RotaryTables;
+use super::sequence::SequenceContext;
+use super::weight_loader::{FusedWeight, WeightLoader};
+use super::ModelConfig;
+use crate::engine::ops;
+use crate::engine::Result;
+use candle_core::{Device, Tensor};
+
+/// Self-attention with grouped-query heads.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    pub q_proj: Linear,
+    pub k_proj: Linear,
+    pub v_proj: Linear,
+    pub o_proj: Linear,
+    /// Per-head RMS norm weights of queries and keys (qwen3), (head_dim).
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub sliding_window: Option<usize>,
+    /// q, k and v weights (and biases) in one tensor, of which the three projections' weights are row views;
+    /// the fused decode multiplies by it once.
+    fused_qkv: FusedWeight,
+}
+
+/// What the attention backward needs from its training forward.
+pub struct AttentionTape {
+    normed_in: Tensor,
+    /// Per-head q/k before their norms (qwen3), (b, heads, t, d).
+    q_pre_norm: Option<Tensor>,
+    k_pre_norm: Option<Tensor>,
+    /// After rotary embedding, grouped as (b, kv_heads, rep * t, d) and (b, kv_heads, t, d).
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    /// Attention probabilities (b, kv_heads, rep * t, t).
+    probs: Tensor,
+    /// Attention output before o_proj, (rows, heads * d).
+    attn: Tensor,
+    /// q, k, v, o.
+    linears: [LinearTape; 4],
+}
+
+/// Queries, keys and values split into heads, normed (qwen3) and rotated.
+struct Heads {
+    /// (b, heads, t, d).
+    q: Tensor,
+    /// (b, kv_heads, t, d).
+    k: Tensor,
+    v: Tensor,
+    q_pre_norm: Option<Tensor>,
+    k_pre_norm: Option<Tensor>,
+}
+
+impl Attention {
+    pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str) -> Result<Self> {
+        let (h, q, kv) = (cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let norm = |name: &str| -> Result<Option<Tensor>> {
+            if cfg.qk_norm {
+                Ok(Some(w.get(&format!("{prefix}.{name}.weight"), &[cfg.head_dim])?))
+            } else {
+                Ok(None)
+            }
+        };
+        let ([q_proj, k_proj, v_proj], fused_qkv) = w.fused_linears(
+            [&format!("{prefix}.q_proj"), &format!("{prefix}.k_proj"), &format!("{prefix}.v_proj")],
+            h,
+            [q, kv, kv],
+            cfg.qkv_bias,
+        )?;
+        Ok(Self {
+            q_proj,
+            k_proj,
+            v_proj,
+            fused_qkv,
+            o_proj: w.linear(&format!("{prefix}.o_proj"), q, h, cfg.o_bias)?,
+            q_norm: norm("q_norm")?,
+            k_norm: norm("k_norm")?,
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+            rms_norm_eps: cfg.rms_norm_eps,
+            sliding_window: cfg.sliding_window,
+        })
+    }
+
+    /// (b, t, n * d) projections -> normed (qwen3), rotated heads.
+    fn heads(&self, q: Tensor, k: Tensor, v: Tensor, b: usize, t: usize, cos: &Tensor, sin: &Tensor) -> Result<Heads> {
+        let d = self.head_dim;
+        let split =
+            |y: Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous()?) };
+        let (mut q, mut k, v) = (split(q, self.num_heads)?, split(k, self.num_kv_heads)?, split(v, self.num_kv_heads)?);
+        let (mut q_pre_norm, mut k_pre_norm) = (None, None);
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q_pre_norm = Some(q.clone());
+            k_pre_norm = Some(k.clone());
+            q = ops::rms_norm(&q, qn, self.rms_norm_eps)?;
+            k = ops::rms_norm(&k, kn, self.rms_norm_eps)?;
+        }
+        let q = ops::rope(&q, cos, sin)?;
+        let k = ops::rope(&k, cos, sin)?.contiguous()?;
+        Ok(Heads { q, k, v, q_pre_norm, k_pre_norm })
+    }
+
+    /// Grouped-query attention without repeating K/V: the query heads that share a KV head are folded into
+    /// the row dimension. `q`: (b, heads, t, d); `k`/`v`: (b, kv_heads, total, d). Returns the grouped query
+    /// (b, kv, rep * t, d), the probabilities (b, kv, rep * t, total) and the output (b, t, heads * d).
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<(Tensor, Tensor, Tensor)> {
+        let (b, heads, t, d) = q.dims4()?;
+        let rep = heads / self.num_kv_heads;
+        let q = q.contiguous()?.reshape((b, self.num_kv_heads, rep * t, d))?;
+        let scores = ops::matmul(&q, &k.t()?)?;
+        let probs = ops::scaled_masked_softmax(&scores, self.scale(), mask)?.to_dtype(v.dtype())?;
+        let out = ops::matmul(&probs, v)?.reshape((b, heads, t, d))?.transpose(1, 2)?.reshape((b, t, heads * d))?;
+        Ok((q, probs, out))
+    }
+
+    fn scale(&self) -> f64 {
+        1.0 / (self.head_dim as f64).sqrt()
+    }
+
+    /// Inference: `x` (b, t, hidden) at positions `start_pos..`, reading and extending `cache` when given.
+    pub(super) fn forward(
+        &self,
+        x: &Tensor,
+        rotary: &RotaryTables,
+        start_pos: usize,
+        cache: Option<&mut LayerCache>,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (cos, sin) = rotary.slice(start_pos, t)?;
+        let h =
+            self.heads(self.q_proj.forward(x)?, self.k_proj.forward(x)?, self.v_proj.forward(x)?, b, t, &cos, &sin)?;
+        let (k, v) = match cache {
+            Some(c) => c.append(&h.k, &h.v)?,
+            None => (h.k, h.v),
+        };
+        let mask = attention_mask(t, start_pos, k.dim(2)?, self.sliding_window, x.device())?;
+        let (_, _, out) = self.attend(&h.q, &k, &v, mask.as_ref())?;
+        Ok(self.o_proj.forward(&out)?)
+    }
+
+    /// Training forward: `normed_in` (rows, hidden) -> (rows, hidden) and the tape.
+    pub(super) fn forward_train(&self, normed_in: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, AttentionTape)> {
+        let (b, t) = (ctx.batch, ctx.seq_len);
+        let (q, q_tape) = self.q_proj.forward_train(normed_in, ctx.dropout)?;
+        let (k, k_tape) = self.k_proj.forward_train(normed_in, ctx.dropout)?;
+        let (v, v_tape) = self.v_proj.forward_train(normed_in, ctx.dropout)?;
+        let h = self.heads(q, k, v, b, t, &ctx.cos, &ctx.sin)?;
+        let (q, probs, attn) = self.attend(&h.q, &h.k, &h.v, ctx.mask.as_ref())?;
+        let attn = attn.reshape((b * t, self.num_heads * self.head_dim))?;
+        let (out, o_tape) = self.o_proj.forward_train(&attn, ctx.dropout)?;
+        let tape = AttentionTape {
+            normed_in: normed_in.clone(),
+            q_pre_norm: h.q_pre_norm,
+            k_pre_norm: h.k_pre_norm,
+            q,
+            k: h.k,
+            v: h.v,
+            probs,
+            attn,
+            linears: [q_tape, k_tape, v_tape, o_tape],
+        };
+        Ok((out, tape))
+    }
+
+    /// Given the gradient of the block's output (rows, hidden), accumulate its adapters' gradients and return
+    /// the gradient of its input (None when `need_input_grad` is false).
+    pub(super) fn backward(
+        &self,
+        tape: &AttentionTape,
+        d_out: &Tensor,
+        ctx: &SequenceContext,
+        grads: &mut Gradients,
+        need_input_grad: bool,
+    ) -> Result<Option<Tensor>> {
+        let (b, t, d) = (ctx.batch, ctx.seq_len, self.head_dim);
+        let (heads, kv_heads) = (self.num_heads, self.num_kv_heads);
+        let [q_tape, k_tape, v_tape, o_tape] = &tape.linears;
+        let d_attn = Linear::input_grad(self.o_proj.backward(&tape.attn, o_tape, d_out, grads, true)?)?;
+        let d_o = d_attn.reshape((b, t, heads, d))?.transpose(1, 2)?.contiguous()?.reshape((
+            b,
+            kv_heads,
+            heads / kv_heads * t,
+            d,
+        ))?;
+        let d_v = ops::matmul(&tape.probs.t()?, &d_o)?; // (b, kv, t, d)
+        let d_probs = ops::matmul(&d_o, &tape.v.t()?)?;
+        let d_scores = ops::softmax_backward(&tape.probs, &d_probs, self.scale())?.to_dtype(tape.q.dtype())?;
+        let d_q = ops::matmul(&d_scores, &tape.k)?.reshape((b, heads, t, d))?;
+        let d_k = ops::matmul(&d_scores.t()?, &tape.q)?; // (b, kv, t, d)
+        let mut d_q = ops::rope_backward(&d_q, &ctx.cos, &ctx.sin)?;
+        let mut d_k = ops::rope_backward(&d_k, &ctx.cos, &ctx.sin)?;
+        if let (Some(qn), Some(kn), Some(q_pre), Some(k_pre)) =
+            (&self.q_norm, &self.k_norm, &tape.q_pre_norm, &tape.k_pre_norm)
+        {
+            d_q = ops::rms_norm_backward(q_pre, qn, self.rms_norm_eps, &d_q)?;
+            d_k = ops::rms_norm_backward(k_pre, kn, self.rms_norm_eps, &d_k)?;
+        }
+        let rows = |g: Tensor, n: usize| -> Result<Tensor> { Ok(g.transpose(1, 2)?.reshape((b * t, n * d))?) };
+        let (d_q, d_k, d_v) = (rows(d_q, heads)?, rows(d_k, kv_heads)?, rows(d_v, kv_heads)?);
+        let x = &tape.normed_in;
+        let from_q = self.q_proj.backward(x, q_tape, &d_q, grads, need_input_grad)?;
+        let from_k = self.k_proj.backward(x, k_tape, &d_k, grads, need_input_grad)?;
+        let from_v = self.v_proj.backward(x, v_tape, &d_v, grads, need_input_grad)?;
+        if !need_input_grad {
+            return Ok(None);
+        }
+        let sum = ops::add(&Linear::input_grad(from_q)?, &Linear::input_grad(from_k)?)?;
+        Ok(Some(ops::add(&sum, &Linear::input_grad(from_v)?)?))
+    }
+
+    /// Whether the fused decode kernels model this block as it stands: no active adapter on q/k/v (the fused
+    /// product has none) and no q/k norms.
+    pub(super) fn decodes_fused(&self) -> bool {
+        self.q_norm.is_none() && ![&self.q_proj, &self.k_proj, &self.v_proj].iter().any(|l| l.has_active_adapter())
+    }
+
+    /// Fused single-token decode of `normed` (b, 1, hidden): one q|k|v product, the cache write that rotates
+    /// the key, single-query attention that rotates the query, then o_proj. `table`: the rotary rows
+    /// [cos | sin] of [`RotaryTables::decode_table`].
+    pub(super) fn decode_fused(&self, normed: &Tensor, table: &Tensor, cache: &mut LayerCache) -> Result<Tensor> {
+        let (qkv_weight, qkv_bias) = &self.fused_qkv;
+        let mut qkv = ops::frozen_matmul_t(normed, qkv_weight)?;
+        if let Some(bias) = qkv_bias {
+            qkv = qkv.broadcast_add(bias)?;
+        }
+        let pos = cache.len();
+        let shape = ops::cuda_decode::DecodeShape {
+            heads: self.num_heads,
+            kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+            pos,
+            first_visible: self.sliding_window.map(|w| (pos + 1).saturating_sub(w)).unwrap_or(0),
+        };
+        let buf =
+            cache.reserve(normed.dim(0)?, self.num_kv_heads, self.head_dim, 1, normed.dtype(), normed.device())?;
+        ops::cuda_decode::kv_write(&buf, &qkv, table, shape)?;
+        cache.advance(1);
+        Ok(self.o_proj.forward(&ops::cuda_decode::attention(&qkv, &buf, table, shape)?)?)
+    }
+}
+
+/// Additive mask (t, total): query i sits at absolute position start_pos + i and sees keys at or before it
+/// (and, with a sliding window, no further back than the window). None when nothing is masked.
+pub fn attention_mask(
+    t: usize,
+    start_pos: usize,
+    total: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    let window = window.unwrap_or(usize::MAX);
+    if t == 1 && total <= window {
+        return Ok(None);
+    }
+    let mut mask = vec![0f32; t * total];
+    for i in 0..t {
+        let pos = start_pos + i;
+        for j in 0..total {
+            if j > pos || pos - j >= window {
+                mask[i * total + j] = f32::NEG_INFINITY;
+            }
+        }
+    }
+    Ok(Some(Tensor::from_vec(mask, (t, total), device)?))
+}

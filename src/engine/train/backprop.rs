@@ -1,0 +1,138 @@
+//! The training step's forward and backward pass over the whole model, written by hand.
+//!
+//! Candle's autograd is general but costly for this job: every node's gradient starts as a zero tensor that
+//! the first contribution is added to (two extra passes and two allocations per node), and it keeps every
+//! intermediate of the graph alive. Here each block's training forward keeps just what its backward needs
+//! and its backward computes input and adapter gradients only (the blocks own that math: model/linear.rs,
+//! attention.rs, mlp.rs, decoder_layer.rs). This file orders them: layers below the lowest adapter run as
+//! plain inference, the head and loss run chunked without materialising the logits (`ops::head_nll`), the
+//! backward stops at the lowest adapter, and each layer's tape is dropped as soon as it is used.
+//!
+//! The autograd reference these gradients are checked against lives in the tests (tests/common/reference.rs),
+//! with finite differences.
+
+use crate::engine::data::Batch;
+use crate::engine::model::linear::Linear;
+use crate::engine::model::transformer::Transformer;
+use crate::engine::model::Gradients;
+use crate::engine::ops;
+use crate::engine::train::loss;
+use crate::engine::Result;
+use candle_core::Tensor;
+
+/// Forward and backward of one projection exactly as a training step runs them, with an upstream gradient
+/// of ones: (output, input gradient, adapter gradients). For benchmarks.
+pub fn linear_forward_backward(projection: &Linear, x: &Tensor) -> candle_core::Result<(Tensor, Tensor, Gradients)> {
+    let (y, tape) = projection.forward_train(x, true)?;
+    let mut grads = Gradients::default();
+    let dx = projection.backward(x, &tape, &y.ones_like()?, &mut grads, true)?;
+    let dx = dx.ok_or_else(|| candle_core::Error::Msg("missing input gradient".into()))?;
+    Ok((y, dx, grads))
+}
+
+/// `METAL_CANDLE_STEP_PHASES=1` prints each phase of the pass (device synchronised) to stderr: a profile
+/// for devices where no profiler runs (the lent GPUs).
+struct PhaseTimer {
+    device: candle_core::Device,
+    last: Option<std::time::Instant>,
+    phases: Vec<(&'static str, f64)>,
+}
+
+impl PhaseTimer {
+    fn new(device: &candle_core::Device) -> Self {
+        static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let enabled = *ENABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_STEP_PHASES").is_some());
+        Self { device: device.clone(), last: enabled.then(std::time::Instant::now), phases: Vec::new() }
+    }
+
+    fn mark(&mut self, phase: &'static str) -> candle_core::Result<()> {
+        if let Some(last) = self.last {
+            self.device.synchronize()?;
+            self.phases.push((phase, last.elapsed().as_secs_f64() * 1e3));
+            self.last = Some(std::time::Instant::now());
+        }
+        Ok(())
+    }
+
+    fn report(&self) {
+        if self.last.is_some() {
+            let parts: Vec<String> = self.phases.iter().map(|(name, ms)| format!("{name} {ms:.1} ms")).collect();
+            eprintln!("step phases: {}", parts.join(", "));
+        }
+    }
+}
+
+/// One batch's loss and gradients.
+pub struct BatchGradients {
+    /// Sum over target tokens of their negative log-likelihood.
+    pub nll_sum: f64,
+    pub target_tokens: usize,
+    /// Gradients of `loss_scale * nll_sum`.
+    pub grads: Gradients,
+}
+
+/// The lowest layer holding an active adapter: where the backward pass can stop.
+fn lowest_adapted_layer(model: &Transformer) -> Result<usize> {
+    model
+        .linears()
+        .iter()
+        .filter(|(_, _, l)| l.has_active_adapter())
+        .map(|(layer, _, _)| *layer)
+        .min()
+        .ok_or_else(|| crate::engine::Error::InvalidSetting("the model has no active adapter to train".into()))
+}
+
+/// Forward and backward for one batch: the gradients of `loss_scale * nll_sum` for every active adapter.
+/// `dropout` applies adapter dropout.
+pub fn loss_and_gradients(
+    model: &Transformer,
+    batch: &Batch,
+    loss_scale: f64,
+    dropout: bool,
+) -> Result<BatchGradients> {
+    let device = model.device();
+    let (b, t) = (batch.batch_size, batch.seq_len);
+    let (sources, targets) = loss::target_positions(batch);
+    let mut grads = Gradients::default();
+    if targets.is_empty() {
+        return Ok(BatchGradients { nll_sum: 0.0, target_tokens: 0, grads });
+    }
+    let lowest = lowest_adapted_layer(model)?;
+    let mut timer = PhaseTimer::new(device);
+    let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
+    let mut x = model.embed(&input, 0)?;
+    for index in 0..lowest {
+        x = model.layer_forward(index, &x)?;
+    }
+    let ctx = model.sequence_context(b, t, dropout)?;
+    let mut x = x.reshape((b * t, model.config.hidden_size))?;
+    timer.mark("embed + frozen layers")?;
+    let mut tapes = Vec::with_capacity(model.layers.len() - lowest);
+    for layer in &model.layers[lowest..] {
+        let (out, tape) = layer.forward_train(&x, &ctx)?;
+        tapes.push(tape);
+        x = out;
+    }
+    timer.mark("layers forward")?;
+
+    let normed = model.final_norm(&x)?;
+    let source_index = Tensor::from_vec(sources, targets.len(), device)?;
+    let picked = normed.index_select(&source_index, 0)?;
+    let head = ops::head_nll(&picked, model.head_weight(), &targets, Some(loss_scale))?;
+    let d_picked = head.grad_hidden.ok_or_else(|| candle_core::Error::Msg("head loss without gradient".into()))?;
+    let d_normed = normed.zeros_like()?.index_add(&source_index, &d_picked, 0)?;
+    let eps = model.config.rms_norm_eps;
+    let mut d_x = ops::rms_norm_backward(&x, model.final_norm_weight(), eps, &d_normed)?;
+    timer.mark("final norm + head + loss, forward and backward")?;
+    // Each layer's tape is dropped as soon as its backward is done.
+    while let Some(tape) = tapes.pop() {
+        let index = lowest + tapes.len();
+        match model.layers[index].backward(&tape, &d_x, &ctx, &mut grads, index > lowest)? {
+            Some(d) => d_x = d,
+            None => break,
+        }
+    }
+    timer.mark("layers backward")?;
+    timer.report();
+    Ok(BatchGradients { nll_sum: head.nll_sum, target_tokens: targets.len(), grads })
+}
