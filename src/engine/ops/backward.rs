@@ -4,7 +4,7 @@
 //! ops.
 
 use super::cpu_kernels::{rms_norm_backward_f32, rope_cpu, softmax_backward_f32};
-use super::{f32_of, is_cpu_f32, upcast};
+use super::{f32_of, is_cpu_f32, metal_dtypes, upcast};
 use candle_core::{Result, Tensor, D};
 
 /// Whether the fused CUDA kernels (cuda_training.rs) take this tensor's dtype on its device.
@@ -14,6 +14,7 @@ fn fused_on_gpu(x: &Tensor) -> bool {
 
 /// Gradient of `rms_norm(x, weight, eps)` with respect to `x` (the weight is frozen).
 pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> Result<Tensor> {
+    metal_dtypes("rms_norm_backward", &[x, weight, dy])?;
     if is_cpu_f32(x) && is_cpu_f32(dy) {
         let dx = rms_norm_backward_f32(&f32_of(x)?, &f32_of(dy)?, &f32_of(weight)?, eps as f32);
         return Tensor::from_vec(dx, x.shape(), x.device());
@@ -33,6 +34,7 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
 /// Gradient of rotary embedding: the inverse rotation of the output gradient (rope with -sin).
 /// `dy`: (b, heads, t, head_dim); `cos`/`sin`: (t, head_dim / 2).
 pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    metal_dtypes("rope_backward", &[dy, cos, sin])?;
     if is_cpu_f32(dy) {
         let dx = rope_cpu(&f32_of(dy)?, dy.dims(), &f32_of(cos)?, &f32_of(sin)?, -1.0);
         return Tensor::from_vec(dx, dy.shape(), dy.device());
@@ -43,6 +45,7 @@ pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> 
 /// Gradient of `softmax(scale * x + mask)` over the last dimension with respect to `x`, from the output `p`:
 /// `scale * p * (dp - sum(dp * p))`, in f32 or f64.
 pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
+    metal_dtypes("softmax_backward", &[p, dp])?;
     if is_cpu_f32(p) && is_cpu_f32(dp) {
         let d = p.dims().last().copied().unwrap_or(1).max(1);
         let dx = softmax_backward_f32(&f32_of(p)?, &f32_of(dp)?, d, scale as f32);
@@ -58,6 +61,7 @@ pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
 
 /// Gradients of `silu(gate) * up` with respect to gate and up, given the output gradient `dm`.
 pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
+    metal_dtypes("silu_mul_backward", &[gate, up, dm])?;
     if is_cpu_f32(gate) && is_cpu_f32(up) && is_cpu_f32(dm) {
         let (g, u, d) = (f32_of(gate)?, f32_of(up)?, f32_of(dm)?);
         let (g, u, d): (&[f32], &[f32], &[f32]) = (&g, &u, &d);

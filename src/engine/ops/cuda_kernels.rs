@@ -6,7 +6,10 @@ use candle_core::{DType, Device};
 
 /// Whether the fused kernels run for tensors of `dtype` on `device`.
 pub fn available(device: &Device, dtype: DType) -> bool {
-    cfg!(feature = "cuda") && device.is_cuda() && matches!(dtype, DType::F32 | DType::BF16)
+    cfg!(feature = "cuda")
+        && device.is_cuda()
+        && matches!(dtype, DType::F32 | DType::BF16)
+        && super::kernels() == super::Kernels::Native
 }
 
 /// The `cpu_fwd` of a CUDA-only op: an error naming the op (callers check [`available`] first).

@@ -6,6 +6,7 @@ use candle_core::{Result, Tensor};
 
 /// `x W^T` for a frozen weight `W` of shape (out, in); `x`: (..., in).
 pub fn frozen_matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    super::metal_dtypes("frozen_matmul_t", &[x, weight])?;
     let dims = x.dims().to_vec();
     let in_features = dims[dims.len() - 1];
     let rows = x.elem_count() / in_features.max(1);
@@ -20,6 +21,7 @@ pub fn frozen_matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
 /// `x W` for a frozen weight `W` of shape (out, in) and `x`: (..., out): the input gradient of
 /// [`frozen_matmul_t`], for the hand-written backward pass. Not differentiable itself.
 pub fn frozen_matmul(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    super::metal_dtypes("frozen_matmul", &[x, weight])?;
     let dims = x.dims().to_vec();
     let out_features = dims[dims.len() - 1];
     let rows = x.elem_count() / out_features.max(1);
@@ -141,6 +143,9 @@ impl candle_core::CustomOp1 for FrozenMatmul {
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
         self.check(layout)?;
+        if super::kernels() == super::Kernels::Portable {
+            return backend_matmul!(self, storage, layout, Cpu);
+        }
         if self.transposed {
             if let Some(out) = gemv_frozen(&self.weight, storage, layout) {
                 return Ok(out);

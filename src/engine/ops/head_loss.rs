@@ -28,6 +28,7 @@ const DEVICE_CHUNK_ELEMS: usize = 1 << 25;
 /// Negative log-likelihood of `targets[i]` after `hidden[i]` (n, h) through the frozen head (vocab, h), and
 /// with `grad_scale` the gradient of `grad_scale * nll_sum` with respect to `hidden`.
 pub fn head_nll(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {
+    super::metal_dtypes("head_nll", &[hidden, head])?;
     let (n, _) = hidden.dims2()?;
     let (vocab, _) = head.dims2()?;
     if n != targets.len() {

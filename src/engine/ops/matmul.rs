@@ -4,10 +4,10 @@
 use candle_core::{Layout, Result, Tensor};
 
 /// `a (..., m, k) · b (..., k, n)`, same batch dimensions. Falls back to Candle's matmul off the CPU, for
-/// other dtypes, without BLAS, or when an operand tracks gradients (autograd needs Candle's op).
+/// other dtypes, without BLAS, and in the portable graph.
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let cpu_f32 = |t: &Tensor| t.device().is_cpu() && t.dtype() == candle_core::DType::F32;
-    if !cpu_f32(a) || !cpu_f32(b) || a.track_op() || b.track_op() || !crate::engine::blas::available() {
+    super::metal_dtypes("matmul", &[a, b])?;
+    if !super::is_cpu_f32(a) || !super::is_cpu_f32(b) || !crate::engine::blas::available() {
         return a.matmul(b);
     }
     let (a_dims, b_dims) = (a.dims(), b.dims());

@@ -28,9 +28,51 @@ pub use head_loss::{head_nll, HeadLoss};
 pub use matmul::matmul;
 
 use candle_core::{DType, Result, Tensor, D};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Which kernels the ops may pick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernels {
+    /// Our own kernels where they apply (CPU f32 kernels, BLAS, CUDA fused kernels), Candle's elsewhere.
+    #[default]
+    Native,
+    /// Only what a device without our kernels runs, Metal today: Candle's own kernels and composed ops. On
+    /// the CPU this runs the Mac's op graph, and every op checks that its tensors have a dtype Candle's Metal
+    /// backend implements, so the portable graph is tested where Metal is not.
+    Portable,
+}
+
+static PORTABLE: AtomicBool = AtomicBool::new(false);
+
+/// Choose the kernels for the whole process (the front ends call this once from their runtime options).
+pub fn set_kernels(kernels: Kernels) {
+    PORTABLE.store(kernels == Kernels::Portable, Ordering::Relaxed);
+}
+
+/// The kernels in use.
+pub fn kernels() -> Kernels {
+    if PORTABLE.load(Ordering::Relaxed) {
+        Kernels::Portable
+    } else {
+        Kernels::Native
+    }
+}
+
+/// In the portable graph, an error for a tensor whose dtype Candle's Metal backend lacks (f64: Metal has no
+/// f64 at all), naming the op; nothing otherwise.
+fn metal_dtypes(op: &str, tensors: &[&Tensor]) -> Result<()> {
+    if kernels() == Kernels::Native {
+        return Ok(());
+    }
+    match tensors.iter().find(|t| matches!(t.dtype(), DType::F64)) {
+        Some(t) => candle_core::bail!("{op}: a {:?} tensor on the portable (Metal) path; Metal has no f64", t.dtype()),
+        None => Ok(()),
+    }
+}
 
 /// RMS norm over the last dimension, scaled by `weight`.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    metal_dtypes("rms_norm", &[x, weight])?;
     if x.dtype() != DType::F64 {
         return candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps as f32);
     }
@@ -41,12 +83,14 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
 /// Rotary embedding, "rotate half" layout as in Hugging Face Llama. `x`: (b, heads, t, head_dim);
 /// `cos`/`sin`: (t, head_dim / 2).
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    metal_dtypes("rope", &[x, cos, sin])?;
     candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin)
 }
 
 /// Attention probabilities `softmax(scale * scores + mask)` for scores (..., rows, total) whose rows are
 /// query positions modulo `mask`'s height (t, total); one fused pass on the CPU in f32 and on CUDA.
 pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>) -> Result<Tensor> {
+    metal_dtypes("scaled_masked_softmax", &[scores])?;
     let total = scores.dim(D::Minus1)?;
     if cuda_kernels::available(scores.device(), scores.dtype()) {
         return cuda_training::masked_softmax(scores, scale, mask);
@@ -72,6 +116,7 @@ pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>)
 /// in f32 on a GPU (Metal has no f64), in f64 when the tensors already are.
 pub fn sum_to_host(parts: &[Tensor]) -> Result<f64> {
     let Some(first) = parts.first() else { return Ok(0.0) };
+    metal_dtypes("sum_to_host", &parts.iter().collect::<Vec<_>>())?;
     let total = Tensor::stack(parts, 0)?.sum_all()?;
     if first.dtype() == DType::F64 {
         return total.to_scalar::<f64>();
@@ -79,8 +124,9 @@ pub fn sum_to_host(parts: &[Tensor]) -> Result<f64> {
     Ok(total.to_dtype(DType::F32)?.to_scalar::<f32>()? as f64)
 }
 
+/// Whether our CPU f32 kernels take this tensor (never in the portable graph).
 fn is_cpu_f32(x: &Tensor) -> bool {
-    x.device().is_cpu() && x.dtype() == DType::F32
+    x.device().is_cpu() && x.dtype() == DType::F32 && kernels() == Kernels::Native
 }
 
 fn f32_of(t: &Tensor) -> Result<F32Elems<'_>> {
@@ -123,6 +169,7 @@ pub fn upcast(x: &Tensor) -> Result<Tensor> {
 
 /// SwiGLU gate: silu(gate) * up (one parallel pass on the CPU in f32).
 pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    metal_dtypes("silu_mul", &[gate, up])?;
     if is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape() {
         let (g, u) = (f32_of(gate)?, f32_of(up)?);
         let (g, u): (&[f32], &[f32]) = (&g, &u);
@@ -141,6 +188,7 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 /// `a + scale * b` for tensors of one shape: one parallel pass on the CPU in f32 (the training pass's
 /// residuals, adapter outputs and gradient sums), Candle's ops otherwise.
 pub fn add_scaled(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
+    metal_dtypes("add", &[a, b])?;
     if is_cpu_f32(a) && is_cpu_f32(b) && a.shape() == b.shape() {
         let (x, y) = (f32_of(a)?, f32_of(b)?);
         let (x, y): (&[f32], &[f32]) = (&x, &y);

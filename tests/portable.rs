@@ -1,0 +1,168 @@
+//! The portable op graph: what a device without our own kernels runs (Metal today), run here on the CPU
+//! with `ops::Kernels::Portable`. It must match the Hugging Face fixtures, train like the fast path, and use
+//! no dtype Candle's Metal backend lacks: every op checks its tensors in this mode, and a scan of the
+//! engine's source fails when an f64 tensor conversion appears outside the few places allowed to have one.
+//!
+//! The kernel choice is process-wide, so every test here holds one lock while it runs.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use common::*;
+use metal_candle::engine::generate::{generate, score, GenerateRequest};
+use metal_candle::engine::model::load_model;
+use metal_candle::engine::ops::{self, Kernels};
+use metal_candle::engine::sampler::SamplingParams;
+use metal_candle::engine::train::{self, LoraSettings, TrainConfig, TrainControl, TrainEvent};
+use std::sync::{Mutex, MutexGuard};
+
+const ARCHS: [&str; 4] = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"];
+
+static KERNELS: Mutex<()> = Mutex::new(());
+
+/// Hold the process-wide kernel choice for one test.
+fn use_kernels(kernels: Kernels) -> MutexGuard<'static, ()> {
+    let guard = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
+    ops::set_kernels(kernels);
+    guard
+}
+
+#[test]
+fn portable_logprobs_and_greedy_ids_match_transformers() {
+    let _k = use_kernels(Kernels::Portable);
+    for arch in ARCHS {
+        let m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
+        let exp = expected(arch);
+        let ids = m.tokenizer.encode(exp["score"]["text"].as_str().unwrap(), true).unwrap();
+        let diff = max_abs_diff(&score(&m.model, &ids).unwrap(), &floats(&exp["score"]["token_logprobs"]));
+        assert!(diff < 1e-4, "{arch}: max |logprob diff| = {diff}");
+        let g = &exp["greedy"];
+        let req = GenerateRequest {
+            prompt_ids: common::ids(&g["prompt_ids"]),
+            max_new_tokens: g["max_new_tokens"].as_u64().unwrap() as usize,
+            sampling: SamplingParams::greedy(),
+            eos_token_ids: m.eos_token_ids.clone(),
+            ignore_eos: true,
+            stop_strings: vec![],
+        };
+        let out = generate(&m.model, &m.tokenizer, &req, &mut |_| true).unwrap();
+        assert_eq!(out.generated_ids, common::ids(&g["generated_ids"]), "{arch}: greedy ids differ");
+    }
+}
+
+#[test]
+fn portable_bf16_scores_close_to_the_f32_fixtures() {
+    let _k = use_kernels(Kernels::Portable);
+    for arch in ARCHS {
+        let m = load_model(&fixture(arch), &Device::Cpu, DType::BF16).unwrap();
+        let exp = expected(arch);
+        let ids = m.tokenizer.encode(exp["score"]["text"].as_str().unwrap(), true).unwrap();
+        let ours = score(&m.model, &ids).unwrap();
+        let reference = floats(&exp["score"]["token_logprobs"]);
+        let mean_diff: f64 =
+            ours.iter().zip(&reference).map(|(a, b)| (*a as f64 - b).abs()).sum::<f64>() / reference.len() as f64;
+        assert!(mean_diff < 0.05, "{arch}: bf16 mean |logprob diff| = {mean_diff}");
+    }
+}
+
+fn losses_of_a_run(kernels: Kernels, arch: &str, dtype: DType) -> Vec<f64> {
+    let _k = use_kernels(kernels);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TrainConfig {
+        model: fixture(arch),
+        data: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat"),
+        out: dir.path().to_path_buf(),
+        run_name: Some("portable".into()),
+        lora: LoraSettings {
+            rank: 4,
+            alpha: 8.0,
+            dropout: 0.1,
+            targets: vec!["all-linear".into()],
+            ..Default::default()
+        },
+        iters: Some(20),
+        batch_size: 2,
+        seq_len: 64,
+        lr: 5e-3,
+        warmup: 2,
+        val_every: 10,
+        save_every: 0,
+        ..Default::default()
+    };
+    let base = load_model(&cfg.model, &Device::Cpu, dtype).unwrap();
+    let mut losses = Vec::new();
+    train::run_training(&cfg, &base, &TrainControl::default(), &mut |e| {
+        if let TrainEvent::Step { loss, .. } = e {
+            losses.push(loss)
+        }
+    })
+    .unwrap();
+    assert_eq!(losses.len(), 20);
+    losses
+}
+
+#[test]
+fn portable_training_matches_the_fast_path() {
+    for arch in ["tiny-llama", "tiny-qwen3"] {
+        let fast = losses_of_a_run(Kernels::Native, arch, DType::F32);
+        let portable = losses_of_a_run(Kernels::Portable, arch, DType::F32);
+        for (step, (a, b)) in fast.iter().zip(&portable).enumerate() {
+            assert!((a - b).abs() < 1e-5, "{arch} step {}: fast {a} vs portable {b}", step + 1);
+        }
+        let bf16 = losses_of_a_run(Kernels::Portable, arch, DType::BF16);
+        assert!(bf16.iter().all(|l| l.is_finite()), "{arch}: bf16 losses {bf16:?}");
+        let (first, last) = (bf16[..3].iter().sum::<f64>() / 3.0, bf16[17..].iter().sum::<f64>() / 3.0);
+        assert!(last < first, "{arch}: bf16 portable loss did not fall: {first} -> {last}");
+        assert!((bf16[0] - fast[0]).abs() < 0.05 * fast[0], "{arch}: bf16 first loss {} vs f32 {}", bf16[0], fast[0]);
+    }
+}
+
+#[test]
+fn portable_ops_refuse_f64_tensors() {
+    let _k = use_kernels(Kernels::Portable);
+    let x = Tensor::ones((2, 4), DType::F64, &Device::Cpu).unwrap();
+    let w = Tensor::ones(4, DType::F64, &Device::Cpu).unwrap();
+    let err = ops::rms_norm(&x, &w, 1e-6).unwrap_err().to_string();
+    assert!(err.contains("rms_norm") && err.contains("f64"), "{err}");
+    let err = ops::sum_to_host(&[Tensor::new(1.0f64, &Device::Cpu).unwrap()]).unwrap_err().to_string();
+    assert!(err.contains("f64"), "{err}");
+}
+
+/// Lines of engine code (outside unit tests) that may name f64 tensors: the f64-exact branch of the RMS norm
+/// (CPU-only test models), the guard itself, and reading a sum that already is f64.
+const F64_ALLOWED: [(&str, &str); 4] = [
+    ("ops/mod.rs", "match tensors.iter().find(|t| matches!(t.dtype(), DType::F64)) {"),
+    ("ops/mod.rs", "if x.dtype() != DType::F64 {"),
+    ("ops/mod.rs", "if first.dtype() == DType::F64 {"),
+    ("ops/mod.rs", "return total.to_scalar::<f64>();"),
+];
+
+#[test]
+fn no_f64_tensor_conversion_is_added_to_engine_code() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
+    let mut offending = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            for (n, line) in code.lines().enumerate() {
+                let line = line.trim();
+                let names_f64 = line.contains("DType::F64") || line.contains("to_scalar::<f64>");
+                if names_f64 && !F64_ALLOWED.contains(&(rel.as_str(), line)) {
+                    offending.push(format!("src/engine/{rel}:{}: {line}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(offending.is_empty(), "f64 tensors break Metal (it has none); found:\n{}", offending.join("\n"));
+}
