@@ -146,6 +146,10 @@ impl Attention {
             Some(c) => c.append(&h.k, &h.v)?,
             None => (h.k, h.v),
         };
+        if let Some(out) = ops::sdpa(&h.q, &k, &v, self.scale(), start_pos, self.sliding_window)? {
+            let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
+            return Ok(self.o_proj.forward(&out)?);
+        }
         let mask = attention_mask(t, start_pos, k.dim(2)?, self.sliding_window, x.device())?;
         let (_, _, out) = self.attend(&h.q, &k, &v, mask.as_ref())?;
         Ok(self.o_proj.forward(&out)?)

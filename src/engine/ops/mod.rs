@@ -21,11 +21,13 @@ mod frozen_matmul;
 mod gemv;
 mod head_loss;
 mod matmul;
+mod metal_attention;
 
 pub use backward::{rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, HeadLoss};
 pub use matmul::matmul;
+pub use metal_attention::{metal_sdpa_enabled, sdpa, set_metal_sdpa};
 
 use candle_core::{DType, Result, Tensor, D};
 use std::sync::atomic::{AtomicBool, Ordering};
