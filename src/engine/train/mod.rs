@@ -212,105 +212,32 @@ impl<'a> Trainer<'a> {
     ) -> Result<()> {
         let cfg = self.config;
         let (plan, total_steps) = plan_batches(cfg, self.data.train.lengths())?;
-        let mut state = TrainerState {
-            step: 0,
-            total_steps,
-            cursor: plan.start(),
-            seed: cfg.seed,
-            train_loss: None,
-            val_loss: None,
-            trained_tokens: 0,
-            elapsed_secs: 0.0,
-            saved_unix_secs: 0,
-        };
-        let mut elapsed_before = 0.0;
-        if let Some(ckpt) = resume {
-            let (saved, moments) = checkpoint::load_trainer_state(ckpt)?;
-            self.runner.optimizer.load_state(&moments, saved.step)?;
-            checkpoint::truncate_metrics(&self.run_dir, saved.step)?;
-            elapsed_before = saved.elapsed_secs;
-            state = TrainerState { total_steps, ..saved };
-        }
-        let summary = &self.data.summary;
-        emit(TrainEvent::Started {
-            run_dir: self.run_dir.clone(),
-            config: Box::new(cfg.clone()),
-            trainable_params: self.params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum(),
-            total_steps,
-            tokens_per_epoch: summary.tokens_per_epoch,
-            target_tokens_per_epoch: summary.target_tokens_per_epoch,
-            train_examples: self.data.train.examples.len(),
-            valid_examples: self.data.valid.as_ref().map(|v| v.examples.len()).unwrap_or(0),
-            truncated_examples: summary.truncated,
-            start_step: state.step,
-        });
+        let (mut state, elapsed_before) = self.initial_state(resume, plan.start(), total_steps)?;
+        emit(self.started_event(total_steps, state.step));
         let mut batches = plan.iter_from(state.cursor)?;
-        let start_step = state.step;
-        let run_started = Instant::now();
-        let mut window_tokens = 0usize;
-        let mut window_started = Instant::now();
+        let mut clock = StepClock::new(state.step, elapsed_before);
         let mut stopped_early = false;
         let mut last_saved_step = None;
-
         while state.step < total_steps {
             if control.stop_requested() {
                 stopped_early = true;
                 break;
             }
             if control.is_paused() {
-                emit(TrainEvent::Paused { step: state.step });
-                while control.is_paused() && !control.stop_requested() {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-                emit(TrainEvent::Resumed { step: state.step });
-                window_started = Instant::now();
-                window_tokens = 0;
+                wait_while_paused(control, state.step, emit);
+                clock.restart_window();
                 continue;
             }
             let micro: Vec<_> = (0..cfg.grad_accum).filter_map(|_| batches.next()).collect();
             let Some(last) = micro.last() else { break };
-            let next_cursor = last.next;
-            let batches_data = micro
-                .iter()
-                .map(|b| data::collate(&self.data.train.examples, &b.indices, self.pad_id))
-                .collect::<Result<Vec<_>>>()?;
-            let lr = lr_at(cfg, state.step, total_steps);
-            let (loss, grad_norm) = self.runner.step(&batches_data, lr)?;
-            if !loss.is_finite() {
-                return Err(Error::Training(format!(
-                    "the loss became {loss} at step {}; nothing was saved from this step (last checkpoint: {}). \
-                     Lower the learning rate or check the data",
-                    state.step + 1,
-                    last_saved_step
-                        .or((state.step > 0).then_some(state.step))
-                        .map(|s| format!("step {s}"))
-                        .unwrap_or("none".into())
-                )));
-            }
-            state.step += 1;
-            state.cursor = next_cursor;
-            state.train_loss = Some(loss);
-            state.trained_tokens += batches_data.iter().map(|b| b.lengths.iter().sum::<usize>()).sum::<usize>();
-            window_tokens += batches_data.iter().map(|b| b.batch_size * b.seq_len).sum::<usize>();
-            let window_secs = window_started.elapsed().as_secs_f64().max(1e-9);
-            let elapsed = elapsed_before + run_started.elapsed().as_secs_f64();
-            let per_step = run_started.elapsed().as_secs_f64() / (state.step - start_step).max(1) as f64;
-            emit(TrainEvent::Step {
-                step: state.step,
-                total_steps,
-                loss,
-                lr,
-                grad_norm,
-                tokens_per_sec: window_tokens as f64 / window_secs,
-                trained_tokens: state.trained_tokens,
-                elapsed_secs: elapsed,
-                eta_secs: per_step * (total_steps - state.step) as f64,
-            });
+            state.cursor = last.next;
+            let indices: Vec<&[usize]> = micro.iter().map(|b| b.indices.as_slice()).collect();
+            emit(self.step(&indices, &mut state, total_steps, &mut clock, last_saved_step)?);
             if cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < total_steps {
                 state.val_loss = self.evaluate(state.step, emit)?;
             }
             if cfg.save_every > 0 && state.step % cfg.save_every == 0 && state.step < total_steps {
-                state.elapsed_secs = elapsed;
+                state.elapsed_secs = clock.elapsed_secs();
                 self.save(&mut state, emit)?;
                 last_saved_step = Some(state.step);
             }
@@ -318,7 +245,7 @@ impl<'a> Trainer<'a> {
         if state.step > 0 && !stopped_early {
             state.val_loss = self.evaluate(state.step, emit)?.or(state.val_loss);
         }
-        state.elapsed_secs = elapsed_before + run_started.elapsed().as_secs_f64();
+        state.elapsed_secs = clock.elapsed_secs();
         if state.step > 0 && last_saved_step != Some(state.step) {
             self.save(&mut state, emit)?;
         }
@@ -330,6 +257,94 @@ impl<'a> Trainer<'a> {
             elapsed_secs: started.elapsed().as_secs_f64() + elapsed_before,
         });
         Ok(())
+    }
+
+    /// A fresh run's state, or the checkpoint's (optimizer moments restored, metrics after it dropped); and
+    /// the training time already spent before this process.
+    fn initial_state(
+        &mut self,
+        resume: Option<&Path>,
+        cursor: data::DataCursor,
+        total_steps: usize,
+    ) -> Result<(TrainerState, f64)> {
+        let Some(ckpt) = resume else {
+            let state = TrainerState {
+                step: 0,
+                total_steps,
+                cursor,
+                seed: self.config.seed,
+                train_loss: None,
+                val_loss: None,
+                trained_tokens: 0,
+                elapsed_secs: 0.0,
+                saved_unix_secs: 0,
+            };
+            return Ok((state, 0.0));
+        };
+        let (saved, moments) = checkpoint::load_trainer_state(ckpt)?;
+        self.runner.optimizer.load_state(&moments, saved.step)?;
+        checkpoint::truncate_metrics(&self.run_dir, saved.step)?;
+        let elapsed_before = saved.elapsed_secs;
+        Ok((TrainerState { total_steps, ..saved }, elapsed_before))
+    }
+
+    fn started_event(&self, total_steps: usize, start_step: usize) -> TrainEvent {
+        let summary = &self.data.summary;
+        TrainEvent::Started {
+            run_dir: self.run_dir.clone(),
+            config: Box::new(self.config.clone()),
+            trainable_params: self.params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum(),
+            total_steps,
+            tokens_per_epoch: summary.tokens_per_epoch,
+            target_tokens_per_epoch: summary.target_tokens_per_epoch,
+            train_examples: self.data.train.examples.len(),
+            valid_examples: self.data.valid.as_ref().map(|v| v.examples.len()).unwrap_or(0),
+            truncated_examples: summary.truncated,
+            start_step,
+        }
+    }
+
+    /// One optimizer step over the micro-batches `indices`: updates `state` and returns its Step event, or an
+    /// error when the loss stops being finite (nothing from this step is applied or saved).
+    fn step(
+        &mut self,
+        indices: &[&[usize]],
+        state: &mut TrainerState,
+        total_steps: usize,
+        clock: &mut StepClock,
+        last_saved_step: Option<usize>,
+    ) -> Result<TrainEvent> {
+        let batches = indices
+            .iter()
+            .map(|i| data::collate(&self.data.train.examples, i, self.pad_id))
+            .collect::<Result<Vec<_>>>()?;
+        let lr = lr_at(self.config, state.step, total_steps);
+        let (loss, grad_norm) = self.runner.step(&batches, lr)?;
+        if !loss.is_finite() {
+            let last_saved = last_saved_step.or((state.step > 0).then_some(state.step));
+            return Err(Error::Training(format!(
+                "the loss became {loss} at step {}; nothing was saved from this step (last checkpoint: {}). \
+                 Lower the learning rate or check the data",
+                state.step + 1,
+                last_saved.map(|s| format!("step {s}")).unwrap_or("none".into())
+            )));
+        }
+        state.step += 1;
+        state.train_loss = Some(loss);
+        state.trained_tokens += batches.iter().map(|b| b.lengths.iter().sum::<usize>()).sum::<usize>();
+        let padded_tokens: usize = batches.iter().map(|b| b.batch_size * b.seq_len).sum();
+        let (tokens_per_sec, elapsed_secs, eta_secs) = clock.record(padded_tokens, state.step, total_steps);
+        Ok(TrainEvent::Step {
+            step: state.step,
+            total_steps,
+            loss,
+            lr,
+            grad_norm,
+            tokens_per_sec,
+            trained_tokens: state.trained_tokens,
+            elapsed_secs,
+            eta_secs,
+        })
     }
 
     /// Mean validation loss over target tokens (None without a validation split).
@@ -357,6 +372,49 @@ impl<'a> Trainer<'a> {
         )?;
         emit(TrainEvent::CheckpointSaved { step: state.step, path });
         Ok(())
+    }
+}
+
+/// Emit Paused, sleep until resumed or stopped, emit Resumed.
+fn wait_while_paused(control: &TrainControl, step: usize, emit: &mut dyn FnMut(TrainEvent)) {
+    emit(TrainEvent::Paused { step });
+    while control.is_paused() && !control.stop_requested() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    emit(TrainEvent::Resumed { step });
+}
+
+/// Time keeping of a run: total training time (including before a resume), throughput over the window since
+/// the last pause, and the time left.
+struct StepClock {
+    run_started: Instant,
+    start_step: usize,
+    elapsed_before_secs: f64,
+    window_started: Instant,
+    window_tokens: usize,
+}
+
+impl StepClock {
+    fn new(start_step: usize, elapsed_before_secs: f64) -> Self {
+        let now = Instant::now();
+        Self { run_started: now, start_step, elapsed_before_secs, window_started: now, window_tokens: 0 }
+    }
+
+    fn restart_window(&mut self) {
+        self.window_started = Instant::now();
+        self.window_tokens = 0;
+    }
+
+    fn elapsed_secs(&self) -> f64 {
+        self.elapsed_before_secs + self.run_started.elapsed().as_secs_f64()
+    }
+
+    /// Count a finished step of `tokens` (padded): (tokens/s over the window, elapsed secs, eta secs).
+    fn record(&mut self, tokens: usize, step: usize, total_steps: usize) -> (f64, f64, f64) {
+        self.window_tokens += tokens;
+        let window_secs = self.window_started.elapsed().as_secs_f64().max(1e-9);
+        let per_step = self.run_started.elapsed().as_secs_f64() / (step - self.start_step).max(1) as f64;
+        (self.window_tokens as f64 / window_secs, self.elapsed_secs(), per_step * (total_steps - step) as f64)
     }
 }
 
