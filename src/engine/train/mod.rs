@@ -8,7 +8,7 @@ pub mod events;
 pub mod loss;
 pub mod optimizer;
 
-pub use config::{lr_at, LoraSettings, Schedule, TrainConfig, ALL_TARGETS};
+pub use config::{lr_at, LoraSettings, ModelLimits, Schedule, TrainConfig, ALL_TARGETS};
 pub use events::{TrainControl, TrainEvent};
 
 use crate::engine::checkpoint::{self, TrainerState};
@@ -51,7 +51,7 @@ pub fn run_training(
     match result {
         Ok(dir) => Ok(dir),
         Err(e) => {
-            let failed = TrainEvent::Failed { step: last_step, message: e.to_string() };
+            let failed = TrainEvent::failed(last_step, &e);
             if let Some(dir) = &run_dir {
                 let _ = checkpoint::append_metric(dir, &failed);
             }
@@ -160,7 +160,7 @@ struct Trainer<'a> {
     params: Vec<AdapterParam>,
     data: PreparedDataset,
     run_dir: PathBuf,
-    adapter_config: serde_json::Value,
+    adapter_config: checkpoint::PeftAdapterConfig,
     pad_id: u32,
 }
 
@@ -171,7 +171,7 @@ impl<'a> Trainer<'a> {
         control: &TrainControl,
         emit: &mut dyn FnMut(TrainEvent),
     ) -> Result<PathBuf> {
-        config.validate()?;
+        config.validate_for_model(ModelLimits::of(&base.config))?;
         let started = Instant::now();
         let data = prepare_data(config, base)?;
         // A clone shares the frozen weights with `base` (tensors are reference counted).
@@ -195,7 +195,8 @@ impl<'a> Trainer<'a> {
                 )));
             }
         }
-        let adapter_config = checkpoint::peft_config_json(&config.lora, model.config.num_layers, &config.model)?;
+        let adapter_config =
+            checkpoint::PeftAdapterConfig::for_settings(&config.lora, model.config.num_layers, &config.model)?;
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, pad_id };
@@ -404,19 +405,8 @@ fn prepare_run_dir(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
             run_dir.display()
         )));
     }
-    std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
-    let run = serde_json::json!({
-        "name": name,
-        "config": config,
-        "model": config.model,
-        "dataset": config.data,
-        "started_unix_secs": checkpoint::unix_now(),
-        "metal_candle_version": env!("CARGO_PKG_VERSION"),
-    });
-    checkpoint::write_atomic(
-        &run_dir.join(checkpoint::RUN_CONFIG),
-        serde_json::to_string_pretty(&run).unwrap_or_default().as_bytes(),
-    )?;
+    std::fs::create_dir_all(&run_dir).map_err(|e| Error::write(&run_dir, e))?;
+    checkpoint::RunManifest::new(&name, config).write(&run_dir)?;
     Ok((run_dir, None))
 }
 
