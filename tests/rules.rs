@@ -91,7 +91,8 @@ fn cli_and_studio_refuse_the_same_settings_with_the_same_message() {
         (&["--weight-decay=-1"], TrainConfig { seq_len: 64, weight_decay: -1.0, ..base.clone() }),
     ];
     for (args, config) in cases {
-        let args: Vec<&str> = if args[0] == "--seq-len" { args.to_vec() } else { [args, &["--seq-len", "64"]].concat() };
+        let args: Vec<&str> =
+            if args[0] == "--seq-len" { args.to_vec() } else { [args, &["--seq-len", "64"]].concat() };
         let engine = config.validate_for_model(summary.shape.limits()).unwrap_err().to_string();
         let cli = cli_refusal(dir.path(), &args);
         assert!(cli.contains(&engine), "CLI said {cli:?}, the engine says {engine:?}");
@@ -248,4 +249,42 @@ fn write_failures_keep_their_kind_through_the_worker() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn resume_refuses_lora_settings_the_checkpoint_was_not_trained_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F32).unwrap();
+    let config = TrainConfig {
+        model: fixture("tiny-llama"),
+        data: sample_data(),
+        out: dir.path().to_path_buf(),
+        run_name: Some("r".into()),
+        lora: LoraSettings { rank: 4, alpha: 8.0, ..Default::default() },
+        iters: Some(2),
+        seq_len: 64,
+        batch_size: 2,
+        device: DeviceChoice::Cpu,
+        ..Default::default()
+    };
+    let control = metal_candle::engine::train::TrainControl::default();
+    metal_candle::engine::train::run_training(&config, &base, &control, &mut |_| {}).unwrap();
+    let ckpt = dir.path().join("r/checkpoint-2");
+    let metrics_before = std::fs::read_to_string(dir.path().join("r/metrics.jsonl")).unwrap();
+    let resume =
+        |lora: LoraSettings| TrainConfig { lora, resume: Some(ckpt.clone()), iters: Some(4), ..config.clone() };
+    for (lora, field) in [
+        (LoraSettings { alpha: 256.0, ..config.lora.clone() }, "alpha"),
+        (LoraSettings { targets: vec!["all-linear".into()], ..config.lora.clone() }, "targets"),
+        (LoraSettings { layers: Some(1), ..config.lora.clone() }, "layers"),
+        (LoraSettings { rank: 8, ..config.lora.clone() }, "rank"),
+    ] {
+        let err = metal_candle::engine::train::run_training(&resume(lora), &base, &control, &mut |_| {}).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Setting, "{err}");
+        assert!(err.to_string().contains(&format!("LoRA {field}")), "{err}");
+    }
+    let metrics_after = std::fs::read_to_string(dir.path().join("r/metrics.jsonl")).unwrap();
+    assert_eq!(metrics_before, metrics_after, "a refused resume touches nothing");
+    // The same settings resume fine.
+    metal_candle::engine::train::run_training(&resume(config.lora.clone()), &base, &control, &mut |_| {}).unwrap();
 }

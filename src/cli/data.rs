@@ -30,9 +30,9 @@ pub struct DataArgs {
 
 pub fn data(args: &DataArgs) -> anyhow::Result<()> {
     let model = match &args.model {
-        Some(path) => Some(
-            ModelArgs { model: path.clone(), adapter: None, device: DeviceChoice::Cpu, dtype: None }.load()?,
-        ),
+        Some(path) => {
+            Some(ModelArgs { model: path.clone(), adapter: None, device: DeviceChoice::Cpu, dtype: None }.load()?)
+        }
         None => None,
     };
     let report = inspect_dataset(&args.data, model.as_ref(), args.seq_len, args.train_on_prompt, args.preview)?;

@@ -288,6 +288,10 @@ pub struct PeftAdapterConfig {
     pub use_rslora: bool,
 }
 
+fn json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
 fn bias_none() -> String {
     "none".into()
 }
@@ -352,6 +356,44 @@ impl PeftAdapterConfig {
         Ok(cfg)
     }
 
+    /// Refuse to resume the checkpoint in `dir` (whose config this is) with LoRA settings that differ from the
+    /// ones it was trained with: they cannot change mid-run, and new checkpoints would record them falsely.
+    pub fn check_resume(&self, settings: &LoraSettings, num_layers: usize, dir: &Path) -> Result<()> {
+        let wanted = Self::for_settings(settings, num_layers, Path::new(""))?;
+        let all_layers = || Some((0..num_layers).collect::<Vec<_>>());
+        let layers = |l: &Option<Vec<usize>>| json(&l.clone().or_else(all_layers));
+        let differs = [
+            ("rank", self.r != wanted.r, self.r.to_string(), wanted.r.to_string()),
+            ("alpha", self.lora_alpha != wanted.lora_alpha, self.lora_alpha.to_string(), wanted.lora_alpha.to_string()),
+            (
+                "targets",
+                self.target_modules != wanted.target_modules,
+                json(&self.target_modules),
+                json(&wanted.target_modules),
+            ),
+            (
+                "layers",
+                layers(&self.layers_to_transform) != layers(&wanted.layers_to_transform),
+                layers(&self.layers_to_transform),
+                layers(&wanted.layers_to_transform),
+            ),
+            (
+                "rslora",
+                self.use_rslora != wanted.use_rslora,
+                self.use_rslora.to_string(),
+                wanted.use_rslora.to_string(),
+            ),
+        ];
+        match differs.into_iter().find(|(_, differ, _, _)| *differ) {
+            None => Ok(()),
+            Some((field, _, saved, asked)) => Err(Error::InvalidSetting(format!(
+                "{} was trained with LoRA {field} {saved} but the settings say {asked}; LoRA settings cannot change \
+                 on resume (learning rate, iterations and save interval can)",
+                dir.display()
+            ))),
+        }
+    }
+
     /// The multiplier of `x A B`.
     pub fn scale(&self) -> f64 {
         if self.use_rslora {
@@ -401,7 +443,8 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
     let mut params = Vec::new();
     let mut targets = std::collections::BTreeSet::new();
     for (layer, module, a, b) in pairs {
-        let attached = lora::attach_adapter(model, layer, module, a.t()?.contiguous()?, b.t()?.contiguous()?, cfg.scale());
+        let attached =
+            lora::attach_adapter(model, layer, module, a.t()?.contiguous()?, b.t()?.contiguous()?, cfg.scale());
         match attached {
             Ok(param) => params.push(param),
             Err(e) => {

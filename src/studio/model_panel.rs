@@ -3,12 +3,12 @@
 //! architecture, size, context, dtype, device, and what training it will cost at the current settings.
 
 use super::app::{Action, ModelStatus, PanelCtx};
-use crate::engine::estimate;
 use super::file_picker::{PanelPicker, PickKind};
 use super::widgets::{
     self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, recent_paths_ui, section_ui, Tone,
 };
 use crate::engine::device::DeviceChoice;
+use crate::engine::estimate;
 use crate::worker::{display_name, FoundModel, ModelSummary};
 use egui::{RichText, Ui};
 use std::path::PathBuf;
@@ -281,7 +281,10 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
                 row(
                     ui,
                     "Attention",
-                    format!("{} heads · {} KV heads · head dim {}", m.shape.attention_heads, m.shape.kv_heads, m.shape.head_dim),
+                    format!(
+                        "{} heads · {} KV heads · head dim {}",
+                        m.shape.attention_heads, m.shape.kv_heads, m.shape.head_dim
+                    ),
                 );
                 row(ui, "Vocabulary", m.shape.vocab_size.to_string());
                 row(ui, "Context", format!("{} tokens", m.shape.context_length));

@@ -3,9 +3,9 @@
 //! combinations are explained, and the run cannot start until they are fixed.
 
 use super::app::{PanelCtx, Prefs};
-use crate::engine::estimate;
 use super::model_panel::memory_card_ui;
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
+use crate::engine::estimate;
 use crate::engine::train::{lr_at, Schedule, TrainConfig, ALL_TARGETS};
 use crate::worker::{DatasetReport, ModelSummary};
 use egui::{DragValue, RichText, Ui};
@@ -327,9 +327,13 @@ fn summary_card_ui(ui: &mut Ui, prefs: &Prefs, model: Option<&ModelSummary>, rep
         if let Some(m) = model {
             let trainable = estimate::trainable_params(&m.shape, &cfg.lora).unwrap_or(0);
             ui.label(
-                RichText::new(format!("{} trainable of {} parameters", fmt_count(trainable), fmt_count(m.shape.parameters)))
-                    .weak()
-                    .small(),
+                RichText::new(format!(
+                    "{} trainable of {} parameters",
+                    fmt_count(trainable),
+                    fmt_count(m.shape.parameters)
+                ))
+                .weak()
+                .small(),
             );
         }
     });

@@ -15,8 +15,8 @@ pub use batches::{
     collate, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
 };
 pub use formats::{parse_jsonl, read_jsonl, DatasetFormat, ParsedFile, Row, RowProblem, SourcedRow};
-pub use summary::{length_histogram, DatasetSummary, HistogramBin, SplitSummary};
 pub use report::{inspect_dataset, DatasetReport, PreviewRow, SplitReport, TokenStats};
+pub use summary::{length_histogram, DatasetSummary, HistogramBin, SplitSummary};
 pub use tokenize::{chat_prompt_ids, preview_example, preview_row, tokenize_row, Cut, Example, TokenizeSpec};
 
 use crate::engine::{Error, Result};

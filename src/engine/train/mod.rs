@@ -178,6 +178,9 @@ impl<'a> Trainer<'a> {
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);
         let (run_dir, resume) = prepare_run_dir(config)?;
+        if let Some(ckpt) = &resume {
+            checkpoint::PeftAdapterConfig::read(ckpt)?.check_resume(&config.lora, model.config.num_layers, ckpt)?;
+        }
         let params = match &resume {
             Some(ckpt) => {
                 let params = checkpoint::load_adapter_params(&mut model, ckpt)?.1;
@@ -186,15 +189,6 @@ impl<'a> Trainer<'a> {
             }
             None => lora::attach_new_adapters(&mut model, &config.lora, config.seed)?,
         };
-        if let Some(ckpt) = &resume {
-            let (r, a) = (params[0].a.dims()[1], config.lora.rank);
-            if r != a {
-                return Err(Error::InvalidSetting(format!(
-                    "{} has rank {r} but the settings say rank {a}; resume with the checkpoint's settings",
-                    ckpt.display()
-                )));
-            }
-        }
         let adapter_config =
             checkpoint::PeftAdapterConfig::for_settings(&config.lora, model.config.num_layers, &config.model)?;
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
