@@ -1,6 +1,7 @@
 //! `info`, `generate` and `score`: the inference subcommands.
 
 use super::ModelArgs;
+use crate::engine::data::chat_prompt_ids;
 use crate::engine::device::device_name;
 use crate::engine::generate::{self, GenerateRequest};
 use crate::engine::model::chat_template::ChatMessage;
@@ -102,7 +103,7 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
             messages.push(ChatMessage::new("system", system.clone()));
         }
         messages.push(ChatMessage::new("user", args.prompt.clone()));
-        m.encode_chat(&messages)?
+        chat_prompt_ids(&m, &messages)?
     } else {
         m.tokenizer.encode(&args.prompt, true)?
     };
@@ -144,11 +145,11 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
     } else {
         println!();
         eprintln!(
-            "[{} prompt tokens, {} generated, {:.1} tok/s decode, stop: {:?}]",
+            "[{} prompt tokens, {} generated, {:.1} tok/s decode, stop: {}]",
             out.prompt_ids.len(),
             out.generated_ids.len(),
             out.decode_tokens_per_sec(),
-            out.stop_reason
+            out.stop_reason.as_str()
         );
     }
     Ok(())

@@ -2,6 +2,7 @@
 //! the studio opens.
 
 mod bench;
+mod data;
 mod inference;
 mod train;
 
@@ -64,6 +65,8 @@ pub enum Command {
     Score(inference::ScoreArgs),
     /// LoRA fine-tuning; writes a run folder with checkpoints and metrics.
     Train(Box<train::TrainArgs>),
+    /// Check a dataset: rows and problems, and with --model token lengths and truncation (the dataset page's report).
+    Data(data::DataArgs),
     /// Convert a checkpoint to mlx-lm format, a PEFT copy, or a merged model folder.
     Export(train::ExportArgs),
     /// Benchmarks: generation, training and LoRA micro-benchmarks.
@@ -125,6 +128,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Score(a)) => inference::score(&a),
         Some(Command::Train(a)) => train::train(&a),
         Some(Command::Export(a)) => train::export(&a),
+        Some(Command::Data(a)) => data::data(&a),
         Some(Command::Bench(b)) => bench::run(b),
     }
 }

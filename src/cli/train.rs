@@ -1,9 +1,9 @@
 //! `train` and `export`: LoRA fine-tuning from the command line, printing the same events the studio plots.
 
-use crate::engine::checkpoint::{self, ExportFormat};
+use crate::engine::checkpoint::{self, ExportFormat, RunManifest};
 use crate::engine::device::{default_dtype, parse_dtype, select_device, DeviceChoice};
 use crate::engine::model::load_model;
-use crate::engine::train::{self, Schedule, TrainConfig, TrainControl, TrainEvent};
+use crate::engine::train::{self, ModelLimits, Schedule, TrainConfig, TrainControl, TrainEvent};
 use anyhow::Context;
 use clap::Args;
 use std::io::Write;
@@ -53,6 +53,7 @@ pub struct TrainArgs {
     pub warmup: Option<usize>,
     #[arg(long)]
     pub grad_accum: Option<usize>,
+    /// Clip the gradient norm to this (0: no clipping).
     #[arg(long)]
     pub max_grad_norm: Option<f64>,
     #[arg(long)]
@@ -91,12 +92,9 @@ impl TrainArgs {
             None => TrainConfig::default(),
         };
         if let Some(ckpt) = &self.resume {
-            let run_json = ckpt.parent().map(|p| p.join(checkpoint::RUN_CONFIG));
-            if let Some(saved) = run_json.filter(|p| p.exists()) {
-                let run: serde_json::Value = crate::engine::error::read_json(&saved)?;
-                if let Some(cfg) = run.get("config") {
-                    c = serde_json::from_value(cfg.clone()).with_context(|| format!("reading {}", saved.display()))?;
-                }
+            let run_dir = ckpt.parent().unwrap_or(std::path::Path::new("."));
+            if run_dir.join(checkpoint::RUN_CONFIG).exists() {
+                c = RunManifest::read(run_dir)?.config;
             }
             c.resume = Some(ckpt.clone());
         }
@@ -138,7 +136,8 @@ impl TrainArgs {
         set!(c.warmup, self.warmup);
         set!(c.grad_accum, self.grad_accum);
         if self.max_grad_norm.is_some() {
-            c.max_grad_norm = self.max_grad_norm.filter(|n| *n > 0.0);
+            // 0 turns clipping off; a negative or NaN norm is left for validation to refuse.
+            c.max_grad_norm = self.max_grad_norm.filter(|n| *n != 0.0);
         }
         set!(c.weight_decay, self.weight_decay);
         set!(c.val_every, self.val_every);
@@ -170,6 +169,8 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     };
     let base = load_model(&config.model, &device, dtype)
         .with_context(|| format!("loading model {}", config.model.display()))?;
+    // The engine's one settings check, now against the model (the studio refuses the same, word for word).
+    config.validate_for_model(ModelLimits::of(&base.config))?;
     let control = TrainControl::default();
     let ctrl = control.clone();
     // Ctrl-C: stop after the current step and save a final checkpoint; a second Ctrl-C exits at once.
@@ -258,7 +259,7 @@ impl ProgressPrinter {
                     final_val_loss.map(|l| format!("{l:.4}")).unwrap_or("-".into()),
                 );
             }
-            TrainEvent::Failed { step, message } => {
+            TrainEvent::Failed { step, message, .. } => {
                 let _ = writeln!(err, "\nfailed at step {step}: {message}");
             }
         }
@@ -322,11 +323,10 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
         Some(m) => m.clone(),
         None => {
             let run_json = args.checkpoint.parent().map(|p| p.join(checkpoint::RUN_CONFIG));
-            let run: serde_json::Value = match run_json.filter(|p| p.exists()) {
-                Some(p) => crate::engine::error::read_json(&p)?,
-                None => anyhow::bail!("no run.json next to {}; pass --model", args.checkpoint.display()),
-            };
-            PathBuf::from(run.get("model").and_then(|m| m.as_str()).unwrap_or_default())
+            if !run_json.is_some_and(|p| p.exists()) {
+                anyhow::bail!("no run.json next to {}; pass --model", args.checkpoint.display());
+            }
+            RunManifest::of_checkpoint(&args.checkpoint)?.model
         }
     };
     let out = checkpoint::export_checkpoint(&args.checkpoint, args.format, &args.out, &model)?;

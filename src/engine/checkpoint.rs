@@ -18,8 +18,8 @@ pub const OPTIMIZER_STATE: &str = "optimizer.safetensors";
 pub const RUN_CONFIG: &str = "run.json";
 pub const METRICS: &str = "metrics.jsonl";
 
-/// One saved checkpoint.
-#[derive(Debug, Clone, serde::Serialize)]
+/// One saved checkpoint, as the run browser and the CLI list it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CheckpointInfo {
     pub step: usize,
     pub path: PathBuf,
@@ -29,15 +29,87 @@ pub struct CheckpointInfo {
     pub saved_unix_secs: u64,
 }
 
-/// One run folder.
-#[derive(Debug, Clone, serde::Serialize)]
+/// One run folder reduced to what a run browser shows: its manifest, loss curves from `metrics.jsonl`, how it
+/// ended, and its checkpoints.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunInfo {
     pub name: String,
     pub dir: PathBuf,
+    /// None when run.json is missing or unreadable.
     pub config: Option<TrainConfig>,
     pub started_unix_secs: Option<u64>,
-    pub events: Vec<TrainEvent>,
+    /// (step, loss).
+    pub train_loss: Vec<[f64; 2]>,
+    /// (step, validation loss).
+    pub val_loss: Vec<[f64; 2]>,
+    pub total_steps: Option<usize>,
+    pub trainable_params: Option<usize>,
+    /// "finished", "stopped", "failed: ..." or "incomplete".
+    pub status: String,
     pub checkpoints: Vec<CheckpointInfo>,
+}
+
+/// The version [`RunManifest::write`] writes. Files from releases before versioning have no `version` field
+/// and read as version 0; their layout is the same.
+pub const RUN_MANIFEST_VERSION: u32 = 1;
+
+/// `run.json`: what a run was started with. Read and written only here.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunManifest {
+    #[serde(default)]
+    pub version: u32,
+    pub name: String,
+    pub config: TrainConfig,
+    pub model: PathBuf,
+    pub dataset: PathBuf,
+    #[serde(default)]
+    pub started_unix_secs: u64,
+    /// The metal-candle release that started the run.
+    #[serde(default)]
+    pub metal_candle_version: String,
+}
+
+impl RunManifest {
+    /// The manifest of a run starting now.
+    pub fn new(name: &str, config: &TrainConfig) -> Self {
+        Self {
+            version: RUN_MANIFEST_VERSION,
+            name: name.to_string(),
+            config: config.clone(),
+            model: config.model.clone(),
+            dataset: config.data.clone(),
+            started_unix_secs: unix_now(),
+            metal_candle_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    /// The run.json of `run_dir`. A manifest from a newer release is refused rather than half read.
+    pub fn read(run_dir: &Path) -> Result<Self> {
+        let path = run_dir.join(RUN_CONFIG);
+        let manifest: Self = crate::engine::error::read_json(&path)?;
+        if manifest.version > RUN_MANIFEST_VERSION {
+            return Err(Error::Json {
+                path,
+                message: format!(
+                    "version {} was written by a newer metal-candle (this one reads up to {RUN_MANIFEST_VERSION}); \
+                     upgrade to open this run",
+                    manifest.version
+                ),
+            });
+        }
+        Ok(manifest)
+    }
+
+    /// The manifest of the run a checkpoint folder belongs to (its parent folder).
+    pub fn of_checkpoint(checkpoint: &Path) -> Result<Self> {
+        let run_dir = checkpoint.parent().unwrap_or(Path::new("."));
+        Self::read(run_dir)
+    }
+
+    /// Write `run_dir/run.json` atomically.
+    pub fn write(&self, run_dir: &Path) -> Result<()> {
+        write_json(&run_dir.join(RUN_CONFIG), self)
+    }
 }
 
 /// Export targets for a checkpoint.
@@ -107,13 +179,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(path, e));
+        return Err(Error::write(path, e));
     }
     Ok(())
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| Error::Training(e.to_string()))?;
+    let text = serde_json::to_string_pretty(value).map_err(|e| Error::write(path, e))?;
     write_atomic(path, text.as_bytes())
 }
 
@@ -122,8 +194,8 @@ fn write_safetensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<(
         tensors.iter().map(|(k, t)| Ok((k.clone(), t.to_device(&Device::Cpu)?))).collect::<Result<_>>()?;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let result = candle_core::safetensors::save(&cpu, &tmp)
-        .map_err(|e| Error::Training(format!("writing {}: {e}", path.display())))
-        .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e)))
+        .map_err(|e| Error::write(path, e))
+        .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::write(path, e)))
         .and_then(|_| make_world_readable(path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -137,7 +209,7 @@ pub fn make_world_readable(path: &Path) -> Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(|e| Error::io(path, e))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(|e| Error::write(path, e))?;
     }
     Ok(())
 }
@@ -158,28 +230,183 @@ pub fn peft_prefix(layer: usize, module: &str) -> String {
     format!("base_model.model.{}", crate::engine::model::transformer::hf_linear_name(layer, module))
 }
 
-/// PEFT's adapter_config.json for these settings.
-pub fn peft_config_json(settings: &LoraSettings, num_layers: usize, base_model: &Path) -> Result<serde_json::Value> {
-    let targets = settings.resolved_targets()?;
-    let layers: Option<Vec<usize>> =
-        settings.layers.map(|_| lora::adapted_layers(num_layers, settings.layers).collect());
-    Ok(serde_json::json!({
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base_model.to_string_lossy(),
-        "r": settings.rank,
-        "lora_alpha": settings.alpha,
-        "lora_dropout": settings.dropout,
-        "target_modules": targets,
-        "use_rslora": settings.use_rslora,
-        "bias": "none",
-        "fan_in_fan_out": false,
-        "init_lora_weights": true,
-        "inference_mode": true,
-        "layers_to_transform": layers,
-        "modules_to_save": null,
-        "revision": null,
-    }))
+/// PEFT's `target_modules`: a list of module names, or one regular expression.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum TargetModules {
+    List(Vec<String>),
+    Pattern(String),
+}
+
+impl Default for TargetModules {
+    fn default() -> Self {
+        Self::List(Vec::new())
+    }
+}
+
+/// `adapter_config.json` in PEFT's format, read and written only here. Fields are in key order, so what we
+/// write is byte for byte what PEFT-style sorted JSON looks like; keys PEFT adds that we do not use are
+/// ignored on reading, and the ones we refuse are read but never written.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PeftAdapterConfig {
+    /// Per-module alphas (read to refuse them).
+    #[serde(default, skip_serializing)]
+    pub alpha_pattern: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub base_model_name_or_path: Option<String>,
+    #[serde(default = "bias_none")]
+    pub bias: String,
+    #[serde(default)]
+    pub fan_in_fan_out: bool,
+    #[serde(default)]
+    pub inference_mode: bool,
+    #[serde(default)]
+    pub init_lora_weights: serde_json::Value,
+    #[serde(default)]
+    pub layers_to_transform: Option<Vec<usize>>,
+    pub lora_alpha: f64,
+    #[serde(default)]
+    pub lora_dropout: f64,
+    #[serde(default)]
+    pub modules_to_save: Option<Vec<String>>,
+    #[serde(default = "peft_type_lora")]
+    pub peft_type: String,
+    pub r: usize,
+    /// Per-module ranks (read to refuse them).
+    #[serde(default, skip_serializing)]
+    pub rank_pattern: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub revision: Option<String>,
+    #[serde(default)]
+    pub target_modules: TargetModules,
+    #[serde(default)]
+    pub task_type: Option<String>,
+    /// DoRA adapters (read to refuse them).
+    #[serde(default, skip_serializing)]
+    pub use_dora: bool,
+    #[serde(default)]
+    pub use_rslora: bool,
+}
+
+fn json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn bias_none() -> String {
+    "none".into()
+}
+
+fn peft_type_lora() -> String {
+    "LORA".into()
+}
+
+impl PeftAdapterConfig {
+    /// The config of an adapter trained with `settings` on a model of `num_layers` layers.
+    pub fn for_settings(settings: &LoraSettings, num_layers: usize, base_model: &Path) -> Result<Self> {
+        let layers = settings.layers.map(|_| lora::adapted_layers(num_layers, settings.layers).collect());
+        Ok(Self {
+            alpha_pattern: Default::default(),
+            base_model_name_or_path: Some(base_model.to_string_lossy().into_owned()),
+            bias: bias_none(),
+            fan_in_fan_out: false,
+            inference_mode: true,
+            init_lora_weights: serde_json::Value::Bool(true),
+            layers_to_transform: layers,
+            lora_alpha: settings.alpha,
+            // Through the shortest decimal form, so 0.1 stays 0.1 rather than f32's 0.10000000149.
+            lora_dropout: settings.dropout.to_string().parse().unwrap_or(0.0),
+            modules_to_save: None,
+            peft_type: peft_type_lora(),
+            r: settings.rank,
+            rank_pattern: Default::default(),
+            revision: None,
+            target_modules: TargetModules::List(settings.resolved_targets()?),
+            task_type: Some("CAUSAL_LM".into()),
+            use_dora: false,
+            use_rslora: settings.use_rslora,
+        })
+    }
+
+    /// Read `dir/adapter_config.json` and refuse what we cannot apply exactly.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join(ADAPTER_CONFIG);
+        if !path.exists() {
+            return Err(Error::MissingFile {
+                path,
+                what: "an adapter folder needs adapter_config.json (PEFT format)".into(),
+            });
+        }
+        let cfg: Self = crate::engine::error::read_json(&path)?;
+        let refuse = |message: &str| Err(Error::Adapter { path: path.clone(), message: message.to_string() });
+        if cfg.peft_type != "LORA" {
+            return refuse(&format!("peft_type `{}` is not supported; only LORA", cfg.peft_type));
+        }
+        if cfg.r == 0 {
+            return refuse("`r` is 0; a LoRA rank is at least 1");
+        }
+        if cfg.fan_in_fan_out {
+            return refuse("fan_in_fan_out adapters are not supported");
+        }
+        if !cfg.rank_pattern.is_empty() || !cfg.alpha_pattern.is_empty() {
+            return refuse("per-module rank_pattern / alpha_pattern are not supported");
+        }
+        if cfg.use_dora {
+            return refuse("DoRA adapters (use_dora) are not supported");
+        }
+        Ok(cfg)
+    }
+
+    /// Refuse to resume the checkpoint in `dir` (whose config this is) with LoRA settings that differ from the
+    /// ones it was trained with: they cannot change mid-run, and new checkpoints would record them falsely.
+    pub fn check_resume(&self, settings: &LoraSettings, num_layers: usize, dir: &Path) -> Result<()> {
+        let wanted = Self::for_settings(settings, num_layers, Path::new(""))?;
+        let all_layers = || Some((0..num_layers).collect::<Vec<_>>());
+        let layers = |l: &Option<Vec<usize>>| json(&l.clone().or_else(all_layers));
+        let differs = [
+            ("rank", self.r != wanted.r, self.r.to_string(), wanted.r.to_string()),
+            ("alpha", self.lora_alpha != wanted.lora_alpha, self.lora_alpha.to_string(), wanted.lora_alpha.to_string()),
+            (
+                "targets",
+                self.target_modules != wanted.target_modules,
+                json(&self.target_modules),
+                json(&wanted.target_modules),
+            ),
+            (
+                "layers",
+                layers(&self.layers_to_transform) != layers(&wanted.layers_to_transform),
+                layers(&self.layers_to_transform),
+                layers(&wanted.layers_to_transform),
+            ),
+            (
+                "rslora",
+                self.use_rslora != wanted.use_rslora,
+                self.use_rslora.to_string(),
+                wanted.use_rslora.to_string(),
+            ),
+        ];
+        match differs.into_iter().find(|(_, differ, _, _)| *differ) {
+            None => Ok(()),
+            Some((field, _, saved, asked)) => Err(Error::InvalidSetting(format!(
+                "{} was trained with LoRA {field} {saved} but the settings say {asked}; LoRA settings cannot change \
+                 on resume (learning rate, iterations and save interval can)",
+                dir.display()
+            ))),
+        }
+    }
+
+    /// The multiplier of `x A B`.
+    pub fn scale(&self) -> f64 {
+        if self.use_rslora {
+            self.lora_alpha / (self.r as f64).sqrt()
+        } else {
+            self.lora_alpha / self.r as f64
+        }
+    }
+
+    /// Write `dir/adapter_config.json` atomically.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_json(&dir.join(ADAPTER_CONFIG), self)
+    }
 }
 
 /// Adapter tensors in PEFT layout: lora_A (r, in), lora_B (out, r).
@@ -194,9 +421,9 @@ pub fn peft_tensors(params: &[AdapterParam]) -> Result<HashMap<String, Tensor>> 
 }
 
 /// Save a PEFT adapter (config + weights) into `dir` (which must exist).
-pub fn save_peft_adapter(dir: &Path, params: &[AdapterParam], config: &serde_json::Value) -> Result<()> {
+pub fn save_peft_adapter(dir: &Path, params: &[AdapterParam], config: &PeftAdapterConfig) -> Result<()> {
     write_safetensors(&dir.join(ADAPTER_WEIGHTS), &peft_tensors(params)?)?;
-    write_json(&dir.join(ADAPTER_CONFIG), config)
+    config.write(dir)
 }
 
 /// Attach the adapter saved in `adapter_dir` (ours or PEFT's) to `model`, replacing any adapters it had.
@@ -204,76 +431,96 @@ pub fn load_adapter(model: &mut Transformer, adapter_dir: &Path) -> Result<Adapt
     load_adapter_params(model, adapter_dir).map(|(summary, _)| summary)
 }
 
-/// As [`load_adapter`], also returning the attached parameters (for resuming training).
+/// As [`load_adapter`], also returning the attached parameters (for resuming training). An adapter that does
+/// not match the model is refused whole, naming the module at fault; nothing is half attached.
 pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Result<(AdapterSummary, Vec<AdapterParam>)> {
-    let config_path = adapter_dir.join(ADAPTER_CONFIG);
-    if !config_path.exists() {
-        return Err(Error::MissingFile {
-            path: config_path,
-            what: "an adapter folder needs adapter_config.json (PEFT format)".into(),
-        });
-    }
-    let cfg: serde_json::Value = crate::engine::error::read_json(&config_path)?;
-    let bad = |message: String| Error::Adapter { path: config_path.clone(), message };
-    if let Some(t) = cfg.get("peft_type").and_then(|v| v.as_str()) {
-        if t != "LORA" {
-            return Err(bad(format!("peft_type `{t}` is not supported; only LORA")));
-        }
-    }
-    let rank = cfg.get("r").and_then(|v| v.as_u64()).ok_or_else(|| bad("missing `r`".into()))? as usize;
-    let alpha = cfg.get("lora_alpha").and_then(|v| v.as_f64()).ok_or_else(|| bad("missing `lora_alpha`".into()))?;
-    let use_rslora = cfg.get("use_rslora").and_then(|v| v.as_bool()).unwrap_or(false);
-    if cfg.get("fan_in_fan_out").and_then(|v| v.as_bool()).unwrap_or(false) {
-        return Err(bad("fan_in_fan_out adapters are not supported".into()));
-    }
-    let has_patterns = ["rank_pattern", "alpha_pattern"]
-        .iter()
-        .any(|k| cfg.get(*k).and_then(|v| v.as_object()).map(|o| !o.is_empty()).unwrap_or(false));
-    if has_patterns {
-        return Err(bad("per-module rank_pattern / alpha_pattern are not supported".into()));
-    }
-    let scale = if use_rslora { alpha / (rank as f64).sqrt() } else { alpha / rank as f64 };
+    let cfg = PeftAdapterConfig::read(adapter_dir)?;
     let weights_path = adapter_dir.join(ADAPTER_WEIGHTS);
     let tensors = read_safetensors(&weights_path)?;
+    let pairs = match_adapter_tensors(model, &cfg, &tensors)
+        .map_err(|message| Error::Adapter { path: weights_path.clone(), message })?;
     lora::detach_adapters(model);
     let mut params = Vec::new();
     let mut targets = std::collections::BTreeSet::new();
-    let linears: Vec<(usize, &'static str)> = model.linears().iter().map(|(l, m, _)| (*l, *m)).collect();
-    for (layer, module) in linears {
-        let prefix = peft_prefix(layer, module);
-        let find = |which: &str| {
-            tensors
-                .get(&format!("{prefix}.{which}.weight"))
-                .or_else(|| tensors.get(&format!("{prefix}.{which}.default.weight")))
-        };
-        let (Some(a), Some(b)) = (find("lora_A"), find("lora_B")) else { continue };
-        if a.dim(0)? != rank {
-            return Err(Error::Adapter {
-                path: weights_path.clone(),
-                message: format!("{prefix}.lora_A has rank {} but the config says r = {rank}", a.dim(0)?),
-            });
+    for (layer, module, a, b) in pairs {
+        let attached =
+            lora::attach_adapter(model, layer, module, a.t()?.contiguous()?, b.t()?.contiguous()?, cfg.scale());
+        match attached {
+            Ok(param) => params.push(param),
+            Err(e) => {
+                lora::detach_adapters(model);
+                return Err(Error::Adapter { path: weights_path, message: e.to_string() });
+            }
         }
-        let param = lora::attach_adapter(model, layer, module, a.t()?.contiguous()?, b.t()?.contiguous()?, scale)
-            .map_err(|e| Error::Adapter { path: weights_path.clone(), message: e.to_string() })?;
         targets.insert(module.to_string());
-        params.push(param);
     }
-    if params.is_empty() {
-        return Err(Error::Adapter {
-            path: weights_path,
-            message: "no lora_A/lora_B tensor matches this model's layers (is it an adapter for another model?)".into(),
-        });
+    let summary = AdapterSummary {
+        rank: cfg.r,
+        alpha: cfg.lora_alpha,
+        targets: targets.into_iter().collect(),
+        use_rslora: cfg.use_rslora,
+        adapted_linears: params.len(),
+    };
+    Ok((summary, params))
+}
+
+/// One adapted linear found in an adapter file: (layer, module, lora_A (r, in), lora_B (out, r)).
+type AdapterPair<'t> = (usize, &'static str, &'t Tensor, &'t Tensor);
+
+/// Pair every tensor of an adapter file with a linear of `model`. Refuses, naming the module: a tensor for a
+/// module the model lacks, a lora_A without its lora_B (or the reverse), a rank other than `r`, and a module
+/// the config's `target_modules` / `layers_to_transform` promise but the file lacks.
+fn match_adapter_tensors<'t>(
+    model: &Transformer,
+    cfg: &PeftAdapterConfig,
+    tensors: &'t HashMap<String, Tensor>,
+) -> std::result::Result<Vec<AdapterPair<'t>>, String> {
+    let linears: Vec<(usize, &'static str)> = model.linears().iter().map(|(l, m, _)| (*l, *m)).collect();
+    let by_prefix: HashMap<String, (usize, &'static str)> =
+        linears.iter().map(|&(l, m)| (peft_prefix(l, m), (l, m))).collect();
+    let mut found: std::collections::BTreeMap<(usize, &'static str), [Option<&Tensor>; 2]> = Default::default();
+    for (name, tensor) in tensors {
+        let stem = name.strip_suffix(".default.weight").or_else(|| name.strip_suffix(".weight")).unwrap_or(name);
+        let (prefix, which) = match (stem.strip_suffix(".lora_A"), stem.strip_suffix(".lora_B")) {
+            (Some(p), _) => (p, 0),
+            (_, Some(p)) => (p, 1),
+            _ => return Err(format!("tensor `{name}` is not a lora_A / lora_B weight; only plain LoRA adapters load")),
+        };
+        let Some(&key) = by_prefix.get(prefix) else {
+            return Err(format!("tensor `{name}` is for `{prefix}`, a module this model does not have"));
+        };
+        found.entry(key).or_default()[which] = Some(tensor);
     }
-    Ok((
-        AdapterSummary {
-            rank,
-            alpha,
-            targets: targets.into_iter().collect(),
-            use_rslora,
-            adapted_linears: params.len(),
-        },
-        params,
-    ))
+    if found.is_empty() {
+        return Err("no lora_A/lora_B tensor matches this model's layers (is it an adapter for another model?)".into());
+    }
+    let mut pairs = Vec::new();
+    for ((layer, module), [a, b]) in found {
+        let prefix = peft_prefix(layer, module);
+        let (Some(a), Some(b)) = (a, b) else {
+            let missing = if a.is_none() { "lora_A" } else { "lora_B" };
+            return Err(format!("`{prefix}` has no {missing} weight"));
+        };
+        let rank = a.dim(0).map_err(|e| e.to_string())?;
+        if rank != cfg.r {
+            return Err(format!("{prefix}.lora_A has rank {rank} but the config says r = {}", cfg.r));
+        }
+        pairs.push((layer, module, a, b));
+    }
+    if let TargetModules::List(targets) = &cfg.target_modules {
+        let wanted = |l: usize| cfg.layers_to_transform.as_ref().is_none_or(|ls| ls.contains(&l));
+        let missing = linears
+            .iter()
+            .filter(|(l, m)| wanted(*l) && targets.iter().any(|t| t == m))
+            .find(|(l, m)| !pairs.iter().any(|(pl, pm, _, _)| pl == l && pm == m));
+        if let Some(&(l, m)) = missing {
+            return Err(format!(
+                "`{}` is in target_modules but the file has no weights for it (a partial or mismatched adapter)",
+                peft_prefix(l, m)
+            ));
+        }
+    }
+    Ok(pairs)
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -284,14 +531,14 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
 pub fn save_checkpoint(
     run_dir: &Path,
     params: &[AdapterParam],
-    adapter_config: &serde_json::Value,
+    adapter_config: &PeftAdapterConfig,
     optimizer_state: &HashMap<String, Tensor>,
     state: &TrainerState,
 ) -> Result<PathBuf> {
     let final_dir = run_dir.join(format!("checkpoint-{}", state.step));
     let partial = run_dir.join(format!(".checkpoint-{}.partial", state.step));
     let _ = std::fs::remove_dir_all(&partial);
-    std::fs::create_dir_all(&partial).map_err(|e| Error::io(&partial, e))?;
+    std::fs::create_dir_all(&partial).map_err(|e| Error::write(&partial, e))?;
     let written = (|| {
         save_peft_adapter(&partial, params, adapter_config)?;
         write_safetensors(&partial.join(OPTIMIZER_STATE), optimizer_state)?;
@@ -299,11 +546,11 @@ pub fn save_checkpoint(
         if final_dir.exists() {
             let old = run_dir.join(format!(".checkpoint-{}.old", state.step));
             let _ = std::fs::remove_dir_all(&old);
-            std::fs::rename(&final_dir, &old).map_err(|e| Error::io(&final_dir, e))?;
-            std::fs::rename(&partial, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
+            std::fs::rename(&final_dir, &old).map_err(|e| Error::write(&final_dir, e))?;
+            std::fs::rename(&partial, &final_dir).map_err(|e| Error::write(&final_dir, e))?;
             let _ = std::fs::remove_dir_all(&old);
         } else {
-            std::fs::rename(&partial, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
+            std::fs::rename(&partial, &final_dir).map_err(|e| Error::write(&final_dir, e))?;
         }
         Ok(())
     })();
@@ -325,9 +572,10 @@ pub fn load_trainer_state(checkpoint: &Path) -> Result<(TrainerState, HashMap<St
 pub fn append_metric(run_dir: &Path, event: &TrainEvent) -> Result<()> {
     use std::io::Write;
     let path = run_dir.join(METRICS);
-    let line = serde_json::to_string(event).map_err(|e| Error::Training(e.to_string()))?;
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| Error::io(&path, e))?;
-    writeln!(f, "{line}").map_err(|e| Error::io(&path, e))
+    let line = serde_json::to_string(event).map_err(|e| Error::write(&path, e))?;
+    let mut f =
+        std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| Error::write(&path, e))?;
+    writeln!(f, "{line}").map_err(|e| Error::write(&path, e))
 }
 
 /// Every event in a run's `metrics.jsonl` (unreadable lines are skipped).
@@ -415,21 +663,43 @@ pub fn list_runs(runs_dir: &Path) -> Result<Vec<RunInfo>> {
     let mut runs: Vec<RunInfo> = entries
         .flatten()
         .filter(|e| e.path().join(RUN_CONFIG).exists())
-        .map(|e| {
-            let dir = e.path();
-            let run: Option<serde_json::Value> = crate::engine::error::read_json(&dir.join(RUN_CONFIG)).ok();
-            RunInfo {
-                name: e.file_name().to_string_lossy().to_string(),
-                config: run.as_ref().and_then(|r| r.get("config")).and_then(|c| serde_json::from_value(c.clone()).ok()),
-                started_unix_secs: run.as_ref().and_then(|r| r.get("started_unix_secs")).and_then(|v| v.as_u64()),
-                events: read_metrics(&dir),
-                checkpoints: list_checkpoints(&dir),
-                dir,
-            }
-        })
+        .map(|e| run_info(e.file_name().to_string_lossy().to_string(), e.path()))
         .collect();
     runs.sort_by(|a, b| b.started_unix_secs.cmp(&a.started_unix_secs).then(a.name.cmp(&b.name)));
     Ok(runs)
+}
+
+/// One run folder: its manifest (if readable), curves and end state from `metrics.jsonl`, its checkpoints.
+fn run_info(name: String, dir: PathBuf) -> RunInfo {
+    let manifest = RunManifest::read(&dir).ok();
+    let mut info = RunInfo {
+        name,
+        config: manifest.as_ref().map(|m| m.config.clone()),
+        started_unix_secs: manifest.map(|m| m.started_unix_secs),
+        train_loss: Vec::new(),
+        val_loss: Vec::new(),
+        total_steps: None,
+        trainable_params: None,
+        status: "incomplete".into(),
+        checkpoints: list_checkpoints(&dir),
+        dir,
+    };
+    for e in read_metrics(&info.dir) {
+        match e {
+            TrainEvent::Started { total_steps, trainable_params, .. } => {
+                info.total_steps = Some(total_steps);
+                info.trainable_params = Some(trainable_params);
+            }
+            TrainEvent::Step { step, loss, .. } => info.train_loss.push([step as f64, loss]),
+            TrainEvent::Eval { step, val_loss, .. } => info.val_loss.push([step as f64, val_loss]),
+            TrainEvent::Finished { stopped_early, .. } => {
+                info.status = if stopped_early { "stopped".into() } else { "finished".into() };
+            }
+            TrainEvent::Failed { message, .. } => info.status = format!("failed: {message}"),
+            _ => {}
+        }
+    }
+    info
 }
 
 /// Delete one checkpoint folder (it must look like one).
@@ -437,7 +707,7 @@ pub fn delete_checkpoint(path: &Path) -> Result<()> {
     if !path.join(ADAPTER_CONFIG).exists() {
         return Err(Error::InvalidSetting(format!("{} is not a checkpoint folder", path.display())));
     }
-    std::fs::remove_dir_all(path).map_err(|e| Error::io(path, e))
+    std::fs::remove_dir_all(path).map_err(|e| Error::write(path, e))
 }
 
 /// Export `checkpoint` to `out` in `format`; `base_model` is needed for `Merged`.

@@ -15,6 +15,10 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// Writing a file or folder failed (full disk, read-only folder, ...): never worded as a read.
+    #[error("cannot write {path}: {message}")]
+    Write { path: PathBuf, message: String },
+
     #[error("{path}: invalid JSON: {message}")]
     Json { path: PathBuf, message: String },
 
@@ -70,6 +74,35 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    /// What sort of failure this is, for front ends that file, colour or route errors.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::MissingFile { .. } => ErrorKind::MissingFile,
+            Error::Io { .. } => ErrorKind::Read,
+            Error::Write { .. } => ErrorKind::Write,
+            Error::Json { .. } => ErrorKind::Format,
+            Error::UnsupportedArchitecture { .. }
+            | Error::BadConfig { .. }
+            | Error::CorruptWeights { .. }
+            | Error::MissingTensor { .. }
+            | Error::Tokenizer(_)
+            | Error::ChatTemplate(_) => ErrorKind::Model,
+            Error::PromptTooLong { .. } => ErrorKind::Prompt,
+            Error::Device(_) => ErrorKind::Device,
+            Error::InvalidSetting(_) => ErrorKind::Setting,
+            Error::Dataset { .. } | Error::Data(_) => ErrorKind::Dataset,
+            Error::Adapter { .. } => ErrorKind::Adapter,
+            Error::Training(_) => ErrorKind::Training,
+            Error::Cancelled => ErrorKind::Cancelled,
+            Error::Candle(_) => ErrorKind::Compute,
+        }
+    }
+
+    /// A write failure on `path`.
+    pub fn write(path: impl Into<PathBuf>, message: impl std::fmt::Display) -> Self {
+        Error::Write { path: path.into(), message: message.to_string() }
+    }
+
     /// Wrap an I/O error with the path it happened on; a missing file gets its own clearer variant.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         let path = path.into();
@@ -78,6 +111,87 @@ impl Error {
         } else {
             Error::Io { path, source }
         }
+    }
+}
+
+/// The sort of an [`Error`], kept when the error crosses a thread or process boundary as plain data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    MissingFile,
+    Read,
+    Write,
+    /// A file that is not in the format it should be (bad JSON, bad manifest).
+    Format,
+    /// The model's files: config, weights, tokenizer, chat template.
+    Model,
+    Prompt,
+    Device,
+    /// Settings that cannot work, refused before any work starts.
+    Setting,
+    Dataset,
+    Adapter,
+    /// Failures inside the training loop itself (a diverging loss, ...).
+    #[default]
+    Training,
+    Cancelled,
+    /// A tensor operation failed.
+    Compute,
+    /// A bug: a panic or a thread that could not start.
+    Internal,
+}
+
+impl ErrorKind {
+    /// A short label for a front end ("write error", "invalid setting", ...).
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::MissingFile => "file not found",
+            ErrorKind::Read => "read error",
+            ErrorKind::Write => "write error",
+            ErrorKind::Format => "bad file format",
+            ErrorKind::Model => "model error",
+            ErrorKind::Prompt => "prompt error",
+            ErrorKind::Device => "device error",
+            ErrorKind::Setting => "invalid setting",
+            ErrorKind::Dataset => "dataset error",
+            ErrorKind::Adapter => "adapter error",
+            ErrorKind::Training => "training error",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Compute => "compute error",
+            ErrorKind::Internal => "internal error",
+        }
+    }
+}
+
+/// An [`Error`] as plain data (its kind and its full message), for events that cross threads.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ErrorInfo {
+    pub kind: ErrorKind,
+    /// The error's complete message, shown as is.
+    pub message: String,
+}
+
+impl ErrorInfo {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+}
+
+impl From<&Error> for ErrorInfo {
+    fn from(e: &Error) -> Self {
+        Self { kind: e.kind(), message: e.to_string() }
+    }
+}
+
+impl From<Error> for ErrorInfo {
+    fn from(e: Error) -> Self {
+        Self::from(&e)
+    }
+}
+
+impl std::fmt::Display for ErrorInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }
 

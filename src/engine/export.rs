@@ -14,7 +14,7 @@ pub fn export(ckpt: &Path, format: ExportFormat, out: &Path, base_model: &Path) 
     if !ckpt.join(ADAPTER_CONFIG).exists() {
         return Err(Error::MissingFile { path: ckpt.join(ADAPTER_CONFIG), what: "not a checkpoint folder".into() });
     }
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    std::fs::create_dir_all(out).map_err(|e| Error::write(out, e))?;
     match format {
         ExportFormat::Peft => {
             for name in [ADAPTER_CONFIG, ADAPTER_WEIGHTS] {
@@ -43,28 +43,19 @@ fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
         keys.insert(format!("{}.{}", module_group(p.module), p.module));
         min_layer = min_layer.min(p.layer);
     }
-    let scale = if summary.use_rslora {
-        summary.alpha / (summary.rank as f64).sqrt()
-    } else {
-        summary.alpha / summary.rank as f64
-    };
+    let peft = checkpoint::PeftAdapterConfig::read(ckpt)?;
     let config = serde_json::json!({
         "fine_tune_type": "lora",
         "num_layers": model.config.num_layers - min_layer,
         "model": base_model.to_string_lossy(),
         "lora_parameters": {
             "rank": summary.rank,
-            "scale": scale,
-            "dropout": adapter_dropout(ckpt),
+            "scale": peft.scale(),
+            "dropout": peft.lora_dropout,
             "keys": keys.into_iter().collect::<Vec<_>>(),
         },
     });
-    let cpu: HashMap<String, Tensor> = tensors;
-    let tmp = out.join("adapters.safetensors.tmp");
-    candle_core::safetensors::save(&cpu, &tmp)
-        .map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, out.join("adapters.safetensors")).map_err(|e| Error::io(out, e))?;
-    checkpoint::make_world_readable(&out.join("adapters.safetensors"))?;
+    save_tensors(&tensors, &out.join("adapters.safetensors"))?;
     checkpoint::write_atomic(
         &out.join("adapter_config.json"),
         serde_json::to_string_pretty(&config).unwrap_or_default().as_bytes(),
@@ -76,12 +67,21 @@ fn export_merged(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
     checkpoint::load_adapter(&mut model.model, ckpt)?;
     let weights = model.model.merged_named_weights()?;
-    let tmp = out.join("model.safetensors.tmp");
-    candle_core::safetensors::save(&weights, &tmp)
-        .map_err(|e| Error::Training(format!("writing {}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, out.join("model.safetensors")).map_err(|e| Error::io(out, e))?;
-    checkpoint::make_world_readable(&out.join("model.safetensors"))?;
+    save_tensors(&weights, &out.join("model.safetensors"))?;
     write_model_files(&model, out)
+}
+
+/// Write safetensors through a temporary file and a rename; failures are write errors naming the file.
+fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    let tmp = path.with_extension("safetensors.tmp");
+    let written = candle_core::safetensors::save(tensors, &tmp)
+        .map_err(|e| Error::write(path, e))
+        .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::write(path, e)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    checkpoint::make_world_readable(path)
 }
 
 fn write_model_files(model: &LoadedModel, out: &Path) -> Result<()> {
@@ -143,12 +143,4 @@ fn write_model_files(model: &LoadedModel, out: &Path) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The training dropout recorded in a PEFT adapter_config.json (0 when absent).
-fn adapter_dropout(ckpt: &Path) -> f64 {
-    crate::engine::error::read_json::<serde_json::Value>(&ckpt.join(ADAPTER_CONFIG))
-        .ok()
-        .and_then(|c| c.get("lora_dropout").and_then(|d| d.as_f64()))
-        .unwrap_or(0.0)
 }

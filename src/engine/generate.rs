@@ -21,7 +21,7 @@ pub struct GenerateRequest {
 }
 
 /// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     Eos,
@@ -29,6 +29,20 @@ pub enum StopReason {
     StopString,
     ContextFull,
     Cancelled,
+}
+
+impl StopReason {
+    /// The one name of each reason, as JSON writes it: "eos", "max_tokens", "stop_string", "context_full",
+    /// "cancelled".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Eos => "eos",
+            Self::MaxTokens => "max_tokens",
+            Self::StopString => "stop_string",
+            Self::ContextFull => "context_full",
+            Self::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// The result of a generation.

@@ -179,12 +179,3 @@ pub fn detach_adapters(model: &mut Transformer) {
         linear.adapter = None;
     }
 }
-
-/// Number of trainable parameters a setting adds to a model with this config.
-pub fn trainable_parameter_count(config: &crate::engine::model::ModelConfig, settings: &LoraSettings) -> Result<usize> {
-    let targets = settings.resolved_targets()?;
-    let layers = adapted_layers(config.num_layers, settings.layers).len();
-    let per_layer: usize =
-        targets.iter().filter_map(|t| config.linear_shape(t)).map(|(i, o)| settings.rank * (i + o)).sum();
-    Ok(per_layer * layers)
-}

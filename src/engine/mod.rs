@@ -9,6 +9,7 @@ pub mod cpu_team;
 pub mod data;
 pub mod device;
 pub mod error;
+pub mod estimate;
 pub mod export;
 pub mod generate;
 pub mod lora;
@@ -17,4 +18,4 @@ pub mod ops;
 pub mod sampler;
 pub mod train;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorInfo, ErrorKind, Result};

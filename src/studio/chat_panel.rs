@@ -5,7 +5,7 @@
 use super::app::{Action, PanelCtx};
 use super::widgets::{self, banner_ui, palette, Tone};
 use crate::engine::model::chat_template::ChatMessage;
-use crate::worker::{display_name, ChatSide, CheckpointSummary, Command, GenerateJob, GenerationStats};
+use crate::worker::{display_name, ChatSide, CheckpointInfo, Command, GenerateJob, GenerationStats};
 use egui::{DragValue, RichText, Ui};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -206,7 +206,7 @@ impl ChatPanel {
         }
     }
 
-    pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, checkpoints: &[(String, &CheckpointSummary)]) {
+    pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, checkpoints: &[(String, &CheckpointInfo)]) {
         widgets::page_header_ui(
             ui,
             "Chat",
@@ -223,7 +223,7 @@ impl ChatPanel {
         egui::CentralPanel::default().show(ui, |ui| self.transcript_ui(ui, ctx));
     }
 
-    fn top_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, checkpoints: &[(String, &CheckpointSummary)]) {
+    fn top_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, checkpoints: &[(String, &CheckpointInfo)]) {
         ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new("Base").weak());
             match &ctx.model.loaded {
@@ -419,7 +419,7 @@ fn reply_ui(ui: &mut Ui, r: &Reply, side: ChatSide) {
                     s.new_tokens,
                     s.prompt_tokens,
                     s.prefill_secs,
-                    s.stop_reason.replace('_', " ")
+                    s.stop_reason.as_str().replace('_', " ")
                 ),
                 palette::MASKED_FG,
             )

@@ -7,7 +7,7 @@ use super::widgets::{
     self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone,
 };
 use crate::engine::checkpoint::ExportFormat;
-use crate::worker::{display_name, CheckpointSummary, Command, RunSummary};
+use crate::worker::{display_name, CheckpointInfo, Command, RunInfo};
 use egui::{RichText, Ui};
 use egui_plot::{Legend, Line, LineStyle, Plot, Points};
 use std::path::{Path, PathBuf};
@@ -23,7 +23,7 @@ struct ExportDialog {
 
 #[derive(Default)]
 pub struct CheckpointsPanel {
-    pub runs: Vec<RunSummary>,
+    pub runs: Vec<RunInfo>,
     listed_dir: Option<PathBuf>,
     loading: bool,
     error: Option<String>,
@@ -35,7 +35,7 @@ pub struct CheckpointsPanel {
 }
 
 impl CheckpointsPanel {
-    pub fn on_runs(&mut self, runs_dir: PathBuf, runs: Vec<RunSummary>) {
+    pub fn on_runs(&mut self, runs_dir: PathBuf, runs: Vec<RunInfo>) {
         self.loading = false;
         self.error = None;
         self.listed_dir = Some(runs_dir);
@@ -84,8 +84,8 @@ impl CheckpointsPanel {
     }
 
     /// Every checkpoint of every run, newest first: for the chat's adapter picker.
-    pub fn all_checkpoints(&self) -> Vec<(String, &CheckpointSummary)> {
-        let mut out: Vec<(String, &CheckpointSummary)> =
+    pub fn all_checkpoints(&self) -> Vec<(String, &CheckpointInfo)> {
+        let mut out: Vec<(String, &CheckpointInfo)> =
             self.runs.iter().flat_map(|r| r.checkpoints.iter().map(move |c| (r.name.clone(), c))).collect();
         out.sort_by(|a, b| b.1.saved_unix_secs.cmp(&a.1.saved_unix_secs).then(b.1.step.cmp(&a.1.step)));
         out
@@ -370,7 +370,7 @@ impl CheckpointsPanel {
 
     fn overlay_ui(&self, ui: &mut Ui, ctx: &PanelCtx<'_>) {
         widgets::section_ui(ui, "Compare runs");
-        let chosen: Vec<&RunSummary> = self.runs.iter().filter(|r| ctx.prefs.overlay_runs.contains(&r.name)).collect();
+        let chosen: Vec<&RunInfo> = self.runs.iter().filter(|r| ctx.prefs.overlay_runs.contains(&r.name)).collect();
         if chosen.is_empty() {
             ui.label(RichText::new("Tick runs in the list to overlay their loss curves here.").weak());
             return;
@@ -489,7 +489,7 @@ fn default_export_dir(checkpoint: &Path, format: ExportFormat) -> PathBuf {
 }
 
 /// The run's status, "training" while it is the run in progress.
-fn live_status<'a>(run: &'a RunSummary, ctx: &PanelCtx<'_>) -> &'a str {
+fn live_status<'a>(run: &'a RunInfo, ctx: &PanelCtx<'_>) -> &'a str {
     match &ctx.active_run {
         Some(dir) if crate::worker::paths_match(dir, &run.dir) => "training",
         _ => &run.status,

@@ -4,14 +4,15 @@
 //! - `app`: the eframe app, persisted preferences, event routing, navigation;
 //! - one file per page: `model_panel`, `dataset_panel`, `settings_panel`, `training_panel`,
 //!   `checkpoints_panel`, `chat_panel`, `rank_panel`;
-//! - `widgets`: plots, progress, the token view, formatting; `estimate`: parameter and memory estimates;
-//!   `file_picker`: native dialogs off the UI thread.
+//! - `widgets`: plots, progress, the token view, formatting; `file_picker`: native dialogs off the UI thread.
+//!
+//! Rules (settings validation, parameter and memory estimates, dataset reports) are the engine's; panels call
+//! them and show their messages as the engine words them.
 
 pub mod app;
 pub mod chat_panel;
 pub mod checkpoints_panel;
 pub mod dataset_panel;
-pub mod estimate;
 pub mod file_picker;
 pub mod model_panel;
 pub mod rank_panel;

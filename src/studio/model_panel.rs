@@ -3,12 +3,12 @@
 //! architecture, size, context, dtype, device, and what training it will cost at the current settings.
 
 use super::app::{Action, ModelStatus, PanelCtx};
-use super::estimate;
 use super::file_picker::{PanelPicker, PickKind};
 use super::widgets::{
     self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, recent_paths_ui, section_ui, Tone,
 };
 use crate::engine::device::DeviceChoice;
+use crate::engine::estimate;
 use crate::worker::{display_name, FoundModel, ModelSummary};
 use egui::{RichText, Ui};
 use std::path::PathBuf;
@@ -275,16 +275,19 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
                     ui.end_row();
                 };
                 row(ui, "Architecture", m.architecture.clone());
-                row(ui, "Parameters", format!("{} ({})", fmt_count(m.parameters), m.parameters));
-                row(ui, "Layers", m.layers.to_string());
-                row(ui, "Hidden size", format!("{} · MLP {}", m.hidden_size, m.intermediate_size));
+                row(ui, "Parameters", format!("{} ({})", fmt_count(m.shape.parameters), m.shape.parameters));
+                row(ui, "Layers", m.shape.layers.to_string());
+                row(ui, "Hidden size", format!("{} · MLP {}", m.shape.hidden_size, m.shape.intermediate_size));
                 row(
                     ui,
                     "Attention",
-                    format!("{} heads · {} KV heads · head dim {}", m.attention_heads, m.kv_heads, m.head_dim),
+                    format!(
+                        "{} heads · {} KV heads · head dim {}",
+                        m.shape.attention_heads, m.shape.kv_heads, m.shape.head_dim
+                    ),
                 );
-                row(ui, "Vocabulary", m.vocab_size.to_string());
-                row(ui, "Context", format!("{} tokens", m.context_length));
+                row(ui, "Vocabulary", m.shape.vocab_size.to_string());
+                row(ui, "Context", format!("{} tokens", m.shape.context_length));
                 row(
                     ui,
                     "Format",
@@ -314,8 +317,8 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
 /// The estimate of training memory at the current settings, part by part.
 pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
     let cfg = &prefs.train;
-    let est = estimate::training_memory(m, cfg);
-    let trainable = estimate::trainable_params(m, &cfg.lora);
+    let est = estimate::training_memory(&m.shape, cfg);
+    let trainable = estimate::trainable_params(&m.shape, &cfg.lora).unwrap_or(0);
     ui.label(RichText::new("Training at the current settings").strong()).on_hover_text(
         "An estimate from the model's shape and the LoRA / training settings; it updates as you change them.",
     );
@@ -343,7 +346,7 @@ pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) 
             format!(
                 "{} ({:.3}% of the model)",
                 fmt_count(trainable),
-                100.0 * trainable as f64 / m.parameters.max(1) as f64
+                100.0 * trainable as f64 / m.shape.parameters.max(1) as f64
             ),
             "rank × (in + out) for every adapted linear in every adapted layer",
         );

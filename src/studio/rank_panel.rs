@@ -39,9 +39,10 @@ impl RankPanel {
         }
     }
 
-    pub fn on_failed(&mut self, message: String) {
+    pub fn on_failed(&mut self, error: crate::engine::ErrorInfo) {
         self.running = false;
-        self.error = Some(if message == "cancelled" { "Stopped.".into() } else { message });
+        let stopped = error.kind == crate::engine::ErrorKind::Cancelled;
+        self.error = Some(if stopped { "Stopped.".into() } else { error.message });
     }
 
     pub fn on_micro(&mut self, results: Vec<LoraMicroResult>) {

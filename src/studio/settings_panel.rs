@@ -3,9 +3,9 @@
 //! combinations are explained, and the run cannot start until they are fixed.
 
 use super::app::{PanelCtx, Prefs};
-use super::estimate;
 use super::model_panel::memory_card_ui;
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
+use crate::engine::estimate;
 use crate::engine::train::{lr_at, Schedule, TrainConfig, ALL_TARGETS};
 use crate::worker::{DatasetReport, ModelSummary};
 use egui::{DragValue, RichText, Ui};
@@ -28,39 +28,9 @@ pub fn ready_config(
     if cfg.run_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
         cfg.run_name = None;
     }
-    cfg.validate().map_err(|e| sentence(&e.to_string()))?;
-    model_checks(&cfg, model)?;
+    // The engine's one settings check, shown as the engine words it (the CLI prints the same message).
+    cfg.validate_for_model(model.shape.limits()).map_err(|e| e.to_string())?;
     Ok(cfg)
-}
-
-/// Checks that need the model's shape, beyond what `TrainConfig::validate` can see.
-fn model_checks(cfg: &TrainConfig, model: &ModelSummary) -> Result<(), String> {
-    if cfg.seq_len > model.context_length {
-        return Err(format!(
-            "Sequence length {} is longer than the model's context of {} tokens.",
-            cfg.seq_len, model.context_length
-        ));
-    }
-    if let Some(n) = cfg.lora.layers {
-        if n > model.layers {
-            return Err(format!("Adapting the last {n} layers, but the model has only {} layers.", model.layers));
-        }
-    }
-    Ok(())
-}
-
-/// "invalid setting: rank must be …" -> "Rank must be …."
-fn sentence(message: &str) -> String {
-    let m = message.trim_start_matches("invalid setting: ");
-    let mut chars = m.chars();
-    let mut s: String = match chars.next() {
-        Some(c) => c.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    };
-    if !s.ends_with('.') {
-        s.push('.');
-    }
-    s
 }
 
 /// Settings page state (all settings themselves live in the persisted [`Prefs`]).
@@ -174,7 +144,7 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                     }
                 });
             });
-            let n_layers = model.map(|m| m.layers).unwrap_or(usize::MAX);
+            let n_layers = model.map(|m| m.shape.layers).unwrap_or(usize::MAX);
             row_ui(ui, "Layers", "Adapt every decoder layer, or only the last N (cheaper; the top layers matter most for style and format).", |ui| {
                 let mut all = lora.layers.is_none();
                 if ui.checkbox(&mut all, "all").changed() {
@@ -184,7 +154,7 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                     ui.label("last");
                     ui.add(DragValue::new(n).range(1..=n_layers.min(1024)));
                     if let Some(m) = model {
-                        ui.label(RichText::new(format!("of {}", m.layers)).weak());
+                        ui.label(RichText::new(format!("of {}", m.shape.layers)).weak());
                     }
                 }
             });
@@ -205,7 +175,7 @@ fn data_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
         ui.label(RichText::new("Data and length").strong().size(15.0));
         ui.add_space(4.0);
         let cfg = &mut prefs.train;
-        let context = model.map(|m| m.context_length).unwrap_or(1 << 20);
+        let context = model.map(|m| m.shape.context_length).unwrap_or(1 << 20);
         egui::Grid::new("data-grid").num_columns(2).spacing([14.0, 8.0]).show(ui, |ui| {
             row_ui(ui, "Sequence length", "Maximum tokens per example; longer rows are cut (the Dataset page shows how many). Memory for activations grows with it, attention quadratically.", |ui| {
                 ui.add(DragValue::new(&mut cfg.seq_len).range(8..=context).speed(4.0).suffix(" tokens"));
@@ -355,11 +325,15 @@ fn summary_card_ui(ui: &mut Ui, prefs: &Prefs, model: Option<&ModelSummary>, rep
             report.map(|r| r.rows("train").div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1)).unwrap_or(100);
         lr_preview_ui(ui, cfg, total_steps(cfg, steps_per_epoch));
         if let Some(m) = model {
-            let trainable = estimate::trainable_params(m, &cfg.lora);
+            let trainable = estimate::trainable_params(&m.shape, &cfg.lora).unwrap_or(0);
             ui.label(
-                RichText::new(format!("{} trainable of {} parameters", fmt_count(trainable), fmt_count(m.parameters)))
-                    .weak()
-                    .small(),
+                RichText::new(format!(
+                    "{} trainable of {} parameters",
+                    fmt_count(trainable),
+                    fmt_count(m.shape.parameters)
+                ))
+                .weak()
+                .small(),
             );
         }
     });
@@ -401,8 +375,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn engine_messages_become_sentences() {
-        assert_eq!(sentence("invalid setting: LoRA rank must be at least 1"), "LoRA rank must be at least 1.");
+    fn refusals_are_the_engines_own_messages() {
+        let model = ModelSummary {
+            path: "m.gguf".into(),
+            format: "gguf".into(),
+            architecture: "llama".into(),
+            shape: crate::engine::estimate::ModelShape { layers: 2, context_length: 64, ..Default::default() },
+            tied_embeddings: true,
+            dtype: "f32".into(),
+            weights_dtype: None,
+            device: "cpu".into(),
+            has_chat_template: false,
+            eos_token_ids: vec![],
+            load_secs: 0.0,
+        };
+        let mut prefs = Prefs::default();
+        prefs.train.seq_len = 128;
+        let data = PathBuf::from("d.jsonl");
+        let shown = ready_config(&prefs, Some(&model), Some(&data)).unwrap_err();
+        let engine = prefs.train.validate_for_model(model.shape.limits()).unwrap_err().to_string();
+        assert_eq!(shown, engine);
+        assert!(shown.contains("context of 64 tokens"), "{shown}");
     }
 
     #[test]

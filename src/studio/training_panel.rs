@@ -261,9 +261,9 @@ impl TrainingPanel {
                 );
                 Some(Action::RefreshRuns)
             }
-            TrainEvent::Failed { step, message } => {
+            TrainEvent::Failed { step, message, kind } => {
                 run.eta_secs = None;
-                self.log(Tone::Error, format!("failed at step {step}: {message}"));
+                self.log(Tone::Error, format!("failed at step {step} ({}): {message}", kind.label()));
                 self.status = RunStatus::Failed(message);
                 Some(Action::RefreshRuns)
             }

@@ -57,7 +57,7 @@ impl Dispatcher {
                 spawn_job(
                     "mc-load",
                     self.out.clone(),
-                    move |e| Event::ModelLoadFailed { path: fail_path, message: e },
+                    move |error| Event::ModelLoadFailed { path: fail_path, error },
                     move || jobs::load_model_job(&path, device, dtype.as_deref(), &out, &inbox),
                 );
             }
@@ -68,13 +68,18 @@ impl Dispatcher {
                 spawn_job(
                     "mc-dataset",
                     self.out.clone(),
-                    move |e| Event::DatasetFailed { path: fail_path, message: e },
+                    move |error| Event::DatasetFailed { path: fail_path, error },
                     move || {
-                        let report =
-                            jobs::inspect_dataset(&path, model.as_deref(), max_seq_len, train_on_prompt, preview_rows);
+                        let report = crate::engine::data::inspect_dataset(
+                            &path,
+                            model.as_deref(),
+                            max_seq_len,
+                            train_on_prompt,
+                            preview_rows,
+                        );
                         match report {
                             Ok(r) => out.send(Event::DatasetInspected(Box::new(r))),
-                            Err(e) => out.send(Event::DatasetFailed { path, message: e.to_string() }),
+                            Err(e) => out.send(Event::DatasetFailed { path, error: e.into() }),
                         };
                     },
                 );
@@ -115,11 +120,11 @@ impl Dispatcher {
                 spawn_job(
                     "mc-runs",
                     self.out.clone(),
-                    move |e| Event::RunsFailed { runs_dir: dir, message: e },
+                    move |error| Event::RunsFailed { runs_dir: dir, error },
                     move || {
-                        match jobs::list_runs(&runs_dir) {
+                        match crate::engine::checkpoint::list_runs(&runs_dir) {
                             Ok(runs) => out.send(Event::Runs { runs_dir, runs }),
-                            Err(e) => out.send(Event::RunsFailed { runs_dir, message: e.to_string() }),
+                            Err(e) => out.send(Event::RunsFailed { runs_dir, error: e.into() }),
                         };
                     },
                 );
@@ -130,13 +135,13 @@ impl Dispatcher {
                 spawn_job(
                     "mc-delete",
                     self.out.clone(),
-                    move |e| Event::ActionFailed { what, message: e },
+                    move |error| Event::ActionFailed { what, error },
                     move || {
                         match crate::engine::checkpoint::delete_checkpoint(&path) {
                             Ok(()) => out.send(Event::CheckpointDeleted { path }),
                             Err(e) => out.send(Event::ActionFailed {
                                 what: format!("delete {}", path.display()),
-                                message: e.to_string(),
+                                error: e.into(),
                             }),
                         };
                     },
@@ -149,11 +154,11 @@ impl Dispatcher {
                 spawn_job(
                     "mc-export",
                     self.out.clone(),
-                    move |e| Event::ActionFailed { what, message: e },
+                    move |error| Event::ActionFailed { what, error },
                     move || {
                         match crate::engine::checkpoint::export_checkpoint(&checkpoint, format, &out_dir, &base_model) {
                             Ok(path) => out.send(Event::ExportFinished { path }),
-                            Err(e) => out.send(Event::ActionFailed { what: what2, message: e.to_string() }),
+                            Err(e) => out.send(Event::ActionFailed { what: what2, error: e.into() }),
                         };
                     },
                 );
@@ -170,12 +175,12 @@ impl Dispatcher {
                 spawn_job(
                     "mc-microbench",
                     self.out.clone(),
-                    |e| Event::MicroBenchFailed { message: e },
+                    |error| Event::MicroBenchFailed { error },
                     move || {
                         let device = device.unwrap_or(candle_core::Device::Cpu);
                         match crate::engine::bench::bench_lora_micro(&device, repeats) {
                             Ok(r) => out.send(Event::MicroBenchFinished(r)),
-                            Err(e) => out.send(Event::MicroBenchFailed { message: e.to_string() }),
+                            Err(e) => out.send(Event::MicroBenchFailed { error: e.into() }),
                         };
                     },
                 );
@@ -184,8 +189,9 @@ impl Dispatcher {
     }
 
     fn start_training(&mut self, config: TrainConfig) {
+        // Refusals before a job starts are about settings, not training.
         let fail = |out: &Outbox, message: String| {
-            out.send(Event::Train(TrainEvent::Failed { step: 0, message }));
+            out.send(Event::Train(TrainEvent::Failed { step: 0, message, kind: ErrorKind::Setting }));
         };
         if self.training.is_some() {
             return fail(&self.out, "a training run is already in progress; stop it first".into());
@@ -204,9 +210,9 @@ impl Dispatcher {
         spawn_job(
             "mc-train",
             self.out.clone(),
-            move |e| {
+            move |error| {
                 let _ = guard_inbox.send(Msg::TrainingEnded);
-                Event::Train(TrainEvent::Failed { step: 0, message: e })
+                Event::Train(TrainEvent::Failed { step: 0, message: error.message, kind: error.kind })
             },
             move || {
                 jobs::train_job(&config, &base, &control, &out, || {
@@ -218,12 +224,17 @@ impl Dispatcher {
 
     fn start_probe(&mut self, config: TrainConfig, ranks: Vec<usize>, token_budget: usize) {
         if self.probe.is_some() {
-            self.out.send(Event::RankProbeFailed { message: "a rank probe is already running".into() });
+            self.out.send(Event::RankProbeFailed {
+                error: ErrorInfo::new(ErrorKind::Setting, "a rank probe is already running"),
+            });
             return;
         }
         let Some(base) = self.base_for(&config.model) else {
             self.out.send(Event::RankProbeFailed {
-                message: format!("load the model {} before probing ranks", config.model.display()),
+                error: ErrorInfo::new(
+                    ErrorKind::Setting,
+                    format!("load the model {} before probing ranks", config.model.display()),
+                ),
             });
             return;
         };
@@ -235,9 +246,9 @@ impl Dispatcher {
         spawn_job(
             "mc-probe",
             self.out.clone(),
-            move |e| {
+            move |error| {
                 let _ = guard_inbox.send(Msg::ProbeEnded);
-                Event::RankProbeFailed { message: e }
+                Event::RankProbeFailed { error }
             },
             move || {
                 jobs::probe_job(&config, &base, &ranks, token_budget, &control, &out, || {
@@ -250,7 +261,8 @@ impl Dispatcher {
     fn start_generation(&mut self, job: GenerateJob) {
         let id = job.id;
         let Some((_, base)) = self.model.as_ref() else {
-            self.out.send(Event::GenerationFailed { id, message: "load a model first (Model panel)".into() });
+            let error = ErrorInfo::new(ErrorKind::Setting, "load a model first (Model panel)");
+            self.out.send(Event::GenerationFailed { id, error });
             return;
         };
         let base = base.clone();
@@ -262,9 +274,9 @@ impl Dispatcher {
         spawn_job(
             "mc-generate",
             self.out.clone(),
-            move |e| {
+            move |error| {
                 let _ = guard_inbox.send(Msg::GenerationEnded { id });
-                Event::GenerationFailed { id, message: e }
+                Event::GenerationFailed { id, error }
             },
             move || {
                 jobs::generate_job(&job, &base, &cancel, &out, || {
@@ -275,12 +287,12 @@ impl Dispatcher {
     }
 }
 
-/// Run `body` on a named thread. A panic inside it becomes the event `on_panic` makes, so the front end always
-/// hears how a job ended; a thread that cannot be started is reported the same way.
+/// Run `body` on a named thread. A panic inside it becomes the event `on_panic` makes (an internal error), so
+/// the front end always hears how a job ended; a thread that cannot be started is reported the same way.
 pub(super) fn spawn_job(
     name: &str,
     out: Outbox,
-    on_panic: impl FnOnce(String) -> Event + Send + 'static,
+    on_panic: impl FnOnce(ErrorInfo) -> Event + Send + 'static,
     body: impl FnOnce() + Send + 'static,
 ) {
     let (panic_out, panic_msg) = (out.clone(), Arc::new(std::sync::Mutex::new(Some(on_panic))));
@@ -289,13 +301,13 @@ pub(super) fn spawn_job(
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
             let text = panic_text(payload.as_ref());
             if let Some(make) = for_thread.lock().ok().and_then(|mut g| g.take()) {
-                panic_out.send(make(format!("internal error (panic): {text}")));
+                panic_out.send(make(ErrorInfo::new(ErrorKind::Internal, format!("internal error (panic): {text}"))));
             }
         }
     });
     if let Err(e) = spawned {
         if let Some(make) = panic_msg.lock().ok().and_then(|mut g| g.take()) {
-            out.send(make(format!("cannot start a thread: {e}")));
+            out.send(make(ErrorInfo::new(ErrorKind::Internal, format!("cannot start a thread: {e}"))));
         }
     }
 }

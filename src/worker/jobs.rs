@@ -1,24 +1,21 @@
 //! The bodies of the worker's long jobs. Each runs on its own thread, reports through an [`Outbox`] and ends
-//! with exactly one final event.
+//! with exactly one final event. Rules (validation, dataset reports, prompt assembly) are the engine's; jobs
+//! only call them and forward what they return, errors with their kind.
 
-use super::{ChatSide, DatasetReport, Event, GenerateJob, GenerationStats, Msg, Outbox, PreviewRow, SplitReport};
-use super::{CheckpointSummary, ModelSummary, RunSummary, TokenStats};
+use super::{ChatSide, Event, GenerateJob, GenerationStats, ModelSummary, Msg, Outbox};
 use crate::engine::bench::RankProbeResult;
-use crate::engine::data::{self, Row, TokenizeSpec};
+use crate::engine::data::chat_prompt_ids;
 use crate::engine::device::{default_dtype, device_name, parse_dtype, select_device, DeviceChoice};
-use crate::engine::generate::{generate, GenerateRequest, StopReason};
-use crate::engine::model::chat_template::ChatMessage;
+use crate::engine::estimate::ModelShape;
+use crate::engine::generate::{generate, GenerateRequest};
 use crate::engine::model::{load_model, LoadedModel};
-use crate::engine::train::{run_training, TrainConfig, TrainControl, TrainEvent, ALL_TARGETS};
-use crate::engine::Result;
+use crate::engine::train::{run_training, ModelLimits, TrainConfig, TrainControl, TrainEvent};
+use crate::engine::{ErrorInfo, Result};
 use crossbeam_channel::Sender;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Rows tokenized for the length statistics; larger datasets are sampled from the start.
-const MAX_STAT_ROWS: usize = 20_000;
 
 pub(super) fn load_model_job(
     path: &Path,
@@ -45,7 +42,7 @@ pub(super) fn load_model_job(
             out.send(Event::ModelLoaded(Box::new(summary)));
         }
         Err(e) => {
-            out.send(Event::ModelLoadFailed { path: path.to_path_buf(), message: e.to_string() });
+            out.send(Event::ModelLoadFailed { path: path.to_path_buf(), error: e.into() });
         }
     }
 }
@@ -57,187 +54,15 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
         path: m.source.path().to_path_buf(),
         format: m.source.format_name().into(),
         architecture: c.architecture.as_str().into(),
-        parameters: c.parameter_count(),
-        layers: c.num_layers,
-        hidden_size: c.hidden_size,
-        intermediate_size: c.intermediate_size,
-        attention_heads: c.num_attention_heads,
-        kv_heads: c.num_kv_heads,
-        head_dim: c.head_dim,
-        vocab_size: c.vocab_size,
-        context_length: c.max_position_embeddings,
+        shape: ModelShape::of(c, dtype.size_in_bytes()),
         tied_embeddings: c.tie_word_embeddings,
         dtype: format!("{dtype:?}").to_lowercase(),
-        dtype_bytes: dtype.size_in_bytes(),
         weights_dtype: c.weights_dtype.clone(),
         device: device_name(m.model.device()).into(),
         has_chat_template: m.chat_template.is_some(),
         eos_token_ids: m.eos_token_ids.clone(),
-        linear_shapes: ALL_TARGETS
-            .iter()
-            .filter_map(|t| c.linear_shape(t).map(|(i, o)| (t.to_string(), i, o)))
-            .collect(),
         load_secs,
     }
-}
-
-/// The files of a dataset: a single file, or a folder's train/valid/test.jsonl (mlx-lm's layout).
-fn dataset_files(path: &Path) -> Result<Vec<(String, PathBuf)>> {
-    use crate::engine::Error;
-    if !path.exists() {
-        return Err(Error::MissingFile {
-            path: path.to_path_buf(),
-            what: "expected a .jsonl file or a folder with train.jsonl (and optional valid.jsonl, test.jsonl)".into(),
-        });
-    }
-    if !path.is_dir() {
-        return Ok(vec![("train".into(), path.to_path_buf())]);
-    }
-    let mut files = Vec::new();
-    for split in ["train", "valid", "test"] {
-        let p = path.join(format!("{split}.jsonl"));
-        if p.is_file() {
-            files.push((split.to_string(), p));
-        }
-    }
-    if files.first().map(|(s, _)| s != "train").unwrap_or(true) {
-        return Err(Error::MissingFile {
-            path: path.join("train.jsonl"),
-            what: "a dataset folder needs train.jsonl (valid.jsonl and test.jsonl are optional)".into(),
-        });
-    }
-    Ok(files)
-}
-
-pub(super) fn inspect_dataset(
-    path: &Path,
-    model: Option<&LoadedModel>,
-    max_seq_len: usize,
-    train_on_prompt: bool,
-    preview_rows: usize,
-) -> Result<DatasetReport> {
-    let mut report = DatasetReport { path: path.to_path_buf(), ..Default::default() };
-    let mut parsed = Vec::new();
-    for (split, file) in dataset_files(path)? {
-        let p = data::read_jsonl(&file)?;
-        report.splits.push(SplitReport {
-            split: split.clone(),
-            path: file.clone(),
-            format: p.format.map(|f| f.name().to_string()),
-            rows: p.rows.len(),
-            blank_lines: p.blank_lines,
-            problems: p.problems.iter().map(|q| (q.line, q.message.clone())).collect(),
-        });
-        parsed.push((split, p));
-    }
-    if !parsed.iter().any(|(s, _)| s == "valid") {
-        report.notes.push("no valid.jsonl: training holds out a fraction of the training rows for validation".into());
-    }
-    let Some(model) = model else {
-        report.notes.push("load a model to see token counts, the length histogram and the templated preview".into());
-        return Ok(report);
-    };
-    report.tokenizer_model = Some(model.source.path().to_path_buf());
-    if model.chat_template.is_none() && parsed.iter().any(|(_, p)| p.format != Some(data::DatasetFormat::Text)) {
-        report.notes.push(data::tokenize::FALLBACK_TEMPLATE_NOTE.into());
-    }
-    // Lengths before truncation, so the histogram can show what a shorter max_seq_len would cut.
-    let full = TokenizeSpec::for_model(model, usize::MAX / 2, train_on_prompt);
-    let cut = TokenizeSpec { max_seq_len: max_seq_len.max(2), ..full };
-    let mut stats = TokenStats { max_seq_len, ..Default::default() };
-    if let Some((_, train)) = parsed.iter().find(|(s, _)| s == "train") {
-        if train.rows.len() > MAX_STAT_ROWS {
-            report.notes.push(format!("token statistics from the first {MAX_STAT_ROWS} of {} rows", train.rows.len()));
-        }
-        for sourced in train.rows.iter().take(MAX_STAT_ROWS) {
-            match data::tokenize_row(&sourced.row, &full) {
-                Ok(example) => {
-                    let len = example.len();
-                    stats.lengths.push(len);
-                    stats.total_tokens += len.min(max_seq_len);
-                    stats.truncated += usize::from(len > max_seq_len);
-                    let targets = example.target_mask.iter().take(max_seq_len).filter(|&&t| t).count();
-                    stats.target_tokens += targets;
-                    stats.dropped += usize::from(targets == 0);
-                }
-                Err(e) => stats.failures.push(("train".into(), sourced.line, e.to_string())),
-            }
-        }
-    }
-    report.tokens = Some(stats);
-    for (split, file) in &parsed {
-        for sourced in &file.rows {
-            if report.preview.len() >= preview_rows {
-                break;
-            }
-            if let Ok(preview) = preview(&sourced.row, &cut, model) {
-                let (tokens, truncated, pieces) = preview;
-                report.preview.push(PreviewRow { split: split.clone(), line: sourced.line, tokens, truncated, pieces });
-            }
-        }
-    }
-    Ok(report)
-}
-
-/// (tokens, truncated, pieces) of one row.
-type Preview = (usize, bool, Vec<(String, bool)>);
-
-fn preview(row: &Row, spec: &TokenizeSpec<'_>, model: &LoadedModel) -> Result<Preview> {
-    let example = data::tokenize_row(row, spec)?;
-    let pieces = data::preview_example(&example, &model.tokenizer)?;
-    Ok((example.len(), example.truncated, pieces))
-}
-
-pub(super) fn list_runs(runs_dir: &Path) -> Result<Vec<RunSummary>> {
-    let runs = crate::engine::checkpoint::list_runs(runs_dir)?;
-    Ok(runs
-        .into_iter()
-        .map(|r| {
-            let mut train_loss = Vec::new();
-            let mut val_loss = Vec::new();
-            let mut status = "incomplete".to_string();
-            let mut total_steps = None;
-            let mut trainable_params = None;
-            for e in &r.events {
-                match e {
-                    TrainEvent::Started { total_steps: t, trainable_params: p, .. } => {
-                        total_steps = Some(*t);
-                        trainable_params = Some(*p);
-                    }
-                    TrainEvent::Step { step, loss, .. } => train_loss.push([*step as f64, *loss]),
-                    TrainEvent::Eval { step, val_loss: v, .. } => val_loss.push([*step as f64, *v]),
-                    TrainEvent::Finished { stopped_early, .. } => {
-                        status = if *stopped_early { "stopped".into() } else { "finished".into() };
-                    }
-                    TrainEvent::Failed { message, .. } => status = format!("failed: {message}"),
-                    _ => {}
-                }
-            }
-            RunSummary {
-                name: r.name,
-                dir: r.dir,
-                config: r.config,
-                started_unix_secs: r.started_unix_secs,
-                train_loss,
-                val_loss,
-                total_steps,
-                trainable_params,
-                status,
-                checkpoints: r
-                    .checkpoints
-                    .into_iter()
-                    .map(|c| CheckpointSummary {
-                        step: c.step,
-                        path: c.path,
-                        size_bytes: c.size_bytes,
-                        train_loss: c.train_loss,
-                        val_loss: c.val_loss,
-                        saved_unix_secs: c.saved_unix_secs,
-                    })
-                    .collect(),
-            }
-        })
-        .collect())
 }
 
 /// Run a training job, forwarding its events; guarantees one final event even if the engine forgets it.
@@ -271,10 +96,11 @@ pub(super) fn train_job(
             control.request_stop();
         }
     };
-    let result = match config.validate() {
+    // The engine's one settings check, against this model, before any work starts (the CLI runs the same).
+    let result = match config.validate_for_model(ModelLimits::of(&base.config)) {
         Ok(()) => run_training(config, base, control, &mut emit),
         Err(e) => {
-            emit(TrainEvent::Failed { step: 0, message: e.to_string() });
+            emit(TrainEvent::failed(0, &e));
             Err(e)
         }
     };
@@ -287,7 +113,7 @@ pub(super) fn train_job(
                 stopped_early: control.stop_requested(),
                 elapsed_secs: 0.0,
             },
-            Err(e) => TrainEvent::Failed { step: last_step.get(), message: e.to_string() },
+            Err(e) => TrainEvent::failed(last_step.get(), &e),
         };
         emit(event);
     }
@@ -311,19 +137,8 @@ pub(super) fn probe_job(
     on_final();
     match result {
         Ok(results) => out.send(Event::RankProbeFinished { results }),
-        Err(e) => out.send(Event::RankProbeFailed { message: e.to_string() }),
+        Err(e) => out.send(Event::RankProbeFailed { error: e.into() }),
     };
-}
-
-/// Render a chat with the model's template, or with the plain fallback format training uses without one.
-fn chat_prompt(model: &LoadedModel, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-    if model.chat_template.is_some() {
-        return model.encode_chat(messages);
-    }
-    let spec = TokenizeSpec::for_model(model, usize::MAX / 2, false);
-    let eos = spec.eos_token_id.and_then(|id| model.tokenizer.id_to_token(id)).unwrap_or_default();
-    let text = data::tokenize::fallback_render(messages, true, &eos);
-    model.tokenizer.encode(&text, true)
 }
 
 pub(super) fn generate_job(
@@ -346,7 +161,7 @@ pub(super) fn generate_job(
             }
             _ => &base.model,
         };
-        let prompt_ids = chat_prompt(base, &job.messages)?;
+        let prompt_ids = chat_prompt_ids(base, &job.messages)?;
         out.send(Event::GenerationStarted { id, prompt_tokens: prompt_ids.len() });
         let request = GenerateRequest {
             prompt_ids,
@@ -364,22 +179,12 @@ pub(super) fn generate_job(
             new_tokens: output.generated_ids.len(),
             prefill_secs: output.prefill_secs,
             decode_secs: output.decode_secs,
-            stop_reason: stop_reason_name(output.stop_reason).into(),
+            stop_reason: output.stop_reason,
         })
     })();
     on_final();
     match result {
         Ok(stats) => out.send(Event::GenerationFinished { id, stats }),
-        Err(e) => out.send(Event::GenerationFailed { id, message: e.to_string() }),
+        Err(e) => out.send(Event::GenerationFailed { id, error: ErrorInfo::from(e) }),
     };
-}
-
-fn stop_reason_name(r: StopReason) -> &'static str {
-    match r {
-        StopReason::Eos => "eos",
-        StopReason::MaxTokens => "max_tokens",
-        StopReason::StopString => "stop_string",
-        StopReason::ContextFull => "context_full",
-        StopReason::Cancelled => "cancelled",
-    }
 }

@@ -29,6 +29,7 @@ use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::model::LoadedModel;
 use crate::engine::sampler::SamplingParams;
 use crate::engine::train::{TrainConfig, TrainControl, TrainEvent};
+use crate::engine::{ErrorInfo, ErrorKind};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -118,7 +119,8 @@ pub struct GenerateJob {
     pub max_new_tokens: usize,
 }
 
-/// What the worker reports.
+/// What the worker reports. Failures carry an [`ErrorInfo`]: the engine error's kind and its full message,
+/// which front ends show as is. A training run's failure is its `TrainEvent::Failed` (with the same kind).
 #[derive(Debug, Clone)]
 pub enum Event {
     ModelLoading {
@@ -127,12 +129,12 @@ pub enum Event {
     ModelLoaded(Box<ModelSummary>),
     ModelLoadFailed {
         path: PathBuf,
-        message: String,
+        error: ErrorInfo,
     },
     DatasetInspected(Box<DatasetReport>),
     DatasetFailed {
         path: PathBuf,
-        message: String,
+        error: ErrorInfo,
     },
     ModelsFound(Vec<FoundModel>),
     /// A training run's own events, `Finished` or `Failed` last.
@@ -151,15 +153,15 @@ pub enum Event {
     },
     GenerationFailed {
         id: u64,
-        message: String,
+        error: ErrorInfo,
     },
     Runs {
         runs_dir: PathBuf,
-        runs: Vec<RunSummary>,
+        runs: Vec<RunInfo>,
     },
     RunsFailed {
         runs_dir: PathBuf,
-        message: String,
+        error: ErrorInfo,
     },
     CheckpointDeleted {
         path: PathBuf,
@@ -170,18 +172,18 @@ pub enum Event {
     /// A delete or export that failed.
     ActionFailed {
         what: String,
-        message: String,
+        error: ErrorInfo,
     },
     RankProbeResult(RankProbeResult),
     RankProbeFinished {
         results: Vec<RankProbeResult>,
     },
     RankProbeFailed {
-        message: String,
+        error: ErrorInfo,
     },
     MicroBenchFinished(Vec<LoraMicroResult>),
     MicroBenchFailed {
-        message: String,
+        error: ErrorInfo,
     },
 }
 
@@ -330,7 +332,10 @@ mod tests {
         w.send(Command::LoadModel { path: "/nonexistent/model".into(), device: DeviceChoice::Cpu, dtype: None });
         assert!(matches!(next_event(&w), Event::ModelLoading { .. }));
         match next_event(&w) {
-            Event::ModelLoadFailed { message, .. } => assert!(message.contains("/nonexistent/model"), "{message}"),
+            Event::ModelLoadFailed { error, .. } => {
+                assert!(error.message.contains("/nonexistent/model"), "{error}");
+                assert_eq!(error.kind, ErrorKind::MissingFile);
+            }
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -366,9 +371,12 @@ mod tests {
     fn a_panicking_job_reports_instead_of_dying() {
         let (tx, rx) = crossbeam_channel::bounded(4);
         let out = Outbox { events: tx, waker: Arc::new(|| {}) };
-        spawn_job("t", out, |m| Event::MicroBenchFailed { message: m }, || panic!("boom"));
+        spawn_job("t", out, |error| Event::MicroBenchFailed { error }, || panic!("boom"));
         match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Event::MicroBenchFailed { message }) => assert!(message.contains("boom")),
+            Ok(Event::MicroBenchFailed { error }) => {
+                assert!(error.message.contains("boom"));
+                assert_eq!(error.kind, ErrorKind::Internal);
+            }
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -7,6 +7,7 @@
 
 pub mod batches;
 pub mod formats;
+pub mod report;
 pub mod summary;
 pub mod tokenize;
 
@@ -14,8 +15,9 @@ pub use batches::{
     collate, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
 };
 pub use formats::{parse_jsonl, read_jsonl, DatasetFormat, ParsedFile, Row, RowProblem, SourcedRow};
+pub use report::{inspect_dataset, DatasetReport, PreviewRow, SplitReport, TokenStats};
 pub use summary::{length_histogram, DatasetSummary, HistogramBin, SplitSummary};
-pub use tokenize::{preview_example, preview_row, tokenize_row, Example, TokenizeSpec};
+pub use tokenize::{chat_prompt_ids, preview_example, preview_row, tokenize_row, Cut, Example, TokenizeSpec};
 
 use crate::engine::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -61,6 +63,17 @@ pub enum SplitName {
     Test,
 }
 
+impl SplitName {
+    /// "train", "valid" or "test", as in the file names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Train => "train",
+            Self::Valid => "valid",
+            Self::Test => "test",
+        }
+    }
+}
+
 /// The valid rows of one split, before tokenization.
 #[derive(Debug, Clone)]
 pub struct RawSplit {
@@ -95,10 +108,11 @@ pub fn load_raw_dataset(path: &Path, options: &DataOptions) -> Result<RawDataset
             options.valid_fraction
         )));
     }
-    let (train_path, valid_path, test_path) = resolve_files(path)?;
-    let train_file = read_jsonl(&train_path)?;
-    let valid_file = valid_path.as_deref().map(read_jsonl).transpose()?;
-    let test_file = test_path.as_deref().map(read_jsonl).transpose()?;
+    let files = dataset_files(path)?;
+    let file_of = |name: SplitName| files.iter().find(|(s, _)| *s == name).map(|(_, p)| read_jsonl(p)).transpose();
+    let train_file = read_jsonl(&files[0].1)?;
+    let valid_file = file_of(SplitName::Valid)?;
+    let test_file = file_of(SplitName::Test)?;
 
     let problems: Vec<RowProblem> = [Some(&train_file), valid_file.as_ref(), test_file.as_ref()]
         .into_iter()
@@ -129,7 +143,9 @@ pub fn load_raw_dataset(path: &Path, options: &DataOptions) -> Result<RawDataset
     Ok(RawDataset { source: path.to_path_buf(), train, valid, test, problems, notes })
 }
 
-fn resolve_files(path: &Path) -> Result<(PathBuf, Option<PathBuf>, Option<PathBuf>)> {
+/// The files of a dataset: a single `.jsonl` file is the training split; a folder holds `train.jsonl` and
+/// optionally `valid.jsonl` and `test.jsonl` (mlx-lm's layout). Training file first.
+pub fn dataset_files(path: &Path) -> Result<Vec<(SplitName, PathBuf)>> {
     if !path.exists() {
         return Err(Error::MissingFile {
             path: path.to_path_buf(),
@@ -137,7 +153,7 @@ fn resolve_files(path: &Path) -> Result<(PathBuf, Option<PathBuf>, Option<PathBu
         });
     }
     if !path.is_dir() {
-        return Ok((path.to_path_buf(), None, None));
+        return Ok(vec![(SplitName::Train, path.to_path_buf())]);
     }
     let train = path.join("train.jsonl");
     if !train.is_file() {
@@ -146,8 +162,14 @@ fn resolve_files(path: &Path) -> Result<(PathBuf, Option<PathBuf>, Option<PathBu
             what: "a dataset folder needs train.jsonl (valid.jsonl and test.jsonl are optional)".into(),
         });
     }
-    let optional = |name: &str| Some(path.join(name)).filter(|p| p.is_file());
-    Ok((train, optional("valid.jsonl"), optional("test.jsonl")))
+    let mut files = vec![(SplitName::Train, train)];
+    for split in [SplitName::Valid, SplitName::Test] {
+        let p = path.join(format!("{}.jsonl", split.as_str()));
+        if p.is_file() {
+            files.push((split, p));
+        }
+    }
+    Ok(files)
 }
 
 fn raw_split(name: SplitName, file: ParsedFile) -> RawSplit {
@@ -352,9 +374,10 @@ fn tokenize_split(
     for sourced in &split.rows {
         match tokenize_row(&sourced.row, spec) {
             Ok(example) => {
-                summary.truncated += usize::from(example.truncated);
-                let targets = example.target_tokens();
-                if targets == 0 {
+                let cut = example.cut(spec.max_seq_len);
+                summary.truncated += usize::from(cut.truncated);
+                let targets = cut.target_tokens;
+                if cut.dropped() {
                     summary.dropped += 1;
                     continue;
                 }

@@ -37,6 +37,31 @@ impl Example {
     pub fn target_tokens(&self) -> usize {
         self.target_mask.iter().filter(|&&t| t).count()
     }
+
+    /// What cutting this example to `max_seq_len` tokens leaves: the one rule behind the trainer's truncated
+    /// and dropped rows and the dataset report's counts of them.
+    pub fn cut(&self, max_seq_len: usize) -> Cut {
+        Cut {
+            truncated: self.truncated || self.len() > max_seq_len,
+            target_tokens: self.target_mask.iter().take(max_seq_len).filter(|&&t| t).count(),
+        }
+    }
+}
+
+/// See [`Example::cut`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// The example lost its tail.
+    pub truncated: bool,
+    /// Training targets left within the cut.
+    pub target_tokens: usize,
+}
+
+impl Cut {
+    /// No target is left: the trainer drops the example.
+    pub fn dropped(&self) -> bool {
+        self.target_tokens == 0
+    }
 }
 
 /// Everything tokenization needs from the model, plus the two options that change the result.
@@ -93,6 +118,17 @@ impl<'a> TokenizeSpec<'a> {
             None => Ok(fallback_render(messages, add_generation_prompt, &self.eos_text())),
         }
     }
+}
+
+/// Prompt ids for a chat that the model should answer: the model's chat template when it has one (tokenized as
+/// transformers' `apply_chat_template` does), otherwise the plain fallback format training uses. The CLI and
+/// the studio's chat both call this, so a model is prompted the way it was trained.
+pub fn chat_prompt_ids(model: &LoadedModel, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+    if model.chat_template.is_some() {
+        return model.encode_chat(messages);
+    }
+    let text = TokenizeSpec::for_model(model, usize::MAX / 2, false).render(messages, true)?;
+    model.tokenizer.encode(&text, true)
 }
 
 /// The plain format used when a model has no chat template. Assistant turns end with the eos token so the

@@ -95,7 +95,44 @@ impl Default for TrainConfig {
     }
 }
 
+/// What settings are checked against once the model is known (see [`TrainConfig::validate_for_model`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelLimits {
+    /// Longest sequence the model was trained for (`max_position_embeddings`).
+    pub context_length: usize,
+    pub num_layers: usize,
+}
+
+impl ModelLimits {
+    pub fn of(config: &crate::engine::model::ModelConfig) -> Self {
+        Self { context_length: config.max_position_embeddings, num_layers: config.num_layers }
+    }
+}
+
+/// Most epochs a run may ask for: beyond this a typo, not a plan (a run would never end).
+pub const MAX_EPOCHS: f64 = 100_000.0;
+
 impl TrainConfig {
+    /// The one settings check every front end runs before any work starts: [`Self::validate`] plus what needs
+    /// the model (the sequence length must fit its context; `layers` cannot exceed its layer count).
+    pub fn validate_for_model(&self, model: ModelLimits) -> Result<()> {
+        self.validate()?;
+        if self.seq_len > model.context_length {
+            return Err(Error::InvalidSetting(format!(
+                "seq_len {} is longer than the model's context of {} tokens; set seq_len to at most {}",
+                self.seq_len, model.context_length, model.context_length
+            )));
+        }
+        if let Some(n) = self.lora.layers.filter(|&n| n > model.num_layers) {
+            return Err(Error::InvalidSetting(format!(
+                "`layers` asks to adapt the last {n} layers but the model has only {}; set it to at most {} (or unset \
+                 it for all layers)",
+                model.num_layers, model.num_layers
+            )));
+        }
+        Ok(())
+    }
+
     /// Reject combinations that cannot work, with a reason a user can act on.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidSetting(m));
@@ -125,7 +162,11 @@ impl TrainConfig {
             (Some(0), _) => return bad("iterations must be at least 1".into()),
             (None, None) => return bad("set either iterations or epochs".into()),
             (None, Some(e)) if !(e > 0.0) => return bad(format!("epochs {e} must be positive")),
+            (None, Some(e)) if !(e <= MAX_EPOCHS) => return bad(format!("epochs {e} must be at most {MAX_EPOCHS}")),
             _ => {}
+        }
+        if !(self.weight_decay >= 0.0) || !self.weight_decay.is_finite() {
+            return bad(format!("weight decay {} must be a number of at least 0", self.weight_decay));
         }
         if let Some(n) = self.max_grad_norm {
             if !(n > 0.0) {

@@ -55,7 +55,18 @@ pub enum TrainEvent {
     Failed {
         step: usize,
         message: String,
+        /// What sort of failure: a write error or a bad setting is not a training problem. Metrics written
+        /// before this field existed read as `training`.
+        #[serde(default)]
+        kind: crate::engine::ErrorKind,
     },
+}
+
+impl TrainEvent {
+    /// The final event of a run that failed with `error` at `step`.
+    pub fn failed(step: usize, error: &crate::engine::Error) -> Self {
+        Self::Failed { step, message: error.to_string(), kind: error.kind() }
+    }
 }
 
 /// Pause / stop requests for a running job, shared between the job and whoever controls it.

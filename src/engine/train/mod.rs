@@ -8,7 +8,7 @@ pub mod events;
 pub mod loss;
 pub mod optimizer;
 
-pub use config::{lr_at, LoraSettings, Schedule, TrainConfig, ALL_TARGETS};
+pub use config::{lr_at, LoraSettings, ModelLimits, Schedule, TrainConfig, ALL_TARGETS};
 pub use events::{TrainControl, TrainEvent};
 
 use crate::engine::checkpoint::{self, TrainerState};
@@ -51,7 +51,7 @@ pub fn run_training(
     match result {
         Ok(dir) => Ok(dir),
         Err(e) => {
-            let failed = TrainEvent::Failed { step: last_step, message: e.to_string() };
+            let failed = TrainEvent::failed(last_step, &e);
             if let Some(dir) = &run_dir {
                 let _ = checkpoint::append_metric(dir, &failed);
             }
@@ -160,7 +160,7 @@ struct Trainer<'a> {
     params: Vec<AdapterParam>,
     data: PreparedDataset,
     run_dir: PathBuf,
-    adapter_config: serde_json::Value,
+    adapter_config: checkpoint::PeftAdapterConfig,
     pad_id: u32,
 }
 
@@ -171,13 +171,16 @@ impl<'a> Trainer<'a> {
         control: &TrainControl,
         emit: &mut dyn FnMut(TrainEvent),
     ) -> Result<PathBuf> {
-        config.validate()?;
+        config.validate_for_model(ModelLimits::of(&base.config))?;
         let started = Instant::now();
         let data = prepare_data(config, base)?;
         // A clone shares the frozen weights with `base` (tensors are reference counted).
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);
         let (run_dir, resume) = prepare_run_dir(config)?;
+        if let Some(ckpt) = &resume {
+            checkpoint::PeftAdapterConfig::read(ckpt)?.check_resume(&config.lora, model.config.num_layers, ckpt)?;
+        }
         let params = match &resume {
             Some(ckpt) => {
                 let params = checkpoint::load_adapter_params(&mut model, ckpt)?.1;
@@ -186,16 +189,8 @@ impl<'a> Trainer<'a> {
             }
             None => lora::attach_new_adapters(&mut model, &config.lora, config.seed)?,
         };
-        if let Some(ckpt) = &resume {
-            let (r, a) = (params[0].a.dims()[1], config.lora.rank);
-            if r != a {
-                return Err(Error::InvalidSetting(format!(
-                    "{} has rank {r} but the settings say rank {a}; resume with the checkpoint's settings",
-                    ckpt.display()
-                )));
-            }
-        }
-        let adapter_config = checkpoint::peft_config_json(&config.lora, model.config.num_layers, &config.model)?;
+        let adapter_config =
+            checkpoint::PeftAdapterConfig::for_settings(&config.lora, model.config.num_layers, &config.model)?;
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, pad_id };
@@ -462,19 +457,8 @@ fn prepare_run_dir(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
             run_dir.display()
         )));
     }
-    std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
-    let run = serde_json::json!({
-        "name": name,
-        "config": config,
-        "model": config.model,
-        "dataset": config.data,
-        "started_unix_secs": checkpoint::unix_now(),
-        "metal_candle_version": env!("CARGO_PKG_VERSION"),
-    });
-    checkpoint::write_atomic(
-        &run_dir.join(checkpoint::RUN_CONFIG),
-        serde_json::to_string_pretty(&run).unwrap_or_default().as_bytes(),
-    )?;
+    std::fs::create_dir_all(&run_dir).map_err(|e| Error::write(&run_dir, e))?;
+    checkpoint::RunManifest::new(&name, config).write(&run_dir)?;
     Ok((run_dir, None))
 }
 

@@ -18,7 +18,7 @@ impl StudioApp {
                 ui.label(RichText::new(m.name()).strong()).on_hover_text(format!(
                     "{} · {} parameters · {} · {}",
                     m.path.display(),
-                    widgets::fmt_count(m.parameters),
+                    widgets::fmt_count(m.shape.parameters),
                     m.dtype,
                     m.device
                 ));

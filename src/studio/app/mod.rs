@@ -220,12 +220,12 @@ impl StudioApp {
                 self.toast(Tone::Ok, format!("Loaded {} in {}", summary.name(), widgets::fmt_secs(summary.load_secs)));
                 self.model.loaded = Some(*summary);
             }
-            Event::ModelLoadFailed { path, message } => {
+            Event::ModelLoadFailed { path, error } => {
                 self.model.loading = None;
-                self.model.error = Some((path, message));
+                self.model.error = Some((path, error.message));
             }
             Event::DatasetInspected(report) => self.dataset_panel.on_inspected(*report),
-            Event::DatasetFailed { path, message } => self.dataset_panel.on_failed(path, message),
+            Event::DatasetFailed { path, error } => self.dataset_panel.on_failed(path, error.message),
             Event::ModelsFound(found) => self.model_panel.on_models_found(found),
             Event::Train(e) => {
                 if let Some(a) = self.training_panel.on_event(e, self.prefs.smoothing as f64) {
@@ -235,9 +235,9 @@ impl StudioApp {
             Event::GenerationStarted { id, prompt_tokens } => self.chat_panel.on_started(id, prompt_tokens),
             Event::Token { id, text } => self.chat_panel.on_token(id, &text),
             Event::GenerationFinished { id, stats } => self.chat_panel.on_finished(id, stats),
-            Event::GenerationFailed { id, message } => self.chat_panel.on_failed(id, message),
+            Event::GenerationFailed { id, error } => self.chat_panel.on_failed(id, error.message),
             Event::Runs { runs_dir, runs } => self.checkpoints_panel.on_runs(runs_dir, runs),
-            Event::RunsFailed { message, .. } => self.checkpoints_panel.on_runs_failed(message),
+            Event::RunsFailed { error, .. } => self.checkpoints_panel.on_runs_failed(error.message),
             Event::CheckpointDeleted { path } => {
                 self.checkpoints_panel.on_deleted(&path);
                 self.actions.push(Action::RefreshRuns);
@@ -246,15 +246,15 @@ impl StudioApp {
                 self.toast(Tone::Ok, format!("Exported to {}", path.display()));
                 self.checkpoints_panel.on_export_finished(path);
             }
-            Event::ActionFailed { what, message } => {
-                self.toast(Tone::Error, format!("Could not {what}"));
-                self.checkpoints_panel.on_action_failed(what, message);
+            Event::ActionFailed { what, error } => {
+                self.toast(Tone::Error, format!("Could not {what} ({})", error.kind.label()));
+                self.checkpoints_panel.on_action_failed(what, error.message);
             }
             Event::RankProbeResult(r) => self.rank_panel.on_result(r),
             Event::RankProbeFinished { results } => self.rank_panel.on_finished(results),
-            Event::RankProbeFailed { message } => self.rank_panel.on_failed(message),
+            Event::RankProbeFailed { error } => self.rank_panel.on_failed(error),
             Event::MicroBenchFinished(r) => self.rank_panel.on_micro(r),
-            Event::MicroBenchFailed { message } => self.rank_panel.on_micro_failed(message),
+            Event::MicroBenchFailed { error } => self.rank_panel.on_micro_failed(error.message),
         }
     }
 
@@ -413,9 +413,9 @@ impl StudioApp {
 
     fn page_ui(&mut self, ui: &mut Ui) {
         let checkpoints = self.checkpoints_panel.all_checkpoints();
-        let checkpoints: Vec<(String, crate::worker::CheckpointSummary)> =
+        let checkpoints: Vec<(String, crate::worker::CheckpointInfo)> =
             checkpoints.into_iter().map(|(r, c)| (r, c.clone())).collect();
-        let refs: Vec<(String, &crate::worker::CheckpointSummary)> =
+        let refs: Vec<(String, &crate::worker::CheckpointInfo)> =
             checkpoints.iter().map(|(r, c)| (r.clone(), c)).collect();
         let dataset = self.prefs.dataset.clone();
         let report = dataset.as_deref().and_then(|d| self.dataset_panel.report_for(d)).cloned();

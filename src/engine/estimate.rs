@@ -1,0 +1,170 @@
+//! The one parameter-and-memory estimate, shared by the CLI and the studio: trainable parameters of an
+//! adapter, and the memory a training run will need (base weights, adapter state, activations kept for the
+//! backward pass, logits). Estimates, not measurements: they say what grows with which setting.
+//!
+//! Everything here works from a [`ModelShape`], plain numbers a front end can keep without the model itself.
+
+use crate::engine::lora::adapted_layers;
+use crate::engine::model::ModelConfig;
+use crate::engine::train::{LoraSettings, ModelLimits, TrainConfig, ALL_TARGETS};
+use crate::engine::Result;
+
+/// The sizes of a model that the estimates and the settings validation need.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ModelShape {
+    pub parameters: usize,
+    pub layers: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub attention_heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub context_length: usize,
+    /// Bytes per element of the compute dtype.
+    pub dtype_bytes: usize,
+    /// (module, in_features, out_features) for each adaptable linear of a decoder layer.
+    pub linear_shapes: Vec<(String, usize, usize)>,
+}
+
+impl ModelShape {
+    /// The shape of a model with this config, computing in a dtype of `dtype_bytes` bytes per element.
+    pub fn of(config: &ModelConfig, dtype_bytes: usize) -> Self {
+        Self {
+            parameters: config.parameter_count(),
+            layers: config.num_layers,
+            hidden_size: config.hidden_size,
+            intermediate_size: config.intermediate_size,
+            attention_heads: config.num_attention_heads,
+            kv_heads: config.num_kv_heads,
+            head_dim: config.head_dim,
+            vocab_size: config.vocab_size,
+            context_length: config.max_position_embeddings,
+            dtype_bytes,
+            linear_shapes: ALL_TARGETS
+                .iter()
+                .filter_map(|t| config.linear_shape(t).map(|(i, o)| (t.to_string(), i, o)))
+                .collect(),
+        }
+    }
+
+    /// What [`TrainConfig::validate_for_model`] checks settings against.
+    pub fn limits(&self) -> ModelLimits {
+        ModelLimits { context_length: self.context_length, num_layers: self.layers }
+    }
+}
+
+/// LoRA parameters: `r * (in + out)` per adapted linear. Fails on unknown targets.
+pub fn trainable_params(model: &ModelShape, lora: &LoraSettings) -> Result<usize> {
+    let targets = lora.resolved_targets()?;
+    let per_layer: usize = model
+        .linear_shapes
+        .iter()
+        .filter(|(name, _, _)| targets.iter().any(|t| t == name))
+        .map(|(_, i, o)| lora.rank * (i + o))
+        .sum();
+    Ok(per_layer * adapted_layers(model.layers, lora.layers).len())
+}
+
+/// Memory for training, by part.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryEstimate {
+    pub base_weights_bytes: u64,
+    /// Adapter weights, their gradients and AdamW's two moments, all f32.
+    pub adapter_state_bytes: u64,
+    /// Activations kept for the backward pass.
+    pub activations_bytes: u64,
+    /// Logits, their log-softmax and gradient (f32) for one micro-batch.
+    pub logits_bytes: u64,
+}
+
+impl MemoryEstimate {
+    pub fn total_bytes(&self) -> u64 {
+        let sum = self.base_weights_bytes + self.adapter_state_bytes + self.activations_bytes + self.logits_bytes;
+        // Allocator slack and temporaries.
+        sum + sum / 10
+    }
+}
+
+/// The estimate for training `model` with `config` (one micro-batch of `batch_size` x `seq_len` in flight).
+pub fn training_memory(model: &ModelShape, config: &TrainConfig) -> MemoryEstimate {
+    let bytes = model.dtype_bytes.max(1) as u64;
+    let tokens = (config.batch_size.max(1) * config.seq_len.max(1)) as u64;
+    let h = model.hidden_size as u64;
+    let i = model.intermediate_size as u64;
+    let heads = model.attention_heads as u64;
+    let kv = (model.kv_heads * model.head_dim) as u64;
+    let seq = config.seq_len.max(1) as u64;
+    // Per token and layer: norm inputs and residuals (4h), q/k/v (h + 2kv), attention output (h),
+    // MLP gate/up/activation/product (4i); plus attention probabilities (heads * seq) and LoRA's x·A.
+    let per_token_layer = 6 * h + 2 * kv + 4 * i + heads * seq + 2 * config.lora.rank as u64 * 7;
+    let layers = model.layers as u64;
+    MemoryEstimate {
+        base_weights_bytes: model.parameters as u64 * bytes,
+        adapter_state_bytes: trainable_params(model, &config.lora).unwrap_or(0) as u64 * 16,
+        activations_bytes: tokens * per_token_layer * layers * bytes,
+        logits_bytes: tokens * model.vocab_size as u64 * 4 * 3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn smollm_like() -> ModelShape {
+        ModelShape {
+            parameters: 134_515_008,
+            layers: 30,
+            hidden_size: 576,
+            intermediate_size: 1536,
+            attention_heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            vocab_size: 49152,
+            context_length: 8192,
+            dtype_bytes: 4,
+            linear_shapes: vec![
+                ("q_proj".into(), 576, 576),
+                ("k_proj".into(), 576, 192),
+                ("v_proj".into(), 576, 192),
+                ("o_proj".into(), 576, 576),
+                ("gate_proj".into(), 576, 1536),
+                ("up_proj".into(), 576, 1536),
+                ("down_proj".into(), 1536, 576),
+            ],
+        }
+    }
+
+    #[test]
+    fn trainable_params_follow_rank_targets_and_layers() {
+        let m = smollm_like();
+        let lora = LoraSettings { rank: 8, targets: vec!["q_proj".into(), "v_proj".into()], ..Default::default() };
+        // q: 8*(576+576) + v: 8*(576+192), 30 layers
+        assert_eq!(trainable_params(&m, &lora).unwrap(), 30 * (8 * 1152 + 8 * 768));
+        let last4 = LoraSettings { layers: Some(4), ..lora.clone() };
+        assert_eq!(trainable_params(&m, &last4).unwrap(), 4 * (8 * 1152 + 8 * 768));
+        let bad = LoraSettings { targets: vec!["nope".into()], ..lora };
+        assert!(trainable_params(&m, &bad).is_err());
+    }
+
+    #[test]
+    fn memory_grows_with_batch_and_sequence() {
+        let m = smollm_like();
+        let small = TrainConfig { batch_size: 1, seq_len: 128, ..Default::default() };
+        let big = TrainConfig { batch_size: 4, seq_len: 512, ..Default::default() };
+        let (a, b) = (training_memory(&m, &small), training_memory(&m, &big));
+        assert_eq!(a.base_weights_bytes, b.base_weights_bytes);
+        assert!(b.activations_bytes > 4 * a.activations_bytes);
+        assert!(b.total_bytes() > a.total_bytes());
+    }
+
+    #[test]
+    fn the_estimate_matches_the_adapters_the_trainer_attaches() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
+        let mut m = crate::engine::model::load_model(&dir, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap();
+        let lora = LoraSettings { rank: 4, targets: vec!["all-linear".into()], layers: Some(1), ..Default::default() };
+        let params = crate::engine::lora::attach_new_adapters(&mut m.model, &lora, 0).unwrap();
+        let attached: usize = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
+        assert_eq!(trainable_params(&ModelShape::of(&m.config, 4), &lora).unwrap(), attached);
+    }
+}
