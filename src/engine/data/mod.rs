@@ -233,7 +233,7 @@ fn carve_valid(train: &mut RawSplit, options: &DataOptions, notes: &mut Vec<Stri
     }
     let count = ((n as f64 * options.valid_fraction).round() as usize).clamp(1, n - 1);
     let mut order: Vec<usize> = (0..n).collect();
-    batches::SplitMix64::new(options.seed ^ 0x5EED_0F_5A11D).shuffle(&mut order);
+    batches::SplitMix64::new(options.seed ^ 0x05EE_D0F5_A11D).shuffle(&mut order);
     let mut held_out = vec![false; n];
     for &i in &order[..count] {
         held_out[i] = true;

@@ -162,10 +162,10 @@ impl TrainConfig {
             (Some(0), _) => return bad("iterations must be at least 1".into()),
             (None, None) => return bad("set either iterations or epochs".into()),
             (None, Some(e)) if !(e > 0.0) => return bad(format!("epochs {e} must be positive")),
-            (None, Some(e)) if !(e <= MAX_EPOCHS) => return bad(format!("epochs {e} must be at most {MAX_EPOCHS}")),
+            (None, Some(e)) if e > MAX_EPOCHS => return bad(format!("epochs {e} must be at most {MAX_EPOCHS}")),
             _ => {}
         }
-        if !(self.weight_decay >= 0.0) || !self.weight_decay.is_finite() {
+        if !self.weight_decay.is_finite() || self.weight_decay < 0.0 {
             return bad(format!("weight decay {} must be a number of at least 0", self.weight_decay));
         }
         if let Some(n) = self.max_grad_norm {
