@@ -83,6 +83,8 @@ mod tests {
             context_length: 8192,
             tied_embeddings: true,
             dtype: "f32".into(),
+            dtype_reason: "default on cpu".into(),
+            device_note: None,
             dtype_bytes: 4,
             weights_dtype: None,
             device: "cpu".into(),

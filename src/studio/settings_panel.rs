@@ -24,7 +24,7 @@ pub fn ready_config(
     cfg.model = model.path.clone();
     cfg.data = data.clone();
     cfg.device = prefs.device;
-    cfg.dtype = prefs.dtype.clone();
+    cfg.dtype = prefs.dtype;
     if cfg.run_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
         cfg.run_name = None;
     }

@@ -5,7 +5,7 @@ use super::{ChatSide, DatasetReport, Event, GenerateJob, GenerationStats, Msg, O
 use super::{CheckpointSummary, ModelSummary, RunSummary, TokenStats};
 use crate::engine::bench::RankProbeResult;
 use crate::engine::data::{self, Row, TokenizeSpec};
-use crate::engine::device::{default_dtype, device_name, parse_dtype, select_device, DeviceChoice};
+use crate::engine::device::{device_name, setup, DTypeChoice, DeviceChoice, Placement};
 use crate::engine::generate::{generate, GenerateRequest, StopReason};
 use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::model::{load_model, LoadedModel};
@@ -20,25 +20,17 @@ use std::time::Instant;
 /// Rows tokenized for the length statistics; larger datasets are sampled from the start.
 const MAX_STAT_ROWS: usize = 20_000;
 
-pub(super) fn load_model_job(
-    path: &Path,
-    device: DeviceChoice,
-    dtype: Option<&str>,
-    out: &Outbox,
-    inbox: &Sender<Msg>,
-) {
+pub(super) fn load_model_job(path: &Path, device: DeviceChoice, dtype: DTypeChoice, out: &Outbox, inbox: &Sender<Msg>) {
     let started = Instant::now();
-    let result = (|| -> Result<LoadedModel> {
-        let device = select_device(device)?;
-        let dtype = match dtype {
-            Some(d) => parse_dtype(d)?,
-            None => default_dtype(&device),
-        };
-        load_model(path, &device, dtype)
+    let result = (|| -> Result<(LoadedModel, Placement)> {
+        let placement = setup(device, dtype)?;
+        Ok((load_model(path, &placement.device, placement.dtype)?, placement))
     })();
     match result {
-        Ok(model) => {
-            let summary = summarize_model(&model, started.elapsed().as_secs_f64());
+        Ok((model, placement)) => {
+            let mut summary = summarize_model(&model, started.elapsed().as_secs_f64());
+            summary.device_note = placement.device_note;
+            summary.dtype_reason = placement.dtype_reason;
             // The dispatcher learns of the model before the front end does, so a command sent in answer to
             // `ModelLoaded` already finds it.
             let _ = inbox.send(Msg::ModelReady { path: path.to_path_buf(), model: Arc::new(model) });
@@ -68,6 +60,8 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
         context_length: c.max_position_embeddings,
         tied_embeddings: c.tie_word_embeddings,
         dtype: format!("{dtype:?}").to_lowercase(),
+        dtype_reason: String::new(),
+        device_note: None,
         dtype_bytes: dtype.size_in_bytes(),
         weights_dtype: c.weights_dtype.clone(),
         device: device_name(m.model.device()).into(),
