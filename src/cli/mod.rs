@@ -122,8 +122,8 @@ pub(crate) fn print_placement_notes(placement: &crate::engine::device::Placement
     if let Some(note) = &placement.device_note {
         eprintln!("note: {note}");
     }
-    if placement.dtype_reason.contains("does not run") {
-        eprintln!("note: {}", placement.dtype_reason);
+    if let crate::engine::device::DTypeReason::Fallback { .. } = placement.dtype_reason {
+        eprintln!("note: {}; using {}", placement.dtype_reason, crate::engine::device::dtype_name(placement.dtype));
     }
 }
 

@@ -19,9 +19,9 @@
 //! know, and it falls back to kernels several times slower; we cannot change that after loading, so
 //! [`core_advice`] says so and names the variable to set.
 
+use std::ffi::c_int;
 #[cfg(target_os = "linux")]
 use std::ffi::{c_char, c_void};
-use std::ffi::c_int;
 use std::sync::OnceLock;
 
 type SgemmFn = unsafe extern "C" fn(

@@ -123,8 +123,33 @@ pub struct Placement {
     pub dtype: DType,
     /// Why this device when it is not the one asked for (e.g. Metal listed no GPU, so the CPU), for the user.
     pub device_note: Option<String>,
-    /// Why this dtype, for the user: "default on the CPU", "chosen", or a fallback's reason.
-    pub dtype_reason: String,
+    /// Why this dtype.
+    pub dtype_reason: DTypeReason,
+}
+
+/// Why a [`Placement`] has its dtype; `Display` says it in words for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DTypeReason {
+    /// The user named it.
+    Chosen,
+    /// `auto` on this device ("cpu", "cuda", "metal").
+    Default { device: &'static str },
+    /// The device could not run the dtype(s) before it: each with the error its probe gave.
+    Fallback { refused: Vec<(DType, String)> },
+}
+
+impl std::fmt::Display for DTypeReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Chosen => f.write_str("chosen"),
+            Self::Default { device } => write!(f, "default on {device}"),
+            Self::Fallback { refused } => {
+                let reasons: Vec<String> =
+                    refused.iter().map(|(d, e)| format!("{} does not run on this GPU ({e})", dtype_name(*d))).collect();
+                f.write_str(&reasons.join("; "))
+            }
+        }
+    }
 }
 
 /// Resolve the user's device and dtype choices: the one place every front end turns `--device`/`--dtype` into a
@@ -196,13 +221,10 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// The compute dtype for `choice` on `device`, and why (see [`setup`]).
-fn resolve_dtype(device: &Device, choice: DTypeChoice) -> (DType, String) {
+fn resolve_dtype(device: &Device, choice: DTypeChoice) -> (DType, DTypeReason) {
     let (wanted, why) = match choice.dtype() {
-        Some(dtype) => (dtype, "chosen".to_string()),
-        None => {
-            let dtype = default_dtype(device);
-            (dtype, format!("default on {}", device_name(device)))
-        }
+        Some(dtype) => (dtype, DTypeReason::Chosen),
+        None => (default_dtype(device), DTypeReason::Default { device: device_name(device) }),
     };
     if device.is_cpu() {
         return (wanted, why);
@@ -215,11 +237,7 @@ fn resolve_dtype(device: &Device, choice: DTypeChoice) -> (DType, String) {
         }
         match dtype_works(device, dtype) {
             Ok(()) if refused.is_empty() => return (dtype, why),
-            Ok(()) => {
-                let reasons: Vec<String> =
-                    refused.iter().map(|(d, e)| format!("{} does not run on this GPU ({e})", dtype_name(*d))).collect();
-                return (dtype, format!("{}; using {}", reasons.join("; "), dtype_name(dtype)));
-            }
+            Ok(()) => return (dtype, DTypeReason::Fallback { refused }),
             Err(e) => refused.push((dtype, e)),
         }
     }
@@ -339,9 +357,11 @@ mod tests {
     fn setup_on_the_cpu_says_why_it_chose_the_dtype() {
         let p = setup(DeviceChoice::Cpu, DTypeChoice::Auto).unwrap();
         assert!(p.device.is_cpu() && p.device_note.is_none());
-        assert_eq!((p.dtype, p.dtype_reason.as_str()), (DType::F32, "default on cpu"));
+        assert_eq!((p.dtype, p.dtype_reason.to_string().as_str()), (DType::F32, "default on cpu"));
         let p = setup(DeviceChoice::Cpu, DTypeChoice::Bf16).unwrap();
-        assert_eq!((p.dtype, p.dtype_reason.as_str()), (DType::BF16, "chosen"));
+        assert_eq!((p.dtype, &p.dtype_reason), (DType::BF16, &DTypeReason::Chosen));
+        let fallback = DTypeReason::Fallback { refused: vec![(DType::BF16, "no kernel".into())] };
+        assert_eq!(fallback.to_string(), "bf16 does not run on this GPU (no kernel)");
         // Without a GPU build, auto lands on the CPU without a note (nothing was tried).
         if !candle_core::utils::metal_is_available() && !candle_core::utils::cuda_is_available() {
             let p = setup(DeviceChoice::Auto, DTypeChoice::Auto).unwrap();

@@ -30,7 +30,7 @@ pub(super) fn load_model_job(path: &Path, device: DeviceChoice, dtype: DTypeChoi
         Ok((model, placement)) => {
             let mut summary = summarize_model(&model, started.elapsed().as_secs_f64());
             summary.device_note = placement.device_note;
-            summary.dtype_reason = placement.dtype_reason;
+            summary.dtype_reason = placement.dtype_reason.to_string();
             // The dispatcher learns of the model before the front end does, so a command sent in answer to
             // `ModelLoaded` already finds it.
             let _ = inbox.send(Msg::ModelReady { path: path.to_path_buf(), model: Arc::new(model) });
