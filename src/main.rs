@@ -27,8 +27,8 @@ fn keep_freed_memory_for_reuse() {}
 
 fn main() {
     keep_freed_memory_for_reuse();
-    // Before any thread starts: it may set OPENBLAS_CORETYPE for the library it loads.
-    metal_candle::engine::blas::init();
+    // The engine's runtime options (kernel and BLAS switches) come from the flags and, for older scripts, the
+    // METAL_CANDLE_* variables: `cli::run` builds them and hands them to the engine before anything loads.
     let cli = metal_candle::cli::Cli::parse();
     if let Err(err) = metal_candle::cli::run(cli) {
         eprintln!("error: {err:#}");

@@ -3,7 +3,8 @@
 //! no dtype Candle's Metal backend lacks: every op checks its tensors in this mode, and a scan of the
 //! engine's source fails when an f64 tensor conversion appears outside the few places allowed to have one.
 //!
-//! The kernel choice is process-wide, so every test here holds one lock while it runs.
+//! The kernel choice is process-wide: this test binary runs every test with the portable kernels, and runs
+//! the fast path for comparison as a separate `metal-candle train` process.
 
 mod common;
 
@@ -11,25 +12,21 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use metal_candle::engine::generate::{generate, score, GenerateRequest};
 use metal_candle::engine::model::load_model;
-use metal_candle::engine::ops::{self, Kernels};
+use metal_candle::engine::ops;
+use metal_candle::engine::runtime::{self, Kernels, RuntimeOptions};
 use metal_candle::engine::sampler::SamplingParams;
-use metal_candle::engine::train::{self, LoraSettings, TrainConfig, TrainControl, TrainEvent};
-use std::sync::{Mutex, MutexGuard};
 
 const ARCHS: [&str; 4] = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"];
 
-static KERNELS: Mutex<()> = Mutex::new(());
-
-/// Hold the process-wide kernel choice for one test.
-fn use_kernels(kernels: Kernels) -> MutexGuard<'static, ()> {
-    let guard = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
-    ops::set_kernels(kernels);
-    guard
+/// Fix this process's kernels to the portable set (the same value every test asks for).
+fn portable() {
+    runtime::init(RuntimeOptions { kernels: Kernels::Portable, ..RuntimeOptions::default() }).unwrap();
+    assert_eq!(ops::kernels(), Kernels::Portable);
 }
 
 #[test]
 fn portable_logprobs_and_greedy_ids_match_transformers() {
-    let _k = use_kernels(Kernels::Portable);
+    portable();
     for arch in ARCHS {
         let m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
         let exp = expected(arch);
@@ -52,7 +49,7 @@ fn portable_logprobs_and_greedy_ids_match_transformers() {
 
 #[test]
 fn portable_bf16_scores_close_to_the_f32_fixtures() {
-    let _k = use_kernels(Kernels::Portable);
+    portable();
     for arch in ARCHS {
         let m = load_model(&fixture(arch), &Device::Cpu, DType::BF16).unwrap();
         let exp = expected(arch);
@@ -65,51 +62,40 @@ fn portable_bf16_scores_close_to_the_f32_fixtures() {
     }
 }
 
-fn losses_of_a_run(kernels: Kernels, arch: &str, dtype: DType) -> Vec<f64> {
-    let _k = use_kernels(kernels);
+/// Step losses of a 20-step `metal-candle train` run (CPU, dropout on) with the given kernel set and dtype.
+fn losses_of_a_run(kernels: &str, arch: &str, dtype: &str) -> Vec<f64> {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = TrainConfig {
-        model: fixture(arch),
-        data: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat"),
-        out: dir.path().to_path_buf(),
-        run_name: Some("portable".into()),
-        lora: LoraSettings {
-            rank: 4,
-            alpha: 8.0,
-            dropout: 0.1,
-            targets: vec!["all-linear".into()],
-            ..Default::default()
-        },
-        iters: Some(20),
-        batch_size: 2,
-        seq_len: 64,
-        lr: 5e-3,
-        warmup: 2,
-        val_every: 10,
-        save_every: 0,
-        ..Default::default()
-    };
-    let base = load_model(&cfg.model, &Device::Cpu, dtype).unwrap();
-    let mut losses = Vec::new();
-    train::run_training(&cfg, &base, &TrainControl::default(), &mut |e| {
-        if let TrainEvent::Step { loss, .. } = e {
-            losses.push(loss)
-        }
-    })
-    .unwrap();
-    assert_eq!(losses.len(), 20);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_metal-candle"))
+        .current_dir(root)
+        .args(["train", "--model", fixture(arch).to_str().unwrap(), "--data", "assets/sample-chat"])
+        .args(["--out", dir.path().to_str().unwrap(), "--name", "portable", "--iters", "20", "--batch-size", "2"])
+        .args(["--seq-len", "64", "--lr", "5e-3", "--warmup", "2", "--targets", "all-linear", "--rank", "4"])
+        .args(["--alpha", "8", "--dropout", "0.1", "--save-every", "0", "--val-every", "10", "--device", "cpu"])
+        .args(["--dtype", dtype, "--kernels", kernels, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{kernels} {arch} {dtype}: {}", String::from_utf8_lossy(&out.stderr));
+    let losses: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "step")
+        .map(|e| e["loss"].as_f64().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 20, "{kernels} {arch} {dtype}");
     losses
 }
 
 #[test]
 fn portable_training_matches_the_fast_path() {
+    portable();
     for arch in ["tiny-llama", "tiny-qwen3"] {
-        let fast = losses_of_a_run(Kernels::Native, arch, DType::F32);
-        let portable = losses_of_a_run(Kernels::Portable, arch, DType::F32);
+        let fast = losses_of_a_run("native", arch, "f32");
+        let portable = losses_of_a_run("portable", arch, "f32");
         for (step, (a, b)) in fast.iter().zip(&portable).enumerate() {
             assert!((a - b).abs() < 1e-5, "{arch} step {}: fast {a} vs portable {b}", step + 1);
         }
-        let bf16 = losses_of_a_run(Kernels::Portable, arch, DType::BF16);
+        let bf16 = losses_of_a_run("portable", arch, "bf16");
         assert!(bf16.iter().all(|l| l.is_finite()), "{arch}: bf16 losses {bf16:?}");
         let (first, last) = (bf16[..3].iter().sum::<f64>() / 3.0, bf16[17..].iter().sum::<f64>() / 3.0);
         assert!(last < first, "{arch}: bf16 portable loss did not fall: {first} -> {last}");
@@ -119,7 +105,7 @@ fn portable_training_matches_the_fast_path() {
 
 #[test]
 fn portable_ops_refuse_f64_tensors() {
-    let _k = use_kernels(Kernels::Portable);
+    portable();
     let x = Tensor::ones((2, 4), DType::F64, &Device::Cpu).unwrap();
     let w = Tensor::ones(4, DType::F64, &Device::Cpu).unwrap();
     let err = ops::rms_norm(&x, &w, 1e-6).unwrap_err().to_string();

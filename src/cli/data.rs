@@ -4,6 +4,7 @@
 
 use super::{DeviceChoice, ModelArgs};
 use crate::engine::data::{inspect_dataset, DatasetReport};
+use crate::engine::device::DTypeChoice;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -30,9 +31,10 @@ pub struct DataArgs {
 
 pub fn data(args: &DataArgs) -> anyhow::Result<()> {
     let model = match &args.model {
-        Some(path) => {
-            Some(ModelArgs { model: path.clone(), adapter: None, device: DeviceChoice::Cpu, dtype: None }.load()?)
-        }
+        Some(path) => Some(
+            ModelArgs { model: path.clone(), adapter: None, device: DeviceChoice::Cpu, dtype: DTypeChoice::Auto }
+                .load()?,
+        ),
         None => None,
     };
     let report = inspect_dataset(&args.data, model.as_ref(), args.seq_len, args.train_on_prompt, args.preview)?;

@@ -4,6 +4,7 @@
 mod bench;
 mod data;
 mod inference;
+mod runtime;
 mod train;
 
 use clap::{Args, Parser, Subcommand};
@@ -11,7 +12,7 @@ use prelude::*;
 
 /// Re-exports the CLI modules share.
 mod prelude {
-    pub use crate::engine::device::{default_dtype, parse_dtype, select_device, DeviceChoice};
+    pub use crate::engine::device::{DTypeChoice, DeviceChoice};
     pub use crate::engine::model::{load_model, LoadedModel};
 }
 
@@ -24,6 +25,9 @@ pub struct Cli {
     /// Studio options (only without a subcommand).
     #[command(flatten)]
     pub studio: StudioArgs,
+    /// Kernel and BLAS switches, for every subcommand and the studio.
+    #[command(flatten)]
+    pub runtime: runtime::RuntimeArgs,
 }
 
 /// Options of the studio, which opens when no subcommand is given.
@@ -86,21 +90,18 @@ pub struct ModelArgs {
     /// auto | cpu | cuda | metal
     #[arg(long, default_value = "auto")]
     pub device: DeviceChoice,
-    /// f32 | f16 | bf16 (default: f32 on the CPU, bf16 on GPUs)
-    #[arg(long)]
-    pub dtype: Option<String>,
+    /// auto | f32 | f16 | bf16 (auto: f32 on the CPU, bf16 on GPUs that run it)
+    #[arg(long, default_value = "auto")]
+    pub dtype: DTypeChoice,
 }
 
 impl ModelArgs {
     /// Load the model (and adapter) the arguments name.
     pub fn load(&self) -> anyhow::Result<LoadedModel> {
         use anyhow::Context;
-        let device = select_device(self.device)?;
-        let dtype = match &self.dtype {
-            Some(d) => parse_dtype(d)?,
-            None => default_dtype(&device),
-        };
-        let model = load_model(&self.model, &device, dtype)
+        let placement = crate::engine::device::setup(self.device, self.dtype)?;
+        print_placement_notes(&placement);
+        let model = load_model(&self.model, &placement.device, placement.dtype)
             .with_context(|| format!("loading model {}", self.model.display()))?;
         let mut model = model;
         if let Some(adapter) = &self.adapter {
@@ -119,8 +120,19 @@ impl ModelArgs {
     }
 }
 
+/// Tell the user when the device or dtype is not what they asked for, and why (e.g. Metal listed no GPU).
+pub(crate) fn print_placement_notes(placement: &crate::engine::device::Placement) {
+    if let Some(note) = &placement.device_note {
+        eprintln!("note: {note}");
+    }
+    if let crate::engine::device::DTypeReason::Fallback { .. } = placement.dtype_reason {
+        eprintln!("note: {}; using {}", placement.dtype_reason, crate::engine::device::dtype_name(placement.dtype));
+    }
+}
+
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    runtime::init(&cli.runtime)?;
     match cli.command {
         None => open_studio(cli.studio),
         Some(Command::Info(a)) => inference::info(&a),

@@ -1,7 +1,7 @@
 //! `train` and `export`: LoRA fine-tuning from the command line, printing the same events the studio plots.
 
 use crate::engine::checkpoint::{self, ExportFormat, RunManifest};
-use crate::engine::device::{default_dtype, parse_dtype, select_device, DeviceChoice};
+use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::model::load_model;
 use crate::engine::train::{self, ModelLimits, Schedule, TrainConfig, TrainControl, TrainEvent};
 use anyhow::Context;
@@ -77,8 +77,9 @@ pub struct TrainArgs {
     pub train_on_prompt: bool,
     #[arg(long)]
     pub device: Option<DeviceChoice>,
+    /// auto | f32 | f16 | bf16 (auto: f32 on the CPU, bf16 on GPUs that run it)
     #[arg(long)]
-    pub dtype: Option<String>,
+    pub dtype: Option<DTypeChoice>,
     /// Print one JSON event per line.
     #[arg(long)]
     pub json: bool,
@@ -144,9 +145,7 @@ impl TrainArgs {
         set!(c.save_every, self.save_every);
         set!(c.seed, self.seed);
         set!(c.device, self.device);
-        if self.dtype.is_some() {
-            c.dtype = self.dtype.clone();
-        }
+        set!(c.dtype, self.dtype);
         c.skip_invalid_rows |= self.skip_invalid_rows;
         c.train_on_prompt |= self.train_on_prompt;
         if c.model.as_os_str().is_empty() {
@@ -162,12 +161,9 @@ impl TrainArgs {
 
 pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     let config = args.to_config()?;
-    let device = select_device(config.device)?;
-    let dtype = match &config.dtype {
-        Some(d) => parse_dtype(d)?,
-        None => default_dtype(&device),
-    };
-    let base = load_model(&config.model, &device, dtype)
+    let placement = crate::engine::device::setup(config.device, config.dtype)?;
+    super::print_placement_notes(&placement);
+    let base = load_model(&config.model, &placement.device, placement.dtype)
         .with_context(|| format!("loading model {}", config.model.display()))?;
     // The engine's one settings check, now against the model (the studio refuses the same, word for word).
     config.validate_for_model(ModelLimits::of(&base.config))?;

@@ -2,12 +2,26 @@
 //!
 //! Candle's portable GEMM uses AVX2 kernels; OpenBLAS with its AVX-512 kernels multiplies the frozen
 //! weights about twice as fast on the CPUs we measured, MKL another ~15% faster (BENCHMARKS.md). Nothing
-//! links against them: we `dlopen` the first of `METAL_CANDLE_BLAS_LIB` (a path or file name), libmkl_rt,
-//! libopenblas, so a machine without one (or a Mac) simply keeps Candle's GEMM. Virtual
-//! machines often report a generic CPU model that makes OpenBLAS pick ancient SSE3 kernels, so unless the
-//! user chose one we name the core type from the CPU's actual features before loading it.
+//! links against them: we `dlopen` the library the [runtime options](crate::engine::runtime) name, else the
+//! first of libmkl_rt and libopenblas the loader finds, so a machine without one (or a Mac) simply keeps
+//! Candle's GEMM.
+//!
+//! Threads are set through the libraries' own APIs, never through environment variables (the engine writes
+//! none): unless the user configured the library's threads, it is made single-threaded right after loading
+//! (`MKL_Set_Num_Threads` / `openblas_set_num_threads`) and each multiply is split over our CPU team instead.
+//! OpenBLAS starts its worker threads inside `dlopen`; we stop them again at once (`blas_thread_shutdown_`,
+//! what OpenBLAS itself does before a `fork`), so that no OpenBLAS thread is left for its exit handler
+//! (`gotoblas_quit`) to join: OpenBLAS 0.3.21 could hang there at process exit when a worker was going to
+//! sleep (docs/ENGINE.md, Traps).
+//!
+//! OpenBLAS picks its kernels inside `dlopen` from the CPU model, and only the environment
+//! (`OPENBLAS_CORETYPE`) can override that choice. Some virtual machines report a CPU model OpenBLAS does not
+//! know, and it falls back to kernels several times slower; we cannot change that after loading, so
+//! [`core_advice`] says so and names the variable to set.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::c_int;
+#[cfg(target_os = "linux")]
+use std::ffi::{c_char, c_void};
 use std::sync::OnceLock;
 
 type SgemmFn = unsafe extern "C" fn(
@@ -35,6 +49,8 @@ struct Blas {
     sgemm: SgemmFn,
     /// The library's file name as loaded.
     name: String,
+    /// OpenBLAS's kernel family (`openblas_get_corename`), e.g. "Haswell"; None for other libraries.
+    core: Option<String>,
     /// The library runs single-threaded because we set it so, and we split each multiply over
     /// [`cpu_team`](crate::engine::cpu_team) ourselves. False when the user chose the library's thread count.
     split_by_team: bool,
@@ -54,75 +70,96 @@ extern "C" {
 
 #[cfg(target_os = "linux")]
 fn load() -> Option<Blas> {
-    if std::env::var_os("METAL_CANDLE_NO_BLAS").is_some() {
-        return None;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::env::var_os("OPENBLAS_CORETYPE").is_none() {
-        let core = if std::arch::is_x86_feature_detected!("avx512f") {
-            Some("SkylakeX")
-        } else if std::arch::is_x86_feature_detected!("avx2") {
-            Some("Haswell")
-        } else {
-            None
-        };
-        if let Some(core) = core {
-            // Read once by OpenBLAS when it initialises, which happens inside the dlopen below.
-            std::env::set_var("OPENBLAS_CORETYPE", core);
-        }
-    }
-    // The library's own worker threads sleep between multiplies and are woken through the kernel for each
-    // one: a training step does ~1,500 multiplies, and the wake-ups (plus OpenBLAS's sched_yield spinning)
-    // were a tenth of the samples in its profile. Unless the user chose a thread count, the library runs single-threaded and
-    // `sgemm_operands` splits each multiply over our CPU team (cpu_team.rs), whose helpers stay awake between
-    // sections. (This also avoids OpenBLAS 0.3.21's exit hang in gotoblas_quit, which needs worker threads.)
-    let user_threads =
-        ["OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"].iter().any(|v| std::env::var_os(v).is_some());
-    if !user_threads {
-        std::env::set_var("OPENBLAS_NUM_THREADS", "1");
-        std::env::set_var("MKL_NUM_THREADS", "1");
-    }
-    if std::env::var_os("OPENBLAS_THREAD_TIMEOUT").is_none() {
-        // With user-chosen threads: OpenBLAS 0.3.21's workers spin ~0.1 s after each multiply, and one that
-        // goes to sleep while the process exits can miss the shutdown signal (exit then hangs in
-        // gotoblas_quit). With the shortest spin they are asleep long before exit.
-        std::env::set_var("OPENBLAS_THREAD_TIMEOUT", "4");
-    }
-    if std::env::var_os("MKL_THREADING_LAYER").is_none() {
-        // MKL's default threading layer needs Intel's OpenMP runtime; GNU's is on every Linux with gcc.
-        std::env::set_var("MKL_THREADING_LAYER", "GNU");
-    }
+    use crate::engine::runtime::BlasLibrary;
+    let options = &crate::engine::runtime::options().blas;
     // An explicit library first, then Intel MKL (faster than OpenBLAS on the Intel CPUs we measured,
     // BENCHMARKS.md), then OpenBLAS.
-    let explicit = std::env::var("METAL_CANDLE_BLAS_LIB").ok();
-    let candidates: Vec<String> = match &explicit {
-        Some(path) => vec![path.clone()],
-        None => ["libmkl_rt.so.2", "libmkl_rt.so.3", "libmkl_rt.so", "libopenblas.so.0", "libopenblas.so"]
+    let candidates: Vec<String> = match &options.library {
+        BlasLibrary::Off => return None,
+        BlasLibrary::Path(path) => vec![path.to_string_lossy().into_owned()],
+        BlasLibrary::Auto => ["libmkl_rt.so.2", "libmkl_rt.so.3", "libmkl_rt.so", "libopenblas.so.0", "libopenblas.so"]
             .iter()
             .map(|s| s.to_string())
             .collect(),
     };
+    candidates.into_iter().find_map(|name| open(name, options))
+}
+
+/// `dlopen` one candidate and set its threads; None when it does not load or has no `cblas_sgemm`.
+#[cfg(target_os = "linux")]
+fn open(name: String, options: &crate::engine::runtime::BlasOptions) -> Option<Blas> {
     const RTLD_NOW: c_int = 2;
-    for name in candidates {
-        let Ok(c_name) = std::ffi::CString::new(name.clone()) else { continue };
-        // SAFETY: plain dlopen/dlsym of a C library; the symbol has the standard CBLAS signature.
-        unsafe {
-            let handle = dlopen(c_name.as_ptr(), RTLD_NOW);
-            if handle.is_null() {
-                continue;
-            }
-            let sym = dlsym(handle, c"cblas_sgemm".as_ptr());
-            if !sym.is_null() {
-                let file = std::path::Path::new(&name).file_name().map(|f| f.to_string_lossy().into_owned());
-                return Some(Blas {
-                    sgemm: std::mem::transmute::<*mut c_void, SgemmFn>(sym),
-                    name: file.unwrap_or(name),
-                    split_by_team: !user_threads,
-                });
-            }
+    let c_name = std::ffi::CString::new(name.clone()).ok()?;
+    // SAFETY: plain dlopen/dlsym of a C library; each symbol is cast to its documented C signature.
+    unsafe {
+        let handle = dlopen(c_name.as_ptr(), RTLD_NOW);
+        if handle.is_null() {
+            return None;
+        }
+        let sym = dlsym(handle, c"cblas_sgemm".as_ptr());
+        if sym.is_null() {
+            return None;
+        }
+        set_threads(handle, options);
+        let core = symbol::<unsafe extern "C" fn() -> *const c_char>(handle, c"openblas_get_corename")
+            .map(|f| f())
+            .filter(|p| !p.is_null())
+            .map(|p| std::ffi::CStr::from_ptr(p).to_string_lossy().trim().to_string());
+        let file = std::path::Path::new(&name).file_name().map(|f| f.to_string_lossy().into_owned());
+        Some(Blas {
+            sgemm: std::mem::transmute::<*mut c_void, SgemmFn>(sym),
+            name: file.unwrap_or(name),
+            core,
+            split_by_team: !options.library_threads,
+        })
+    }
+}
+
+/// A function of the library, if it exports `name`.
+///
+/// # Safety
+/// `F` must be the symbol's C function type, and `handle` a live `dlopen` handle.
+#[cfg(target_os = "linux")]
+unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &std::ffi::CStr) -> Option<F> {
+    let sym = dlsym(handle, name.as_ptr());
+    (!sym.is_null()).then(|| std::mem::transmute_copy::<*mut c_void, F>(&sym))
+}
+
+/// Choose MKL's threading layer, and make the library single-threaded unless the user chose its threads.
+///
+/// The library's own worker threads sleep between multiplies and are woken through the kernel for each one: a
+/// training step does ~1,500 multiplies, and the wake-ups (plus OpenBLAS's sched_yield spinning) were a tenth
+/// of the samples in its profile. Single-threaded, with each multiply split over our CPU team (cpu_team.rs),
+/// whose helpers stay awake between sections, they cost nothing.
+///
+/// # Safety
+/// `handle` must be a live `dlopen` handle of a BLAS library on which no other call has run yet.
+#[cfg(target_os = "linux")]
+unsafe fn set_threads(handle: *mut c_void, options: &crate::engine::runtime::BlasOptions) {
+    type SetInt = unsafe extern "C" fn(c_int) -> c_int;
+    type SetVoid = unsafe extern "C" fn(c_int);
+    // MKL's default threading layer needs Intel's OpenMP runtime; GNU's is on every Linux with gcc. It must be
+    // chosen before any other MKL call.
+    const MKL_THREADING_GNU: c_int = 3;
+    if !options.mkl_threading_layer_chosen {
+        if let Some(set_layer) = symbol::<SetInt>(handle, c"MKL_Set_Threading_Layer") {
+            set_layer(MKL_THREADING_GNU);
         }
     }
-    None
+    if options.library_threads {
+        return;
+    }
+    if let Some(set) = symbol::<SetVoid>(handle, c"MKL_Set_Num_Threads") {
+        set(1);
+    }
+    if let Some(set) = symbol::<SetVoid>(handle, c"openblas_set_num_threads") {
+        set(1);
+        // OpenBLAS started its worker threads inside dlopen; single-threaded it never uses them. Stop them now,
+        // while nothing else runs in the library, so none is left for its exit handler to join.
+        if let Some(shutdown) = symbol::<unsafe extern "C" fn() -> c_int>(handle, c"blas_thread_shutdown_") {
+            shutdown();
+        }
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -144,19 +181,49 @@ pub fn library_name() -> Option<&'static str> {
     blas().map(|b| b.name.as_str())
 }
 
-/// Load the library now (call early, before worker threads start, since it sets environment variables).
-///
-/// Multiplies and our own kernels run on the CPU team (cpu_team.rs); Candle's worker pool for its remaining
-/// element-wise ops would only compete with it for the same cores, so unless the user chose a thread count
-/// Candle's element-wise ops run on the calling thread.
-pub fn init() {
-    if blas().is_some()
-        && std::env::var_os("CANDLE_NUM_THREADS").is_none()
-        && std::env::var_os("RAYON_NUM_THREADS").is_none()
+/// OpenBLAS's kernel family (e.g. "Haswell", "SkylakeX", "Zen"), when OpenBLAS is the library in use.
+pub fn core_name() -> Option<&'static str> {
+    blas().and_then(|b| b.core.as_deref())
+}
+
+/// When OpenBLAS picked kernels older than the CPU supports (an unrecognised CPU model, common in virtual
+/// machines), what the user can do about it: only `OPENBLAS_CORETYPE`, read by OpenBLAS when it loads, can
+/// change the choice, and the engine never sets environment variables.
+pub fn core_advice() -> Option<String> {
+    let core = core_name()?;
+    let wanted = best_openblas_core()?;
+    let lower = core.to_ascii_lowercase();
+    let fine: &[&str] = match wanted {
+        "SkylakeX" => &["skylakex", "cooperlake", "sapphirerapids"],
+        _ => &["haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"],
+    };
+    (!fine.contains(&lower.as_str())).then(|| {
+        format!(
+            "OpenBLAS chose its {core} kernels on a CPU with {}; start metal-candle with OPENBLAS_CORETYPE={wanted} \
+             for several times faster CPU multiplies",
+            if wanted == "SkylakeX" { "AVX-512" } else { "AVX2" }
+        )
+    })
+}
+
+/// The OpenBLAS kernel family this CPU's features allow, if it is one we know to be fast.
+fn best_openblas_core() -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
     {
-        std::env::set_var("CANDLE_NUM_THREADS", "1");
-        std::env::set_var("RAYON_NUM_THREADS", "1");
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return Some("SkylakeX");
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return Some("Haswell");
+        }
     }
+    None
+}
+
+/// Load the library now, so that its one-time start-up (and any failure to find one) happens before the first
+/// multiply rather than inside it. Call after [`runtime::init`](crate::engine::runtime::init).
+pub fn init() {
+    let _ = blas();
 }
 
 /// Below this many rows a multiply is a matrix-vector product bound by memory bandwidth (token-by-token

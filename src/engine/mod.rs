@@ -15,6 +15,7 @@ pub mod generate;
 pub mod lora;
 pub mod model;
 pub mod ops;
+pub mod runtime;
 pub mod sampler;
 pub mod train;
 

@@ -35,7 +35,7 @@ pub fn run(options: StudioOptions) -> anyhow::Result<()> {
         persist_window: options.persist,
         ..Default::default()
     };
-    let result = eframe::run_native(
+    eframe::run_native(
         "metal-candle",
         native,
         Box::new(move |cc| {
@@ -47,29 +47,5 @@ pub fn run(options: StudioOptions) -> anyhow::Result<()> {
             Ok(Box::new(StudioApp::new(&cc.egui_ctx, prefs, options)))
         }),
     )
-    .map_err(|e| anyhow::anyhow!("cannot open the studio window: {e}"));
-    if result.is_ok() {
-        exit_without_c_handlers();
-    }
-    result
-}
-
-/// Leave the process now that the window is closed and preferences are saved.
-///
-/// The engine may have `dlopen`ed OpenBLAS. Its C exit handler (`gotoblas_quit`) joins the BLAS worker threads,
-/// and that join deadlocks when BLAS was first used from a thread that has since ended, which is exactly how
-/// the studio trains (on a worker thread): the window would close but the process would never exit. Rust's
-/// own state needs no exit handlers, so skip the C ones.
-fn exit_without_c_handlers() {
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
-    #[cfg(unix)]
-    {
-        unsafe extern "C" {
-            fn _exit(status: std::ffi::c_int) -> !;
-        }
-        // SAFETY: `_exit` ends the process immediately; nothing runs after it.
-        unsafe { _exit(0) }
-    }
+    .map_err(|e| anyhow::anyhow!("cannot open the studio window: {e}"))
 }

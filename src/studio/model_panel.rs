@@ -7,7 +7,7 @@ use super::file_picker::{PanelPicker, PickKind};
 use super::widgets::{
     self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, recent_paths_ui, section_ui, Tone,
 };
-use crate::engine::device::DeviceChoice;
+use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::estimate;
 use crate::worker::{display_name, FoundModel, ModelSummary};
 use egui::{RichText, Ui};
@@ -124,13 +124,11 @@ impl ModelPanel {
                 let label = ui.label("dtype").on_hover_text(
                     "Compute precision of the base weights. auto: f32 on the CPU, bf16 on GPUs. GGUF files are dequantized to it.",
                 );
-                let current = ctx.prefs.dtype.clone().unwrap_or_else(|| "auto".into());
                 egui::ComboBox::from_id_salt("dtype")
-                    .selected_text(current)
+                    .selected_text(ctx.prefs.dtype.as_str())
                     .show_ui(ui, |ui| {
-                        ui.selectable_value(&mut ctx.prefs.dtype, None, "auto");
-                        for d in ["f32", "f16", "bf16"] {
-                            ui.selectable_value(&mut ctx.prefs.dtype, Some(d.to_string()), d);
+                        for d in [DTypeChoice::Auto, DTypeChoice::F32, DTypeChoice::F16, DTypeChoice::Bf16] {
+                            ui.selectable_value(&mut ctx.prefs.dtype, d, d.as_str());
                         }
                     })
                     .response
@@ -297,8 +295,8 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
                         None => m.format.clone(),
                     },
                 );
-                row(ui, "Compute dtype", m.dtype.clone());
-                row(ui, "Device", m.device.clone());
+                row(ui, "Compute dtype", with_reason(&m.dtype, Some(&m.dtype_reason)));
+                row(ui, "Device", with_reason(&m.device, m.device_note.as_ref()));
                 row(
                     ui,
                     "Chat template",
@@ -378,4 +376,12 @@ pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) 
         ui.label(RichText::new(fmt_bytes(est.total_bytes())).strong().color(palette::ACCENT));
         ui.end_row();
     });
+}
+
+/// A value with why it was chosen, when there is a reason worth showing ("bf16 (default on cuda)").
+fn with_reason(value: &str, reason: Option<&String>) -> String {
+    match reason.filter(|r| !r.is_empty()) {
+        Some(reason) => format!("{value} ({reason})"),
+        None => value.to_string(),
+    }
 }

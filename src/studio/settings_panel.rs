@@ -24,7 +24,7 @@ pub fn ready_config(
     cfg.model = model.path.clone();
     cfg.data = data.clone();
     cfg.device = prefs.device;
-    cfg.dtype = prefs.dtype.clone();
+    cfg.dtype = prefs.dtype;
     if cfg.run_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
         cfg.run_name = None;
     }
@@ -383,6 +383,8 @@ mod tests {
             shape: crate::engine::estimate::ModelShape { layers: 2, context_length: 64, ..Default::default() },
             tied_embeddings: true,
             dtype: "f32".into(),
+            dtype_reason: String::new(),
+            device_note: None,
             weights_dtype: None,
             device: "cpu".into(),
             has_chat_template: false,

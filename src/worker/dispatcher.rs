@@ -58,7 +58,7 @@ impl Dispatcher {
                     "mc-load",
                     self.out.clone(),
                     move |error| Event::ModelLoadFailed { path: fail_path, error },
-                    move || jobs::load_model_job(&path, device, dtype.as_deref(), &out, &inbox),
+                    move || jobs::load_model_job(&path, device, dtype, &out, &inbox),
                 );
             }
             Command::InspectDataset { path, max_seq_len, train_on_prompt, preview_rows } => {

@@ -5,7 +5,7 @@
 use super::{ChatSide, Event, GenerateJob, GenerationStats, ModelSummary, Msg, Outbox};
 use crate::engine::bench::RankProbeResult;
 use crate::engine::data::chat_prompt_ids;
-use crate::engine::device::{default_dtype, device_name, parse_dtype, select_device, DeviceChoice};
+use crate::engine::device::{device_name, setup, DTypeChoice, DeviceChoice, Placement};
 use crate::engine::estimate::ModelShape;
 use crate::engine::generate::{generate, GenerateRequest};
 use crate::engine::model::{load_model, LoadedModel};
@@ -17,25 +17,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub(super) fn load_model_job(
-    path: &Path,
-    device: DeviceChoice,
-    dtype: Option<&str>,
-    out: &Outbox,
-    inbox: &Sender<Msg>,
-) {
+pub(super) fn load_model_job(path: &Path, device: DeviceChoice, dtype: DTypeChoice, out: &Outbox, inbox: &Sender<Msg>) {
     let started = Instant::now();
-    let result = (|| -> Result<LoadedModel> {
-        let device = select_device(device)?;
-        let dtype = match dtype {
-            Some(d) => parse_dtype(d)?,
-            None => default_dtype(&device),
-        };
-        load_model(path, &device, dtype)
+    let result = (|| -> Result<(LoadedModel, Placement)> {
+        let placement = setup(device, dtype)?;
+        Ok((load_model(path, &placement.device, placement.dtype)?, placement))
     })();
     match result {
-        Ok(model) => {
-            let summary = summarize_model(&model, started.elapsed().as_secs_f64());
+        Ok((model, placement)) => {
+            let mut summary = summarize_model(&model, started.elapsed().as_secs_f64());
+            summary.device_note = placement.device_note;
+            summary.dtype_reason = placement.dtype_reason.to_string();
             // The dispatcher learns of the model before the front end does, so a command sent in answer to
             // `ModelLoaded` already finds it.
             let _ = inbox.send(Msg::ModelReady { path: path.to_path_buf(), model: Arc::new(model) });
@@ -57,6 +49,8 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
         shape: ModelShape::of(c, dtype.size_in_bytes()),
         tied_embeddings: c.tie_word_embeddings,
         dtype: format!("{dtype:?}").to_lowercase(),
+        dtype_reason: String::new(),
+        device_note: None,
         weights_dtype: c.weights_dtype.clone(),
         device: device_name(m.model.device()).into(),
         has_chat_template: m.chat_template.is_some(),

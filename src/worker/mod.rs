@@ -24,7 +24,7 @@ use dispatcher::Dispatcher;
 
 use crate::engine::bench::{LoraMicroResult, RankProbeResult};
 use crate::engine::checkpoint::ExportFormat;
-use crate::engine::device::DeviceChoice;
+use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::model::LoadedModel;
 use crate::engine::sampler::SamplingParams;
@@ -50,7 +50,7 @@ pub enum Command {
     LoadModel {
         path: PathBuf,
         device: DeviceChoice,
-        dtype: Option<String>,
+        dtype: DTypeChoice,
     },
     /// Validate a dataset file or folder; with a loaded model, also tokenize it for statistics and a preview.
     InspectDataset {
@@ -329,7 +329,11 @@ mod tests {
     #[test]
     fn a_missing_model_fails_with_an_event() {
         let w = worker();
-        w.send(Command::LoadModel { path: "/nonexistent/model".into(), device: DeviceChoice::Cpu, dtype: None });
+        w.send(Command::LoadModel {
+            path: "/nonexistent/model".into(),
+            device: DeviceChoice::Cpu,
+            dtype: DTypeChoice::Auto,
+        });
         assert!(matches!(next_event(&w), Event::ModelLoading { .. }));
         match next_event(&w) {
             Event::ModelLoadFailed { error, .. } => {

@@ -19,6 +19,12 @@ pub struct ModelSummary {
     pub tied_embeddings: bool,
     /// Compute dtype, e.g. "f32", "bf16".
     pub dtype: String,
+    /// Why this dtype: "default on cpu", "chosen", or why the device could not run the one asked for.
+    #[serde(default)]
+    pub dtype_reason: String,
+    /// Why the model is not on the device asked for (e.g. Metal listed no GPU, so the CPU), if so.
+    #[serde(default)]
+    pub device_note: Option<String>,
     /// What the checkpoint says it was saved in, if it says.
     pub weights_dtype: Option<String>,
     /// "cpu", "cuda" or "metal".

@@ -13,10 +13,10 @@ use candle_core::{Result, Tensor};
 
 pub use super::cuda_kernels::available;
 
-/// `METAL_CANDLE_NO_FUSED_DECODE=1` keeps decoding on the composed ops (for A/B comparisons).
+/// The runtime options turned the fused decode off (`--no-fused-decode`): decoding stays on the composed ops
+/// (for A/B comparisons).
 pub fn disabled_by_env() -> bool {
-    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DISABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_NO_FUSED_DECODE").is_some())
+    !crate::engine::runtime::options().fused_decode
 }
 
 /// Shapes of the attention for one decoded token.

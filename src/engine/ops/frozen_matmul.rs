@@ -93,10 +93,9 @@ fn gemv_frozen(
     Some((candle_core::CpuStorage::F32(out), (1, n).into()))
 }
 
-/// `METAL_CANDLE_NO_GEMV=1` falls back to Candle's GEMM (for A/B measurements).
+/// The runtime options turned the kernel off (`--no-gemv`): Candle's GEMM instead (for A/B measurements).
 fn gemv_disabled() -> bool {
-    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DISABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_NO_GEMV").is_some())
+    !crate::engine::runtime::options().gemv
 }
 
 impl FrozenMatmul {

@@ -2,23 +2,10 @@
 //! on a Mac: the prefill of a fresh sequence (causal, no cache before it) and the single-token decode step. The
 //! inputs are the same grouped-query tensors the portable path multiplies (tests/portable.rs checks that path
 //! on the CPU); anything the kernel does not model (a cache offset during prefill, a sliding window that
-//! cuts, an unsupported head size) returns `None` and takes the portable path. `set_metal_sdpa(false)` forces
-//! the portable path everywhere. Never run by us: no Mac is available where this is developed.
+//! cuts, an unsupported head size) returns `None` and takes the portable path. `RuntimeOptions::metal_sdpa` (the CLI's
+//! `--no-metal-sdpa`) switches it off. Never run by us: no Mac is available where this is developed.
 
 use candle_core::{Result, Tensor};
-use std::sync::atomic::{AtomicBool, Ordering};
-
-static ENABLED: AtomicBool = AtomicBool::new(true);
-
-/// Use Candle's fused Metal attention where it applies (default), or always the portable attention.
-pub fn set_metal_sdpa(enabled: bool) {
-    ENABLED.store(enabled, Ordering::Relaxed);
-}
-
-/// Whether the fused Metal attention is switched on.
-pub fn metal_sdpa_enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
 
 /// `softmax(q k^T * scale) v` for `q` (b, heads, t, d) at positions `start_pos..` against `k`/`v`
 /// (b, kv_heads, total, d), causal, through Candle's Metal kernel: `Some((b, heads, t, d))` when it applies.
@@ -41,7 +28,7 @@ pub fn sdpa(
 }
 
 fn applies(q: &Tensor, k: &Tensor, start_pos: usize, window: Option<usize>) -> Result<bool> {
-    if !cfg!(target_os = "macos") || !q.device().is_metal() || !metal_sdpa_enabled() {
+    if !cfg!(target_os = "macos") || !q.device().is_metal() || !crate::engine::runtime::options().metal_sdpa {
         return Ok(false);
     }
     let (t, total, d) = (q.dim(2)?, k.dim(2)?, q.dim(3)?);

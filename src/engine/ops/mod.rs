@@ -27,37 +27,15 @@ pub use backward::{rms_norm_backward, rope_backward, silu_mul_backward, softmax_
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, HeadLoss};
 pub use matmul::matmul;
-pub use metal_attention::{metal_sdpa_enabled, sdpa, set_metal_sdpa};
+pub use metal_attention::sdpa;
 
 use candle_core::{DType, Result, Tensor, D};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Which kernels the ops may pick.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Kernels {
-    /// Our own kernels where they apply (CPU f32 kernels, BLAS, CUDA fused kernels), Candle's elsewhere.
-    #[default]
-    Native,
-    /// Only what a device without our kernels runs, Metal today: Candle's own kernels and composed ops. On
-    /// the CPU this runs the Mac's op graph, and every op checks that its tensors have a dtype Candle's Metal
-    /// backend implements, so the portable graph is tested where Metal is not.
-    Portable,
-}
+pub use crate::engine::runtime::Kernels;
 
-static PORTABLE: AtomicBool = AtomicBool::new(false);
-
-/// Choose the kernels for the whole process (the front ends call this once from their runtime options).
-pub fn set_kernels(kernels: Kernels) {
-    PORTABLE.store(kernels == Kernels::Portable, Ordering::Relaxed);
-}
-
-/// The kernels in use.
+/// The kernels in use (the runtime options').
 pub fn kernels() -> Kernels {
-    if PORTABLE.load(Ordering::Relaxed) {
-        Kernels::Portable
-    } else {
-        Kernels::Native
-    }
+    crate::engine::runtime::options().kernels
 }
 
 /// In the portable graph, an error for a tensor whose dtype Candle's Metal backend lacks (f64: Metal has no

@@ -30,7 +30,7 @@ pub fn linear_forward_backward(projection: &Linear, x: &Tensor) -> candle_core::
     Ok((y, dx, grads))
 }
 
-/// `METAL_CANDLE_STEP_PHASES=1` prints each phase of the pass (device synchronised) to stderr: a profile
+/// The runtime option `step_phases` (`--step-phases`) prints each phase of the pass (device synchronised) to stderr: a profile
 /// for devices where no profiler runs (the lent GPUs).
 struct PhaseTimer {
     device: candle_core::Device,
@@ -40,8 +40,7 @@ struct PhaseTimer {
 
 impl PhaseTimer {
     fn new(device: &candle_core::Device) -> Self {
-        static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let enabled = *ENABLED.get_or_init(|| std::env::var_os("METAL_CANDLE_STEP_PHASES").is_some());
+        let enabled = crate::engine::runtime::options().step_phases;
         Self { device: device.clone(), last: enabled.then(std::time::Instant::now), phases: Vec::new() }
     }
 

@@ -1,6 +1,6 @@
 //! Training settings: LoRA shape and optimisation, serialisable to `run.json` and readable from a TOML file.
 
-use crate::engine::device::DeviceChoice;
+use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::{Error, Result};
 use std::path::PathBuf;
 
@@ -57,7 +57,7 @@ pub struct TrainConfig {
     pub save_every: usize,
     pub seed: u64,
     pub device: DeviceChoice,
-    pub dtype: Option<String>,
+    pub dtype: DTypeChoice,
     pub skip_invalid_rows: bool,
     pub train_on_prompt: bool,
     /// Continue from this checkpoint folder.
@@ -87,7 +87,7 @@ impl Default for TrainConfig {
             save_every: 100,
             seed: 42,
             device: DeviceChoice::Auto,
-            dtype: None,
+            dtype: DTypeChoice::Auto,
             skip_invalid_rows: false,
             train_on_prompt: false,
             resume: None,

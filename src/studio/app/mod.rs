@@ -10,7 +10,7 @@ use super::rank_panel::RankPanel;
 use super::settings_panel::{ready_config, SettingsPanel};
 use super::training_panel::TrainingPanel;
 use super::widgets::{self, palette, Tone};
-use crate::engine::device::DeviceChoice;
+use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::sampler::SamplingParams;
 use crate::engine::train::TrainConfig;
 use crate::worker::{display_name, Command, DatasetReport, Event, ModelSummary, Worker};
@@ -300,11 +300,7 @@ impl StudioApp {
                 self.prefs.model_path = path.display().to_string();
                 self.model.loading = Some((path.clone(), Instant::now()));
                 self.model.error = None;
-                self.worker.send(Command::LoadModel {
-                    path,
-                    device: self.prefs.device,
-                    dtype: self.prefs.dtype.clone(),
-                });
+                self.worker.send(Command::LoadModel { path, device: self.prefs.device, dtype: self.prefs.dtype });
             }
             Action::OpenDataset(path) => {
                 self.prefs.dataset_input = path.display().to_string();
@@ -510,11 +506,25 @@ impl eframe::App for StudioApp {
     }
 
     fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
-        // Ask running jobs to stop; they check at their next step and the process exits anyway.
+        // Ask running jobs to stop (training saves its last step), and wait for them, up to a limit: a job
+        // still inside the engine when the process exits would run on while C libraries' exit handlers free
+        // what it uses (OpenBLAS releases its buffers in `gotoblas_quit`).
         self.worker.send(Command::StopTraining);
         self.worker.send(Command::StopRankProbe);
+        let deadline = Instant::now() + EXIT_WAIT;
+        while (self.training_panel.is_active() || self.rank_panel.running) && Instant::now() < deadline {
+            let mut events = Vec::new();
+            self.worker.drain(DRAIN_BUDGET, DRAIN_MAX_EVENTS, |e| events.push(e));
+            for e in events {
+                self.handle_event(e);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
+
+/// How long closing the window waits for running jobs to stop.
+const EXIT_WAIT: Duration = Duration::from_secs(20);
 
 /// What a dropped path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

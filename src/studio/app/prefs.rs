@@ -91,7 +91,7 @@ pub struct Prefs {
     /// Extra folders scanned for models.
     pub model_dirs: Vec<PathBuf>,
     pub device: DeviceChoice,
-    pub dtype: Option<String>,
+    pub dtype: DTypeChoice,
     pub auto_load_model: bool,
     /// The dataset path field.
     pub dataset_input: String,
@@ -114,7 +114,7 @@ impl Default for Prefs {
             recent_models: Vec::new(),
             model_dirs: Vec::new(),
             device: DeviceChoice::Auto,
-            dtype: None,
+            dtype: DTypeChoice::Auto,
             auto_load_model: true,
             dataset_input: String::new(),
             dataset: None,
