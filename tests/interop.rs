@@ -8,7 +8,8 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::*;
-use metal_candle::engine::checkpoint::{self, ExportFormat, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
+use metal_candle::engine::checkpoint::{self, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
+use metal_candle::engine::export::ExportFormat;
 use metal_candle::engine::generate::score;
 use metal_candle::engine::model::load_model;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -78,7 +79,7 @@ fn merged_export_reproduces_transformers_logprobs() {
         let exp = expected(adapter);
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("merged");
-        checkpoint::export_checkpoint(&fixture(adapter), ExportFormat::Merged, &out, &fixture(base)).unwrap();
+        metal_candle::engine::export::export(&fixture(adapter), ExportFormat::Merged, &out, &fixture(base)).unwrap();
         for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
             assert!(out.join(f).exists(), "{adapter}: merged export lacks {f}");
         }
@@ -107,7 +108,7 @@ fn mlx_lm_export_has_mlx_layout_and_values() {
         assert_eq!(exp["mlx_check"], true, "{adapter}: scripts/check_interop.py checked the mlx-lm export");
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("mlx");
-        checkpoint::export_checkpoint(&fixture(adapter), ExportFormat::MlxLm, &out, &fixture(base)).unwrap();
+        metal_candle::engine::export::export(&fixture(adapter), ExportFormat::MlxLm, &out, &fixture(base)).unwrap();
 
         // Config: mlx-lm's fields with the values the reference check recorded.
         let cfg = read_json(&out.join("adapter_config.json"));
@@ -164,7 +165,7 @@ fn peft_export_is_a_byte_copy() {
     for (adapter, base) in CASES {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("peft");
-        checkpoint::export_checkpoint(&fixture(adapter), ExportFormat::Peft, &out, &fixture(base)).unwrap();
+        metal_candle::engine::export::export(&fixture(adapter), ExportFormat::Peft, &out, &fixture(base)).unwrap();
         for f in [ADAPTER_CONFIG, ADAPTER_WEIGHTS] {
             let a = std::fs::read(fixture(adapter).join(f)).unwrap();
             let b = std::fs::read(out.join(f)).unwrap();

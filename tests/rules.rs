@@ -7,9 +7,10 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::fixture;
-use metal_candle::engine::checkpoint::{self, PeftAdapterConfig, RunManifest, ADAPTER_WEIGHTS};
+use metal_candle::engine::checkpoint::{self, PeftAdapterConfig, ADAPTER_WEIGHTS};
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::engine::model::load_model;
+use metal_candle::engine::train::run_folder::RunManifest;
 use metal_candle::engine::train::{LoraSettings, TrainConfig, TrainEvent};
 use metal_candle::engine::ErrorKind;
 use metal_candle::worker::{Command, Event, Worker};
@@ -123,7 +124,7 @@ fn a_run_json_from_before_versioning_still_loads() {
     let runs = tempfile::tempdir().unwrap();
     std::fs::create_dir(runs.path().join("v0")).unwrap();
     std::fs::copy(fixture("run-v0/run.json"), runs.path().join("v0/run.json")).unwrap();
-    let listed = checkpoint::list_runs(runs.path()).unwrap();
+    let listed = metal_candle::engine::train::run_folder::list_runs(runs.path()).unwrap();
     assert_eq!(listed[0].config.as_ref(), Some(&manifest.config));
     assert_eq!(listed[0].started_unix_secs, Some(1_795_300_000));
 }
@@ -133,10 +134,10 @@ fn run_json_round_trips_and_refuses_newer_versions() {
     let dir = tempfile::tempdir().unwrap();
     let config = TrainConfig { model: fixture("tiny-llama"), data: sample_data(), ..Default::default() };
     let manifest = RunManifest::new("r", &config);
-    assert_eq!(manifest.version, checkpoint::RUN_MANIFEST_VERSION);
+    assert_eq!(manifest.version, metal_candle::engine::train::run_folder::RUN_MANIFEST_VERSION);
     manifest.write(dir.path()).unwrap();
     assert_eq!(RunManifest::read(dir.path()).unwrap(), manifest);
-    let newer = RunManifest { version: checkpoint::RUN_MANIFEST_VERSION + 1, ..manifest };
+    let newer = RunManifest { version: metal_candle::engine::train::run_folder::RUN_MANIFEST_VERSION + 1, ..manifest };
     newer.write(dir.path()).unwrap();
     let err = RunManifest::read(dir.path()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Format);
@@ -230,15 +231,20 @@ fn write_failures_keep_their_kind_through_the_worker() {
     std::fs::write(&blocker, "x").unwrap();
     let target = blocker.join("export");
     let ckpt = fixture("ours-tiny-llama-adapter");
-    let err = checkpoint::export_checkpoint(&ckpt, checkpoint::ExportFormat::Peft, &target, &fixture("tiny-llama"))
-        .unwrap_err();
+    let err = metal_candle::engine::export::export(
+        &ckpt,
+        metal_candle::engine::export::ExportFormat::Peft,
+        &target,
+        &fixture("tiny-llama"),
+    )
+    .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Write, "{err}");
     assert!(err.to_string().starts_with("cannot write"), "{err}");
 
     let w = Worker::spawn(Arc::new(|| {}));
     w.send(Command::ExportCheckpoint {
         checkpoint: ckpt,
-        format: checkpoint::ExportFormat::Peft,
+        format: metal_candle::engine::export::ExportFormat::Peft,
         out: target,
         base_model: fixture("tiny-llama"),
     });

@@ -215,7 +215,7 @@ fn loss_falls_and_run_folder_is_complete() {
     let b = &weights["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"];
     assert_eq!(a.dims(), &[4, 64], "PEFT lora_A is (r, in)");
     assert_eq!(b.dims(), &[64, 4], "PEFT lora_B is (out, r)");
-    let listed = checkpoint::list_runs(dir.path()).unwrap();
+    let listed = metal_candle::engine::train::run_folder::list_runs(dir.path()).unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].checkpoints.iter().map(|c| c.step).collect::<Vec<_>>(), vec![20, 40]);
 }
@@ -256,7 +256,7 @@ fn resume_reproduces_an_uninterrupted_run() {
         assert!((loss - expected).abs() < 1e-6, "step {step}: resumed {loss} vs uninterrupted {expected}");
     }
     // metrics.jsonl continues: steps 1..=8 once each.
-    let steps: Vec<usize> = checkpoint::read_metrics(&run_dir)
+    let steps: Vec<usize> = metal_candle::engine::train::run_folder::read_metrics(&run_dir)
         .iter()
         .filter_map(|e| match e {
             TrainEvent::Step { step, .. } => Some(*step),

@@ -1,8 +1,9 @@
 //! `train` and `export`: LoRA fine-tuning from the command line, printing the same events the studio plots.
 
-use crate::engine::checkpoint::{self, ExportFormat, RunManifest};
 use crate::engine::device::{DTypeChoice, DeviceChoice};
+use crate::engine::export::ExportFormat;
 use crate::engine::model::load_model;
+use crate::engine::train::run_folder::RunManifest;
 use crate::engine::train::{self, ModelLimits, Schedule, TrainConfig, TrainControl, TrainEvent};
 use anyhow::Context;
 use clap::Args;
@@ -94,7 +95,7 @@ impl TrainArgs {
         };
         if let Some(ckpt) = &self.resume {
             let run_dir = ckpt.parent().unwrap_or(std::path::Path::new("."));
-            if run_dir.join(checkpoint::RUN_CONFIG).exists() {
+            if run_dir.join(crate::engine::train::run_folder::RUN_CONFIG).exists() {
                 c = RunManifest::read(run_dir)?.config;
             }
             c.resume = Some(ckpt.clone());
@@ -318,14 +319,14 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
     let model = match &args.model {
         Some(m) => m.clone(),
         None => {
-            let run_json = args.checkpoint.parent().map(|p| p.join(checkpoint::RUN_CONFIG));
+            let run_json = args.checkpoint.parent().map(|p| p.join(crate::engine::train::run_folder::RUN_CONFIG));
             if !run_json.is_some_and(|p| p.exists()) {
                 anyhow::bail!("no run.json next to {}; pass --model", args.checkpoint.display());
             }
             RunManifest::of_checkpoint(&args.checkpoint)?.model
         }
     };
-    let out = checkpoint::export_checkpoint(&args.checkpoint, args.format, &args.out, &model)?;
+    let out = crate::engine::export::export(&args.checkpoint, args.format, &args.out, &model)?;
     eprintln!("exported {} ({:?}) to {}", args.checkpoint.display(), args.format, out.display());
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Exporting a checkpoint: a PEFT copy, mlx-lm's adapter format, or a merged full model folder that
 //! transformers loads like any other.
 
-use crate::engine::checkpoint::{self, ExportFormat, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
+use crate::engine::checkpoint::{self, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
 use crate::engine::model::transformer::{hf_linear_name, module_group};
 use crate::engine::model::{load_model, LoadedModel, ModelSource};
 use crate::engine::{Error, Result};
@@ -143,4 +143,28 @@ fn write_model_files(model: &LoadedModel, out: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Export targets for a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExportFormat {
+    /// adapter_config.json + adapter_model.safetensors (a copy of the checkpoint's adapter).
+    Peft,
+    /// mlx-lm's adapters.safetensors + adapter_config.json.
+    MlxLm,
+    /// A full Hugging Face model folder with the adapter merged into the weights.
+    Merged,
+}
+
+impl std::str::FromStr for ExportFormat {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "peft" => Ok(Self::Peft),
+            "mlx" | "mlx-lm" => Ok(Self::MlxLm),
+            "merged" => Ok(Self::Merged),
+            other => Err(format!("unknown export format `{other}`; use peft, mlx-lm or merged")),
+        }
+    }
 }

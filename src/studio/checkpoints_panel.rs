@@ -6,7 +6,7 @@ use super::app::{Action, PanelCtx};
 use super::widgets::{
     self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone,
 };
-use crate::engine::checkpoint::ExportFormat;
+use crate::engine::export::ExportFormat;
 use crate::worker::{display_name, CheckpointInfo, Command, RunInfo};
 use egui::{RichText, Ui};
 use egui_plot::{Legend, Line, LineStyle, Plot, Points};

@@ -122,7 +122,7 @@ impl Dispatcher {
                     self.out.clone(),
                     move |error| Event::RunsFailed { runs_dir: dir, error },
                     move || {
-                        match crate::engine::checkpoint::list_runs(&runs_dir) {
+                        match crate::engine::train::run_folder::list_runs(&runs_dir) {
                             Ok(runs) => out.send(Event::Runs { runs_dir, runs }),
                             Err(e) => out.send(Event::RunsFailed { runs_dir, error: e.into() }),
                         };
@@ -156,7 +156,7 @@ impl Dispatcher {
                     self.out.clone(),
                     move |error| Event::ActionFailed { what, error },
                     move || {
-                        match crate::engine::checkpoint::export_checkpoint(&checkpoint, format, &out_dir, &base_model) {
+                        match crate::engine::export::export(&checkpoint, format, &out_dir, &base_model) {
                             Ok(path) => out.send(Event::ExportFinished { path }),
                             Err(e) => out.send(Event::ActionFailed { what: what2, error: e.into() }),
                         };

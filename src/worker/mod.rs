@@ -23,8 +23,8 @@ pub use types::*;
 use dispatcher::Dispatcher;
 
 use crate::engine::bench::{LoraMicroResult, RankProbeResult};
-use crate::engine::checkpoint::ExportFormat;
 use crate::engine::device::{DTypeChoice, DeviceChoice};
+use crate::engine::export::ExportFormat;
 use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::model::LoadedModel;
 use crate::engine::sampler::SamplingParams;

@@ -67,8 +67,9 @@ pub struct FoundModel {
     pub origin: String,
 }
 
-pub use crate::engine::checkpoint::{CheckpointInfo, RunInfo};
+pub use crate::engine::checkpoint::CheckpointInfo;
 pub use crate::engine::data::{DatasetReport, PreviewRow, SplitReport, TokenStats};
+pub use crate::engine::train::run_folder::RunInfo;
 
 /// How a generation went.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -7,6 +7,7 @@ pub mod config;
 pub mod events;
 pub mod loss;
 pub mod optimizer;
+pub mod run_folder;
 
 pub use config::{lr_at, LoraSettings, ModelLimits, Schedule, TrainConfig, ALL_TARGETS};
 pub use events::{TrainControl, TrainEvent};
@@ -34,7 +35,7 @@ pub fn run_training(
     let mut run_dir: Option<PathBuf> = None;
     let result = {
         let mut forward = |e: TrainEvent| {
-            if let Some(s) = checkpoint::event_step(&e) {
+            if let Some(s) = run_folder::event_step(&e) {
                 last_step = s;
             }
             if let TrainEvent::Started { run_dir: d, .. } = &e {
@@ -42,7 +43,7 @@ pub fn run_training(
             }
             if let Some(dir) = &run_dir {
                 // Metrics are a record, not a reason to abort training; a full disk shows up at the next save.
-                let _ = checkpoint::append_metric(dir, &e);
+                let _ = run_folder::append_metric(dir, &e);
             }
             emit(e);
         };
@@ -53,7 +54,7 @@ pub fn run_training(
         Err(e) => {
             let failed = TrainEvent::failed(last_step, &e);
             if let Some(dir) = &run_dir {
-                let _ = checkpoint::append_metric(dir, &failed);
+                let _ = run_folder::append_metric(dir, &failed);
             }
             emit(failed);
             Err(e)
@@ -278,7 +279,7 @@ impl<'a> Trainer<'a> {
         };
         let (saved, moments) = checkpoint::load_trainer_state(ckpt)?;
         self.runner.optimizer.load_state(&moments, saved.step)?;
-        checkpoint::truncate_metrics(&self.run_dir, saved.step)?;
+        run_folder::truncate_metrics(&self.run_dir, saved.step)?;
         let elapsed_before = saved.elapsed_secs;
         Ok((TrainerState { total_steps, ..saved }, elapsed_before))
     }
@@ -451,14 +452,14 @@ fn prepare_run_dir(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
     }
     let name = config.run_name.clone().unwrap_or_else(default_run_name);
     let run_dir = config.out.join(&name);
-    if run_dir.join(checkpoint::RUN_CONFIG).exists() {
+    if run_dir.join(run_folder::RUN_CONFIG).exists() {
         return Err(Error::InvalidSetting(format!(
             "{} already holds a run; pick another name or resume from one of its checkpoints",
             run_dir.display()
         )));
     }
     std::fs::create_dir_all(&run_dir).map_err(|e| Error::write(&run_dir, e))?;
-    checkpoint::RunManifest::new(&name, config).write(&run_dir)?;
+    run_folder::RunManifest::new(&name, config).write(&run_dir)?;
     Ok((run_dir, None))
 }
 

@@ -1,0 +1,77 @@
+//! Atomic file writes and safetensors I/O for checkpoints and run folders.
+
+use crate::engine::{Error, Result};
+use candle_core::{Device, Tensor};
+use std::collections::HashMap;
+use std::path::Path;
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Atomic file writes
+
+/// Write `bytes` to `path` via a temporary file in the same folder and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::write(path, e));
+    }
+    Ok(())
+}
+
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| Error::write(path, e))?;
+    write_atomic(path, text.as_bytes())
+}
+
+pub(crate) fn write_safetensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
+    let cpu: HashMap<String, Tensor> =
+        tensors.iter().map(|(k, t)| Ok((k.clone(), t.to_device(&Device::Cpu)?))).collect::<Result<_>>()?;
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let result = candle_core::safetensors::save(&cpu, &tmp)
+        .map_err(|e| Error::write(path, e))
+        .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::write(path, e)))
+        .and_then(|_| make_world_readable(path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// safetensors writes through an owner-only temporary file; give saved weights the usual 0644 so other
+/// tools (and other users of a shared machine) can read them.
+pub fn make_world_readable(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(|e| Error::write(path, e))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
+    if !path.exists() {
+        return Err(Error::MissingFile { path: path.to_path_buf(), what: "adapter weights".into() });
+    }
+    candle_core::safetensors::load(path, &Device::Cpu)
+        .map_err(|e| Error::CorruptWeights { path: path.to_path_buf(), message: e.to_string() })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// PEFT adapter format
+
+pub(crate) fn folder_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}

@@ -1,0 +1,124 @@
+//! Whole checkpoints: the adapter plus the trainer's state and optimizer moments, saved atomically and read
+//! back for an exact resume; listing a run's checkpoints and deleting one.
+
+use super::files::{folder_size, read_safetensors, write_json, write_safetensors};
+use super::peft::{save_peft_adapter, PeftAdapterConfig};
+use super::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, OPTIMIZER_STATE, TRAINER_STATE};
+use crate::engine::data::DataCursor;
+use crate::engine::lora::AdapterParam;
+use crate::engine::{Error, Result};
+use candle_core::Tensor;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// One saved checkpoint, as the run browser and the CLI list it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CheckpointInfo {
+    pub step: usize,
+    pub path: PathBuf,
+    pub size_bytes: u64,
+    pub train_loss: Option<f64>,
+    pub val_loss: Option<f64>,
+    pub saved_unix_secs: u64,
+}
+
+/// Where the trainer was when it saved, enough to continue exactly.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct TrainerState {
+    pub step: usize,
+    pub total_steps: usize,
+    pub cursor: DataCursor,
+    pub seed: u64,
+    pub train_loss: Option<f64>,
+    pub val_loss: Option<f64>,
+    pub trained_tokens: usize,
+    pub elapsed_secs: f64,
+    pub saved_unix_secs: u64,
+}
+
+/// Save a full checkpoint (adapter, optimizer moments, trainer state) as `run_dir/checkpoint-<step>/`.
+/// Built in a `.partial` folder and renamed into place, so an interrupted save leaves no half checkpoint.
+pub fn save_checkpoint(
+    run_dir: &Path,
+    params: &[AdapterParam],
+    adapter_config: &PeftAdapterConfig,
+    optimizer_state: &HashMap<String, Tensor>,
+    state: &TrainerState,
+) -> Result<PathBuf> {
+    let final_dir = run_dir.join(format!("checkpoint-{}", state.step));
+    let partial = run_dir.join(format!(".checkpoint-{}.partial", state.step));
+    let _ = std::fs::remove_dir_all(&partial);
+    std::fs::create_dir_all(&partial).map_err(|e| Error::write(&partial, e))?;
+    let written = (|| {
+        save_peft_adapter(&partial, params, adapter_config)?;
+        write_safetensors(&partial.join(OPTIMIZER_STATE), optimizer_state)?;
+        write_json(&partial.join(TRAINER_STATE), state)?;
+        if final_dir.exists() {
+            let old = run_dir.join(format!(".checkpoint-{}.old", state.step));
+            let _ = std::fs::remove_dir_all(&old);
+            std::fs::rename(&final_dir, &old).map_err(|e| Error::write(&final_dir, e))?;
+            std::fs::rename(&partial, &final_dir).map_err(|e| Error::write(&final_dir, e))?;
+            let _ = std::fs::remove_dir_all(&old);
+        } else {
+            std::fs::rename(&partial, &final_dir).map_err(|e| Error::write(&final_dir, e))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&partial);
+        return Err(e);
+    }
+    Ok(final_dir)
+}
+
+/// Read a checkpoint's trainer state and optimizer moments.
+pub fn load_trainer_state(checkpoint: &Path) -> Result<(TrainerState, HashMap<String, Tensor>)> {
+    let state: TrainerState = crate::engine::error::read_json(&checkpoint.join(TRAINER_STATE))?;
+    let optimizer = read_safetensors(&checkpoint.join(OPTIMIZER_STATE))?;
+    Ok((state, optimizer))
+}
+
+/// The checkpoints of one run, by step.
+pub fn list_checkpoints(run_dir: &Path) -> Vec<CheckpointInfo> {
+    let mut out: Vec<CheckpointInfo> = std::fs::read_dir(run_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    let step: usize = name.strip_prefix("checkpoint-")?.parse().ok()?;
+                    let path = e.path();
+                    if !path.join(ADAPTER_WEIGHTS).exists() {
+                        return None;
+                    }
+                    let state: Option<TrainerState> = crate::engine::error::read_json(&path.join(TRAINER_STATE)).ok();
+                    let mtime = e
+                        .metadata()
+                        .ok()
+                        .and_then(|m| m.modified().ok())
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0);
+                    Some(CheckpointInfo {
+                        step,
+                        size_bytes: folder_size(&path),
+                        train_loss: state.as_ref().and_then(|s| s.train_loss),
+                        val_loss: state.as_ref().and_then(|s| s.val_loss),
+                        saved_unix_secs: state.map(|s| s.saved_unix_secs).unwrap_or(mtime),
+                        path,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort_by_key(|c| c.step);
+    out
+}
+
+/// Delete one checkpoint folder (it must look like one).
+pub fn delete_checkpoint(path: &Path) -> Result<()> {
+    if !path.join(ADAPTER_CONFIG).exists() {
+        return Err(Error::InvalidSetting(format!("{} is not a checkpoint folder", path.display())));
+    }
+    std::fs::remove_dir_all(path).map_err(|e| Error::write(path, e))
+}

@@ -1,0 +1,185 @@
+//! The run folder around the checkpoints: `runs/<name>/run.json` (typed, versioned [`RunManifest`]),
+//! `metrics.jsonl` (every [`TrainEvent`]), and the run list a browser shows. Read and written only here.
+
+use crate::engine::checkpoint::{list_checkpoints, unix_now, write_atomic, write_json, CheckpointInfo};
+use crate::engine::train::{TrainConfig, TrainEvent};
+use crate::engine::{Error, Result};
+use std::path::{Path, PathBuf};
+
+pub const RUN_CONFIG: &str = "run.json";
+
+pub const METRICS: &str = "metrics.jsonl";
+
+/// One run folder reduced to what a run browser shows: its manifest, loss curves from `metrics.jsonl`, how it
+/// ended, and its checkpoints.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunInfo {
+    pub name: String,
+    pub dir: PathBuf,
+    /// None when run.json is missing or unreadable.
+    pub config: Option<TrainConfig>,
+    pub started_unix_secs: Option<u64>,
+    /// (step, loss).
+    pub train_loss: Vec<[f64; 2]>,
+    /// (step, validation loss).
+    pub val_loss: Vec<[f64; 2]>,
+    pub total_steps: Option<usize>,
+    pub trainable_params: Option<usize>,
+    /// "finished", "stopped", "failed: ..." or "incomplete".
+    pub status: String,
+    pub checkpoints: Vec<CheckpointInfo>,
+}
+
+/// The version [`RunManifest::write`] writes. Files from releases before versioning have no `version` field
+/// and read as version 0; their layout is the same.
+pub const RUN_MANIFEST_VERSION: u32 = 1;
+
+/// `run.json`: what a run was started with. Read and written only here.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunManifest {
+    #[serde(default)]
+    pub version: u32,
+    pub name: String,
+    pub config: TrainConfig,
+    pub model: PathBuf,
+    pub dataset: PathBuf,
+    #[serde(default)]
+    pub started_unix_secs: u64,
+    /// The metal-candle release that started the run.
+    #[serde(default)]
+    pub metal_candle_version: String,
+}
+
+impl RunManifest {
+    /// The manifest of a run starting now.
+    pub fn new(name: &str, config: &TrainConfig) -> Self {
+        Self {
+            version: RUN_MANIFEST_VERSION,
+            name: name.to_string(),
+            config: config.clone(),
+            model: config.model.clone(),
+            dataset: config.data.clone(),
+            started_unix_secs: unix_now(),
+            metal_candle_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    /// The run.json of `run_dir`. A manifest from a newer release is refused rather than half read.
+    pub fn read(run_dir: &Path) -> Result<Self> {
+        let path = run_dir.join(RUN_CONFIG);
+        let manifest: Self = crate::engine::error::read_json(&path)?;
+        if manifest.version > RUN_MANIFEST_VERSION {
+            return Err(Error::Json {
+                path,
+                message: format!(
+                    "version {} was written by a newer metal-candle (this one reads up to {RUN_MANIFEST_VERSION}); \
+                     upgrade to open this run",
+                    manifest.version
+                ),
+            });
+        }
+        Ok(manifest)
+    }
+
+    /// The manifest of the run a checkpoint folder belongs to (its parent folder).
+    pub fn of_checkpoint(checkpoint: &Path) -> Result<Self> {
+        let run_dir = checkpoint.parent().unwrap_or(Path::new("."));
+        Self::read(run_dir)
+    }
+
+    /// Write `run_dir/run.json` atomically.
+    pub fn write(&self, run_dir: &Path) -> Result<()> {
+        write_json(&run_dir.join(RUN_CONFIG), self)
+    }
+}
+
+/// Append one event to `metrics.jsonl`.
+pub fn append_metric(run_dir: &Path, event: &TrainEvent) -> Result<()> {
+    use std::io::Write;
+    let path = run_dir.join(METRICS);
+    let line = serde_json::to_string(event).map_err(|e| Error::write(&path, e))?;
+    let mut f =
+        std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| Error::write(&path, e))?;
+    writeln!(f, "{line}").map_err(|e| Error::write(&path, e))
+}
+
+/// Every event in a run's `metrics.jsonl` (unreadable lines are skipped).
+pub fn read_metrics(run_dir: &Path) -> Vec<TrainEvent> {
+    std::fs::read_to_string(run_dir.join(METRICS))
+        .map(|text| text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+        .unwrap_or_default()
+}
+
+/// On resume: keep only events up to `step`, so the curve continues instead of repeating.
+pub fn truncate_metrics(run_dir: &Path, step: usize) -> Result<()> {
+    let kept: Vec<String> = read_metrics(run_dir)
+        .into_iter()
+        .filter(|e| event_step(e).map(|s| s <= step).unwrap_or(true))
+        .filter(|e| !matches!(e, TrainEvent::Finished { .. } | TrainEvent::Failed { .. }))
+        .filter_map(|e| serde_json::to_string(&e).ok())
+        .collect();
+    let mut text = kept.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    write_atomic(&run_dir.join(METRICS), text.as_bytes())
+}
+
+/// The step an event belongs to (None for events without one).
+pub fn event_step(e: &TrainEvent) -> Option<usize> {
+    match e {
+        TrainEvent::Started { start_step, .. } => Some(*start_step),
+        TrainEvent::Step { step, .. }
+        | TrainEvent::Eval { step, .. }
+        | TrainEvent::CheckpointSaved { step, .. }
+        | TrainEvent::Paused { step }
+        | TrainEvent::Resumed { step }
+        | TrainEvent::Finished { step, .. }
+        | TrainEvent::Failed { step, .. } => Some(*step),
+    }
+}
+
+/// All runs under `runs_dir`, newest first. A missing folder is an empty list.
+pub fn list_runs(runs_dir: &Path) -> Result<Vec<RunInfo>> {
+    let Ok(entries) = std::fs::read_dir(runs_dir) else { return Ok(Vec::new()) };
+    let mut runs: Vec<RunInfo> = entries
+        .flatten()
+        .filter(|e| e.path().join(RUN_CONFIG).exists())
+        .map(|e| run_info(e.file_name().to_string_lossy().to_string(), e.path()))
+        .collect();
+    runs.sort_by(|a, b| b.started_unix_secs.cmp(&a.started_unix_secs).then(a.name.cmp(&b.name)));
+    Ok(runs)
+}
+
+/// One run folder: its manifest (if readable), curves and end state from `metrics.jsonl`, its checkpoints.
+fn run_info(name: String, dir: PathBuf) -> RunInfo {
+    let manifest = RunManifest::read(&dir).ok();
+    let mut info = RunInfo {
+        name,
+        config: manifest.as_ref().map(|m| m.config.clone()),
+        started_unix_secs: manifest.map(|m| m.started_unix_secs),
+        train_loss: Vec::new(),
+        val_loss: Vec::new(),
+        total_steps: None,
+        trainable_params: None,
+        status: "incomplete".into(),
+        checkpoints: list_checkpoints(&dir),
+        dir,
+    };
+    for e in read_metrics(&info.dir) {
+        match e {
+            TrainEvent::Started { total_steps, trainable_params, .. } => {
+                info.total_steps = Some(total_steps);
+                info.trainable_params = Some(trainable_params);
+            }
+            TrainEvent::Step { step, loss, .. } => info.train_loss.push([step as f64, loss]),
+            TrainEvent::Eval { step, val_loss, .. } => info.val_loss.push([step as f64, val_loss]),
+            TrainEvent::Finished { stopped_early, .. } => {
+                info.status = if stopped_early { "stopped".into() } else { "finished".into() };
+            }
+            TrainEvent::Failed { message, .. } => info.status = format!("failed: {message}"),
+            _ => {}
+        }
+    }
+    info
+}
