@@ -8,7 +8,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::fixture;
 use metal_candle::engine::checkpoint::{self, PeftAdapterConfig, ADAPTER_WEIGHTS};
-use metal_candle::engine::device::DeviceChoice;
+use metal_candle::engine::device::{DTypeChoice, DeviceChoice};
 use metal_candle::engine::model::load_model;
 use metal_candle::engine::train::run_folder::RunManifest;
 use metal_candle::engine::train::{LoraSettings, TrainConfig, TrainEvent};
@@ -68,7 +68,7 @@ fn worker_refusal(w: &Worker, config: &TrainConfig) -> (String, ErrorKind) {
 fn cli_and_studio_refuse_the_same_settings_with_the_same_message() {
     let dir = tempfile::tempdir().unwrap();
     let w = Worker::spawn(Arc::new(|| {}));
-    w.send(Command::LoadModel { path: fixture("tiny-llama"), device: DeviceChoice::Cpu, dtype: None });
+    w.send(Command::LoadModel { path: fixture("tiny-llama"), device: DeviceChoice::Cpu, dtype: DTypeChoice::Auto });
     let summary = match next_event(&w, |e| matches!(e, Event::ModelLoaded(_) | Event::ModelLoadFailed { .. })) {
         Event::ModelLoaded(s) => *s,
         other => panic!("{other:?}"),
