@@ -160,7 +160,7 @@ fn smollm2_learns_the_sample_format_and_applies_it_to_a_new_country() {
         data: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat"),
         out: dir.path().to_path_buf(),
         run_name: Some("format".into()),
-        lora: LoraSettings { rank: 8, alpha: 16.0, targets: vec!["all-linear".into()], ..Default::default() },
+        lora: LoraSettings { rank: 8, alpha: 16.0, targets: "all-linear".parse().unwrap(), ..Default::default() },
         iters: Some(24),
         epochs: None,
         batch_size: 4,

@@ -146,7 +146,7 @@ fn run_json_round_trips_and_refuses_newer_versions() {
 
 #[test]
 fn adapter_config_round_trips_and_writes_what_it_always_wrote() {
-    let settings = LoraSettings { rank: 4, alpha: 8.0, targets: vec!["all-linear".into()], ..Default::default() };
+    let settings = LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
     let cfg = PeftAdapterConfig::for_settings(&settings, 2, Path::new("tests/fixtures/tiny-llama")).unwrap();
     // Byte for byte the adapter_config.json the previous release wrote for these settings (a PEFT-loadable file).
     let before = std::fs::read_to_string(fixture("ours-tiny-llama-adapter/adapter_config.json")).unwrap();
@@ -281,7 +281,7 @@ fn resume_refuses_lora_settings_the_checkpoint_was_not_trained_with() {
         |lora: LoraSettings| TrainConfig { lora, resume: Some(ckpt.clone()), iters: Some(4), ..config.clone() };
     for (lora, field) in [
         (LoraSettings { alpha: 256.0, ..config.lora.clone() }, "alpha"),
-        (LoraSettings { targets: vec!["all-linear".into()], ..config.lora.clone() }, "targets"),
+        (LoraSettings { targets: "all-linear".parse().unwrap(), ..config.lora.clone() }, "targets"),
         (LoraSettings { layers: Some(1), ..config.lora.clone() }, "layers"),
         (LoraSettings { rank: 8, ..config.lora.clone() }, "rank"),
     ] {

@@ -25,7 +25,7 @@ fn tiny_config(out: &Path, name: &str, iters: usize) -> TrainConfig {
         data: sample_data(),
         out: out.to_path_buf(),
         run_name: Some(name.into()),
-        lora: LoraSettings { rank: 4, alpha: 8.0, targets: vec!["all-linear".into()], ..Default::default() },
+        lora: LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() },
         iters: Some(iters),
         epochs: None,
         batch_size: 4,
@@ -60,7 +60,7 @@ fn step_losses(events: &[TrainEvent]) -> Vec<(usize, f64)> {
 fn layer0_adapter_gradients_match_finite_differences() {
     // f64 model so central differences are exact enough; adapters stay f32 master weights.
     let mut m = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F64).unwrap();
-    let settings = LoraSettings { rank: 2, alpha: 4.0, targets: vec!["all-linear".into()], ..Default::default() };
+    let settings = LoraSettings { rank: 2, alpha: 4.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
     let params = lora::attach_new_adapters(&mut m.model, &settings, 7).unwrap();
     for (i, p) in params.iter().enumerate() {
         // Non-zero B so that A's gradient is non-zero too.
@@ -124,7 +124,7 @@ fn hand_written_gradients_match_autograd_on_every_architecture() {
             alpha: 6.0,
             dropout: 0.2,
             layers: last_layers,
-            targets: vec!["all-linear".into()],
+            targets: "all-linear".parse().unwrap(),
             ..Default::default()
         };
         let params = lora::attach_new_adapters(&mut m.model, &settings, 11).unwrap();
@@ -171,7 +171,7 @@ fn reference_training_and_evaluation_losses_agree() {
     // The autograd reference, the evaluation loss (inference kernels) and the hand-written training pass
     // compute the same loss.
     let mut m = load_model(&fixture("tiny-qwen3"), &Device::Cpu, DType::F32).unwrap();
-    let settings = LoraSettings { rank: 2, alpha: 4.0, targets: vec!["all-linear".into()], ..Default::default() };
+    let settings = LoraSettings { rank: 2, alpha: 4.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
     for p in lora::attach_new_adapters(&mut m.model, &settings, 5).unwrap() {
         p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
     }

@@ -28,7 +28,7 @@ pub struct TrainBenchArgs {
     #[arg(long)]
     pub alpha: Option<f64>,
     #[arg(long, default_value = "q_proj,v_proj")]
-    pub targets: String,
+    pub targets: crate::engine::lora::Targets,
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
     #[arg(long, default_value_t = 1)]
@@ -75,7 +75,7 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
     let lora = crate::engine::train::LoraSettings {
         rank: args.rank,
         alpha: args.alpha.unwrap_or(2.0 * args.rank as f64),
-        targets: args.targets.split(',').map(|s| s.trim().to_string()).collect(),
+        targets: args.targets.clone(),
         ..Default::default()
     };
     let r = bench::bench_train(&m, &lora, args.batch_size, args.seq_len, args.steps, args.warmup)?;

@@ -31,7 +31,7 @@ pub struct TrainArgs {
     pub dropout: Option<f32>,
     /// Comma-separated: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear.
     #[arg(long)]
-    pub targets: Option<String>,
+    pub targets: Option<crate::engine::lora::Targets>,
     /// Adapt only the last N layers.
     #[arg(long)]
     pub layers: Option<usize>,
@@ -117,7 +117,7 @@ impl TrainArgs {
         set!(c.lora.alpha, self.alpha);
         set!(c.lora.dropout, self.dropout);
         if let Some(t) = &self.targets {
-            c.lora.targets = t.split(',').map(|s| s.trim().to_string()).collect();
+            c.lora.targets = t.clone();
         }
         if self.layers.is_some() {
             c.lora.layers = self.layers;

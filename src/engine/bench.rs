@@ -130,7 +130,7 @@ pub fn bench_train(
         batch_size,
         seq_len,
         rank: lora.rank,
-        targets: lora.resolved_targets()?,
+        targets: lora.targets.names(),
         steps: steps.max(1),
         mean_step_secs,
         median_step_secs,

@@ -5,8 +5,9 @@
 //! Everything here works from a [`ModelShape`], plain numbers a front end can keep without the model itself.
 
 use crate::engine::lora::adapted_layers;
+use crate::engine::lora::Target;
 use crate::engine::model::ModelConfig;
-use crate::engine::train::{LoraSettings, ModelLimits, TrainConfig, ALL_TARGETS};
+use crate::engine::train::{LoraSettings, ModelLimits, TrainConfig};
 use crate::engine::Result;
 
 /// The sizes of a model that the estimates and the settings validation need.
@@ -41,9 +42,9 @@ impl ModelShape {
             vocab_size: config.vocab_size,
             context_length: config.max_position_embeddings,
             dtype_bytes,
-            linear_shapes: ALL_TARGETS
+            linear_shapes: Target::ALL
                 .iter()
-                .filter_map(|t| config.linear_shape(t).map(|(i, o)| (t.to_string(), i, o)))
+                .filter_map(|t| config.linear_shape(t.name()).map(|(i, o)| (t.name().to_string(), i, o)))
                 .collect(),
         }
     }
@@ -54,13 +55,12 @@ impl ModelShape {
     }
 }
 
-/// LoRA parameters: `r * (in + out)` per adapted linear. Fails on unknown targets.
+/// LoRA parameters: `r * (in + out)` per adapted linear.
 pub fn trainable_params(model: &ModelShape, lora: &LoraSettings) -> Result<usize> {
-    let targets = lora.resolved_targets()?;
     let per_layer: usize = model
         .linear_shapes
         .iter()
-        .filter(|(name, _, _)| targets.iter().any(|t| t == name))
+        .filter(|(name, _, _)| lora.targets.contains_name(name))
         .map(|(_, i, o)| lora.rank * (i + o))
         .sum();
     Ok(per_layer * adapted_layers(model.layers, lora.layers).len())
@@ -138,13 +138,13 @@ mod tests {
     #[test]
     fn trainable_params_follow_rank_targets_and_layers() {
         let m = smollm_like();
-        let lora = LoraSettings { rank: 8, targets: vec!["q_proj".into(), "v_proj".into()], ..Default::default() };
+        let lora = LoraSettings { rank: 8, targets: "q_proj,v_proj".parse().unwrap(), ..Default::default() };
         // q: 8*(576+576) + v: 8*(576+192), 30 layers
         assert_eq!(trainable_params(&m, &lora).unwrap(), 30 * (8 * 1152 + 8 * 768));
         let last4 = LoraSettings { layers: Some(4), ..lora.clone() };
         assert_eq!(trainable_params(&m, &last4).unwrap(), 4 * (8 * 1152 + 8 * 768));
-        let bad = LoraSettings { targets: vec!["nope".into()], ..lora };
-        assert!(trainable_params(&m, &bad).is_err());
+        let err = "q_proj,nope".parse::<crate::engine::lora::Targets>().unwrap_err().to_string();
+        assert!(err.contains("unknown LoRA target `nope`"), "{err}");
     }
 
     #[test]
@@ -162,7 +162,8 @@ mod tests {
     fn the_estimate_matches_the_adapters_the_trainer_attaches() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
         let mut m = crate::engine::model::load_model(&dir, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap();
-        let lora = LoraSettings { rank: 4, targets: vec!["all-linear".into()], layers: Some(1), ..Default::default() };
+        let lora =
+            LoraSettings { rank: 4, targets: "all-linear".parse().unwrap(), layers: Some(1), ..Default::default() };
         let params = crate::engine::lora::attach_new_adapters(&mut m.model, &lora, 0).unwrap();
         let attached: usize = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
         assert_eq!(trainable_params(&ModelShape::of(&m.config, 4), &lora).unwrap(), attached);

@@ -8,8 +8,146 @@ use crate::engine::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-/// The linears an adapter can wrap.
-pub const ALL_TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+/// A projection an adapter can wrap, by its Hugging Face (and PEFT) module name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    QProj,
+    KProj,
+    VProj,
+    OProj,
+    GateProj,
+    UpProj,
+    DownProj,
+}
+
+impl Target {
+    /// Every target, in model order (attention, then MLP).
+    pub const ALL: [Target; 7] =
+        [Self::QProj, Self::KProj, Self::VProj, Self::OProj, Self::GateProj, Self::UpProj, Self::DownProj];
+
+    /// The module name, e.g. `q_proj`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::QProj => "q_proj",
+            Self::KProj => "k_proj",
+            Self::VProj => "v_proj",
+            Self::OProj => "o_proj",
+            Self::GateProj => "gate_proj",
+            Self::UpProj => "up_proj",
+            Self::DownProj => "down_proj",
+        }
+    }
+}
+
+impl std::str::FromStr for Target {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        Self::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|t| t.name()).collect();
+            Error::InvalidSetting(format!("unknown LoRA target `{s}`; choose from {} or all-linear", names.join(", ")))
+        })
+    }
+}
+
+/// The projections that get adapters: a set kept in model order. Parsed from module names, where
+/// `all-linear` (or `all`) means every one; written as the list of names (run.json, PEFT's target_modules).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Targets(Vec<Target>);
+
+impl Targets {
+    /// Every projection (PEFT's `all-linear`).
+    pub fn all() -> Self {
+        Self(Target::ALL.to_vec())
+    }
+
+    /// These targets, in model order, each once.
+    pub fn of(targets: &[Target]) -> Self {
+        let mut list = targets.to_vec();
+        list.sort();
+        list.dedup();
+        Self(list)
+    }
+
+    pub fn contains(&self, target: Target) -> bool {
+        self.0.contains(&target)
+    }
+
+    /// Whether the projection named `module` (e.g. `q_proj`) is a target.
+    pub fn contains_name(&self, module: &str) -> bool {
+        self.0.iter().any(|t| t.name() == module)
+    }
+
+    pub fn insert(&mut self, target: Target) {
+        *self = Self::of(&[self.0.as_slice(), &[target]].concat());
+    }
+
+    pub fn remove(&mut self, target: Target) {
+        self.0.retain(|t| *t != target);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Target> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// The module names, in model order.
+    pub fn names(&self) -> Vec<String> {
+        self.0.iter().map(|t| t.name().to_string()).collect()
+    }
+
+    /// Parse a list of names, each possibly `all-linear`; blank names are ignored.
+    pub fn parse_names<S: AsRef<str>>(names: &[S]) -> Result<Self> {
+        let mut out = Vec::new();
+        for name in names.iter().map(|n| n.as_ref().trim()).filter(|n| !n.is_empty()) {
+            match name {
+                "all-linear" | "all" => out.extend(Target::ALL),
+                _ => out.push(name.parse()?),
+            }
+        }
+        Ok(Self::of(&out))
+    }
+}
+
+/// Comma-separated names, as the CLI's `--targets q_proj,v_proj` or `all-linear`.
+impl std::str::FromStr for Targets {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::parse_names(&s.split(',').collect::<Vec<_>>())
+    }
+}
+
+impl std::fmt::Display for Targets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.names().join(", "))
+    }
+}
+
+impl serde::Serialize for Targets {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        self.names().serialize(serializer)
+    }
+}
+
+/// A list of names (each possibly `all-linear`), or one comma-separated string (handy in a TOML file).
+impl<'de> serde::Deserialize<'de> for Targets {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Names {
+            List(Vec<String>),
+            One(String),
+        }
+        match Names::deserialize(deserializer)? {
+            Names::List(names) => Targets::parse_names(&names),
+            Names::One(text) => text.parse(),
+        }
+        .map_err(serde::de::Error::custom)
+    }
+}
 
 /// LoRA shape.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -18,8 +156,8 @@ pub struct LoraSettings {
     pub rank: usize,
     pub alpha: f64,
     pub dropout: f32,
-    /// Module names (see [`ALL_TARGETS`]); "all-linear" expands to all of them.
-    pub targets: Vec<String>,
+    /// The projections that get adapters.
+    pub targets: Targets,
     /// Adapt only the last N layers (None: all).
     pub layers: Option<usize>,
     /// Scale alpha/sqrt(r) instead of alpha/r.
@@ -32,7 +170,7 @@ impl Default for LoraSettings {
             rank: 8,
             alpha: 16.0,
             dropout: 0.0,
-            targets: vec!["q_proj".into(), "v_proj".into()],
+            targets: Targets::of(&[Target::QProj, Target::VProj]),
             layers: None,
             use_rslora: false,
         }
@@ -47,30 +185,6 @@ impl LoraSettings {
         } else {
             self.alpha / self.rank as f64
         }
-    }
-
-    /// Target module names with "all-linear" expanded, validated.
-    pub fn resolved_targets(&self) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        for t in &self.targets {
-            let t = t.trim();
-            if t == "all-linear" || t == "all" {
-                out.extend(ALL_TARGETS.iter().map(|s| s.to_string()));
-            } else if ALL_TARGETS.contains(&t) {
-                out.push(t.to_string());
-            } else if !t.is_empty() {
-                return Err(Error::InvalidSetting(format!(
-                    "unknown LoRA target `{t}`; choose from {} or all-linear",
-                    ALL_TARGETS.join(", ")
-                )));
-            }
-        }
-        out.sort_by_key(|t| ALL_TARGETS.iter().position(|a| a == t));
-        out.dedup();
-        if out.is_empty() {
-            return Err(Error::InvalidSetting("choose at least one LoRA target module".into()));
-        }
-        Ok(out)
     }
 }
 
@@ -91,14 +205,13 @@ pub fn adapted_layers(num_layers: usize, last_n: Option<usize>) -> std::ops::Ran
 
 /// Attach fresh adapters as PEFT initialises them: A ~ kaiming-uniform (bound 1/sqrt(in)), B = 0.
 pub fn attach_new_adapters(model: &mut Transformer, settings: &LoraSettings, seed: u64) -> Result<Vec<AdapterParam>> {
-    let targets = settings.resolved_targets()?;
     let layers = adapted_layers(model.config.num_layers, settings.layers);
     let device = model.device().clone();
     let mut rng = StdRng::seed_from_u64(seed);
     let dropout_seed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(seed.wrapping_mul(0x9E37_79B9)));
     let mut params = Vec::new();
     for (layer, module, linear) in model.linears_mut() {
-        if !layers.contains(&layer) || !targets.iter().any(|t| t == module) {
+        if !layers.contains(&layer) || !settings.targets.contains_name(module) {
             continue;
         }
         let (in_f, out_f) = (linear.in_features(), linear.out_features());
@@ -177,5 +290,27 @@ pub fn set_dropout(model: &mut Transformer, dropout: f32) {
 pub fn detach_adapters(model: &mut Transformer) {
     for (_, _, linear) in model.linears_mut() {
         linear.adapter = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_expand_all_linear_and_keep_model_order() {
+        let t: Targets = "v_proj, q_proj,v_proj".parse().unwrap();
+        assert_eq!(t.names(), ["q_proj", "v_proj"]);
+        assert_eq!("all-linear".parse::<Targets>().unwrap(), Targets::all());
+        assert!("q_proj,qproj".parse::<Targets>().unwrap_err().to_string().contains("`qproj`"));
+        // run.json holds a list (old files may say "all-linear"); a TOML file may give one string.
+        let from_list: Targets = serde_json::from_str(r#"["all-linear"]"#).unwrap();
+        assert_eq!(from_list, Targets::all());
+        let from_string: Targets = serde_json::from_str(r#""k_proj,o_proj""#).unwrap();
+        assert_eq!(serde_json::to_string(&from_string).unwrap(), r#"["k_proj","o_proj"]"#);
+        let mut edited = from_string;
+        edited.insert(Target::QProj);
+        edited.remove(Target::OProj);
+        assert_eq!(edited.to_string(), "q_proj, k_proj");
     }
 }

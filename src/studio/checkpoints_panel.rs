@@ -231,7 +231,7 @@ impl CheckpointsPanel {
                                     if c.lora.use_rslora { " (rsLoRA)" } else { "" }
                                 ),
                             );
-                            row(ui, "Targets", c.lora.targets.join(", "));
+                            row(ui, "Targets", c.lora.targets.to_string());
                             row(
                                 ui,
                                 "Layers",

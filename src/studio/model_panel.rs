@@ -324,7 +324,7 @@ pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) 
         RichText::new(format!(
             "rank {} · {} · batch {} × {} tokens",
             cfg.lora.rank,
-            cfg.lora.targets.join(", "),
+            cfg.lora.targets.to_string(),
             cfg.batch_size,
             cfg.seq_len
         ))

@@ -6,7 +6,7 @@ use super::app::{PanelCtx, Prefs};
 use super::model_panel::memory_card_ui;
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
 use crate::engine::estimate;
-use crate::engine::train::{lr_at, Schedule, TrainConfig, ALL_TARGETS};
+use crate::engine::train::{lr_at, Schedule, Target, Targets, TrainConfig};
 use crate::worker::{DatasetReport, ModelSummary};
 use egui::{DragValue, RichText, Ui};
 use egui_plot::{Line, Plot, PlotPoints};
@@ -114,19 +114,16 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                 ui.add(egui::Slider::new(&mut lora.dropout, 0.0..=0.5).fixed_decimals(2));
             });
             block_row_ui(ui, "Target modules", "Which linear layers of each decoder block get an adapter. Attention projections (q, k, v, o) are the classic choice; adding the MLP (gate, up, down) trains more parameters and often fits better.", |ui| {
-                for group in [&ALL_TARGETS[..4], &ALL_TARGETS[4..]] {
+                for group in [&Target::ALL[..4], &Target::ALL[4..]] {
                     ui.horizontal(|ui| {
                         for &t in group {
-                            let mut on = lora.targets.iter().any(|x| x == t || x == "all-linear");
-                            if ui.checkbox(&mut on, t).changed() {
-                                expand_all_linear(&mut lora.targets);
+                            let mut on = lora.targets.contains(t);
+                            if ui.checkbox(&mut on, t.name()).changed() {
                                 if on {
-                                    lora.targets.push(t.to_string());
+                                    lora.targets.insert(t);
                                 } else {
-                                    lora.targets.retain(|x| x != t);
+                                    lora.targets.remove(t);
                                 }
-                                lora.targets.sort_by_key(|x| ALL_TARGETS.iter().position(|a| a == x));
-                                lora.targets.dedup();
                             }
                         }
                     });
@@ -134,13 +131,13 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                 ui.horizontal(|ui| {
                     ui.label(RichText::new("presets").weak());
                     if ui.small_button("q, v").on_hover_text("The original LoRA paper's choice").clicked() {
-                        lora.targets = vec!["q_proj".into(), "v_proj".into()];
+                        lora.targets = Targets::of(&[Target::QProj, Target::VProj]);
                     }
                     if ui.small_button("attention").on_hover_text("q, k, v and o projections").clicked() {
-                        lora.targets = ALL_TARGETS[..4].iter().map(|s| s.to_string()).collect();
+                        lora.targets = Targets::of(&Target::ALL[..4]);
                     }
                     if ui.small_button("all linear").on_hover_text("Every linear of every block (QLoRA style)").clicked() {
-                        lora.targets = ALL_TARGETS.iter().map(|s| s.to_string()).collect();
+                        lora.targets = Targets::all();
                     }
                 });
             });
@@ -160,13 +157,6 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
             });
         });
     });
-}
-
-fn expand_all_linear(targets: &mut Vec<String>) {
-    if targets.iter().any(|t| t == "all-linear" || t == "all") {
-        targets.retain(|t| t != "all-linear" && t != "all");
-        targets.extend(ALL_TARGETS.iter().map(|s| s.to_string()));
-    }
 }
 
 fn data_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {

@@ -115,7 +115,7 @@ impl PeftAdapterConfig {
             r: settings.rank,
             rank_pattern: Default::default(),
             revision: None,
-            target_modules: TargetModules::List(settings.resolved_targets()?),
+            target_modules: TargetModules::List(settings.targets.names()),
             task_type: Some("CAUSAL_LM".into()),
             use_dora: false,
             use_rslora: settings.use_rslora,

@@ -4,7 +4,7 @@ use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::{Error, Result};
 use std::path::PathBuf;
 
-pub use crate::engine::lora::{LoraSettings, ALL_TARGETS};
+pub use crate::engine::lora::{LoraSettings, Target, Targets};
 
 /// Learning-rate schedule after warmup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -148,7 +148,9 @@ impl TrainConfig {
         if self.lora.layers == Some(0) {
             return bad("`layers` must be at least 1 (or unset for all layers)".into());
         }
-        self.lora.resolved_targets()?;
+        if self.lora.targets.is_empty() {
+            return bad("choose at least one LoRA target module".into());
+        }
         if self.batch_size == 0 || self.grad_accum == 0 {
             return bad("batch size and gradient accumulation must be at least 1".into());
         }

@@ -9,7 +9,7 @@ pub mod loss;
 pub mod optimizer;
 pub mod run_folder;
 
-pub use config::{lr_at, LoraSettings, ModelLimits, Schedule, TrainConfig, ALL_TARGETS};
+pub use config::{lr_at, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
 pub use events::{TrainControl, TrainEvent};
 
 use crate::engine::checkpoint::{self, TrainerState};
