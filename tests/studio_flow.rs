@@ -416,3 +416,22 @@ fn rank_explorer_probes_ranks_and_puts_one_into_the_settings() {
     assert!(r.micro_error.is_none(), "{:?}", r.micro_error);
     assert!(r.micro.iter().any(|m| m.op == "lora" && m.backward_ms.is_some()));
 }
+
+#[test]
+fn help_shows_the_system_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(test_prefs(dir.path(), 1));
+    h.step();
+    click(&mut h, "Help");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while h.query_by_label_contains("device: cpu").is_none() {
+        assert!(Instant::now() < deadline, "the system report never appeared in the Help window");
+        h.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = h.get_by_label_contains("device: cpu").label().unwrap_or_default();
+    for needle in ["compute dtype", "RMS norm", "BLAS"] {
+        assert!(report.contains(needle), "the report lacks {needle}: {report}");
+    }
+    assert!(h.query_by_label("Copy").is_some(), "the report can be copied");
+}

@@ -76,6 +76,25 @@ pub enum Command {
     /// Benchmarks: generation, training and LoRA micro-benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// What to paste into a bug report: build, OS, devices and dtypes, memory, BLAS, which kernel each op uses.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
+    let report = crate::engine::doctor::report();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
 }
 
 /// Options shared by every command that loads a model.
@@ -142,6 +161,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Export(a)) => train::export(&a),
         Some(Command::Data(a)) => data::data(&a),
         Some(Command::Bench(b)) => bench::run(b),
+        Some(Command::Doctor(a)) => doctor(&a),
     }
 }
 

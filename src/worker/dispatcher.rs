@@ -114,6 +114,17 @@ impl Dispatcher {
                     flag.store(true, Ordering::SeqCst);
                 }
             }
+            Command::Diagnose => {
+                let out = self.out.clone();
+                spawn_job(
+                    "mc-doctor",
+                    self.out.clone(),
+                    |error| Event::Diagnosis { text: format!("the report failed: {}", error.message) },
+                    move || {
+                        out.send(Event::Diagnosis { text: crate::engine::doctor::report().to_string() });
+                    },
+                );
+            }
             Command::ListRuns { runs_dir } => {
                 let out = self.out.clone();
                 let dir = runs_dir.clone();

@@ -73,6 +73,8 @@ pub enum Command {
     CancelGeneration {
         id: u64,
     },
+    /// Gather the system report (`engine::doctor`) for the Help window.
+    Diagnose,
     /// Read every run folder under `runs_dir`.
     ListRuns {
         runs_dir: PathBuf,
@@ -123,6 +125,10 @@ pub struct GenerateJob {
 /// which front ends show as is. A training run's failure is its `TrainEvent::Failed` (with the same kind).
 #[derive(Debug, Clone)]
 pub enum Event {
+    /// The system report asked for by [`Command::Diagnose`], as text.
+    Diagnosis {
+        text: String,
+    },
     ModelLoading {
         path: PathBuf,
     },

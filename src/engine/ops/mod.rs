@@ -106,7 +106,59 @@ pub fn sum_to_host(parts: &[Tensor]) -> Result<f64> {
 
 /// Whether our CPU f32 kernels take this tensor (never in the portable graph).
 fn is_cpu_f32(x: &Tensor) -> bool {
-    x.device().is_cpu() && x.dtype() == DType::F32 && kernels() == Kernels::Native
+    our_cpu_kernels(x.device(), x.dtype())
+}
+
+fn our_cpu_kernels(device: &candle_core::Device, dtype: DType) -> bool {
+    device.is_cpu() && dtype == DType::F32 && kernels() == Kernels::Native
+}
+
+/// Which implementation each operation takes on `device` in `dtype`, from the same predicates the ops use:
+/// what `metal-candle doctor` reports.
+pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'static str, String)> {
+    let ours_cpu = our_cpu_kernels(device, dtype);
+    let ours_cuda = cuda_kernels::available(device, dtype);
+    let blas = crate::engine::blas::library_name().filter(|_| ours_cpu);
+    let options = crate::engine::runtime::options();
+    let candle = |what: &str| format!("Candle's {what}");
+    let products = match blas {
+        Some(lib) if options.gemv => format!("{lib}, split over our CPU team; single rows: our matrix-vector kernel"),
+        Some(lib) => format!("{lib}, split over our CPU team"),
+        None => candle("matmul"),
+    };
+    let element_wise = if ours_cpu {
+        "our CPU f32 kernels".to_string()
+    } else if ours_cuda {
+        "our fused CUDA kernels".into()
+    } else {
+        candle("composed ops")
+    };
+    let batched = blas.map(|lib| format!("{lib}, split over our CPU team")).unwrap_or_else(|| candle("matmul"));
+    let attention = if device.is_metal() && options.metal_sdpa {
+        format!("{} (prefill from position 0, decode); else {element_wise}", candle("fused sdpa kernel"))
+    } else {
+        format!("scores and values: {batched}; scaled masked softmax: {element_wise}")
+    };
+    let decode_layer = if ours_cuda && options.fused_decode {
+        "fused CUDA decoder layer (10 launches; layers with adapters on q/k/v/gate/up or q/k norms: composed)"
+    } else {
+        "composed from the ops above"
+    };
+    let norm = if dtype == DType::F64 { "composed in f64".to_string() } else { candle("fused RMS-norm kernel") };
+    vec![
+        ("kernel set", format!("{:?}", kernels()).to_lowercase()),
+        ("frozen and adapter products", products),
+        ("RMS norm", norm),
+        ("rotary embedding", candle("fused rope kernel")),
+        ("attention", attention),
+        ("SwiGLU, residual adds", element_wise.clone()),
+        ("training backward (norm, rope, softmax, SwiGLU)", element_wise.clone()),
+        (
+            "head + loss",
+            if ours_cpu && blas.is_some() { "chunked, through BLAS".into() } else { candle("ops, chunked") },
+        ),
+        ("decode step", decode_layer.to_string()),
+    ]
 }
 
 fn f32_of(t: &Tensor) -> Result<F32Elems<'_>> {

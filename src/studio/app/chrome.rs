@@ -30,8 +30,14 @@ impl StudioApp {
                 widgets::status_dot_ui(ui, ui.visuals().weak_text_color());
                 ui.label(RichText::new("no model").weak());
             }
-            // Training chip on the right.
+            // Help and the training chip on the right.
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                let help = ui.button("Help").on_hover_text("System report: build, devices, dtypes, memory, kernels");
+                if help.clicked() {
+                    self.help.open = true;
+                    self.help.text = None;
+                    self.worker.send(Command::Diagnose);
+                }
                 if let Some(run) = &self.training_panel.run {
                     let status = &self.training_panel.status;
                     if status.is_active() || run.step > 0 {
@@ -216,5 +222,36 @@ impl StudioApp {
             egui::FontId::proportional(22.0),
             egui::Color32::WHITE,
         );
+    }
+}
+
+/// The Help window's state.
+#[derive(Default)]
+pub(super) struct HelpWindow {
+    pub(super) open: bool,
+    pub(super) text: Option<String>,
+}
+
+impl StudioApp {
+    /// The system report a user pastes into a bug report, with a copy button.
+    pub(super) fn help_window_ui(&mut self, ctx: &egui::Context) {
+        let mut open = self.help.open;
+        egui::Window::new("Help: system report").open(&mut open).default_width(760.0).show(ctx, |ui| {
+            ui.label("What to paste into a bug report (the same as `metal-candle doctor`).");
+            match &self.help.text {
+                Some(text) => {
+                    if ui.button("Copy").clicked() {
+                        ui.ctx().copy_text(text.clone());
+                    }
+                    egui::ScrollArea::vertical().max_height(480.0).show(ui, |ui| {
+                        ui.label(RichText::new(text).monospace());
+                    });
+                }
+                None => {
+                    ui.spinner();
+                }
+            }
+        });
+        self.help.open = open;
     }
 }

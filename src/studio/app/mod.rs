@@ -99,6 +99,8 @@ struct Toast {
 pub struct StudioApp {
     pub prefs: Prefs,
     worker: Worker,
+    /// The Help window: the system report (`metal-candle doctor`'s text) once the worker has gathered it.
+    help: chrome::HelpWindow,
     pub model: ModelStatus,
     pub model_panel: ModelPanel,
     pub dataset_panel: DatasetPanel,
@@ -128,6 +130,7 @@ impl StudioApp {
         let mut app = Self {
             prefs,
             worker,
+            help: chrome::HelpWindow::default(),
             model: ModelStatus::default(),
             model_panel: ModelPanel::default(),
             dataset_panel: DatasetPanel::default(),
@@ -236,6 +239,7 @@ impl StudioApp {
             Event::Token { id, text } => self.chat_panel.on_token(id, &text),
             Event::GenerationFinished { id, stats } => self.chat_panel.on_finished(id, stats),
             Event::GenerationFailed { id, error } => self.chat_panel.on_failed(id, error.message),
+            Event::Diagnosis { text } => self.help.text = Some(text),
             Event::Runs { runs_dir, runs } => self.checkpoints_panel.on_runs(runs_dir, runs),
             Event::RunsFailed { error, .. } => self.checkpoints_panel.on_runs_failed(error.message),
             Event::CheckpointDeleted { path } => {
@@ -388,6 +392,7 @@ impl StudioApp {
             .show(ui, |ui| {
                 self.page_ui(ui);
             });
+        self.help_window_ui(&ctx);
         self.toasts_ui(&ctx);
         self.drop_overlay_ui(&ctx);
         self.run_actions();
