@@ -429,9 +429,8 @@ fn help_shows_the_system_report() {
         h.step();
         std::thread::sleep(Duration::from_millis(5));
     }
-    let report = h.get_by_label_contains("device: cpu").label().unwrap_or_default();
     for needle in ["compute dtype", "RMS norm", "BLAS"] {
-        assert!(report.contains(needle), "the report lacks {needle}: {report}");
+        assert!(h.query_by_label_contains(needle).is_some(), "the report lacks {needle}");
     }
     assert!(h.query_by_label("Copy").is_some(), "the report can be copied");
 }
