@@ -10,7 +10,8 @@
 # q,v) against torch+PEFT, and the portable graph's decode and step as the nearest measurable proxy for Metal.
 #   bash scripts/gpu_round.sh "$OUT"
 set -uo pipefail
-OUT="${1:-/tmp/gpu-round}"; mkdir -p "$OUT"; LOG="$OUT/gpu-round.txt"
+# Each step's full output stays in /tmp/gpu-round; the log (commands, output tails) is written to $1.
+OUT=/tmp/gpu-round; mkdir -p "$OUT"; LOG="${1:-$OUT}/gpu-round.txt"
 unxz() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2"; chmod +x "$2"; }
 unxz .gpu/metal-candle.xz /tmp/metal-candle; unxz .gpu/cuda_decode.xz /tmp/cuda_decode
 MC="bash .gpu/gpu-libs.sh /tmp/metal-candle"
@@ -23,7 +24,7 @@ step make_random python3 scripts/make_smollm2_hf.py --out /tmp/smollm2-random --
 step cuda_decode_test bash .gpu/gpu-libs.sh /tmp/cuda_decode --test-threads 1
 T="--model tests/fixtures/tiny-llama --data assets/sample-chat --iters 20 --batch-size 4 --seq-len 96 --lr 1e-2 --targets all-linear --rank 4 --alpha 8 --dropout 0.1 --save-every 0 --val-every 10 --seed 0 --device cuda --dtype f32 --json"
 for k in native portable; do
-  step "train_tiny_$k" $MC train $T --out /tmp/runs-$k --name t --kernels $k
+  step "train_tiny_$k" $MC train $T --out "$(mktemp -d)" --name t --kernels $k
   step "generate_tiny_$k" $MC generate --model tests/fixtures/tiny-llama --prompt "Once upon a time" --max-tokens 24 --temperature 0 --ignore-eos --device cuda --dtype f32 --json --kernels $k
 done
 python3 - "$OUT" >>"$LOG" <<'PY'
@@ -33,8 +34,8 @@ def losses(k): return [json.loads(l)["loss"] for l in open(f"{out}/train_tiny_{k
 a, b = losses("native"), losses("portable")
 print("### train losses native vs portable (tiny-llama, CUDA f32, 20 steps, dropout 0.1)")
 print("steps", len(a), len(b), "max |diff|", max(abs(x - y) for x, y in zip(a, b)) if a and b else None)
-ids = [open(f"{out}/generate_tiny_{k}.out").read() for k in ("native", "portable")]
-print("generate output identical:", ids[0] == ids[1])
+ids = [json.loads(open(f"{out}/generate_tiny_{k}.out").read())["generated_ids"] for k in ("native", "portable")]
+print("greedy ids native vs portable identical:", ids[0] == ids[1], ids[0])
 PY
 M=/tmp/smollm2-random
 for round in 1 2; do
