@@ -168,6 +168,13 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
         .with_context(|| format!("loading model {}", config.model.display()))?;
     // The engine's one settings check, now against the model (the studio refuses the same, word for word).
     config.validate_for_model(ModelLimits::of(&base.config))?;
+    let shape = crate::engine::estimate::ModelShape::of(&base.config, placement.dtype.size_in_bytes());
+    let memory = crate::engine::estimate::training_memory(&shape, &config);
+    let budget = crate::engine::device::memory_budget_bytes(&placement.device);
+    let budget_name = crate::engine::device::memory_budget_name(&placement.device);
+    if let Some(warning) = crate::engine::estimate::memory_warning(&memory, budget, budget_name) {
+        eprintln!("warning: {warning}");
+    }
     let control = TrainControl::default();
     let ctrl = control.clone();
     // Ctrl-C: stop after the current step and save a final checkpoint; a second Ctrl-C exits at once.

@@ -404,3 +404,12 @@ pub fn memory_budget_bytes(device: &Device) -> Option<u64> {
         _ => None,
     }
 }
+
+/// What [`memory_budget_bytes`] measures on `device`, for messages.
+pub fn memory_budget_name(device: &Device) -> &'static str {
+    if device.is_metal() {
+        "the GPU's recommended working set"
+    } else {
+        "this machine's RAM"
+    }
+}

@@ -107,6 +107,25 @@ pub fn training_memory(model: &ModelShape, config: &TrainConfig) -> MemoryEstima
     }
 }
 
+/// The warning every front end shows before a run whose estimate exceeds the memory the device can use
+/// (`budget_bytes`, named `budget_name`: RAM, or a Mac's recommended GPU working set, past which macOS swaps);
+/// None when it fits or the budget is unknown.
+pub fn memory_warning(estimate: &MemoryEstimate, budget_bytes: Option<u64>, budget_name: &str) -> Option<String> {
+    let budget = budget_bytes?;
+    let total = estimate.total_bytes();
+    if total <= budget {
+        return None;
+    }
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    Some(format!(
+        "this run needs about {:.1} GiB but {budget_name} is {:.1} GiB: it would swap or fail; lower the batch size or \
+         the sequence length (activations: {:.1} GiB), or the rank",
+        gib(total),
+        gib(budget),
+        gib(estimate.activations_bytes)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +186,16 @@ mod tests {
         let params = crate::engine::lora::attach_new_adapters(&mut m.model, &lora, 0).unwrap();
         let attached: usize = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
         assert_eq!(trainable_params(&ModelShape::of(&m.config, 4), &lora).unwrap(), attached);
+    }
+
+    #[test]
+    fn a_run_larger_than_the_budget_is_warned_about() {
+        let m = smollm_like();
+        let cfg = TrainConfig { batch_size: 64, seq_len: 2048, ..TrainConfig::default() };
+        let est = training_memory(&m, &cfg);
+        assert!(memory_warning(&est, None, "RAM").is_none(), "unknown budget: no warning");
+        assert!(memory_warning(&est, Some(est.total_bytes()), "RAM").is_none());
+        let warning = memory_warning(&est, Some(est.total_bytes() / 2), "this machine's RAM").unwrap();
+        assert!(warning.contains("this machine's RAM") && warning.contains("batch size"), "{warning}");
     }
 }

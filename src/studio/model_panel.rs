@@ -375,7 +375,13 @@ pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) 
         ui.label(RichText::new("Total (≈)").strong());
         ui.label(RichText::new(fmt_bytes(est.total_bytes())).strong().color(palette::ACCENT));
         ui.end_row();
+        if let Some(budget) = m.memory_budget_bytes {
+            row(ui, "Available", fmt_bytes(budget), &m.memory_budget_name);
+        }
     });
+    if let Some(warning) = estimate::memory_warning(&est, m.memory_budget_bytes, &m.memory_budget_name) {
+        ui.label(RichText::new(format!("⚠ {warning}")).color(palette::WARN));
+    }
 }
 
 /// A value with why it was chosen, when there is a reason worth showing ("bf16 (default on cuda)").

@@ -375,6 +375,8 @@ mod tests {
             dtype: "f32".into(),
             dtype_reason: String::new(),
             device_note: None,
+            memory_budget_bytes: None,
+            memory_budget_name: String::new(),
             weights_dtype: None,
             device: "cpu".into(),
             has_chat_template: false,

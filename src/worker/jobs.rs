@@ -51,6 +51,8 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
         dtype: format!("{dtype:?}").to_lowercase(),
         dtype_reason: String::new(),
         device_note: None,
+        memory_budget_bytes: crate::engine::device::memory_budget_bytes(m.model.device()),
+        memory_budget_name: crate::engine::device::memory_budget_name(m.model.device()).into(),
         weights_dtype: c.weights_dtype.clone(),
         device: device_name(m.model.device()).into(),
         has_chat_template: m.chat_template.is_some(),

@@ -25,6 +25,12 @@ pub struct ModelSummary {
     /// Why the model is not on the device asked for (e.g. Metal listed no GPU, so the CPU), if so.
     #[serde(default)]
     pub device_note: Option<String>,
+    /// Memory a run can use on the model's device (RAM; a Mac's recommended GPU working set), when known.
+    #[serde(default)]
+    pub memory_budget_bytes: Option<u64>,
+    /// What that budget is, for messages.
+    #[serde(default)]
+    pub memory_budget_name: String,
     /// What the checkpoint says it was saved in, if it says.
     pub weights_dtype: Option<String>,
     /// "cpu", "cuda" or "metal".
