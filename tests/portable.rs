@@ -10,11 +10,10 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::*;
-use metal_candle::engine::generate::{generate, score, GenerateRequest};
+use metal_candle::engine::generate::score;
 use metal_candle::engine::model::load_model;
 use metal_candle::engine::ops;
 use metal_candle::engine::runtime::{self, Kernels, RuntimeOptions};
-use metal_candle::engine::sampler::SamplingParams;
 
 const ARCHS: [&str; 4] = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"];
 
@@ -34,16 +33,7 @@ fn portable_logprobs_and_greedy_ids_match_transformers() {
         let diff = max_abs_diff(&score(&m.model, &ids).unwrap(), &floats(&exp["score"]["token_logprobs"]));
         assert!(diff < 1e-4, "{arch}: max |logprob diff| = {diff}");
         let g = &exp["greedy"];
-        let req = GenerateRequest {
-            prompt_ids: common::ids(&g["prompt_ids"]),
-            max_new_tokens: g["max_new_tokens"].as_u64().unwrap() as usize,
-            sampling: SamplingParams::greedy(),
-            eos_token_ids: m.eos_token_ids.clone(),
-            ignore_eos: true,
-            stop_strings: vec![],
-        };
-        let out = generate(&m.model, &m.tokenizer, &req, &mut |_| true).unwrap();
-        assert_eq!(out.generated_ids, common::ids(&g["generated_ids"]), "{arch}: greedy ids differ");
+        assert_eq!(common::greedy_ids(&m, g), common::ids(&g["generated_ids"]), "{arch}: greedy ids differ");
     }
 }
 

@@ -6,10 +6,9 @@ mod common;
 
 use candle_core::{DType, Device};
 use common::*;
-use metal_candle::engine::generate::{generate, score, GenerateRequest};
+use metal_candle::engine::generate::score;
 use metal_candle::engine::model::chat_template::ChatMessage;
 use metal_candle::engine::model::load_model;
-use metal_candle::engine::sampler::SamplingParams;
 
 const ARCHS: [&str; 4] = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"];
 
@@ -36,16 +35,7 @@ fn greedy_continuations_match_transformers() {
     for arch in ARCHS {
         let m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
         let g = &expected(arch)["greedy"];
-        let req = GenerateRequest {
-            prompt_ids: ids(&g["prompt_ids"]),
-            max_new_tokens: g["max_new_tokens"].as_u64().unwrap() as usize,
-            sampling: SamplingParams::greedy(),
-            eos_token_ids: m.eos_token_ids.clone(),
-            ignore_eos: true,
-            stop_strings: vec![],
-        };
-        let out = generate(&m.model, &m.tokenizer, &req, &mut |_| true).unwrap();
-        assert_eq!(out.generated_ids, ids(&g["generated_ids"]), "{arch}: greedy ids differ");
+        assert_eq!(common::greedy_ids(&m, g), common::ids(&g["generated_ids"]), "{arch}: greedy ids differ");
     }
 }
 

@@ -41,3 +41,17 @@ pub fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len(), "length mismatch");
     a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max)
 }
+
+/// Greedy ids the model generates for a fixture's `greedy` entry (its prompt ids and token count, eos ignored).
+pub fn greedy_ids(m: &metal_candle::engine::model::LoadedModel, greedy: &serde_json::Value) -> Vec<u32> {
+    use metal_candle::engine::generate::{generate, GenerateRequest};
+    let req = GenerateRequest {
+        prompt_ids: ids(&greedy["prompt_ids"]),
+        max_new_tokens: greedy["max_new_tokens"].as_u64().unwrap() as usize,
+        sampling: metal_candle::engine::sampler::SamplingParams::greedy(),
+        eos_token_ids: m.eos_token_ids.clone(),
+        ignore_eos: true,
+        stop_strings: vec![],
+    };
+    generate(&m.model, &m.tokenizer, &req, &mut |_| true).unwrap().generated_ids
+}
