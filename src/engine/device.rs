@@ -330,6 +330,34 @@ fn proc_status_kib(key: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Physical memory of this machine in bytes (Linux: /proc/meminfo; None where unknown).
+pub fn total_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)
+}
+
+/// Memory a run on `device` can use before it swaps or fails: the machine's RAM on the CPU; on a Mac's GPU,
+/// Metal's recommended working set (unified memory: more than that and macOS pages; Candle's buffer pool can
+/// grow past RAM, candle issue 3464). None where not known (CUDA: not queried).
+pub fn memory_budget_bytes(device: &Device) -> Option<u64> {
+    match device {
+        Device::Cpu => total_memory_bytes(),
+        #[cfg(target_os = "macos")]
+        Device::Metal(m) => Some(m.device().recommended_max_working_set_size() as u64),
+        _ => None,
+    }
+}
+
+/// What [`memory_budget_bytes`] measures on `device`, for messages.
+pub fn memory_budget_name(device: &Device) -> &'static str {
+    if device.is_metal() {
+        "the GPU's recommended working set"
+    } else {
+        "this machine's RAM"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,33 +411,5 @@ mod tests {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             assert_eq!(probe(&Device::Cpu, dtype), Ok(()), "{dtype:?}");
         }
-    }
-}
-
-/// Physical memory of this machine in bytes (Linux: /proc/meminfo; None where unknown).
-pub fn total_memory_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)
-}
-
-/// Memory a run on `device` can use before it swaps or fails: the machine's RAM on the CPU; on a Mac's GPU,
-/// Metal's recommended working set (unified memory: more than that and macOS pages; Candle's buffer pool can
-/// grow past RAM, candle issue 3464). None where not known (CUDA: not queried).
-pub fn memory_budget_bytes(device: &Device) -> Option<u64> {
-    match device {
-        Device::Cpu => total_memory_bytes(),
-        #[cfg(target_os = "macos")]
-        Device::Metal(m) => Some(m.device().recommended_max_working_set_size() as u64),
-        _ => None,
-    }
-}
-
-/// What [`memory_budget_bytes`] measures on `device`, for messages.
-pub fn memory_budget_name(device: &Device) -> &'static str {
-    if device.is_metal() {
-        "the GPU's recommended working set"
-    } else {
-        "this machine's RAM"
     }
 }

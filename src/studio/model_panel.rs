@@ -323,10 +323,7 @@ pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) 
     ui.label(
         RichText::new(format!(
             "rank {} · {} · batch {} × {} tokens",
-            cfg.lora.rank,
-            cfg.lora.targets.to_string(),
-            cfg.batch_size,
-            cfg.seq_len
+            cfg.lora.rank, cfg.lora.targets, cfg.batch_size, cfg.seq_len
         ))
         .weak()
         .small(),

@@ -107,7 +107,7 @@ impl RankPanel {
             ui.label(
                 RichText::new(format!(
                     "Other settings come from the LoRA settings page: {} · batch {} · seq {} · lr {} · seed {}",
-                    ctx.prefs.train.lora.targets.to_string(),
+                    ctx.prefs.train.lora.targets,
                     ctx.prefs.train.batch_size,
                     ctx.prefs.train.seq_len,
                     widgets::fmt_sci(ctx.prefs.train.lr),

@@ -96,7 +96,14 @@ impl Attention {
     }
 
     /// (b, t, n * d) projections -> normed (qwen3), rotated heads.
-    fn heads(&self, q: Tensor, k: Tensor, v: Tensor, b: usize, t: usize, cos: &Tensor, sin: &Tensor) -> Result<Heads> {
+    fn heads(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        (b, t): (usize, usize),
+        (cos, sin): (&Tensor, &Tensor),
+    ) -> Result<Heads> {
         let d = self.head_dim;
         let split =
             |y: Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous()?) };
@@ -140,8 +147,13 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (cos, sin) = rotary.slice(start_pos, t)?;
-        let h =
-            self.heads(self.q_proj.forward(x)?, self.k_proj.forward(x)?, self.v_proj.forward(x)?, b, t, &cos, &sin)?;
+        let h = self.heads(
+            self.q_proj.forward(x)?,
+            self.k_proj.forward(x)?,
+            self.v_proj.forward(x)?,
+            (b, t),
+            (&cos, &sin),
+        )?;
         let (k, v) = match cache {
             Some(c) => c.append(&h.k, &h.v)?,
             None => (h.k, h.v),
@@ -161,7 +173,7 @@ impl Attention {
         let (q, q_tape) = self.q_proj.forward_train(normed_in, ctx.dropout)?;
         let (k, k_tape) = self.k_proj.forward_train(normed_in, ctx.dropout)?;
         let (v, v_tape) = self.v_proj.forward_train(normed_in, ctx.dropout)?;
-        let h = self.heads(q, k, v, b, t, &ctx.cos, &ctx.sin)?;
+        let h = self.heads(q, k, v, (b, t), (&ctx.cos, &ctx.sin))?;
         let (q, probs, attn) = self.attend(&h.q, &h.k, &h.v, ctx.mask.as_ref())?;
         let attn = attn.reshape((b * t, self.num_heads * self.head_dim))?;
         let (out, o_tape) = self.o_proj.forward_train(&attn, ctx.dropout)?;
