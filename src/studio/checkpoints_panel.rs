@@ -7,6 +7,7 @@ use super::widgets::{
     self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone,
 };
 use crate::engine::export::ExportFormat;
+use crate::engine::train::run_folder::RunStatus;
 use crate::worker::{display_name, CheckpointInfo, Command, RunInfo};
 use egui::{RichText, Ui};
 use egui_plot::{Legend, Line, LineStyle, Plot, Points};
@@ -182,7 +183,7 @@ impl CheckpointsPanel {
                     ui.horizontal(|ui| {
                         ui.add_space(28.0);
                         widgets::status_dot_ui(ui, color);
-                        ui.label(RichText::new(short_status(status)).color(color).small());
+                        ui.label(RichText::new(status.map_or("training", RunStatus::label)).color(color).small());
                         ui.label(RichText::new(format!("· {} ckpt", run.checkpoints.len())).weak().small());
                         if let Some(t) = run.started_unix_secs {
                             ui.label(RichText::new(format!("· {}", fmt_age(t))).weak().small());
@@ -202,7 +203,8 @@ impl CheckpointsPanel {
         ui.horizontal(|ui| {
             ui.label(RichText::new(&run.name).size(18.0).strong());
             let status = live_status(run, ctx);
-            ui.label(RichText::new(status).color(status_color(status)));
+            let text = status.map_or_else(|| "training".to_string(), RunStatus::to_string);
+            ui.label(RichText::new(text).color(status_color(status)));
         });
         ui.label(RichText::new(run.dir.display().to_string()).weak().small());
         ui.add_space(4.0);
@@ -488,30 +490,19 @@ fn default_export_dir(checkpoint: &Path, format: ExportFormat) -> PathBuf {
     run_dir.join("exports").join(format!("{name}-{suffix}"))
 }
 
-/// The run's status, "training" while it is the run in progress.
-fn live_status<'a>(run: &'a RunInfo, ctx: &PanelCtx<'_>) -> &'a str {
+/// The run's status; None while it is the run in progress (shown as "training").
+fn live_status<'a>(run: &'a RunInfo, ctx: &PanelCtx<'_>) -> Option<&'a RunStatus> {
     match &ctx.active_run {
-        Some(dir) if crate::worker::paths_match(dir, &run.dir) => "training",
-        _ => &run.status,
+        Some(dir) if crate::worker::paths_match(dir, &run.dir) => None,
+        _ => Some(&run.status),
     }
 }
 
-fn status_color(status: &str) -> egui::Color32 {
-    if status.starts_with("finished") || status == "training" {
-        palette::OK
-    } else if status.starts_with("failed") {
-        palette::ERROR
-    } else if status.starts_with("stopped") {
-        palette::WARN
-    } else {
-        palette::TRAIN
-    }
-}
-
-fn short_status(status: &str) -> &str {
-    if status.starts_with("failed") {
-        "failed"
-    } else {
-        status
+fn status_color(status: Option<&RunStatus>) -> egui::Color32 {
+    match status {
+        None | Some(RunStatus::Finished) => palette::OK,
+        Some(RunStatus::Failed { .. }) => palette::ERROR,
+        Some(RunStatus::Stopped) => palette::WARN,
+        Some(RunStatus::Incomplete) => palette::TRAIN,
     }
 }

@@ -25,9 +25,44 @@ pub struct RunInfo {
     pub val_loss: Vec<[f64; 2]>,
     pub total_steps: Option<usize>,
     pub trainable_params: Option<usize>,
-    /// "finished", "stopped", "failed: ..." or "incomplete".
-    pub status: String,
+    pub status: RunStatus,
     pub checkpoints: Vec<CheckpointInfo>,
+}
+
+/// How a run ended, from its metrics.jsonl.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum RunStatus {
+    /// No end event: still running elsewhere, or the process died.
+    Incomplete,
+    Finished,
+    /// Stopped by the user (a final checkpoint was saved).
+    Stopped,
+    Failed {
+        message: String,
+    },
+}
+
+impl RunStatus {
+    /// One word: incomplete, finished, stopped or failed.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Incomplete => "incomplete",
+            Self::Finished => "finished",
+            Self::Stopped => "stopped",
+            Self::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// The label, and for a failure its message ("failed: ...").
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Failed { message } => write!(f, "failed: {message}"),
+            other => f.write_str(other.label()),
+        }
+    }
 }
 
 /// The version [`RunManifest::write`] writes. Files from releases before versioning have no `version` field
@@ -162,7 +197,7 @@ fn run_info(name: String, dir: PathBuf) -> RunInfo {
         val_loss: Vec::new(),
         total_steps: None,
         trainable_params: None,
-        status: "incomplete".into(),
+        status: RunStatus::Incomplete,
         checkpoints: list_checkpoints(&dir),
         dir,
     };
@@ -175,11 +210,25 @@ fn run_info(name: String, dir: PathBuf) -> RunInfo {
             TrainEvent::Step { step, loss, .. } => info.train_loss.push([step as f64, loss]),
             TrainEvent::Eval { step, val_loss, .. } => info.val_loss.push([step as f64, val_loss]),
             TrainEvent::Finished { stopped_early, .. } => {
-                info.status = if stopped_early { "stopped".into() } else { "finished".into() };
+                info.status = if stopped_early { RunStatus::Stopped } else { RunStatus::Finished };
             }
-            TrainEvent::Failed { message, .. } => info.status = format!("failed: {message}"),
+            TrainEvent::Failed { message, .. } => info.status = RunStatus::Failed { message },
             _ => {}
         }
     }
     info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunStatus;
+
+    #[test]
+    fn run_status_is_a_word_and_a_failure_keeps_its_message() {
+        let failed = RunStatus::Failed { message: "the loss became NaN".into() };
+        assert_eq!((failed.label(), failed.to_string().as_str()), ("failed", "failed: the loss became NaN"));
+        assert_eq!(RunStatus::Stopped.to_string(), "stopped");
+        let json = serde_json::to_string(&failed).unwrap();
+        assert_eq!(serde_json::from_str::<RunStatus>(&json).unwrap(), failed);
+    }
 }
