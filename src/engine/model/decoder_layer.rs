@@ -105,8 +105,7 @@ impl DecoderLayer {
     fn decodes_fused(&self, x: &Tensor, start_pos: usize, cache: &LayerCache) -> Result<bool> {
         Ok(x.dim(1)? == 1
             && start_pos == cache.len()
-            && !ops::cuda_decode::disabled_by_env()
-            && ops::cuda_decode::available(x.device(), x.dtype())
+            && ops::cuda_decode::enabled(x.device(), x.dtype())
             && self.self_attn.decodes_fused()
             && self.mlp.decodes_fused())
     }

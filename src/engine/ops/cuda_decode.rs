@@ -13,10 +13,10 @@ use candle_core::{Result, Tensor};
 
 pub use super::cuda_kernels::available;
 
-/// The runtime options turned the fused decode off (`--no-fused-decode`): decoding stays on the composed ops
-/// (for A/B comparisons).
-pub fn disabled_by_env() -> bool {
-    !crate::engine::runtime::options().fused_decode
+/// Whether decoding on this device and dtype takes the fused kernels: they exist there and the runtime options
+/// did not turn them off (`--no-fused-decode`, for A/B comparisons).
+pub fn enabled(device: &candle_core::Device, dtype: candle_core::DType) -> bool {
+    available(device, dtype) && crate::engine::runtime::options().fused_decode
 }
 
 /// Shapes of the attention for one decoded token.

@@ -144,7 +144,7 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
     } else {
         format!("scores and values: {batched}; scaled masked softmax: {element_wise}")
     };
-    let decode_layer = if ours_cuda && options.fused_decode {
+    let decode_layer = if cuda_decode::enabled(device, dtype) {
         "fused CUDA decoder layer (10 launches; layers with adapters on q/k/v/gate/up or q/k norms: composed)"
     } else {
         "composed from the ops above"
