@@ -8,6 +8,7 @@
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
+use metal_candle::engine::data::SplitName;
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::studio::app::{studio_train_defaults, Page, Prefs, StudioApp, StudioOptions};
 use metal_candle::studio::training_panel::RunStatus;
@@ -156,8 +157,8 @@ fn open_model_train_browse_checkpoint_and_chat() {
     });
     {
         let report = app(&h).dataset_panel.report.clone().unwrap();
-        assert_eq!(report.rows("train"), 8);
-        assert_eq!(report.rows("valid"), 2);
+        assert_eq!(report.rows(SplitName::Train), 8);
+        assert_eq!(report.rows(SplitName::Valid), 2);
         assert_eq!(report.problem_count(), 0);
         assert!(!report.preview.is_empty(), "rows are previewed through the chat template");
         let pieces = &report.preview[0].pieces;
@@ -336,8 +337,8 @@ fn a_malformed_dataset_shows_its_errors_with_line_numbers() {
     let mut h = harness(test_prefs(&tmp.path().join("runs"), 5));
     open_dataset(&mut h, &bad);
     let report = app(&h).dataset_panel.report.clone().expect("a report, not a crash");
-    assert_eq!(report.rows("train"), 2);
-    let lines: Vec<usize> = report.splits[0].problems.iter().map(|p| p.0).collect();
+    assert_eq!(report.rows(SplitName::Train), 2);
+    let lines: Vec<usize> = report.splits[0].problems.iter().map(|p| p.line).collect();
     assert_eq!(lines, vec![2, 3, 5]);
     h.step();
     assert!(h.query_by_label("bad.jsonl:2").is_some(), "each problem is listed with file and line");

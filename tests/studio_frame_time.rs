@@ -63,7 +63,7 @@ fn frames_stay_short_while_training_streams_events() {
             panic!(
                 "training did not start streaming within 120 s: model {:?}, dataset {:?} / {:?}, status {:?}, log {:?}",
                 a.model.loaded.as_ref().map(|m| m.name()),
-                a.dataset_panel.report.as_ref().map(|r| r.rows("train")),
+                a.dataset_panel.report.as_ref().map(|r| r.rows(metal_candle::engine::data::SplitName::Train)),
                 a.dataset_panel.error,
                 a.training_panel.status,
                 a.training_panel.log

@@ -52,12 +52,12 @@ fn print_report(report: &DatasetReport) {
             "{:<6} {} ({}): {} rows, {} problems",
             s.split,
             s.path.display(),
-            s.format.as_deref().unwrap_or("no valid rows"),
+            s.format.map_or("no valid rows", |f| f.name()),
             s.rows,
             s.problems.len()
         );
-        for (line, message) in s.problems.iter().take(10) {
-            println!("       line {line}: {message}");
+        for problem in s.problems.iter().take(10) {
+            println!("       line {}: {}", problem.line, problem.message);
         }
     }
     if let Some(t) = &report.tokens {

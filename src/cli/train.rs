@@ -216,9 +216,13 @@ impl ProgressPrinter {
                 valid_examples,
                 truncated_examples,
                 start_step,
+                dataset_notes,
                 ..
             } => {
                 self.total_steps = *total_steps;
+                for note in dataset_notes {
+                    let _ = writeln!(err, "dataset: {note}");
+                }
                 let _ = writeln!(
                     err,
                     "training {} ({} trainable params) on {train_examples} examples ({valid_examples} validation, {truncated_examples} truncated), {total_steps} steps{}",

@@ -255,14 +255,25 @@ fn time_ms(repeats: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
 /// plus softmax, layer norm and RMS norm at 1024 (forward: fused kernels; backward: the differentiable
 /// versions training uses), on `device`, over a (4 x 128, hidden) input as the seeds' table.
 pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<Vec<LoraMicroResult>> {
-    use candle_core::{DType, Tensor, Var};
-    let rows = 4 * 128;
-    let sync = |t: &Tensor| -> Result<()> {
-        // Wait for queued GPU work before the clock stops. (Reading one value with to_vec1 copied the whole
-        // buffer to the host on CUDA: candle 0.11's to_vec1 copies the entire storage, then slices.)
-        t.device().synchronize()?;
-        Ok(())
-    };
+    let mut out = lora_projection_cases(device, repeats)?;
+    out.extend(norm_and_softmax_cases(device, repeats)?);
+    Ok(out)
+}
+
+/// Rows of every micro case: a 4 x 128 token batch.
+const MICRO_ROWS: usize = 4 * 128;
+
+/// Wait for queued GPU work before the clock stops. (Reading one value with to_vec1 copied the whole buffer to
+/// the host on CUDA: candle 0.11's to_vec1 copies the entire storage, then slices.)
+fn sync(t: &candle_core::Tensor) -> Result<()> {
+    t.device().synchronize()?;
+    Ok(())
+}
+
+/// A frozen projection with an adapter, forward and the training pass's backward, across widths and ranks.
+fn lora_projection_cases(device: &candle_core::Device, repeats: usize) -> Result<Vec<LoraMicroResult>> {
+    use candle_core::{Tensor, Var};
+    let rows = MICRO_ROWS;
     let mut out = Vec::new();
     let mut cases: Vec<(usize, usize)> = [512, 1024, 2048].iter().map(|&h| (h, 8)).collect();
     cases.extend([4, 16, 32, 64].iter().map(|&r| (1024, r)));
@@ -291,6 +302,14 @@ pub fn bench_lora_micro(device: &candle_core::Device, repeats: usize) -> Result<
         })?;
         out.push(LoraMicroResult { op: "lora".into(), hidden, rank, forward_ms, backward_ms: Some(backward_ms) });
     }
+    Ok(out)
+}
+
+/// Softmax, layer norm and RMS norm, forward and forward + input gradient.
+fn norm_and_softmax_cases(device: &candle_core::Device, repeats: usize) -> Result<Vec<LoraMicroResult>> {
+    use candle_core::{DType, Tensor, Var};
+    let rows = MICRO_ROWS;
+    let mut out = Vec::new();
     let hidden = 1024;
     let x = Tensor::randn(0f32, 1.0, (rows, hidden), device)?;
     let upstream = Tensor::randn(0f32, 1.0, (rows, hidden), device)?;

@@ -6,7 +6,7 @@
 use super::app::{Action, PanelCtx};
 use super::file_picker::{PanelPicker, PickKind};
 use super::widgets::{self, banner_ui, card_ui, fmt_count, palette, recent_paths_ui, section_ui, Tone};
-use crate::worker::DatasetReport;
+use crate::worker::{DatasetReport, LengthHistogram, TokenStats};
 use egui::{RichText, Ui};
 use egui_plot::{Bar, BarChart, Legend, Plot, VLine};
 use std::path::{Path, PathBuf};
@@ -28,15 +28,7 @@ pub struct DatasetPanel {
     pub error: Option<(PathBuf, String)>,
     inspecting: Option<(InspectKey, Instant)>,
     last_key: Option<InspectKey>,
-    histogram: Option<Histogram>,
-}
-
-/// Bars of the length histogram, computed once per report.
-struct Histogram {
-    bin_width: usize,
-    /// (bin start, count)
-    bins: Vec<(usize, usize)>,
-    max_seq_len: usize,
+    histogram: Option<LengthHistogram>,
 }
 
 impl DatasetPanel {
@@ -52,7 +44,7 @@ impl DatasetPanel {
     pub fn on_inspected(&mut self, report: DatasetReport) {
         self.inspecting = None;
         self.error = None;
-        self.histogram = report.tokens.as_ref().map(|t| histogram(&t.lengths, t.max_seq_len));
+        self.histogram = report.tokens.as_ref().map(TokenStats::length_histogram);
         self.report = Some(report);
     }
 
@@ -111,7 +103,7 @@ impl DatasetPanel {
                 banner_ui(ui, Tone::Error, format!("Cannot read {}:\n{message}", path.display()));
             }
             if let Some(report) = &self.report {
-                report_ui(ui, report, self.histogram.as_ref(), ctx);
+                report_ui(ui, report, self.histogram.as_ref());
             } else if self.error.is_none() && self.inspecting.is_none() {
                 banner_ui(
                     ui,
@@ -189,7 +181,28 @@ pub fn short_path(p: &Path) -> String {
     }
 }
 
-fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx: &mut PanelCtx<'_>) {
+fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&LengthHistogram>) {
+    splits_ui(ui, report);
+    problems_ui(ui, report);
+    match &report.tokens {
+        Some(t) => {
+            section_ui(ui, "Token lengths");
+            token_stats_ui(ui, t, hist);
+        }
+        None => {
+            ui.add_space(6.0);
+            banner_ui(
+                ui,
+                Tone::Info,
+                "Load a model to see token counts, the length histogram and the templated preview.",
+            );
+        }
+    }
+    preview_ui(ui, report);
+}
+
+/// One row per split file: format, rows, blank lines, problems; then the report's notes.
+fn splits_ui(ui: &mut Ui, report: &DatasetReport) {
     section_ui(ui, "Splits");
     card_ui(ui, |ui| {
         ui.set_width(ui.available_width());
@@ -199,10 +212,10 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx:
             }
             ui.end_row();
             for s in &report.splits {
-                ui.label(&s.split);
+                ui.label(s.split.as_str());
                 ui.label(s.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default())
                     .on_hover_text(s.path.display().to_string());
-                ui.label(s.format.clone().unwrap_or_else(|| "unknown".into()));
+                ui.label(s.format.map_or("unknown", |f| f.name()));
                 ui.label(s.rows.to_string());
                 ui.label(s.blank_lines.to_string());
                 if s.problems.is_empty() {
@@ -217,7 +230,10 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx:
             ui.label(RichText::new(format!("· {note}")).weak());
         }
     });
+}
 
+/// Every invalid row with its file and line.
+fn problems_ui(ui: &mut Ui, report: &DatasetReport) {
     let problems = report.problem_count();
     if problems > 0 {
         section_ui(ui, &format!("Invalid rows ({problems})"));
@@ -232,75 +248,66 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx:
         egui::ScrollArea::vertical().id_salt("problems").max_height(220.0).show(ui, |ui| {
             for s in &report.splits {
                 let file = s.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-                for (line, message) in s.problems.iter().take(500) {
+                for problem in s.problems.iter().take(500) {
                     ui.horizontal_wrapped(|ui| {
-                        ui.label(RichText::new(format!("{file}:{line}")).monospace().color(palette::ERROR));
-                        ui.add(egui::Label::new(message.as_str()).wrap());
+                        ui.label(RichText::new(format!("{file}:{}", problem.line)).monospace().color(palette::ERROR));
+                        ui.add(egui::Label::new(problem.message.as_str()).wrap());
                     });
                 }
             }
         });
     }
+}
 
-    match &report.tokens {
-        Some(t) => {
-            section_ui(ui, "Token lengths");
-            card_ui(ui, |ui| {
-                ui.set_width(ui.available_width());
-                ui.horizontal_wrapped(|ui| {
-                    stat_ui(ui, "training rows", fmt_count(t.lengths.len()));
-                    stat_ui(ui, "tokens per epoch", fmt_count(t.total_tokens));
-                    stat_ui(ui, "trained tokens", fmt_count(t.target_tokens));
-                    stat_ui(ui, "longest row", t.lengths.iter().max().copied().unwrap_or(0).to_string());
-                    let tone = if t.truncated > 0 { palette::WARN } else { palette::OK };
-                    ui.label(
-                        RichText::new(format!("{} truncated at max seq len {}", t.truncated, t.max_seq_len))
-                            .color(tone)
-                            .strong(),
-                    )
-                    .on_hover_text(
-                        "Rows longer than the maximum sequence length lose their tail. Change it in LoRA settings.",
-                    );
-                });
-                if t.dropped > 0 {
-                    banner_ui(
-                        ui,
-                        if t.dropped == t.lengths.len() { Tone::Error } else { Tone::Warn },
-                        format!(
-                            "{} of {} rows have no trained tokens within {} tokens (the reply starts after the cut) and will be dropped; raise the sequence length.",
-                            t.dropped,
-                            t.lengths.len(),
-                            t.max_seq_len
-                        ),
-                    );
-                }
-                if !t.failures.is_empty() {
-                    banner_ui(
-                        ui,
-                        Tone::Warn,
-                        format!(
-                            "{} rows could not be templated, e.g. line {}: {}",
-                            t.failures.len(),
-                            t.failures[0].1,
-                            t.failures[0].2
-                        ),
-                    );
-                }
-                if let Some(h) = hist {
-                    histogram_ui(ui, h);
-                }
-            });
-        }
-        None => {
-            ui.add_space(6.0);
+/// Token counts, truncation and the length histogram under the loaded model's tokenizer.
+fn token_stats_ui(ui: &mut Ui, t: &TokenStats, hist: Option<&LengthHistogram>) {
+    card_ui(ui, |ui| {
+        ui.set_width(ui.available_width());
+        ui.horizontal_wrapped(|ui| {
+            stat_ui(ui, "training rows", fmt_count(t.lengths.len()));
+            stat_ui(ui, "tokens per epoch", fmt_count(t.total_tokens));
+            stat_ui(ui, "trained tokens", fmt_count(t.target_tokens));
+            stat_ui(ui, "longest row", t.lengths.iter().max().copied().unwrap_or(0).to_string());
+            let tone = if t.truncated > 0 { palette::WARN } else { palette::OK };
+            ui.label(
+                RichText::new(format!("{} truncated at max seq len {}", t.truncated, t.max_seq_len))
+                    .color(tone)
+                    .strong(),
+            )
+            .on_hover_text("Rows longer than the maximum sequence length lose their tail. Change it in LoRA settings.");
+        });
+        if t.dropped > 0 {
             banner_ui(
                 ui,
-                Tone::Info,
-                "Load a model to see token counts, the length histogram and the templated preview.",
+                if t.dropped == t.lengths.len() { Tone::Error } else { Tone::Warn },
+                format!(
+                    "{} of {} rows have no trained tokens within {} tokens (the reply starts after the cut) and will be dropped; raise the sequence length.",
+                    t.dropped,
+                    t.lengths.len(),
+                    t.max_seq_len
+                ),
             );
         }
-    }
+        if !t.failures.is_empty() {
+            banner_ui(
+                ui,
+                Tone::Warn,
+                format!(
+                    "{} rows could not be templated, e.g. line {}: {}",
+                    t.failures.len(),
+                    t.failures[0].line,
+                    t.failures[0].message
+                ),
+            );
+        }
+        if let Some(h) = hist {
+            histogram_ui(ui, h);
+        }
+    });
+}
 
+/// The first rows rendered through the chat template, trained and masked tokens coloured.
+fn preview_ui(ui: &mut Ui, report: &DatasetReport) {
     if !report.preview.is_empty() {
         section_ui(ui, "Preview through the chat template");
         widgets::token_legend_ui(ui);
@@ -323,7 +330,6 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&Histogram>, ctx:
             ui.add_space(4.0);
         }
     }
-    let _ = ctx;
 }
 
 fn stat_ui(ui: &mut Ui, label: &str, value: String) {
@@ -332,30 +338,7 @@ fn stat_ui(ui: &mut Ui, label: &str, value: String) {
     ui.add_space(12.0);
 }
 
-fn histogram(lengths: &[usize], max_seq_len: usize) -> Histogram {
-    let longest = lengths.iter().max().copied().unwrap_or(0).max(max_seq_len).max(1);
-    // A "nice" bin width giving roughly 40 bins; max_seq_len falls on a bin edge when it is a multiple.
-    let raw = (longest as f64 / 40.0).max(1.0);
-    let magnitude = 10f64.powf(raw.log10().floor());
-    let bin_width = [1.0, 2.0, 4.0, 5.0, 8.0, 10.0]
-        .iter()
-        .map(|m| (m * magnitude) as usize)
-        .find(|w| *w as f64 >= raw)
-        .unwrap_or((10.0 * magnitude) as usize)
-        .max(1);
-    let n = longest / bin_width + 1;
-    let mut counts = vec![0usize; n];
-    for &l in lengths {
-        counts[(l / bin_width).min(n - 1)] += 1;
-    }
-    Histogram {
-        bin_width,
-        bins: counts.into_iter().enumerate().map(|(i, c)| (i * bin_width, c)).collect(),
-        max_seq_len,
-    }
-}
-
-fn histogram_ui(ui: &mut Ui, h: &Histogram) {
+fn histogram_ui(ui: &mut Ui, h: &LengthHistogram) {
     let w = h.bin_width as f64;
     let (mut kept, mut cut) = (Vec::new(), Vec::new());
     for &(start, count) in &h.bins {
@@ -385,18 +368,4 @@ fn histogram_ui(ui: &mut Ui, h: &Histogram) {
             }
             plot.vline(VLine::new("max seq len", max_seq).color(palette::ACCENT).width(2.0));
         });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histogram_bins_cover_every_row() {
-        let lengths = [3, 50, 51, 99, 700];
-        let h = histogram(&lengths, 512);
-        assert_eq!(h.bins.iter().map(|b| b.1).sum::<usize>(), lengths.len());
-        assert!(h.bins.len() <= 60, "{}", h.bins.len());
-        assert_eq!(h.max_seq_len, 512);
-    }
 }

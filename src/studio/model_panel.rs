@@ -108,34 +108,7 @@ impl ModelPanel {
                     }
                 });
             });
-            ui.horizontal(|ui| {
-                let label = ui.label("Device").on_hover_text(
-                    "auto picks Metal on a Mac, CUDA when built with --features cuda and a GPU is present, else the CPU.",
-                );
-                egui::ComboBox::from_id_salt("device")
-                    .selected_text(ctx.prefs.device.to_string())
-                    .show_ui(ui, |ui| {
-                        for d in [DeviceChoice::Auto, DeviceChoice::Cpu, DeviceChoice::Cuda, DeviceChoice::Metal] {
-                            ui.selectable_value(&mut ctx.prefs.device, d, d.to_string());
-                        }
-                    })
-                    .response
-                    .labelled_by(label.id);
-                let label = ui.label("dtype").on_hover_text(
-                    "Compute precision of the base weights. auto: f32 on the CPU, bf16 on GPUs. GGUF files are dequantized to it.",
-                );
-                egui::ComboBox::from_id_salt("dtype")
-                    .selected_text(ctx.prefs.dtype.as_str())
-                    .show_ui(ui, |ui| {
-                        for d in [DTypeChoice::Auto, DTypeChoice::F32, DTypeChoice::F16, DTypeChoice::Bf16] {
-                            ui.selectable_value(&mut ctx.prefs.dtype, d, d.as_str());
-                        }
-                    })
-                    .response
-                    .labelled_by(label.id);
-                ui.checkbox(&mut ctx.prefs.auto_load_model, "Load last model on start")
-                    .on_hover_text("Load the last model in the background when the studio opens.");
-            });
+            placement_row_ui(ui, ctx.prefs);
             ui.label(RichText::new("Tip: drop a model folder or .gguf file anywhere on the window.").weak().small());
             if self.picker.is_open() {
                 ui.horizontal(|ui| {
@@ -387,4 +360,36 @@ fn with_reason(value: &str, reason: Option<&String>) -> String {
         Some(reason) => format!("{value} ({reason})"),
         None => value.to_string(),
     }
+}
+
+/// Device and dtype choice, and whether the last model loads on start.
+fn placement_row_ui(ui: &mut Ui, prefs: &mut super::app::Prefs) {
+    ui.horizontal(|ui| {
+        let label = ui.label("Device").on_hover_text(
+            "auto picks Metal on a Mac, CUDA when built with --features cuda and a GPU is present, else the CPU.",
+        );
+        egui::ComboBox::from_id_salt("device")
+            .selected_text(prefs.device.to_string())
+            .show_ui(ui, |ui| {
+                for d in [DeviceChoice::Auto, DeviceChoice::Cpu, DeviceChoice::Cuda, DeviceChoice::Metal] {
+                    ui.selectable_value(&mut prefs.device, d, d.to_string());
+                }
+            })
+            .response
+            .labelled_by(label.id);
+        let label = ui.label("dtype").on_hover_text(
+            "Compute precision of the base weights. auto: f32 on the CPU, bf16 on GPUs. GGUF files are dequantized to it.",
+        );
+        egui::ComboBox::from_id_salt("dtype")
+            .selected_text(prefs.dtype.as_str())
+            .show_ui(ui, |ui| {
+                for d in [DTypeChoice::Auto, DTypeChoice::F32, DTypeChoice::F16, DTypeChoice::Bf16] {
+                    ui.selectable_value(&mut prefs.dtype, d, d.as_str());
+                }
+            })
+            .response
+            .labelled_by(label.id);
+        ui.checkbox(&mut prefs.auto_load_model, "Load last model on start")
+            .on_hover_text("Load the last model in the background when the studio opens.");
+    });
 }

@@ -6,6 +6,7 @@ use super::app::{Action, PanelCtx};
 use super::settings_panel::ready_config;
 use super::widgets::{self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_loss, palette, Tone};
 use crate::engine::bench::{LoraMicroResult, RankProbeResult};
+use crate::engine::train::TrainConfig;
 use crate::worker::Command;
 use egui::{DragValue, RichText, Ui};
 use egui_plot::{Legend, Line, MarkerShape, Plot, PlotPoints, Points};
@@ -79,31 +80,7 @@ impl RankPanel {
         let ready = ready_config(ctx.prefs, ctx.model.loaded.as_ref(), ctx.prefs.dataset.as_ref());
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
-            ui.horizontal_wrapped(|ui| {
-                ui.label("Ranks").on_hover_text("Each ticked rank gets one probe training.");
-                for r in RANK_CHOICES {
-                    let mut on = ctx.prefs.rank.ranks.contains(&r);
-                    if ui.toggle_value(&mut on, r.to_string()).on_hover_text(format!("probe rank {r}")).changed() {
-                        if on {
-                            ctx.prefs.rank.ranks.push(r);
-                        } else {
-                            ctx.prefs.rank.ranks.retain(|x| *x != r);
-                        }
-                        ctx.prefs.rank.ranks.sort_unstable();
-                    }
-                }
-                ui.separator();
-                let l = ui.label("Token budget").on_hover_text(
-                    "Training tokens per probe. Every rank sees exactly the same batches, so the comparison is fair.",
-                );
-                ui.add(
-                    DragValue::new(&mut ctx.prefs.rank.token_budget)
-                        .range(256..=100_000_000)
-                        .speed(256.0)
-                        .suffix(" tokens"),
-                )
-                .labelled_by(l.id);
-            });
+            Self::budget_ui(ui, ctx);
             ui.label(
                 RichText::new(format!(
                     "Other settings come from the LoRA settings page: {} · batch {} · seq {} · lr {} · seed {}",
@@ -117,50 +94,84 @@ impl RankPanel {
                 .small(),
             );
             ui.add_space(4.0);
-            ui.horizontal(|ui| {
-                let can_run = ready.is_ok() && !self.running && !ctx.prefs.rank.ranks.is_empty();
-                let run = ui.add_enabled(can_run, egui::Button::new(RichText::new("Run probes").strong()));
-                let run = match &ready {
-                    Err(reason) => run.on_disabled_hover_text(reason.as_str()),
-                    Ok(_) => run.on_hover_text("Train briefly at each rank, one after another, on the worker"),
-                };
-                if run.clicked() {
-                    if let Ok(config) = &ready {
-                        self.results.clear();
-                        self.error = None;
-                        self.running = true;
-                        self.planned = ctx.prefs.rank.ranks.clone();
-                        ctx.actions.push(Action::Send(Command::RankProbe {
-                            config: Box::new(config.clone()),
-                            ranks: ctx.prefs.rank.ranks.clone(),
-                            token_budget: ctx.prefs.rank.token_budget,
-                        }));
-                    }
-                }
-                if ui
-                    .add_enabled(self.running, egui::Button::new("Stop"))
-                    .on_hover_text("Stop after the current step")
-                    .clicked()
-                {
-                    ctx.actions.push(Action::Send(Command::StopRankProbe));
-                }
-                if self.running {
-                    ui.spinner();
-                    let done = self.results.len();
-                    let total = self.planned.len().max(1);
-                    let current = self.planned.get(done).map(|r| format!("probing rank {r}")).unwrap_or_default();
-                    ui.add(
-                        egui::ProgressBar::new(done as f32 / total as f32)
-                            .desired_width(200.0)
-                            .text(format!("{done}/{total} · {current}")),
-                    );
-                }
-            });
+            self.run_row_ui(ui, ctx, &ready);
             if let Err(reason) = &ready {
                 ui.label(RichText::new(reason.as_str()).color(palette::WARN));
             }
             if let Some(e) = &self.error {
                 banner_ui(ui, if e == "Stopped." { Tone::Warn } else { Tone::Error }, e.clone());
+            }
+        });
+    }
+
+    /// Which ranks to probe and the token budget each probe trains on.
+    fn budget_ui(ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        ui.horizontal_wrapped(|ui| {
+            ui.label("Ranks").on_hover_text("Each ticked rank gets one probe training.");
+            for r in RANK_CHOICES {
+                let mut on = ctx.prefs.rank.ranks.contains(&r);
+                if ui.toggle_value(&mut on, r.to_string()).on_hover_text(format!("probe rank {r}")).changed() {
+                    if on {
+                        ctx.prefs.rank.ranks.push(r);
+                    } else {
+                        ctx.prefs.rank.ranks.retain(|x| *x != r);
+                    }
+                    ctx.prefs.rank.ranks.sort_unstable();
+                }
+            }
+            ui.separator();
+            let l = ui.label("Token budget").on_hover_text(
+                "Training tokens per probe. Every rank sees exactly the same batches, so the comparison is fair.",
+            );
+            ui.add(
+                DragValue::new(&mut ctx.prefs.rank.token_budget)
+                    .range(256..=100_000_000)
+                    .speed(256.0)
+                    .suffix(" tokens"),
+            )
+            .labelled_by(l.id);
+        });
+    }
+
+    /// Run and Stop, and the progress of a running probe series.
+    fn run_row_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, ready: &Result<TrainConfig, String>) {
+        ui.horizontal(|ui| {
+            let can_run = ready.is_ok() && !self.running && !ctx.prefs.rank.ranks.is_empty();
+            let run = ui.add_enabled(can_run, egui::Button::new(RichText::new("Run probes").strong()));
+            let run = match &ready {
+                Err(reason) => run.on_disabled_hover_text(reason.as_str()),
+                Ok(_) => run.on_hover_text("Train briefly at each rank, one after another, on the worker"),
+            };
+            if run.clicked() {
+                if let Ok(config) = &ready {
+                    self.results.clear();
+                    self.error = None;
+                    self.running = true;
+                    self.planned = ctx.prefs.rank.ranks.clone();
+                    ctx.actions.push(Action::Send(Command::RankProbe {
+                        config: Box::new(config.clone()),
+                        ranks: ctx.prefs.rank.ranks.clone(),
+                        token_budget: ctx.prefs.rank.token_budget,
+                    }));
+                }
+            }
+            if ui
+                .add_enabled(self.running, egui::Button::new("Stop"))
+                .on_hover_text("Stop after the current step")
+                .clicked()
+            {
+                ctx.actions.push(Action::Send(Command::StopRankProbe));
+            }
+            if self.running {
+                ui.spinner();
+                let done = self.results.len();
+                let total = self.planned.len().max(1);
+                let current = self.planned.get(done).map(|r| format!("probing rank {r}")).unwrap_or_default();
+                ui.add(
+                    egui::ProgressBar::new(done as f32 / total as f32)
+                        .desired_width(200.0)
+                        .text(format!("{done}/{total} · {current}")),
+                );
             }
         });
     }

@@ -7,7 +7,7 @@ use super::model_panel::memory_card_ui;
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
 use crate::engine::estimate;
 use crate::engine::train::{lr_at, Schedule, Target, Targets, TrainConfig};
-use crate::worker::{DatasetReport, ModelSummary};
+use crate::worker::{DatasetReport, ModelSummary, SplitName};
 use egui::{DragValue, RichText, Ui};
 use egui_plot::{Line, Plot, PlotPoints};
 use std::path::PathBuf;
@@ -195,82 +195,117 @@ fn optimizer_card_ui(ui: &mut Ui, prefs: &mut Prefs) {
         ui.add_space(4.0);
         let cfg = &mut prefs.train;
         egui::Grid::new("opt-grid").num_columns(2).spacing([14.0, 8.0]).show(ui, |ui| {
-            row_ui(ui, "Learning rate", "Peak AdamW learning rate, reached after warmup. LoRA tolerates higher rates than full fine-tuning: 1e-4 to 5e-4 is typical.", |ui| {
-                ui.add(
-                    egui::Slider::new(&mut cfg.lr, 1e-6..=1e-2)
-                        .logarithmic(true)
-                        .custom_formatter(|v, _| fmt_sci(v))
-                        .custom_parser(|s| s.trim().parse::<f64>().ok()),
-                );
-            });
-            row_ui(ui, "Schedule", "How the learning rate decays after warmup: constant, linearly to zero, or along a cosine to zero.", |ui| {
-                egui::ComboBox::from_id_salt("schedule")
-                    .selected_text(format!("{:?}", cfg.schedule).to_lowercase())
-                    .show_ui(ui, |ui| {
-                        for s in [Schedule::Constant, Schedule::Linear, Schedule::Cosine] {
-                            ui.selectable_value(&mut cfg.schedule, s, format!("{s:?}").to_lowercase());
-                        }
-                    });
-                ui.label("warmup");
-                ui.add(DragValue::new(&mut cfg.warmup).range(0..=100_000).suffix(" steps"));
-            });
-            row_ui(ui, "Batch size", "Examples per micro-batch. Memory grows linearly with it.", |ui| {
-                ui.add(DragValue::new(&mut cfg.batch_size).range(1..=1024));
-            });
-            row_ui(ui, "Accumulation", "Micro-batches whose gradients are summed before each optimizer step: a larger effective batch without more memory.", |ui| {
-                ui.add(DragValue::new(&mut cfg.grad_accum).range(1..=1024));
-                ui.label(RichText::new(format!("effective batch {}", cfg.batch_size * cfg.grad_accum)).weak());
-            });
-            row_ui(ui, "Duration", "How long to train: a number of optimizer steps, or passes over the training split.", |ui| {
-                let mut by_epochs = cfg.iters.is_none();
-                if ui.radio(!by_epochs, "iterations").clicked() {
-                    by_epochs = false;
-                    cfg.iters = Some(cfg.iters.unwrap_or(100));
-                }
-                if ui.radio(by_epochs, "epochs").clicked() {
-                    by_epochs = true;
-                    cfg.iters = None;
-                    cfg.epochs = Some(cfg.epochs.unwrap_or(1.0));
-                }
-                if by_epochs {
-                    let e = cfg.epochs.get_or_insert(1.0);
-                    ui.add(DragValue::new(e).range(0.01..=1000.0).speed(0.05).max_decimals(2));
-                } else if let Some(n) = &mut cfg.iters {
-                    ui.add(DragValue::new(n).range(1..=10_000_000).speed(1.0).suffix(" steps"));
-                }
-            });
-            row_ui(ui, "Gradient clipping", "Rescale gradients whose global norm exceeds this, which keeps rare bad batches from derailing the run.", |ui| {
-                let mut on = cfg.max_grad_norm.is_some();
-                if ui.checkbox(&mut on, "clip at").changed() {
-                    cfg.max_grad_norm = on.then_some(1.0);
-                }
-                if let Some(n) = &mut cfg.max_grad_norm {
-                    ui.add(DragValue::new(n).range(0.01..=100.0).speed(0.05).max_decimals(2));
-                }
-            });
-            row_ui(ui, "Weight decay", "AdamW's decoupled weight decay on the adapter weights. 0 is common for LoRA.", |ui| {
-                ui.add(DragValue::new(&mut cfg.weight_decay).range(0.0..=1.0).speed(0.001).max_decimals(4));
-            });
-            row_ui(ui, "Evaluate every", "Compute the validation loss every N steps (0: only at the end).", |ui| {
-                ui.add(DragValue::new(&mut cfg.val_every).range(0..=1_000_000).suffix(" steps"));
-                ui.label("using");
-                ui.add(DragValue::new(&mut cfg.val_batches).range(0..=100_000).suffix(" batches"));
-                ui.label(RichText::new("(0 = all)").weak());
-            });
-            row_ui(ui, "Save every", "Write a checkpoint every N steps (0: only at the end). Checkpoints appear in the Checkpoints page as they are written.", |ui| {
-                ui.add(DragValue::new(&mut cfg.save_every).range(0..=1_000_000).suffix(" steps"));
-            });
-            row_ui(ui, "Runs folder", "Where run folders are written: <runs>/<run name>/{run.json, metrics.jsonl, checkpoint-N/}.", |ui| {
-                let mut s = cfg.out.display().to_string();
-                if ui.add(egui::TextEdit::singleline(&mut s).desired_width(200.0)).changed() {
-                    cfg.out = PathBuf::from(s);
-                }
-            });
-            row_ui(ui, "Run name", "Folder name of the run; leave empty for an automatic one (date, model, rank).", |ui| {
-                let name = cfg.run_name.get_or_insert_with(String::new);
-                ui.add(egui::TextEdit::singleline(name).hint_text("automatic").desired_width(200.0));
-            });
+            step_rows_ui(ui, cfg);
+            duration_rows_ui(ui, cfg);
+            bookkeeping_rows_ui(ui, cfg);
         });
+    });
+}
+
+/// Learning rate, schedule and batch: what one optimizer step does.
+fn step_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
+    row_ui(ui, "Learning rate", "Peak AdamW learning rate, reached after warmup. LoRA tolerates higher rates than full fine-tuning: 1e-4 to 5e-4 is typical.", |ui| {
+        ui.add(
+            egui::Slider::new(&mut cfg.lr, 1e-6..=1e-2)
+                .logarithmic(true)
+                .custom_formatter(|v, _| fmt_sci(v))
+                .custom_parser(|s| s.trim().parse::<f64>().ok()),
+        );
+    });
+    row_ui(
+        ui,
+        "Schedule",
+        "How the learning rate decays after warmup: constant, linearly to zero, or along a cosine to zero.",
+        |ui| {
+            egui::ComboBox::from_id_salt("schedule")
+                .selected_text(format!("{:?}", cfg.schedule).to_lowercase())
+                .show_ui(ui, |ui| {
+                    for s in [Schedule::Constant, Schedule::Linear, Schedule::Cosine] {
+                        ui.selectable_value(&mut cfg.schedule, s, format!("{s:?}").to_lowercase());
+                    }
+                });
+            ui.label("warmup");
+            ui.add(DragValue::new(&mut cfg.warmup).range(0..=100_000).suffix(" steps"));
+        },
+    );
+    row_ui(ui, "Batch size", "Examples per micro-batch. Memory grows linearly with it.", |ui| {
+        ui.add(DragValue::new(&mut cfg.batch_size).range(1..=1024));
+    });
+    row_ui(ui, "Accumulation", "Micro-batches whose gradients are summed before each optimizer step: a larger effective batch without more memory.", |ui| {
+        ui.add(DragValue::new(&mut cfg.grad_accum).range(1..=1024));
+        ui.label(RichText::new(format!("effective batch {}", cfg.batch_size * cfg.grad_accum)).weak());
+    });
+}
+
+/// How long to train and how gradients are kept in check.
+fn duration_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
+    row_ui(
+        ui,
+        "Duration",
+        "How long to train: a number of optimizer steps, or passes over the training split.",
+        |ui| {
+            let mut by_epochs = cfg.iters.is_none();
+            if ui.radio(!by_epochs, "iterations").clicked() {
+                by_epochs = false;
+                cfg.iters = Some(cfg.iters.unwrap_or(100));
+            }
+            if ui.radio(by_epochs, "epochs").clicked() {
+                by_epochs = true;
+                cfg.iters = None;
+                cfg.epochs = Some(cfg.epochs.unwrap_or(1.0));
+            }
+            if by_epochs {
+                let e = cfg.epochs.get_or_insert(1.0);
+                ui.add(DragValue::new(e).range(0.01..=1000.0).speed(0.05).max_decimals(2));
+            } else if let Some(n) = &mut cfg.iters {
+                ui.add(DragValue::new(n).range(1..=10_000_000).speed(1.0).suffix(" steps"));
+            }
+        },
+    );
+    row_ui(
+        ui,
+        "Gradient clipping",
+        "Rescale gradients whose global norm exceeds this, which keeps rare bad batches from derailing the run.",
+        |ui| {
+            let mut on = cfg.max_grad_norm.is_some();
+            if ui.checkbox(&mut on, "clip at").changed() {
+                cfg.max_grad_norm = on.then_some(1.0);
+            }
+            if let Some(n) = &mut cfg.max_grad_norm {
+                ui.add(DragValue::new(n).range(0.01..=100.0).speed(0.05).max_decimals(2));
+            }
+        },
+    );
+    row_ui(ui, "Weight decay", "AdamW's decoupled weight decay on the adapter weights. 0 is common for LoRA.", |ui| {
+        ui.add(DragValue::new(&mut cfg.weight_decay).range(0.0..=1.0).speed(0.001).max_decimals(4));
+    });
+}
+
+/// Evaluation, checkpoints and where the run is written.
+fn bookkeeping_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
+    row_ui(ui, "Evaluate every", "Compute the validation loss every N steps (0: only at the end).", |ui| {
+        ui.add(DragValue::new(&mut cfg.val_every).range(0..=1_000_000).suffix(" steps"));
+        ui.label("using");
+        ui.add(DragValue::new(&mut cfg.val_batches).range(0..=100_000).suffix(" batches"));
+        ui.label(RichText::new("(0 = all)").weak());
+    });
+    row_ui(ui, "Save every", "Write a checkpoint every N steps (0: only at the end). Checkpoints appear in the Checkpoints page as they are written.", |ui| {
+        ui.add(DragValue::new(&mut cfg.save_every).range(0..=1_000_000).suffix(" steps"));
+    });
+    row_ui(
+        ui,
+        "Runs folder",
+        "Where run folders are written: <runs>/<run name>/{run.json, metrics.jsonl, checkpoint-N/}.",
+        |ui| {
+            let mut s = cfg.out.display().to_string();
+            if ui.add(egui::TextEdit::singleline(&mut s).desired_width(200.0)).changed() {
+                cfg.out = PathBuf::from(s);
+            }
+        },
+    );
+    row_ui(ui, "Run name", "Folder name of the run; leave empty for an automatic one (date, model, rank).", |ui| {
+        let name = cfg.run_name.get_or_insert_with(String::new);
+        ui.add(egui::TextEdit::singleline(name).hint_text("automatic").desired_width(200.0));
     });
 }
 
@@ -287,7 +322,7 @@ fn summary_card_ui(ui: &mut Ui, prefs: &Prefs, model: Option<&ModelSummary>, rep
             ui.label(format!("≤ {}", fmt_count(tokens_per_step)));
             ui.end_row();
             if let Some(r) = report {
-                let rows = r.rows("train");
+                let rows = r.rows(SplitName::Train);
                 let per_step = (cfg.batch_size * cfg.grad_accum).max(1);
                 let steps_per_epoch = rows.div_ceil(per_step).max(1);
                 ui.label(RichText::new("Steps per epoch").weak())
@@ -311,8 +346,9 @@ fn summary_card_ui(ui: &mut Ui, prefs: &Prefs, model: Option<&ModelSummary>, rep
             }
         }
         ui.add_space(6.0);
-        let steps_per_epoch =
-            report.map(|r| r.rows("train").div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1)).unwrap_or(100);
+        let steps_per_epoch = report
+            .map(|r| r.rows(SplitName::Train).div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1))
+            .unwrap_or(100);
         lr_preview_ui(ui, cfg, total_steps(cfg, steps_per_epoch));
         if let Some(m) = model {
             let trainable = estimate::trainable_params(&m.shape, &cfg.lora).unwrap_or(0);

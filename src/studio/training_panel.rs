@@ -146,81 +146,11 @@ impl TrainingPanel {
     /// Fold one training event into the plots and the log. Returns an action for the app when the event
     /// changes what other pages show (a checkpoint appeared, the run ended).
     pub fn on_event(&mut self, event: TrainEvent, smoothing: f64) -> Option<Action> {
-        let run = self.run.get_or_insert_with(LiveRun::default);
         match event {
-            TrainEvent::Started {
-                run_dir,
-                trainable_params,
-                total_steps,
-                train_examples,
-                valid_examples,
-                truncated_examples,
-                start_step,
-                tokens_per_epoch,
-                ..
-            } => {
-                run.run_dir = Some(run_dir.clone());
-                run.total_steps = total_steps;
-                run.start_step = start_step;
-                run.step = start_step;
-                run.trainable_params = trainable_params;
-                run.train_examples = train_examples;
-                run.valid_examples = valid_examples;
-                self.status = RunStatus::Running;
-                self.log(
-                    Tone::Info,
-                    format!(
-                        "started {}: {total_steps} steps, {} trainable parameters, {train_examples} train / {valid_examples} valid examples, {} tokens per epoch{}{}",
-                        run_dir.display(),
-                        fmt_count(trainable_params),
-                        fmt_count(tokens_per_epoch),
-                        if truncated_examples > 0 { format!(", {truncated_examples} truncated") } else { String::new() },
-                        if start_step > 0 { format!(", resuming at step {start_step}") } else { String::new() },
-                    ),
-                );
-                Some(Action::RefreshRuns)
-            }
-            TrainEvent::Step {
-                step,
-                total_steps,
-                loss,
-                lr,
-                grad_norm,
-                tokens_per_sec,
-                trained_tokens,
-                elapsed_secs,
-                eta_secs,
-            } => {
-                self.steps_received += 1;
-                let x = step as f64;
-                run.push_loss(x, loss, smoothing);
-                run.lr.push(PlotPoint::new(x, lr));
-                run.tokens_per_sec_series.push(PlotPoint::new(x, tokens_per_sec));
-                run.grad_norm.push(PlotPoint::new(x, grad_norm));
-                run.step = step;
-                run.total_steps = total_steps;
-                run.elapsed_secs = elapsed_secs;
-                run.eta_secs = Some(eta_secs);
-                run.tokens_per_sec = Some(tokens_per_sec);
-                run.trained_tokens = trained_tokens;
-                if self.status == RunStatus::Starting {
-                    self.status = RunStatus::Running;
-                }
-                let every = (total_steps / 100).max(1);
-                if step % every == 0 || step == total_steps || step <= 3 {
-                    self.log(
-                        Tone::Info,
-                        format!(
-                            "step {step}/{total_steps}  loss {}  lr {}  grad norm {grad_norm:.3}  {tokens_per_sec:.0} tok/s",
-                            fmt_loss(loss),
-                            fmt_sci(lr)
-                        ),
-                    );
-                }
-                None
-            }
+            TrainEvent::Started { .. } => self.on_started(event),
+            TrainEvent::Step { .. } => self.on_step(event, smoothing),
             TrainEvent::Eval { step, val_loss, perplexity } => {
-                run.val_loss.push(PlotPoint::new(step as f64, val_loss));
+                self.live().val_loss.push(PlotPoint::new(step as f64, val_loss));
                 self.log(
                     Tone::Ok,
                     format!("eval at step {step}: validation loss {} (perplexity {perplexity:.2})", fmt_loss(val_loss)),
@@ -228,7 +158,7 @@ impl TrainingPanel {
                 None
             }
             TrainEvent::CheckpointSaved { step, path } => {
-                run.checkpoints.push((step, path.clone()));
+                self.live().checkpoints.push((step, path.clone()));
                 self.log(Tone::Ok, format!("checkpoint saved at step {step}: {}", path.display()));
                 Some(Action::RefreshRuns)
             }
@@ -242,32 +172,130 @@ impl TrainingPanel {
                 self.log(Tone::Info, format!("resumed at step {step}"));
                 None
             }
-            TrainEvent::Finished { step, final_loss, final_val_loss, stopped_early, elapsed_secs } => {
-                run.step = step;
-                if elapsed_secs > 0.0 {
-                    run.elapsed_secs = elapsed_secs;
-                }
-                run.eta_secs = None;
-                self.status = RunStatus::Finished { stopped_early };
-                self.log(
-                    Tone::Ok,
-                    format!(
-                        "{} at step {step} after {}: final loss {}, validation loss {}",
-                        if stopped_early { "stopped" } else { "finished" },
-                        fmt_secs(elapsed_secs),
-                        final_loss.map(fmt_loss).unwrap_or_else(|| "–".into()),
-                        final_val_loss.map(fmt_loss).unwrap_or_else(|| "–".into()),
-                    ),
-                );
-                Some(Action::RefreshRuns)
-            }
+            TrainEvent::Finished { .. } => self.on_finished(event),
             TrainEvent::Failed { step, message, kind } => {
-                run.eta_secs = None;
+                self.live().eta_secs = None;
                 self.log(Tone::Error, format!("failed at step {step} ({}): {message}", kind.label()));
                 self.status = RunStatus::Failed(message);
                 Some(Action::RefreshRuns)
             }
         }
+    }
+
+    /// The run being shown (created when an event arrives without a start request, e.g. after a restart).
+    fn live(&mut self) -> &mut LiveRun {
+        self.run.get_or_insert_with(LiveRun::default)
+    }
+
+    fn on_started(&mut self, event: TrainEvent) -> Option<Action> {
+        let TrainEvent::Started {
+            run_dir,
+            trainable_params,
+            total_steps,
+            train_examples,
+            valid_examples,
+            truncated_examples,
+            start_step,
+            tokens_per_epoch,
+            dataset_notes,
+            ..
+        } = event
+        else {
+            return None;
+        };
+        let run = self.live();
+        run.run_dir = Some(run_dir.clone());
+        run.total_steps = total_steps;
+        run.start_step = start_step;
+        run.step = start_step;
+        run.trainable_params = trainable_params;
+        run.train_examples = train_examples;
+        run.valid_examples = valid_examples;
+        self.status = RunStatus::Running;
+        self.log(
+            Tone::Info,
+            format!(
+                "started {}: {total_steps} steps, {} trainable parameters, {train_examples} train / {valid_examples} valid examples, {} tokens per epoch{}{}",
+                run_dir.display(),
+                fmt_count(trainable_params),
+                fmt_count(tokens_per_epoch),
+                if truncated_examples > 0 { format!(", {truncated_examples} truncated") } else { String::new() },
+                if start_step > 0 { format!(", resuming at step {start_step}") } else { String::new() },
+            ),
+        );
+        for note in dataset_notes {
+            self.log(Tone::Warn, format!("dataset: {note}"));
+        }
+        Some(Action::RefreshRuns)
+    }
+
+    fn on_step(&mut self, event: TrainEvent, smoothing: f64) -> Option<Action> {
+        let TrainEvent::Step {
+            step,
+            total_steps,
+            loss,
+            lr,
+            grad_norm,
+            tokens_per_sec,
+            trained_tokens,
+            elapsed_secs,
+            eta_secs,
+        } = event
+        else {
+            return None;
+        };
+        self.steps_received += 1;
+        let run = self.live();
+        let x = step as f64;
+        run.push_loss(x, loss, smoothing);
+        run.lr.push(PlotPoint::new(x, lr));
+        run.tokens_per_sec_series.push(PlotPoint::new(x, tokens_per_sec));
+        run.grad_norm.push(PlotPoint::new(x, grad_norm));
+        run.step = step;
+        run.total_steps = total_steps;
+        run.elapsed_secs = elapsed_secs;
+        run.eta_secs = Some(eta_secs);
+        run.tokens_per_sec = Some(tokens_per_sec);
+        run.trained_tokens = trained_tokens;
+        if self.status == RunStatus::Starting {
+            self.status = RunStatus::Running;
+        }
+        let every = (total_steps / 100).max(1);
+        if step % every == 0 || step == total_steps || step <= 3 {
+            self.log(
+                Tone::Info,
+                format!(
+                    "step {step}/{total_steps}  loss {}  lr {}  grad norm {grad_norm:.3}  {tokens_per_sec:.0} tok/s",
+                    fmt_loss(loss),
+                    fmt_sci(lr)
+                ),
+            );
+        }
+        None
+    }
+
+    fn on_finished(&mut self, event: TrainEvent) -> Option<Action> {
+        let TrainEvent::Finished { step, final_loss, final_val_loss, stopped_early, elapsed_secs } = event else {
+            return None;
+        };
+        let run = self.live();
+        run.step = step;
+        if elapsed_secs > 0.0 {
+            run.elapsed_secs = elapsed_secs;
+        }
+        run.eta_secs = None;
+        self.status = RunStatus::Finished { stopped_early };
+        self.log(
+            Tone::Ok,
+            format!(
+                "{} at step {step} after {}: final loss {}, validation loss {}",
+                if stopped_early { "stopped" } else { "finished" },
+                fmt_secs(elapsed_secs),
+                final_loss.map(fmt_loss).unwrap_or_else(|| "–".into()),
+                final_val_loss.map(fmt_loss).unwrap_or_else(|| "–".into()),
+            ),
+        );
+        Some(Action::RefreshRuns)
     }
 
     pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {

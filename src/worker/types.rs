@@ -74,7 +74,7 @@ pub struct FoundModel {
 }
 
 pub use crate::engine::checkpoint::CheckpointInfo;
-pub use crate::engine::data::{DatasetReport, PreviewRow, SplitReport, TokenStats};
+pub use crate::engine::data::{DatasetReport, LengthHistogram, PreviewRow, SplitName, SplitReport, TokenStats};
 pub use crate::engine::train::run_folder::RunInfo;
 
 /// How a generation went.

@@ -16,7 +16,7 @@ pub use batches::{
 };
 pub use formats::{parse_jsonl, read_jsonl, DatasetFormat, ParsedFile, Row, RowProblem, SourcedRow};
 pub use report::{inspect_dataset, DatasetReport, PreviewRow, SplitReport, TokenStats};
-pub use summary::{length_histogram, DatasetSummary, HistogramBin, SplitSummary};
+pub use summary::{length_histogram, DatasetSummary, LengthHistogram, SplitSummary};
 pub use tokenize::{chat_prompt_ids, preview_example, preview_row, tokenize_row, Cut, Example, TokenizeSpec};
 
 use crate::engine::{Error, Result};
@@ -71,6 +71,12 @@ impl SplitName {
             Self::Valid => "valid",
             Self::Test => "test",
         }
+    }
+}
+
+impl std::fmt::Display for SplitName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -3,7 +3,7 @@
 //! `max_seq_len` cuts or drops (the trainer's own rule, [`super::Example::cut`]) and a templated preview.
 //! It reads files the way training does ([`super::dataset_files`], [`super::read_jsonl`]).
 
-use super::{dataset_files, read_jsonl, tokenize, DatasetFormat, ParsedFile, Row, SplitName, TokenizeSpec};
+use super::{dataset_files, read_jsonl, tokenize, DatasetFormat, ParsedFile, Row, RowProblem, SplitName, TokenizeSpec};
 use crate::engine::model::LoadedModel;
 use crate::engine::Result;
 use std::path::{Path, PathBuf};
@@ -12,17 +12,15 @@ use std::path::{Path, PathBuf};
 pub const MAX_STAT_ROWS: usize = 20_000;
 
 /// One split (file) of a dataset.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SplitReport {
-    /// "train", "valid" or "test".
-    pub split: String,
+    pub split: SplitName,
     pub path: PathBuf,
-    /// "chat", "completions" or "text"; None when no row is valid.
-    pub format: Option<String>,
+    /// None when no row is valid.
+    pub format: Option<DatasetFormat>,
     pub rows: usize,
     pub blank_lines: usize,
-    /// (1-based line, message).
-    pub problems: Vec<(usize, String)>,
+    pub problems: Vec<RowProblem>,
 }
 
 /// Token statistics of the training split under a model's tokenizer and chat template.
@@ -38,14 +36,21 @@ pub struct TokenStats {
     pub total_tokens: usize,
     /// Tokens that are training targets (after truncation).
     pub target_tokens: usize,
-    /// Rows that could not be tokenized: (split, line, message).
-    pub failures: Vec<(String, usize, String)>,
+    /// Rows that could not be tokenized.
+    pub failures: Vec<RowProblem>,
+}
+
+impl TokenStats {
+    /// The lengths binned for the dataset page, with `max_seq_len` marked.
+    pub fn length_histogram(&self) -> super::LengthHistogram {
+        super::length_histogram(&self.lengths, self.max_seq_len)
+    }
 }
 
 /// One previewed row: its text pieces, each flagged trained (true) or masked (false).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PreviewRow {
-    pub split: String,
+    pub split: SplitName,
     pub line: usize,
     pub tokens: usize,
     pub truncated: bool,
@@ -71,7 +76,7 @@ impl DatasetReport {
         self.splits.iter().map(|s| s.problems.len()).sum()
     }
 
-    pub fn rows(&self, split: &str) -> usize {
+    pub fn rows(&self, split: SplitName) -> usize {
         self.splits.iter().filter(|s| s.split == split).map(|s| s.rows).sum()
     }
 }
@@ -89,12 +94,12 @@ pub fn inspect_dataset(
     for (split, file) in dataset_files(path)? {
         let p = read_jsonl(&file)?;
         report.splits.push(SplitReport {
-            split: split.as_str().into(),
+            split,
             path: file,
-            format: p.format.map(|f| f.name().to_string()),
+            format: p.format,
             rows: p.rows.len(),
             blank_lines: p.blank_lines,
-            problems: p.problems.iter().map(|q| (q.line, q.message.clone())).collect(),
+            problems: p.problems.clone(),
         });
         parsed.push((split, p));
     }
@@ -136,7 +141,9 @@ fn token_stats(train: &ParsedFile, full: &TokenizeSpec<'_>, max_seq_len: usize) 
                 stats.target_tokens += cut.target_tokens;
                 stats.dropped += usize::from(cut.dropped());
             }
-            Err(e) => stats.failures.push(("train".into(), sourced.line, e.to_string())),
+            Err(e) => {
+                stats.failures.push(RowProblem { path: train.path.clone(), line: sourced.line, message: e.to_string() })
+            }
         }
     }
     stats
@@ -152,7 +159,7 @@ fn preview_rows_of(
     let rows = parsed.iter().flat_map(|(split, file)| file.rows.iter().map(move |r| (*split, r)));
     rows.filter_map(|(split, sourced)| {
         let (tokens, truncated, pieces) = preview(&sourced.row, spec, model).ok()?;
-        Some(PreviewRow { split: split.as_str().into(), line: sourced.line, tokens, truncated, pieces })
+        Some(PreviewRow { split, line: sourced.line, tokens, truncated, pieces })
     })
     .take(limit)
     .collect()

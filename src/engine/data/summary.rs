@@ -55,34 +55,42 @@ pub struct DatasetSummary {
 }
 
 impl DatasetSummary {
-    /// Histogram of training example lengths.
-    pub fn length_histogram(&self, bins: usize) -> Vec<HistogramBin> {
-        length_histogram(&self.train.lengths, bins)
+    /// Histogram of training example lengths, with `max_seq_len` marked.
+    pub fn length_histogram(&self) -> LengthHistogram {
+        length_histogram(&self.train.lengths, self.max_seq_len)
     }
 }
 
-/// One bar of a length histogram: lengths in `min_len..=max_len`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistogramBin {
-    pub min_len: usize,
-    pub max_len: usize,
-    pub count: usize,
+/// Token lengths in equal-width bins from 0 to the longest length (or `max_seq_len`, whichever is larger):
+/// what the dataset page draws, with the bins past `max_seq_len` shown as cut.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LengthHistogram {
+    pub bin_width: usize,
+    /// (first length of the bin, rows in it), in order.
+    pub bins: Vec<(usize, usize)>,
+    pub max_seq_len: usize,
 }
 
-/// Equal-width bins from the shortest to the longest length.
-pub fn length_histogram(lengths: &[usize], bins: usize) -> Vec<HistogramBin> {
-    let (Some(&lo), Some(&hi)) = (lengths.iter().min(), lengths.iter().max()) else {
-        return Vec::new();
-    };
-    let bins = bins.max(1).min(hi - lo + 1);
-    let width = (hi - lo + 1).div_ceil(bins);
-    let mut out: Vec<HistogramBin> = (0..bins)
-        .map(|b| HistogramBin { min_len: lo + b * width, max_len: (lo + (b + 1) * width - 1).min(hi), count: 0 })
-        .filter(|bin| bin.min_len <= hi)
-        .collect();
+/// Bin `lengths` with a "nice" width (1, 2, 4, 5, 8 or 10 times a power of ten) giving about 40 bins, so
+/// `max_seq_len` falls on a bin edge when it is a round number.
+pub fn length_histogram(lengths: &[usize], max_seq_len: usize) -> LengthHistogram {
+    let longest = lengths.iter().max().copied().unwrap_or(0).max(max_seq_len).max(1);
+    let raw = (longest as f64 / 40.0).max(1.0);
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let bin_width = [1.0, 2.0, 4.0, 5.0, 8.0, 10.0]
+        .iter()
+        .map(|m| (m * magnitude) as usize)
+        .find(|w| *w as f64 >= raw)
+        .unwrap_or((10.0 * magnitude) as usize)
+        .max(1);
+    let n = longest / bin_width + 1;
+    let mut counts = vec![0usize; n];
     for &l in lengths {
-        let b = ((l - lo) / width).min(out.len() - 1);
-        out[b].count += 1;
+        counts[(l / bin_width).min(n - 1)] += 1;
     }
-    out
+    LengthHistogram {
+        bin_width,
+        bins: counts.into_iter().enumerate().map(|(i, c)| (i * bin_width, c)).collect(),
+        max_seq_len,
+    }
 }

@@ -161,9 +161,10 @@ fn truncated_and_dropped_rows_are_counted() {
     assert_eq!(prepared.train.examples[1].len(), 100);
     assert_eq!(prepared.train.source_lines, vec![1, 2]);
     assert!(s.valid.is_none());
-    let hist = s.length_histogram(4);
-    assert_eq!(hist.iter().map(|b| b.count).sum::<usize>(), 2);
-    assert_eq!(hist.last().unwrap().max_len, 100);
+    let hist = s.length_histogram();
+    assert_eq!(hist.bins.iter().map(|b| b.1).sum::<usize>(), 2);
+    assert_eq!(hist.max_seq_len, 100);
+    assert!(hist.bins.last().unwrap().0 <= 100 && hist.bins.last().unwrap().0 + hist.bin_width > 100);
 }
 
 /// The sample dataset through a real loaded model (the tiny-llama fixture): `TokenizeSpec::for_model`,
@@ -222,9 +223,11 @@ fn smollm2_masks_both_replies() {
 
 #[test]
 fn histogram_bins_cover_all_lengths() {
-    let bins = length_histogram(&[1, 2, 3, 10, 10], 3);
-    assert_eq!(bins.iter().map(|b| b.count).collect::<Vec<_>>(), vec![3, 0, 2]);
-    assert_eq!((bins[0].min_len, bins[2].max_len), (1, 10));
-    assert!(length_histogram(&[], 5).is_empty());
-    assert_eq!(length_histogram(&[7, 7], 5).len(), 1);
+    let lengths = [3, 50, 51, 99, 700];
+    let h = length_histogram(&lengths, 512);
+    assert_eq!(h.bins.iter().map(|b| b.1).sum::<usize>(), lengths.len());
+    assert_eq!(h.bin_width, 20);
+    assert!(h.bins.iter().any(|&(start, _)| start == 500), "512 falls in the bin starting at 500");
+    assert_eq!(length_histogram(&[], 5).bins.iter().map(|b| b.1).sum::<usize>(), 0);
+    assert_eq!(length_histogram(&[7, 7], 5).bins.last(), Some(&(7, 2)));
 }

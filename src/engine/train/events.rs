@@ -18,6 +18,10 @@ pub enum TrainEvent {
         truncated_examples: usize,
         /// Step the run starts from (non-zero when resuming).
         start_step: usize,
+        /// What preparing the dataset noticed (skipped, cut or dropped rows, a held-out validation split, a
+        /// fallback template): [`crate::engine::data::DatasetSummary::notes`].
+        #[serde(default)]
+        dataset_notes: Vec<String>,
     },
     Step {
         step: usize,

@@ -297,6 +297,7 @@ impl<'a> Trainer<'a> {
             valid_examples: self.data.valid.as_ref().map(|v| v.examples.len()).unwrap_or(0),
             truncated_examples: summary.truncated,
             start_step,
+            dataset_notes: summary.notes.clone(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! drag-and-drop overlay.
 
 use super::*;
+use crate::worker::SplitName;
 
 impl StudioApp {
     pub(super) fn top_bar_ui(&mut self, ui: &mut Ui) {
@@ -104,7 +105,7 @@ impl StudioApp {
                 (Some(r), _) if r.problem_count() > 0 => {
                     (Some(format!("{} invalid rows", r.problem_count())), palette::ERROR)
                 }
-                (Some(r), _) => (Some(format!("{} train rows", r.rows("train"))), palette::OK),
+                (Some(r), _) => (Some(format!("{} train rows", r.rows(SplitName::Train))), palette::OK),
                 _ => (Some("none open".into()), weak),
             },
             Page::Settings => {
