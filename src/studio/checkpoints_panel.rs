@@ -485,6 +485,9 @@ fn default_export_dir(checkpoint: &Path, format: ExportFormat) -> PathBuf {
         ExportFormat::Peft => "peft",
         ExportFormat::MlxLm => "mlx",
         ExportFormat::Merged => "merged",
+        ExportFormat::Gguf => "merged.gguf",
+        ExportFormat::GgufLora => "lora.gguf",
+        ExportFormat::Ollama => "ollama",
     };
     let run_dir = checkpoint.parent().unwrap_or(Path::new("."));
     run_dir.join("exports").join(format!("{name}-{suffix}"))
