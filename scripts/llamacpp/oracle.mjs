@@ -3,6 +3,7 @@
 //
 //   node oracle.mjs greedy   MODEL.gguf '[ids]' N [--lora ADAPTER.gguf]   -> {"generated_ids": [...]}
 //   node oracle.mjs logprobs MODEL.gguf '[ids]'   [--lora ADAPTER.gguf]   -> {"token_logprobs": [...], "nll_mean": x}
+//   node oracle.mjs gap      MODEL.gguf '[ids]' '[a, b]'                  -> {"logit_a", "logit_b", "max"}
 //   node oracle.mjs tokenize MODEL.gguf TEXT                               -> {"ids": [...]}  (special tokens parsed, BOS as the file says)
 //
 // Greedy means temperature 0 (argmax); the prompt is given as token ids so both sides see the same input.
@@ -53,6 +54,15 @@ if (mode === "greedy") {
         return logits.get(ids[i + 1]) - max - Math.log(r.next.totalLogitWeight);
     });
     console.log(JSON.stringify({token_logprobs: lps, nll_mean: -lps.reduce((a, b) => a + b, 0) / lps.length}));
+} else if (mode === "gap") {
+    // logits of two candidate tokens after the prefix: how close a greedy disagreement was
+    const [a, b] = JSON.parse(n);
+    const res = await sequence.controlledEvaluate([
+        ...ids.slice(0, -1),
+        [ids[ids.length - 1], {generateNext: {logits: {filter: {tokens: [a, b], includeMax: true}}}}],
+    ]);
+    const logits = res[res.length - 1].next.logits;
+    console.log(JSON.stringify({logit_a: logits.get(a), logit_b: logits.get(b), max: Math.max(...logits.values())}));
 } else {
     console.error(`unknown mode ${mode}`);
     process.exit(2);

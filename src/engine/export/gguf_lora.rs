@@ -30,9 +30,8 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, out: &Path) -> Result<u6
     let mut entries = Vec::with_capacity(2 * params.len());
     let mut tensors: Vec<Tensor> = Vec::with_capacity(2 * params.len());
     for p in &params {
-        let module = gguf_linear_module(p.module).ok_or_else(|| {
-            Error::InvalidSetting(format!("adapter module `{}` has no llama.cpp name", p.module))
-        })?;
+        let module = gguf_linear_module(p.module)
+            .ok_or_else(|| Error::InvalidSetting(format!("adapter module `{}` has no llama.cpp name", p.module)))?;
         let prefix = format!("blk.{}.{module}.weight", p.layer);
         let lora_a = p.a.as_tensor().t()?.to_dtype(DType::F32)?;
         let mut lora_b = p.b.as_tensor().t()?.to_dtype(DType::F32)?;
@@ -44,7 +43,11 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, out: &Path) -> Result<u6
             }
         }
         for (suffix, tensor) in [("lora_a", lora_a), ("lora_b", lora_b)] {
-            entries.push(TensorEntry { name: format!("{prefix}.{suffix}"), dims: tensor.dims().to_vec(), dtype: GgmlDType::F32 });
+            entries.push(TensorEntry {
+                name: format!("{prefix}.{suffix}"),
+                dims: tensor.dims().to_vec(),
+                dtype: GgmlDType::F32,
+            });
             tensors.push(tensor);
         }
     }

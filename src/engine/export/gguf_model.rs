@@ -84,7 +84,11 @@ fn rope_freqs(config: &ModelConfig) -> Result<Option<Tensor>> {
 
 /// Every tensor in llama.cpp's order, with its type. Hugging Face tensors without a GGUF name are an error,
 /// not silently dropped.
-fn tensor_entries(config: &ModelConfig, weights: &HashMap<String, Tensor>, quant: GgufQuant) -> Result<Vec<TensorEntry>> {
+fn tensor_entries(
+    config: &ModelConfig,
+    weights: &HashMap<String, Tensor>,
+    quant: GgufQuant,
+) -> Result<Vec<TensorEntry>> {
     let mut named: Vec<(String, Vec<usize>)> = Vec::with_capacity(weights.len());
     for (hf, tensor) in weights {
         let gguf = if hf == ROPE_FREQS { Some(hf.clone()) } else { gguf_tensor_name(hf) };
@@ -107,8 +111,17 @@ fn tensor_entries(config: &ModelConfig, weights: &HashMap<String, Tensor>, quant
 /// convert_hf_to_gguf.py's order: rope factors, embedding, each layer's tensors, final norm, output.
 fn order_key(name: &str) -> (usize, usize, usize, String) {
     const LAYER_ORDER: [&str; 11] = [
-        "attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "ffn_norm",
-        "ffn_gate", "ffn_up", "ffn_down",
+        "attn_norm",
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_q_norm",
+        "attn_k_norm",
+        "attn_output",
+        "ffn_norm",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
     ];
     match name {
         ROPE_FREQS => (0, 0, 0, String::new()),

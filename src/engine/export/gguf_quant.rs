@@ -82,7 +82,7 @@ impl GgufQuant {
         let wanted = if is_output {
             match base {
                 GgmlDType::Q8_0 => GgmlDType::Q8_0,
-                _ if row_len % GgmlDType::Q6K.block_size() != 0 => GgmlDType::Q8_0,
+                _ if !row_len.is_multiple_of(GgmlDType::Q6K.block_size()) => GgmlDType::Q8_0,
                 _ => GgmlDType::Q6K,
             }
         } else if matches!(self, Self::Q4KM | Self::Q5KM) && self.more_bits(gguf_name, num_layers) {
@@ -106,12 +106,12 @@ impl GgufQuant {
 /// llama.cpp's `use_more_bits(i_layer, n_layers)`.
 fn use_more_bits(layer: usize, num_layers: usize) -> bool {
     let eighth = num_layers / 8;
-    layer < eighth || layer >= 7 * num_layers / 8 || (layer >= eighth && (layer - eighth) % 3 == 2)
+    layer < eighth || layer >= 7 * num_layers / 8 || (layer - eighth) % 3 == 2
 }
 
 /// llama.cpp's `tensor_type_fallback`: a type whose blocks tile rows of `row_len`.
 fn fallback(wanted: GgmlDType, row_len: usize) -> GgmlDType {
-    if row_len % wanted.block_size() == 0 {
+    if row_len.is_multiple_of(wanted.block_size()) {
         return wanted;
     }
     let second = match wanted {
@@ -120,7 +120,7 @@ fn fallback(wanted: GgmlDType, row_len: usize) -> GgmlDType {
         GgmlDType::Q6K => GgmlDType::Q8_0,
         other => other,
     };
-    if row_len % second.block_size() == 0 {
+    if row_len.is_multiple_of(second.block_size()) {
         second
     } else {
         GgmlDType::F16

@@ -294,7 +294,8 @@ pub enum ExportFormat {
 }
 
 impl ExportFormat {
-    pub const ALL: [ExportFormat; 6] = [Self::Peft, Self::MlxLm, Self::Merged, Self::Gguf, Self::GgufLora, Self::Ollama];
+    pub const ALL: [ExportFormat; 6] =
+        [Self::Peft, Self::MlxLm, Self::Merged, Self::Gguf, Self::GgufLora, Self::Ollama];
 
     /// The name the CLI takes.
     pub fn as_str(self) -> &'static str {
@@ -329,7 +330,9 @@ impl std::str::FromStr for ExportFormat {
             "gguf" => Ok(Self::Gguf),
             "gguf-lora" => Ok(Self::GgufLora),
             "ollama" => Ok(Self::Ollama),
-            other => Err(format!("unknown export format `{other}`; use peft, mlx-lm, merged, gguf, gguf-lora or ollama")),
+            other => {
+                Err(format!("unknown export format `{other}`; use peft, mlx-lm, merged, gguf, gguf-lora or ollama"))
+            }
         }
     }
 }

@@ -34,8 +34,11 @@ const MISTRAL: &str = r#"{{- range $i, $_ := .Messages }}{{- if eq .Role "user" 
 {{ end }}{{ .Content }}[/INST]{{ else if eq .Role "assistant" }} {{ .Content }}</s>{{ end }}{{- end }}"#;
 
 /// The chat template families we translate: (marker, Ollama template, end-of-turn token).
-const FAMILIES: [(&str, &str, &str); 3] =
-    [("<|im_start|>", CHATML, "<|im_end|>"), ("<|start_header_id|>", LLAMA3, "<|eot_id|>"), ("[INST]", MISTRAL, "</s>")];
+const FAMILIES: [(&str, &str, &str); 3] = [
+    ("<|im_start|>", CHATML, "<|im_end|>"),
+    ("<|start_header_id|>", LLAMA3, "<|eot_id|>"),
+    ("[INST]", MISTRAL, "</s>"),
+];
 
 /// The Modelfile text for `model` (whose GGUF sits next to it as [`OLLAMA_GGUF`]).
 pub fn modelfile(model: &LoadedModel) -> Result<String> {
@@ -67,11 +70,8 @@ fn default_system_prompt(model: &LoadedModel, chatml: bool) -> Result<Option<Str
 
 /// Every end-of-generation token as text, the family's end-of-turn token first, without repeats.
 fn stop_tokens(model: &LoadedModel, end_of_turn: Option<&str>) -> Vec<String> {
-    let mut stops: Vec<String> = end_of_turn
-        .filter(|t| model.tokenizer.token_to_id(t).is_some())
-        .map(str::to_owned)
-        .into_iter()
-        .collect();
+    let mut stops: Vec<String> =
+        end_of_turn.filter(|t| model.tokenizer.token_to_id(t).is_some()).map(str::to_owned).into_iter().collect();
     for id in &model.eos_token_ids {
         if let Some(token) = model.tokenizer.id_to_token(*id) {
             if !stops.contains(&token) {

@@ -36,7 +36,9 @@ pub mod names;
 mod tests;
 mod tokenizer;
 
-pub(crate) use tokenizer::{pre_tokenizer_name, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED};
+pub(crate) use tokenizer::{
+    pre_tokenizer_name, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
+};
 
 /// The GGUF architectures this loader understands (`general.architecture`).
 pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama";
