@@ -245,6 +245,7 @@ fn write_failures_keep_their_kind_through_the_worker() {
     w.send(Command::ExportCheckpoint {
         checkpoint: ckpt,
         format: metal_candle::engine::export::ExportFormat::Peft,
+        quant: Default::default(),
         out: target,
         base_model: fixture("tiny-llama"),
     });

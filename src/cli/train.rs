@@ -1,7 +1,7 @@
 //! `train` and `export`: LoRA fine-tuning from the command line, printing the same events the studio plots.
 
 use crate::engine::device::{DTypeChoice, DeviceChoice};
-use crate::engine::export::ExportFormat;
+use crate::engine::export::{ExportFormat, ExportRequest, GgufQuant};
 use crate::engine::model::load_model;
 use crate::engine::train::run_folder::RunManifest;
 use crate::engine::train::{self, ModelLimits, Schedule, TrainConfig, TrainControl, TrainEvent};
@@ -313,12 +313,16 @@ extern "C" {
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// A checkpoint folder (runs/<name>/checkpoint-<step>).
+    /// A checkpoint folder (runs/<name>/checkpoint-<step>). Without one, gguf and ollama export the base model.
     #[arg(long)]
-    pub checkpoint: PathBuf,
-    /// peft | mlx-lm | merged
+    pub checkpoint: Option<PathBuf>,
+    /// peft | mlx-lm | merged | gguf | gguf-lora | ollama
     #[arg(long, default_value = "mlx-lm")]
     pub format: ExportFormat,
+    /// GGUF quantization for gguf and ollama: f16 | bf16 | q8_0 | q4_k_m | q5_k_m | q6_k
+    #[arg(long, default_value = "f16")]
+    pub quant: GgufQuant,
+    /// A folder (peft, mlx-lm, merged, ollama) or a file (gguf, gguf-lora).
     #[arg(long)]
     pub out: PathBuf,
     /// The base model (default: the one in the run's run.json).
@@ -327,17 +331,42 @@ pub struct ExportArgs {
 }
 
 pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
-    let model = match &args.model {
-        Some(m) => m.clone(),
-        None => {
-            let run_json = args.checkpoint.parent().map(|p| p.join(crate::engine::train::run_folder::RUN_CONFIG));
+    let model = match (&args.model, &args.checkpoint) {
+        (Some(m), _) => m.clone(),
+        (None, None) => anyhow::bail!("pass --checkpoint, or --model to export the base model alone"),
+        (None, Some(checkpoint)) => {
+            let run_json = checkpoint.parent().map(|p| p.join(crate::engine::train::run_folder::RUN_CONFIG));
             if !run_json.is_some_and(|p| p.exists()) {
-                anyhow::bail!("no run.json next to {}; pass --model", args.checkpoint.display());
+                anyhow::bail!("no run.json next to {}; pass --model", checkpoint.display());
             }
-            RunManifest::of_checkpoint(&args.checkpoint)?.model
+            RunManifest::of_checkpoint(checkpoint)?.model
         }
     };
-    let out = crate::engine::export::export(&args.checkpoint, args.format, &args.out, &model)?;
-    eprintln!("exported {} ({:?}) to {}", args.checkpoint.display(), args.format, out.display());
+    let request = ExportRequest {
+        checkpoint: args.checkpoint.clone(),
+        format: args.format,
+        quant: args.quant,
+        out: args.out.clone(),
+        base_model: model,
+    };
+    let mut last_shown = None;
+    let outcome = crate::engine::export::export_with(&request, &mut |p| {
+        let percent = 100 * p.done / p.total.max(1);
+        if last_shown != Some(percent / 10) {
+            last_shown = Some(percent / 10);
+            eprintln!("[{percent:>3}%] {}", p.what);
+        }
+    })?;
+    let what = match &args.checkpoint {
+        Some(c) => c.display().to_string(),
+        None => format!("{} (base model)", request.base_model.display()),
+    };
+    let quant = if args.format.uses_quant() { format!(", {}", args.quant) } else { String::new() };
+    eprintln!(
+        "exported {what} ({}{quant}) to {} ({:.1} MB)",
+        args.format.as_str(),
+        outcome.path.display(),
+        outcome.size_bytes as f64 / 1e6
+    );
     Ok(())
 }

@@ -1,12 +1,13 @@
 //! The checkpoints page: browse run folders (each run's settings and loss curve, its checkpoints with step,
 //! loss, time and size), overlay the loss curves of several runs, and per checkpoint open it in chat, resume
-//! training from it, export it (PEFT, mlx-lm, merged model) or delete it after a confirmation.
+//! training from it, export it (PEFT, mlx-lm, merged model, llama.cpp GGUF with a quantization choice, GGUF
+//! LoRA adapter, Ollama folder; with a progress bar and the written size) or delete it after a confirmation.
 
 use super::app::{Action, PanelCtx};
 use super::widgets::{
     self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone,
 };
-use crate::engine::export::ExportFormat;
+use crate::engine::export::{ExportFormat, GgufQuant};
 use crate::engine::train::run_folder::RunStatus;
 use crate::worker::{display_name, CheckpointInfo, Command, RunInfo};
 use egui::{RichText, Ui};
@@ -19,6 +20,7 @@ struct ExportDialog {
     checkpoint: PathBuf,
     base_model: PathBuf,
     format: ExportFormat,
+    quant: GgufQuant,
     out: String,
 }
 
@@ -32,6 +34,8 @@ pub struct CheckpointsPanel {
     confirm_delete: Option<PathBuf>,
     export: Option<ExportDialog>,
     exporting: Vec<PathBuf>,
+    /// Tensors written of the running export, and the one being written.
+    export_progress: Option<(usize, usize, String)>,
     notes: Vec<(Tone, String)>,
 }
 
@@ -51,13 +55,19 @@ impl CheckpointsPanel {
         self.error = Some(message);
     }
 
-    pub fn on_export_finished(&mut self, path: PathBuf) {
+    pub fn on_export_progress(&mut self, done: usize, total: usize, what: String) {
+        self.export_progress = Some((done, total, what));
+    }
+
+    pub fn on_export_finished(&mut self, path: PathBuf, size_bytes: u64) {
         self.exporting.clear();
-        self.notes.push((Tone::Ok, format!("Exported to {}", path.display())));
+        self.export_progress = None;
+        self.notes.push((Tone::Ok, format!("Exported to {} ({})", path.display(), fmt_bytes(size_bytes))));
     }
 
     pub fn on_action_failed(&mut self, what: String, message: String) {
         self.exporting.clear();
+        self.export_progress = None;
         self.notes.push((Tone::Error, format!("Could not {what}: {message}")));
     }
 
@@ -114,6 +124,10 @@ impl CheckpointsPanel {
                 ui.spinner();
             }
         });
+        if let Some((done, total, what)) = self.export_progress.as_ref().filter(|_| self.is_exporting()) {
+            let fraction = *done as f32 / (*total).max(1) as f32;
+            ui.add(egui::ProgressBar::new(fraction).show_percentage().text(format!("Exporting: {what}")));
+        }
         let mut dismiss = None;
         for (i, (tone, note)) in self.notes.iter().enumerate().rev().take(3) {
             ui.horizontal(|ui| {
@@ -337,13 +351,16 @@ impl CheckpointsPanel {
                                 !exporting,
                                 egui::Button::new(if exporting { "Exporting…" } else { "Export…" }),
                             )
-                            .on_hover_text("Write the adapter as PEFT, mlx-lm, or a merged model")
+                            .on_hover_text(
+                                "Write the adapter as PEFT, mlx-lm, a merged model, GGUF or an Ollama folder",
+                            )
                             .clicked()
                         {
                             new_export = Some(ExportDialog {
                                 checkpoint: c.path.clone(),
                                 base_model: base_model.clone(),
                                 format: ExportFormat::Peft,
+                                quant: GgufQuant::default(),
                                 out: default_export_dir(&c.path, ExportFormat::Peft).display().to_string(),
                             });
                         }
@@ -445,14 +462,23 @@ impl CheckpointsPanel {
                     .on_hover_text("adapters.safetensors + adapter_config.json for mlx_lm.generate --adapter-path");
                 ui.radio_value(&mut dialog.format, ExportFormat::Merged, "Merged model")
                     .on_hover_text("A full Hugging Face model folder with the adapter merged into the weights");
+                ui.radio_value(&mut dialog.format, ExportFormat::Gguf, "GGUF (llama.cpp)")
+                    .on_hover_text("One .gguf file with the adapter merged in, for llama.cpp, LM Studio and friends");
+                ui.radio_value(&mut dialog.format, ExportFormat::GgufLora, "GGUF LoRA adapter")
+                    .on_hover_text("The adapter alone for llama.cpp's --lora, on top of a GGUF of the same base model");
+                ui.radio_value(&mut dialog.format, ExportFormat::Ollama, "Ollama")
+                    .on_hover_text("A folder with the merged GGUF and a Modelfile: ollama create NAME -f Modelfile");
+                if dialog.format.uses_quant() {
+                    quant_choice_ui(ui, &mut dialog.quant);
+                }
                 if dialog.format != before {
                     dialog.out = default_export_dir(&dialog.checkpoint, dialog.format).display().to_string();
                 }
                 ui.horizontal(|ui| {
-                    let l = ui.label("Output folder");
+                    let l = ui.label(if dialog.format.writes_file() { "Output file" } else { "Output folder" });
                     ui.add(egui::TextEdit::singleline(&mut dialog.out).desired_width(320.0)).labelled_by(l.id);
                 });
-                if dialog.format == ExportFormat::Merged {
+                if matches!(dialog.format, ExportFormat::Merged | ExportFormat::Gguf | ExportFormat::Ollama) {
                     ui.label(RichText::new(format!("base model: {}", dialog.base_model.display())).weak().small());
                 }
                 ui.add_space(8.0);
@@ -462,6 +488,7 @@ impl CheckpointsPanel {
                         ctx.actions.push(Action::Send(Command::ExportCheckpoint {
                             checkpoint: dialog.checkpoint.clone(),
                             format: dialog.format,
+                            quant: dialog.quant,
                             out: PathBuf::from(dialog.out.trim()),
                             base_model: dialog.base_model.clone(),
                         }));
@@ -479,12 +506,32 @@ impl CheckpointsPanel {
     }
 }
 
+/// The GGUF quantization picker of the export dialog.
+fn quant_choice_ui(ui: &mut Ui, quant: &mut GgufQuant) {
+    ui.horizontal(|ui| {
+        let l = ui.label("Quantization");
+        egui::ComboBox::from_id_salt("export-quant")
+            .selected_text(quant.as_str())
+            .show_ui(ui, |ui| {
+                for q in GgufQuant::ALL {
+                    ui.selectable_value(quant, q, q.as_str());
+                }
+            })
+            .response
+            .labelled_by(l.id)
+            .on_hover_text("f16/bf16 keep the merged weights; q8_0 is near-lossless; q6_k, q5_k_m, q4_k_m are smaller");
+    });
+}
+
 fn default_export_dir(checkpoint: &Path, format: ExportFormat) -> PathBuf {
     let name = checkpoint.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into());
     let suffix = match format {
         ExportFormat::Peft => "peft",
         ExportFormat::MlxLm => "mlx",
         ExportFormat::Merged => "merged",
+        ExportFormat::Gguf => "merged.gguf",
+        ExportFormat::GgufLora => "lora.gguf",
+        ExportFormat::Ollama => "ollama",
     };
     let run_dir = checkpoint.parent().unwrap_or(Path::new("."));
     run_dir.join("exports").join(format!("{name}-{suffix}"))

@@ -158,7 +158,7 @@ impl Dispatcher {
                     },
                 );
             }
-            Command::ExportCheckpoint { checkpoint, format, out: out_dir, base_model } => {
+            Command::ExportCheckpoint { checkpoint, format, quant, out: out_dir, base_model } => {
                 let out = self.out.clone();
                 let what = format!("export {}", checkpoint.display());
                 let what2 = what.clone();
@@ -167,8 +167,20 @@ impl Dispatcher {
                     self.out.clone(),
                     move |error| Event::ActionFailed { what, error },
                     move || {
-                        match crate::engine::export::export(&checkpoint, format, &out_dir, &base_model) {
-                            Ok(path) => out.send(Event::ExportFinished { path }),
+                        let request = crate::engine::export::ExportRequest {
+                            checkpoint: Some(checkpoint),
+                            format,
+                            quant,
+                            out: out_dir,
+                            base_model,
+                        };
+                        let progress = &mut |p: crate::engine::export::ExportProgress| {
+                            out.send(Event::ExportProgress { done: p.done, total: p.total, what: p.what });
+                        };
+                        match crate::engine::export::export_with(&request, progress) {
+                            Ok(done) => {
+                                out.send(Event::ExportFinished { path: done.path, size_bytes: done.size_bytes })
+                            }
                             Err(e) => out.send(Event::ActionFailed { what: what2, error: e.into() }),
                         };
                     },

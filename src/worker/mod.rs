@@ -24,7 +24,7 @@ use dispatcher::Dispatcher;
 
 use crate::engine::bench::{LoraMicroResult, RankProbeResult};
 use crate::engine::device::{DTypeChoice, DeviceChoice};
-use crate::engine::export::ExportFormat;
+use crate::engine::export::{ExportFormat, GgufQuant};
 use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::model::LoadedModel;
 use crate::engine::sampler::SamplingParams;
@@ -85,6 +85,8 @@ pub enum Command {
     ExportCheckpoint {
         checkpoint: PathBuf,
         format: ExportFormat,
+        /// The quantization of gguf and ollama exports.
+        quant: GgufQuant,
         out: PathBuf,
         base_model: PathBuf,
     },
@@ -172,8 +174,15 @@ pub enum Event {
     CheckpointDeleted {
         path: PathBuf,
     },
+    /// An export wrote `done` of `total` tensors; `what` is the one being written now.
+    ExportProgress {
+        done: usize,
+        total: usize,
+        what: String,
+    },
     ExportFinished {
         path: PathBuf,
+        size_bytes: u64,
     },
     /// A delete or export that failed.
     ActionFailed {

@@ -246,9 +246,13 @@ impl StudioApp {
                 self.checkpoints_panel.on_deleted(&path);
                 self.actions.push(Action::RefreshRuns);
             }
-            Event::ExportFinished { path } => {
-                self.toast(Tone::Ok, format!("Exported to {}", path.display()));
-                self.checkpoints_panel.on_export_finished(path);
+            Event::ExportProgress { done, total, what } => self.checkpoints_panel.on_export_progress(done, total, what),
+            Event::ExportFinished { path, size_bytes } => {
+                self.toast(
+                    Tone::Ok,
+                    format!("Exported to {} ({})", path.display(), super::widgets::fmt_bytes(size_bytes)),
+                );
+                self.checkpoints_panel.on_export_finished(path, size_bytes);
             }
             Event::ActionFailed { what, error } => {
                 self.toast(Tone::Error, format!("Could not {what} ({})", error.kind.label()));

@@ -27,12 +27,18 @@ use std::io::BufReader;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 
+use names::hf_tensor_name;
 use tokenizer::{build_tokenizer, GgufVocab};
 use tokenizers::Tokenizer;
 
+pub mod names;
 #[cfg(test)]
 mod tests;
 mod tokenizer;
+
+pub(crate) use tokenizer::{
+    pre_tokenizer_name, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
+};
 
 /// The GGUF architectures this loader understands (`general.architecture`).
 pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama";
@@ -346,7 +352,8 @@ fn linear_rope_scaling(meta: &Metadata) -> Result<Option<RopeScaling>> {
 }
 
 /// llama.cpp stores Llama 3 rope scaling only as the resulting per-frequency divisors. All released Llama 3.x
-/// models use low/high frequency factors 1 and 4 over an original context of 8192, so we assume those, take
+/// models use low/high frequency factors 1 and 4 over an original context of 8192, so we assume those (the
+/// original context from `rope.scaling.original_context_length` when the file has it, as our exports do), take
 /// `factor` from the largest divisor, and accept the guess only if it reproduces every stored divisor.
 fn infer_llama3_rope_scaling(meta: &Metadata, factors: &[f32], theta: f64, head_dim: usize) -> Result<RopeScaling> {
     let factor = factors.iter().copied().fold(f32::MIN, f32::max) as f64;
@@ -354,7 +361,9 @@ fn infer_llama3_rope_scaling(meta: &Metadata, factors: &[f32], theta: f64, head_
         factor,
         low_freq_factor: 1.0,
         high_freq_factor: 4.0,
-        original_max_position_embeddings: 8192,
+        original_max_position_embeddings: meta
+            .usize(&format!("{ARCH}.rope.scaling.original_context_length"))?
+            .unwrap_or(8192),
     };
     let expected = llama3_rope_factors(&guess, theta, head_dim);
     let matches = expected.len() == factors.len()
@@ -370,7 +379,7 @@ fn infer_llama3_rope_scaling(meta: &Metadata, factors: &[f32], theta: f64, head_
 }
 
 /// The divisor llama.cpp's convert script writes for each rope frequency under Llama 3 scaling.
-fn llama3_rope_factors(s: &Llama3RopeScaling, theta: f64, head_dim: usize) -> Vec<f64> {
+pub(crate) fn llama3_rope_factors(s: &Llama3RopeScaling, theta: f64, head_dim: usize) -> Vec<f64> {
     let original = s.original_max_position_embeddings as f64;
     let low_freq_wavelen = original / s.low_freq_factor;
     let high_freq_wavelen = original / s.high_freq_factor;
@@ -392,33 +401,6 @@ fn llama3_rope_factors(s: &Llama3RopeScaling, theta: f64, head_dim: usize) -> Ve
 
 // ---------------------------------------------------------------------------------------------------------
 // Tensors
-
-/// The Hugging Face name of a GGUF tensor of the llama architecture, or `None` for tensors we do not load.
-fn hf_tensor_name(gguf_name: &str) -> Option<String> {
-    match gguf_name {
-        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
-        "output_norm.weight" => return Some("model.norm.weight".into()),
-        "output.weight" => return Some("lm_head.weight".into()),
-        _ => {}
-    }
-    let rest = gguf_name.strip_prefix("blk.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let (module, param) = rest.rsplit_once('.')?;
-    let hf_module = match module {
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
-    Some(format!("model.layers.{layer}.{hf_module}.{param}"))
-}
 
 /// Every tensor the transformer needs, with its Hugging Face shape.
 fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
@@ -520,6 +502,12 @@ fn read_f32_vec(path: &Path, content: &Content, info: &TensorInfo, reader: &mut 
 /// KV head count. Biases (rank 1) are permuted the same way.
 pub fn unpermute_qk_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
     Ok(permute_rows(w, n_head, true)?)
+}
+
+/// llama.cpp's q/k row permutation (Hugging Face's half-split rope layout to GGML's interleaved one), as its
+/// convert script applies it to the `llama` architecture (llama, mistral); the inverse of [`unpermute_qk_rows`].
+pub fn permute_qk_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
+    Ok(permute_rows(w, n_head, false)?)
 }
 
 /// The permutation itself (`inverse = false`) or its inverse, on the first dimension of `w`.

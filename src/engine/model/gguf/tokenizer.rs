@@ -20,8 +20,10 @@ use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer};
 
 /// llama.cpp's token types (`tokenizer.ggml.token_type`).
-pub(super) const TOKEN_TYPE_CONTROL: i64 = 3;
-pub(super) const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+pub(crate) const TOKEN_TYPE_NORMAL: i64 = 1;
+pub(crate) const TOKEN_TYPE_CONTROL: i64 = 3;
+pub(crate) const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+pub(crate) const TOKEN_TYPE_UNUSED: i64 = 5;
 
 /// The tokenizer as the `tokenizer.ggml.*` metadata describes it.
 pub(super) struct GgufVocab {
@@ -155,6 +157,33 @@ pub(super) fn split_regex(pre: &str) -> Option<&'static str> {
         "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => GPT4O_SPLIT,
         _ => return None,
     })
+}
+
+/// The `tokenizer.ggml.pre` name for a `tokenizer.json` pre-tokenizer (its JSON), the inverse of
+/// [`byte_level_pre_tokenizer`]: GPT-2's split alone is `gpt-2`, digits then GPT-2 is `smollm`, and a regex
+/// split followed by bytes is the first name of the table above whose regex it is. `None`: llama.cpp has no
+/// equivalent we know of.
+pub(crate) fn pre_tokenizer_name(pre: &serde_json::Value) -> Option<&'static str> {
+    let kind = |v: &serde_json::Value| v.get("type").and_then(|t| t.as_str()).map(str::to_owned);
+    let is_gpt2_byte_level = |v: &serde_json::Value| {
+        kind(v).as_deref() == Some("ByteLevel")
+            && v.get("use_regex").and_then(|b| b.as_bool()).unwrap_or(true)
+            && !v.get("add_prefix_space").and_then(|b| b.as_bool()).unwrap_or(false)
+    };
+    if is_gpt2_byte_level(pre) {
+        return Some("gpt-2");
+    }
+    let steps = pre.get("pretokenizers").and_then(|p| p.as_array())?;
+    match steps.as_slice() {
+        [digits, bytes] if kind(digits).as_deref() == Some("Digits") && is_gpt2_byte_level(bytes) => {
+            digits.get("individual_digits").and_then(|b| b.as_bool()).filter(|b| *b).map(|_| "smollm")
+        }
+        [split, bytes] if kind(split).as_deref() == Some("Split") && kind(bytes).as_deref() == Some("ByteLevel") => {
+            let regex = split.get("pattern").and_then(|p| p.get("Regex")).and_then(|r| r.as_str())?;
+            ["llama-bpe", "qwen2", "tekken", "gpt-4o"].into_iter().find(|name| split_regex(name) == Some(regex))
+        }
+        _ => None,
+    }
 }
 
 /// The byte-level pre-tokenizer for `tokenizer.ggml.pre`. Known model-specific splits come first; `smollm`

@@ -1,5 +1,19 @@
-//! Exporting a checkpoint: a PEFT copy, mlx-lm's adapter format, or a merged full model folder that
-//! transformers loads like any other.
+//! Exporting a checkpoint: a PEFT copy, mlx-lm's adapter format, a merged full model folder that
+//! transformers loads like any other, or llama.cpp's formats: a merged GGUF file (any quantization in
+//! [`GgufQuant`]), the adapter alone as a LoRA GGUF, or an Ollama folder (GGUF + Modelfile).
+//!
+//! Every front end calls [`export_with`] (or [`export`] for the adapter formats); the GGUF writer lives in
+//! `gguf_writer`, the tensor types in `gguf_quant`, the metadata in `gguf_metadata`.
+
+mod gguf_lora;
+mod gguf_metadata;
+mod gguf_model;
+pub mod gguf_quant;
+pub mod gguf_writer;
+mod ollama;
+
+pub use gguf_quant::GgufQuant;
+pub use ollama::OLLAMA_GGUF;
 
 use crate::engine::checkpoint::{self, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
 use crate::engine::model::transformer::{hf_linear_name, module_group};
@@ -9,11 +23,124 @@ use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// One export: what to write, from what, where.
+#[derive(Debug, Clone)]
+pub struct ExportRequest {
+    /// The checkpoint folder; `None` exports the base model alone (GGUF and Ollama formats only).
+    pub checkpoint: Option<PathBuf>,
+    pub format: ExportFormat,
+    /// The quantization of `gguf` and `ollama` exports (ignored by the others).
+    pub quant: GgufQuant,
+    /// A folder for the folder formats, a file for `gguf` and `gguf-lora`.
+    pub out: PathBuf,
+    pub base_model: PathBuf,
+}
+
+/// How far an export has got: `done` of `total` tensors written, `what` is being written now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportProgress {
+    pub done: usize,
+    pub total: usize,
+    pub what: String,
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportOutcome {
+    /// The file or folder written.
+    pub path: PathBuf,
+    /// Bytes written (the GGUF for `gguf`/`ollama`, the sum of the files for the folder formats).
+    pub size_bytes: u64,
+}
+
 /// Export `checkpoint` into the folder `out` (created if needed). Returns `out`.
 pub fn export(ckpt: &Path, format: ExportFormat, out: &Path, base_model: &Path) -> Result<PathBuf> {
-    if !ckpt.join(ADAPTER_CONFIG).exists() {
-        return Err(Error::MissingFile { path: ckpt.join(ADAPTER_CONFIG), what: "not a checkpoint folder".into() });
+    let request = ExportRequest {
+        checkpoint: Some(ckpt.to_path_buf()),
+        format,
+        quant: GgufQuant::default(),
+        out: out.to_path_buf(),
+        base_model: base_model.to_path_buf(),
+    };
+    Ok(export_with(&request, &mut |_| {})?.path)
+}
+
+/// Run one export, reporting progress tensor by tensor for the GGUF formats.
+pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)) -> Result<ExportOutcome> {
+    let ckpt = req.checkpoint.as_deref();
+    if let Some(ckpt) = ckpt {
+        if !ckpt.join(ADAPTER_CONFIG).exists() {
+            return Err(Error::MissingFile { path: ckpt.join(ADAPTER_CONFIG), what: "not a checkpoint folder".into() });
+        }
     }
+    let (out, base) = (req.out.as_path(), req.base_model.as_path());
+    let size_bytes = match (req.format, ckpt) {
+        (ExportFormat::Gguf, _) => {
+            create_parent(out)?;
+            let model = gguf_model::load_for_export(ckpt, base)?;
+            gguf_model::write_model_gguf(model, &export_name(ckpt, base), req.quant, out, progress)?
+        }
+        (ExportFormat::Ollama, _) => export_ollama(ckpt, base, req.quant, out, progress)?,
+        (format, None) => {
+            return Err(Error::InvalidSetting(format!(
+                "the {} export needs a checkpoint (only gguf and ollama can export the base model alone)",
+                format.as_str()
+            )))
+        }
+        (ExportFormat::GgufLora, Some(ckpt)) => {
+            create_parent(out)?;
+            gguf_lora::export_gguf_lora(ckpt, base, out)?
+        }
+        (format, Some(ckpt)) => {
+            export_adapter_folder(ckpt, format, out, base)?;
+            folder_size(out)
+        }
+    };
+    Ok(ExportOutcome { path: out.to_path_buf(), size_bytes })
+}
+
+/// The `general.name` of an export: the checkpoint's run and step, or the base model's name.
+fn export_name(ckpt: Option<&Path>, base: &Path) -> String {
+    let name = |p: &Path| p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    match ckpt {
+        Some(c) => match c.parent() {
+            Some(run) => format!("{}-{}", name(run), name(c)),
+            None => name(c),
+        },
+        None => name(base),
+    }
+}
+
+fn create_parent(out: &Path) -> Result<()> {
+    match out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => std::fs::create_dir_all(parent).map_err(|e| Error::write(parent, e)),
+        None => Ok(()),
+    }
+}
+
+fn folder_size(dir: &Path) -> u64 {
+    let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    entries.filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
+
+/// An Ollama folder: the merged GGUF and a Modelfile.
+fn export_ollama(
+    ckpt: Option<&Path>,
+    base: &Path,
+    quant: GgufQuant,
+    out: &Path,
+    progress: &mut dyn FnMut(ExportProgress),
+) -> Result<u64> {
+    std::fs::create_dir_all(out).map_err(|e| Error::write(out, e))?;
+    let model = gguf_model::load_for_export(ckpt, base)?;
+    let modelfile = ollama::modelfile(&model)?;
+    let size = gguf_model::write_model_gguf(model, &export_name(ckpt, base), quant, &out.join(OLLAMA_GGUF), progress)?;
+    checkpoint::write_atomic(&out.join("Modelfile"), modelfile.as_bytes())?;
+    Ok(size)
+}
+
+/// The adapter and merged-folder formats, written into the folder `out`.
+fn export_adapter_folder(ckpt: &Path, format: ExportFormat, out: &Path, base_model: &Path) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| Error::write(out, e))?;
     match format {
         ExportFormat::Peft => {
@@ -24,8 +151,11 @@ pub fn export(ckpt: &Path, format: ExportFormat, out: &Path, base_model: &Path) 
         }
         ExportFormat::MlxLm => export_mlx(ckpt, out, base_model)?,
         ExportFormat::Merged => export_merged(ckpt, out, base_model)?,
+        ExportFormat::Gguf | ExportFormat::GgufLora | ExportFormat::Ollama => {
+            return Err(Error::InvalidSetting(format!("{} is not an adapter folder format", format.as_str())))
+        }
     }
-    Ok(out.to_path_buf())
+    Ok(())
 }
 
 /// mlx-lm stores `lora_a` (in, r) and `lora_b` (r, out) under `model.layers.N.<group>.<module>` with the
@@ -155,6 +285,39 @@ pub enum ExportFormat {
     MlxLm,
     /// A full Hugging Face model folder with the adapter merged into the weights.
     Merged,
+    /// One llama.cpp GGUF file with the adapter merged into the weights.
+    Gguf,
+    /// The adapter alone as a llama.cpp LoRA adapter GGUF.
+    GgufLora,
+    /// An Ollama folder: the merged GGUF and a Modelfile.
+    Ollama,
+}
+
+impl ExportFormat {
+    pub const ALL: [ExportFormat; 6] =
+        [Self::Peft, Self::MlxLm, Self::Merged, Self::Gguf, Self::GgufLora, Self::Ollama];
+
+    /// The name the CLI takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Peft => "peft",
+            Self::MlxLm => "mlx-lm",
+            Self::Merged => "merged",
+            Self::Gguf => "gguf",
+            Self::GgufLora => "gguf-lora",
+            Self::Ollama => "ollama",
+        }
+    }
+
+    /// Whether `out` names a file (else a folder).
+    pub fn writes_file(self) -> bool {
+        matches!(self, Self::Gguf | Self::GgufLora)
+    }
+
+    /// Whether the quantization choice applies.
+    pub fn uses_quant(self) -> bool {
+        matches!(self, Self::Gguf | Self::Ollama)
+    }
 }
 
 impl std::str::FromStr for ExportFormat {
@@ -164,7 +327,12 @@ impl std::str::FromStr for ExportFormat {
             "peft" => Ok(Self::Peft),
             "mlx" | "mlx-lm" => Ok(Self::MlxLm),
             "merged" => Ok(Self::Merged),
-            other => Err(format!("unknown export format `{other}`; use peft, mlx-lm or merged")),
+            "gguf" => Ok(Self::Gguf),
+            "gguf-lora" => Ok(Self::GgufLora),
+            "ollama" => Ok(Self::Ollama),
+            other => {
+                Err(format!("unknown export format `{other}`; use peft, mlx-lm, merged, gguf, gguf-lora or ollama"))
+            }
         }
     }
 }

@@ -1,0 +1,86 @@
+//! The one table between Hugging Face tensor names and llama.cpp's GGUF names (`blk.N.attn_q.weight` is
+//! `model.layers.N.self_attn.q_proj.weight`). The GGUF reader maps file names to Hugging Face ones with it and
+//! the GGUF exporters map the other way, so the two can never disagree.
+
+/// Tensors outside the layers: (GGUF name, Hugging Face name).
+const GLOBAL: &[(&str, &str)] = &[
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+
+/// Modules inside layer N: (GGUF module under `blk.N.`, Hugging Face module under `model.layers.N.`).
+const LAYER_MODULES: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
+/// The Hugging Face name of a GGUF tensor, or `None` for tensors without one (`rope_freqs.weight`).
+pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
+    if let Some((_, hf)) = GLOBAL.iter().find(|(g, _)| *g == gguf_name) {
+        return Some((*hf).to_string());
+    }
+    let (layer, rest) = gguf_name.strip_prefix("blk.")?.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, param) = rest.rsplit_once('.')?;
+    let (_, hf) = LAYER_MODULES.iter().find(|(g, _)| *g == module)?;
+    Some(format!("model.layers.{layer}.{hf}.{param}"))
+}
+
+/// The GGUF name of a Hugging Face tensor, or `None` for tensors llama.cpp does not know.
+pub fn gguf_tensor_name(hf_name: &str) -> Option<String> {
+    if let Some((g, _)) = GLOBAL.iter().find(|(_, hf)| *hf == hf_name) {
+        return Some((*g).to_string());
+    }
+    let (layer, rest) = hf_name.strip_prefix("model.layers.")?.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, param) = rest.rsplit_once('.')?;
+    let (g, _) = LAYER_MODULES.iter().find(|(_, hf)| *hf == module)?;
+    Some(format!("blk.{layer}.{g}.{param}"))
+}
+
+/// The GGUF module name (`attn_q`) of one of our linear modules (`q_proj`), for adapter tensor names.
+pub fn gguf_linear_module(module: &str) -> Option<&'static str> {
+    LAYER_MODULES.iter().find(|(_, hf)| hf.rsplit('.').next() == Some(module)).map(|(g, _)| *g)
+}
+
+/// The module part of a GGUF layer tensor name: `attn_q` for `blk.3.attn_q.weight`.
+pub fn gguf_module_of(gguf_name: &str) -> Option<&str> {
+    let rest = gguf_name.strip_prefix("blk.")?.split_once('.')?.1;
+    rest.rsplit_once('.').map(|(module, _)| module)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_both_ways() {
+        for hf in [
+            "model.embed_tokens.weight",
+            "lm_head.weight",
+            "model.norm.weight",
+            "model.layers.7.self_attn.q_proj.weight",
+            "model.layers.0.self_attn.k_proj.bias",
+            "model.layers.1.self_attn.k_norm.weight",
+            "model.layers.12.mlp.down_proj.weight",
+            "model.layers.2.post_attention_layernorm.weight",
+        ] {
+            let g = gguf_tensor_name(hf).unwrap();
+            assert_eq!(hf_tensor_name(&g).as_deref(), Some(hf), "{g}");
+        }
+        assert_eq!(gguf_tensor_name("model.layers.3.self_attn.o_proj.weight").unwrap(), "blk.3.attn_output.weight");
+        assert_eq!(gguf_linear_module("gate_proj"), Some("ffn_gate"));
+        assert_eq!(gguf_module_of("blk.3.attn_q.weight"), Some("attn_q"));
+        assert_eq!(hf_tensor_name("rope_freqs.weight"), None);
+    }
+}
