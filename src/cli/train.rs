@@ -177,8 +177,8 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     }
     let control = TrainControl::default();
     let ctrl = control.clone();
-    // Ctrl-C: stop after the current step and save a final checkpoint; a second Ctrl-C exits at once.
-    let _ = ctrlc_stop(ctrl);
+    // Ctrl-C or SIGTERM: stop after the current step and save a final checkpoint; a second one exits at once.
+    let _ = stop_on_signals(ctrl);
     let json = args.json;
     let mut printer = ProgressPrinter::default();
     let result = train::run_training(&config, &base, &control, &mut |event| {
@@ -267,8 +267,9 @@ impl ProgressPrinter {
                     final_val_loss.map(|l| format!("{l:.4}")).unwrap_or("-".into()),
                 );
             }
-            TrainEvent::Failed { step, message, .. } => {
-                let _ = writeln!(err, "\nfailed at step {step}: {message}");
+            // The error itself is printed once, by `main`, when `train` returns it.
+            TrainEvent::Failed { step, .. } => {
+                let _ = writeln!(err, "\nfailed at step {step}");
             }
         }
     }
@@ -283,16 +284,17 @@ fn format_secs(secs: f64) -> String {
     }
 }
 
-/// Install a SIGINT handler that asks the run to stop (saving first). Returns false if none could be set.
-fn ctrlc_stop(control: TrainControl) -> bool {
+/// Install a SIGINT and SIGTERM handler that asks the run to stop (saving first), so `kill` and service
+/// managers stop a run as cleanly as Ctrl-C. Returns false if none could be set.
+fn stop_on_signals(control: TrainControl) -> bool {
     static CONTROL: std::sync::OnceLock<TrainControl> = std::sync::OnceLock::new();
     if CONTROL.set(control).is_err() {
         return false;
     }
-    extern "C" fn on_sigint(_: i32) {
+    extern "C" fn on_stop_signal(signum: i32) {
         if let Some(c) = CONTROL.get() {
             if c.stop_requested() {
-                std::process::exit(130);
+                std::process::exit(128 + signum);
             }
             c.request_stop();
         }
@@ -300,7 +302,10 @@ fn ctrlc_stop(control: TrainControl) -> bool {
     #[cfg(unix)]
     unsafe {
         // SAFETY: the handler only touches an atomic flag (and exits on a second signal).
-        libc_signal(2, on_sigint);
+        const SIGINT: i32 = 2;
+        const SIGTERM: i32 = 15;
+        libc_signal(SIGINT, on_stop_signal);
+        libc_signal(SIGTERM, on_stop_signal);
     }
     true
 }

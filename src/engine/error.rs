@@ -19,6 +19,14 @@ pub enum Error {
     #[error("cannot write {path}: {message}")]
     Write { path: PathBuf, message: String },
 
+    /// Another process holds the run folder (its lock on `.lock`).
+    #[error("{path} is in use by another training process{holder}; wait for it to end or pick another run name")]
+    RunInUse { path: PathBuf, holder: String },
+
+    /// The run folder disappeared or was replaced while this process trained in it.
+    #[error("the run folder {path} was moved or deleted during the run; stopped without recreating it")]
+    RunFolderLost { path: PathBuf },
+
     #[error("{path}: invalid JSON: {message}")]
     Json { path: PathBuf, message: String },
 
@@ -79,7 +87,8 @@ impl Error {
         match self {
             Error::MissingFile { .. } => ErrorKind::MissingFile,
             Error::Io { .. } => ErrorKind::Read,
-            Error::Write { .. } => ErrorKind::Write,
+            Error::Write { .. } | Error::RunFolderLost { .. } => ErrorKind::Write,
+            Error::RunInUse { .. } => ErrorKind::Setting,
             Error::Json { .. } => ErrorKind::Format,
             Error::UnsupportedArchitecture { .. }
             | Error::BadConfig { .. }

@@ -1,6 +1,7 @@
 //! Shared helpers for integration tests: fixture paths and loading.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod reference;
 
 use std::path::PathBuf;

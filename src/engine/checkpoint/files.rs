@@ -12,7 +12,8 @@ pub fn unix_now() -> u64 {
 // ---------------------------------------------------------------------------------------------------------
 // Atomic file writes
 
-/// Write `bytes` to `path` via a temporary file in the same folder and a rename.
+/// Write `bytes` to `path` via a temporary file in the same folder and a rename; the file is on disk before
+/// the rename and the rename is on disk before this returns, so a power loss leaves the old or the new file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
@@ -20,7 +21,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        sync_parent(path)
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
@@ -40,12 +42,35 @@ pub(crate) fn write_safetensors(path: &Path, tensors: &HashMap<String, Tensor>) 
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let result = candle_core::safetensors::save(&cpu, &tmp)
         .map_err(|e| Error::write(path, e))
+        .and_then(|_| sync_file(&tmp).map_err(|e| Error::write(path, e)))
         .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::write(path, e)))
         .and_then(|_| make_world_readable(path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Flush a file's contents to disk.
+fn sync_file(path: &Path) -> std::io::Result<()> {
+    std::fs::OpenOptions::new().write(true).open(path)?.sync_all()
+}
+
+/// Flush a folder's entries (names created, renamed or removed in it) to disk. Folders cannot be opened for
+/// this outside Unix; there the rename itself is all we have.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) => sync_dir(dir),
+        None => sync_dir(Path::new(".")),
+    }
 }
 
 /// safetensors writes through an owner-only temporary file; give saved weights the usual 0644 so other
@@ -59,9 +84,10 @@ pub fn make_world_readable(path: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
+/// Read a safetensors file; `what` names it in the error when it is missing ("adapter weights", ...).
+pub(crate) fn read_safetensors(path: &Path, what: &str) -> Result<HashMap<String, Tensor>> {
     if !path.exists() {
-        return Err(Error::MissingFile { path: path.to_path_buf(), what: "adapter weights".into() });
+        return Err(Error::MissingFile { path: path.to_path_buf(), what: what.into() });
     }
     candle_core::safetensors::load(path, &Device::Cpu)
         .map_err(|e| Error::CorruptWeights { path: path.to_path_buf(), message: e.to_string() })

@@ -231,7 +231,7 @@ pub fn load_adapter(model: &mut Transformer, adapter_dir: &Path) -> Result<Adapt
 pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Result<(AdapterSummary, Vec<AdapterParam>)> {
     let cfg = PeftAdapterConfig::read(adapter_dir)?;
     let weights_path = adapter_dir.join(ADAPTER_WEIGHTS);
-    let tensors = read_safetensors(&weights_path)?;
+    let tensors = read_safetensors(&weights_path, "adapter weights")?;
     let pairs = match_adapter_tensors(model, &cfg, &tensors)
         .map_err(|message| Error::Adapter { path: weights_path.clone(), message })?;
     lora::detach_adapters(model);

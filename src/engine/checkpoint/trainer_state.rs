@@ -1,7 +1,7 @@
 //! Whole checkpoints: the adapter plus the trainer's state and optimizer moments, saved atomically and read
 //! back for an exact resume; listing a run's checkpoints and deleting one.
 
-use super::files::{folder_size, read_safetensors, write_json, write_safetensors};
+use super::files::{folder_size, read_safetensors, sync_dir, write_json, write_safetensors};
 use super::peft::{save_peft_adapter, PeftAdapterConfig};
 use super::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, OPTIMIZER_STATE, TRAINER_STATE};
 use crate::engine::data::DataCursor;
@@ -37,7 +37,8 @@ pub struct TrainerState {
 }
 
 /// Save a full checkpoint (adapter, optimizer moments, trainer state) as `run_dir/checkpoint-<step>/`.
-/// Built in a `.partial` folder and renamed into place, so an interrupted save leaves no half checkpoint.
+/// Built in a `.partial` folder, flushed to disk and renamed into place, so an interrupted save (or a power
+/// loss) leaves no half checkpoint. `run_dir` must exist: a run folder that vanished is not recreated here.
 pub fn save_checkpoint(
     run_dir: &Path,
     params: &[AdapterParam],
@@ -48,11 +49,12 @@ pub fn save_checkpoint(
     let final_dir = run_dir.join(format!("checkpoint-{}", state.step));
     let partial = run_dir.join(format!(".checkpoint-{}.partial", state.step));
     let _ = std::fs::remove_dir_all(&partial);
-    std::fs::create_dir_all(&partial).map_err(|e| Error::write(&partial, e))?;
+    std::fs::create_dir(&partial).map_err(|e| Error::write(&partial, e))?;
     let written = (|| {
         save_peft_adapter(&partial, params, adapter_config)?;
         write_safetensors(&partial.join(OPTIMIZER_STATE), optimizer_state)?;
         write_json(&partial.join(TRAINER_STATE), state)?;
+        sync_dir(&partial).map_err(|e| Error::write(&partial, e))?;
         if final_dir.exists() {
             let old = run_dir.join(format!(".checkpoint-{}.old", state.step));
             let _ = std::fs::remove_dir_all(&old);
@@ -62,7 +64,7 @@ pub fn save_checkpoint(
         } else {
             std::fs::rename(&partial, &final_dir).map_err(|e| Error::write(&final_dir, e))?;
         }
-        Ok(())
+        sync_dir(run_dir).map_err(|e| Error::write(run_dir, e))
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_dir_all(&partial);
@@ -74,7 +76,7 @@ pub fn save_checkpoint(
 /// Read a checkpoint's trainer state and optimizer moments.
 pub fn load_trainer_state(checkpoint: &Path) -> Result<(TrainerState, HashMap<String, Tensor>)> {
     let state: TrainerState = crate::engine::error::read_json(&checkpoint.join(TRAINER_STATE))?;
-    let optimizer = read_safetensors(&checkpoint.join(OPTIMIZER_STATE))?;
+    let optimizer = read_safetensors(&checkpoint.join(OPTIMIZER_STATE), "the optimizer state an exact resume needs")?;
     Ok((state, optimizer))
 }
 

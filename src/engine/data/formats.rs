@@ -2,7 +2,7 @@
 //! valid row, and line-by-line validation that says exactly what is wrong with a row and where.
 
 use crate::engine::model::chat_template::ChatMessage;
-use crate::engine::Result;
+use crate::engine::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -131,10 +131,46 @@ impl ParsedFile {
     }
 }
 
-/// Read and validate a JSONL file. Only I/O fails here; bad rows become [`RowProblem`]s.
+/// The largest dataset file read (4 GiB): far beyond what fits a LoRA run, small enough to refuse a wrong
+/// path before it exhausts memory.
+pub const MAX_DATASET_BYTES: u64 = 4 << 30;
+
+/// Read and validate a JSONL file. Only I/O, a file that is not a regular one or is over
+/// [`MAX_DATASET_BYTES`], and invalid UTF-8 (named by line) fail here; bad rows become [`RowProblem`]s.
 pub fn read_jsonl(path: &Path) -> Result<ParsedFile> {
-    let text = crate::engine::error::read_to_string(path)?;
+    let bytes = read_bounded(path, MAX_DATASET_BYTES)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let line = 1 + e.as_bytes()[..valid].iter().filter(|b| **b == b'\n').count();
+        Error::Dataset {
+            path: path.to_path_buf(),
+            line,
+            message: format!("invalid UTF-8 at byte {valid}; save the file as UTF-8"),
+        }
+    })?;
     Ok(parse_jsonl(path, &text))
+}
+
+/// A regular file of at most `limit` bytes, read whole. Devices, pipes and larger files are refused before
+/// reading (`/dev/zero` would otherwise fill memory); the size is checked again while reading.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    let refuse = |what: String| Error::Data(format!("{}: {what}", path.display()));
+    if !meta.is_file() {
+        return Err(refuse("not a regular file; a dataset is a .jsonl file or a folder of them".into()));
+    }
+    let too_big = || refuse(format!("larger than the {} GiB a dataset file may be", limit >> 30));
+    if meta.len() > limit {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_big());
+    }
+    Ok(bytes)
 }
 
 /// Validate JSONL `text` as if read from `path`. Blank lines are skipped; every other line must be a row of

@@ -7,7 +7,9 @@ pub mod config;
 pub mod events;
 pub mod loss;
 pub mod optimizer;
+mod recorder;
 pub mod run_folder;
+pub mod run_lock;
 
 pub use config::{lr_at, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
 pub use events::{TrainControl, TrainEvent};
@@ -20,46 +22,27 @@ use crate::engine::model::LoadedModel;
 use crate::engine::{Error, Result};
 use candle_core::Tensor;
 use optimizer::{AdamW, AdamWParams};
+use recorder::Recorder;
+use run_lock::RunLock;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Run a training job to completion (or stop/failure). Always emits exactly one `Finished` or `Failed`,
-/// and returns the run folder.
+/// and returns the run folder. The run folder is claimed ([`RunLock`]) for the whole run, and every event is
+/// recorded in its metrics.jsonl before it is emitted; a failed write ends the run.
 pub fn run_training(
     config: &TrainConfig,
     base: &LoadedModel,
     control: &TrainControl,
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<PathBuf> {
-    let mut last_step = 0;
-    let mut run_dir: Option<PathBuf> = None;
-    let result = {
-        let mut forward = |e: TrainEvent| {
-            if let Some(s) = run_folder::event_step(&e) {
-                last_step = s;
-            }
-            if let TrainEvent::Started { run_dir: d, .. } = &e {
-                run_dir = Some(d.clone());
-            }
-            if let Some(dir) = &run_dir {
-                // Metrics are a record, not a reason to abort training; a full disk shows up at the next save.
-                let _ = run_folder::append_metric(dir, &e);
-            }
-            emit(e);
-        };
-        Trainer::run(config, base, control, &mut forward)
-    };
-    match result {
-        Ok(dir) => Ok(dir),
-        Err(e) => {
-            let failed = TrainEvent::failed(last_step, &e);
-            if let Some(dir) = &run_dir {
-                let _ = run_folder::append_metric(dir, &failed);
-            }
-            emit(failed);
-            Err(e)
-        }
+    let mut recorder = Recorder::new(emit);
+    let result = Trainer::run(config, base, control, &mut recorder);
+    if let Err(e) = &result {
+        recorder.fail(e);
     }
+    // The recorder, and with it the claim on the run folder, is dropped only after the final event.
+    result
 }
 
 /// Load and tokenize the dataset for `config` with `model`'s tokenizer and chat template.
@@ -166,24 +149,17 @@ struct Trainer<'a> {
 }
 
 impl<'a> Trainer<'a> {
-    fn run(
-        config: &'a TrainConfig,
-        base: &LoadedModel,
-        control: &TrainControl,
-        emit: &mut dyn FnMut(TrainEvent),
-    ) -> Result<PathBuf> {
+    fn run(config: &'a TrainConfig, base: &LoadedModel, control: &TrainControl, rec: &mut Recorder) -> Result<PathBuf> {
         config.validate_for_model(ModelLimits::of(&base.config))?;
         let started = Instant::now();
         let data = prepare_data(config, base)?;
         // A clone shares the frozen weights with `base` (tensors are reference counted).
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);
-        let (run_dir, resume) = prepare_run_dir(config)?;
-        if let Some(ckpt) = &resume {
-            checkpoint::PeftAdapterConfig::read(ckpt)?.check_resume(&config.lora, model.config.num_layers, ckpt)?;
-        }
+        let (run_dir, resume) = run_dir_of(config)?;
         let params = match &resume {
             Some(ckpt) => {
+                checkpoint::PeftAdapterConfig::read(ckpt)?.check_resume(&config.lora, model.config.num_layers, ckpt)?;
                 let params = checkpoint::load_adapter_params(&mut model, ckpt)?.1;
                 lora::set_dropout(&mut model, config.lora.dropout);
                 params
@@ -195,21 +171,25 @@ impl<'a> Trainer<'a> {
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, pad_id };
-        trainer.train(resume.as_deref(), control, emit, started)?;
+        let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
+        // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.
+        let start = trainer.initial_state(resume.as_deref(), &plan, total_steps)?;
+        rec.attach(claim_run_dir(config, &trainer.run_dir, resume.as_ref().map(|_| start.0.step))?);
+        trainer.train(&plan, start, control, rec, started)?;
         Ok(trainer.run_dir)
     }
 
     fn train(
         &mut self,
-        resume: Option<&Path>,
+        plan: &BatchPlan,
+        (mut state, elapsed_before): (TrainerState, f64),
         control: &TrainControl,
-        emit: &mut dyn FnMut(TrainEvent),
+        rec: &mut Recorder,
         started: Instant,
     ) -> Result<()> {
         let cfg = self.config;
-        let (plan, total_steps) = plan_batches(cfg, self.data.train.lengths())?;
-        let (mut state, elapsed_before) = self.initial_state(resume, plan.start(), total_steps)?;
-        emit(self.started_event(total_steps, state.step));
+        let total_steps = state.total_steps;
+        rec.send(self.started_event(total_steps, state.step))?;
         let mut batches = plan.iter_from(state.cursor)?;
         let mut clock = StepClock::new(state.step, elapsed_before);
         let mut stopped_early = false;
@@ -220,7 +200,7 @@ impl<'a> Trainer<'a> {
                 break;
             }
             if control.is_paused() {
-                wait_while_paused(control, state.step, emit);
+                wait_while_paused(control, state.step, rec)?;
                 clock.restart_window();
                 continue;
             }
@@ -228,46 +208,45 @@ impl<'a> Trainer<'a> {
             let Some(last) = micro.last() else { break };
             state.cursor = last.next;
             let indices: Vec<&[usize]> = micro.iter().map(|b| b.indices.as_slice()).collect();
-            emit(self.step(&indices, &mut state, total_steps, &mut clock, last_saved_step)?);
+            rec.send(self.step(&indices, &mut state, total_steps, &mut clock, last_saved_step)?)?;
             if cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < total_steps {
-                state.val_loss = self.evaluate(state.step, emit)?;
+                state.val_loss = self.evaluate(state.step, rec)?;
             }
             if cfg.save_every > 0 && state.step % cfg.save_every == 0 && state.step < total_steps {
                 state.elapsed_secs = clock.elapsed_secs();
-                self.save(&mut state, emit)?;
+                self.save(&mut state, rec)?;
                 last_saved_step = Some(state.step);
             }
         }
         if state.step > 0 && !stopped_early {
-            state.val_loss = self.evaluate(state.step, emit)?.or(state.val_loss);
+            state.val_loss = self.evaluate(state.step, rec)?.or(state.val_loss);
         }
         state.elapsed_secs = clock.elapsed_secs();
         if state.step > 0 && last_saved_step != Some(state.step) {
-            self.save(&mut state, emit)?;
+            self.save(&mut state, rec)?;
         }
-        emit(TrainEvent::Finished {
+        rec.send(TrainEvent::Finished {
             step: state.step,
             final_loss: state.train_loss,
             final_val_loss: state.val_loss,
             stopped_early,
             elapsed_secs: started.elapsed().as_secs_f64() + elapsed_before,
-        });
-        Ok(())
+        })
     }
 
-    /// A fresh run's state, or the checkpoint's (optimizer moments restored, metrics after it dropped); and
-    /// the training time already spent before this process.
+    /// A fresh run's state, or the checkpoint's (optimizer moments restored, its data position checked
+    /// against `plan`); and the training time already spent before this process. Reads only.
     fn initial_state(
         &mut self,
         resume: Option<&Path>,
-        cursor: data::DataCursor,
+        plan: &BatchPlan,
         total_steps: usize,
     ) -> Result<(TrainerState, f64)> {
         let Some(ckpt) = resume else {
             let state = TrainerState {
                 step: 0,
                 total_steps,
-                cursor,
+                cursor: plan.start(),
                 seed: self.config.seed,
                 train_loss: None,
                 val_loss: None,
@@ -278,8 +257,8 @@ impl<'a> Trainer<'a> {
             return Ok((state, 0.0));
         };
         let (saved, moments) = checkpoint::load_trainer_state(ckpt)?;
+        plan.iter_from(saved.cursor)?;
         self.runner.optimizer.load_state(&moments, saved.step)?;
-        run_folder::truncate_metrics(&self.run_dir, saved.step)?;
         let elapsed_before = saved.elapsed_secs;
         Ok((TrainerState { total_steps, ..saved }, elapsed_before))
     }
@@ -345,7 +324,7 @@ impl<'a> Trainer<'a> {
     }
 
     /// Mean validation loss over target tokens (None without a validation split).
-    fn evaluate(&self, step: usize, emit: &mut dyn FnMut(TrainEvent)) -> Result<Option<f64>> {
+    fn evaluate(&self, step: usize, rec: &mut Recorder) -> Result<Option<f64>> {
         let Some(valid) = self.data.valid.as_ref().filter(|v| !v.examples.is_empty()) else { return Ok(None) };
         let loss = validation_loss(
             &self.runner.model,
@@ -354,12 +333,14 @@ impl<'a> Trainer<'a> {
             self.config.val_batches,
             self.pad_id,
         )?;
-        emit(TrainEvent::Eval { step, val_loss: loss, perplexity: loss.exp() });
+        rec.send(TrainEvent::Eval { step, val_loss: loss, perplexity: loss.exp() })?;
         Ok(Some(loss))
     }
 
-    fn save(&self, state: &mut TrainerState, emit: &mut dyn FnMut(TrainEvent)) -> Result<()> {
+    /// Save a checkpoint into the run folder, which must still be the one this run claimed.
+    fn save(&self, state: &mut TrainerState, rec: &mut Recorder) -> Result<()> {
         state.saved_unix_secs = checkpoint::unix_now();
+        rec.check_folder()?;
         let path = checkpoint::save_checkpoint(
             &self.run_dir,
             &self.params,
@@ -367,18 +348,17 @@ impl<'a> Trainer<'a> {
             &self.runner.optimizer.state_tensors(),
             state,
         )?;
-        emit(TrainEvent::CheckpointSaved { step: state.step, path });
-        Ok(())
+        rec.send(TrainEvent::CheckpointSaved { step: state.step, path })
     }
 }
 
 /// Emit Paused, sleep until resumed or stopped, emit Resumed.
-fn wait_while_paused(control: &TrainControl, step: usize, emit: &mut dyn FnMut(TrainEvent)) {
-    emit(TrainEvent::Paused { step });
+fn wait_while_paused(control: &TrainControl, step: usize, rec: &mut Recorder) -> Result<()> {
+    rec.send(TrainEvent::Paused { step })?;
     while control.is_paused() && !control.stop_requested() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    emit(TrainEvent::Resumed { step });
+    rec.send(TrainEvent::Resumed { step })
 }
 
 /// Time keeping of a run: total training time (including before a resume), throughput over the window since
@@ -438,9 +418,8 @@ pub fn validation_loss(
     Ok(total / count.max(1) as f64)
 }
 
-/// Create (or, when resuming, reuse) the run folder and write run.json. Returns (run dir, checkpoint to
-/// resume from).
-fn prepare_run_dir(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
+/// The run folder a config trains in, and the checkpoint it resumes from. Touches nothing.
+fn run_dir_of(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
     if let Some(ckpt) = &config.resume {
         if !ckpt.join(checkpoint::TRAINER_STATE).exists() {
             return Err(Error::MissingFile {
@@ -452,16 +431,30 @@ fn prepare_run_dir(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
         return Ok((run_dir, Some(ckpt.clone())));
     }
     let name = config.run_name.clone().unwrap_or_else(default_run_name);
-    let run_dir = config.out.join(&name);
-    if run_dir.join(run_folder::RUN_CONFIG).exists() {
+    Ok((config.out.join(name), None))
+}
+
+/// Claim the run folder for this process (creating it for a new run), then prepare it: a new run writes
+/// run.json into a folder that holds no run yet; a resume from `resume_step` tidies leftovers of interrupted
+/// saves and drops the metrics after that step.
+fn claim_run_dir(config: &TrainConfig, run_dir: &Path, resume_step: Option<usize>) -> Result<RunLock> {
+    let lock = RunLock::claim(run_dir)?;
+    let has_manifest = run_dir.join(run_folder::RUN_CONFIG).exists();
+    if resume_step.is_none() && has_manifest {
         return Err(Error::InvalidSetting(format!(
             "{} already holds a run; pick another name or resume from one of its checkpoints",
             run_dir.display()
         )));
     }
-    std::fs::create_dir_all(&run_dir).map_err(|e| Error::write(&run_dir, e))?;
-    run_folder::RunManifest::new(&name, config).write(&run_dir)?;
-    Ok((run_dir, None))
+    lock.clean_leftovers()?;
+    if !has_manifest {
+        let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        run_folder::RunManifest::new(&name, config).write(run_dir)?;
+    }
+    if let Some(step) = resume_step {
+        run_folder::truncate_metrics(run_dir, step)?;
+    }
+    Ok(lock)
 }
 
 /// `run-YYYYMMDD-HHMMSS` in UTC.

@@ -132,10 +132,12 @@ impl RunManifest {
 pub fn append_metric(run_dir: &Path, event: &TrainEvent) -> Result<()> {
     use std::io::Write;
     let path = run_dir.join(METRICS);
-    let line = serde_json::to_string(event).map_err(|e| Error::write(&path, e))?;
+    let mut line = serde_json::to_string(event).map_err(|e| Error::write(&path, e))?;
+    line.push('\n');
     let mut f =
         std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| Error::write(&path, e))?;
-    writeln!(f, "{line}").map_err(|e| Error::write(&path, e))
+    // One write for the whole line, so a failure cannot leave half an event glued to the next one.
+    f.write_all(line.as_bytes()).map_err(|e| Error::write(&path, e))
 }
 
 /// Every event in a run's `metrics.jsonl` (unreadable lines are skipped).
