@@ -68,6 +68,9 @@ pub struct TrainArgs {
     /// Continue from a checkpoint folder (runs/<name>/checkpoint-<step>).
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// With --resume: continue even on a base model other than the one the checkpoint was trained on.
+    #[arg(long, requires = "resume")]
+    pub force_base: bool,
     /// Settings from a TOML file (run.json field names); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -100,6 +103,7 @@ impl TrainArgs {
             }
             c.resume = Some(ckpt.clone());
         }
+        c.force_base = self.force_base;
         macro_rules! set {
             ($field:expr, $value:expr) => {
                 if let Some(v) = $value.clone() {
@@ -216,8 +220,12 @@ impl ProgressPrinter {
                 valid_examples,
                 truncated_examples,
                 start_step,
+                notes,
                 ..
             } => {
+                for note in notes {
+                    let _ = writeln!(err, "note: {note}");
+                }
                 self.total_steps = *total_steps;
                 let _ = writeln!(
                     err,
@@ -320,6 +328,9 @@ pub struct ExportArgs {
     /// The base model (default: the one in the run's run.json).
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Export onto a base model the adapter was not trained on (its fingerprint differs).
+    #[arg(long)]
+    pub force_base: bool,
 }
 
 pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
@@ -333,7 +344,7 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
             RunManifest::of_checkpoint(&args.checkpoint)?.model
         }
     };
-    let out = crate::engine::export::export(&args.checkpoint, args.format, &args.out, &model)?;
+    let out = crate::engine::export::export_onto(&args.checkpoint, args.format, &args.out, &model, args.force_base)?;
     eprintln!("exported {} ({:?}) to {}", args.checkpoint.display(), args.format, out.display());
     Ok(())
 }

@@ -9,29 +9,56 @@ use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// Export `checkpoint` into the folder `out` (created if needed). Returns `out`.
+/// Export `checkpoint` into the folder `out` (created if needed). Returns `out`. An adapter trained on another
+/// base than `base_model` (see `checkpoint::base_mismatch`) is refused for the formats that apply it to one.
 pub fn export(ckpt: &Path, format: ExportFormat, out: &Path, base_model: &Path) -> Result<PathBuf> {
+    export_onto(ckpt, format, out, base_model, false)
+}
+
+/// As [`export`]; `allow_other_base` exports even onto a base the adapter was not trained on.
+pub fn export_onto(
+    ckpt: &Path,
+    format: ExportFormat,
+    out: &Path,
+    base_model: &Path,
+    allow_other_base: bool,
+) -> Result<PathBuf> {
     if !ckpt.join(ADAPTER_CONFIG).exists() {
         return Err(Error::MissingFile { path: ckpt.join(ADAPTER_CONFIG), what: "not a checkpoint folder".into() });
     }
     std::fs::create_dir_all(out).map_err(|e| Error::write(out, e))?;
     match format {
         ExportFormat::Peft => {
-            for name in [ADAPTER_CONFIG, ADAPTER_WEIGHTS] {
+            for name in [ADAPTER_CONFIG, ADAPTER_WEIGHTS, checkpoint::BASE_MODEL_FILE] {
+                if name == checkpoint::BASE_MODEL_FILE && !ckpt.join(name).exists() {
+                    continue;
+                }
                 let bytes = std::fs::read(ckpt.join(name)).map_err(|e| Error::io(ckpt.join(name), e))?;
                 checkpoint::write_atomic(&out.join(name), &bytes)?;
             }
         }
-        ExportFormat::MlxLm => export_mlx(ckpt, out, base_model)?,
-        ExportFormat::Merged => export_merged(ckpt, out, base_model)?,
+        ExportFormat::MlxLm => export_mlx(base_for(ckpt, base_model, allow_other_base)?, ckpt, out, base_model)?,
+        ExportFormat::Merged => export_merged(base_for(ckpt, base_model, allow_other_base)?, ckpt, out)?,
     }
     Ok(out.to_path_buf())
 }
 
+/// Load `base_model` for applying the adapter in `ckpt`, refusing one the adapter was not trained on unless
+/// `allow_other_base`.
+fn base_for(ckpt: &Path, base_model: &Path, allow_other_base: bool) -> Result<LoadedModel> {
+    let model = load_model(base_model, &Device::Cpu, DType::F32)?;
+    match checkpoint::base_mismatch(ckpt, &model)? {
+        Some(message) if !allow_other_base => Err(Error::Adapter {
+            path: ckpt.join(checkpoint::BASE_MODEL_FILE),
+            message: format!("{message} (or pass --force-base to export onto this one anyway)"),
+        }),
+        _ => Ok(model),
+    }
+}
+
 /// mlx-lm stores `lora_a` (in, r) and `lora_b` (r, out) under `model.layers.N.<group>.<module>` with the
 /// final multiplier as `scale` — the same layout we train in.
-fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
-    let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
+fn export_mlx(mut model: LoadedModel, ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     let (summary, params) = checkpoint::load_adapter_params(&mut model.model, ckpt)?;
     let mut tensors = HashMap::new();
     let mut keys = std::collections::BTreeSet::new();
@@ -63,8 +90,7 @@ fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
 }
 
 /// A Hugging Face folder: merged weights (f32), config.json, tokenizer files and chat template.
-fn export_merged(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
-    let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
+fn export_merged(mut model: LoadedModel, ckpt: &Path, out: &Path) -> Result<()> {
     checkpoint::load_adapter(&mut model.model, ckpt)?;
     let weights = model.model.merged_named_weights()?;
     save_tensors(&weights, &out.join("model.safetensors"))?;

@@ -157,6 +157,7 @@ impl TrainingPanel {
                 truncated_examples,
                 start_step,
                 tokens_per_epoch,
+                notes,
                 ..
             } => {
                 run.run_dir = Some(run_dir.clone());
@@ -178,6 +179,9 @@ impl TrainingPanel {
                         if start_step > 0 { format!(", resuming at step {start_step}") } else { String::new() },
                     ),
                 );
+                for note in notes {
+                    self.log(Tone::Warn, note);
+                }
                 Some(Action::RefreshRuns)
             }
             TrainEvent::Step {

@@ -18,6 +18,9 @@ pub enum TrainEvent {
         truncated_examples: usize,
         /// Step the run starts from (non-zero when resuming).
         start_step: usize,
+        /// What a user should know about this start: on resume, a changed dataset or a forced base model.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        notes: Vec<String>,
     },
     Step {
         step: usize,

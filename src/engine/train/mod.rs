@@ -4,10 +4,13 @@
 
 pub mod backprop;
 pub mod config;
+pub mod config_file;
 pub mod events;
 pub mod loss;
 pub mod optimizer;
+pub mod resume;
 pub mod run_folder;
+pub mod validate;
 
 pub use config::{lr_at, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
 pub use events::{TrainControl, TrainEvent};
@@ -80,8 +83,19 @@ pub fn plan_batches(config: &TrainConfig, train_lengths: Vec<usize>) -> Result<(
     let per_epoch = train_lengths.len().div_ceil(config.batch_size).max(1);
     let micro_batches = match config.iters {
         Some(iters) => iters * config.grad_accum,
+        // A saturating cast: an absurd epoch count becomes a huge number that the bound below refuses.
         None => ((config.epochs.unwrap_or(1.0) * per_epoch as f64).round() as usize).max(1),
     };
+    let steps = micro_batches.div_ceil(config.grad_accum);
+    if steps > validate::MAX_STEPS {
+        return Err(Error::InvalidSetting(format!(
+            "epochs {} over {} training examples make {steps} optimizer steps; at most {} are allowed, so lower \
+             `epochs` (--epochs) or set `iters` (--iters)",
+            config.epochs.unwrap_or(1.0),
+            train_lengths.len(),
+            validate::MAX_STEPS
+        )));
+    }
     let plan = BatchPlan::new(
         train_lengths,
         BatchOptions {
@@ -162,7 +176,11 @@ struct Trainer<'a> {
     data: PreparedDataset,
     run_dir: PathBuf,
     adapter_config: checkpoint::PeftAdapterConfig,
+    /// The base this run trains on, saved in every checkpoint (`base_model.json`).
+    base_record: checkpoint::BaseRecord,
     pad_id: u32,
+    /// Reported in the Started event (a changed dataset or a forced base on resume).
+    notes: Vec<String>,
 }
 
 impl<'a> Trainer<'a> {
@@ -174,27 +192,34 @@ impl<'a> Trainer<'a> {
     ) -> Result<PathBuf> {
         config.validate_for_model(ModelLimits::of(&base.config))?;
         let started = Instant::now();
+        let fingerprints = resume::Fingerprints {
+            base: crate::engine::model::fingerprint::model_fingerprint(base)?,
+            dataset: data::dataset_fingerprint(&config.data)?,
+        };
         let data = prepare_data(config, base)?;
         // A clone shares the frozen weights with `base` (tensors are reference counted).
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);
-        let (run_dir, resume) = prepare_run_dir(config)?;
-        if let Some(ckpt) = &resume {
-            checkpoint::PeftAdapterConfig::read(ckpt)?.check_resume(&config.lora, model.config.num_layers, ckpt)?;
-        }
+        let (run_dir, resume) = prepare_run_dir(config, &fingerprints)?;
+        let mut notes = Vec::new();
         let params = match &resume {
             Some(ckpt) => {
+                checkpoint::PeftAdapterConfig::read(ckpt)?.check_resume(&config.lora, model.config.num_layers, ckpt)?;
+                let forced_base = resume::check_base(config, ckpt, &fingerprints)?;
                 let params = checkpoint::load_adapter_params(&mut model, ckpt)?.1;
                 lora::set_dropout(&mut model, config.lora.dropout);
+                let step = crate::engine::error::read_json::<TrainerState>(&ckpt.join(checkpoint::TRAINER_STATE))?.step;
+                notes = resume::record_resume(&run_dir, config, ckpt, step, &fingerprints, forced_base)?;
                 params
             }
             None => lora::attach_new_adapters(&mut model, &config.lora, config.seed)?,
         };
         let adapter_config =
             checkpoint::PeftAdapterConfig::for_settings(&config.lora, model.config.num_layers, &config.model)?;
+        let base_record = checkpoint::BaseRecord::new(&config.model, fingerprints.base);
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
-        let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, pad_id };
+        let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes };
         trainer.train(resume.as_deref(), control, emit, started)?;
         Ok(trainer.run_dir)
     }
@@ -297,6 +322,7 @@ impl<'a> Trainer<'a> {
             valid_examples: self.data.valid.as_ref().map(|v| v.examples.len()).unwrap_or(0),
             truncated_examples: summary.truncated,
             start_step,
+            notes: self.notes.clone(),
         }
     }
 
@@ -363,6 +389,7 @@ impl<'a> Trainer<'a> {
             &self.run_dir,
             &self.params,
             &self.adapter_config,
+            &self.base_record,
             &self.runner.optimizer.state_tensors(),
             state,
         )?;
@@ -439,7 +466,7 @@ pub fn validation_loss(
 
 /// Create (or, when resuming, reuse) the run folder and write run.json. Returns (run dir, checkpoint to
 /// resume from).
-fn prepare_run_dir(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
+fn prepare_run_dir(config: &TrainConfig, fingerprints: &resume::Fingerprints) -> Result<(PathBuf, Option<PathBuf>)> {
     if let Some(ckpt) = &config.resume {
         if !ckpt.join(checkpoint::TRAINER_STATE).exists() {
             return Err(Error::MissingFile {
@@ -459,7 +486,12 @@ fn prepare_run_dir(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
         )));
     }
     std::fs::create_dir_all(&run_dir).map_err(|e| Error::write(&run_dir, e))?;
-    run_folder::RunManifest::new(&name, config).write(&run_dir)?;
+    let manifest = run_folder::RunManifest {
+        base_fingerprint: Some(fingerprints.base.clone()),
+        dataset_fingerprint: Some(fingerprints.dataset.clone()),
+        ..run_folder::RunManifest::new(&name, config)
+    };
+    manifest.write(&run_dir)?;
     Ok((run_dir, None))
 }
 
