@@ -17,8 +17,14 @@ use std::path::{Path, PathBuf};
 const TEXT: &str = "The little robot visited the café by the sea and wrote 3 short poems about it.";
 
 fn export(format: ExportFormat, quant: GgufQuant, out: &Path, ckpt: Option<PathBuf>) -> u64 {
-    let req =
-        ExportRequest { checkpoint: ckpt, format, quant, out: out.to_path_buf(), base_model: fixture("tiny-llama") };
+    let req = ExportRequest {
+        checkpoint: ckpt,
+        format,
+        quant,
+        out: out.to_path_buf(),
+        base_model: fixture("tiny-llama"),
+        allow_other_base: false,
+    };
     let mut steps = 0;
     let outcome = export_with(&req, &mut |_| steps += 1).unwrap();
     assert!(format != ExportFormat::Gguf || steps > 0, "no progress reported");
@@ -141,6 +147,7 @@ fn adapter_formats_refuse_a_missing_checkpoint_and_quant_names_are_checked() {
         quant: GgufQuant::F16,
         out: dir.path().join("x.gguf"),
         base_model: fixture("tiny-llama"),
+        allow_other_base: false,
     };
     let err = export_with(&req, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("needs a checkpoint"), "{err}");

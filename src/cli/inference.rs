@@ -72,7 +72,7 @@ pub struct GenerateArgs {
     pub system: Option<String>,
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
-    /// 0 means greedy.
+    /// 0 means greedy (0 to 100).
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f64,
     #[arg(long, default_value_t = 0.9)]
@@ -96,6 +96,15 @@ pub struct GenerateArgs {
 }
 
 pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        repetition_penalty: args.repetition_penalty,
+        seed: args.seed,
+    };
+    // The engine's one sampling check, before the model loads (the chat pane runs the same).
+    sampling.validate(args.max_tokens)?;
     let m = args.model.load()?;
     let prompt_ids = if args.chat {
         let mut messages = Vec::new();
@@ -110,13 +119,7 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
     let req = GenerateRequest {
         prompt_ids,
         max_new_tokens: args.max_tokens,
-        sampling: SamplingParams {
-            temperature: args.temperature,
-            top_p: args.top_p,
-            top_k: args.top_k,
-            repetition_penalty: args.repetition_penalty,
-            seed: args.seed,
-        },
+        sampling,
         eos_token_ids: m.eos_token_ids.clone(),
         ignore_eos: args.ignore_eos,
         stop_strings: args.stop.clone(),

@@ -124,6 +124,9 @@ impl ModelArgs {
             .with_context(|| format!("loading model {}", self.model.display()))?;
         let mut model = model;
         if let Some(adapter) = &self.adapter {
+            if let Some(warning) = crate::engine::checkpoint::base_mismatch(adapter, &model)? {
+                eprintln!("warning: {warning}");
+            }
             let summary = crate::engine::checkpoint::load_adapter(&mut model.model, adapter)
                 .with_context(|| format!("loading adapter {}", adapter.display()))?;
             eprintln!(

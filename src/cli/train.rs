@@ -68,6 +68,9 @@ pub struct TrainArgs {
     /// Continue from a checkpoint folder (runs/<name>/checkpoint-<step>).
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// With --resume: continue even on a base model other than the one the checkpoint was trained on.
+    #[arg(long, requires = "resume")]
+    pub force_base: bool,
     /// Settings from a TOML file (run.json field names); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -100,6 +103,7 @@ impl TrainArgs {
             }
             c.resume = Some(ckpt.clone());
         }
+        c.force_base = self.force_base;
         macro_rules! set {
             ($field:expr, $value:expr) => {
                 if let Some(v) = $value.clone() {
@@ -216,13 +220,13 @@ impl ProgressPrinter {
                 valid_examples,
                 truncated_examples,
                 start_step,
-                dataset_notes,
+                notes,
                 ..
             } => {
-                self.total_steps = *total_steps;
-                for note in dataset_notes {
-                    let _ = writeln!(err, "dataset: {note}");
+                for note in notes {
+                    let _ = writeln!(err, "note: {note}");
                 }
+                self.total_steps = *total_steps;
                 let _ = writeln!(
                     err,
                     "training {} ({} trainable params) on {train_examples} examples ({valid_examples} validation, {truncated_examples} truncated), {total_steps} steps{}",
@@ -333,6 +337,9 @@ pub struct ExportArgs {
     /// The base model (default: the one in the run's run.json).
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Export onto a base model the adapter was not trained on (its fingerprint differs).
+    #[arg(long)]
+    pub force_base: bool,
 }
 
 pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
@@ -353,6 +360,7 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
         quant: args.quant,
         out: args.out.clone(),
         base_model: model,
+        allow_other_base: args.force_base,
     };
     let mut last_shown = None;
     let outcome = crate::engine::export::export_with(&request, &mut |p| {

@@ -112,6 +112,11 @@ impl Error {
         Error::Write { path: path.into(), message: message.to_string() }
     }
 
+    /// A numeric setting outside its range: names the setting (and its flag), the value, and what is allowed.
+    pub fn out_of_range(name: &str, value: impl std::fmt::Display, allowed: &str) -> Self {
+        Error::InvalidSetting(format!("{name} is {value}; allowed: {allowed}"))
+    }
+
     /// Wrap an I/O error with the path it happened on; a missing file gets its own clearer variant.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         let path = path.into();

@@ -75,6 +75,7 @@ pub fn generate(
     req: &GenerateRequest,
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<GenerationOutput> {
+    req.sampling.validate(req.max_new_tokens)?;
     let context = model.config.max_position_embeddings;
     if req.prompt_ids.is_empty() {
         return Err(Error::InvalidSetting("the prompt is empty".into()));

@@ -1,5 +1,6 @@
 //! Next-token sampling: greedy, temperature, top-k, top-p and repetition penalty, reproducible with a seed.
 
+use crate::engine::{Error, Result};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 /// Sampling settings. `temperature <= 0` means greedy.
@@ -22,9 +23,40 @@ impl Default for SamplingParams {
     }
 }
 
+/// Most tokens one generation may ask for: beyond this a typo, not a plan.
+pub const MAX_NEW_TOKENS: usize = 1_000_000;
+
 impl SamplingParams {
     pub fn greedy() -> Self {
         Self { temperature: 0.0, top_p: 1.0, top_k: 0, repetition_penalty: 1.0, seed: 0 }
+    }
+
+    /// The one check of sampling settings (and the token budget) that every front end runs before generating:
+    /// NaN, negative or absurd values would otherwise silently turn into greedy decoding or token-0 streams.
+    pub fn validate(&self, max_new_tokens: usize) -> Result<()> {
+        let t = self.temperature;
+        if !(t.is_finite() && (0.0..=100.0).contains(&t)) {
+            return Err(Error::out_of_range("temperature (--temperature)", t, "0 (greedy) to 100"));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(Error::out_of_range("top-p (--top-p)", self.top_p, "greater than 0 and at most 1 (1 = off)"));
+        }
+        let penalty = self.repetition_penalty;
+        if !(penalty > 0.0 && penalty <= 10.0) {
+            return Err(Error::out_of_range(
+                "repetition penalty (--repetition-penalty)",
+                penalty,
+                "greater than 0 and at most 10 (1 = off)",
+            ));
+        }
+        if !(1..=MAX_NEW_TOKENS).contains(&max_new_tokens) {
+            return Err(Error::out_of_range(
+                "max new tokens (--max-tokens)",
+                max_new_tokens,
+                &format!("1 to {MAX_NEW_TOKENS}"),
+            ));
+        }
+        Ok(())
     }
 }
 

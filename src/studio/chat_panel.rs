@@ -31,6 +31,8 @@ pub struct Reply {
     pub pieces: usize,
     pub stats: Option<GenerationStats>,
     pub error: Option<String>,
+    /// The worker's warning that the adapter was trained on another base model.
+    pub warning: Option<String>,
     /// The adapter that produced it (None: base model).
     pub adapter: Option<PathBuf>,
 }
@@ -78,6 +80,8 @@ pub struct ChatPanel {
     /// The base model the adapter was trained on, when known (to warn about a mismatch).
     pub adapter_base: Option<PathBuf>,
     pub input: String,
+    /// Why the last send was refused (the engine's sampling check); nothing was generated.
+    pub settings_error: Option<String>,
     pub exchanges: Vec<Exchange>,
     /// Generation id -> (exchange index, side).
     pending: HashMap<u64, (usize, ChatSide)>,
@@ -103,8 +107,10 @@ impl ChatPanel {
         self.exchanges.get_mut(i)?.reply_mut(side).as_mut()
     }
 
-    pub fn on_started(&mut self, id: u64, _prompt_tokens: usize) {
-        let _ = self.reply_for(id);
+    pub fn on_started(&mut self, id: u64, _prompt_tokens: usize, adapter_warning: Option<String>) {
+        if let Some(r) = self.reply_for(id) {
+            r.warning = adapter_warning;
+        }
     }
 
     pub fn on_token(&mut self, id: u64, text: &str) {
@@ -139,6 +145,12 @@ impl ChatPanel {
         if text.is_empty() || self.is_generating() {
             return;
         }
+        // The engine's one sampling check: a bad setting is shown and nothing is generated.
+        let c = &ctx.prefs.chat;
+        self.settings_error = c.sampling.validate(c.max_tokens).err().map(|e| e.to_string());
+        if self.settings_error.is_some() {
+            return;
+        }
         self.input.clear();
         let mode = ctx.prefs.chat.mode;
         let sides: &[ChatSide] = match mode {
@@ -165,6 +177,7 @@ impl ChatPanel {
                 pieces: 0,
                 stats: None,
                 error: None,
+                warning: None,
                 adapter: adapter.clone(),
             });
             self.pending.insert(id, (index, side));
@@ -283,6 +296,9 @@ impl ChatPanel {
 
     fn input_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         ui.add_space(4.0);
+        if let Some(e) = &self.settings_error {
+            banner_ui(ui, Tone::Error, e.clone());
+        }
         let generating = self.is_generating();
         let can_send = ctx.model.loaded.is_some() && !generating;
         ui.horizontal(|ui| {
@@ -426,6 +442,9 @@ fn reply_ui(ui: &mut Ui, r: &Reply, side: ChatSide) {
         })
     };
     let text = if r.text.is_empty() && r.streaming { "…" } else { r.text.as_str() };
+    if let Some(w) = &r.warning {
+        banner_ui(ui, Tone::Warn, w.clone());
+    }
     bubble_ui(ui, &who, text, color, footer);
     if r.streaming {
         ui.ctx().request_repaint_after(std::time::Duration::from_millis(250));

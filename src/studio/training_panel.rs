@@ -197,7 +197,7 @@ impl TrainingPanel {
             truncated_examples,
             start_step,
             tokens_per_epoch,
-            dataset_notes,
+            notes,
             ..
         } = event
         else {
@@ -223,8 +223,8 @@ impl TrainingPanel {
                 if start_step > 0 { format!(", resuming at step {start_step}") } else { String::new() },
             ),
         );
-        for note in dataset_notes {
-            self.log(Tone::Warn, format!("dataset: {note}"));
+        for note in notes {
+            self.log(Tone::Warn, note);
         }
         Some(Action::RefreshRuns)
     }

@@ -173,6 +173,7 @@ impl Dispatcher {
                             quant,
                             out: out_dir,
                             base_model,
+                            allow_other_base: false,
                         };
                         let progress = &mut |p: crate::engine::export::ExportProgress| {
                             out.send(Event::ExportProgress { done: p.done, total: p.total, what: p.what });

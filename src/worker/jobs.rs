@@ -148,8 +148,10 @@ pub(super) fn generate_job(
     let result = (|| -> Result<GenerationStats> {
         // A clone shares the base weights (candle tensors are reference counted); only the adapter is new.
         let adapted;
+        let mut adapter_warning = None;
         let model = match (&job.adapter, job.side) {
             (Some(dir), ChatSide::Adapter) => {
+                adapter_warning = crate::engine::checkpoint::base_mismatch(dir, base)?;
                 let mut m = base.model.clone();
                 crate::engine::checkpoint::load_adapter(&mut m, dir)?;
                 adapted = m;
@@ -158,7 +160,7 @@ pub(super) fn generate_job(
             _ => &base.model,
         };
         let prompt_ids = chat_prompt_ids(base, &job.messages)?;
-        out.send(Event::GenerationStarted { id, prompt_tokens: prompt_ids.len() });
+        out.send(Event::GenerationStarted { id, prompt_tokens: prompt_ids.len(), adapter_warning });
         let request = GenerateRequest {
             prompt_ids,
             max_new_tokens: job.max_new_tokens.max(1),

@@ -150,6 +150,9 @@ pub enum Event {
     GenerationStarted {
         id: u64,
         prompt_tokens: usize,
+        /// Set when the adapter was trained on another base model than the loaded one
+        /// (`checkpoint::base_mismatch`); the chat pane shows it above the reply.
+        adapter_warning: Option<String>,
     },
     Token {
         id: u64,

@@ -3,6 +3,7 @@
 //! optimizer moments for an exact resume. Every write is atomic (temp file/folder + rename), so a crash or a
 //! full disk mid-save never corrupts an earlier checkpoint.
 //!
+//! - base.rs: `base_model.json`, the fingerprint of the base an adapter was trained on, and the mismatch check;
 //! - files.rs: atomic writes and safetensors I/O;
 //! - peft.rs: the PEFT adapter format (typed `adapter_config.json`), loading an adapter onto a model;
 //! - trainer_state.rs: saving and reading whole checkpoints, listing and deleting them.
@@ -10,10 +11,12 @@
 //! Below the trainer: imports `model`, `lora` and `data` only. The run folder around checkpoints (run.json,
 //! metrics.jsonl, listing runs) belongs to the trainer (`train::run_folder`).
 
+pub mod base;
 mod files;
 mod peft;
 mod trainer_state;
 
+pub use base::{base_mismatch, BaseRecord, BASE_MODEL_FILE};
 pub(crate) use files::write_json;
 pub use files::{make_world_readable, unix_now, write_atomic};
 pub use peft::*;

@@ -1,6 +1,7 @@
 //! Whole checkpoints: the adapter plus the trainer's state and optimizer moments, saved atomically and read
 //! back for an exact resume; listing a run's checkpoints and deleting one.
 
+use super::base::BaseRecord;
 use super::files::{folder_size, read_safetensors, sync_dir, write_json, write_safetensors};
 use super::peft::{save_peft_adapter, PeftAdapterConfig};
 use super::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, OPTIMIZER_STATE, TRAINER_STATE};
@@ -36,13 +37,15 @@ pub struct TrainerState {
     pub saved_unix_secs: u64,
 }
 
-/// Save a full checkpoint (adapter, optimizer moments, trainer state) as `run_dir/checkpoint-<step>/`.
-/// Built in a `.partial` folder, flushed to disk and renamed into place, so an interrupted save (or a power
-/// loss) leaves no half checkpoint. `run_dir` must exist: a run folder that vanished is not recreated here.
+/// Save a full checkpoint (adapter, the base it was trained on, optimizer moments, trainer state) as
+/// `run_dir/checkpoint-<step>/`. Built in a `.partial` folder, flushed to disk and renamed into place, so an
+/// interrupted save (or a power loss) leaves no half checkpoint. `run_dir` must exist: a run folder that
+/// vanished is not recreated here.
 pub fn save_checkpoint(
     run_dir: &Path,
     params: &[AdapterParam],
     adapter_config: &PeftAdapterConfig,
+    base: &BaseRecord,
     optimizer_state: &HashMap<String, Tensor>,
     state: &TrainerState,
 ) -> Result<PathBuf> {
@@ -52,6 +55,7 @@ pub fn save_checkpoint(
     std::fs::create_dir(&partial).map_err(|e| Error::write(&partial, e))?;
     let written = (|| {
         save_peft_adapter(&partial, params, adapter_config)?;
+        base.write(&partial)?;
         write_safetensors(&partial.join(OPTIMIZER_STATE), optimizer_state)?;
         write_json(&partial.join(TRAINER_STATE), state)?;
         sync_dir(&partial).map_err(|e| Error::write(&partial, e))?;

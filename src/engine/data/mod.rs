@@ -6,6 +6,7 @@
 //! (mlx-lm's layout). Without a validation file a seeded fraction of the training rows is held out.
 
 pub mod batches;
+pub mod fingerprint;
 pub mod formats;
 pub mod report;
 pub mod summary;
@@ -14,6 +15,7 @@ pub mod tokenize;
 pub use batches::{
     collate, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
 };
+pub use fingerprint::dataset_fingerprint;
 pub use formats::{parse_jsonl, read_jsonl, DatasetFormat, ParsedFile, Row, RowProblem, SourcedRow};
 pub use report::{inspect_dataset, DatasetReport, PreviewRow, SplitReport, TokenStats};
 pub use summary::{length_histogram, DatasetSummary, LengthHistogram, SplitSummary};

@@ -15,15 +15,14 @@ use super::gguf_writer::{write_gguf, MetaValue, TensorEntry};
 use crate::engine::checkpoint::{self, PeftAdapterConfig};
 use crate::engine::model::gguf::names::gguf_linear_module;
 use crate::engine::model::gguf::permute_qk_rows;
-use crate::engine::model::load_model;
 use crate::engine::{Error, Result};
 use candle_core::quantized::GgmlDType;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use std::path::Path;
 
 /// Write the adapter in `ckpt` (trained on `base_model`) to `out` as a llama.cpp LoRA GGUF. Returns the size.
-pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, out: &Path) -> Result<u64> {
-    let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
+pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, out: &Path) -> Result<u64> {
+    let mut model = super::base_for(ckpt, base_model, allow_other_base)?;
     let (summary, params) = checkpoint::load_adapter_params(&mut model.model, ckpt)?;
     let scale = PeftAdapterConfig::read(ckpt)?.scale();
     let config = &model.config;

@@ -26,11 +26,10 @@ const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// Load `base_model` in f32 on the CPU with the adapter in `ckpt` (if any) attached, ready for
 /// [`write_model_gguf`].
-pub fn load_for_export(ckpt: Option<&Path>, base_model: &Path) -> Result<LoadedModel> {
-    let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
-    if let Some(ckpt) = ckpt {
-        checkpoint::load_adapter(&mut model.model, ckpt)?;
-    }
+pub fn load_for_export(ckpt: Option<&Path>, base_model: &Path, allow_other_base: bool) -> Result<LoadedModel> {
+    let Some(ckpt) = ckpt else { return load_model(base_model, &Device::Cpu, DType::F32) };
+    let mut model = super::base_for(ckpt, base_model, allow_other_base)?;
+    checkpoint::load_adapter(&mut model.model, ckpt)?;
     Ok(model)
 }
 

@@ -34,6 +34,9 @@ pub struct ExportRequest {
     /// A folder for the folder formats, a file for `gguf` and `gguf-lora`.
     pub out: PathBuf,
     pub base_model: PathBuf,
+    /// Export onto a base the adapter was not trained on (`--force-base`); refused otherwise, see
+    /// [`checkpoint::base_mismatch`].
+    pub allow_other_base: bool,
 }
 
 /// How far an export has got: `done` of `total` tensors written, `what` is being written now.
@@ -53,14 +56,27 @@ pub struct ExportOutcome {
     pub size_bytes: u64,
 }
 
-/// Export `checkpoint` into the folder `out` (created if needed). Returns `out`.
+/// Export `checkpoint` into the folder `out` (created if needed). Returns `out`. An adapter trained on another
+/// base than `base_model` is refused for the formats that apply it to one.
 pub fn export(ckpt: &Path, format: ExportFormat, out: &Path, base_model: &Path) -> Result<PathBuf> {
+    export_onto(ckpt, format, out, base_model, false)
+}
+
+/// As [`export`]; `allow_other_base` exports even onto a base the adapter was not trained on.
+pub fn export_onto(
+    ckpt: &Path,
+    format: ExportFormat,
+    out: &Path,
+    base_model: &Path,
+    allow_other_base: bool,
+) -> Result<PathBuf> {
     let request = ExportRequest {
         checkpoint: Some(ckpt.to_path_buf()),
         format,
         quant: GgufQuant::default(),
         out: out.to_path_buf(),
         base_model: base_model.to_path_buf(),
+        allow_other_base,
     };
     Ok(export_with(&request, &mut |_| {})?.path)
 }
@@ -77,10 +93,10 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
     let size_bytes = match (req.format, ckpt) {
         (ExportFormat::Gguf, _) => {
             create_parent(out)?;
-            let model = gguf_model::load_for_export(ckpt, base)?;
+            let model = gguf_model::load_for_export(ckpt, base, req.allow_other_base)?;
             gguf_model::write_model_gguf(model, &export_name(ckpt, base), req.quant, out, progress)?
         }
-        (ExportFormat::Ollama, _) => export_ollama(ckpt, base, req.quant, out, progress)?,
+        (ExportFormat::Ollama, _) => export_ollama(ckpt, base, req, progress)?,
         (format, None) => {
             return Err(Error::InvalidSetting(format!(
                 "the {} export needs a checkpoint (only gguf and ollama can export the base model alone)",
@@ -89,10 +105,10 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
         }
         (ExportFormat::GgufLora, Some(ckpt)) => {
             create_parent(out)?;
-            gguf_lora::export_gguf_lora(ckpt, base, out)?
+            gguf_lora::export_gguf_lora(ckpt, base, req.allow_other_base, out)?
         }
         (format, Some(ckpt)) => {
-            export_adapter_folder(ckpt, format, out, base)?;
+            export_adapter_folder(ckpt, format, out, base, req.allow_other_base)?;
             folder_size(out)
         }
     };
@@ -127,12 +143,12 @@ fn folder_size(dir: &Path) -> u64 {
 fn export_ollama(
     ckpt: Option<&Path>,
     base: &Path,
-    quant: GgufQuant,
-    out: &Path,
+    req: &ExportRequest,
     progress: &mut dyn FnMut(ExportProgress),
 ) -> Result<u64> {
+    let (out, quant) = (req.out.as_path(), req.quant);
     std::fs::create_dir_all(out).map_err(|e| Error::write(out, e))?;
-    let model = gguf_model::load_for_export(ckpt, base)?;
+    let model = gguf_model::load_for_export(ckpt, base, req.allow_other_base)?;
     let modelfile = ollama::modelfile(&model)?;
     let size = gguf_model::write_model_gguf(model, &export_name(ckpt, base), quant, &out.join(OLLAMA_GGUF), progress)?;
     checkpoint::write_atomic(&out.join("Modelfile"), modelfile.as_bytes())?;
@@ -140,17 +156,26 @@ fn export_ollama(
 }
 
 /// The adapter and merged-folder formats, written into the folder `out`.
-fn export_adapter_folder(ckpt: &Path, format: ExportFormat, out: &Path, base_model: &Path) -> Result<()> {
+fn export_adapter_folder(
+    ckpt: &Path,
+    format: ExportFormat,
+    out: &Path,
+    base_model: &Path,
+    allow_other_base: bool,
+) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| Error::write(out, e))?;
     match format {
         ExportFormat::Peft => {
-            for name in [ADAPTER_CONFIG, ADAPTER_WEIGHTS] {
+            for name in [ADAPTER_CONFIG, ADAPTER_WEIGHTS, checkpoint::BASE_MODEL_FILE] {
+                if name == checkpoint::BASE_MODEL_FILE && !ckpt.join(name).exists() {
+                    continue;
+                }
                 let bytes = std::fs::read(ckpt.join(name)).map_err(|e| Error::io(ckpt.join(name), e))?;
                 checkpoint::write_atomic(&out.join(name), &bytes)?;
             }
         }
-        ExportFormat::MlxLm => export_mlx(ckpt, out, base_model)?,
-        ExportFormat::Merged => export_merged(ckpt, out, base_model)?,
+        ExportFormat::MlxLm => export_mlx(base_for(ckpt, base_model, allow_other_base)?, ckpt, out, base_model)?,
+        ExportFormat::Merged => export_merged(base_for(ckpt, base_model, allow_other_base)?, ckpt, out)?,
         ExportFormat::Gguf | ExportFormat::GgufLora | ExportFormat::Ollama => {
             return Err(Error::InvalidSetting(format!("{} is not an adapter folder format", format.as_str())))
         }
@@ -158,10 +183,22 @@ fn export_adapter_folder(ckpt: &Path, format: ExportFormat, out: &Path, base_mod
     Ok(())
 }
 
+/// Load `base_model` (f32, CPU) for applying the adapter in `ckpt`, refusing one the adapter was not trained
+/// on unless `allow_other_base`.
+pub(super) fn base_for(ckpt: &Path, base_model: &Path, allow_other_base: bool) -> Result<LoadedModel> {
+    let model = load_model(base_model, &Device::Cpu, DType::F32)?;
+    match checkpoint::base_mismatch(ckpt, &model)? {
+        Some(message) if !allow_other_base => Err(Error::Adapter {
+            path: ckpt.join(checkpoint::BASE_MODEL_FILE),
+            message: format!("{message} (or pass --force-base to export onto this one anyway)"),
+        }),
+        _ => Ok(model),
+    }
+}
+
 /// mlx-lm stores `lora_a` (in, r) and `lora_b` (r, out) under `model.layers.N.<group>.<module>` with the
 /// final multiplier as `scale` — the same layout we train in.
-fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
-    let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
+fn export_mlx(mut model: LoadedModel, ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     let (summary, params) = checkpoint::load_adapter_params(&mut model.model, ckpt)?;
     let mut tensors = HashMap::new();
     let mut keys = std::collections::BTreeSet::new();
@@ -193,8 +230,7 @@ fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
 }
 
 /// A Hugging Face folder: merged weights (f32), config.json, tokenizer files and chat template.
-fn export_merged(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
-    let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
+fn export_merged(mut model: LoadedModel, ckpt: &Path, out: &Path) -> Result<()> {
     checkpoint::load_adapter(&mut model.model, ckpt)?;
     let weights = model.model.merged_named_weights()?;
     save_tensors(&weights, &out.join("model.safetensors"))?;

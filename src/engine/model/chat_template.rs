@@ -1,6 +1,10 @@
 //! Chat templates rendered by a real Jinja engine (minijinja with Python-compatible string methods), the way
 //! transformers' `apply_chat_template` does: `trim_blocks`, `lstrip_blocks`, `raise_exception`,
 //! `add_generation_prompt`, `bos_token` / `eos_token`.
+//!
+//! A template comes with the model and is untrusted code: every render runs on a fuel budget
+//! ([`TEMPLATE_FUEL`] instructions) and an output cap ([`MAX_RENDER_BYTES`]), so a hostile or broken template
+//! fails fast with an error naming the file it came from instead of spinning or filling memory.
 
 use crate::engine::{Error, Result};
 use std::path::Path;
@@ -18,10 +22,19 @@ impl ChatMessage {
     }
 }
 
+/// Instructions one render may execute: real templates need a few thousand per message.
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+
+/// Longest text one render may produce.
+pub const MAX_RENDER_BYTES: usize = 64 * 1024 * 1024;
+
 /// A compiled chat template plus the special-token strings it may reference.
 pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
     pub source: String,
+    /// Where the template came from, for errors: a file (tokenizer_config.json, chat_template.jinja) or a
+    /// GGUF's metadata key.
+    pub origin: String,
     bos_token: String,
     eos_token: String,
 }
@@ -47,33 +60,84 @@ impl ChatTemplate {
         let mut env = minijinja::Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned("chat", source.clone())
             .map_err(|e| Error::ChatTemplate(format!("the template does not compile: {e}")))?;
-        Ok(Self { env, source, bos_token: bos_token.unwrap_or_default(), eos_token: eos_token.unwrap_or_default() })
+        Ok(Self {
+            env,
+            source,
+            origin: "the chat template".into(),
+            bos_token: bos_token.unwrap_or_default(),
+            eos_token: eos_token.unwrap_or_default(),
+        })
     }
 
-    /// Render a conversation; `add_generation_prompt` opens the assistant's turn.
+    /// Name where the template came from (a file path, or a GGUF's metadata key) in its errors.
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = origin.into();
+        self
+    }
+
+    /// Render a conversation; `add_generation_prompt` opens the assistant's turn. A render that runs out of
+    /// fuel or output room is an error naming the template's file.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         let template = self.env.get_template("chat").map_err(|e| Error::ChatTemplate(e.to_string()))?;
-        template
-            .render(minijinja::context! {
+        let mut out = CappedWriter { bytes: Vec::new(), full: false };
+        let rendered = template.render_captured_to(
+            minijinja::context! {
                 messages => messages,
                 add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos_token,
                 eos_token => self.eos_token,
-            })
-            .map_err(|e| {
-                let mut msg = e.to_string();
+            },
+            &mut out,
+        );
+        match rendered {
+            Ok(_) => String::from_utf8(out.bytes).map_err(|e| Error::ChatTemplate(format!("{}: {e}", self.origin))),
+            Err(_) if out.full => Err(Error::ChatTemplate(format!(
+                "{}: the chat template produced more than {} MB of text; the template is broken or hostile",
+                self.origin,
+                MAX_RENDER_BYTES / (1024 * 1024)
+            ))),
+            Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(Error::ChatTemplate(format!(
+                "{}: the chat template ran more than {TEMPLATE_FUEL} steps without finishing (an endless or \
+                 huge loop); the template is broken or hostile",
+                self.origin
+            ))),
+            Err(e) => {
+                let mut msg = format!("{}: {e}", self.origin);
                 let mut source = std::error::Error::source(&e);
                 while let Some(s) = source {
                     msg.push_str(&format!(": {s}"));
                     source = s.source();
                 }
-                Error::ChatTemplate(msg)
-            })
+                Err(Error::ChatTemplate(msg))
+            }
+        }
+    }
+}
+
+/// Collects rendered text up to [`MAX_RENDER_BYTES`], then refuses more.
+struct CappedWriter {
+    bytes: Vec<u8>,
+    full: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDER_BYTES {
+            self.full = true;
+            return Err(std::io::Error::other("the rendered chat template is too long"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -120,6 +184,20 @@ mod tests {
         let t = ChatTemplate::new(CHATML.into(), None, None).unwrap();
         let out = t.render(&[ChatMessage::new("user", " hi ")], true).unwrap();
         assert_eq!(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn a_runaway_template_fails_fast_naming_its_file() {
+        let looping = "{% for i in range(100000) %}{% for j in range(100000) %}{{ j }}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(looping.into(), None, None).unwrap().with_origin("m/tokenizer_config.json");
+        let started = std::time::Instant::now();
+        let err = t.render(&[ChatMessage::new("user", "hi")], true).unwrap_err().to_string();
+        assert!(err.contains("m/tokenizer_config.json") && err.contains("steps"), "{err}");
+        assert!(started.elapsed().as_secs() < 5);
+        let huge = "{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}";
+        let t = ChatTemplate::new(huge.into(), None, None).unwrap().with_origin("m/chat_template.jinja");
+        let err = t.render(&[ChatMessage::new("user", "hi")], true).unwrap_err().to_string();
+        assert!(err.contains("m/chat_template.jinja") && err.contains("MB"), "{err}");
     }
 
     #[test]

@@ -120,8 +120,12 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<Loaded
     let bos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("bos_token")));
     let eos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("eos_token")));
     let tokenizer = TextTokenizer::new(inner, bos.clone(), eos.clone());
+    let template_file = match folder.join("chat_template.jinja") {
+        jinja if jinja.exists() => jinja,
+        _ => folder.join("tokenizer_config.json"),
+    };
     let chat_template = find_template_source(folder, tokenizer_config.as_ref())?
-        .map(|src| ChatTemplate::new(src, bos, eos.clone()))
+        .map(|src| ChatTemplate::new(src, bos, eos.clone()).map(|t| t.with_origin(template_file.display().to_string())))
         .transpose()?;
 
     let mut eos_token_ids = config.eos_token_ids.clone();
@@ -155,8 +159,11 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<Loaded
 fn load_gguf_file(file: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
     let g = super::gguf::load_gguf(file, device, dtype)?;
     let tokenizer = TextTokenizer::new(g.tokenizer, g.bos_token.clone(), g.eos_token.clone());
-    let chat_template =
-        g.chat_template.map(|src| ChatTemplate::new(src, g.bos_token.clone(), g.eos_token.clone())).transpose()?;
+    let origin = format!("{} (GGUF metadata `tokenizer.chat_template`)", file.display());
+    let chat_template = g
+        .chat_template
+        .map(|src| ChatTemplate::new(src, g.bos_token.clone(), g.eos_token.clone()).map(|t| t.with_origin(origin)))
+        .transpose()?;
     let mut eos_token_ids = g.config.eos_token_ids.clone();
     if let Some(id) = g.eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t)) {
         eos_token_ids.push(id);

@@ -11,6 +11,7 @@ pub mod attention;
 pub mod chat_template;
 pub mod config;
 pub mod decoder_layer;
+pub mod fingerprint;
 pub mod gguf;
 pub mod gradients;
 pub mod kv_cache;

@@ -90,6 +90,22 @@ impl Weights {
     }
 }
 
+/// The weight files of a Hugging Face folder: `model.safetensors`, or the shards its index lists (sorted).
+pub(crate) fn weight_files(folder: &Path) -> Result<Vec<PathBuf>> {
+    let single = folder.join("model.safetensors");
+    let index = folder.join("model.safetensors.index.json");
+    if single.exists() {
+        Ok(vec![single])
+    } else if index.exists() {
+        shard_paths(&index)
+    } else {
+        Err(Error::MissingFile {
+            path: single,
+            what: "no model.safetensors or model.safetensors.index.json in the model folder".into(),
+        })
+    }
+}
+
 fn shard_paths(index: &Path) -> Result<Vec<PathBuf>> {
     let value: serde_json::Value = crate::engine::error::read_json(index)?;
     let map = value

@@ -1,7 +1,6 @@
 //! Training settings: LoRA shape and optimisation, serialisable to `run.json` and readable from a TOML file.
 
 use crate::engine::device::{DTypeChoice, DeviceChoice};
-use crate::engine::{Error, Result};
 use std::path::PathBuf;
 
 pub use crate::engine::lora::{LoraSettings, Target, Targets};
@@ -62,6 +61,10 @@ pub struct TrainConfig {
     pub train_on_prompt: bool,
     /// Continue from this checkpoint folder.
     pub resume: Option<PathBuf>,
+    /// On resume, continue on a base model other than the one the checkpoint was trained on (its fingerprint
+    /// differs). A choice of one invocation: recorded in run.json's resume history, never saved as a setting.
+    #[serde(skip_serializing)]
+    pub force_base: bool,
 }
 
 impl Default for TrainConfig {
@@ -91,6 +94,7 @@ impl Default for TrainConfig {
             skip_invalid_rows: false,
             train_on_prompt: false,
             resume: None,
+            force_base: false,
         }
     }
 }
@@ -106,82 +110,6 @@ pub struct ModelLimits {
 impl ModelLimits {
     pub fn of(config: &crate::engine::model::ModelConfig) -> Self {
         Self { context_length: config.max_position_embeddings, num_layers: config.num_layers }
-    }
-}
-
-/// Most epochs a run may ask for: beyond this a typo, not a plan (a run would never end).
-pub const MAX_EPOCHS: f64 = 100_000.0;
-
-impl TrainConfig {
-    /// The one settings check every front end runs before any work starts: [`Self::validate`] plus what needs
-    /// the model (the sequence length must fit its context; `layers` cannot exceed its layer count).
-    pub fn validate_for_model(&self, model: ModelLimits) -> Result<()> {
-        self.validate()?;
-        if self.seq_len > model.context_length {
-            return Err(Error::InvalidSetting(format!(
-                "seq_len {} is longer than the model's context of {} tokens; set seq_len to at most {}",
-                self.seq_len, model.context_length, model.context_length
-            )));
-        }
-        if let Some(n) = self.lora.layers.filter(|&n| n > model.num_layers) {
-            return Err(Error::InvalidSetting(format!(
-                "`layers` asks to adapt the last {n} layers but the model has only {}; set it to at most {} (or unset \
-                 it for all layers)",
-                model.num_layers, model.num_layers
-            )));
-        }
-        Ok(())
-    }
-
-    /// Reject combinations that cannot work, with a reason a user can act on.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidSetting(m));
-        if self.lora.rank == 0 {
-            return bad("LoRA rank must be at least 1".into());
-        }
-        if !(self.lora.alpha > 0.0) {
-            return bad("LoRA alpha must be positive".into());
-        }
-        if !(0.0..1.0).contains(&self.lora.dropout) {
-            return bad(format!("dropout {} must be in [0, 1)", self.lora.dropout));
-        }
-        if self.lora.layers == Some(0) {
-            return bad("`layers` must be at least 1 (or unset for all layers)".into());
-        }
-        if self.lora.targets.is_empty() {
-            return bad("choose at least one LoRA target module".into());
-        }
-        if self.batch_size == 0 || self.grad_accum == 0 {
-            return bad("batch size and gradient accumulation must be at least 1".into());
-        }
-        if self.seq_len < 8 {
-            return bad(format!("sequence length {} is too short (min 8)", self.seq_len));
-        }
-        if !(self.lr > 0.0) || !self.lr.is_finite() {
-            return bad(format!("learning rate {} must be a positive number", self.lr));
-        }
-        match (self.iters, self.epochs) {
-            (Some(0), _) => return bad("iterations must be at least 1".into()),
-            (None, None) => return bad("set either iterations or epochs".into()),
-            (None, Some(e)) if !(e > 0.0) => return bad(format!("epochs {e} must be positive")),
-            (None, Some(e)) if e > MAX_EPOCHS => return bad(format!("epochs {e} must be at most {MAX_EPOCHS}")),
-            _ => {}
-        }
-        if !self.weight_decay.is_finite() || self.weight_decay < 0.0 {
-            return bad(format!("weight decay {} must be a number of at least 0", self.weight_decay));
-        }
-        if let Some(n) = self.max_grad_norm {
-            if !(n > 0.0) {
-                return bad("max grad norm must be positive (or unset)".into());
-            }
-        }
-        Ok(())
-    }
-
-    /// Read settings from a TOML file (same field names as run.json).
-    pub fn from_toml_file(path: &std::path::Path) -> Result<Self> {
-        let text = crate::engine::error::read_to_string(path)?;
-        toml::from_str(&text).map_err(|e| Error::InvalidSetting(format!("{}: {e}", path.display())))
     }
 }
 

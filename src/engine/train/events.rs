@@ -18,10 +18,11 @@ pub enum TrainEvent {
         truncated_examples: usize,
         /// Step the run starts from (non-zero when resuming).
         start_step: usize,
-        /// What preparing the dataset noticed (skipped, cut or dropped rows, a held-out validation split, a
-        /// fallback template): [`crate::engine::data::DatasetSummary::notes`].
-        #[serde(default)]
-        dataset_notes: Vec<String>,
+        /// What a user should know about this start: what preparing the dataset noticed (skipped, cut or
+        /// dropped rows, a held-out validation split, a fallback template) and, on resume, a changed dataset or a
+        /// forced base model.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        notes: Vec<String>,
     },
     Step {
         step: usize,

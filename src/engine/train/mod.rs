@@ -4,12 +4,15 @@
 
 pub mod backprop;
 pub mod config;
+pub mod config_file;
 pub mod events;
 pub mod loss;
 pub mod optimizer;
 mod recorder;
+pub mod resume;
 pub mod run_folder;
 pub mod run_lock;
+pub mod validate;
 
 pub use config::{lr_at, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
 pub use events::{TrainControl, TrainEvent};
@@ -63,8 +66,19 @@ pub fn plan_batches(config: &TrainConfig, train_lengths: Vec<usize>) -> Result<(
     let per_epoch = train_lengths.len().div_ceil(config.batch_size).max(1);
     let micro_batches = match config.iters {
         Some(iters) => iters * config.grad_accum,
+        // A saturating cast: an absurd epoch count becomes a huge number that the bound below refuses.
         None => ((config.epochs.unwrap_or(1.0) * per_epoch as f64).round() as usize).max(1),
     };
+    let steps = micro_batches.div_ceil(config.grad_accum);
+    if steps > validate::MAX_STEPS {
+        return Err(Error::InvalidSetting(format!(
+            "epochs {} over {} training examples make {steps} optimizer steps; at most {} are allowed, so lower \
+             `epochs` (--epochs) or set `iters` (--iters)",
+            config.epochs.unwrap_or(1.0),
+            train_lengths.len(),
+            validate::MAX_STEPS
+        )));
+    }
     let plan = BatchPlan::new(
         train_lengths,
         BatchOptions {
@@ -145,21 +159,31 @@ struct Trainer<'a> {
     data: PreparedDataset,
     run_dir: PathBuf,
     adapter_config: checkpoint::PeftAdapterConfig,
+    /// The base this run trains on, saved in every checkpoint (`base_model.json`).
+    base_record: checkpoint::BaseRecord,
     pad_id: u32,
+    /// Reported in the Started event (a changed dataset or a forced base on resume).
+    notes: Vec<String>,
 }
 
 impl<'a> Trainer<'a> {
     fn run(config: &'a TrainConfig, base: &LoadedModel, control: &TrainControl, rec: &mut Recorder) -> Result<PathBuf> {
         config.validate_for_model(ModelLimits::of(&base.config))?;
         let started = Instant::now();
+        let fingerprints = resume::Fingerprints {
+            base: crate::engine::model::fingerprint::model_fingerprint(base)?,
+            dataset: data::dataset_fingerprint(&config.data)?,
+        };
         let data = prepare_data(config, base)?;
         // A clone shares the frozen weights with `base` (tensors are reference counted).
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);
         let (run_dir, resume) = run_dir_of(config)?;
+        let mut forced_base = false;
         let params = match &resume {
             Some(ckpt) => {
                 checkpoint::PeftAdapterConfig::read(ckpt)?.check_resume(&config.lora, model.config.num_layers, ckpt)?;
+                forced_base = resume::check_base(config, ckpt, &fingerprints)?;
                 let params = checkpoint::load_adapter_params(&mut model, ckpt)?.1;
                 lora::set_dropout(&mut model, config.lora.dropout);
                 params
@@ -168,13 +192,27 @@ impl<'a> Trainer<'a> {
         };
         let adapter_config =
             checkpoint::PeftAdapterConfig::for_settings(&config.lora, model.config.num_layers, &config.model)?;
+        let base_record = checkpoint::BaseRecord::new(&config.model, fingerprints.base.clone());
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
-        let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, pad_id };
+        let notes = data.summary.notes.clone();
+        let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes };
         let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
         // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.
         let start = trainer.initial_state(resume.as_deref(), &plan, total_steps)?;
-        rec.attach(claim_run_dir(config, &trainer.run_dir, resume.as_ref().map(|_| start.0.step))?);
+        let resume_step = resume.as_ref().map(|_| start.0.step);
+        rec.attach(claim_run_dir(config, &trainer.run_dir, resume_step, &fingerprints)?);
+        if let Some(ckpt) = &resume {
+            let step = start.0.step;
+            trainer.notes.extend(resume::record_resume(
+                &trainer.run_dir,
+                config,
+                ckpt,
+                step,
+                &fingerprints,
+                forced_base,
+            )?);
+        }
         trainer.train(&plan, start, control, rec, started)?;
         Ok(trainer.run_dir)
     }
@@ -276,7 +314,7 @@ impl<'a> Trainer<'a> {
             valid_examples: self.data.valid.as_ref().map(|v| v.examples.len()).unwrap_or(0),
             truncated_examples: summary.truncated,
             start_step,
-            dataset_notes: summary.notes.clone(),
+            notes: self.notes.clone(),
         }
     }
 
@@ -345,6 +383,7 @@ impl<'a> Trainer<'a> {
             &self.run_dir,
             &self.params,
             &self.adapter_config,
+            &self.base_record,
             &self.runner.optimizer.state_tensors(),
             state,
         )?;
@@ -437,7 +476,12 @@ fn run_dir_of(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
 /// Claim the run folder for this process (creating it for a new run), then prepare it: a new run writes
 /// run.json into a folder that holds no run yet; a resume from `resume_step` tidies leftovers of interrupted
 /// saves and drops the metrics after that step.
-fn claim_run_dir(config: &TrainConfig, run_dir: &Path, resume_step: Option<usize>) -> Result<RunLock> {
+fn claim_run_dir(
+    config: &TrainConfig,
+    run_dir: &Path,
+    resume_step: Option<usize>,
+    fingerprints: &resume::Fingerprints,
+) -> Result<RunLock> {
     let lock = RunLock::claim(run_dir)?;
     let has_manifest = run_dir.join(run_folder::RUN_CONFIG).exists();
     if resume_step.is_none() && has_manifest {
@@ -449,7 +493,12 @@ fn claim_run_dir(config: &TrainConfig, run_dir: &Path, resume_step: Option<usize
     lock.clean_leftovers()?;
     if !has_manifest {
         let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        run_folder::RunManifest::new(&name, config).write(run_dir)?;
+        let manifest = run_folder::RunManifest {
+            base_fingerprint: Some(fingerprints.base.clone()),
+            dataset_fingerprint: Some(fingerprints.dataset.clone()),
+            ..run_folder::RunManifest::new(&name, config)
+        };
+        manifest.write(run_dir)?;
     }
     if let Some(step) = resume_step {
         run_folder::truncate_metrics(run_dir, step)?;

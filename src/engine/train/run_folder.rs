@@ -83,6 +83,16 @@ pub struct RunManifest {
     /// The metal-candle release that started the run.
     #[serde(default)]
     pub metal_candle_version: String,
+    /// Fingerprint of the base model (`model::fingerprint`); None in runs from before fingerprints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_fingerprint: Option<String>,
+    /// Fingerprint of the dataset files (`data::dataset_fingerprint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_fingerprint: Option<String>,
+    /// Every resume, oldest first: what changed. `config`, `model`, `dataset` and the fingerprints above
+    /// always describe the latest start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumes: Vec<super::resume::ResumeRecord>,
 }
 
 impl RunManifest {
@@ -96,6 +106,9 @@ impl RunManifest {
             dataset: config.data.clone(),
             started_unix_secs: unix_now(),
             metal_candle_version: env!("CARGO_PKG_VERSION").to_string(),
+            base_fingerprint: None,
+            dataset_fingerprint: None,
+            resumes: Vec::new(),
         }
     }
 
@@ -126,6 +139,41 @@ impl RunManifest {
     pub fn write(&self, run_dir: &Path) -> Result<()> {
         write_json(&run_dir.join(RUN_CONFIG), self)
     }
+}
+
+/// Longest run name: a folder name, not a sentence.
+pub const MAX_RUN_NAME_LEN: usize = 100;
+
+/// The one check of a run name (CLI `--name`, the studio's run name field): a run lives in `out/<name>/`, so
+/// the name must be one plain folder name inside `out`: not empty, no path separators, not `.` or `..`, no
+/// leading dot (hidden, and the trainer's own `.checkpoint-*.partial` folders), letters, digits, `-`, `_`,
+/// `.`, `+`, `=`, `@` and spaces only, at most [`MAX_RUN_NAME_LEN`] characters.
+pub fn validate_run_name(name: &str) -> Result<()> {
+    let refuse = |why: &str| {
+        Err(Error::InvalidSetting(format!(
+            "run name {name:?} {why}; use a plain folder name such as `lora-r8` (letters, digits, -, _, ., spaces)"
+        )))
+    };
+    if name.trim().is_empty() {
+        return refuse("is empty");
+    }
+    if name.contains(['/', '\\']) || name == ".." || name.contains("..") {
+        return refuse("would write outside the runs folder (it contains a path separator or `..`)");
+    }
+    if name.starts_with('.') {
+        return refuse("starts with a dot");
+    }
+    if name.chars().count() > MAX_RUN_NAME_LEN {
+        return refuse(&format!("is longer than {MAX_RUN_NAME_LEN} characters"));
+    }
+    let allowed = |c: char| c.is_alphanumeric() || "-_.+=@ ".contains(c);
+    if let Some(c) = name.chars().find(|&c| !allowed(c)) {
+        return refuse(&format!("contains {c:?}"));
+    }
+    if name != name.trim() {
+        return refuse("starts or ends with a space");
+    }
+    Ok(())
 }
 
 /// Append one event to `metrics.jsonl`.

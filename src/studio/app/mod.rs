@@ -235,7 +235,9 @@ impl StudioApp {
                     self.actions.push(a);
                 }
             }
-            Event::GenerationStarted { id, prompt_tokens } => self.chat_panel.on_started(id, prompt_tokens),
+            Event::GenerationStarted { id, prompt_tokens, adapter_warning } => {
+                self.chat_panel.on_started(id, prompt_tokens, adapter_warning)
+            }
             Event::Token { id, text } => self.chat_panel.on_token(id, &text),
             Event::GenerationFinished { id, stats } => self.chat_panel.on_finished(id, stats),
             Event::GenerationFailed { id, error } => self.chat_panel.on_failed(id, error.message),
