@@ -75,14 +75,8 @@ pub fn generate(
     req: &GenerateRequest,
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<GenerationOutput> {
-    req.sampling.validate(req.max_new_tokens)?;
     let context = model.config.max_position_embeddings;
-    if req.prompt_ids.is_empty() {
-        return Err(Error::InvalidSetting("the prompt is empty".into()));
-    }
-    if req.prompt_ids.len() >= context {
-        return Err(Error::PromptTooLong { prompt_tokens: req.prompt_ids.len(), context_len: context });
-    }
+    check_request(req, context)?;
     let device = model.device();
     let mut cache = KvCache::new(model.config.num_layers);
     let mut sampler = Sampler::new(req.sampling.clone());
@@ -149,6 +143,19 @@ pub fn generate(
         prefill_secs,
         decode_secs,
     })
+}
+
+/// Refuse sampling settings out of range, an empty prompt and one that leaves no room in a `context`-token
+/// window, before any work.
+fn check_request(req: &GenerateRequest, context: usize) -> Result<()> {
+    req.sampling.validate(req.max_new_tokens)?;
+    if req.prompt_ids.is_empty() {
+        return Err(Error::InvalidSetting("the prompt is empty".into()));
+    }
+    if req.prompt_ids.len() >= context {
+        return Err(Error::PromptTooLong { prompt_tokens: req.prompt_ids.len(), context_len: context });
+    }
+    Ok(())
 }
 
 /// Log-probabilities of each next token: `out[i] = log p(ids[i+1] | ids[..=i])`.

@@ -49,53 +49,11 @@ impl Dispatcher {
 
     fn command(&mut self, command: Command) {
         match command {
-            Command::LoadModel { path, device, dtype } => {
-                let out = self.out.clone();
-                let inbox = self.inbox.clone();
-                out.send(Event::ModelLoading { path: path.clone() });
-                let fail_path = path.clone();
-                spawn_job(
-                    "mc-load",
-                    self.out.clone(),
-                    move |error| Event::ModelLoadFailed { path: fail_path, error },
-                    move || jobs::load_model_job(&path, device, dtype, &out, &inbox),
-                );
-            }
+            Command::LoadModel { path, device, dtype } => self.load_model(path, device, dtype),
             Command::InspectDataset { path, max_seq_len, train_on_prompt, preview_rows } => {
-                let model = self.model.as_ref().map(|(_, m)| m.clone());
-                let out = self.out.clone();
-                let fail_path = path.clone();
-                spawn_job(
-                    "mc-dataset",
-                    self.out.clone(),
-                    move |error| Event::DatasetFailed { path: fail_path, error },
-                    move || {
-                        let report = crate::engine::data::inspect_dataset(
-                            &path,
-                            model.as_deref(),
-                            max_seq_len,
-                            train_on_prompt,
-                            preview_rows,
-                        );
-                        match report {
-                            Ok(r) => out.send(Event::DatasetInspected(Box::new(r))),
-                            Err(e) => out.send(Event::DatasetFailed { path, error: e.into() }),
-                        };
-                    },
-                );
+                self.inspect_dataset(path, max_seq_len, train_on_prompt, preview_rows)
             }
-            Command::ScanModels { hf_cache, extra_dirs } => {
-                let out = self.out.clone();
-                spawn_job(
-                    "mc-scan",
-                    self.out.clone(),
-                    |_| Event::ModelsFound(Vec::new()),
-                    move || {
-                        let found = scan_models(hf_cache.as_deref(), &extra_dirs);
-                        out.send(Event::ModelsFound(found));
-                    },
-                );
-            }
+            Command::ScanModels { hf_cache, extra_dirs } => self.scan_models(hf_cache, extra_dirs),
             Command::StartTraining(config) => self.start_training(*config),
             Command::PauseTraining(paused) => {
                 if let Some(c) = &self.training {
@@ -114,76 +72,28 @@ impl Dispatcher {
                     flag.store(true, Ordering::SeqCst);
                 }
             }
-            Command::Diagnose => {
-                let out = self.out.clone();
-                spawn_job(
-                    "mc-doctor",
-                    self.out.clone(),
-                    |error| Event::Diagnosis { text: format!("the report failed: {}", error.message) },
-                    move || {
-                        out.send(Event::Diagnosis { text: crate::engine::doctor::report().to_string() });
-                    },
-                );
-            }
-            Command::ListRuns { runs_dir } => {
-                let out = self.out.clone();
-                let dir = runs_dir.clone();
-                spawn_job(
-                    "mc-runs",
-                    self.out.clone(),
-                    move |error| Event::RunsFailed { runs_dir: dir, error },
-                    move || {
-                        match crate::engine::train::run_folder::list_runs(&runs_dir) {
-                            Ok(runs) => out.send(Event::Runs { runs_dir, runs }),
-                            Err(e) => out.send(Event::RunsFailed { runs_dir, error: e.into() }),
-                        };
-                    },
-                );
-            }
-            Command::DeleteCheckpoint { path } => {
-                let out = self.out.clone();
-                let what = format!("delete {}", path.display());
-                spawn_job(
-                    "mc-delete",
-                    self.out.clone(),
-                    move |error| Event::ActionFailed { what, error },
-                    move || {
-                        match crate::engine::checkpoint::delete_checkpoint(&path) {
-                            Ok(()) => out.send(Event::CheckpointDeleted { path }),
-                            Err(e) => out.send(Event::ActionFailed {
-                                what: format!("delete {}", path.display()),
-                                error: e.into(),
-                            }),
-                        };
-                    },
-                );
-            }
-            Command::ExportCheckpoint { checkpoint, format, quant, out: out_dir, base_model } => {
-                let out = self.out.clone();
+            Command::Diagnose => self.diagnose(),
+            Command::ListRuns { runs_dir } => self.list_runs(runs_dir),
+            Command::DeleteCheckpoint { path } => self.delete_checkpoint(path),
+            Command::ExportCheckpoint { checkpoint, format, quant, out, base_model } => {
                 let what = format!("export {}", checkpoint.display());
-                let what2 = what.clone();
-                spawn_job(
+                let request = crate::engine::export::ExportRequest {
+                    checkpoint: Some(checkpoint),
+                    format,
+                    quant,
+                    out,
+                    base_model,
+                    allow_other_base: false,
+                };
+                self.spawn_fallible(
                     "mc-export",
-                    self.out.clone(),
-                    move |error| Event::ActionFailed { what, error },
-                    move || {
-                        let request = crate::engine::export::ExportRequest {
-                            checkpoint: Some(checkpoint),
-                            format,
-                            quant,
-                            out: out_dir,
-                            base_model,
-                            allow_other_base: false,
-                        };
+                    move |error| Event::ActionFailed { what: what.clone(), error },
+                    move |events| {
                         let progress = &mut |p: crate::engine::export::ExportProgress| {
-                            out.send(Event::ExportProgress { done: p.done, total: p.total, what: p.what });
+                            events.send(Event::ExportProgress { done: p.done, total: p.total, what: p.what });
                         };
-                        match crate::engine::export::export_with(&request, progress) {
-                            Ok(done) => {
-                                out.send(Event::ExportFinished { path: done.path, size_bytes: done.size_bytes })
-                            }
-                            Err(e) => out.send(Event::ActionFailed { what: what2, error: e.into() }),
-                        };
+                        let done = crate::engine::export::export_with(&request, progress)?;
+                        Ok(Event::ExportFinished { path: done.path, size_bytes: done.size_bytes })
                     },
                 );
             }
@@ -193,23 +103,118 @@ impl Dispatcher {
                     c.request_stop();
                 }
             }
-            Command::LoraMicroBench { repeats } => {
-                let device = self.model.as_ref().map(|(_, m)| m.model.device().clone());
-                let out = self.out.clone();
-                spawn_job(
-                    "mc-microbench",
-                    self.out.clone(),
-                    |error| Event::MicroBenchFailed { error },
-                    move || {
-                        let device = device.unwrap_or(candle_core::Device::Cpu);
-                        match crate::engine::bench::bench_lora_micro(&device, repeats) {
-                            Ok(r) => out.send(Event::MicroBenchFinished(r)),
-                            Err(e) => out.send(Event::MicroBenchFailed { error: e.into() }),
-                        };
-                    },
-                );
-            }
+            Command::LoraMicroBench { repeats } => self.micro_bench(repeats),
         }
+    }
+
+    fn load_model(&self, path: PathBuf, device: DeviceChoice, dtype: DTypeChoice) {
+        let out = self.out.clone();
+        let inbox = self.inbox.clone();
+        out.send(Event::ModelLoading { path: path.clone() });
+        let fail_path = path.clone();
+        spawn_job(
+            "mc-load",
+            self.out.clone(),
+            move |error| Event::ModelLoadFailed { path: fail_path, error },
+            move || jobs::load_model_job(&path, device, dtype, &out, &inbox),
+        );
+    }
+
+    fn inspect_dataset(&self, path: PathBuf, max_seq_len: usize, train_on_prompt: bool, preview_rows: usize) {
+        let model = self.model.as_ref().map(|(_, m)| m.clone());
+        let fail_path = path.clone();
+        self.spawn_fallible(
+            "mc-dataset",
+            move |error| Event::DatasetFailed { path: fail_path.clone(), error },
+            move |_| {
+                let report = crate::engine::data::inspect_dataset(
+                    &path,
+                    model.as_deref(),
+                    max_seq_len,
+                    train_on_prompt,
+                    preview_rows,
+                )?;
+                Ok(Event::DatasetInspected(Box::new(report)))
+            },
+        );
+    }
+
+    fn scan_models(&self, hf_cache: Option<PathBuf>, extra_dirs: Vec<PathBuf>) {
+        let out = self.out.clone();
+        spawn_job(
+            "mc-scan",
+            self.out.clone(),
+            |_| Event::ModelsFound(Vec::new()),
+            move || {
+                let found = scan_models(hf_cache.as_deref(), &extra_dirs);
+                out.send(Event::ModelsFound(found));
+            },
+        );
+    }
+
+    fn diagnose(&self) {
+        let out = self.out.clone();
+        spawn_job(
+            "mc-doctor",
+            self.out.clone(),
+            |error| Event::Diagnosis { text: format!("the report failed: {}", error.message) },
+            move || {
+                out.send(Event::Diagnosis { text: crate::engine::doctor::report().to_string() });
+            },
+        );
+    }
+
+    fn list_runs(&self, runs_dir: PathBuf) {
+        let dir = runs_dir.clone();
+        self.spawn_fallible(
+            "mc-runs",
+            move |error| Event::RunsFailed { runs_dir: dir.clone(), error },
+            move |_| {
+                let runs = crate::engine::train::run_folder::list_runs(&runs_dir)?;
+                Ok(Event::Runs { runs_dir, runs })
+            },
+        );
+    }
+
+    fn delete_checkpoint(&self, path: PathBuf) {
+        let what = format!("delete {}", path.display());
+        self.spawn_fallible(
+            "mc-delete",
+            move |error| Event::ActionFailed { what: what.clone(), error },
+            move |_| {
+                crate::engine::checkpoint::delete_checkpoint(&path)?;
+                Ok(Event::CheckpointDeleted { path })
+            },
+        );
+    }
+
+    fn micro_bench(&self, repeats: usize) {
+        let device = self.model.as_ref().map(|(_, m)| m.model.device().clone());
+        self.spawn_fallible(
+            "mc-microbench",
+            |error| Event::MicroBenchFailed { error },
+            move |_| {
+                let device = device.unwrap_or(candle_core::Device::Cpu);
+                Ok(Event::MicroBenchFinished(crate::engine::bench::bench_lora_micro(&device, repeats)?))
+            },
+        );
+    }
+
+    /// Run `body` on its own thread and send the event it returns; an error (or a panic) becomes the event
+    /// `on_error` makes of it. `body` may send progress events of its own through the outbox it is given.
+    fn spawn_fallible<F>(
+        &self,
+        name: &str,
+        on_error: F,
+        body: impl FnOnce(&Outbox) -> crate::engine::Result<Event> + Send + 'static,
+    ) where
+        F: Fn(ErrorInfo) -> Event + Clone + Send + 'static,
+    {
+        let (out, on_failure) = (self.out.clone(), on_error.clone());
+        spawn_job(name, self.out.clone(), on_error, move || {
+            let event = body(&out).unwrap_or_else(|e| on_failure(e.into()));
+            out.send(event);
+        });
     }
 
     fn start_training(&mut self, config: TrainConfig) {

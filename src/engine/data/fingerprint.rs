@@ -1,25 +1,20 @@
-//! A dataset's fingerprint: the SHA-256 of its `.jsonl` files' names and contents, so a resumed run can tell
-//! (and record) that it now trains on other data.
+//! A dataset's fingerprint: the SHA-256 of its split files' contents, so a resumed run can tell (and record)
+//! that it now trains on other data. Files are found and read the way training reads them
+//! ([`super::dataset_files`], with the same size and file-type guard), so a fingerprint never reads what
+//! training would refuse.
 
-use crate::engine::{Error, Result};
+use super::formats::{read_bounded, MAX_DATASET_BYTES};
+use crate::engine::Result;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// `sha256:<hex>` of a `.jsonl` file, or of the `.jsonl` files of a folder (in name order).
+/// `sha256:<hex>` over each split's name and its file's bytes, in split order.
 pub fn dataset_fingerprint(path: &Path) -> Result<String> {
-    let mut files: Vec<_> = if path.is_dir() {
-        let entries = std::fs::read_dir(path).map_err(|e| Error::io(path, e))?;
-        entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "jsonl")).collect()
-    } else {
-        vec![path.to_path_buf()]
-    };
-    files.sort();
     let mut h = Sha256::new();
-    for file in files {
-        h.update(file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default().as_bytes());
+    for (split, file) in super::dataset_files(path)? {
+        h.update(split.as_str().as_bytes());
         h.update([0u8]);
-        let mut f = std::fs::File::open(&file).map_err(|e| Error::io(&file, e))?;
-        std::io::copy(&mut f, &mut h).map_err(|e| Error::io(&file, e))?;
+        h.update(read_bounded(&file, MAX_DATASET_BYTES)?);
     }
     Ok(format!("sha256:{}", crate::engine::model::fingerprint::hex(&h.finalize())))
 }

@@ -153,7 +153,7 @@ pub fn read_jsonl(path: &Path) -> Result<ParsedFile> {
 
 /// A regular file of at most `limit` bytes, read whole. Devices, pipes and larger files are refused before
 /// reading (`/dev/zero` would otherwise fill memory); the size is checked again while reading.
-fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+pub(super) fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;

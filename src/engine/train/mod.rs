@@ -170,11 +170,12 @@ impl<'a> Trainer<'a> {
     fn run(config: &'a TrainConfig, base: &LoadedModel, control: &TrainControl, rec: &mut Recorder) -> Result<PathBuf> {
         config.validate_for_model(ModelLimits::of(&base.config))?;
         let started = Instant::now();
+        // The dataset is read (and refused if it is not one) before its fingerprint reads it again.
+        let data = prepare_data(config, base)?;
         let fingerprints = resume::Fingerprints {
             base: crate::engine::model::fingerprint::model_fingerprint(base)?,
             dataset: data::dataset_fingerprint(&config.data)?,
         };
-        let data = prepare_data(config, base)?;
         // A clone shares the frozen weights with `base` (tensors are reference counted).
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);
