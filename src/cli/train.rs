@@ -180,9 +180,11 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
         eprintln!("warning: {warning}");
     }
     let control = TrainControl::default();
-    let ctrl = control.clone();
     // Ctrl-C or SIGTERM: stop after the current step and save a final checkpoint; a second one exits at once.
-    let _ = stop_on_signals(ctrl);
+    if crate::stop_signals::install() {
+        let ctrl = control.clone();
+        crate::stop_signals::forward(move || ctrl.request_stop());
+    }
     let json = args.json;
     let mut printer = ProgressPrinter::default();
     let result = train::run_training(&config, &base, &control, &mut |event| {
@@ -286,38 +288,6 @@ fn format_secs(secs: f64) -> String {
     } else {
         format!("{}m{:02}s", s / 60, s % 60)
     }
-}
-
-/// Install a SIGINT and SIGTERM handler that asks the run to stop (saving first), so `kill` and service
-/// managers stop a run as cleanly as Ctrl-C. Returns false if none could be set.
-fn stop_on_signals(control: TrainControl) -> bool {
-    static CONTROL: std::sync::OnceLock<TrainControl> = std::sync::OnceLock::new();
-    if CONTROL.set(control).is_err() {
-        return false;
-    }
-    extern "C" fn on_stop_signal(signum: i32) {
-        if let Some(c) = CONTROL.get() {
-            if c.stop_requested() {
-                std::process::exit(128 + signum);
-            }
-            c.request_stop();
-        }
-    }
-    #[cfg(unix)]
-    unsafe {
-        // SAFETY: the handler only touches an atomic flag (and exits on a second signal).
-        const SIGINT: i32 = 2;
-        const SIGTERM: i32 = 15;
-        libc_signal(SIGINT, on_stop_signal);
-        libc_signal(SIGTERM, on_stop_signal);
-    }
-    true
-}
-
-#[cfg(unix)]
-extern "C" {
-    #[link_name = "signal"]
-    fn libc_signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
 }
 
 #[derive(Debug, Args)]

@@ -44,6 +44,12 @@ pub fn run(options: StudioOptions) -> anyhow::Result<()> {
             } else {
                 Prefs::default()
             };
+            // SIGINT/SIGTERM close the window through the normal exit path: a running training stops after its
+            // step and saves (`StudioApp::on_exit`).
+            if crate::stop_signals::install() {
+                let ctx = cc.egui_ctx.clone();
+                crate::stop_signals::forward(move || ctx.send_viewport_cmd(egui::ViewportCommand::Close));
+            }
             Ok(Box::new(StudioApp::new(&cc.egui_ctx, prefs, options)))
         }),
     )
