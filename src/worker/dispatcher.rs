@@ -49,7 +49,7 @@ impl Dispatcher {
 
     fn command(&mut self, command: Command) {
         match command {
-            Command::LoadModel { path, device, dtype } => {
+            Command::LoadModel { path, device, dtype, quantize } => {
                 let out = self.out.clone();
                 let inbox = self.inbox.clone();
                 out.send(Event::ModelLoading { path: path.clone() });
@@ -58,7 +58,7 @@ impl Dispatcher {
                     "mc-load",
                     self.out.clone(),
                     move |error| Event::ModelLoadFailed { path: fail_path, error },
-                    move || jobs::load_model_job(&path, device, dtype, &out, &inbox),
+                    move || jobs::load_model_job(&path, (device, dtype, quantize), &out, &inbox),
                 );
             }
             Command::InspectDataset { path, max_seq_len, train_on_prompt, preview_rows } => {
