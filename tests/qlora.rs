@@ -252,3 +252,27 @@ fn a_quantized_base_holds_fewer_bytes() {
     let est = metal_candle::engine::estimate::training_memory(&shape, &TrainConfig::default());
     assert_eq!(est.base_weights_bytes, q4.model.base_weights_bytes());
 }
+
+#[test]
+fn rank_probes_and_saved_adapters_work_on_a_quantized_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = load(&fixture("tiny-llama"), BaseQuant::Q8_0);
+    let cfg = train_config(&fixture("tiny-llama"), dir.path(), BaseQuant::Q8_0, 1);
+    let results =
+        metal_candle::engine::bench::rank_probe(&base, &cfg, &[2, 4], 1_000, &TrainControl::default(), &mut |_| {})
+            .unwrap();
+    assert!(results.iter().all(|r| r.val_loss.is_finite() && r.steps > 0), "{results:?}");
+    // A checkpoint trained on the quantized base loads back onto it and changes its scores.
+    let cfg = TrainConfig { save_every: 5, ..train_config(&fixture("tiny-llama"), dir.path(), BaseQuant::Q8_0, 5) };
+    train(&base, &cfg);
+    let checkpoint = dir.path().join("qlora-q8_0/checkpoint-5");
+    let mut tuned = load(&fixture("tiny-llama"), BaseQuant::Q8_0);
+    metal_candle::engine::checkpoint::load_adapter(&mut tuned.model, &checkpoint).unwrap();
+    let ids = tuned.tokenizer.encode("Hello there, how are you?", true).unwrap();
+    let (a, b) = (score(&tuned.model, &ids).unwrap(), score(&base.model, &ids).unwrap());
+    assert!(a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-3), "the adapter changes nothing");
+    // A merged export of the tuned model dequantizes its projections.
+    let merged = tuned.model.merged_named_weights().unwrap();
+    let q = &merged["model.layers.0.self_attn.q_proj.weight"];
+    assert_eq!((q.dims(), q.dtype()), (&[64usize, 64][..], DType::F32));
+}

@@ -104,7 +104,7 @@ pub fn fitting_type(wanted: GgmlDType, row_len: usize) -> Option<GgmlDType> {
         GgmlDType::Q6K => Some(GgmlDType::Q8_0),
         _ => None,
     };
-    [Some(wanted), fallback].into_iter().flatten().find(|t| row_len > 0 && row_len % t.block_size() == 0)
+    [Some(wanted), fallback].into_iter().flatten().find(|t| row_len > 0 && row_len.is_multiple_of(t.block_size()))
 }
 
 /// Bytes per weight of a GGML type (4.5 bits for Q4_0 is 0.5625 bytes).
