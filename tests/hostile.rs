@@ -334,7 +334,12 @@ fn an_adapter_trained_on_another_base_is_flagged_everywhere() {
 
     // The worker tells the chat pane, on the event that starts the reply.
     let w = Worker::spawn(Arc::new(|| {}));
-    w.send(Command::LoadModel { path: qwen, device: DeviceChoice::Cpu, dtype: DTypeChoice::Auto });
+    w.send(Command::LoadModel {
+        path: qwen,
+        device: DeviceChoice::Cpu,
+        dtype: DTypeChoice::Auto,
+        quantize: Default::default(),
+    });
     let job = GenerateJob {
         id: 1,
         side: ChatSide::Adapter,

@@ -68,7 +68,12 @@ fn worker_refusal(w: &Worker, config: &TrainConfig) -> (String, ErrorKind) {
 fn cli_and_studio_refuse_the_same_settings_with_the_same_message() {
     let dir = tempfile::tempdir().unwrap();
     let w = Worker::spawn(Arc::new(|| {}));
-    w.send(Command::LoadModel { path: fixture("tiny-llama"), device: DeviceChoice::Cpu, dtype: DTypeChoice::Auto });
+    w.send(Command::LoadModel {
+        path: fixture("tiny-llama"),
+        device: DeviceChoice::Cpu,
+        dtype: DTypeChoice::Auto,
+        quantize: Default::default(),
+    });
     let summary = match next_event(&w, |e| matches!(e, Event::ModelLoaded(_) | Event::ModelLoadFailed { .. })) {
         Event::ModelLoaded(s) => *s,
         other => panic!("{other:?}"),

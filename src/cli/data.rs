@@ -32,8 +32,14 @@ pub struct DataArgs {
 pub fn data(args: &DataArgs) -> anyhow::Result<()> {
     let model = match &args.model {
         Some(path) => Some(
-            ModelArgs { model: path.clone(), adapter: None, device: DeviceChoice::Cpu, dtype: DTypeChoice::Auto }
-                .load()?,
+            ModelArgs {
+                model: path.clone(),
+                adapter: None,
+                device: DeviceChoice::Cpu,
+                dtype: DTypeChoice::Auto,
+                quantize: Default::default(),
+            }
+            .load()?,
         ),
         None => None,
     };

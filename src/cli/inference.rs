@@ -35,6 +35,8 @@ pub fn info(args: &InfoArgs) -> anyhow::Result<()> {
         "tied_embeddings": c.tie_word_embeddings,
         "dtype": format!("{:?}", m.model.dtype()).to_lowercase(),
         "weights_dtype": c.weights_dtype,
+        "base_weights": m.model.base_storage(),
+        "base_weights_bytes": m.model.base_weights_bytes(),
         "device": device_name(m.model.device()),
         "chat_template": m.chat_template.is_some(),
         "eos_token_ids": m.eos_token_ids,
@@ -52,6 +54,11 @@ pub fn info(args: &InfoArgs) -> anyhow::Result<()> {
     println!("vocabulary     {}", c.vocab_size);
     println!("context        {} tokens", c.max_position_embeddings);
     println!("dtype          {}", report["dtype"].as_str().unwrap_or("?"));
+    println!(
+        "base weights   {} ({:.1} MiB)",
+        m.model.base_storage(),
+        m.model.base_weights_bytes() as f64 / (1u64 << 20) as f64
+    );
     println!("device         {}", device_name(m.model.device()));
     println!("chat template  {}", if m.chat_template.is_some() { "found" } else { "none" });
     println!("eos ids        {:?}", m.eos_token_ids);

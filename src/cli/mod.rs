@@ -13,7 +13,7 @@ use prelude::*;
 /// Re-exports the CLI modules share.
 mod prelude {
     pub use crate::engine::device::{DTypeChoice, DeviceChoice};
-    pub use crate::engine::model::{load_model, LoadedModel};
+    pub use crate::engine::model::LoadedModel;
 }
 
 #[derive(Debug, Parser)]
@@ -112,6 +112,10 @@ pub struct ModelArgs {
     /// auto | f32 | f16 | bf16 (auto: f32 on the CPU, bf16 on GPUs that run it)
     #[arg(long, default_value = "auto")]
     pub dtype: DTypeChoice,
+    /// Base weights: none (dense) | keep (a GGUF's own quantized types) | q8_0 | q6k | q5k | q4k | q4_1 | q4_0
+    /// (quantized at load; embeddings, norms and the head stay dense).
+    #[arg(long, default_value = "none", value_name = "none|keep|q8_0|q6k|q5k|q4k|q4_1|q4_0")]
+    pub quantize: crate::engine::model::BaseQuant,
 }
 
 impl ModelArgs {
@@ -120,7 +124,8 @@ impl ModelArgs {
         use anyhow::Context;
         let placement = crate::engine::device::setup(self.device, self.dtype)?;
         print_placement_notes(&placement);
-        let model = load_model(&self.model, &placement.device, placement.dtype)
+        let options = crate::engine::model::LoadOptions { quantize: self.quantize };
+        let model = crate::engine::model::load_model_with(&self.model, &placement.device, placement.dtype, &options)
             .with_context(|| format!("loading model {}", self.model.display()))?;
         let mut model = model;
         if let Some(adapter) = &self.adapter {

@@ -2,7 +2,7 @@
 
 use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::export::{ExportFormat, ExportRequest, GgufQuant};
-use crate::engine::model::load_model;
+use crate::engine::model::{load_model_with, LoadOptions};
 use crate::engine::train::run_folder::RunManifest;
 use crate::engine::train::{self, ModelLimits, Schedule, TrainConfig, TrainControl, TrainEvent};
 use anyhow::Context;
@@ -84,6 +84,10 @@ pub struct TrainArgs {
     /// auto | f32 | f16 | bf16 (auto: f32 on the CPU, bf16 on GPUs that run it)
     #[arg(long)]
     pub dtype: Option<DTypeChoice>,
+    /// Base weights: none (dense) | keep (a GGUF's own quantized types) | q8_0 | q6k | q5k | q4k | q4_1 | q4_0
+    /// (quantized at load, QLoRA).
+    #[arg(long, value_name = "none|keep|q8_0|q6k|q5k|q4k|q4_1|q4_0")]
+    pub quantize: Option<crate::engine::model::BaseQuant>,
     /// Print one JSON event per line.
     #[arg(long)]
     pub json: bool,
@@ -151,6 +155,7 @@ impl TrainArgs {
         set!(c.seed, self.seed);
         set!(c.device, self.device);
         set!(c.dtype, self.dtype);
+        set!(c.quantize, self.quantize);
         c.skip_invalid_rows |= self.skip_invalid_rows;
         c.train_on_prompt |= self.train_on_prompt;
         if c.model.as_os_str().is_empty() {
@@ -168,11 +173,12 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     let config = args.to_config()?;
     let placement = crate::engine::device::setup(config.device, config.dtype)?;
     super::print_placement_notes(&placement);
-    let base = load_model(&config.model, &placement.device, placement.dtype)
+    let options = LoadOptions { quantize: config.quantize };
+    let base = load_model_with(&config.model, &placement.device, placement.dtype, &options)
         .with_context(|| format!("loading model {}", config.model.display()))?;
     // The engine's one settings check, now against the model (the studio refuses the same, word for word).
     config.validate_for_model(ModelLimits::of(&base.config))?;
-    let shape = crate::engine::estimate::ModelShape::of(&base.config, placement.dtype.size_in_bytes());
+    let shape = crate::engine::estimate::ModelShape::of_model(&base.model);
     let memory = crate::engine::estimate::training_memory(&shape, &config);
     let budget = crate::engine::device::memory_budget_bytes(&placement.device);
     let budget_name = crate::engine::device::memory_budget_name(&placement.device);

@@ -6,6 +6,8 @@
 
 use crate::engine::lora::adapted_layers;
 use crate::engine::lora::Target;
+use crate::engine::model::quant::{bytes_per_weight, fitting_type, BaseQuant};
+use crate::engine::model::transformer::Transformer;
 use crate::engine::model::ModelConfig;
 use crate::engine::train::{LoraSettings, ModelLimits, TrainConfig};
 use crate::engine::Result;
@@ -26,6 +28,10 @@ pub struct ModelShape {
     pub dtype_bytes: usize,
     /// (module, in_features, out_features) for each adaptable linear of a decoder layer.
     pub linear_shapes: Vec<(String, usize, usize)>,
+    /// What the loaded base's weights hold in memory, measured (quantized projections at their size); None
+    /// for a shape known only from its config (then parameters x dtype bytes).
+    #[serde(default)]
+    pub base_weights_bytes: Option<u64>,
 }
 
 impl ModelShape {
@@ -46,6 +52,15 @@ impl ModelShape {
                 .iter()
                 .filter_map(|t| config.linear_shape(t.name()).map(|(i, o)| (t.name().to_string(), i, o)))
                 .collect(),
+            base_weights_bytes: None,
+        }
+    }
+
+    /// The shape of a loaded model, with the bytes its base weights really hold (dense or quantized).
+    pub fn of_model(model: &Transformer) -> Self {
+        Self {
+            base_weights_bytes: Some(model.base_weights_bytes()),
+            ..Self::of(&model.config, model.dtype().size_in_bytes())
         }
     }
 
@@ -64,6 +79,40 @@ pub fn trainable_params(model: &ModelShape, lora: &LoraSettings) -> Result<usize
         .map(|(_, i, o)| lora.rank * (i + o))
         .sum();
     Ok(per_layer * adapted_layers(model.layers, lora.layers).len())
+}
+
+/// Bytes of the base weights if the model were loaded with `quant` (`none` and `keep` count dense: a
+/// GGUF's own types are only known once loaded, see [`ModelShape::base_weights_bytes`]). Projections whose
+/// rows fit no block of the type stay dense, as the loader does.
+pub fn base_weights_bytes_with(model: &ModelShape, quant: BaseQuant) -> u64 {
+    let dense_bytes = model.dtype_bytes.max(1) as f64;
+    let (mut linear_params, mut linear_bytes) = (0usize, 0f64);
+    for (_, i, o) in &model.linear_shapes {
+        let per_weight = quant.target_type().and_then(|t| fitting_type(t, *i)).map_or(dense_bytes, bytes_per_weight);
+        linear_params += i * o;
+        linear_bytes += (i * o) as f64 * per_weight;
+    }
+    let other_params = model.parameters.saturating_sub(linear_params * model.layers);
+    (other_params as f64 * dense_bytes + linear_bytes * model.layers as f64) as u64
+}
+
+/// A base quantization that would make `config`'s run fit `budget_bytes`, with its estimate, when the model
+/// as loaded does not fit: the largest of q8_0, q6k, q4k that fits (None when it fits already, when even
+/// q4k does not, or when the budget is unknown). What the model panel proposes.
+pub fn quantization_that_fits(
+    model: &ModelShape,
+    config: &TrainConfig,
+    budget_bytes: Option<u64>,
+) -> Option<(BaseQuant, MemoryEstimate)> {
+    let budget = budget_bytes?;
+    if training_memory(model, config).total_bytes() <= budget {
+        return None;
+    }
+    [BaseQuant::Q8_0, BaseQuant::Q6K, BaseQuant::Q4K].into_iter().find_map(|q| {
+        let shape = ModelShape { base_weights_bytes: Some(base_weights_bytes_with(model, q)), ..model.clone() };
+        let est = training_memory(&shape, config);
+        (est.total_bytes() <= budget).then_some((q, est))
+    })
 }
 
 /// Memory for training, by part.
@@ -100,7 +149,7 @@ pub fn training_memory(model: &ModelShape, config: &TrainConfig) -> MemoryEstima
     let per_token_layer = 6 * h + 2 * kv + 4 * i + heads * seq + 2 * config.lora.rank as u64 * 7;
     let layers = model.layers as u64;
     MemoryEstimate {
-        base_weights_bytes: model.parameters as u64 * bytes,
+        base_weights_bytes: model.base_weights_bytes.unwrap_or(model.parameters as u64 * bytes),
         adapter_state_bytes: trainable_params(model, &config.lora).unwrap_or(0) as u64 * 16,
         activations_bytes: tokens * per_token_layer * layers * bytes,
         logits_bytes: tokens * model.vocab_size as u64 * 4 * 3,
@@ -151,6 +200,7 @@ mod tests {
                 ("up_proj".into(), 576, 1536),
                 ("down_proj".into(), 1536, 576),
             ],
+            base_weights_bytes: None,
         }
     }
 
@@ -186,6 +236,27 @@ mod tests {
         let params = crate::engine::lora::attach_new_adapters(&mut m.model, &lora, 0).unwrap();
         let attached: usize = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
         assert_eq!(trainable_params(&ModelShape::of(&m.config, 4), &lora).unwrap(), attached);
+    }
+
+    #[test]
+    fn a_quantized_base_costs_bytes_by_type_and_is_proposed_when_dense_does_not_fit() {
+        let m = smollm_like();
+        let dense = base_weights_bytes_with(&m, BaseQuant::None);
+        assert_eq!(dense, m.parameters as u64 * 4);
+        let q8 = base_weights_bytes_with(&m, BaseQuant::Q8_0);
+        let q4k = base_weights_bytes_with(&m, BaseQuant::Q4K);
+        assert!(q4k < q8 && q8 < dense, "{q4k} {q8} {dense}");
+        // 576-wide rows fit no Q4_K block: those projections fall back to Q5_0 (0.6875 bytes a weight).
+        let linear: usize = m.linear_shapes.iter().map(|(_, i, o)| i * o).sum::<usize>() * m.layers;
+        let expected_linear =
+            30.0 * (576.0 * (576.0 * 2.0 + 192.0 * 2.0 + 1536.0 * 2.0) * 0.6875 + 1536.0 * 576.0 * 0.5625);
+        assert_eq!(q4k, ((m.parameters - linear) as f64 * 4.0 + expected_linear) as u64);
+        let cfg = TrainConfig { batch_size: 1, seq_len: 128, ..TrainConfig::default() };
+        let need = training_memory(&m, &cfg).total_bytes();
+        assert!(quantization_that_fits(&m, &cfg, Some(need)).is_none(), "fits already");
+        let (q, est) = quantization_that_fits(&m, &cfg, Some(need * 3 / 4)).unwrap();
+        assert!(est.total_bytes() <= need * 3 / 4 && q != BaseQuant::None, "{q}");
+        assert!(quantization_that_fits(&m, &cfg, Some(need / 20)).is_none(), "nothing fits");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::widgets::{
 };
 use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::estimate;
+use crate::engine::model::BaseQuant;
 use crate::worker::{display_name, FoundModel, ModelSummary};
 use egui::{RichText, Ui};
 use std::path::PathBuf;
@@ -58,7 +59,13 @@ impl ModelPanel {
         egui::ScrollArea::vertical().id_salt("model-page").auto_shrink([false; 2]).show(ui, |ui| {
             self.open_row_ui(ui, ctx);
             ui.add_space(8.0);
-            status_ui(ui, ctx.model, ctx.prefs);
+            if let Some(quantize) = status_ui(ui, ctx.model, ctx.prefs) {
+                // The proposal the memory card made: reload the same model with a quantized base.
+                if let Some(m) = &ctx.model.loaded {
+                    ctx.prefs.quantize = quantize;
+                    ctx.actions.push(Action::LoadModel(m.path.clone()));
+                }
+            }
             ui.add_space(8.0);
             self.found_ui(ui, ctx);
         });
@@ -202,7 +209,9 @@ impl ModelPanel {
 }
 
 /// Loading progress, the load error, or the loaded model's card.
-fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &super::app::Prefs) {
+/// The loading state and the loaded model's cards; a base quantization when the user takes the memory
+/// card's proposal.
+fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &super::app::Prefs) -> Option<BaseQuant> {
     if let Some((path, started)) = &status.loading {
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
@@ -221,15 +230,17 @@ fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &super::app::Prefs) {
         ui.add_space(6.0);
     }
     match &status.loaded {
-        Some(m) => model_card_ui(ui, m, prefs),
+        Some(m) => return model_card_ui(ui, m, prefs),
         None if status.loading.is_none() => {
             banner_ui(ui, Tone::Info, "No model loaded yet. Pick one above, or drop it on the window.");
         }
         None => {}
     }
+    None
 }
 
-fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
+fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) -> Option<BaseQuant> {
+    let mut chosen = None;
     ui.columns(2, |cols| {
         card_ui(&mut cols[0], |ui| {
             ui.set_width(ui.available_width());
@@ -269,6 +280,7 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
                     },
                 );
                 row(ui, "Compute dtype", with_reason(&m.dtype, Some(&m.dtype_reason)));
+                row(ui, "Base weights", format!("{} ({})", m.base_weights, m.quantize));
                 row(ui, "Device", with_reason(&m.device, m.device_note.as_ref()));
                 row(
                     ui,
@@ -280,13 +292,21 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
         });
         card_ui(&mut cols[1], |ui| {
             ui.set_width(ui.available_width());
-            memory_card_ui(ui, m, prefs);
+            chosen = memory_card_ui(ui, m, prefs, true);
         });
     });
+    chosen
 }
 
-/// The estimate of training memory at the current settings, part by part.
-pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) {
+/// The estimate of training memory at the current settings, part by part. When the run would not fit the
+/// memory budget with a dense base, it names the base quantization that would (with `offer_reload`, as a
+/// button whose choice is returned).
+pub fn memory_card_ui(
+    ui: &mut Ui,
+    m: &ModelSummary,
+    prefs: &super::app::Prefs,
+    offer_reload: bool,
+) -> Option<BaseQuant> {
     let cfg = &prefs.train;
     let est = estimate::training_memory(&m.shape, cfg);
     let trainable = estimate::trainable_params(&m.shape, &cfg.lora).unwrap_or(0);
@@ -321,8 +341,9 @@ pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) 
         row(
             ui,
             "Base weights",
-            fmt_bytes(est.base_weights_bytes),
-            "parameters × bytes of the compute dtype; frozen, shared with chat",
+            format!("{} · {}", fmt_bytes(est.base_weights_bytes), m.base_weights),
+            "what the loaded base holds: dense parameters × bytes of the compute dtype, quantized projections \
+             at their type's bytes per weight; frozen, shared with chat",
         );
         row(
             ui,
@@ -352,6 +373,28 @@ pub fn memory_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) 
     if let Some(warning) = estimate::memory_warning(&est, m.memory_budget_bytes, &m.memory_budget_name) {
         ui.label(RichText::new(format!("⚠ {warning}")).color(palette::WARN));
     }
+    quantization_proposal_ui(ui, m, prefs, offer_reload)
+}
+
+/// For a dense base that does not fit: the quantized base that would, and (with `offer_reload`) a button
+/// that reloads the model with it.
+fn quantization_proposal_ui(
+    ui: &mut Ui,
+    m: &ModelSummary,
+    prefs: &super::app::Prefs,
+    offer_reload: bool,
+) -> Option<BaseQuant> {
+    if m.quantize.is_quantized() {
+        return None;
+    }
+    let (quantize, est) = estimate::quantization_that_fits(&m.shape, &prefs.train, m.memory_budget_bytes)?;
+    let text = format!(
+        "With the base weights quantized to {quantize} (QLoRA) this run needs about {}.",
+        fmt_bytes(est.total_bytes())
+    );
+    ui.label(RichText::new(text).color(palette::ACCENT));
+    let button = offer_reload && ui.button(format!("Reload with {quantize} base weights")).clicked();
+    button.then_some(quantize)
 }
 
 /// A value with why it was chosen, when there is a reason worth showing ("bf16 (default on cuda)").
@@ -385,6 +428,20 @@ fn placement_row_ui(ui: &mut Ui, prefs: &mut super::app::Prefs) {
             .show_ui(ui, |ui| {
                 for d in [DTypeChoice::Auto, DTypeChoice::F32, DTypeChoice::F16, DTypeChoice::Bf16] {
                     ui.selectable_value(&mut prefs.dtype, d, d.as_str());
+                }
+            })
+            .response
+            .labelled_by(label.id);
+        let label = ui.label("Base weights").on_hover_text(
+            "How the frozen base's linear weights are held (QLoRA). none: dense in the dtype; keep: a GGUF's own \
+             quantized types; q8_0 … q4_0: quantized at load, one tensor at a time. Embeddings, norms and the \
+             head stay dense. Applies to the next load.",
+        );
+        egui::ComboBox::from_id_salt("quantize")
+            .selected_text(prefs.quantize.as_str())
+            .show_ui(ui, |ui| {
+                for q in BaseQuant::ALL {
+                    ui.selectable_value(&mut prefs.quantize, q, q.as_str());
                 }
             })
             .response

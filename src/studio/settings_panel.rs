@@ -25,6 +25,7 @@ pub fn ready_config(
     cfg.data = data.clone();
     cfg.device = prefs.device;
     cfg.dtype = prefs.dtype;
+    cfg.quantize = model.quantize;
     if cfg.run_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
         cfg.run_name = None;
     }
@@ -340,7 +341,9 @@ fn summary_card_ui(ui: &mut Ui, prefs: &Prefs, model: Option<&ModelSummary>, rep
         });
         ui.add_space(6.0);
         match model {
-            Some(m) => memory_card_ui(ui, m, prefs),
+            Some(m) => {
+                memory_card_ui(ui, m, prefs, false);
+            }
             None => {
                 ui.label(RichText::new("Load a model to see trainable parameters and memory.").weak());
             }
@@ -414,6 +417,8 @@ mod tests {
             memory_budget_bytes: None,
             memory_budget_name: String::new(),
             weights_dtype: None,
+            base_weights: "dense".into(),
+            quantize: Default::default(),
             device: "cpu".into(),
             has_chat_template: false,
             eos_token_ids: vec![],

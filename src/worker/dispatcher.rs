@@ -49,7 +49,7 @@ impl Dispatcher {
 
     fn command(&mut self, command: Command) {
         match command {
-            Command::LoadModel { path, device, dtype } => self.load_model(path, device, dtype),
+            Command::LoadModel { path, device, dtype, quantize } => self.load_model(path, (device, dtype, quantize)),
             Command::InspectDataset { path, max_seq_len, train_on_prompt, preview_rows } => {
                 self.inspect_dataset(path, max_seq_len, train_on_prompt, preview_rows)
             }
@@ -107,7 +107,7 @@ impl Dispatcher {
         }
     }
 
-    fn load_model(&self, path: PathBuf, device: DeviceChoice, dtype: DTypeChoice) {
+    fn load_model(&self, path: PathBuf, placement: (DeviceChoice, DTypeChoice, BaseQuant)) {
         let out = self.out.clone();
         let inbox = self.inbox.clone();
         out.send(Event::ModelLoading { path: path.clone() });
@@ -116,7 +116,7 @@ impl Dispatcher {
             "mc-load",
             self.out.clone(),
             move |error| Event::ModelLoadFailed { path: fail_path, error },
-            move || jobs::load_model_job(&path, device, dtype, &out, &inbox),
+            move || jobs::load_model_job(&path, placement, &out, &inbox),
         );
     }
 

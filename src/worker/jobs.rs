@@ -8,7 +8,7 @@ use crate::engine::data::chat_prompt_ids;
 use crate::engine::device::{device_name, setup, DTypeChoice, DeviceChoice, Placement};
 use crate::engine::estimate::ModelShape;
 use crate::engine::generate::{generate, GenerateRequest};
-use crate::engine::model::{load_model, LoadedModel};
+use crate::engine::model::{load_model_with, BaseQuant, LoadOptions, LoadedModel};
 use crate::engine::train::{run_training, ModelLimits, TrainConfig, TrainControl, TrainEvent};
 use crate::engine::{ErrorInfo, Result};
 use crossbeam_channel::Sender;
@@ -17,15 +17,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub(super) fn load_model_job(path: &Path, device: DeviceChoice, dtype: DTypeChoice, out: &Outbox, inbox: &Sender<Msg>) {
+pub(super) fn load_model_job(
+    path: &Path,
+    (device, dtype, quantize): (DeviceChoice, DTypeChoice, BaseQuant),
+    out: &Outbox,
+    inbox: &Sender<Msg>,
+) {
     let started = Instant::now();
     let result = (|| -> Result<(LoadedModel, Placement)> {
         let placement = setup(device, dtype)?;
-        Ok((load_model(path, &placement.device, placement.dtype)?, placement))
+        let options = LoadOptions { quantize };
+        Ok((load_model_with(path, &placement.device, placement.dtype, &options)?, placement))
     })();
     match result {
         Ok((model, placement)) => {
             let mut summary = summarize_model(&model, started.elapsed().as_secs_f64());
+            summary.quantize = quantize;
             summary.device_note = placement.device_note;
             summary.dtype_reason = placement.dtype_reason.to_string();
             // The dispatcher learns of the model before the front end does, so a command sent in answer to
@@ -46,7 +53,9 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
         path: m.source.path().to_path_buf(),
         format: m.source.format_name().into(),
         architecture: c.architecture.as_str().into(),
-        shape: ModelShape::of(c, dtype.size_in_bytes()),
+        shape: ModelShape::of_model(&m.model),
+        base_weights: m.model.base_storage(),
+        quantize: BaseQuant::None,
         tied_embeddings: c.tie_word_embeddings,
         dtype: format!("{dtype:?}").to_lowercase(),
         dtype_reason: String::new(),

@@ -26,7 +26,7 @@ use crate::engine::bench::{LoraMicroResult, RankProbeResult};
 use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::export::{ExportFormat, GgufQuant};
 use crate::engine::model::chat_template::ChatMessage;
-use crate::engine::model::LoadedModel;
+use crate::engine::model::{BaseQuant, LoadedModel};
 use crate::engine::sampler::SamplingParams;
 use crate::engine::train::{TrainConfig, TrainControl, TrainEvent};
 use crate::engine::{ErrorInfo, ErrorKind};
@@ -51,6 +51,8 @@ pub enum Command {
         path: PathBuf,
         device: DeviceChoice,
         dtype: DTypeChoice,
+        /// How the base's projections are held (dense, or quantized: QLoRA).
+        quantize: BaseQuant,
     },
     /// Validate a dataset file or folder; with a loaded model, also tokenize it for statistics and a preview.
     InspectDataset {
@@ -351,6 +353,7 @@ mod tests {
             path: "/nonexistent/model".into(),
             device: DeviceChoice::Cpu,
             dtype: DTypeChoice::Auto,
+            quantize: BaseQuant::None,
         });
         assert!(matches!(next_event(&w), Event::ModelLoading { .. }));
         match next_event(&w) {

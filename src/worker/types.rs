@@ -33,6 +33,12 @@ pub struct ModelSummary {
     pub memory_budget_name: String,
     /// What the checkpoint says it was saved in, if it says.
     pub weights_dtype: Option<String>,
+    /// How the loaded base's projections are held: "dense", or quantized types and counts ("q4_1 x 210").
+    #[serde(default)]
+    pub base_weights: String,
+    /// The base quantization the model was loaded with (what a run on it records).
+    #[serde(default)]
+    pub quantize: crate::engine::model::BaseQuant,
     /// "cpu", "cuda" or "metal".
     pub device: String,
     pub has_chat_template: bool,

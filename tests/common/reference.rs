@@ -81,7 +81,7 @@ fn attention(a: &Attention, x: &Tensor, b: usize, t: usize, cos: &Tensor, sin: &
 
 /// `x W^T + b + scale * dropout(x) A B`, differentiable in A and B.
 fn linear(l: &Linear, x: &Tensor) -> R<Tensor> {
-    let mut y = x.matmul(&l.weight.t()?)?;
+    let mut y = x.matmul(&l.weight.to_dense(x.dtype())?.t()?)?;
     if let Some(bias) = &l.bias {
         y = y.broadcast_add(bias)?;
     }

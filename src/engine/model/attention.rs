@@ -30,7 +30,7 @@ pub struct Attention {
     pub rms_norm_eps: f64,
     pub sliding_window: Option<usize>,
     /// q, k and v weights (and biases) in one tensor, of which the three projections' weights are row views;
-    /// the fused decode multiplies by it once.
+    /// the fused decode multiplies by it once. None for quantized projections (no fused decode then).
     fused_qkv: FusedWeight,
 }
 
@@ -237,17 +237,21 @@ impl Attention {
         Ok(Some(ops::add(&sum, &Linear::input_grad(from_v)?)?))
     }
 
-    /// Whether the fused decode kernels model this block as it stands: no active adapter on q/k/v (the fused
-    /// product has none) and no q/k norms.
+    /// Whether the fused decode kernels model this block as it stands: a dense fused q|k|v weight, no active
+    /// adapter on q/k/v (the fused product has none) and no q/k norms.
     pub(super) fn decodes_fused(&self) -> bool {
-        self.q_norm.is_none() && ![&self.q_proj, &self.k_proj, &self.v_proj].iter().any(|l| l.has_active_adapter())
+        self.fused_qkv.is_some()
+            && self.q_norm.is_none()
+            && ![&self.q_proj, &self.k_proj, &self.v_proj].iter().any(|l| l.has_active_adapter())
     }
 
     /// Fused single-token decode of `normed` (b, 1, hidden): one q|k|v product, the cache write that rotates
     /// the key, single-query attention that rotates the query, then o_proj. `table`: the rotary rows
     /// [cos | sin] of [`RotaryTables::decode_table`].
     pub(super) fn decode_fused(&self, normed: &Tensor, table: &Tensor, cache: &mut LayerCache) -> Result<Tensor> {
-        let (qkv_weight, qkv_bias) = &self.fused_qkv;
+        let Some((qkv_weight, qkv_bias)) = &self.fused_qkv else {
+            return Err(candle_core::Error::Msg("fused decode of quantized q/k/v projections".into()).into());
+        };
         let mut qkv = ops::frozen_matmul_t(normed, qkv_weight)?;
         if let Some(bias) = qkv_bias {
             qkv = qkv.broadcast_add(bias)?;

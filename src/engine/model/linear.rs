@@ -6,17 +6,82 @@
 //! Backward, for `dy`: the input gradient `dy W + (scale * dy B^T) A^T` (masked by the dropout where it
 //! flows through the adapter), `dB = scale * (x A)^T dy` and `dA = x^T (scale * dy B^T)`. Nothing is spent
 //! on the frozen weight.
+//!
+//! The frozen weight is held dense or quantized ([`BaseWeight`], QLoRA); only this file looks at which.
+//! A quantized weight multiplies through Candle's quantized matmul forward and is dequantized into a
+//! temporary for the input gradient only (`ops::quantized_matmul`). Adapters are always dense.
 
 use super::adapter::LoraAdapter;
 use super::gradients::Gradients;
 use crate::engine::ops;
-use candle_core::{Result, Tensor};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Result, Tensor};
+use std::sync::Arc;
+
+/// How a projection's frozen weight (out_features, in_features) is stored.
+#[derive(Debug, Clone)]
+pub enum BaseWeight {
+    /// A dense tensor in the compute dtype (possibly a row view of a fused q|k|v or gate|up tensor).
+    Dense(Tensor),
+    /// GGML-quantized blocks (Q4_0, Q4_K, Q8_0, ...) on the model's device.
+    Quantized(Arc<QTensor>),
+}
+
+impl BaseWeight {
+    /// (out_features, in_features).
+    pub fn dims2(&self) -> Result<(usize, usize)> {
+        match self {
+            BaseWeight::Dense(w) => w.dims2(),
+            BaseWeight::Quantized(q) => q.shape().dims2(),
+        }
+    }
+
+    /// The GGML type of a quantized weight; None when dense.
+    pub fn quantized_type(&self) -> Option<GgmlDType> {
+        match self {
+            BaseWeight::Dense(_) => None,
+            BaseWeight::Quantized(q) => Some(q.dtype()),
+        }
+    }
+
+    /// Bytes this weight holds in memory.
+    pub fn size_in_bytes(&self) -> usize {
+        match self {
+            BaseWeight::Dense(w) => w.elem_count() * w.dtype().size_in_bytes(),
+            BaseWeight::Quantized(q) => q.storage_size_in_bytes(),
+        }
+    }
+
+    /// The weight as a dense tensor in `dtype` (a dequantized copy when quantized): for merging and export.
+    pub fn to_dense(&self, dtype: DType) -> Result<Tensor> {
+        match self {
+            BaseWeight::Dense(w) => w.to_dtype(dtype),
+            BaseWeight::Quantized(q) => q.dequantize(&q.device())?.to_dtype(dtype),
+        }
+    }
+
+    /// `x W^T`.
+    fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            BaseWeight::Dense(w) => ops::frozen_matmul_t(x, w),
+            BaseWeight::Quantized(q) => ops::quantized_matmul_t(x, q),
+        }
+    }
+
+    /// `dy W`, the input gradient.
+    fn matmul(&self, dy: &Tensor) -> Result<Tensor> {
+        match self {
+            BaseWeight::Dense(w) => ops::frozen_matmul(dy, w),
+            BaseWeight::Quantized(q) => ops::quantized_matmul(dy, q),
+        }
+    }
+}
 
 /// A frozen base linear plus an optional trainable adapter.
 #[derive(Debug, Clone)]
 pub struct Linear {
     /// (out_features, in_features), as Hugging Face stores it.
-    pub weight: Tensor,
+    pub weight: BaseWeight,
     pub bias: Option<Tensor>,
     pub adapter: Option<LoraAdapter>,
     /// Whether the adapter is applied (off: the base model, for side-by-side comparison).
@@ -32,16 +97,22 @@ pub struct LinearTape {
 }
 
 impl Linear {
+    /// A projection with a dense weight.
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Self::with_base(BaseWeight::Dense(weight), bias)
+    }
+
+    /// A projection with a dense or quantized weight.
+    pub fn with_base(weight: BaseWeight, bias: Option<Tensor>) -> Self {
         Self { weight, bias, adapter: None, adapter_enabled: true }
     }
 
     pub fn in_features(&self) -> usize {
-        self.weight.dims()[1]
+        self.weight.dims2().map(|d| d.1).unwrap_or(0)
     }
 
     pub fn out_features(&self) -> usize {
-        self.weight.dims()[0]
+        self.weight.dims2().map(|d| d.0).unwrap_or(0)
     }
 
     /// The adapter, when one is attached and switched on.
@@ -56,7 +127,7 @@ impl Linear {
 
     /// The frozen part `x W^T + b`.
     fn base(&self, x: &Tensor) -> Result<Tensor> {
-        let y = ops::frozen_matmul_t(x, &self.weight)?;
+        let y = self.weight.matmul_t(x)?;
         match &self.bias {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
@@ -97,7 +168,7 @@ impl Linear {
         grads: &mut Gradients,
         need_input_grad: bool,
     ) -> Result<Option<Tensor>> {
-        let mut dx = if need_input_grad { Some(ops::frozen_matmul(dy, &self.weight)?) } else { None };
+        let mut dx = if need_input_grad { Some(self.weight.matmul(dy)?) } else { None };
         let (Some(adapter), Some(xa)) = (self.active_adapter(), &tape.xa) else { return Ok(dx) };
         let (a, b) = adapter.matrices(x.dtype())?;
         let scale = adapter.scale;

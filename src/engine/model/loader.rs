@@ -3,6 +3,7 @@
 
 use super::chat_template::{find_template_source, token_string, ChatMessage, ChatTemplate};
 use super::config::{ModelConfig, OneOrMany, RawConfig};
+use super::quant::BaseQuant;
 use super::safetensors_weights::Weights;
 use super::tokenizer::TextTokenizer;
 use super::transformer::Transformer;
@@ -89,15 +90,28 @@ impl LoadedModel {
     }
 }
 
-/// Load a model folder or GGUF file onto `device` in `dtype`.
+/// How a model is loaded, beyond its device and dtype: what every front end passes from its own choice
+/// (the CLI's `--quantize`, the studio model panel's "Base weights").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// How the decoder layers' projections are held (dense, the GGUF's own types, or quantized at load).
+    pub quantize: BaseQuant,
+}
+
+/// Load a model folder or GGUF file onto `device` in `dtype`, dense.
 pub fn load_model(path: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
+    load_model_with(path, device, dtype, &LoadOptions::default())
+}
+
+/// Load a model folder or GGUF file onto `device` in `dtype`, as `options` say.
+pub fn load_model_with(path: &Path, device: &Device, dtype: DType, options: &LoadOptions) -> Result<LoadedModel> {
     match ModelSource::detect(path)? {
-        ModelSource::HfFolder(folder) => load_hf_folder(&folder, device, dtype),
-        ModelSource::Gguf(file) => load_gguf_file(&file, device, dtype),
+        ModelSource::HfFolder(folder) => load_hf_folder(&folder, device, dtype, options.quantize),
+        ModelSource::Gguf(file) => load_gguf_file(&file, device, dtype, options.quantize),
     }
 }
 
-fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
+fn load_hf_folder(folder: &Path, device: &Device, dtype: DType, quant: BaseQuant) -> Result<LoadedModel> {
     let config_path = folder.join("config.json");
     if !config_path.exists() {
         return Err(Error::MissingFile {
@@ -144,7 +158,7 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<Loaded
     dedup_in_order(&mut eos_token_ids);
 
     let weights = Weights::open_folder(folder)?;
-    let model = Transformer::load(&config, &weights, dtype, device)?;
+    let model = Transformer::load_with(&config, &weights, dtype, device, quant)?;
     let config = model.config.clone();
     Ok(LoadedModel {
         source: ModelSource::HfFolder(folder.to_path_buf()),
@@ -156,8 +170,8 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<Loaded
     })
 }
 
-fn load_gguf_file(file: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
-    let g = super::gguf::load_gguf(file, device, dtype)?;
+fn load_gguf_file(file: &Path, device: &Device, dtype: DType, quant: BaseQuant) -> Result<LoadedModel> {
+    let g = super::gguf::load_gguf_with(file, device, dtype, quant.is_quantized())?;
     let tokenizer = TextTokenizer::new(g.tokenizer, g.bos_token.clone(), g.eos_token.clone());
     let origin = format!("{} (GGUF metadata `tokenizer.chat_template`)", file.display());
     let chat_template = g
@@ -179,8 +193,8 @@ fn load_gguf_file(file: &Path, device: &Device, dtype: DType) -> Result<LoadedMo
         }
     }
     dedup_in_order(&mut eos_token_ids);
-    let weights = Weights::from_map(g.tensors, file.to_path_buf());
-    let model = Transformer::load(&g.config, &weights, dtype, device)?;
+    let weights = Weights::from_maps(g.tensors, g.quantized, file.to_path_buf());
+    let model = Transformer::load_with(&g.config, &weights, dtype, device, quant)?;
     let config = model.config.clone();
     Ok(LoadedModel {
         source: ModelSource::Gguf(file.to_path_buf()),

@@ -18,8 +18,8 @@ pub struct Mlp {
     pub up_proj: Linear,
     pub down_proj: Linear,
     /// Gate and up weights in one tensor, of which their weights are row views; the fused decode multiplies
-    /// by it once.
-    fused_gate_up: Tensor,
+    /// by it once. None for quantized projections (no fused decode then).
+    fused_gate_up: Option<Tensor>,
 }
 
 /// What the MLP backward needs from its training forward.
@@ -35,13 +35,13 @@ pub struct MlpTape {
 impl Mlp {
     pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
-        let ([gate_proj, up_proj], (fused_gate_up, _)) =
+        let ([gate_proj, up_proj], fused) =
             w.fused_linears([&format!("{prefix}.gate_proj"), &format!("{prefix}.up_proj")], h, [i, i], false)?;
         Ok(Self {
             gate_proj,
             up_proj,
             down_proj: w.linear(&format!("{prefix}.down_proj"), i, h, false)?,
-            fused_gate_up,
+            fused_gate_up: fused.map(|(weight, _)| weight),
         })
     }
 
@@ -72,14 +72,18 @@ impl Mlp {
         Ok(ops::add(&Linear::input_grad(from_gate)?, &Linear::input_grad(from_up)?)?)
     }
 
-    /// Whether the fused decode kernels model this block as it stands: no active adapter on gate/up.
+    /// Whether the fused decode kernels model this block as it stands: a dense fused gate|up weight and no
+    /// active adapter on gate/up.
     pub(super) fn decodes_fused(&self) -> bool {
-        !self.gate_proj.has_active_adapter() && !self.up_proj.has_active_adapter()
+        self.fused_gate_up.is_some() && !self.gate_proj.has_active_adapter() && !self.up_proj.has_active_adapter()
     }
 
     /// Fused single-token decode: one gate|up product, SwiGLU on its halves, then down_proj.
     pub(super) fn decode_fused(&self, normed: &Tensor) -> Result<Tensor> {
-        let gated = ops::cuda_decode::silu_mul_halves(&ops::frozen_matmul_t(normed, &self.fused_gate_up)?)?;
+        let Some(gate_up) = &self.fused_gate_up else {
+            return Err(candle_core::Error::Msg("fused decode of quantized gate/up projections".into()).into());
+        };
+        let gated = ops::cuda_decode::silu_mul_halves(&ops::frozen_matmul_t(normed, gate_up)?)?;
         Ok(self.down_proj.forward(&gated)?)
     }
 }

@@ -3,6 +3,7 @@
 //! math (inference forward, training forward and backward, decode step): linear.rs (a projection with its
 //! LoRA adapter, adapter.rs), attention.rs, mlp.rs, decoder_layer.rs, assembled by transformer.rs. The KV
 //! cache (kv_cache.rs) and adapter gradients (gradients.rs) are the types those blocks share with callers.
+//! A base model's projections may be held quantized (QLoRA): the choice is quant.rs, the storage linear.rs.
 //!
 //! The model imports only `ops` and `device` below it in the engine.
 
@@ -18,6 +19,7 @@ pub mod kv_cache;
 pub mod linear;
 pub mod loader;
 pub mod mlp;
+pub mod quant;
 pub mod rotary;
 pub mod safetensors_weights;
 pub mod sequence;
@@ -28,5 +30,6 @@ mod weight_loader;
 pub use config::{Architecture, ModelConfig};
 pub use gradients::Gradients;
 pub use kv_cache::{KvCache, LayerCache};
-pub use loader::{load_model, LoadedModel, ModelSource};
+pub use loader::{load_model, load_model_with, LoadOptions, LoadedModel, ModelSource};
+pub use quant::BaseQuant;
 pub use sequence::SequenceContext;

@@ -1,10 +1,16 @@
 //! Weight sources: Hugging Face safetensors (single file or sharded with an index) memory-mapped, or an
-//! in-memory map of tensors (what the GGUF loader produces). Lookups check shapes and name the file at fault.
+//! in-memory map of tensors (what the GGUF loader produces, dense and still-quantized ones). Lookups check
+//! shapes and name the file at fault. [`Weights::base_weight`] applies the base quantization choice to one
+//! projection at a time: read, quantize, drop the dense copy, so no whole dense model is ever held.
 
-use crate::engine::{Error, Result};
+use super::linear::BaseWeight;
+use super::quant::{fitting_type, BaseQuant};
+use crate::engine::{ops, Error, Result};
+use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where the transformer's tensors come from.
 pub enum Weights {
@@ -15,6 +21,8 @@ pub enum Weights {
     },
     Map {
         tensors: HashMap<String, Tensor>,
+        /// GGML-quantized tensors kept as the file stores them (on the CPU, Hugging Face layout).
+        quantized: HashMap<String, Arc<QTensor>>,
         origin: PathBuf,
     },
 }
@@ -47,7 +55,62 @@ impl Weights {
     }
 
     pub fn from_map(tensors: HashMap<String, Tensor>, origin: PathBuf) -> Self {
-        Weights::Map { tensors, origin }
+        Weights::Map { tensors, quantized: HashMap::new(), origin }
+    }
+
+    /// Dense and still-quantized tensors (a GGUF loaded with its quantized linears kept).
+    pub fn from_maps(
+        tensors: HashMap<String, Tensor>,
+        quantized: HashMap<String, Arc<QTensor>>,
+        origin: PathBuf,
+    ) -> Self {
+        Weights::Map { tensors, quantized, origin }
+    }
+
+    fn quantized(&self, name: &str) -> Option<&Arc<QTensor>> {
+        match self {
+            Weights::Map { quantized, .. } => quantized.get(name),
+            Weights::Safetensors { .. } => None,
+        }
+    }
+
+    /// A projection's frozen weight `name` of `shape` (out, in), held as `quant` asks: a quantized file
+    /// tensor kept as it is (`keep`), quantized at load to the requested type (or the fallback that fits its
+    /// rows, see [`fitting_type`]), or dense in `dtype`.
+    pub fn base_weight(
+        &self,
+        name: &str,
+        shape: &[usize],
+        quant: BaseQuant,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<BaseWeight> {
+        let row_len = shape.last().copied().unwrap_or(0);
+        let target = quant.target_type().and_then(|t| fitting_type(t, row_len));
+        if let Some(q) = self.quantized(name) {
+            // Kept as stored: `keep`, or a file already in the requested type (no second rounding).
+            if quant == BaseQuant::Keep || target == Some(q.dtype()) {
+                self.check_shape(name, q.shape().dims(), shape)?;
+                return Ok(BaseWeight::Quantized(ops::qtensor_to_device(q, device)?));
+            }
+        }
+        match target {
+            Some(target) => {
+                let dense = self.get(name, shape, DType::F32, &Device::Cpu)?;
+                Ok(BaseWeight::Quantized(Arc::new(QTensor::quantize_onto(&dense, target, device)?)))
+            }
+            None => Ok(BaseWeight::Dense(self.get(name, shape, dtype, device)?)),
+        }
+    }
+
+    fn check_shape(&self, name: &str, found: &[usize], shape: &[usize]) -> Result<()> {
+        if found != shape {
+            return Err(Error::CorruptWeights {
+                path: self.origin().to_path_buf(),
+                message: format!("tensor `{name}` has shape {found:?} but the config implies {shape:?}"),
+            });
+        }
+        Ok(())
     }
 
     fn origin(&self) -> &Path {
@@ -59,7 +122,7 @@ impl Weights {
     pub fn contains(&self, name: &str) -> bool {
         match self {
             Weights::Safetensors { files, .. } => files.get(name).is_ok(),
-            Weights::Map { tensors, .. } => tensors.contains_key(name),
+            Weights::Map { tensors, quantized, .. } => tensors.contains_key(name) || quantized.contains_key(name),
         }
     }
 
@@ -75,17 +138,13 @@ impl Weights {
                     message: format!("tensor `{name}`: {e}"),
                 })?
             }
-            Weights::Map { tensors, origin } => tensors
-                .get(name)
-                .cloned()
-                .ok_or_else(|| Error::MissingTensor { name: name.into(), path: origin.clone() })?,
+            Weights::Map { tensors, quantized, origin } => match (tensors.get(name), quantized.get(name)) {
+                (Some(t), _) => t.clone(),
+                (None, Some(q)) => q.dequantize(&Device::Cpu)?,
+                (None, None) => return Err(Error::MissingTensor { name: name.into(), path: origin.clone() }),
+            },
         };
-        if tensor.dims() != shape {
-            return Err(Error::CorruptWeights {
-                path: self.origin().to_path_buf(),
-                message: format!("tensor `{name}` has shape {:?} but the config implies {shape:?}", tensor.dims()),
-            });
-        }
+        self.check_shape(name, tensor.dims(), shape)?;
         Ok(tensor.to_dtype(dtype)?.to_device(device)?)
     }
 }

@@ -10,6 +10,7 @@ use super::config::ModelConfig;
 use super::decoder_layer::DecoderLayer;
 use super::kv_cache::KvCache;
 use super::linear::Linear;
+use super::quant::{type_name, BaseQuant};
 use super::rotary::RotaryTables;
 use super::safetensors_weights::Weights;
 use super::sequence::SequenceContext;
@@ -46,9 +47,21 @@ pub struct Transformer {
 }
 
 impl Transformer {
-    /// Build from a weight source; every tensor is checked against the config's shapes.
+    /// Build from a weight source with dense projections; every tensor is checked against the config's shapes.
     pub fn load(config: &ModelConfig, weights: &Weights, dtype: DType, device: &Device) -> Result<Self> {
-        let w = WeightLoader { weights, dtype, device };
+        Self::load_with(config, weights, dtype, device, BaseQuant::None)
+    }
+
+    /// Build from a weight source, holding the decoder layers' projections as `quant` says (embeddings, norms
+    /// and the head stay dense in `dtype`).
+    pub fn load_with(
+        config: &ModelConfig,
+        weights: &Weights,
+        dtype: DType,
+        device: &Device,
+        quant: BaseQuant,
+    ) -> Result<Self> {
+        let w = WeightLoader { weights, dtype, device, quant };
         let (v, h) = (config.vocab_size, config.hidden_size);
         let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
         let layers = (0..config.num_layers).map(|i| DecoderLayer::new(config, &w, i)).collect::<Result<Vec<_>>>()?;
@@ -199,6 +212,37 @@ impl Transformer {
         out
     }
 
+    /// Bytes the base model's weights hold in memory (quantized projections at their quantized size; adapters
+    /// not counted).
+    pub fn base_weights_bytes(&self) -> u64 {
+        let dense = |t: &Tensor| (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        let mut total = dense(&self.embed_tokens) + dense(&self.norm) + self.lm_head.as_ref().map_or(0, dense);
+        for layer in &self.layers {
+            total += dense(&layer.input_layernorm) + dense(&layer.post_attention_layernorm);
+            total += [&layer.self_attn.q_norm, &layer.self_attn.k_norm]
+                .iter()
+                .filter_map(|n| n.as_ref())
+                .map(dense)
+                .sum::<u64>();
+        }
+        let linears: u64 = self.linears().iter().map(|(_, _, l)| l.weight.size_in_bytes() as u64).sum();
+        total + linears
+    }
+
+    /// How the projections are held, for display: `dense`, or the quantized types and how many linears have
+    /// each (`q4_1 x 210`, plus `dense x N` for those left dense).
+    pub fn base_storage(&self) -> String {
+        let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+        for (_, _, l) in self.linears() {
+            let name = l.weight.quantized_type().map_or_else(|| "dense".to_string(), type_name);
+            *counts.entry(name).or_default() += 1;
+        }
+        if counts.len() == 1 && counts.contains_key("dense") {
+            return "dense".into();
+        }
+        counts.iter().map(|(name, n)| format!("{name} x {n}")).collect::<Vec<_>>().join(", ")
+    }
+
     /// Every weight under its Hugging Face name, with adapters merged in (W + scale * (A B)^T), on the CPU.
     pub fn merged_named_weights(&self) -> Result<std::collections::HashMap<String, Tensor>> {
         let mut out = std::collections::HashMap::new();
@@ -219,7 +263,7 @@ impl Transformer {
         }
         for (i, module, linear) in self.linears() {
             let name = hf_linear_name(i, module);
-            let mut w = linear.weight.to_dtype(DType::F32)?;
+            let mut w = linear.weight.to_dense(DType::F32)?;
             if let Some(a) = &linear.adapter {
                 let delta = (a.a.as_tensor().matmul(a.b.as_tensor())?.t()? * a.scale)?;
                 let delta = delta.to_device(w.device())?;

@@ -1,20 +1,28 @@
 //! Reads a model's named tensors with the right shape, dtype and device, and builds projections from them,
 //! concatenating the projections that read the same input (q|k|v, gate|up) into one weight of which each
 //! projection holds a row view: the same layout on every device, one product for all of them when decoding.
+//!
+//! Quantized projections (QLoRA, [`BaseQuant`]) are not concatenated: quantized blocks cannot be viewed by
+//! rows without a copy, so each keeps its own quantized matrix and there is no fused weight (the fused decode
+//! kernels, which need one, are skipped for such a block and the per-projection path runs instead).
 
-use super::linear::Linear;
+use super::linear::{BaseWeight, Linear};
+use super::quant::BaseQuant;
 use super::safetensors_weights::Weights;
 use crate::engine::Result;
 use candle_core::{DType, Device, Tensor};
 
-/// Projections' weights concatenated along the output dimension, and their biases if they have them.
-pub(super) type FusedWeight = (Tensor, Option<Tensor>);
+/// Projections' weights concatenated along the output dimension, and their biases if they have them; None
+/// when the projections are quantized.
+pub(super) type FusedWeight = Option<(Tensor, Option<Tensor>)>;
 
 /// Reads named tensors with the right shape, dtype and device.
 pub(super) struct WeightLoader<'a> {
     pub(super) weights: &'a Weights,
     pub(super) dtype: DType,
     pub(super) device: &'a Device,
+    /// How the decoder layers' projections are held.
+    pub(super) quant: BaseQuant,
 }
 
 impl WeightLoader<'_> {
@@ -23,13 +31,16 @@ impl WeightLoader<'_> {
     }
 
     pub(super) fn linear(&self, prefix: &str, in_features: usize, out_features: usize, bias: bool) -> Result<Linear> {
-        let weight = self.get(&format!("{prefix}.weight"), &[out_features, in_features])?;
+        let name = format!("{prefix}.weight");
+        let weight =
+            self.weights.base_weight(&name, &[out_features, in_features], self.quant, self.dtype, self.device)?;
         let bias = if bias { Some(self.get(&format!("{prefix}.bias"), &[out_features])?) } else { None };
-        Ok(Linear::new(weight, bias))
+        Ok(Linear::with_base(weight, bias))
     }
 
     /// Projections that read the same input: their weights (and biases) concatenated into one tensor,
-    /// returned too, of which each linear holds a row view (no extra memory).
+    /// returned too, of which each linear holds a row view (no extra memory). Quantized projections stay
+    /// apart and come with no fused weight.
     pub(super) fn fused_linears<const N: usize>(
         &self,
         prefixes: [&str; N],
@@ -43,7 +54,15 @@ impl WeightLoader<'_> {
             .map(|(p, out)| self.linear(p, in_features, out, bias))
             .collect::<Result<Vec<_>>>()?;
         let array = |v: Vec<Linear>| -> [Linear; N] { v.try_into().unwrap_or_else(|_| unreachable!("N linears")) };
-        let weight = Tensor::cat(&linears.iter().map(|l| &l.weight).collect::<Vec<_>>(), 0)?;
+        let dense: Option<Vec<&Tensor>> = linears
+            .iter()
+            .map(|l| match &l.weight {
+                BaseWeight::Dense(w) => Some(w),
+                BaseWeight::Quantized(_) => None,
+            })
+            .collect();
+        let Some(dense) = dense else { return Ok((array(linears), None)) };
+        let weight = Tensor::cat(&dense, 0)?;
         let biases: Option<Vec<&Tensor>> = linears.iter().map(|l| l.bias.as_ref()).collect();
         let bias = biases.map(|b| Tensor::cat(&b, 0)).transpose()?;
         let mut start = 0;
@@ -58,6 +77,6 @@ impl WeightLoader<'_> {
                 Ok(view)
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok((array(views), (weight, bias)))
+        Ok((array(views), Some((weight, bias))))
     }
 }

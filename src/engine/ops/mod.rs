@@ -22,12 +22,14 @@ mod gemv;
 mod head_loss;
 mod matmul;
 mod metal_attention;
+mod quantized;
 
 pub use backward::{rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, HeadLoss};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;
+pub use quantized::{qtensor_to_device, quantized_matmul, quantized_matmul_t};
 
 use candle_core::{DType, Result, Tensor, D};
 

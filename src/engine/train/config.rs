@@ -57,6 +57,9 @@ pub struct TrainConfig {
     pub seed: u64,
     pub device: DeviceChoice,
     pub dtype: DTypeChoice,
+    /// How the base model's projections are held (QLoRA: `keep`, `q4k`, ...); recorded so a resume loads
+    /// the same base.
+    pub quantize: crate::engine::model::BaseQuant,
     pub skip_invalid_rows: bool,
     pub train_on_prompt: bool,
     /// Continue from this checkpoint folder.
@@ -91,6 +94,7 @@ impl Default for TrainConfig {
             seed: 42,
             device: DeviceChoice::Auto,
             dtype: DTypeChoice::Auto,
+            quantize: crate::engine::model::BaseQuant::None,
             skip_invalid_rows: false,
             train_on_prompt: false,
             resume: None,

@@ -310,7 +310,12 @@ impl StudioApp {
                 self.prefs.model_path = path.display().to_string();
                 self.model.loading = Some((path.clone(), Instant::now()));
                 self.model.error = None;
-                self.worker.send(Command::LoadModel { path, device: self.prefs.device, dtype: self.prefs.dtype });
+                self.worker.send(Command::LoadModel {
+                    path,
+                    device: self.prefs.device,
+                    dtype: self.prefs.dtype,
+                    quantize: self.prefs.quantize,
+                });
             }
             Action::OpenDataset(path) => {
                 self.prefs.dataset_input = path.display().to_string();

@@ -92,6 +92,8 @@ pub struct Prefs {
     pub model_dirs: Vec<PathBuf>,
     pub device: DeviceChoice,
     pub dtype: DTypeChoice,
+    /// How the next model load holds the base's projections (QLoRA when quantized).
+    pub quantize: crate::engine::model::BaseQuant,
     pub auto_load_model: bool,
     /// The dataset path field.
     pub dataset_input: String,
@@ -115,6 +117,7 @@ impl Default for Prefs {
             model_dirs: Vec::new(),
             device: DeviceChoice::Auto,
             dtype: DTypeChoice::Auto,
+            quantize: crate::engine::model::BaseQuant::None,
             auto_load_model: true,
             dataset_input: String::new(),
             dataset: None,

@@ -14,18 +14,24 @@
 //!   digits before the GPT-2 split (transformers uses the GPT-2 split alone, which differs on runs of spaces
 //!   before a digit).
 //!
-//! Weights are dequantized to `dtype`: training needs real tensors, and LoRA never touches quantized ones.
+//! Weights are dequantized to `dtype`, except, when the caller asks to keep them (QLoRA, `--quantize keep`),
+//! the decoder layers' block-quantized projections: those stay as the file's quantized blocks (q/k rows
+//! un-permuted block-row by block-row) and LoRA trains on top of them.
 //! A truncated or corrupt file yields [`Error::CorruptWeights`], never a panic or a huge allocation.
 
 use crate::engine::model::config::{Architecture, Llama3RopeScaling, ModelConfig, RopeScaling};
+use crate::engine::model::quant::is_block_quantized;
 use crate::engine::{Error, Result};
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
+use candle_core::quantized::{QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
+use std::sync::Arc;
 
 use names::hf_tensor_name;
 use tokenizer::{build_tokenizer, GgufVocab};
@@ -50,6 +56,9 @@ pub struct GgufModel {
     /// Dequantized weights under Hugging Face names and in Hugging Face layout. `lm_head.weight` is present
     /// only when the file has `output.weight`; otherwise `config.tie_word_embeddings` is true.
     pub tensors: HashMap<String, Tensor>,
+    /// Block-quantized projection weights kept as they are (only when asked), under Hugging Face names and in
+    /// Hugging Face row order, on the CPU; these names are absent from `tensors`.
+    pub quantized: HashMap<String, Arc<QTensor>>,
     /// Rebuilt from the `tokenizer.ggml.*` metadata.
     pub tokenizer: Tokenizer,
     /// `tokenizer.chat_template`.
@@ -62,6 +71,11 @@ pub struct GgufModel {
 
 /// Load a GGUF file of the `llama` architecture, dequantizing every tensor to `dtype` on `device`.
 pub fn load_gguf(path: &Path, device: &Device, dtype: DType) -> Result<GgufModel> {
+    load_gguf_with(path, device, dtype, false)
+}
+
+/// [`load_gguf`], keeping the decoder layers' block-quantized projections quantized when `keep_quantized`.
+pub fn load_gguf_with(path: &Path, device: &Device, dtype: DType, keep_quantized: bool) -> Result<GgufModel> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut reader = BufReader::new(file);
@@ -76,7 +90,7 @@ pub fn load_gguf(path: &Path, device: &Device, dtype: DType) -> Result<GgufModel
         None => None,
     };
     let config = resolve_config(&meta, &content, &vocab, rope_freqs.as_deref())?;
-    let tensors = load_tensors(path, &content, &mut reader, &config, device, dtype)?;
+    let (tensors, quantized) = load_tensors(path, &content, &mut reader, &config, (device, dtype), keep_quantized)?;
     let tokenizer = build_tokenizer(&vocab)?;
     let token_string = |id: Option<u32>| id.and_then(|i| vocab.tokens.get(i as usize).cloned());
     Ok(GgufModel {
@@ -85,6 +99,7 @@ pub fn load_gguf(path: &Path, device: &Device, dtype: DType) -> Result<GgufModel
         eos_token: token_string(vocab.eos_id),
         config,
         tensors,
+        quantized,
         tokenizer,
     })
 }
@@ -436,47 +451,77 @@ fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     shapes
 }
 
-/// Dequantize every tensor the model needs, check its shape against the config, and restore Hugging Face
-/// row order for q/k. Work happens on the CPU; each tensor moves to `device` once, already in `dtype`.
+/// Dequantized tensors and kept quantized ones, by Hugging Face name.
+type LoadedTensors = (HashMap<String, Tensor>, HashMap<String, Arc<QTensor>>);
+
+/// Dequantize every tensor the model needs (or, with `keep_quantized`, keep block-quantized projections),
+/// check its shape against the config, and restore Hugging Face row order for q/k. Work happens on the CPU;
+/// each dense tensor moves to `device` once, already in `dtype`.
 fn load_tensors(
     path: &Path,
     content: &Content,
     reader: &mut BufReader<File>,
     cfg: &ModelConfig,
-    device: &Device,
-    dtype: DType,
-) -> Result<HashMap<String, Tensor>> {
+    (device, dtype): (&Device, DType),
+    keep_quantized: bool,
+) -> Result<LoadedTensors> {
     let gguf_names: HashMap<String, &str> =
         content.tensor_infos.keys().filter_map(|g| hf_tensor_name(g).map(|hf| (hf, g.as_str()))).collect();
-    let mut tensors = HashMap::new();
+    let (mut tensors, mut quantized) = (HashMap::new(), HashMap::new());
     for (hf_name, shape) in expected_shapes(cfg) {
         let gguf_name = *gguf_names
             .get(&hf_name)
             .ok_or_else(|| Error::MissingTensor { name: hf_name.clone(), path: path.to_path_buf() })?;
-        let tensor = read_dequantized(path, content, gguf_name, reader)?;
-        if tensor.dims() != shape.as_slice() {
-            return Err(corrupt(
-                path,
-                format!(
-                    "tensor `{gguf_name}` has shape {:?}, but the metadata implies {shape:?} for `{hf_name}`",
-                    tensor.dims()
-                ),
-            ));
-        }
         let n_head = match gguf_name.split('.').nth(2) {
             Some("attn_q") => Some(cfg.num_attention_heads),
             Some("attn_k") => Some(cfg.num_kv_heads),
             _ => None,
         };
+        let keep = keep_quantized
+            && hf_name.ends_with("_proj.weight")
+            && content.tensor_infos.get(gguf_name).is_some_and(|i| is_block_quantized(i.ggml_dtype));
+        let permute_err = |e: candle_core::Error| corrupt(path, format!("`{gguf_name}`: {e}"));
+        if keep {
+            let q = guarded(path, &format!("cannot read tensor `{gguf_name}`"), || {
+                content.tensor(reader, gguf_name, &Device::Cpu)
+            })?;
+            check_shape(path, gguf_name, &hf_name, q.shape().dims(), &shape)?;
+            let q = match n_head {
+                Some(n_head) => permute_quantized_rows(&q, n_head).map_err(permute_err)?,
+                None => q,
+            };
+            quantized.insert(hf_name, Arc::new(q));
+            continue;
+        }
+        let tensor = read_dequantized(path, content, gguf_name, reader)?;
+        check_shape(path, gguf_name, &hf_name, tensor.dims(), &shape)?;
         let tensor = match n_head {
-            Some(n_head) => {
-                permute_rows(&tensor, n_head, true).map_err(|e| corrupt(path, format!("`{gguf_name}`: {e}")))?
-            }
+            Some(n_head) => permute_rows(&tensor, n_head, true).map_err(permute_err)?,
             None => tensor,
         };
         tensors.insert(hf_name, tensor.to_dtype(dtype)?.to_device(device)?);
     }
-    Ok(tensors)
+    Ok((tensors, quantized))
+}
+
+fn check_shape(path: &Path, gguf_name: &str, hf_name: &str, found: &[usize], shape: &[usize]) -> Result<()> {
+    if found != shape {
+        return Err(corrupt(
+            path,
+            format!("tensor `{gguf_name}` has shape {found:?}, but the metadata implies {shape:?} for `{hf_name}`"),
+        ));
+    }
+    Ok(())
+}
+
+/// [`unpermute_qk_rows`] on quantized blocks: each row is whole blocks, so rows move as byte strings.
+fn permute_quantized_rows(q: &QTensor, n_head: usize) -> candle_core::Result<QTensor> {
+    let (rows, cols) = q.shape().dims2()?;
+    let row_bytes = cols / q.dtype().block_size() * q.dtype().type_size();
+    let data = q.data()?;
+    let bytes = Tensor::from_slice(&data, (rows, row_bytes), &Device::Cpu)?;
+    let permuted = permute_rows(&bytes, n_head, true)?.flatten_all()?.to_vec1::<u8>()?;
+    QTensor::new(QStorage::from_data(Cow::Owned(permuted), &Device::Cpu, q.dtype())?, q.shape().clone())
 }
 
 /// Read one tensor and dequantize it to f32 on the CPU.

@@ -1,0 +1,56 @@
+//! Products with GGML-quantized frozen weights (QLoRA's base): the forward `x W^T` through Candle's quantized
+//! matmul (CPU, CUDA and Metal kernels; on the CPU it quantizes the activations to 8 bits as llama.cpp does),
+//! and the input gradient `dy W`, for which Candle has no kernel: the one weight is dequantized into a
+//! temporary, multiplied, and dropped, so the whole model is never held dense.
+//!
+//! With our native kernels on the CPU, a forward of many rows (prefill, scoring, training) takes that same
+//! route: dequantizing one weight costs `out x in` while the product costs `rows` times more, and the dense
+//! product runs through BLAS, where Candle's CPU kernels for some types (Q4_1, Q5_0 on x86) are scalar and
+//! several times slower. Single rows (decoding) and the portable graph (what Metal runs) use Candle's kernel.
+//!
+//! Candle's Metal kernel reads f32 activations only, so every device gets f32 in and the result is cast back
+//! to the caller's dtype: one rule for all of them.
+
+use candle_core::quantized::{QStorage, QTensor};
+use candle_core::{DType, Device, Result, Tensor};
+use std::sync::Arc;
+
+/// `x W^T` for a quantized frozen weight `W` of shape (out, in); `x`: (..., in).
+pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
+    super::metal_dtypes("quantized_matmul_t", &[x])?;
+    let (out_features, in_features) = weight.shape().dims2()?;
+    let mut dims = x.dims().to_vec();
+    let rows = x.elem_count() / in_features.max(1);
+    let x2 = x.reshape((rows, in_features))?;
+    let y = if dequantize_first(x, rows) {
+        let dense = weight.dequantize(x.device())?.to_dtype(x.dtype())?;
+        super::frozen_matmul_t(&x2, &dense)?
+    } else {
+        x2.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(weight)?.to_dtype(x.dtype())?
+    };
+    if let Some(last) = dims.last_mut() {
+        *last = out_features;
+    }
+    y.reshape(dims)
+}
+
+/// Whether a product of `rows` rows of `x` dequantizes the weight and multiplies densely (see the module notes).
+fn dequantize_first(x: &Tensor, rows: usize) -> bool {
+    super::kernels() == super::Kernels::Native && x.device().is_cpu() && rows >= crate::engine::blas::MIN_ROWS
+}
+
+/// `dy W` for a quantized frozen weight `W` of shape (out, in) and `dy`: (..., out): the input gradient of
+/// [`quantized_matmul_t`]. The dequantized weight lives only for this product.
+pub fn quantized_matmul(dy: &Tensor, weight: &QTensor) -> Result<Tensor> {
+    let dense = weight.dequantize(dy.device())?.to_dtype(dy.dtype())?;
+    super::frozen_matmul(dy, &dense)
+}
+
+/// The same quantized blocks on `device` (the weight itself, shared, when it is already there).
+pub fn qtensor_to_device(weight: &Arc<QTensor>, device: &Device) -> Result<Arc<QTensor>> {
+    if weight.device().same_device(device) {
+        return Ok(weight.clone());
+    }
+    let storage = QStorage::from_data(weight.data()?, device, weight.dtype())?;
+    Ok(Arc::new(QTensor::new(storage, weight.shape().clone())?))
+}
