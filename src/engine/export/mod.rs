@@ -10,16 +10,20 @@ mod gguf_metadata;
 mod gguf_model;
 pub mod gguf_quant;
 pub mod gguf_writer;
+mod merged_tensors;
 mod ollama;
+mod safetensors_stream;
 
 pub use gguf_quant::GgufQuant;
 pub use ollama::OLLAMA_GGUF;
 
 use crate::engine::checkpoint::{self, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
+use crate::engine::eos_doctor::{self, StopFacts, StopWarning};
 use crate::engine::model::transformer::{hf_linear_name, module_group};
-use crate::engine::model::{load_model, LoadedModel, ModelSource};
+use crate::engine::model::{load_model, load_model_info, ModelInfo, ModelSource};
 use crate::engine::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+use merged_tensors::MergedTensors;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -77,8 +81,9 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
     let size_bytes = match (req.format, ckpt) {
         (ExportFormat::Gguf, _) => {
             create_parent(out)?;
-            let model = gguf_model::load_for_export(ckpt, base)?;
-            gguf_model::write_model_gguf(model, &export_name(ckpt, base), req.quant, out, progress)?
+            let model = MergedTensors::open(ckpt, base)?;
+            let plan = gguf_model::plan_model_gguf(&model, &export_name(ckpt, base), req.quant)?;
+            gguf_model::write_model_gguf(model, plan, out, progress)?
         }
         (ExportFormat::Ollama, _) => export_ollama(ckpt, base, req.quant, out, progress)?,
         (format, None) => {
@@ -97,6 +102,21 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
         }
     };
     Ok(ExportOutcome { path: out.to_path_buf(), size_bytes })
+}
+
+/// The template and end-of-sequence doctor on what `req` will write: the model's checks, and for `gguf` /
+/// `ollama` whether the GGUF's eos/eot ids and the Modelfile's stop lines cover the end-of-turn token. Front ends
+/// show these before running [`export_with`]; reads no weights.
+pub fn export_stop_warnings(req: &ExportRequest) -> Result<Vec<StopWarning>> {
+    let info = load_model_info(&req.base_model)?;
+    let facts = StopFacts::of_info(&info);
+    let (mut warnings, end_of_turn) = eos_doctor::check_model(&facts);
+    if req.format.uses_quant() {
+        let ids = gguf_metadata::stop_ids(&gguf_metadata::tokenizer_metadata(&info)?);
+        let modelfile = (req.format == ExportFormat::Ollama).then(|| ollama::modelfile(&info)).transpose()?;
+        warnings.extend(eos_doctor::check_export(&facts, end_of_turn, &ids, modelfile.as_deref()));
+    }
+    Ok(warnings)
 }
 
 /// The `general.name` of an export: the checkpoint's run and step, or the base model's name.
@@ -132,9 +152,10 @@ fn export_ollama(
     progress: &mut dyn FnMut(ExportProgress),
 ) -> Result<u64> {
     std::fs::create_dir_all(out).map_err(|e| Error::write(out, e))?;
-    let model = gguf_model::load_for_export(ckpt, base)?;
-    let modelfile = ollama::modelfile(&model)?;
-    let size = gguf_model::write_model_gguf(model, &export_name(ckpt, base), quant, &out.join(OLLAMA_GGUF), progress)?;
+    let model = MergedTensors::open(ckpt, base)?;
+    let modelfile = ollama::modelfile(&model.info)?;
+    let plan = gguf_model::plan_model_gguf(&model, &export_name(ckpt, base), quant)?;
+    let size = gguf_model::write_model_gguf(model, plan, &out.join(OLLAMA_GGUF), progress)?;
     checkpoint::write_atomic(&out.join("Modelfile"), modelfile.as_bytes())?;
     Ok(size)
 }
@@ -192,13 +213,17 @@ fn export_mlx(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     )
 }
 
-/// A Hugging Face folder: merged weights (f32), config.json, tokenizer files and chat template.
+/// A Hugging Face folder: merged weights (f32, streamed one tensor at a time), config.json, tokenizer files and
+/// chat template.
 fn export_merged(ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
-    let mut model = load_model(base_model, &Device::Cpu, DType::F32)?;
-    checkpoint::load_adapter(&mut model.model, ckpt)?;
-    let weights = model.model.merged_named_weights()?;
-    save_tensors(&weights, &out.join("model.safetensors"))?;
-    write_model_files(&model, out)
+    let mut model = MergedTensors::open(Some(ckpt), base_model)?;
+    let mut shapes = model.shapes();
+    shapes.sort();
+    safetensors_stream::write_f32_safetensors(&out.join("model.safetensors"), &shapes, |i| {
+        let (name, dims) = &shapes[i];
+        gguf_model::tensor_bytes(&model.tensor(name, dims)?, candle_core::quantized::GgmlDType::F32)
+    })?;
+    write_model_files(&model.info, out)
 }
 
 /// Write safetensors through a temporary file and a rename; failures are write errors naming the file.
@@ -214,7 +239,7 @@ fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
     checkpoint::make_world_readable(path)
 }
 
-fn write_model_files(model: &LoadedModel, out: &Path) -> Result<()> {
+fn write_model_files(model: &ModelInfo, out: &Path) -> Result<()> {
     let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     match &model.source {
         ModelSource::HfFolder(src) => {

@@ -57,6 +57,26 @@ impl ModelSource {
     }
 }
 
+/// Everything about a model but its weights: enough to tokenize, template and describe it (what an export
+/// that streams the weights one tensor at a time needs). [`load_model_info`] reads it without any tensor.
+pub struct ModelInfo {
+    pub source: ModelSource,
+    /// As the weights will resolve it, except `tie_word_embeddings`, which [`load_model`] also sets when a
+    /// folder's weights ship no `lm_head` (the export's tensor source does the same).
+    pub config: ModelConfig,
+    pub tokenizer: TextTokenizer,
+    pub chat_template: Option<ChatTemplate>,
+    /// Every id that ends a generation (config, generation_config.json and the tokenizer's eos token).
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl ModelInfo {
+    /// Render a conversation with the model's chat template.
+    pub fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        render_with(self.chat_template.as_ref(), &self.source, messages, add_generation_prompt)
+    }
+}
+
 /// A model ready to run: weights on a device, tokenizer, chat template and stop ids.
 pub struct LoadedModel {
     pub source: ModelSource,
@@ -71,14 +91,7 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Render a conversation with the model's chat template.
     pub fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let template = self.chat_template.as_ref().ok_or_else(|| {
-            Error::ChatTemplate(format!(
-                "{} has no chat template (tokenizer_config.json `chat_template`, chat_template.jinja or GGUF \
-                 `tokenizer.chat_template`); use a plain prompt instead",
-                self.source.path().display()
-            ))
-        })?;
-        template.render(messages, add_generation_prompt)
+        render_with(self.chat_template.as_ref(), &self.source, messages, add_generation_prompt)
     }
 
     /// Token ids for a chat: rendered text tokenized without adding special tokens again, as transformers'
@@ -89,6 +102,22 @@ impl LoadedModel {
     }
 }
 
+fn render_with(
+    template: Option<&ChatTemplate>,
+    source: &ModelSource,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+) -> Result<String> {
+    let template = template.ok_or_else(|| {
+        Error::ChatTemplate(format!(
+            "{} has no chat template (tokenizer_config.json `chat_template`, chat_template.jinja or GGUF \
+             `tokenizer.chat_template`); use a plain prompt instead",
+            source.path().display()
+        ))
+    })?;
+    template.render(messages, add_generation_prompt)
+}
+
 /// Load a model folder or GGUF file onto `device` in `dtype`.
 pub fn load_model(path: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
     match ModelSource::detect(path)? {
@@ -97,7 +126,30 @@ pub fn load_model(path: &Path, device: &Device, dtype: DType) -> Result<LoadedMo
     }
 }
 
+/// Read a model's config, tokenizer, chat template and stop ids without loading any weight.
+pub fn load_model_info(path: &Path) -> Result<ModelInfo> {
+    match ModelSource::detect(path)? {
+        ModelSource::HfFolder(folder) => hf_folder_info(&folder),
+        ModelSource::Gguf(file) => {
+            let g = super::gguf::GgufTensorReader::open(&file)?;
+            gguf_info(&file, g.model_without_tensors()?)
+        }
+    }
+}
+
 fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
+    let info = hf_folder_info(folder)?;
+    let weights = Weights::open_folder(folder)?;
+    let model = Transformer::load(&info.config, &weights, dtype, device)?;
+    Ok(with_weights(info, model))
+}
+
+fn with_weights(info: ModelInfo, model: Transformer) -> LoadedModel {
+    let ModelInfo { source, tokenizer, chat_template, eos_token_ids, .. } = info;
+    LoadedModel { source, config: model.config.clone(), model, tokenizer, chat_template, eos_token_ids }
+}
+
+fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
     let config_path = folder.join("config.json");
     if !config_path.exists() {
         return Err(Error::MissingFile {
@@ -138,14 +190,9 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<Loaded
         eos_token_ids.push(id);
     }
     dedup_in_order(&mut eos_token_ids);
-
-    let weights = Weights::open_folder(folder)?;
-    let model = Transformer::load(&config, &weights, dtype, device)?;
-    let config = model.config.clone();
-    Ok(LoadedModel {
+    Ok(ModelInfo {
         source: ModelSource::HfFolder(folder.to_path_buf()),
         config,
-        model,
         tokenizer,
         chat_template,
         eos_token_ids,
@@ -153,7 +200,14 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType) -> Result<Loaded
 }
 
 fn load_gguf_file(file: &Path, device: &Device, dtype: DType) -> Result<LoadedModel> {
-    let g = super::gguf::load_gguf(file, device, dtype)?;
+    let mut g = super::gguf::load_gguf(file, device, dtype)?;
+    let weights = Weights::from_map(std::mem::take(&mut g.tensors), file.to_path_buf());
+    let info = gguf_info(file, g)?;
+    let model = Transformer::load(&info.config, &weights, dtype, device)?;
+    Ok(with_weights(info, model))
+}
+
+fn gguf_info(file: &Path, g: super::gguf::GgufModel) -> Result<ModelInfo> {
     let tokenizer = TextTokenizer::new(g.tokenizer, g.bos_token.clone(), g.eos_token.clone());
     let chat_template =
         g.chat_template.map(|src| ChatTemplate::new(src, g.bos_token.clone(), g.eos_token.clone())).transpose()?;
@@ -172,13 +226,9 @@ fn load_gguf_file(file: &Path, device: &Device, dtype: DType) -> Result<LoadedMo
         }
     }
     dedup_in_order(&mut eos_token_ids);
-    let weights = Weights::from_map(g.tensors, file.to_path_buf());
-    let model = Transformer::load(&g.config, &weights, dtype, device)?;
-    let config = model.config.clone();
-    Ok(LoadedModel {
+    Ok(ModelInfo {
         source: ModelSource::Gguf(file.to_path_buf()),
-        config,
-        model,
+        config: g.config,
         tokenizer,
         chat_template,
         eos_token_ids,

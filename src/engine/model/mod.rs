@@ -27,5 +27,5 @@ mod weight_loader;
 pub use config::{Architecture, ModelConfig};
 pub use gradients::Gradients;
 pub use kv_cache::{KvCache, LayerCache};
-pub use loader::{load_model, LoadedModel, ModelSource};
+pub use loader::{load_model, load_model_info, LoadedModel, ModelInfo, ModelSource};
 pub use sequence::SequenceContext;
