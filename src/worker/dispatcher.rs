@@ -177,6 +177,12 @@ impl Dispatcher {
                         let progress = &mut |p: crate::engine::export::ExportProgress| {
                             out.send(Event::ExportProgress { done: p.done, total: p.total, what: p.what });
                         };
+                        if let Ok(warnings) = crate::engine::export::export_stop_warnings(&request) {
+                            if !warnings.is_empty() {
+                                let warnings = warnings.iter().map(ToString::to_string).collect();
+                                out.send(Event::ExportWarnings { warnings });
+                            }
+                        }
                         match crate::engine::export::export_with(&request, progress) {
                             Ok(done) => {
                                 out.send(Event::ExportFinished { path: done.path, size_bytes: done.size_bytes })
