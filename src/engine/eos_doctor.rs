@@ -204,7 +204,7 @@ fn check_agreement(facts: &StopFacts, end_of_turn: Option<u32>, warnings: &mut V
 pub fn check_rows<'e>(examples: impl IntoIterator<Item = &'e Example>, stop_ids: &[u32]) -> Option<StopWarning> {
     let (mut checked, mut open) = (0usize, 0usize);
     for example in examples.into_iter().filter(|e| !e.truncated) {
-        let last_target = example.input_ids.iter().zip(&example.target_mask).filter(|(_, t)| **t).last();
+        let last_target = example.input_ids.iter().zip(&example.target_mask).rev().find(|(_, t)| **t);
         if let Some((id, _)) = last_target {
             checked += 1;
             open += usize::from(!stop_ids.contains(id));
