@@ -5,14 +5,16 @@ Python `gguf` reader.
 For each case: export with our CLI, read the file back with gguf.GGUFReader (metadata, tensor names/types),
 compare llama.cpp's tokenization of the prompt with ours, then llama.cpp's greedy continuation (prompt given as
 our ids) with our own `generate` greedy on the source model (+ adapter). For quantized files, compare llama.cpp's
-teacher-forced log-probs of a text on the quantized file against the f16 file.
+teacher-forced log-probs of a text on the quantized file against the f16 file. With --smollm2-checkpoint (an
+adapter trained on assets/sample-chat), the merged q8_0 file is asked held-out questions through llama.cpp's chat
+session with the file's own chat template: answers must take the trained format and end by EOG.
 
 Usage:  python3 scripts/check_gguf_llamacpp.py --bin target/release/metal-candle --work /tmp/gguf-check
         (needs `npm ci` in scripts/llamacpp first)
 A greedy mismatch counts as a near-tie (and passes) only if llama.cpp's logits of the two candidate tokens at
 the first difference are within --tie-logits of each other.
 """
-import argparse, json, math, os, subprocess, sys
+import argparse, json, math, os, re, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORACLE = os.path.join(ROOT, "scripts", "llamacpp", "oracle.mjs")
@@ -91,6 +93,24 @@ def logprob_case(a, name, model, ref_gguf, quant_gguf):
             "ok": abs(ppl_q / ppl_ref - 1) <= a.ppl_tol[name.split(":")[-1]]}
 
 
+# The sample chat task's answer format (assets/sample-chat): "<Country> -> capital: <City>; continent: <Name>."
+TRAINED_FORMAT = re.compile(r"^[A-Z][\w .'-]* -> capital: [^;]+; continent: [^.]+\.$")
+
+
+def chat_case(a, name, gguf_path, n=64):
+    """The trained adapter merged into a GGUF, asked held-out questions through llama.cpp with the file's own chat
+    template: every answer must take the trained format and end by an end-of-generation token, not the limit."""
+    rows = [json.loads(line) for line in open(os.path.join(ROOT, "assets", "sample-chat", "valid.jsonl"))][:4]
+    answers = []
+    for row in rows:
+        question = row["messages"][0]["content"]
+        got = oracle("chat", gguf_path, question, str(n))
+        answers.append({"question": question, "answer": got["text"], "stop_reason": got["stop_reason"],
+                        "format": bool(TRAINED_FORMAT.match(got["text"].strip()))})
+    ok = all(x["format"] and x["stop_reason"] == "eogToken" for x in answers)
+    return {"case": name, "answers": answers, "ok": ok}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "metal-candle"))
@@ -137,6 +157,12 @@ def main():
             r.update(size_bytes=size, metadata=check_metadata(out))
             results.append(r)
             print(json.dumps(r), flush=True)
+    if a.smollm2_checkpoint and os.path.exists(a.smollm2):
+        out = os.path.join(a.work, "smollm2+adapter-chat-q8_0.gguf")
+        export(a.bin, a.smollm2, a.smollm2_checkpoint, "gguf", "q8_0", out)
+        r = chat_case(a, "smollm2+adapter:q8_0 chat", out)
+        results.append(r)
+        print(json.dumps(r), flush=True)
     failed = [r["case"] for r in results if not r["ok"]]
     print(f"{len(results) - len(failed)}/{len(results)} cases ok" + (f"; failed: {failed}" if failed else ""))
     sys.exit(1 if failed else 0)

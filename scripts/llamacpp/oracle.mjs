@@ -5,9 +5,12 @@
 //   node oracle.mjs logprobs MODEL.gguf '[ids]'   [--lora ADAPTER.gguf]   -> {"token_logprobs": [...], "nll_mean": x}
 //   node oracle.mjs gap      MODEL.gguf '[ids]' '[a, b]'                  -> {"logit_a", "logit_b", "max"}
 //   node oracle.mjs tokenize MODEL.gguf TEXT                               -> {"ids": [...]}  (special tokens parsed, BOS as the file says)
+//   node oracle.mjs chat     MODEL.gguf QUESTION N                         -> {"text", "stop_reason", "template"}
+//        (one user turn through the file's own `tokenizer.chat_template` (JinjaTemplateChatWrapper), greedy, at most
+//         N tokens; stop_reason "eogToken" means it ended its turn, "maxTokens" that it ran into the limit)
 //
 // Greedy means temperature 0 (argmax); the prompt is given as token ids so both sides see the same input.
-import {getLlama} from "node-llama-cpp";
+import {getLlama, LlamaChatSession, JinjaTemplateChatWrapper} from "node-llama-cpp";
 
 const [mode, modelPath, arg, n, ...rest] = process.argv.slice(2);
 const loraAt = process.argv.indexOf("--lora");
@@ -21,6 +24,22 @@ if (mode === "tokenize") {
     const bos = model.tokens.bos;
     const addBos = model.tokens.shouldPrependBosToken;
     console.log(JSON.stringify({ids: addBos && bos != null ? [bos, ...ids] : Array.from(ids)}));
+    process.exit(0);
+}
+
+if (mode === "chat") {
+    const template = model.fileInfo.metadata?.tokenizer?.chat_template;
+    if (!template) {
+        console.error("the file has no tokenizer.chat_template");
+        process.exit(2);
+    }
+    const context = await model.createContext({contextSize: 512, batchSize: 512, threads: 2});
+    const session = new LlamaChatSession({
+        contextSequence: context.getSequence(),
+        chatWrapper: new JinjaTemplateChatWrapper({template}),
+    });
+    const res = await session.promptWithMeta(arg, {maxTokens: Number(n), temperature: 0});
+    console.log(JSON.stringify({text: res.responseText, stop_reason: res.stopReason, template: "tokenizer.chat_template"}));
     process.exit(0);
 }
 

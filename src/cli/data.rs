@@ -75,4 +75,7 @@ fn print_report(report: &DatasetReport) {
     for note in &report.notes {
         println!("note: {note}");
     }
+    for warning in &report.warnings {
+        println!("warning: {warning}");
+    }
 }

@@ -338,6 +338,9 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
         base_model: model,
         allow_other_base: args.force_base,
     };
+    for warning in crate::engine::export::export_stop_warnings(&request)? {
+        eprintln!("warning: {warning}");
+    }
     let mut last_shown = None;
     let outcome = crate::engine::export::export_with(&request, &mut |p| {
         let percent = 100 * p.done / p.total.max(1);

@@ -36,6 +36,8 @@ pub struct CheckpointsPanel {
     exporting: Vec<PathBuf>,
     /// Tensors written of the running export, and the one being written.
     export_progress: Option<(usize, usize, String)>,
+    /// The last export written and its size, offered with "Open folder".
+    pub last_export: Option<(PathBuf, u64)>,
     notes: Vec<(Tone, String)>,
 }
 
@@ -62,7 +64,31 @@ impl CheckpointsPanel {
     pub fn on_export_finished(&mut self, path: PathBuf, size_bytes: u64) {
         self.exporting.clear();
         self.export_progress = None;
-        self.notes.push((Tone::Ok, format!("Exported to {} ({})", path.display(), fmt_bytes(size_bytes))));
+        self.last_export = Some((path, size_bytes));
+    }
+
+    /// The end-of-sequence doctor's warnings about the export just started.
+    pub fn on_export_warnings(&mut self, warnings: Vec<String>) {
+        self.notes.extend(warnings.into_iter().map(|w| (Tone::Warn, format!("Export: {w}"))));
+    }
+
+    /// The finished export with its size and an "Open folder" button (reveals it in the file manager).
+    fn last_export_ui(&mut self, ui: &mut Ui) {
+        let Some((path, size_bytes)) = self.last_export.clone() else { return };
+        ui.horizontal(|ui| {
+            banner_ui(ui, Tone::Ok, format!("Exported to {} ({})", path.display(), fmt_bytes(size_bytes)));
+        });
+        ui.horizontal(|ui| {
+            let open = ui.button("Open folder").on_hover_text("Show the export in the file manager");
+            if open.clicked() {
+                if let Err(message) = super::reveal::reveal(&path) {
+                    self.notes.push((Tone::Error, message));
+                }
+            }
+            if ui.small_button("Dismiss").on_hover_text("Hide this message").clicked() {
+                self.last_export = None;
+            }
+        });
     }
 
     pub fn on_action_failed(&mut self, what: String, message: String) {
@@ -128,6 +154,7 @@ impl CheckpointsPanel {
             let fraction = *done as f32 / (*total).max(1) as f32;
             ui.add(egui::ProgressBar::new(fraction).show_percentage().text(format!("Exporting: {what}")));
         }
+        self.last_export_ui(ui);
         let mut dismiss = None;
         for (i, (tone, note)) in self.notes.iter().enumerate().rev().take(3) {
             ui.horizontal(|ui| {

@@ -230,6 +230,14 @@ fn splits_ui(ui: &mut Ui, report: &DatasetReport) {
             ui.label(RichText::new(format!("· {note}")).weak());
         }
     });
+    stop_warnings_ui(ui, report);
+}
+
+/// The template and end-of-sequence doctor's warnings: what is wrong, then what to fix.
+fn stop_warnings_ui(ui: &mut Ui, report: &DatasetReport) {
+    for w in &report.warnings {
+        banner_ui(ui, Tone::Warn, format!("Warning: {}\nFix: {}", w.message, w.fix));
+    }
 }
 
 /// Every invalid row with its file and line.

@@ -16,6 +16,7 @@ pub mod dataset_panel;
 pub mod file_picker;
 pub mod model_panel;
 pub mod rank_panel;
+pub mod reveal;
 pub mod settings_panel;
 pub mod training_panel;
 pub mod widgets;

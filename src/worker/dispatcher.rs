@@ -92,6 +92,12 @@ impl Dispatcher {
                         let progress = &mut |p: crate::engine::export::ExportProgress| {
                             events.send(Event::ExportProgress { done: p.done, total: p.total, what: p.what });
                         };
+                        if let Ok(warnings) = crate::engine::export::export_stop_warnings(&request) {
+                            if !warnings.is_empty() {
+                                let warnings = warnings.iter().map(ToString::to_string).collect();
+                                events.send(Event::ExportWarnings { warnings });
+                            }
+                        }
                         let done = crate::engine::export::export_with(&request, progress)?;
                         Ok(Event::ExportFinished { path: done.path, size_bytes: done.size_bytes })
                     },

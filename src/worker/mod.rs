@@ -189,6 +189,10 @@ pub enum Event {
         path: PathBuf,
         size_bytes: u64,
     },
+    /// The template and end-of-sequence doctor's warnings about an export, sent before it writes.
+    ExportWarnings {
+        warnings: Vec<String>,
+    },
     /// A delete or export that failed.
     ActionFailed {
         what: String,

@@ -4,8 +4,8 @@
 //! saved by an older release) load as before.
 
 use super::files::write_json;
-use crate::engine::model::fingerprint::model_fingerprint;
-use crate::engine::model::LoadedModel;
+use crate::engine::model::fingerprint::fingerprint_of;
+use crate::engine::model::{LoadedModel, ModelConfig, ModelSource};
 use crate::engine::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -55,8 +55,13 @@ impl BaseRecord {
 /// trained on this base (or does not say which), otherwise a message naming both. Front ends show it as a
 /// warning (generate, score, the chat pane) or refuse (export, resume).
 pub fn base_mismatch(adapter_dir: &Path, model: &LoadedModel) -> Result<Option<String>> {
+    base_mismatch_of(adapter_dir, &model.source, &model.config)
+}
+
+/// [`base_mismatch`] for a model known by its source and resolved config (its weights need not be loaded).
+pub fn base_mismatch_of(adapter_dir: &Path, source: &ModelSource, config: &ModelConfig) -> Result<Option<String>> {
     let Some(record) = BaseRecord::read(adapter_dir)? else { return Ok(None) };
-    let current = model_fingerprint(model)?;
+    let current = fingerprint_of(source, config)?;
     if current == record.fingerprint {
         return Ok(None);
     }
@@ -66,7 +71,7 @@ pub fn base_mismatch(adapter_dir: &Path, model: &LoadedModel) -> Result<Option<S
         adapter_dir.display(),
         record.model.display(),
         short(&record.fingerprint),
-        model.source.path().display(),
+        source.path().display(),
         short(&current)
     )))
 }

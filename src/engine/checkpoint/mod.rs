@@ -16,7 +16,7 @@ mod files;
 mod peft;
 mod trainer_state;
 
-pub use base::{base_mismatch, BaseRecord, BASE_MODEL_FILE};
+pub use base::{base_mismatch, base_mismatch_of, BaseRecord, BASE_MODEL_FILE};
 pub(crate) use files::write_json;
 pub use files::{make_world_readable, unix_now, write_atomic};
 pub use peft::*;

@@ -5,8 +5,9 @@ use super::files::{read_safetensors, write_json, write_safetensors};
 use super::{ADAPTER_CONFIG, ADAPTER_WEIGHTS};
 use crate::engine::lora::{self, AdapterParam, LoraSettings};
 use crate::engine::model::transformer::Transformer;
+use crate::engine::model::ModelConfig;
 use crate::engine::{Error, Result};
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -232,7 +233,8 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
     let cfg = PeftAdapterConfig::read(adapter_dir)?;
     let weights_path = adapter_dir.join(ADAPTER_WEIGHTS);
     let tensors = read_safetensors(&weights_path, "adapter weights")?;
-    let pairs = match_adapter_tensors(model, &cfg, &tensors)
+    let linears: Vec<(usize, &'static str)> = model.linears().iter().map(|(l, m, _)| (*l, *m)).collect();
+    let pairs = match_adapter_tensors(&linears, &cfg, &tensors)
         .map_err(|message| Error::Adapter { path: weights_path.clone(), message })?;
     lora::detach_adapters(model);
     let mut params = Vec::new();
@@ -262,15 +264,59 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
 /// One adapted linear found in an adapter file: (layer, module, lora_A (r, in), lora_B (out, r)).
 type AdapterPair<'t> = (usize, &'static str, &'t Tensor, &'t Tensor);
 
+/// An adapter read for a model that is not loaded (a streamed export): its PEFT config, and per adapted linear
+/// `(layer, module, lora_A (r, in), lora_B (out, r))` in f32.
+pub struct AdapterWeights {
+    pub config: PeftAdapterConfig,
+    pub summary: AdapterSummary,
+    pub pairs: Vec<(usize, &'static str, Tensor, Tensor)>,
+}
+
+/// Read the adapter in `adapter_dir` for a model of `config` without loading the model: refused as
+/// [`load_adapter`] refuses it (a module the model lacks, a missing half, a wrong rank, a promised module
+/// absent), and when a weight's shape is not the model's linear's (an adapter trained on another base).
+pub fn read_adapter_for(config: &ModelConfig, adapter_dir: &Path) -> Result<AdapterWeights> {
+    let cfg = PeftAdapterConfig::read(adapter_dir)?;
+    let weights_path = adapter_dir.join(ADAPTER_WEIGHTS);
+    let tensors = read_safetensors(&weights_path, "adapter weights")?;
+    let refuse = |message: String| Error::Adapter { path: weights_path.clone(), message };
+    let linears: Vec<(usize, &'static str)> =
+        (0..config.num_layers).flat_map(|l| crate::engine::lora::Target::ALL.map(move |t| (l, t.name()))).collect();
+    let pairs = match_adapter_tensors(&linears, &cfg, &tensors).map_err(refuse)?;
+    let mut out = Vec::with_capacity(pairs.len());
+    let mut targets = std::collections::BTreeSet::new();
+    for (layer, module, a, b) in pairs {
+        let (in_f, out_f) = config.linear_shape(module).unwrap_or_default();
+        let r = cfg.r;
+        if a.dims() != [r, in_f] || b.dims() != [out_f, r] {
+            return Err(refuse(format!(
+                "adapter for layer {layer} {module} has shapes A {:?} B {:?}, expected A ({r}, {in_f}) B ({out_f}, {r}) \
+                 for this model (was it trained on another base model?)",
+                a.dims(),
+                b.dims()
+            )));
+        }
+        out.push((layer, module, a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?));
+        targets.insert(module.to_string());
+    }
+    let summary = AdapterSummary {
+        rank: cfg.r,
+        alpha: cfg.lora_alpha,
+        targets: targets.into_iter().collect(),
+        use_rslora: cfg.use_rslora,
+        adapted_linears: out.len(),
+    };
+    Ok(AdapterWeights { config: cfg, summary, pairs: out })
+}
+
 /// Pair every tensor of an adapter file with a linear of `model`. Refuses, naming the module: a tensor for a
 /// module the model lacks, a lora_A without its lora_B (or the reverse), a rank other than `r`, and a module
 /// the config's `target_modules` / `layers_to_transform` promise but the file lacks.
 fn match_adapter_tensors<'t>(
-    model: &Transformer,
+    linears: &[(usize, &'static str)],
     cfg: &PeftAdapterConfig,
     tensors: &'t HashMap<String, Tensor>,
 ) -> std::result::Result<Vec<AdapterPair<'t>>, String> {
-    let linears: Vec<(usize, &'static str)> = model.linears().iter().map(|(l, m, _)| (*l, *m)).collect();
     let by_prefix: HashMap<String, (usize, &'static str)> =
         linears.iter().map(|&(l, m)| (peft_prefix(l, m), (l, m))).collect();
     let mut found: std::collections::BTreeMap<(usize, &'static str), [Option<&Tensor>; 2]> = Default::default();

@@ -4,6 +4,7 @@
 //! It reads files the way training does ([`super::dataset_files`], [`super::read_jsonl`]).
 
 use super::{dataset_files, read_jsonl, tokenize, DatasetFormat, ParsedFile, Row, RowProblem, SplitName, TokenizeSpec};
+use crate::engine::eos_doctor::{self, StopWarning};
 use crate::engine::model::LoadedModel;
 use crate::engine::Result;
 use std::path::{Path, PathBuf};
@@ -69,6 +70,9 @@ pub struct DatasetReport {
     pub tokenizer_model: Option<PathBuf>,
     /// Remarks worth showing (no chat template, no model loaded, ...).
     pub notes: Vec<String>,
+    /// The template and end-of-sequence doctor's findings with the model loaded (shown as warnings).
+    #[serde(default)]
+    pub warnings: Vec<crate::engine::eos_doctor::StopWarning>,
 }
 
 impl DatasetReport {
@@ -122,9 +126,21 @@ pub fn inspect_dataset(
         }
         report.tokens = Some(token_stats(train, &full, max_seq_len));
     }
+    report.warnings = stop_warnings(&parsed, &full, model);
     let cut = TokenizeSpec { max_seq_len: max_seq_len.max(2), ..full };
     report.preview = preview_rows_of(&parsed, &cut, model, preview_rows);
     Ok(report)
+}
+
+/// Rows checked by the end-of-sequence doctor (the first of the training split).
+const DOCTOR_ROWS: usize = 200;
+
+/// The doctor's warnings for the model and the first [`DOCTOR_ROWS`] training rows, tokenized untruncated.
+fn stop_warnings(parsed: &[(SplitName, ParsedFile)], full: &TokenizeSpec<'_>, model: &LoadedModel) -> Vec<StopWarning> {
+    let rows = parsed.first().map(|(_, p)| p.rows.as_slice()).unwrap_or_default();
+    let examples: Vec<_> =
+        rows.iter().take(DOCTOR_ROWS).filter_map(|r| tokenize::tokenize_row(&r.row, full).ok()).collect();
+    eos_doctor::check_training(model, &examples)
 }
 
 /// Lengths, truncation and target counts of (up to [`MAX_STAT_ROWS`]) training rows.

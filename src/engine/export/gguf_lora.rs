@@ -5,35 +5,35 @@
 //!   `adapter.lora.alpha`. llama.cpp scales by `alpha / rank`, so we write `alpha = scale * rank` with our own
 //!   scale (which already covers rsLoRA's `alpha / sqrt(rank)`).
 //! - tensors: `blk.N.<module>.weight.lora_a` shaped (rank, in) and `.lora_b` shaped (out, rank) in torch order,
-//!   f32. Ours are stored as mlx-lm's `a` (in, rank) and `b` (rank, out), so both are transposed.
+//!   f32, as PEFT stores them (read without loading the base model).
 //! - for the `llama` architecture the rows of q/k are permuted in the base GGUF; since the update is
 //!   `lora_b @ lora_a`, permuting the rows of `lora_b` of q/k alone gives the permuted update.
 
 use super::gguf_metadata::{gguf_architecture, permutes_qk};
 use super::gguf_model::tensor_bytes;
 use super::gguf_writer::{write_gguf, MetaValue, TensorEntry};
-use crate::engine::checkpoint::{self, PeftAdapterConfig};
+use crate::engine::checkpoint;
 use crate::engine::model::gguf::names::gguf_linear_module;
 use crate::engine::model::gguf::permute_qk_rows;
+use crate::engine::model::load_model_info;
 use crate::engine::{Error, Result};
 use candle_core::quantized::GgmlDType;
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 use std::path::Path;
 
 /// Write the adapter in `ckpt` (trained on `base_model`) to `out` as a llama.cpp LoRA GGUF. Returns the size.
 pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, out: &Path) -> Result<u64> {
-    let mut model = super::base_for(ckpt, base_model, allow_other_base)?;
-    let (summary, params) = checkpoint::load_adapter_params(&mut model.model, ckpt)?;
-    let scale = PeftAdapterConfig::read(ckpt)?.scale();
-    let config = &model.config;
-    let mut entries = Vec::with_capacity(2 * params.len());
-    let mut tensors: Vec<Tensor> = Vec::with_capacity(2 * params.len());
-    for p in &params {
-        let module = gguf_linear_module(p.module)
-            .ok_or_else(|| Error::InvalidSetting(format!("adapter module `{}` has no llama.cpp name", p.module)))?;
-        let prefix = format!("blk.{}.{module}.weight", p.layer);
-        let lora_a = p.a.as_tensor().t()?.to_dtype(DType::F32)?;
-        let mut lora_b = p.b.as_tensor().t()?.to_dtype(DType::F32)?;
+    let info = load_model_info(base_model)?;
+    super::refuse_other_base(Some(ckpt), &info.source, &info.config, allow_other_base)?;
+    let config = &info.config;
+    let adapter = checkpoint::read_adapter_for(config, ckpt)?;
+    let (scale, rank) = (adapter.config.scale(), adapter.summary.rank);
+    let mut entries = Vec::with_capacity(2 * adapter.pairs.len());
+    let mut tensors: Vec<Tensor> = Vec::with_capacity(2 * adapter.pairs.len());
+    for (layer, hf_module, lora_a, mut lora_b) in adapter.pairs {
+        let module = gguf_linear_module(hf_module)
+            .ok_or_else(|| Error::InvalidSetting(format!("adapter module `{hf_module}` has no llama.cpp name")))?;
+        let prefix = format!("blk.{layer}.{module}.weight");
         if permutes_qk(config.architecture) {
             match module {
                 "attn_q" => lora_b = permute_qk_rows(&lora_b, config.num_attention_heads)?,
@@ -56,7 +56,7 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, 
         ("general.type".to_string(), MetaValue::Str("adapter".into())),
         ("general.name".to_string(), MetaValue::Str(name)),
         ("adapter.type".to_string(), MetaValue::Str("lora".into())),
-        ("adapter.lora.alpha".to_string(), MetaValue::F32((scale * summary.rank as f64) as f32)),
+        ("adapter.lora.alpha".to_string(), MetaValue::F32((scale * rank as f64) as f32)),
     ];
     write_gguf(out, &metadata, &entries, |i| tensor_bytes(&tensors[i], GgmlDType::F32))
 }

@@ -12,7 +12,7 @@ use crate::engine::model::config::{Architecture, RopeScaling};
 use crate::engine::model::gguf::{
     pre_tokenizer_name, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
 };
-use crate::engine::model::{LoadedModel, ModelConfig, ModelSource};
+use crate::engine::model::{ModelConfig, ModelInfo, ModelSource};
 use crate::engine::{Error, Result};
 use candle_core::quantized::gguf_file::{Content, Value};
 
@@ -84,7 +84,7 @@ pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bo
 }
 
 /// The tokenizer keys: copied from a GGUF source, built from `tokenizer.json` otherwise.
-pub fn tokenizer_metadata(model: &LoadedModel) -> Result<Metadata> {
+pub fn tokenizer_metadata(model: &ModelInfo) -> Result<Metadata> {
     let mut meta = match &model.source {
         ModelSource::Gguf(path) => copied_tokenizer_metadata(path)?,
         ModelSource::HfFolder(folder) => hf_tokenizer_metadata(model, folder)?,
@@ -94,6 +94,20 @@ pub fn tokenizer_metadata(model: &LoadedModel) -> Result<Metadata> {
         meta.push(("tokenizer.chat_template".into(), str(template.source.clone())));
     }
     Ok(meta)
+}
+
+/// The ids llama.cpp ends a generation on by key: `tokenizer.ggml.eos_token_id`, `eot_token_id`, `eom_token_id`.
+pub fn stop_ids(meta: &Metadata) -> Vec<u32> {
+    const KEYS: [&str; 3] =
+        ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"];
+    let id = |v: &MetaValue| match *v {
+        MetaValue::U32(x) => Some(x),
+        MetaValue::I32(x) => u32::try_from(x).ok(),
+        MetaValue::U64(x) => u32::try_from(x).ok(),
+        MetaValue::I64(x) => u32::try_from(x).ok(),
+        _ => None,
+    };
+    meta.iter().filter(|(k, _)| KEYS.contains(&k.as_str())).filter_map(|(_, v)| id(v)).collect()
 }
 
 /// Every `tokenizer.*` key of the source GGUF file, in key order.
@@ -129,7 +143,7 @@ fn tokenizer_error(folder: &std::path::Path, message: impl std::fmt::Display) ->
 }
 
 /// `convert_hf_to_gguf.py`'s description of a byte-level BPE tokenizer.
-fn hf_tokenizer_metadata(model: &LoadedModel, folder: &std::path::Path) -> Result<Metadata> {
+fn hf_tokenizer_metadata(model: &ModelInfo, folder: &std::path::Path) -> Result<Metadata> {
     let tok = model.tokenizer.inner();
     let tok_json: serde_json::Value =
         serde_json::from_str(&tok.to_string(false).map_err(|e| tokenizer_error(folder, e))?)
@@ -167,7 +181,7 @@ fn hf_tokenizer_metadata(model: &LoadedModel, folder: &std::path::Path) -> Resul
 }
 
 /// Tokens in id order with llama.cpp token types, padded with `[PADn]` (unused) up to the embedding rows.
-fn vocabulary(model: &LoadedModel, folder: &std::path::Path) -> Result<(Vec<String>, Vec<i32>)> {
+fn vocabulary(model: &ModelInfo, folder: &std::path::Path) -> Result<(Vec<String>, Vec<i32>)> {
     let tok = model.tokenizer.inner();
     let vocab_size = model.config.vocab_size;
     let added = tok.get_added_tokens_decoder();
@@ -207,7 +221,7 @@ fn merge_strings(merges: &serde_json::Value) -> Option<Vec<String>> {
 }
 
 /// `pad_token` of `tokenizer_config.json`, when the tokenizer knows it.
-fn pad_token_id(folder: &std::path::Path, model: &LoadedModel) -> Option<u32> {
+fn pad_token_id(folder: &std::path::Path, model: &ModelInfo) -> Option<u32> {
     let text = std::fs::read_to_string(folder.join("tokenizer_config.json")).ok()?;
     let config: serde_json::Value = serde_json::from_str(&text).ok()?;
     let pad = config.get("pad_token")?;

@@ -3,66 +3,62 @@
 //! layer by layer, final norm, output), q/k rows permuted for the `llama` architecture, and quantized one at a
 //! time as the streaming writer asks for them (types chosen by [`GgufQuant::tensor_type`]).
 //!
-//! Memory: the model is loaded in f32 and merged into a second f32 copy; each written tensor is dropped from
-//! that copy, so the peak is about twice the f32 model.
+//! Memory: nothing of the model is loaded up front; [`MergedTensors`] reads one base tensor at a time, merges its
+//! adapter update and the writer quantizes and writes it before asking for the next, so the peak is about one
+//! f32 tensor (the largest: the embedding) plus the adapter.
 
 use super::gguf_metadata::{model_metadata, permutes_qk, tokenizer_metadata, Metadata};
 use super::gguf_quant::GgufQuant;
 use super::gguf_writer::{write_gguf, TensorEntry};
+use super::merged_tensors::MergedTensors;
 use super::ExportProgress;
-use crate::engine::checkpoint;
 use crate::engine::model::config::RopeScaling;
 use crate::engine::model::gguf::names::{gguf_module_of, gguf_tensor_name, hf_tensor_name};
 use crate::engine::model::gguf::{llama3_rope_factors, permute_qk_rows};
-use crate::engine::model::{load_model, LoadedModel, ModelConfig};
+use crate::engine::model::{ModelConfig, ModelInfo};
 use crate::engine::{Error, Result};
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{DType, Device, Tensor};
-use std::collections::HashMap;
+use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use std::path::Path;
 
 /// llama.cpp's name for the tensor of Llama 3 rope frequency divisors.
 const ROPE_FREQS: &str = "rope_freqs.weight";
 
-/// Load `base_model` in f32 on the CPU with the adapter in `ckpt` (if any) attached, ready for
-/// [`write_model_gguf`].
-pub fn load_for_export(ckpt: Option<&Path>, base_model: &Path, allow_other_base: bool) -> Result<LoadedModel> {
-    let Some(ckpt) = ckpt else { return load_model(base_model, &Device::Cpu, DType::F32) };
-    let mut model = super::base_for(ckpt, base_model, allow_other_base)?;
-    checkpoint::load_adapter(&mut model.model, ckpt)?;
-    Ok(model)
+/// The GGUF file's metadata and tensor list for `model`, named `name`, in `quant`: what [`write_model_gguf`]
+/// writes, available before any tensor is read (the export doctor checks its end-of-turn ids).
+pub fn plan_model_gguf(model: &MergedTensors, name: &str, quant: GgufQuant) -> Result<(Metadata, Vec<TensorEntry>)> {
+    let metadata = full_metadata(&model.info, name, quant)?;
+    let mut shapes = model.shapes();
+    if let Some(factors) = rope_freqs(&model.info.config)? {
+        shapes.push((ROPE_FREQS.into(), factors.dims().to_vec()));
+    }
+    Ok((metadata, tensor_entries(&model.info.config, shapes, quant)?))
 }
 
-/// Write `model` (adapter merged) to `out` as GGUF in `quant`, named `name`. Returns the file size in bytes.
+/// Write `model` (adapter merged) to `out` as planned by [`plan_model_gguf`], one tensor at a time. Returns the
+/// file size in bytes.
 pub fn write_model_gguf(
-    model: LoadedModel,
-    name: &str,
-    quant: GgufQuant,
+    mut model: MergedTensors,
+    (metadata, entries): (Metadata, Vec<TensorEntry>),
     out: &Path,
     progress: &mut dyn FnMut(ExportProgress),
 ) -> Result<u64> {
-    let metadata = full_metadata(&model, name, quant)?;
-    let config = model.config.clone();
-    let source = model.source.path().to_path_buf();
-    let mut weights = model.model.merged_named_weights()?;
-    drop(model);
-    if let Some(factors) = rope_freqs(&config)? {
-        weights.insert(ROPE_FREQS.into(), factors);
-    }
-    let entries = tensor_entries(&config, &weights, quant)?;
+    let config = model.info.config.clone();
     let total = entries.len();
     write_gguf(out, &metadata, &entries, |i| {
         let entry = &entries[i];
         progress(ExportProgress { done: i, total, what: format!("{} ({:?})", entry.name, entry.dtype) });
-        let tensor = weights
-            .remove(&hf_name(&entry.name))
-            .ok_or_else(|| Error::MissingTensor { name: entry.name.clone(), path: source.clone() })?;
+        let tensor = match entry.name.as_str() {
+            ROPE_FREQS => rope_freqs(&config)?
+                .ok_or_else(|| Error::InvalidSetting("rope factors without Llama 3 rope scaling".into()))?,
+            name => model.tensor(&hf_name(name), &entry.dims)?,
+        };
         tensor_bytes(&prepare(&config, &entry.name, tensor)?, entry.dtype)
     })
 }
 
 /// General, architecture and tokenizer metadata.
-fn full_metadata(model: &LoadedModel, name: &str, quant: GgufQuant) -> Result<Metadata> {
+fn full_metadata(model: &ModelInfo, name: &str, quant: GgufQuant) -> Result<Metadata> {
     let mut metadata = model_metadata(&model.config, name, quant.file_type(), quant.is_quantized());
     metadata.extend(tokenizer_metadata(model)?);
     Ok(metadata)
@@ -85,19 +81,19 @@ fn rope_freqs(config: &ModelConfig) -> Result<Option<Tensor>> {
 /// not silently dropped.
 fn tensor_entries(
     config: &ModelConfig,
-    weights: &HashMap<String, Tensor>,
+    shapes: Vec<(String, Vec<usize>)>,
     quant: GgufQuant,
 ) -> Result<Vec<TensorEntry>> {
-    let mut named: Vec<(String, Vec<usize>)> = Vec::with_capacity(weights.len());
-    for (hf, tensor) in weights {
-        let gguf = if hf == ROPE_FREQS { Some(hf.clone()) } else { gguf_tensor_name(hf) };
+    let tied = !shapes.iter().any(|(hf, _)| hf == "lm_head.weight");
+    let mut named: Vec<(String, Vec<usize>)> = Vec::with_capacity(shapes.len());
+    for (hf, dims) in shapes {
+        let gguf = if hf == ROPE_FREQS { Some(hf.clone()) } else { gguf_tensor_name(&hf) };
         let gguf = gguf.ok_or_else(|| {
             Error::InvalidSetting(format!("tensor `{hf}` has no llama.cpp name; this model cannot be exported to GGUF"))
         })?;
-        named.push((gguf, tensor.dims().to_vec()));
+        named.push((gguf, dims));
     }
     named.sort_by_key(|(name, _)| order_key(name));
-    let tied = !weights.contains_key("lm_head.weight");
     Ok(named
         .into_iter()
         .map(|(name, dims)| {
@@ -148,18 +144,34 @@ fn prepare(config: &ModelConfig, gguf_name: &str, tensor: Tensor) -> Result<Tens
     }
 }
 
-/// The tensor's data in `dtype`, quantized with Candle's (ggml's reference) quantizers. The values are copied
-/// into a fresh buffer first: `QTensor::quantize` reads the whole underlying storage, ignoring the offset of a
-/// tensor that is a view into a larger one (a slice of fused weights).
+/// The tensor's data in `dtype`, quantized with Candle's (ggml's reference) quantizers. The f32 values are read
+/// in place when the tensor owns its storage (no copy of the largest tensor); a tensor that is a view into a
+/// larger one is copied first, because `QTensor::quantize` reads the whole underlying storage.
 pub(super) fn tensor_bytes(tensor: &Tensor, dtype: GgmlDType) -> Result<Vec<u8>> {
-    let values = tensor.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    Ok(match dtype {
-        GgmlDType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        GgmlDType::F16 => values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
-        GgmlDType::BF16 => values.iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect(),
-        _ => {
-            let fresh = Tensor::from_vec(values, tensor.dims(), &Device::Cpu)?;
-            QTensor::quantize(&fresh, dtype)?.data()?.into_owned()
+    let tensor = tensor.to_dtype(DType::F32)?;
+    let owned = {
+        let (storage, layout) = tensor.storage_and_layout();
+        match (&*storage, layout.contiguous_offsets()) {
+            (Storage::Cpu(CpuStorage::F32(v)), Some((start, end))) => start == 0 && end == v.len(),
+            _ => false,
         }
-    })
+    };
+    let tensor = if owned {
+        tensor
+    } else {
+        Tensor::from_vec(tensor.flatten_all()?.to_vec1::<f32>()?, tensor.dims(), &Device::Cpu)?
+    };
+    let convert = |f: &dyn Fn(&[f32]) -> Vec<u8>| -> Result<Vec<u8>> {
+        let (storage, _) = tensor.storage_and_layout();
+        match &*storage {
+            Storage::Cpu(CpuStorage::F32(v)) => Ok(f(v)),
+            _ => Err(Error::InvalidSetting("export tensors are f32 on the CPU".into())),
+        }
+    };
+    match dtype {
+        GgmlDType::F32 => convert(&|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        GgmlDType::F16 => convert(&|v| v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect()),
+        GgmlDType::BF16 => convert(&|v| v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect()),
+        _ => Ok(QTensor::quantize(&tensor, dtype)?.data()?.into_owned()),
+    }
 }

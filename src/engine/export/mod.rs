@@ -10,16 +10,20 @@ mod gguf_metadata;
 mod gguf_model;
 pub mod gguf_quant;
 pub mod gguf_writer;
+mod merged_tensors;
 mod ollama;
+mod safetensors_stream;
 
 pub use gguf_quant::GgufQuant;
 pub use ollama::OLLAMA_GGUF;
 
 use crate::engine::checkpoint::{self, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
+use crate::engine::eos_doctor::{self, StopFacts, StopWarning};
 use crate::engine::model::transformer::{hf_linear_name, module_group};
-use crate::engine::model::{load_model, LoadedModel, ModelSource};
+use crate::engine::model::{load_model, load_model_info, LoadedModel, ModelInfo, ModelSource};
 use crate::engine::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+use merged_tensors::MergedTensors;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -93,8 +97,10 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
     let size_bytes = match (req.format, ckpt) {
         (ExportFormat::Gguf, _) => {
             create_parent(out)?;
-            let model = gguf_model::load_for_export(ckpt, base, req.allow_other_base)?;
-            gguf_model::write_model_gguf(model, &export_name(ckpt, base), req.quant, out, progress)?
+            let model = MergedTensors::open(ckpt, base)?;
+            refuse_other_base(ckpt, &model.info.source, &model.info.config, req.allow_other_base)?;
+            let plan = gguf_model::plan_model_gguf(&model, &export_name(ckpt, base), req.quant)?;
+            gguf_model::write_model_gguf(model, plan, out, progress)?
         }
         (ExportFormat::Ollama, _) => export_ollama(ckpt, base, req, progress)?,
         (format, None) => {
@@ -113,6 +119,21 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
         }
     };
     Ok(ExportOutcome { path: out.to_path_buf(), size_bytes })
+}
+
+/// The template and end-of-sequence doctor on what `req` will write: the model's checks, and for `gguf` /
+/// `ollama` whether the GGUF's eos/eot ids and the Modelfile's stop lines cover the end-of-turn token. Front ends
+/// show these before running [`export_with`]; reads no weights.
+pub fn export_stop_warnings(req: &ExportRequest) -> Result<Vec<StopWarning>> {
+    let info = load_model_info(&req.base_model)?;
+    let facts = StopFacts::of_info(&info);
+    let (mut warnings, end_of_turn) = eos_doctor::check_model(&facts);
+    if req.format.uses_quant() {
+        let ids = gguf_metadata::stop_ids(&gguf_metadata::tokenizer_metadata(&info)?);
+        let modelfile = (req.format == ExportFormat::Ollama).then(|| ollama::modelfile(&info)).transpose()?;
+        warnings.extend(eos_doctor::check_export(&facts, end_of_turn, &ids, modelfile.as_deref()));
+    }
+    Ok(warnings)
 }
 
 /// The `general.name` of an export: the checkpoint's run and step, or the base model's name.
@@ -148,9 +169,11 @@ fn export_ollama(
 ) -> Result<u64> {
     let (out, quant) = (req.out.as_path(), req.quant);
     std::fs::create_dir_all(out).map_err(|e| Error::write(out, e))?;
-    let model = gguf_model::load_for_export(ckpt, base, req.allow_other_base)?;
-    let modelfile = ollama::modelfile(&model)?;
-    let size = gguf_model::write_model_gguf(model, &export_name(ckpt, base), quant, &out.join(OLLAMA_GGUF), progress)?;
+    let model = MergedTensors::open(ckpt, base)?;
+    refuse_other_base(ckpt, &model.info.source, &model.info.config, req.allow_other_base)?;
+    let modelfile = ollama::modelfile(&model.info)?;
+    let plan = gguf_model::plan_model_gguf(&model, &export_name(ckpt, base), quant)?;
+    let size = gguf_model::write_model_gguf(model, plan, &out.join(OLLAMA_GGUF), progress)?;
     checkpoint::write_atomic(&out.join("Modelfile"), modelfile.as_bytes())?;
     Ok(size)
 }
@@ -175,7 +198,7 @@ fn export_adapter_folder(
             }
         }
         ExportFormat::MlxLm => export_mlx(base_for(ckpt, base_model, allow_other_base)?, ckpt, out, base_model)?,
-        ExportFormat::Merged => export_merged(base_for(ckpt, base_model, allow_other_base)?, ckpt, out)?,
+        ExportFormat::Merged => export_merged(ckpt, out, base_model, allow_other_base)?,
         ExportFormat::Gguf | ExportFormat::GgufLora | ExportFormat::Ollama => {
             return Err(Error::InvalidSetting(format!("{} is not an adapter folder format", format.as_str())))
         }
@@ -185,14 +208,27 @@ fn export_adapter_folder(
 
 /// Load `base_model` (f32, CPU) for applying the adapter in `ckpt`, refusing one the adapter was not trained
 /// on unless `allow_other_base`.
-pub(super) fn base_for(ckpt: &Path, base_model: &Path, allow_other_base: bool) -> Result<LoadedModel> {
+fn base_for(ckpt: &Path, base_model: &Path, allow_other_base: bool) -> Result<LoadedModel> {
     let model = load_model(base_model, &Device::Cpu, DType::F32)?;
-    match checkpoint::base_mismatch(ckpt, &model)? {
-        Some(message) if !allow_other_base => Err(Error::Adapter {
+    refuse_other_base(Some(ckpt), &model.source, &model.config, allow_other_base)?;
+    Ok(model)
+}
+
+/// Refuse to apply the adapter in `ckpt` to a base (known by `source` and `config`) other than the one it was
+/// trained on, unless `allow_other_base` (`--force-base`); see [`checkpoint::base_mismatch_of`].
+pub(super) fn refuse_other_base(
+    ckpt: Option<&Path>,
+    source: &ModelSource,
+    config: &crate::engine::model::ModelConfig,
+    allow_other_base: bool,
+) -> Result<()> {
+    let Some(ckpt) = ckpt.filter(|_| !allow_other_base) else { return Ok(()) };
+    match checkpoint::base_mismatch_of(ckpt, source, config)? {
+        Some(message) => Err(Error::Adapter {
             path: ckpt.join(checkpoint::BASE_MODEL_FILE),
             message: format!("{message} (or pass --force-base to export onto this one anyway)"),
         }),
-        _ => Ok(model),
+        None => Ok(()),
     }
 }
 
@@ -229,12 +265,18 @@ fn export_mlx(mut model: LoadedModel, ckpt: &Path, out: &Path, base_model: &Path
     )
 }
 
-/// A Hugging Face folder: merged weights (f32), config.json, tokenizer files and chat template.
-fn export_merged(mut model: LoadedModel, ckpt: &Path, out: &Path) -> Result<()> {
-    checkpoint::load_adapter(&mut model.model, ckpt)?;
-    let weights = model.model.merged_named_weights()?;
-    save_tensors(&weights, &out.join("model.safetensors"))?;
-    write_model_files(&model, out)
+/// A Hugging Face folder: merged weights (f32, streamed one tensor at a time), config.json, tokenizer files and
+/// chat template.
+fn export_merged(ckpt: &Path, out: &Path, base_model: &Path, allow_other_base: bool) -> Result<()> {
+    let mut model = MergedTensors::open(Some(ckpt), base_model)?;
+    refuse_other_base(Some(ckpt), &model.info.source, &model.info.config, allow_other_base)?;
+    let mut shapes = model.shapes();
+    shapes.sort();
+    safetensors_stream::write_f32_safetensors(&out.join("model.safetensors"), &shapes, |i| {
+        let (name, dims) = &shapes[i];
+        gguf_model::tensor_bytes(&model.tensor(name, dims)?, candle_core::quantized::GgmlDType::F32)
+    })?;
+    write_model_files(&model.info, out)
 }
 
 /// Write safetensors through a temporary file and a rename; failures are write errors naming the file.
@@ -250,7 +292,7 @@ fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
     checkpoint::make_world_readable(path)
 }
 
-fn write_model_files(model: &LoadedModel, out: &Path) -> Result<()> {
+fn write_model_files(model: &ModelInfo, out: &Path) -> Result<()> {
     let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     match &model.source {
         ModelSource::HfFolder(src) => {

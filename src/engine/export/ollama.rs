@@ -8,7 +8,7 @@
 //! falls back to the GGUF's own `tokenizer.chat_template` handling) and the Modelfile says so.
 
 use crate::engine::model::chat_template::ChatMessage;
-use crate::engine::model::LoadedModel;
+use crate::engine::model::ModelInfo;
 use crate::engine::Result;
 
 /// The file name of the GGUF inside the Ollama folder.
@@ -41,7 +41,7 @@ const FAMILIES: [(&str, &str, &str); 3] = [
 ];
 
 /// The Modelfile text for `model` (whose GGUF sits next to it as [`OLLAMA_GGUF`]).
-pub fn modelfile(model: &LoadedModel) -> Result<String> {
+pub fn modelfile(model: &ModelInfo) -> Result<String> {
     let source = model.chat_template.as_ref().map(|t| t.source.as_str()).unwrap_or("");
     let family = FAMILIES.iter().find(|(marker, _, _)| source.contains(marker));
     let mut text = format!("FROM ./{OLLAMA_GGUF}\n");
@@ -59,7 +59,7 @@ pub fn modelfile(model: &LoadedModel) -> Result<String> {
 }
 
 /// The system prompt a ChatML template inserts when the conversation has none (SmolLM2 does).
-fn default_system_prompt(model: &LoadedModel, chatml: bool) -> Result<Option<String>> {
+fn default_system_prompt(model: &ModelInfo, chatml: bool) -> Result<Option<String>> {
     if !chatml {
         return Ok(None);
     }
@@ -69,7 +69,7 @@ fn default_system_prompt(model: &LoadedModel, chatml: bool) -> Result<Option<Str
 }
 
 /// Every end-of-generation token as text, the family's end-of-turn token first, without repeats.
-fn stop_tokens(model: &LoadedModel, end_of_turn: Option<&str>) -> Vec<String> {
+fn stop_tokens(model: &ModelInfo, end_of_turn: Option<&str>) -> Vec<String> {
     let mut stops: Vec<String> =
         end_of_turn.filter(|t| model.tokenizer.token_to_id(t).is_some()).map(str::to_owned).into_iter().collect();
     for id in &model.eos_token_ids {

@@ -58,6 +58,26 @@ impl ModelSource {
     }
 }
 
+/// Everything about a model but its weights: enough to tokenize, template and describe it (what an export
+/// that streams the weights one tensor at a time needs). [`load_model_info`] reads it without any tensor.
+pub struct ModelInfo {
+    pub source: ModelSource,
+    /// As the weights will resolve it, except `tie_word_embeddings`, which [`load_model`] also sets when a
+    /// folder's weights ship no `lm_head` (the export's tensor source does the same).
+    pub config: ModelConfig,
+    pub tokenizer: TextTokenizer,
+    pub chat_template: Option<ChatTemplate>,
+    /// Every id that ends a generation (config, generation_config.json and the tokenizer's eos token).
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl ModelInfo {
+    /// Render a conversation with the model's chat template.
+    pub fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        render_with(self.chat_template.as_ref(), &self.source, messages, add_generation_prompt)
+    }
+}
+
 /// A model ready to run: weights on a device, tokenizer, chat template and stop ids.
 pub struct LoadedModel {
     pub source: ModelSource,
@@ -72,14 +92,7 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Render a conversation with the model's chat template.
     pub fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let template = self.chat_template.as_ref().ok_or_else(|| {
-            Error::ChatTemplate(format!(
-                "{} has no chat template (tokenizer_config.json `chat_template`, chat_template.jinja or GGUF \
-                 `tokenizer.chat_template`); use a plain prompt instead",
-                self.source.path().display()
-            ))
-        })?;
-        template.render(messages, add_generation_prompt)
+        render_with(self.chat_template.as_ref(), &self.source, messages, add_generation_prompt)
     }
 
     /// Token ids for a chat: rendered text tokenized without adding special tokens again, as transformers'
@@ -88,6 +101,22 @@ impl LoadedModel {
         let text = self.render_chat(messages, true)?;
         self.tokenizer.encode(&text, false)
     }
+}
+
+fn render_with(
+    template: Option<&ChatTemplate>,
+    source: &ModelSource,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+) -> Result<String> {
+    let template = template.ok_or_else(|| {
+        Error::ChatTemplate(format!(
+            "{} has no chat template (tokenizer_config.json `chat_template`, chat_template.jinja or GGUF \
+             `tokenizer.chat_template`); use a plain prompt instead",
+            source.path().display()
+        ))
+    })?;
+    template.render(messages, add_generation_prompt)
 }
 
 /// How a model is loaded, beyond its device and dtype: what every front end passes from its own choice
@@ -111,7 +140,30 @@ pub fn load_model_with(path: &Path, device: &Device, dtype: DType, options: &Loa
     }
 }
 
+/// Read a model's config, tokenizer, chat template and stop ids without loading any weight.
+pub fn load_model_info(path: &Path) -> Result<ModelInfo> {
+    match ModelSource::detect(path)? {
+        ModelSource::HfFolder(folder) => hf_folder_info(&folder),
+        ModelSource::Gguf(file) => {
+            let g = super::gguf::GgufTensorReader::open(&file)?;
+            gguf_info(&file, g.model_without_tensors()?)
+        }
+    }
+}
+
 fn load_hf_folder(folder: &Path, device: &Device, dtype: DType, quant: BaseQuant) -> Result<LoadedModel> {
+    let info = hf_folder_info(folder)?;
+    let weights = Weights::open_folder(folder)?;
+    let model = Transformer::load_with(&info.config, &weights, dtype, device, quant)?;
+    Ok(with_weights(info, model))
+}
+
+fn with_weights(info: ModelInfo, model: Transformer) -> LoadedModel {
+    let ModelInfo { source, tokenizer, chat_template, eos_token_ids, .. } = info;
+    LoadedModel { source, config: model.config.clone(), model, tokenizer, chat_template, eos_token_ids }
+}
+
+fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
     let config_path = folder.join("config.json");
     if !config_path.exists() {
         return Err(Error::MissingFile {
@@ -156,14 +208,9 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType, quant: BaseQuant
         eos_token_ids.push(id);
     }
     dedup_in_order(&mut eos_token_ids);
-
-    let weights = Weights::open_folder(folder)?;
-    let model = Transformer::load_with(&config, &weights, dtype, device, quant)?;
-    let config = model.config.clone();
-    Ok(LoadedModel {
+    Ok(ModelInfo {
         source: ModelSource::HfFolder(folder.to_path_buf()),
         config,
-        model,
         tokenizer,
         chat_template,
         eos_token_ids,
@@ -171,7 +218,15 @@ fn load_hf_folder(folder: &Path, device: &Device, dtype: DType, quant: BaseQuant
 }
 
 fn load_gguf_file(file: &Path, device: &Device, dtype: DType, quant: BaseQuant) -> Result<LoadedModel> {
-    let g = super::gguf::load_gguf_with(file, device, dtype, quant.is_quantized())?;
+    let mut g = super::gguf::load_gguf_with(file, device, dtype, quant.is_quantized())?;
+    let (tensors, quantized) = (std::mem::take(&mut g.tensors), std::mem::take(&mut g.quantized));
+    let weights = Weights::from_maps(tensors, quantized, file.to_path_buf());
+    let info = gguf_info(file, g)?;
+    let model = Transformer::load_with(&info.config, &weights, dtype, device, quant)?;
+    Ok(with_weights(info, model))
+}
+
+fn gguf_info(file: &Path, g: super::gguf::GgufModel) -> Result<ModelInfo> {
     let tokenizer = TextTokenizer::new(g.tokenizer, g.bos_token.clone(), g.eos_token.clone());
     let origin = format!("{} (GGUF metadata `tokenizer.chat_template`)", file.display());
     let chat_template = g
@@ -193,13 +248,9 @@ fn load_gguf_file(file: &Path, device: &Device, dtype: DType, quant: BaseQuant) 
         }
     }
     dedup_in_order(&mut eos_token_ids);
-    let weights = Weights::from_maps(g.tensors, g.quantized, file.to_path_buf());
-    let model = Transformer::load_with(&g.config, &weights, dtype, device, quant)?;
-    let config = model.config.clone();
-    Ok(LoadedModel {
+    Ok(ModelInfo {
         source: ModelSource::Gguf(file.to_path_buf()),
-        config,
-        model,
+        config: g.config,
         tokenizer,
         chat_template,
         eos_token_ids,

@@ -58,7 +58,10 @@ pub fn prepare_data(config: &TrainConfig, model: &LoadedModel) -> Result<Prepare
         ..Default::default()
     };
     let spec = TokenizeSpec::for_model(model, config.seq_len, config.train_on_prompt);
-    data::prepare_dataset(&config.data, &spec, &options)
+    let mut prepared = data::prepare_dataset(&config.data, &spec, &options)?;
+    let warnings = crate::engine::eos_doctor::check_training(model, &prepared.train.examples);
+    prepared.summary.notes.extend(warnings.iter().map(|w| format!("warning: {w}")));
+    Ok(prepared)
 }
 
 /// The batch plan (micro-batches) for a config over `train_lengths`, and the number of optimizer steps.

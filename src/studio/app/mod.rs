@@ -249,6 +249,7 @@ impl StudioApp {
                 self.actions.push(Action::RefreshRuns);
             }
             Event::ExportProgress { done, total, what } => self.checkpoints_panel.on_export_progress(done, total, what),
+            Event::ExportWarnings { warnings } => self.checkpoints_panel.on_export_warnings(warnings),
             Event::ExportFinished { path, size_bytes } => {
                 self.toast(
                     Tone::Ok,

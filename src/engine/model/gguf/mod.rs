@@ -76,32 +76,98 @@ pub fn load_gguf(path: &Path, device: &Device, dtype: DType) -> Result<GgufModel
 
 /// [`load_gguf`], keeping the decoder layers' block-quantized projections quantized when `keep_quantized`.
 pub fn load_gguf_with(path: &Path, device: &Device, dtype: DType, keep_quantized: bool) -> Result<GgufModel> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    let mut reader = BufReader::new(file);
-    let content = guarded(path, "cannot read the GGUF header", || Content::read(&mut reader))?;
-    check_tensor_extents(path, &content, file_size)?;
+    let mut file = GgufTensorReader::open(path)?;
+    let mut model = file.model_without_tensors()?;
+    let GgufTensorReader { content, reader, config, .. } = &mut file;
+    (model.tensors, model.quantized) = load_tensors(path, content, reader, config, (device, dtype), keep_quantized)?;
+    Ok(model)
+}
 
-    let meta = Metadata { path, map: &content.metadata };
-    check_architecture(&meta)?;
-    let vocab = GgufVocab::from_metadata(&meta)?;
-    let rope_freqs = match content.tensor_infos.get(ROPE_FREQS) {
-        Some(info) => Some(read_f32_vec(path, &content, info, &mut reader)?),
-        None => None,
-    };
-    let config = resolve_config(&meta, &content, &vocab, rope_freqs.as_deref())?;
-    let (tensors, quantized) = load_tensors(path, &content, &mut reader, &config, (device, dtype), keep_quantized)?;
-    let tokenizer = build_tokenizer(&vocab)?;
-    let token_string = |id: Option<u32>| id.and_then(|i| vocab.tokens.get(i as usize).cloned());
-    Ok(GgufModel {
-        chat_template: meta.string("tokenizer.chat_template")?.map(str::to_owned),
-        bos_token: token_string(vocab.bos_id),
-        eos_token: token_string(vocab.eos_id),
-        config,
-        tensors,
-        quantized,
-        tokenizer,
-    })
+/// An open GGUF file whose header, config and vocabulary are read, and whose tensors are read one at a time
+/// on request: [`load_gguf`] reads them all, an export streams them.
+pub struct GgufTensorReader {
+    path: std::path::PathBuf,
+    content: Content,
+    reader: BufReader<File>,
+    vocab: GgufVocab,
+    /// Resolved from the `llama.*` and `tokenizer.ggml.*` metadata.
+    pub config: ModelConfig,
+    /// Hugging Face tensor name -> GGUF tensor name.
+    gguf_names: HashMap<String, String>,
+}
+
+impl GgufTensorReader {
+    /// Read the header and resolve the config; no tensor data is read but the rope factors.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let mut reader = BufReader::new(file);
+        let content = guarded(path, "cannot read the GGUF header", || Content::read(&mut reader))?;
+        check_tensor_extents(path, &content, file_size)?;
+        let meta = Metadata { path, map: &content.metadata };
+        check_architecture(&meta)?;
+        let vocab = GgufVocab::from_metadata(&meta)?;
+        let rope_freqs = match content.tensor_infos.get(ROPE_FREQS) {
+            Some(info) => Some(read_f32_vec(path, &content, info, &mut reader)?),
+            None => None,
+        };
+        let config = resolve_config(&meta, &content, &vocab, rope_freqs.as_deref())?;
+        let gguf_names =
+            content.tensor_infos.keys().filter_map(|g| hf_tensor_name(g).map(|hf| (hf, g.clone()))).collect();
+        Ok(Self { path: path.to_path_buf(), content, reader, vocab, config, gguf_names })
+    }
+
+    /// Everything but the tensors (`tensors` is empty): tokenizer, chat template, bos/eos strings.
+    pub fn model_without_tensors(&self) -> Result<GgufModel> {
+        let meta = Metadata { path: &self.path, map: &self.content.metadata };
+        let vocab = &self.vocab;
+        let token_string = |id: Option<u32>| id.and_then(|i| vocab.tokens.get(i as usize).cloned());
+        Ok(GgufModel {
+            chat_template: meta.string("tokenizer.chat_template")?.map(str::to_owned),
+            bos_token: token_string(vocab.bos_id),
+            eos_token: token_string(vocab.eos_id),
+            config: self.config.clone(),
+            tensors: HashMap::new(),
+            quantized: HashMap::new(),
+            tokenizer: build_tokenizer(vocab)?,
+        })
+    }
+
+    /// Every tensor the model has, under its Hugging Face name with its Hugging Face shape.
+    pub fn hf_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        expected_shapes(&self.config)
+    }
+
+    /// Read the tensor with Hugging Face name `hf_name`, dequantized to f32 on the CPU, checked against `shape`,
+    /// with Hugging Face row order for q/k.
+    pub fn read_hf(&mut self, hf_name: &str, shape: &[usize]) -> Result<Tensor> {
+        let path = self.path.as_path();
+        let gguf_name = self
+            .gguf_names
+            .get(hf_name)
+            .ok_or_else(|| Error::MissingTensor { name: hf_name.to_string(), path: path.to_path_buf() })?;
+        let tensor = read_dequantized(path, &self.content, gguf_name, &mut self.reader)?;
+        if tensor.dims() != shape {
+            return Err(corrupt(
+                path,
+                format!(
+                    "tensor `{gguf_name}` has shape {:?}, but the metadata implies {shape:?} for `{hf_name}`",
+                    tensor.dims()
+                ),
+            ));
+        }
+        let n_head = match gguf_name.split('.').nth(2) {
+            Some("attn_q") => Some(self.config.num_attention_heads),
+            Some("attn_k") => Some(self.config.num_kv_heads),
+            _ => None,
+        };
+        match n_head {
+            Some(n_head) => {
+                permute_rows(&tensor, n_head, true).map_err(|e| corrupt(path, format!("`{gguf_name}`: {e}")))
+            }
+            None => Ok(tensor),
+        }
+    }
 }
 
 fn corrupt(path: &Path, message: impl Into<String>) -> Error {
@@ -417,8 +483,8 @@ pub(crate) fn llama3_rope_factors(s: &Llama3RopeScaling, theta: f64, head_dim: u
 // ---------------------------------------------------------------------------------------------------------
 // Tensors
 
-/// Every tensor the transformer needs, with its Hugging Face shape.
-fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
+/// Every tensor the transformer needs, with its Hugging Face shape (also the tensor list of a streamed export).
+pub(crate) fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
     let q = cfg.num_attention_heads * cfg.head_dim;
     let kv = cfg.num_kv_heads * cfg.head_dim;
@@ -446,6 +512,10 @@ fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
         }
         if cfg.o_bias {
             push("self_attn.o_proj.bias", vec![h]);
+        }
+        if cfg.qk_norm {
+            push("self_attn.q_norm.weight", vec![cfg.head_dim]);
+            push("self_attn.k_norm.weight", vec![cfg.head_dim]);
         }
     }
     shapes

@@ -1,0 +1,75 @@
+//! The base model's tensors one at a time, with the adapter merged in, for exports that stream: each request
+//! reads (memory-mapped safetensors) or dequantizes (GGUF) one base tensor to f32 on the CPU, adds the LoRA
+//! update `scale * B @ A` when that linear has an adapter, and hands it over; nothing else of the model is
+//! held. Peak memory is about one f32 tensor (plus its source and the writer's quantized copy) and the adapter,
+//! instead of the whole model loaded and a merged copy of it.
+
+use crate::engine::checkpoint::{self, AdapterWeights};
+use crate::engine::model::gguf::{expected_shapes, GgufTensorReader};
+use crate::engine::model::safetensors_weights::Weights;
+use crate::engine::model::transformer::hf_linear_name;
+use crate::engine::model::{load_model_info, ModelInfo, ModelSource};
+use crate::engine::Result;
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Where the base tensors come from.
+enum BaseTensors {
+    Folder(Weights),
+    Gguf(Box<GgufTensorReader>),
+}
+
+/// A model to export: what it is ([`ModelInfo`]) and its merged tensors on request.
+pub struct MergedTensors {
+    pub info: ModelInfo,
+    base: BaseTensors,
+    /// Hugging Face weight name -> (lora_A (r, in), lora_B (out, r)).
+    deltas: HashMap<String, (Tensor, Tensor)>,
+    scale: f64,
+}
+
+impl MergedTensors {
+    /// Open `base_model` without loading its weights and read the adapter in `ckpt` (if any), refusing one
+    /// that does not fit this model.
+    pub fn open(ckpt: Option<&Path>, base_model: &Path) -> Result<Self> {
+        let mut info = load_model_info(base_model)?;
+        let base = match &info.source {
+            ModelSource::HfFolder(folder) => {
+                let weights = Weights::open_folder(folder)?;
+                // As `Transformer::load`: a folder that ships no lm_head is tied whatever its config says.
+                if !weights.contains("lm_head.weight") {
+                    info.config.tie_word_embeddings = true;
+                }
+                BaseTensors::Folder(weights)
+            }
+            ModelSource::Gguf(file) => BaseTensors::Gguf(Box::new(GgufTensorReader::open(file)?)),
+        };
+        let (mut deltas, mut scale) = (HashMap::new(), 0.0);
+        if let Some(ckpt) = ckpt {
+            let AdapterWeights { config, pairs, .. } = checkpoint::read_adapter_for(&info.config, ckpt)?;
+            scale = config.scale();
+            for (layer, module, a, b) in pairs {
+                deltas.insert(format!("{}.weight", hf_linear_name(layer, module)), (a, b));
+            }
+        }
+        Ok(Self { info, base, deltas, scale })
+    }
+
+    /// Every tensor of the model under its Hugging Face name with its shape, in no particular order.
+    pub fn shapes(&self) -> Vec<(String, Vec<usize>)> {
+        expected_shapes(&self.info.config)
+    }
+
+    /// The tensor `hf_name` (of `shape`) in f32 on the CPU, adapter merged: `W + scale * B @ A`.
+    pub fn tensor(&mut self, hf_name: &str, shape: &[usize]) -> Result<Tensor> {
+        let base = match &mut self.base {
+            BaseTensors::Folder(weights) => weights.get(hf_name, shape, DType::F32, &Device::Cpu)?,
+            BaseTensors::Gguf(reader) => reader.read_hf(hf_name, shape)?,
+        };
+        match self.deltas.get(hf_name) {
+            Some((a, b)) => Ok((base + (b.matmul(a)? * self.scale)?)?),
+            None => Ok(base),
+        }
+    }
+}
