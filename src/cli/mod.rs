@@ -71,7 +71,7 @@ pub enum Command {
     Train(Box<train::TrainArgs>),
     /// Check a dataset: rows and problems, and with --model token lengths and truncation (the dataset page's report).
     Data(data::DataArgs),
-    /// Convert a checkpoint to mlx-lm format, a PEFT copy, or a merged model folder.
+    /// Export a checkpoint: PEFT or mlx-lm adapter, merged model folder, GGUF (merged, quantized), llama.cpp LoRA GGUF, Ollama folder.
     Export(train::ExportArgs),
     /// Benchmarks: generation, training and LoRA micro-benchmarks.
     #[command(subcommand)]

@@ -232,7 +232,9 @@ impl ProgressPrinter {
                 ..
             } => {
                 for note in notes {
-                    let _ = writeln!(err, "note: {note}");
+                    // Doctor findings arrive as "warning: ..."; everything else is a note.
+                    let label = if note.starts_with("warning: ") { "" } else { "note: " };
+                    let _ = writeln!(err, "{label}{note}");
                 }
                 self.total_steps = *total_steps;
                 let _ = writeln!(

@@ -252,84 +252,11 @@ impl CheckpointsPanel {
         ui.columns(2, |cols| {
             card_ui(&mut cols[0], |ui| {
                 ui.set_width(ui.available_width());
-                ui.label(RichText::new("Settings").strong());
-                match &run.config {
-                    Some(c) => {
-                        egui::Grid::new("run-settings").num_columns(2).spacing([14.0, 3.0]).show(ui, |ui| {
-                            let row = |ui: &mut Ui, k: &str, v: String| {
-                                ui.label(RichText::new(k).weak());
-                                ui.label(v);
-                                ui.end_row();
-                            };
-                            row(ui, "Model", display_name(&c.model));
-                            row(ui, "Data", c.data.display().to_string());
-                            row(
-                                ui,
-                                "LoRA",
-                                format!(
-                                    "rank {} · alpha {} · scale {:.2}{}",
-                                    c.lora.rank,
-                                    c.lora.alpha,
-                                    c.lora.scale(),
-                                    if c.lora.use_rslora { " (rsLoRA)" } else { "" }
-                                ),
-                            );
-                            row(ui, "Targets", c.lora.targets.to_string());
-                            row(
-                                ui,
-                                "Layers",
-                                c.lora.layers.map(|n| format!("last {n}")).unwrap_or_else(|| "all".into()),
-                            );
-                            row(
-                                ui,
-                                "Learning rate",
-                                format!("{} {:?}, warmup {}", fmt_sci(c.lr), c.schedule, c.warmup).to_lowercase(),
-                            );
-                            row(
-                                ui,
-                                "Batch",
-                                format!("{} × {} accumulation · {} tokens", c.batch_size, c.grad_accum, c.seq_len),
-                            );
-                            row(
-                                ui,
-                                "Duration",
-                                match (c.iters, c.epochs, run.total_steps) {
-                                    (_, _, Some(t)) => format!("{t} steps"),
-                                    (Some(n), _, _) => format!("{n} steps"),
-                                    (None, Some(e), _) => format!("{e} epochs"),
-                                    _ => "–".into(),
-                                },
-                            );
-                            row(ui, "Seed", c.seed.to_string());
-                            if let Some(p) = run.trainable_params {
-                                row(ui, "Trainable", fmt_count(p));
-                            }
-                        });
-                    }
-                    None => {
-                        ui.label(RichText::new("run.json is missing or unreadable").weak());
-                    }
-                }
+                run_settings_ui(ui, run);
             });
             card_ui(&mut cols[1], |ui| {
                 ui.set_width(ui.available_width());
-                ui.label(RichText::new("Loss").strong());
-                let train = to_points(&run.train_loss);
-                let smoothed = smooth(&train, 0.6);
-                let val = to_points(&run.val_loss);
-                Plot::new(("run-loss", &run.name))
-                    .allow_scroll(false)
-                    .height(210.0)
-                    .legend(Legend::default())
-                    .x_axis_label("step")
-                    .show(ui, |plot| {
-                        plot.line(Line::new("train", &train[..]).color(palette::TRAIN_RAW).width(1.0));
-                        plot.line(Line::new("train (smoothed)", &smoothed[..]).color(palette::TRAIN).width(2.0));
-                        if !val.is_empty() {
-                            plot.line(Line::new("validation", &val[..]).color(palette::VALID).width(2.0));
-                            plot.points(Points::new("validation", &val[..]).color(palette::VALID).radius(3.0));
-                        }
-                    });
+                run_loss_ui(ui, run);
             });
         });
         ui.add_space(6.0);
@@ -338,79 +265,15 @@ impl CheckpointsPanel {
             ui.label(RichText::new("No checkpoint saved yet.").weak());
             return;
         }
-        let base_model = run.config.as_ref().map(|c| c.model.clone()).unwrap_or_default();
-        let config = run.config.clone();
-        let mut action = None;
-        let mut new_export = None;
-        let mut new_delete = None;
-        egui::Grid::new("ckpts").num_columns(6).striped(true).spacing([18.0, 6.0]).show(ui, |ui| {
-            for h in ["Step", "Train loss", "Val loss", "Saved", "Size", ""] {
-                ui.label(RichText::new(h).strong());
-            }
-            ui.end_row();
-            for c in run.checkpoints.iter().rev() {
-                ui.label(RichText::new(c.step.to_string()).monospace());
-                ui.label(c.train_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
-                ui.label(c.val_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
-                ui.label(fmt_age(c.saved_unix_secs)).on_hover_text(widgets::fmt_unix(c.saved_unix_secs));
-                ui.label(fmt_bytes(c.size_bytes));
-                ui.push_id(&c.path, |ui| {
-                    ui.horizontal(|ui| {
-                        if ui.button("Open in chat").on_hover_text("Chat with this adapter on the base model").clicked()
-                        {
-                            action =
-                                Some(Action::OpenInChat { checkpoint: c.path.clone(), base_model: base_model.clone() });
-                        }
-                        if ui
-                            .add_enabled(!ctx.training_active, egui::Button::new("Resume"))
-                            .on_hover_text("Continue this run from here with its saved settings")
-                            .on_disabled_hover_text("A run is in progress")
-                            .clicked()
-                        {
-                            action = Some(Action::ResumeFrom {
-                                checkpoint: c.path.clone(),
-                                config: config.clone().map(Box::new),
-                            });
-                        }
-                        let exporting = self.exporting.contains(&c.path);
-                        if ui
-                            .add_enabled(
-                                !exporting,
-                                egui::Button::new(if exporting { "Exporting…" } else { "Export…" }),
-                            )
-                            .on_hover_text(
-                                "Write the adapter as PEFT, mlx-lm, a merged model, GGUF or an Ollama folder",
-                            )
-                            .clicked()
-                        {
-                            new_export = Some(ExportDialog {
-                                checkpoint: c.path.clone(),
-                                base_model: base_model.clone(),
-                                format: ExportFormat::Peft,
-                                quant: GgufQuant::default(),
-                                out: default_export_dir(&c.path, ExportFormat::Peft).display().to_string(),
-                            });
-                        }
-                        if ui
-                            .button(RichText::new("Delete").color(palette::ERROR))
-                            .on_hover_text("Delete this checkpoint folder")
-                            .clicked()
-                        {
-                            new_delete = Some(c.path.clone());
-                        }
-                    });
-                });
-                ui.end_row();
-            }
-        });
-        if let Some(a) = action {
+        let clicks = checkpoint_table_ui(ui, run, &self.exporting, ctx.training_active);
+        if let Some(a) = clicks.action {
             ctx.actions.push(a);
         }
-        if new_export.is_some() {
-            self.export = new_export;
+        if clicks.export.is_some() {
+            self.export = clicks.export;
         }
-        if new_delete.is_some() {
-            self.confirm_delete = new_delete;
+        if clicks.delete.is_some() {
+            self.confirm_delete = clicks.delete;
         }
     }
 
@@ -534,6 +397,151 @@ impl CheckpointsPanel {
 }
 
 /// The GGUF quantization picker of the export dialog.
+/// What a click in a run's checkpoint table asks for.
+#[derive(Default)]
+struct TableClicks {
+    action: Option<Action>,
+    export: Option<ExportDialog>,
+    delete: Option<PathBuf>,
+}
+
+/// The run's settings as saved in its run.json.
+fn run_settings_ui(ui: &mut Ui, run: &RunInfo) {
+    ui.label(RichText::new("Settings").strong());
+    match &run.config {
+        Some(c) => {
+            egui::Grid::new("run-settings").num_columns(2).spacing([14.0, 3.0]).show(ui, |ui| {
+                let row = |ui: &mut Ui, k: &str, v: String| {
+                    ui.label(RichText::new(k).weak());
+                    ui.label(v);
+                    ui.end_row();
+                };
+                row(ui, "Model", display_name(&c.model));
+                row(ui, "Data", c.data.display().to_string());
+                row(
+                    ui,
+                    "LoRA",
+                    format!(
+                        "rank {} · alpha {} · scale {:.2}{}",
+                        c.lora.rank,
+                        c.lora.alpha,
+                        c.lora.scale(),
+                        if c.lora.use_rslora { " (rsLoRA)" } else { "" }
+                    ),
+                );
+                row(ui, "Targets", c.lora.targets.to_string());
+                row(ui, "Layers", c.lora.layers.map(|n| format!("last {n}")).unwrap_or_else(|| "all".into()));
+                row(
+                    ui,
+                    "Learning rate",
+                    format!("{} {:?}, warmup {}", fmt_sci(c.lr), c.schedule, c.warmup).to_lowercase(),
+                );
+                row(ui, "Batch", format!("{} × {} accumulation · {} tokens", c.batch_size, c.grad_accum, c.seq_len));
+                row(
+                    ui,
+                    "Duration",
+                    match (c.iters, c.epochs, run.total_steps) {
+                        (_, _, Some(t)) => format!("{t} steps"),
+                        (Some(n), _, _) => format!("{n} steps"),
+                        (None, Some(e), _) => format!("{e} epochs"),
+                        _ => "–".into(),
+                    },
+                );
+                row(ui, "Seed", c.seed.to_string());
+                if let Some(p) = run.trainable_params {
+                    row(ui, "Trainable", fmt_count(p));
+                }
+            });
+        }
+        None => {
+            ui.label(RichText::new("run.json is missing or unreadable").weak());
+        }
+    }
+}
+
+/// The run's training loss (raw and smoothed) and validation loss.
+fn run_loss_ui(ui: &mut Ui, run: &RunInfo) {
+    ui.label(RichText::new("Loss").strong());
+    let train = to_points(&run.train_loss);
+    let smoothed = smooth(&train, 0.6);
+    let val = to_points(&run.val_loss);
+    Plot::new(("run-loss", &run.name))
+        .allow_scroll(false)
+        .height(210.0)
+        .legend(Legend::default())
+        .x_axis_label("step")
+        .show(ui, |plot| {
+            plot.line(Line::new("train", &train[..]).color(palette::TRAIN_RAW).width(1.0));
+            plot.line(Line::new("train (smoothed)", &smoothed[..]).color(palette::TRAIN).width(2.0));
+            if !val.is_empty() {
+                plot.line(Line::new("validation", &val[..]).color(palette::VALID).width(2.0));
+                plot.points(Points::new("validation", &val[..]).color(palette::VALID).radius(3.0));
+            }
+        });
+}
+
+/// One row per checkpoint, newest first, with its actions: chat, resume, export, delete.
+fn checkpoint_table_ui(ui: &mut Ui, run: &RunInfo, exporting: &[PathBuf], training_active: bool) -> TableClicks {
+    let base_model = run.config.as_ref().map(|c| c.model.clone()).unwrap_or_default();
+    let config = run.config.clone();
+    let mut clicks = TableClicks::default();
+    egui::Grid::new("ckpts").num_columns(6).striped(true).spacing([18.0, 6.0]).show(ui, |ui| {
+        for h in ["Step", "Train loss", "Val loss", "Saved", "Size", ""] {
+            ui.label(RichText::new(h).strong());
+        }
+        ui.end_row();
+        for c in run.checkpoints.iter().rev() {
+            ui.label(RichText::new(c.step.to_string()).monospace());
+            ui.label(c.train_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
+            ui.label(c.val_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
+            ui.label(fmt_age(c.saved_unix_secs)).on_hover_text(widgets::fmt_unix(c.saved_unix_secs));
+            ui.label(fmt_bytes(c.size_bytes));
+            ui.push_id(&c.path, |ui| {
+                ui.horizontal(|ui| {
+                    if ui.button("Open in chat").on_hover_text("Chat with this adapter on the base model").clicked() {
+                        clicks.action =
+                            Some(Action::OpenInChat { checkpoint: c.path.clone(), base_model: base_model.clone() });
+                    }
+                    if ui
+                        .add_enabled(!training_active, egui::Button::new("Resume"))
+                        .on_hover_text("Continue this run from here with its saved settings")
+                        .on_disabled_hover_text("A run is in progress")
+                        .clicked()
+                    {
+                        clicks.action = Some(Action::ResumeFrom {
+                            checkpoint: c.path.clone(),
+                            config: config.clone().map(Box::new),
+                        });
+                    }
+                    let exporting = exporting.contains(&c.path);
+                    if ui
+                        .add_enabled(!exporting, egui::Button::new(if exporting { "Exporting…" } else { "Export…" }))
+                        .on_hover_text("Write the adapter as PEFT, mlx-lm, a merged model, GGUF or an Ollama folder")
+                        .clicked()
+                    {
+                        clicks.export = Some(ExportDialog {
+                            checkpoint: c.path.clone(),
+                            base_model: base_model.clone(),
+                            format: ExportFormat::Peft,
+                            quant: GgufQuant::default(),
+                            out: default_export_dir(&c.path, ExportFormat::Peft).display().to_string(),
+                        });
+                    }
+                    if ui
+                        .button(RichText::new("Delete").color(palette::ERROR))
+                        .on_hover_text("Delete this checkpoint folder")
+                        .clicked()
+                    {
+                        clicks.delete = Some(c.path.clone());
+                    }
+                });
+            });
+            ui.end_row();
+        }
+    });
+    clicks
+}
+
 fn quant_choice_ui(ui: &mut Ui, quant: &mut GgufQuant) {
     ui.horizontal(|ui| {
         let l = ui.label("Quantization");
