@@ -350,6 +350,24 @@ pub fn axis_sci(mark: egui_plot::GridMark, _range: &std::ops::RangeInclusive<f64
     }
 }
 
+/// "Recent:" followed by one small button per path (at most six); returns the path clicked this frame.
+pub fn recent_paths_ui(
+    ui: &mut Ui,
+    paths: &[std::path::PathBuf],
+    label: impl Fn(&std::path::Path) -> String,
+) -> Option<std::path::PathBuf> {
+    let mut clicked = None;
+    ui.horizontal_wrapped(|ui| {
+        ui.label(egui::RichText::new("Recent:").weak());
+        for p in paths.iter().take(6) {
+            if ui.small_button(label(p)).on_hover_text(p.display().to_string()).clicked() {
+                clicked = Some(p.clone());
+            }
+        }
+    });
+    clicked
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,22 +401,4 @@ mod tests {
         assert!(d.iter().any(|p| p.y == 100.0));
         assert_eq!(d.last().map(|p| p.x), Some(9999.0));
     }
-}
-
-/// "Recent:" followed by one small button per path (at most six); returns the path clicked this frame.
-pub fn recent_paths_ui(
-    ui: &mut Ui,
-    paths: &[std::path::PathBuf],
-    label: impl Fn(&std::path::Path) -> String,
-) -> Option<std::path::PathBuf> {
-    let mut clicked = None;
-    ui.horizontal_wrapped(|ui| {
-        ui.label(egui::RichText::new("Recent:").weak());
-        for p in paths.iter().take(6) {
-            if ui.small_button(label(p)).on_hover_text(p.display().to_string()).clicked() {
-                clicked = Some(p.clone());
-            }
-        }
-    });
-    clicked
 }
