@@ -9,7 +9,6 @@ pub mod cpu_team;
 pub mod data;
 pub mod device;
 pub mod doctor;
-pub mod eos_doctor;
 pub mod error;
 pub mod estimate;
 pub mod export;

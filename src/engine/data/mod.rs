@@ -6,6 +6,7 @@
 //! (mlx-lm's layout). Without a validation file a seeded fraction of the training rows is held out.
 
 pub mod batches;
+pub mod eos_doctor;
 pub mod fingerprint;
 pub mod formats;
 pub mod report;

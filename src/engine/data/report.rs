@@ -4,7 +4,7 @@
 //! It reads files the way training does ([`super::dataset_files`], [`super::read_jsonl`]).
 
 use super::{dataset_files, read_jsonl, tokenize, DatasetFormat, ParsedFile, Row, RowProblem, SplitName, TokenizeSpec};
-use crate::engine::eos_doctor::{self, StopWarning};
+use crate::engine::data::eos_doctor::{self, StopWarning};
 use crate::engine::model::LoadedModel;
 use crate::engine::Result;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ pub struct DatasetReport {
     pub notes: Vec<String>,
     /// The template and end-of-sequence doctor's findings with the model loaded (shown as warnings).
     #[serde(default)]
-    pub warnings: Vec<crate::engine::eos_doctor::StopWarning>,
+    pub warnings: Vec<crate::engine::data::eos_doctor::StopWarning>,
 }
 
 impl DatasetReport {

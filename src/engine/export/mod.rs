@@ -18,7 +18,7 @@ pub use gguf_quant::GgufQuant;
 pub use ollama::OLLAMA_GGUF;
 
 use crate::engine::checkpoint::{self, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
-use crate::engine::eos_doctor::{self, StopFacts, StopWarning};
+use crate::engine::data::eos_doctor::{self, StopFacts, StopWarning};
 use crate::engine::model::transformer::{hf_linear_name, module_group};
 use crate::engine::model::{load_model, load_model_info, LoadedModel, ModelInfo, ModelSource};
 use crate::engine::{Error, Result};

@@ -59,7 +59,7 @@ pub fn prepare_data(config: &TrainConfig, model: &LoadedModel) -> Result<Prepare
     };
     let spec = TokenizeSpec::for_model(model, config.seq_len, config.train_on_prompt);
     let mut prepared = data::prepare_dataset(&config.data, &spec, &options)?;
-    let warnings = crate::engine::eos_doctor::check_training(model, &prepared.train.examples);
+    let warnings = crate::engine::data::eos_doctor::check_training(model, &prepared.train.examples);
     prepared.summary.notes.extend(warnings.iter().map(|w| format!("warning: {w}")));
     Ok(prepared)
 }

@@ -1,7 +1,9 @@
 //! Tests of the GGUF loader and tokenizer.
 
+use super::metadata::infer_llama3_rope_scaling;
 use super::tokenizer::*;
 use super::*;
+use crate::engine::model::config::{Llama3RopeScaling, RopeScaling};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use tokenizers::decoders::byte_level::ByteLevel;

@@ -11,7 +11,7 @@
 //! - export: the GGUF's `tokenizer.ggml.eos_token_id` / `eot_token_id` / `eom_token_id` and the Ollama
 //!   Modelfile's `PARAMETER stop` lines cover the end-of-turn token.
 
-use crate::engine::data::Example;
+use super::Example;
 use crate::engine::model::chat_template::{ChatMessage, ChatTemplate};
 use crate::engine::model::tokenizer::TextTokenizer;
 use crate::engine::model::{LoadedModel, ModelInfo, ModelSource};

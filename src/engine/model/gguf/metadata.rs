@@ -1,0 +1,264 @@
+//! GGUF metadata: typed access to its key/value pairs ([`Metadata`]) and the resolution of the `llama.*` and
+//! `tokenizer.ggml.*` keys into a [`ModelConfig`], rope scaling included (Llama 3 files carry it as a factor
+//! tensor, which is inverted back into the scaling parameters).
+
+use super::{GgufVocab, SUPPORTED_GGUF_ARCHITECTURES};
+use crate::engine::model::config::{Architecture, Llama3RopeScaling, ModelConfig, RopeScaling};
+use crate::engine::{Error, Result};
+use candle_core::quantized::gguf_file::{Content, Value};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Typed access to GGUF metadata; a value of the wrong type is a `BadConfig` naming the key.
+pub(super) struct Metadata<'a> {
+    pub(super) path: &'a Path,
+    pub(super) map: &'a HashMap<String, Value>,
+}
+
+impl Metadata<'_> {
+    pub(super) fn bad(&self, key: &str, message: impl Into<String>) -> Error {
+        Error::BadConfig { path: self.path.to_path_buf(), field: key.into(), message: message.into() }
+    }
+
+    pub(super) fn usize(&self, key: &str) -> Result<Option<usize>> {
+        self.map
+            .get(key)
+            .map(|v| value_to_usize(v).ok_or_else(|| self.bad(key, "expected a non-negative integer")))
+            .transpose()
+    }
+
+    pub(super) fn need_usize(&self, key: &str) -> Result<usize> {
+        match self.usize(key)? {
+            Some(v) if v > 0 => Ok(v),
+            Some(_) => Err(self.bad(key, "must be positive")),
+            None => Err(self.bad(key, "missing from the GGUF metadata")),
+        }
+    }
+
+    pub(super) fn float(&self, key: &str) -> Result<Option<f64>> {
+        self.map.get(key).map(|v| value_to_f64(v).ok_or_else(|| self.bad(key, "expected a number"))).transpose()
+    }
+
+    pub(super) fn bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(self.bad(key, "expected a boolean")),
+        }
+    }
+
+    pub(super) fn string(&self, key: &str) -> Result<Option<&str>> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(_) => Err(self.bad(key, "expected a string")),
+        }
+    }
+
+    pub(super) fn array(&self, key: &str) -> Result<Option<&[Value]>> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::Array(items)) => Ok(Some(items.as_slice())),
+            Some(_) => Err(self.bad(key, "expected an array")),
+        }
+    }
+
+    pub(super) fn strings(&self, key: &str) -> Result<Option<Vec<String>>> {
+        let Some(items) = self.array(key)? else { return Ok(None) };
+        let strings = items.iter().map(|v| match v {
+            Value::String(s) => Ok(s.clone()),
+            _ => Err(self.bad(key, "expected an array of strings")),
+        });
+        strings.collect::<Result<Vec<_>>>().map(Some)
+    }
+
+    pub(super) fn ints(&self, key: &str) -> Result<Option<Vec<i64>>> {
+        let Some(items) = self.array(key)? else { return Ok(None) };
+        let ints = items.iter().map(|v| value_to_i64(v).ok_or_else(|| self.bad(key, "expected an array of integers")));
+        ints.collect::<Result<Vec<_>>>().map(Some)
+    }
+
+    pub(super) fn floats(&self, key: &str) -> Result<Option<Vec<f32>>> {
+        let Some(items) = self.array(key)? else { return Ok(None) };
+        let floats = items
+            .iter()
+            .map(|v| value_to_f64(v).map(|x| x as f32).ok_or_else(|| self.bad(key, "expected an array of numbers")));
+        floats.collect::<Result<Vec<_>>>().map(Some)
+    }
+
+    pub(super) fn token_id(&self, key: &str) -> Result<Option<u32>> {
+        self.usize(key)?.map(|v| u32::try_from(v).map_err(|_| self.bad(key, "token id out of range"))).transpose()
+    }
+}
+
+fn value_to_i64(v: &Value) -> Option<i64> {
+    match *v {
+        Value::U8(x) => Some(x.into()),
+        Value::I8(x) => Some(x.into()),
+        Value::U16(x) => Some(x.into()),
+        Value::I16(x) => Some(x.into()),
+        Value::U32(x) => Some(x.into()),
+        Value::I32(x) => Some(x.into()),
+        Value::U64(x) => i64::try_from(x).ok(),
+        Value::I64(x) => Some(x),
+        _ => None,
+    }
+}
+
+fn value_to_usize(v: &Value) -> Option<usize> {
+    value_to_i64(v).and_then(|x| usize::try_from(x).ok())
+}
+
+fn value_to_f64(v: &Value) -> Option<f64> {
+    match *v {
+        // Through the shortest decimal, so an f32 `1e-5` becomes the f64 `1e-5` a config.json would give.
+        Value::F32(x) => Some(x.to_string().parse().unwrap_or(x.into())),
+        Value::F64(x) => Some(x),
+        _ => value_to_i64(v).map(|x| x as f64),
+    }
+}
+
+const ARCH: &str = "llama";
+/// Llama 3 files carry their rope scaling as precomputed per-frequency factors in this tensor.
+pub(super) const ROPE_FREQS: &str = "rope_freqs.weight";
+
+pub(super) fn check_architecture(meta: &Metadata) -> Result<()> {
+    let found = meta.string("general.architecture")?.unwrap_or("(no general.architecture)");
+    if found == ARCH {
+        return Ok(());
+    }
+    Err(Error::UnsupportedArchitecture {
+        found: found.to_string(),
+        path: meta.path.to_path_buf(),
+        supported: SUPPORTED_GGUF_ARCHITECTURES.into(),
+    })
+}
+
+pub(super) fn resolve_config(
+    meta: &Metadata,
+    content: &Content,
+    vocab: &GgufVocab,
+    rope_freqs: Option<&[f32]>,
+) -> Result<ModelConfig> {
+    let key = |name: &str| format!("{ARCH}.{name}");
+    let hidden_size = meta.need_usize(&key("embedding_length"))?;
+    let num_attention_heads = meta.need_usize(&key("attention.head_count"))?;
+    let num_kv_heads = meta.usize(&key("attention.head_count_kv"))?.unwrap_or(num_attention_heads);
+    if num_kv_heads == 0 || num_attention_heads % num_kv_heads != 0 {
+        return Err(meta.bad(
+            &key("attention.head_count_kv"),
+            format!("{num_kv_heads} does not divide attention.head_count {num_attention_heads}"),
+        ));
+    }
+    let head_dim = meta.usize(&key("attention.key_length"))?.unwrap_or(hidden_size / num_attention_heads);
+    if let Some(rope_dims) = meta.usize(&key("rope.dimension_count"))? {
+        if rope_dims != head_dim {
+            return Err(meta.bad(
+                &key("rope.dimension_count"),
+                format!("rope over {rope_dims} of {head_dim} head dimensions (partial rotary) is not supported"),
+            ));
+        }
+    }
+    let vocab_size = vocab.tokens.len();
+    if let Some(declared) = meta.usize(&key("vocab_size"))? {
+        if declared != vocab_size {
+            return Err(
+                meta.bad(&key("vocab_size"), format!("{declared} but tokenizer.ggml.tokens has {vocab_size} tokens"))
+            );
+        }
+    }
+    let rope_theta = meta.float(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+    let rope_scaling = match rope_freqs {
+        Some(factors) => Some(infer_llama3_rope_scaling(meta, factors, rope_theta, head_dim)?),
+        None => linear_rope_scaling(meta)?,
+    };
+    let has_tensor = |name: &str| content.tensor_infos.contains_key(name);
+    Ok(ModelConfig {
+        architecture: Architecture::Llama,
+        vocab_size,
+        hidden_size,
+        intermediate_size: meta.need_usize(&key("feed_forward_length"))?,
+        num_layers: meta.need_usize(&key("block_count"))?,
+        num_attention_heads,
+        num_kv_heads,
+        head_dim,
+        rms_norm_eps: meta.float(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+        rope_theta,
+        rope_scaling,
+        max_position_embeddings: meta.usize(&key("context_length"))?.unwrap_or(2048),
+        tie_word_embeddings: !has_tensor("output.weight"),
+        qkv_bias: has_tensor("blk.0.attn_q.bias"),
+        o_bias: has_tensor("blk.0.attn_output.bias"),
+        qk_norm: false,
+        sliding_window: None,
+        bos_token_id: vocab.bos_id,
+        eos_token_ids: vocab.eos_id.into_iter().collect(),
+        weights_dtype: content.tensor_infos.get("blk.0.attn_q.weight").map(|i| format!("gguf {:?}", i.ggml_dtype)),
+    })
+}
+
+/// `rope.scaling.type = linear` (or the older `rope.scale_linear`); any other scaling type is refused.
+fn linear_rope_scaling(meta: &Metadata) -> Result<Option<RopeScaling>> {
+    let type_key = format!("{ARCH}.rope.scaling.type");
+    let factor = match meta.string(&type_key)? {
+        None | Some("none") => meta.float(&format!("{ARCH}.rope.scale_linear"))?,
+        Some("linear") => meta.float(&format!("{ARCH}.rope.scaling.factor"))?,
+        Some(other) => {
+            return Err(meta.bad(&type_key, format!("`{other}` rope scaling is not supported; supported: none, linear")))
+        }
+    };
+    Ok(factor.filter(|f| *f != 1.0 && *f > 0.0).map(|factor| RopeScaling::Linear { factor }))
+}
+
+/// llama.cpp stores Llama 3 rope scaling only as the resulting per-frequency divisors. All released Llama 3.x
+/// models use low/high frequency factors 1 and 4 over an original context of 8192, so we assume those (the
+/// original context from `rope.scaling.original_context_length` when the file has it, as our exports do), take
+/// `factor` from the largest divisor, and accept the guess only if it reproduces every stored divisor.
+pub(super) fn infer_llama3_rope_scaling(
+    meta: &Metadata,
+    factors: &[f32],
+    theta: f64,
+    head_dim: usize,
+) -> Result<RopeScaling> {
+    let factor = factors.iter().copied().fold(f32::MIN, f32::max) as f64;
+    let guess = Llama3RopeScaling {
+        factor,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: meta
+            .usize(&format!("{ARCH}.rope.scaling.original_context_length"))?
+            .unwrap_or(8192),
+    };
+    let expected = llama3_rope_factors(&guess, theta, head_dim);
+    let matches = expected.len() == factors.len()
+        && expected.iter().zip(factors).all(|(e, f)| (e - *f as f64).abs() <= 1e-3 * e.abs().max(1.0));
+    if !matches {
+        return Err(meta.bad(
+            ROPE_FREQS,
+            "these rope frequency factors are not Llama 3 scaling with low/high factors 1/4 over 8192 positions; \
+             this rope scaling is not supported",
+        ));
+    }
+    Ok(RopeScaling::Llama3(guess))
+}
+
+/// The divisor llama.cpp's convert script writes for each rope frequency under Llama 3 scaling.
+pub(crate) fn llama3_rope_factors(s: &Llama3RopeScaling, theta: f64, head_dim: usize) -> Vec<f64> {
+    let original = s.original_max_position_embeddings as f64;
+    let low_freq_wavelen = original / s.low_freq_factor;
+    let high_freq_wavelen = original / s.high_freq_factor;
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / theta.powf((2 * i) as f64 / head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            if wavelen < high_freq_wavelen {
+                1.0
+            } else if wavelen > low_freq_wavelen {
+                s.factor
+            } else {
+                let smooth = (original / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                1.0 / ((1.0 - smooth) / s.factor + smooth)
+            }
+        })
+        .collect()
+}
