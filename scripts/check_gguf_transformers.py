@@ -11,23 +11,10 @@ weights is the only expected difference).
 Usage:  python3 scripts/check_gguf_transformers.py --bin target/release/metal-candle --work /tmp/gguf-tf \
             [--smollm2-checkpoint RUN/checkpoint-N]
 """
-import argparse, json, os, subprocess, sys
+import argparse, json, os, sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEXT = ("Paris is the capital and most populous city of France. It is located on the Seine river, in the north "
-        "of the country, and is known for its museums, architecture and food.")
-
-
-def run(cmd):
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{res.stderr[-2000:]}")
-    return res.stdout
-
-
-def ours_score(bin_, model, ckpt):
-    cmd = [bin_, "score", "--model", model, "--text", TEXT, "--json"] + (["--adapter", ckpt] if ckpt else [])
-    return json.loads(run(cmd).strip().splitlines()[-1])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_gguf_llamacpp import ROOT, TEXT, export, ours  # one home for running our binary and exporting
 
 
 def transformers_logprobs(gguf_path, ids):
@@ -64,9 +51,8 @@ def main():
         folder = os.path.join(a.work, name)
         os.makedirs(folder, exist_ok=True)
         out = os.path.join(folder, "model-f16.gguf")
-        cmd = [a.bin, "export", "--format", "gguf", "--quant", "f16", "--model", model, "--out", out]
-        run(cmd + (["--checkpoint", ckpt] if ckpt else []))
-        mine = ours_score(a.bin, model, ckpt)
+        export(a.bin, model, ckpt, "gguf", "f16", out)
+        mine = ours(a.bin, model, ckpt, "score", "--text", TEXT, "--json")
         try:
             theirs, cls = transformers_logprobs(out, mine["ids"])
         except Exception as e:  # a transformers limitation is reported as the case's result, not a crash

@@ -251,14 +251,22 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
         }
         targets.insert(module.to_string());
     }
-    let summary = AdapterSummary {
+    Ok((summary_of(&cfg, targets, params.len()), params))
+}
+
+/// What an adapter read with `cfg` holds: its settings, the modules it adapts, and how many linears.
+fn summary_of(
+    cfg: &PeftAdapterConfig,
+    targets: std::collections::BTreeSet<String>,
+    adapted_linears: usize,
+) -> AdapterSummary {
+    AdapterSummary {
         rank: cfg.r,
         alpha: cfg.lora_alpha,
         targets: targets.into_iter().collect(),
         use_rslora: cfg.use_rslora,
-        adapted_linears: params.len(),
-    };
-    Ok((summary, params))
+        adapted_linears,
+    }
 }
 
 /// One adapted linear found in an adapter file: (layer, module, lora_A (r, in), lora_B (out, r)).
@@ -299,13 +307,7 @@ pub fn read_adapter_for(config: &ModelConfig, adapter_dir: &Path) -> Result<Adap
         out.push((layer, module, a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?));
         targets.insert(module.to_string());
     }
-    let summary = AdapterSummary {
-        rank: cfg.r,
-        alpha: cfg.lora_alpha,
-        targets: targets.into_iter().collect(),
-        use_rslora: cfg.use_rslora,
-        adapted_linears: out.len(),
-    };
+    let summary = summary_of(&cfg, targets, out.len());
     Ok(AdapterWeights { config: cfg, summary, pairs: out })
 }
 
