@@ -53,27 +53,6 @@ fn losses(events: &[TrainEvent]) -> Vec<f64> {
         .collect()
 }
 
-fn train_config(model: &Path, out: &Path, quantize: BaseQuant, iters: usize) -> TrainConfig {
-    TrainConfig {
-        model: model.to_path_buf(),
-        data: Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat"),
-        out: out.to_path_buf(),
-        run_name: Some(format!("qlora-{quantize}")),
-        lora: LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() },
-        iters: Some(iters),
-        epochs: None,
-        batch_size: 2,
-        seq_len: 64,
-        lr: 1e-2,
-        warmup: 2,
-        val_every: 0,
-        save_every: 0,
-        quantize,
-        device: metal_candle::engine::device::DeviceChoice::Cpu,
-        ..Default::default()
-    }
-}
-
 fn train(base: &LoadedModel, cfg: &TrainConfig) -> Vec<f64> {
     let mut events = Vec::new();
     train::run_training(cfg, base, &TrainControl::default(), &mut |e| events.push(e)).unwrap();
@@ -200,7 +179,7 @@ fn training_on_a_quantized_base_lowers_the_loss() {
     let dir = tempfile::tempdir().unwrap();
     for quantize in [BaseQuant::Q8_0, BaseQuant::Q4K] {
         let base = load(&fixture("tiny-llama"), quantize);
-        let l = train(&base, &train_config(&fixture("tiny-llama"), dir.path(), quantize, 20));
+        let l = train(&base, &qlora_train_config(&fixture("tiny-llama"), dir.path(), quantize, 20));
         assert_eq!(l.len(), 20);
         let (first, last) = (mean(&l[..5]), mean(&l[15..]));
         assert!(last < first - 0.3, "{quantize}: loss did not fall: first 5 {first:.3}, last 5 {last:.3}");
@@ -231,8 +210,12 @@ fn smollm2_q4_1_gguf_keeps_its_types_generates_like_the_dequantized_load_and_tra
     let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     assert!(diff < 1e-3, "max |logprob diff| keep vs dequantized = {diff}");
     let dir = tempfile::tempdir().unwrap();
-    let cfg =
-        TrainConfig { batch_size: 1, seq_len: 128, lr: 1e-3, ..train_config(&path, dir.path(), BaseQuant::Keep, 2) };
+    let cfg = TrainConfig {
+        batch_size: 1,
+        seq_len: 128,
+        lr: 1e-3,
+        ..qlora_train_config(&path, dir.path(), BaseQuant::Keep, 2)
+    };
     let l = train(&kept, &cfg);
     assert!(l.len() == 2 && l.iter().all(|x| x.is_finite()), "{l:?}");
 }
@@ -257,13 +240,14 @@ fn a_quantized_base_holds_fewer_bytes() {
 fn rank_probes_and_saved_adapters_work_on_a_quantized_base() {
     let dir = tempfile::tempdir().unwrap();
     let base = load(&fixture("tiny-llama"), BaseQuant::Q8_0);
-    let cfg = train_config(&fixture("tiny-llama"), dir.path(), BaseQuant::Q8_0, 1);
+    let cfg = qlora_train_config(&fixture("tiny-llama"), dir.path(), BaseQuant::Q8_0, 1);
     let results =
         metal_candle::engine::bench::rank_probe(&base, &cfg, &[2, 4], 1_000, &TrainControl::default(), &mut |_| {})
             .unwrap();
     assert!(results.iter().all(|r| r.val_loss.is_finite() && r.steps > 0), "{results:?}");
     // A checkpoint trained on the quantized base loads back onto it and changes its scores.
-    let cfg = TrainConfig { save_every: 5, ..train_config(&fixture("tiny-llama"), dir.path(), BaseQuant::Q8_0, 5) };
+    let cfg =
+        TrainConfig { save_every: 5, ..qlora_train_config(&fixture("tiny-llama"), dir.path(), BaseQuant::Q8_0, 5) };
     train(&base, &cfg);
     let checkpoint = dir.path().join("qlora-q8_0/checkpoint-5");
     let mut tuned = load(&fixture("tiny-llama"), BaseQuant::Q8_0);

@@ -17,8 +17,7 @@ use metal_candle::engine::model::linear::BaseWeight;
 use metal_candle::engine::model::{load_model_with, BaseQuant, LoadOptions, LoadedModel};
 use metal_candle::engine::ops;
 use metal_candle::engine::runtime::{self, Kernels, RuntimeOptions};
-use metal_candle::engine::train::{self, LoraSettings, TrainConfig, TrainControl, TrainEvent};
-use std::path::Path;
+use metal_candle::engine::train::{self, TrainConfig, TrainControl, TrainEvent};
 
 fn portable() {
     runtime::init(RuntimeOptions { kernels: Kernels::Portable, ..RuntimeOptions::default() }).unwrap();
@@ -54,22 +53,8 @@ fn portable_training_on_a_quantized_base_lowers_the_loss() {
     let dir = tempfile::tempdir().unwrap();
     let base = load(BaseQuant::Q8_0);
     let cfg = TrainConfig {
-        model: fixture("tiny-llama"),
-        data: Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat"),
-        out: dir.path().to_path_buf(),
         run_name: Some("portable-q8".into()),
-        lora: LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() },
-        iters: Some(20),
-        epochs: None,
-        batch_size: 2,
-        seq_len: 64,
-        lr: 1e-2,
-        warmup: 2,
-        val_every: 0,
-        save_every: 0,
-        quantize: BaseQuant::Q8_0,
-        device: metal_candle::engine::device::DeviceChoice::Cpu,
-        ..Default::default()
+        ..qlora_train_config(&fixture("tiny-llama"), dir.path(), BaseQuant::Q8_0, 20)
     };
     let mut losses = Vec::new();
     train::run_training(&cfg, &base, &TrainControl::default(), &mut |e| {

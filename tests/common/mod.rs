@@ -56,3 +56,31 @@ pub fn greedy_ids(m: &metal_candle::engine::model::LoadedModel, greedy: &serde_j
     };
     generate(&m.model, &m.tokenizer, &req, &mut |_| true).unwrap().generated_ids
 }
+
+/// A short all-linear rank-4 run on the sample chat, CPU, on a base held as `quantize` (the QLoRA tests).
+pub fn qlora_train_config(
+    model: &std::path::Path,
+    out: &std::path::Path,
+    quantize: metal_candle::engine::model::BaseQuant,
+    iters: usize,
+) -> metal_candle::engine::train::TrainConfig {
+    use metal_candle::engine::train::{LoraSettings, TrainConfig};
+    TrainConfig {
+        model: model.to_path_buf(),
+        data: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat"),
+        out: out.to_path_buf(),
+        run_name: Some(format!("qlora-{quantize}")),
+        lora: LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() },
+        iters: Some(iters),
+        epochs: None,
+        batch_size: 2,
+        seq_len: 64,
+        lr: 1e-2,
+        warmup: 2,
+        val_every: 0,
+        save_every: 0,
+        quantize,
+        device: metal_candle::engine::device::DeviceChoice::Cpu,
+        ..Default::default()
+    }
+}
