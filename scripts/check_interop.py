@@ -58,6 +58,9 @@ DEFAULT_BINARY = ROOT / "target" / "release" / "metal-candle"
 CASES = {
     "ours-tiny-llama-adapter": ("tiny-llama", "ours"),
     "ours-tiny-qwen3-adapter": ("tiny-qwen3", "ours-qwen3"),
+    "ours-tiny-phi3-adapter": ("tiny-phi3", "ours-phi3"),
+    "ours-tiny-smollm3-adapter": ("tiny-smollm3", "ours-smollm3"),
+    "ours-tiny-granite-adapter": ("tiny-granite", "ours-granite"),
 }
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 LOGPROB_TOL = 1e-4
@@ -445,7 +448,7 @@ def main() -> int:
     ap.add_argument("--merged", action="append", default=[], metavar="NAME=DIR", help="use this merged export")
     ap.add_argument("--mlx", action="append", default=[], metavar="NAME=DIR", help="use this mlx-lm export")
     ap.add_argument("--copy-from-runs", type=Path, metavar="RUNS",
-                    help="first copy the adapter files of RUNS/{ours,ours-qwen3}/checkpoint-<last>/ into the fixtures")
+                    help="first copy the adapter files of RUNS/<run name of each case>/checkpoint-<last>/ into the fixtures")
     ap.add_argument("--only", choices=sorted(CASES), action="append")
     ap.add_argument("--strict", action="store_true",
                     help="also fail when PEFT warns about adapter_config.json fields it does not know")

@@ -40,6 +40,7 @@ pub fn info(args: &InfoArgs) -> anyhow::Result<()> {
         "device": device_name(m.model.device()),
         "chat_template": m.chat_template.is_some(),
         "eos_token_ids": m.eos_token_ids,
+        "lora_targets": c.linear_modules(),
     });
     if args.json {
         println!("{report}");
@@ -62,6 +63,7 @@ pub fn info(args: &InfoArgs) -> anyhow::Result<()> {
     println!("device         {}", device_name(m.model.device()));
     println!("chat template  {}", if m.chat_template.is_some() { "found" } else { "none" });
     println!("eos ids        {:?}", m.eos_token_ids);
+    println!("lora targets   {} (all-linear)", c.linear_modules().join(", "));
     Ok(())
 }
 

@@ -52,7 +52,7 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, 
     }
     let name = ckpt.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "adapter".into());
     let metadata = vec![
-        ("general.architecture".to_string(), MetaValue::Str(gguf_architecture(config.architecture).into())),
+        ("general.architecture".to_string(), MetaValue::Str(gguf_architecture(config.architecture)?.into())),
         ("general.type".to_string(), MetaValue::Str("adapter".into())),
         ("general.name".to_string(), MetaValue::Str(name)),
         ("adapter.type".to_string(), MetaValue::Str("lora".into())),

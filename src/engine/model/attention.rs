@@ -1,14 +1,16 @@
-//! Self-attention with grouped-query heads, optional q/k norms (qwen3), biases (qwen2) and a sliding window
-//! (mistral). This file owns all of the block's math: the inference forward over a KV cache, the training
+//! Self-attention with grouped-query heads, optional q/k norms (qwen3), biases (qwen2), a sliding window
+//! (mistral), a fused q|k|v projection and partial rotary (phi3, see [`super::projection_group`] and
+//! `ops::rope`), layers without rotary embedding (smollm3) and a configured score scale (granite). This file owns all of the block's math: the inference forward over a KV cache, the training
 //! forward that records what the backward needs, the backward, and the fused single-token decode step.
 //! Device-specific kernels are chosen inside `ops`.
 
 use super::gradients::Gradients;
 use super::kv_cache::LayerCache;
 use super::linear::{Linear, LinearTape};
+use super::projection_group::ProjectionGroup;
 use super::rotary::RotaryTables;
 use super::sequence::SequenceContext;
-use super::weight_loader::{FusedWeight, WeightLoader};
+use super::weight_loader::WeightLoader;
 use super::ModelConfig;
 use crate::engine::ops;
 use crate::engine::Result;
@@ -17,9 +19,9 @@ use candle_core::{Device, Tensor};
 /// Self-attention with grouped-query heads.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    pub q_proj: Linear,
-    pub k_proj: Linear,
-    pub v_proj: Linear,
+    /// q, k and v: `q_proj`, `k_proj`, `v_proj` (row views of one concatenated weight when dense), or phi3's
+    /// single `qkv_proj`.
+    pub qkv: ProjectionGroup,
     pub o_proj: Linear,
     /// Per-head RMS norm weights of queries and keys (qwen3), (head_dim).
     pub q_norm: Option<Tensor>,
@@ -29,9 +31,10 @@ pub struct Attention {
     pub head_dim: usize,
     pub rms_norm_eps: f64,
     pub sliding_window: Option<usize>,
-    /// q, k and v weights (and biases) in one tensor, of which the three projections' weights are row views;
-    /// the fused decode multiplies by it once. None for quantized projections (no fused decode then).
-    fused_qkv: FusedWeight,
+    /// Whether q and k are rotated (false on smollm3's NoPE layers).
+    pub use_rope: bool,
+    /// Multiplies the scores: `1 / sqrt(head_dim)`, or granite's `attention_multiplier`.
+    pub scale: f64,
 }
 
 /// What the attention backward needs from its training forward.
@@ -48,8 +51,9 @@ pub struct AttentionTape {
     probs: Tensor,
     /// Attention output before o_proj, (rows, heads * d).
     attn: Tensor,
-    /// q, k, v, o.
-    linears: [LinearTape; 4],
+    /// The q|k|v group's tapes.
+    qkv: Vec<LinearTape>,
+    o: LinearTape,
 }
 
 /// Queries, keys and values split into heads, normed (qwen3) and rotated.
@@ -64,7 +68,7 @@ struct Heads {
 }
 
 impl Attention {
-    pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str) -> Result<Self> {
+    pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str, layer: usize) -> Result<Self> {
         let (h, q, kv) = (cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
         let norm = |name: &str| -> Result<Option<Tensor>> {
             if cfg.qk_norm {
@@ -73,17 +77,11 @@ impl Attention {
                 Ok(None)
             }
         };
-        let ([q_proj, k_proj, v_proj], fused_qkv) = w.fused_linears(
-            [&format!("{prefix}.q_proj"), &format!("{prefix}.k_proj"), &format!("{prefix}.v_proj")],
-            h,
-            [q, kv, kv],
-            cfg.qkv_bias,
-        )?;
+        let fused = cfg.fused_projections.then_some("qkv_proj");
+        let qkv =
+            ProjectionGroup::load(w, prefix, ["q_proj", "k_proj", "v_proj"], fused, h, [q, kv, kv], cfg.qkv_bias)?;
         Ok(Self {
-            q_proj,
-            k_proj,
-            v_proj,
-            fused_qkv,
+            qkv,
             o_proj: w.linear(&format!("{prefix}.o_proj"), q, h, cfg.o_bias)?,
             q_norm: norm("q_norm")?,
             k_norm: norm("k_norm")?,
@@ -92,18 +90,15 @@ impl Attention {
             head_dim: cfg.head_dim,
             rms_norm_eps: cfg.rms_norm_eps,
             sliding_window: cfg.sliding_window,
+            use_rope: cfg.layer_uses_rope(layer),
+            scale: cfg.attention_scale,
         })
     }
 
-    /// (b, t, n * d) projections -> normed (qwen3), rotated heads.
-    fn heads(
-        &self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        (b, t): (usize, usize),
-        (cos, sin): (&Tensor, &Tensor),
-    ) -> Result<Heads> {
+    /// (b, t, n * d) projections [q, k, v] -> normed (qwen3), rotated heads.
+    fn heads(&self, qkv: Vec<Tensor>, (b, t): (usize, usize), (cos, sin): (&Tensor, &Tensor)) -> Result<Heads> {
+        let [q, k, v]: [Tensor; 3] =
+            qkv.try_into().map_err(|_| candle_core::Error::Msg("q|k|v projections give 3 parts".into()))?;
         let d = self.head_dim;
         let split =
             |y: Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous()?) };
@@ -114,6 +109,9 @@ impl Attention {
             k_pre_norm = Some(k.clone());
             q = ops::rms_norm(&q, qn, self.rms_norm_eps)?;
             k = ops::rms_norm(&k, kn, self.rms_norm_eps)?;
+        }
+        if !self.use_rope {
+            return Ok(Heads { q, k, v, q_pre_norm, k_pre_norm });
         }
         let q = ops::rope(&q, cos, sin)?;
         let k = ops::rope(&k, cos, sin)?.contiguous()?;
@@ -134,7 +132,7 @@ impl Attention {
     }
 
     fn scale(&self) -> f64 {
-        1.0 / (self.head_dim as f64).sqrt()
+        self.scale
     }
 
     /// Inference: `x` (b, t, hidden) at positions `start_pos..`, reading and extending `cache` when given.
@@ -147,13 +145,7 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (cos, sin) = rotary.slice(start_pos, t)?;
-        let h = self.heads(
-            self.q_proj.forward(x)?,
-            self.k_proj.forward(x)?,
-            self.v_proj.forward(x)?,
-            (b, t),
-            (&cos, &sin),
-        )?;
+        let h = self.heads(self.qkv.forward(x)?, (b, t), (&cos, &sin))?;
         let (k, v) = match cache {
             Some(c) => c.append(&h.k, &h.v)?,
             None => (h.k, h.v),
@@ -170,10 +162,8 @@ impl Attention {
     /// Training forward: `normed_in` (rows, hidden) -> (rows, hidden) and the tape.
     pub(super) fn forward_train(&self, normed_in: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, AttentionTape)> {
         let (b, t) = (ctx.batch, ctx.seq_len);
-        let (q, q_tape) = self.q_proj.forward_train(normed_in, ctx.dropout)?;
-        let (k, k_tape) = self.k_proj.forward_train(normed_in, ctx.dropout)?;
-        let (v, v_tape) = self.v_proj.forward_train(normed_in, ctx.dropout)?;
-        let h = self.heads(q, k, v, (b, t), (&ctx.cos, &ctx.sin))?;
+        let (qkv, qkv_tapes) = self.qkv.forward_train(normed_in, ctx.dropout)?;
+        let h = self.heads(qkv, (b, t), (&ctx.cos, &ctx.sin))?;
         let (q, probs, attn) = self.attend(&h.q, &h.k, &h.v, ctx.mask.as_ref())?;
         let attn = attn.reshape((b * t, self.num_heads * self.head_dim))?;
         let (out, o_tape) = self.o_proj.forward_train(&attn, ctx.dropout)?;
@@ -186,7 +176,8 @@ impl Attention {
             v: h.v,
             probs,
             attn,
-            linears: [q_tape, k_tape, v_tape, o_tape],
+            qkv: qkv_tapes,
+            o: o_tape,
         };
         Ok((out, tape))
     }
@@ -203,8 +194,7 @@ impl Attention {
     ) -> Result<Option<Tensor>> {
         let (b, t, d) = (ctx.batch, ctx.seq_len, self.head_dim);
         let (heads, kv_heads) = (self.num_heads, self.num_kv_heads);
-        let [q_tape, k_tape, v_tape, o_tape] = &tape.linears;
-        let d_attn = Linear::input_grad(self.o_proj.backward(&tape.attn, o_tape, d_out, grads, true)?)?;
+        let d_attn = Linear::input_grad(self.o_proj.backward(&tape.attn, &tape.o, d_out, grads, true)?)?;
         let d_o = d_attn.reshape((b, t, heads, d))?.transpose(1, 2)?.contiguous()?.reshape((
             b,
             kv_heads,
@@ -216,8 +206,11 @@ impl Attention {
         let d_scores = ops::softmax_backward(&tape.probs, &d_probs, self.scale())?.to_dtype(tape.q.dtype())?;
         let d_q = ops::matmul(&d_scores, &tape.k)?.reshape((b, heads, t, d))?;
         let d_k = ops::matmul(&d_scores.t()?, &tape.q)?; // (b, kv, t, d)
-        let mut d_q = ops::rope_backward(&d_q, &ctx.cos, &ctx.sin)?;
-        let mut d_k = ops::rope_backward(&d_k, &ctx.cos, &ctx.sin)?;
+        let (mut d_q, mut d_k) = if self.use_rope {
+            (ops::rope_backward(&d_q, &ctx.cos, &ctx.sin)?, ops::rope_backward(&d_k, &ctx.cos, &ctx.sin)?)
+        } else {
+            (d_q, d_k)
+        };
         if let (Some(qn), Some(kn), Some(q_pre), Some(k_pre)) =
             (&self.q_norm, &self.k_norm, &tape.q_pre_norm, &tape.k_pre_norm)
         {
@@ -226,30 +219,25 @@ impl Attention {
         }
         let rows = |g: Tensor, n: usize| -> Result<Tensor> { Ok(g.transpose(1, 2)?.reshape((b * t, n * d))?) };
         let (d_q, d_k, d_v) = (rows(d_q, heads)?, rows(d_k, kv_heads)?, rows(d_v, kv_heads)?);
-        let x = &tape.normed_in;
-        let from_q = self.q_proj.backward(x, q_tape, &d_q, grads, need_input_grad)?;
-        let from_k = self.k_proj.backward(x, k_tape, &d_k, grads, need_input_grad)?;
-        let from_v = self.v_proj.backward(x, v_tape, &d_v, grads, need_input_grad)?;
-        if !need_input_grad {
-            return Ok(None);
-        }
-        let sum = ops::add(&Linear::input_grad(from_q)?, &Linear::input_grad(from_k)?)?;
-        Ok(Some(ops::add(&sum, &Linear::input_grad(from_v)?)?))
+        self.qkv.backward(&tape.normed_in, &tape.qkv, &[d_q, d_k, d_v], grads, need_input_grad)
     }
 
     /// Whether the fused decode kernels model this block as it stands: a dense fused q|k|v weight, no active
-    /// adapter on q/k/v (the fused product has none) and no q/k norms.
+    /// adapter on q/k/v (the fused product has none), no q/k norms, rope on every head dimension (the table
+    /// of [`RotaryTables::decode_table`] exists only then) and the standard score scale.
     pub(super) fn decodes_fused(&self) -> bool {
-        self.fused_qkv.is_some()
+        self.qkv.fused.is_some()
             && self.q_norm.is_none()
-            && ![&self.q_proj, &self.k_proj, &self.v_proj].iter().any(|l| l.has_active_adapter())
+            && self.use_rope
+            && self.scale == 1.0 / (self.head_dim as f64).sqrt()
+            && !self.qkv.has_active_adapter()
     }
 
     /// Fused single-token decode of `normed` (b, 1, hidden): one q|k|v product, the cache write that rotates
     /// the key, single-query attention that rotates the query, then o_proj. `table`: the rotary rows
     /// [cos | sin] of [`RotaryTables::decode_table`].
     pub(super) fn decode_fused(&self, normed: &Tensor, table: &Tensor, cache: &mut LayerCache) -> Result<Tensor> {
-        let Some((qkv_weight, qkv_bias)) = &self.fused_qkv else {
+        let Some((qkv_weight, qkv_bias)) = &self.qkv.fused else {
             return Err(candle_core::Error::Msg("fused decode of quantized q/k/v projections".into()).into());
         };
         let mut qkv = ops::frozen_matmul_t(normed, qkv_weight)?;

@@ -1,5 +1,6 @@
 //! One pre-norm decoder layer: RMS norm, self-attention ([`super::attention`]), residual, RMS norm, MLP
-//! ([`super::mlp`]), residual. This file owns the layer's math around its two blocks: the inference forward,
+//! ([`super::mlp`]), residual; each block's output is multiplied by granite's `residual_multiplier` (1
+//! elsewhere) before its residual add. This file owns the layer's math around its two blocks: the inference forward,
 //! the training forward that records what the backward needs, the backward, and the single-token decode step
 //! (fused kernels where [`ops::cuda_decode::available`] says the device has them).
 
@@ -23,6 +24,8 @@ pub struct DecoderLayer {
     pub input_layernorm: Tensor,
     pub post_attention_layernorm: Tensor,
     pub rms_norm_eps: f64,
+    /// Multiplies each block's output before its residual add (granite; 1.0 elsewhere).
+    pub residual_multiplier: f64,
 }
 
 /// Activations of one layer saved by the training forward. Rows are `batch * seq_len`.
@@ -37,12 +40,13 @@ impl DecoderLayer {
     pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, index: usize) -> Result<Self> {
         let prefix = format!("model.layers.{index}");
         Ok(Self {
-            self_attn: Attention::new(cfg, w, &format!("{prefix}.self_attn"))?,
+            self_attn: Attention::new(cfg, w, &format!("{prefix}.self_attn"), index)?,
             mlp: Mlp::new(cfg, w, &format!("{prefix}.mlp"))?,
             input_layernorm: w.get(&format!("{prefix}.input_layernorm.weight"), &[cfg.hidden_size])?,
             post_attention_layernorm: w
                 .get(&format!("{prefix}.post_attention_layernorm.weight"), &[cfg.hidden_size])?,
             rms_norm_eps: cfg.rms_norm_eps,
+            residual_multiplier: cfg.residual_multiplier,
         })
     }
 
@@ -60,9 +64,9 @@ impl DecoderLayer {
             }
             (cache, _) => {
                 let normed = ops::rms_norm(x, &self.input_layernorm, self.rms_norm_eps)?;
-                let x = (x + self.self_attn.forward(&normed, rotary, start_pos, cache)?)?;
+                let x = (x + self.residual(self.self_attn.forward(&normed, rotary, start_pos, cache)?)?)?;
                 let normed = ops::rms_norm(&x, &self.post_attention_layernorm, self.rms_norm_eps)?;
-                Ok((&x + self.mlp.forward(&normed)?)?)
+                Ok((&x + self.residual(self.mlp.forward(&normed)?)?)?)
             }
         }
     }
@@ -71,10 +75,10 @@ impl DecoderLayer {
     pub fn forward_train(&self, x: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, LayerTape)> {
         let normed_in = ops::rms_norm(x, &self.input_layernorm, self.rms_norm_eps)?;
         let (attn_out, attention) = self.self_attn.forward_train(&normed_in, ctx)?;
-        let x_mid = ops::add(x, &attn_out)?;
+        let x_mid = ops::add(x, &self.residual(attn_out)?)?;
         let normed_mid = ops::rms_norm(&x_mid, &self.post_attention_layernorm, self.rms_norm_eps)?;
         let (down, mlp) = self.mlp.forward_train(&normed_mid, ctx)?;
-        let out = ops::add(&x_mid, &down)?;
+        let out = ops::add(&x_mid, &self.residual(down)?)?;
         Ok((out, LayerTape { x: x.clone(), x_mid, attention, mlp }))
     }
 
@@ -88,16 +92,26 @@ impl DecoderLayer {
         grads: &mut Gradients,
         need_input_grad: bool,
     ) -> Result<Option<Tensor>> {
-        let d_normed_mid = self.mlp.backward(&tape.mlp, d_out, grads)?;
+        let d_normed_mid = self.mlp.backward(&tape.mlp, &self.residual(d_out.clone())?, grads)?;
         let d_mid = ops::add(
             d_out,
             &ops::rms_norm_backward(&tape.x_mid, &self.post_attention_layernorm, self.rms_norm_eps, &d_normed_mid)?,
         )?;
-        let Some(d_normed_in) = self.self_attn.backward(&tape.attention, &d_mid, ctx, grads, need_input_grad)? else {
+        let d_attn_out = self.residual(d_mid.clone())?;
+        let Some(d_normed_in) = self.self_attn.backward(&tape.attention, &d_attn_out, ctx, grads, need_input_grad)?
+        else {
             return Ok(None);
         };
         let d_in = ops::rms_norm_backward(&tape.x, &self.input_layernorm, self.rms_norm_eps, &d_normed_in)?;
         Ok(Some(ops::add(&d_mid, &d_in)?))
+    }
+
+    /// A block's output scaled by the residual multiplier (the same factor scales its gradient backward).
+    fn residual(&self, y: Tensor) -> Result<Tensor> {
+        if self.residual_multiplier == 1.0 {
+            return Ok(y);
+        }
+        Ok((y * self.residual_multiplier)?)
     }
 
     /// One new token appended at the end of the cache, on a device with the fused decode kernels, and blocks
@@ -106,6 +120,7 @@ impl DecoderLayer {
         Ok(x.dim(1)? == 1
             && start_pos == cache.len()
             && ops::cuda_decode::enabled(x.device(), x.dtype())
+            && self.residual_multiplier == 1.0
             && self.self_attn.decodes_fused()
             && self.mlp.decodes_fused())
     }

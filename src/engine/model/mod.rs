@@ -19,6 +19,7 @@ pub mod kv_cache;
 pub mod linear;
 pub mod loader;
 pub mod mlp;
+pub mod projection_group;
 pub mod quant;
 pub mod rotary;
 pub mod safetensors_weights;

@@ -1,4 +1,4 @@
-//! The Llama-family decoder (llama, mistral, qwen2, qwen3) written for fine-tuning: every projection is a
+//! The Llama-family decoder (llama, mistral, qwen2, qwen3, phi3, smollm3, granite) written for fine-tuning: every projection is a
 //! [`Linear`] that can carry a LoRA adapter, `forward` returns hidden states for every position, and
 //! attention reads and extends a [`KvCache`] without copying it each token.
 //!
@@ -22,7 +22,7 @@ use candle_core::{DType, Device, Tensor};
 /// The block a projection belongs to in Hugging Face names: `self_attn` or `mlp`.
 pub fn module_group(module: &str) -> &'static str {
     match module {
-        "q_proj" | "k_proj" | "v_proj" | "o_proj" => "self_attn",
+        "q_proj" | "k_proj" | "v_proj" | "qkv_proj" | "o_proj" => "self_attn",
         _ => "mlp",
     }
 }
@@ -38,7 +38,12 @@ pub struct Transformer {
     pub config: ModelConfig,
     embed_tokens: Tensor,
     pub layers: Vec<DecoderLayer>,
+    /// The final norm's weight as the checkpoint has it (what exports write).
     norm: Tensor,
+    /// The weight the final norm runs with: `norm / logits_scaling`. Granite divides the logits by
+    /// `logits_scaling`; the head and the norm's weight are linear, so folding the division in here gives the
+    /// same logits in inference, scoring and the training loss and its backward, with no step of its own.
+    head_norm: Tensor,
     /// None when the embeddings are tied.
     lm_head: Option<Tensor>,
     rotary: RotaryTables,
@@ -66,6 +71,7 @@ impl Transformer {
         let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
         let layers = (0..config.num_layers).map(|i| DecoderLayer::new(config, &w, i)).collect::<Result<Vec<_>>>()?;
         let norm = w.get("model.norm.weight", &[h])?;
+        let head_norm = if config.logits_scaling == 1.0 { norm.clone() } else { (&norm / config.logits_scaling)? };
         // Some checkpoints say tie_word_embeddings=false yet ship no lm_head: they are tied in effect.
         let lm_head = if !config.tie_word_embeddings && weights.contains("lm_head.weight") {
             Some(w.get("lm_head.weight", &[v, h])?)
@@ -80,6 +86,7 @@ impl Transformer {
             embed_tokens,
             layers,
             norm,
+            head_norm,
             lm_head,
             dtype,
             device: device.clone(),
@@ -109,20 +116,25 @@ impl Transformer {
         self.final_norm(&x)
     }
 
-    /// The final RMS norm.
+    /// The final RMS norm (with granite's logits scaling folded in, see `head_norm`).
     pub fn final_norm(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(ops::rms_norm(x, &self.norm, self.config.rms_norm_eps)?)
+        Ok(ops::rms_norm(x, &self.head_norm, self.config.rms_norm_eps)?)
     }
 
-    /// Token embeddings (b, t, hidden) for ids (b, t) placed at `start_pos`; an error when they would run
-    /// past the context length.
+    /// Token embeddings (b, t, hidden) for ids (b, t) placed at `start_pos`, times granite's
+    /// `embedding_multiplier`; an error when they would run past the context length.
     pub fn embed(&self, input_ids: &Tensor, start_pos: usize) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
         let context = self.config.max_position_embeddings;
         if start_pos + t > context {
             return Err(crate::engine::Error::PromptTooLong { prompt_tokens: start_pos + t, context_len: context });
         }
-        Ok(self.embed_tokens.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, self.config.hidden_size))?)
+        let x =
+            self.embed_tokens.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, self.config.hidden_size))?;
+        if self.config.embedding_multiplier == 1.0 {
+            return Ok(x);
+        }
+        Ok((x * self.config.embedding_multiplier)?)
     }
 
     /// Run decoder layer `index` without a cache or gradients (the frozen layers below every adapter).
@@ -130,7 +142,7 @@ impl Transformer {
         self.layers[index].forward(x, &self.rotary, 0, None)
     }
 
-    /// Rotary cos/sin tables (len, head_dim / 2) for positions `start..start + len`.
+    /// Rotary cos/sin tables (len, rotary_dim / 2) for positions `start..start + len` of one forward.
     pub fn rotary_slice(&self, start: usize, len: usize) -> Result<(Tensor, Tensor)> {
         self.rotary.slice(start, len)
     }
@@ -144,9 +156,9 @@ impl Transformer {
         Ok(SequenceContext { batch, seq_len, cos, sin, mask, dropout })
     }
 
-    /// The final RMS norm's weight.
+    /// The weight the final RMS norm runs with (granite's logits scaling folded in).
     pub fn final_norm_weight(&self) -> &Tensor {
-        &self.norm
+        &self.head_norm
     }
 
     /// The output projection (vocab, hidden): lm_head, or the embeddings when tied.
@@ -174,18 +186,35 @@ impl Transformer {
         Ok(self.logits(&last)?.to_dtype(DType::F32)?)
     }
 
-    /// Every linear in the model with its (layer, module) name, for attaching adapters.
+    /// Logits of the last position, as f32 (1, vocab), after running the ids of the one sequence `ids` that
+    /// `cache` does not hold yet (all of them when it is empty). When those positions run past LongRoPE's
+    /// original context while the cache holds keys rotated with the short factors, the cache is dropped and
+    /// the whole sequence recomputed (transformers' Phi3 generation does the same), so cached decoding always
+    /// equals one forward over the sequence.
+    pub fn forward_last_cached(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let mut start = cache.len();
+        if start >= ids.len() {
+            return Err(
+                candle_core::Error::Msg(format!("{} ids, all already in the cache of {start}", ids.len())).into()
+            );
+        }
+        if self.rotary.restarts_cache(start, ids.len() - start) {
+            *cache = KvCache::new(self.config.num_layers);
+            start = 0;
+        }
+        let input = Tensor::new(&ids[start..], &self.device)?.unsqueeze(0)?;
+        self.forward_last(&input, start, Some(cache))
+    }
+
+    /// Every linear in the model with its (layer, module) name, for attaching adapters, in model order.
     pub fn linears_mut(&mut self) -> Vec<(usize, &'static str, &mut Linear)> {
         let mut out = Vec::new();
         for (i, layer) in self.layers.iter_mut().enumerate() {
             let a = &mut layer.self_attn;
-            out.push((i, "q_proj", &mut a.q_proj));
-            out.push((i, "k_proj", &mut a.k_proj));
-            out.push((i, "v_proj", &mut a.v_proj));
+            out.extend(a.qkv.linears.iter_mut().map(|(name, l)| (i, *name, l)));
             out.push((i, "o_proj", &mut a.o_proj));
             let m = &mut layer.mlp;
-            out.push((i, "gate_proj", &mut m.gate_proj));
-            out.push((i, "up_proj", &mut m.up_proj));
+            out.extend(m.gate_up.linears.iter_mut().map(|(name, l)| (i, *name, l)));
             out.push((i, "down_proj", &mut m.down_proj));
         }
         out
@@ -195,19 +224,11 @@ impl Transformer {
     pub fn linears(&self) -> Vec<(usize, &'static str, &Linear)> {
         let mut out = Vec::new();
         for (i, layer) in self.layers.iter().enumerate() {
-            let a = &layer.self_attn;
-            let m = &layer.mlp;
-            for (name, lin) in [
-                ("q_proj", &a.q_proj),
-                ("k_proj", &a.k_proj),
-                ("v_proj", &a.v_proj),
-                ("o_proj", &a.o_proj),
-                ("gate_proj", &m.gate_proj),
-                ("up_proj", &m.up_proj),
-                ("down_proj", &m.down_proj),
-            ] {
-                out.push((i, name, lin));
-            }
+            let (a, m) = (&layer.self_attn, &layer.mlp);
+            out.extend(a.qkv.linears.iter().map(|(name, l)| (i, *name, l)));
+            out.push((i, "o_proj", &a.o_proj));
+            out.extend(m.gate_up.linears.iter().map(|(name, l)| (i, *name, l)));
+            out.push((i, "down_proj", &m.down_proj));
         }
         out
     }

@@ -194,6 +194,13 @@ pub(super) fn resolve_config(
         bos_token_id: vocab.bos_id,
         eos_token_ids: vocab.eos_id.into_iter().collect(),
         weights_dtype: content.tensor_infos.get("blk.0.attn_q.weight").map(|i| format!("gguf {:?}", i.ggml_dtype)),
+        rotary_dim: head_dim,
+        rope_layers: Vec::new(),
+        fused_projections: false,
+        embedding_multiplier: 1.0,
+        residual_multiplier: 1.0,
+        logits_scaling: 1.0,
+        attention_scale: 1.0 / (head_dim as f64).sqrt(),
     })
 }
 
