@@ -133,6 +133,14 @@ pub struct ModelConfig {
     pub attention_scale: f64,
 }
 
+/// The block a projection belongs to in Hugging Face names: `self_attn` or `mlp`.
+pub fn module_group(module: &str) -> &'static str {
+    match module {
+        "q_proj" | "k_proj" | "v_proj" | "qkv_proj" | "o_proj" => "self_attn",
+        _ => "mlp",
+    }
+}
+
 /// `eos_token_id` is an int in some configs and a list in others.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]

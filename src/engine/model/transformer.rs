@@ -19,13 +19,7 @@ use crate::engine::ops;
 use crate::engine::Result;
 use candle_core::{DType, Device, Tensor};
 
-/// The block a projection belongs to in Hugging Face names: `self_attn` or `mlp`.
-pub fn module_group(module: &str) -> &'static str {
-    match module {
-        "q_proj" | "k_proj" | "v_proj" | "qkv_proj" | "o_proj" => "self_attn",
-        _ => "mlp",
-    }
-}
+pub use super::config::module_group;
 
 /// Hugging Face name of a decoder layer's linear, e.g. `model.layers.3.self_attn.q_proj`.
 pub fn hf_linear_name(layer: usize, module: &str) -> String {
