@@ -97,7 +97,8 @@ fn peft_type_lora() -> String {
 }
 
 impl PeftAdapterConfig {
-    /// The config of an adapter trained with `settings` on a model of `num_layers` layers.
+    /// The config of an adapter trained with `settings` on a model of `num_layers` layers; `settings.targets`
+    /// as resolved for the model's family (`TrainConfig::for_model`), so `target_modules` names its linears.
     pub fn for_settings(settings: &LoraSettings, num_layers: usize, base_model: &Path) -> Result<Self> {
         let layers = settings.layers.map(|_| lora::adapted_layers(num_layers, settings.layers).collect());
         Ok(Self {

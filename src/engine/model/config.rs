@@ -575,7 +575,7 @@ impl RawConfig {
             _ => 1.0,
         };
         let dim = (head_dim as f64 * factor) as usize;
-        if !(factor > 0.0 && factor <= 1.0) || dim == 0 || dim % 2 != 0 {
+        if !(factor > 0.0 && factor <= 1.0) || dim == 0 || !dim.is_multiple_of(2) {
             return Err(Error::BadConfig {
                 path: path.to_path_buf(),
                 field: "partial_rotary_factor".into(),
