@@ -380,19 +380,23 @@ fn peft_adapters_reproduce_reference_logprobs() {
 #[test]
 fn rank_probe_runs_equal_budget_trainings_per_rank() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = tiny_config(dir.path(), "probe", 1);
+    let mut cfg = tiny_config(dir.path(), "probe", 1);
+    for arch in ["tiny-gemma3", "tiny-olmo2", "tiny-llama"] {
+        cfg.model = fixture(arch);
+        let base = load_model(&cfg.model, &Device::Cpu, DType::F32).unwrap();
+        let mut seen = Vec::new();
+        let results =
+            metal_candle::engine::bench::rank_probe(&base, &cfg, &[2, 8], 2_000, &TrainControl::default(), &mut |r| {
+                seen.push(r.rank)
+            })
+            .unwrap();
+        assert_eq!(seen, vec![2, 8], "{arch}");
+        assert_eq!(results[0].steps, results[1].steps, "{arch}: equal token budget means equal steps");
+        assert_eq!(results[1].trainable_params, 4 * results[0].trainable_params, "{arch}");
+        assert!(results.iter().all(|r| r.val_loss.is_finite() && r.tokens_per_sec > 0.0), "{arch}");
+        assert!(!dir.path().join("probe").exists(), "{arch}: probes leave no run folder behind");
+    }
     let base = load_model(&cfg.model, &Device::Cpu, DType::F32).unwrap();
-    let mut seen = Vec::new();
-    let results =
-        metal_candle::engine::bench::rank_probe(&base, &cfg, &[2, 8], 2_000, &TrainControl::default(), &mut |r| {
-            seen.push(r.rank)
-        })
-        .unwrap();
-    assert_eq!(seen, vec![2, 8]);
-    assert_eq!(results[0].steps, results[1].steps, "equal token budget means equal steps");
-    assert_eq!(results[1].trainable_params, 4 * results[0].trainable_params);
-    assert!(results.iter().all(|r| r.val_loss.is_finite() && r.tokens_per_sec > 0.0));
-    assert!(!dir.path().join("probe").exists(), "probes leave no run folder behind");
     // A stop request ends the probe with Cancelled.
     let control = TrainControl::default();
     control.request_stop();

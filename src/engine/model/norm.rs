@@ -9,7 +9,7 @@
 
 use crate::engine::ops;
 use crate::engine::Result;
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 /// One RMS norm: its stored weight (what exports write) and its applied factor.
 #[derive(Debug, Clone)]
@@ -30,8 +30,8 @@ impl RmsNorm {
         let offset_factor = if offset == 0.0 {
             None
         } else {
-            let wide = if weight.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
-            Some((weight.to_dtype(wide)? + offset)?.to_dtype(weight.dtype())?)
+            // Half precision adds the offset in f32 (f32 and the f64 test models keep their own precision).
+            Some((ops::upcast(&weight)? + offset)?.to_dtype(weight.dtype())?)
         };
         Ok(Self { name, weight, offset_factor, eps })
     }
