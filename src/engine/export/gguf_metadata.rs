@@ -3,12 +3,14 @@
 //! `tokenizer.chat_template`).
 //!
 //! llama.cpp has no `mistral` architecture for dense Mistral models: its convert script writes them as
-//! `llama` (same blocks, q/k rows permuted the same way), and so do we. A tokenizer from a GGUF source is copied
+//! `llama` (same blocks, q/k rows permuted the same way), and so do we (the architecture table is
+//! `model::gguf::arch`). A tokenizer from a GGUF source is copied
 //! key by key; one from `tokenizer.json` is described the way llama.cpp's `convert_hf_to_gguf.py` does for
 //! byte-level BPE (`gpt2`), with the vocabulary padded with unused `[PADn]` tokens up to the embedding rows.
 
 use super::gguf_writer::MetaValue;
 use crate::engine::model::config::{Architecture, RopeScaling};
+pub use crate::engine::model::gguf::arch::{gguf_architecture, permutes_qk};
 use crate::engine::model::gguf::{
     pre_tokenizer_name, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
 };
@@ -18,20 +20,6 @@ use candle_core::quantized::gguf_file::{Content, Value};
 
 /// A metadata list in writing order.
 pub type Metadata = Vec<(String, MetaValue)>;
-
-/// llama.cpp's architecture name for ours.
-pub fn gguf_architecture(arch: Architecture) -> &'static str {
-    match arch {
-        Architecture::Llama | Architecture::Mistral => "llama",
-        Architecture::Qwen2 => "qwen2",
-        Architecture::Qwen3 => "qwen3",
-    }
-}
-
-/// Whether llama.cpp stores q/k rows permuted for its interleaved rope (the `llama` architecture only).
-pub fn permutes_qk(arch: Architecture) -> bool {
-    gguf_architecture(arch) == "llama"
-}
 
 fn str(s: impl Into<String>) -> MetaValue {
     MetaValue::Str(s.into())
@@ -51,6 +39,10 @@ pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bo
         ("general.name".into(), str(name)),
         ("general.file_type".into(), MetaValue::U32(file_type)),
     ];
+    // A Mistral model is a `llama` file; its recorded base name is how a reader (ours) tells the family.
+    if c.architecture == Architecture::Mistral && !name.to_ascii_lowercase().contains("mistral") {
+        meta.push(("general.basename".into(), str("Mistral")));
+    }
     if quantized {
         meta.push(("general.quantization_version".into(), MetaValue::U32(2)));
     }
