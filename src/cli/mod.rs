@@ -115,11 +115,8 @@ fn models(args: &ModelsArgs) -> anyhow::Result<()> {
         }
     }
     if found.is_empty() {
-        println!(
-            "(none; searched {} and {})",
-            cache.map(|c| c.display().to_string()).unwrap_or("no cache".into()),
-            "./models"
-        );
+        let cache = cache.map(|c| c.display().to_string()).unwrap_or_else(|| "no Hugging Face cache".into());
+        println!("(none; searched {cache} and ./models)");
     }
     Ok(())
 }
