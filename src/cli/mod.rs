@@ -105,11 +105,11 @@ fn models(args: &ModelsArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&found)?);
         return Ok(());
     }
-    println!("{:<48} {:<9} {:<12} {:>10}  found in", "name", "family", "format", "size");
+    println!("{:<48} {:<12} {:<12} {:>10}  found in", "name", "family", "format", "size");
     for m in &found {
         let family = m.family.as_deref().unwrap_or("-");
         let size = format!("{:.1} MiB", m.size_bytes as f64 / (1u64 << 20) as f64);
-        println!("{:<48} {family:<9} {:<12} {size:>10}  {}", m.name, m.format, m.origin);
+        println!("{:<48} {family:<12} {:<12} {size:>10}  {}", m.name, m.format, m.origin);
         if let Some(why) = &m.unsupported {
             println!("    not supported: {why}");
         }
