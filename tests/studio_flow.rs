@@ -366,6 +366,58 @@ fn a_model_that_fails_to_load_says_why() {
     assert!(app(&h).model.loaded.is_none());
 }
 
+/// A Hugging Face cache layout under `root`: a qwen3 snapshot folder, a snapshot holding a GGUF file of a Mistral
+/// model (a `llama` file, tests/fixtures/gguf) and a model of an architecture we do not run.
+fn write_hf_cache(root: &Path) {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let qwen3 = root.join("models--org--tiny-qwen3/snapshots/abc");
+    std::fs::create_dir_all(&qwen3).unwrap();
+    for entry in std::fs::read_dir(fixtures.join("tiny-qwen3")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), qwen3.join(entry.file_name())).unwrap();
+    }
+    let gguf = root.join("models--org--tiny-mistral-GGUF/snapshots/def");
+    std::fs::create_dir_all(&gguf).unwrap();
+    std::fs::copy(fixtures.join("gguf/tiny-mistral-f32.gguf"), gguf.join("tiny-mistral-f32.gguf")).unwrap();
+    let bert = root.join("models--org--tiny-bert/snapshots/0a1");
+    std::fs::create_dir_all(&bert).unwrap();
+    std::fs::write(bert.join("config.json"), r#"{"model_type": "bert"}"#).unwrap();
+    std::fs::write(bert.join("model.safetensors"), [0u8; 8]).unwrap();
+}
+
+#[test]
+fn the_model_scan_lists_each_family_and_loads_a_gguf_showing_its_family() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("hub");
+    write_hf_cache(&cache);
+    let mut prefs = test_prefs(&tmp.path().join("runs"), 5);
+    prefs.model_dirs = vec![cache];
+    let mut h = harness(prefs);
+    goto(&mut h, Page::Model);
+    let found = |a: &StudioApp| a.model_panel.found().iter().filter(|m| m.name.starts_with("org/")).count() == 3;
+    step_until(&mut h, "the scan", 60, found);
+    h.step();
+    for (name, family) in
+        [("org/tiny-qwen3", "qwen3"), ("org/tiny-mistral-GGUF/tiny-mistral-f32.gguf", "mistral"), ("org/tiny-bert", "")]
+    {
+        let m = app(&h).model_panel.found().iter().find(|m| m.name == name).unwrap().clone();
+        assert_eq!(m.family.clone().unwrap_or_default(), family, "{name}");
+        assert!(h.query_by_label(name).is_some(), "{name} is listed");
+    }
+    assert!(h.query_by_label("qwen3").is_some() && h.query_by_label("mistral").is_some());
+    assert!(h.query_by_label("not supported").is_some(), "the bert folder is marked");
+    // The GGUF row's Load button loads it, and the model card names its family.
+    let rows: Vec<_> = app(&h).model_panel.found().iter().map(|m| m.name.clone()).collect();
+    let load_buttons: Vec<_> = h.query_all_by_label("Load").collect();
+    let gguf_row = rows.iter().position(|n| n.ends_with(".gguf")).unwrap();
+    load_buttons[gguf_row].click();
+    step_until(&mut h, "the GGUF to load", 60, |a| a.model.loaded.is_some() || a.model.error.is_some());
+    assert!(app(&h).model.error.is_none(), "{:?}", app(&h).model.error);
+    assert_eq!(app(&h).model.loaded.as_ref().unwrap().architecture, "mistral");
+    h.step();
+    assert!(h.query_all_by_label("mistral").count() >= 2, "the model card shows the family too");
+}
+
 #[test]
 fn every_page_renders_with_named_widgets_before_anything_is_loaded() {
     let tmp = tempfile::tempdir().unwrap();

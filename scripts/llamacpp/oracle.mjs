@@ -5,10 +5,12 @@
 //   node oracle.mjs logprobs MODEL.gguf '[ids]'   [--lora ADAPTER.gguf]   -> {"token_logprobs": [...], "nll_mean": x}
 //   node oracle.mjs gap      MODEL.gguf '[ids]' '[a, b]'                  -> {"logit_a", "logit_b", "max"}
 //   node oracle.mjs tokenize MODEL.gguf TEXT                               -> {"ids": [...]}  (special tokens parsed, BOS as the file says)
+//   node oracle.mjs tokenize-many MODEL.gguf TEXTS.json                    -> {"ids": [[...], ...]}  (the same, for a JSON list of texts)
 //   node oracle.mjs chat     MODEL.gguf QUESTION N                         -> {"text", "stop_reason", "template"}
 //        (one user turn through the file's own `tokenizer.chat_template` (JinjaTemplateChatWrapper), greedy, at most
 //         N tokens; stop_reason "eogToken" means it ended its turn, "maxTokens" that it ran into the limit)
 //
+// `includeMax` alone does not bring the largest logit into a filtered map; `includeTop: 1` does.
 // Greedy means temperature 0 (argmax); the prompt is given as token ids so both sides see the same input.
 import {getLlama, LlamaChatSession, JinjaTemplateChatWrapper} from "node-llama-cpp";
 
@@ -19,11 +21,22 @@ const lora = loraAt > 0 ? process.argv[loraAt + 1] : undefined;
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const model = await llama.loadModel({modelPath});
 
-if (mode === "tokenize") {
-    const ids = model.tokenize(arg, true);
+function tokenizeAsTheFileSays(text) {
+    const ids = model.tokenize(text, true);
     const bos = model.tokens.bos;
     const addBos = model.tokens.shouldPrependBosToken;
-    console.log(JSON.stringify({ids: addBos && bos != null ? [bos, ...ids] : Array.from(ids)}));
+    return addBos && bos != null ? [bos, ...ids] : Array.from(ids);
+}
+
+if (mode === "tokenize") {
+    console.log(JSON.stringify({ids: tokenizeAsTheFileSays(arg)}));
+    process.exit(0);
+}
+
+if (mode === "tokenize-many") {
+    const fs = await import("node:fs");
+    const texts = JSON.parse(fs.readFileSync(arg, "utf8"));
+    console.log(JSON.stringify({ids: texts.map(tokenizeAsTheFileSays)}));
     process.exit(0);
 }
 
@@ -64,7 +77,7 @@ if (mode === "greedy") {
     // log p(ids[i+1] | ids[..=i]) = logit - max logit - log(sum exp(logit - max logit))
     const input = ids.slice(0, -1).map((token, i) => [
         token,
-        {generateNext: {logits: {filter: {tokens: [ids[i + 1]], includeMax: true}}, totalLogitWeight: true}},
+        {generateNext: {logits: {filter: {tokens: [ids[i + 1]], includeMax: true, includeTop: 1}}, totalLogitWeight: true}},
     ]);
     const res = await sequence.controlledEvaluate(input);
     const lps = res.map((r, i) => {
@@ -78,7 +91,7 @@ if (mode === "greedy") {
     const [a, b] = JSON.parse(n);
     const res = await sequence.controlledEvaluate([
         ...ids.slice(0, -1),
-        [ids[ids.length - 1], {generateNext: {logits: {filter: {tokens: [a, b], includeMax: true}}}}],
+        [ids[ids.length - 1], {generateNext: {logits: {filter: {tokens: [a, b], includeMax: true, includeTop: 1}}}}],
     ]);
     const logits = res[res.length - 1].next.logits;
     console.log(JSON.stringify({logit_a: logits.get(a), logit_b: logits.get(b), max: Math.max(...logits.values())}));

@@ -78,6 +78,47 @@ pub enum Command {
     Bench(bench::BenchCommand),
     /// What to paste into a bug report: build, OS, devices and dtypes, memory, BLAS, which kernel each op uses.
     Doctor(DoctorArgs),
+    /// List the models on this machine (the studio's scan): the Hugging Face cache, ./models and --dir folders,
+    /// each with its family, or why it cannot be run.
+    Models(ModelsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ModelsArgs {
+    /// More folders (or .gguf files) to look in, besides the Hugging Face cache and ./models.
+    #[arg(long = "dir")]
+    pub dirs: Vec<std::path::PathBuf>,
+    /// The Hugging Face hub cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
+    #[arg(long)]
+    pub hf_cache: Option<std::path::PathBuf>,
+    /// Print the list as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn models(args: &ModelsArgs) -> anyhow::Result<()> {
+    let cache = args.hf_cache.clone().or_else(crate::worker::default_hf_cache_dir);
+    let mut dirs = vec![std::path::PathBuf::from("models")];
+    dirs.extend(args.dirs.iter().cloned());
+    let found = crate::worker::scan_models(cache.as_deref(), &dirs);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+        return Ok(());
+    }
+    println!("{:<48} {:<12} {:<12} {:>10}  found in", "name", "family", "format", "size");
+    for m in &found {
+        let family = m.family.as_deref().unwrap_or("-");
+        let size = format!("{:.1} MiB", m.size_bytes as f64 / (1u64 << 20) as f64);
+        println!("{:<48} {family:<12} {:<12} {size:>10}  {}", m.name, m.format, m.origin);
+        if let Some(why) = &m.unsupported {
+            println!("    not supported: {why}");
+        }
+    }
+    if found.is_empty() {
+        let cache = cache.map(|c| c.display().to_string()).unwrap_or_else(|| "no Hugging Face cache".into());
+        println!("(none; searched {cache} and ./models)");
+    }
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -170,6 +211,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Data(a)) => data::data(&a),
         Some(Command::Bench(b)) => bench::run(b),
         Some(Command::Doctor(a)) => doctor(&a),
+        Some(Command::Models(a)) => models(&a),
     }
 }
 

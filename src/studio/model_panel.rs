@@ -25,6 +25,11 @@ pub struct ModelPanel {
 }
 
 impl ModelPanel {
+    /// The models the last scan found.
+    pub fn found(&self) -> &[FoundModel] {
+        &self.found
+    }
+
     pub fn on_models_found(&mut self, found: Vec<FoundModel>) {
         self.found = found;
         self.scanning = false;
@@ -176,8 +181,9 @@ impl ModelPanel {
         }
         let filter = self.filter.to_lowercase();
         let mut load = None;
-        egui::Grid::new("found-models").num_columns(5).striped(true).spacing([16.0, 6.0]).show(ui, |ui| {
+        egui::Grid::new("found-models").num_columns(6).striped(true).spacing([16.0, 6.0]).show(ui, |ui| {
             ui.label(RichText::new("Name").strong());
+            ui.label(RichText::new("Family").strong());
             ui.label(RichText::new("Format").strong());
             ui.label(RichText::new("Size").strong());
             ui.label(RichText::new("Found in").strong());
@@ -189,12 +195,21 @@ impl ModelPanel {
                 }
                 let is_loaded = ctx.model.loaded.as_ref().is_some_and(|l| crate::worker::paths_match(&l.path, &m.path));
                 ui.label(&m.name).on_hover_text(m.path.display().to_string());
+                match (&m.family, &m.unsupported) {
+                    (Some(family), _) => ui.label(family),
+                    (None, why) => ui
+                        .label(RichText::new("not supported").color(palette::WARN))
+                        .on_hover_text(why.clone().unwrap_or_default()),
+                };
                 ui.label(&m.format);
                 ui.label(fmt_bytes(m.size_bytes));
                 ui.label(RichText::new(&m.origin).weak());
                 ui.push_id(i, |ui| {
                     if is_loaded {
                         ui.label(RichText::new("loaded").color(palette::OK));
+                    } else if m.family.is_none() {
+                        ui.add_enabled(false, egui::Button::new("Load").small())
+                            .on_disabled_hover_text(m.unsupported.clone().unwrap_or_default());
                     } else if ui.small_button("Load").on_hover_text(format!("Load {}", m.name)).clicked() {
                         load = Some(m.path.clone());
                     }

@@ -1,7 +1,9 @@
 //! Finding models on disk: the local Hugging Face cache (snapshot folders with `config.json` and safetensors,
-//! and `.gguf` files) plus any folders the user keeps models in. Read-only; nothing is downloaded.
+//! and `.gguf` files) plus any folders the user keeps models in, each with its family or the reason we cannot
+//! run it (the engine's `model_family` decides). Read-only; nothing is downloaded.
 
 use super::types::{display_name, FoundModel};
+use crate::engine::model::model_family;
 use std::path::{Path, PathBuf};
 
 /// How deep the scan descends below each root; the cache layout needs four levels.
@@ -93,13 +95,7 @@ fn as_model(path: &Path, origin: &str) -> Option<FoundModel> {
             return None;
         }
         let size_bytes = std::fs::metadata(path).ok()?.len();
-        return Some(FoundModel {
-            path: path.to_path_buf(),
-            name: display_name(path),
-            format: "gguf".into(),
-            size_bytes,
-            origin: origin.into(),
-        });
+        return Some(found(path, "gguf", size_bytes, origin));
     }
     if !path.join("config.json").is_file() {
         return None;
@@ -113,13 +109,24 @@ fn as_model(path: &Path, origin: &str) -> Option<FoundModel> {
             size_bytes += std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
         }
     }
-    has_weights.then(|| FoundModel {
+    has_weights.then(|| found(path, "safetensors", size_bytes, origin))
+}
+
+/// A found model with its family, or why we cannot run it.
+fn found(path: &Path, format: &str, size_bytes: u64, origin: &str) -> FoundModel {
+    let (family, unsupported) = match model_family(path) {
+        Ok(arch) => (Some(arch.as_str().to_string()), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    FoundModel {
         path: path.to_path_buf(),
         name: display_name(path),
-        format: "safetensors".into(),
+        format: format.into(),
         size_bytes,
         origin: origin.into(),
-    })
+        family,
+        unsupported,
+    }
 }
 
 #[cfg(test)]
@@ -131,19 +138,29 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let snap = root.path().join("models--org--tiny/snapshots/abc123");
         std::fs::create_dir_all(&snap).unwrap();
-        std::fs::write(snap.join("config.json"), "{}").unwrap();
+        let tiny_qwen3 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3/config.json");
+        std::fs::copy(tiny_qwen3, snap.join("config.json")).unwrap();
         std::fs::write(snap.join("model.safetensors"), [0u8; 16]).unwrap();
         let gguf_dir = root.path().join("models--org--q/snapshots/def");
         std::fs::create_dir_all(&gguf_dir).unwrap();
         std::fs::write(gguf_dir.join("m-Q4.gguf"), [0u8; 8]).unwrap();
+        let other = root.path().join("models--org--bert/snapshots/x");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("config.json"), r#"{"model_type": "bert"}"#).unwrap();
+        std::fs::write(other.join("model.safetensors"), [0u8; 4]).unwrap();
         let not_a_model = root.path().join("models--org--empty/snapshots/x");
         std::fs::create_dir_all(&not_a_model).unwrap();
         std::fs::write(not_a_model.join("config.json"), "{}").unwrap();
 
         let found = scan_models(Some(root.path()), &[]);
         let names: Vec<&str> = found.iter().map(|m| m.name.as_str()).collect();
-        assert_eq!(names, vec!["org/q/m-Q4.gguf", "org/tiny"]);
-        assert_eq!(found[1].size_bytes, 16);
-        assert_eq!(found[0].format, "gguf");
+        assert_eq!(names, vec!["org/bert", "org/q/m-Q4.gguf", "org/tiny"]);
+        assert_eq!(found[2].size_bytes, 16);
+        assert_eq!(found[1].format, "gguf");
+        assert_eq!(found[2].family.as_deref(), Some("qwen3"));
+        let bert = found[0].unsupported.as_deref().unwrap();
+        assert!(found[0].family.is_none() && bert.contains("bert") && bert.contains("qwen2"), "{bert}");
+        let garbage = found[1].unsupported.as_deref().unwrap();
+        assert!(found[1].family.is_none() && garbage.contains("m-Q4.gguf"), "{garbage}");
     }
 }

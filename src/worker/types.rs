@@ -80,6 +80,12 @@ pub struct FoundModel {
     pub size_bytes: u64,
     /// Where it was found: "Hugging Face cache" or the folder that was scanned.
     pub origin: String,
+    /// The model family (`llama`, `mistral`, `qwen2`, ...) when we can run it (the engine's `model_family`).
+    #[serde(default)]
+    pub family: Option<String>,
+    /// Why we cannot run it, when we cannot: the engine's error (an unsupported architecture, a bad config).
+    #[serde(default)]
+    pub unsupported: Option<String>,
 }
 
 pub use crate::engine::checkpoint::CheckpointInfo;

@@ -3,12 +3,14 @@
 //! `tokenizer.chat_template`).
 //!
 //! llama.cpp has no `mistral` architecture for dense Mistral models: its convert script writes them as
-//! `llama` (same blocks, q/k rows permuted the same way), and so do we. A tokenizer from a GGUF source is copied
+//! `llama` (same blocks, q/k rows permuted the same way), and so do we (the architecture table is
+//! `model::gguf::arch`). A tokenizer from a GGUF source is copied
 //! key by key; one from `tokenizer.json` is described the way llama.cpp's `convert_hf_to_gguf.py` does for
 //! byte-level BPE (`gpt2`), with the vocabulary padded with unused `[PADn]` tokens up to the embedding rows.
 
 use super::gguf_writer::MetaValue;
 use crate::engine::model::config::{Architecture, RopeScaling};
+pub use crate::engine::model::gguf::arch::{gguf_architecture, permutes_qk};
 use crate::engine::model::gguf::{
     pre_tokenizer_name, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
 };
@@ -19,15 +21,12 @@ use candle_core::quantized::gguf_file::{Content, Value};
 /// A metadata list in writing order.
 pub type Metadata = Vec<(String, MetaValue)>;
 
-/// llama.cpp's architecture name for ours; an error for families whose GGUF layout we do not write yet
-/// (phi3's fused tensors, smollm3's NoPE layers and granite's multipliers need their own metadata).
-pub fn gguf_architecture(arch: Architecture) -> Result<&'static str> {
+/// GGUF exports write the llama-style layout (norms as stored, pre-norms, SwiGLU, separate projections): an
+/// error for the families whose llama.cpp layout differs (gemma3 stores 1 + w norms and has its own metadata
+/// keys; olmo2 its own norms; phi3 fused tensors; smollm3 NoPE layers; granite multipliers), naming the exports
+/// that do work for them.
+pub fn refuse_unsupported_gguf(arch: Architecture) -> Result<()> {
     match arch {
-        Architecture::Llama | Architecture::Mistral => Ok("llama"),
-        Architecture::Qwen2 => Ok("qwen2"),
-        Architecture::Qwen3 => Ok("qwen3"),
-        // gemma3 stores 1 + w norms and has keys of its own, olmo2 its own norms, phi3 fused tensors, smollm3
-        // NoPE layers and granite multipliers: each needs its own llama.cpp layout.
         Architecture::Gemma3
         | Architecture::Olmo2
         | Architecture::Phi3
@@ -37,12 +36,8 @@ pub fn gguf_architecture(arch: Architecture) -> Result<&'static str> {
              convert_hf_to_gguf.py converts) or `peft` instead",
             arch.as_str()
         ))),
+        _ => Ok(()),
     }
-}
-
-/// Whether llama.cpp stores q/k rows permuted for its interleaved rope (the `llama` architecture only).
-pub fn permutes_qk(arch: Architecture) -> bool {
-    matches!(gguf_architecture(arch), Ok("llama"))
 }
 
 fn str(s: impl Into<String>) -> MetaValue {
@@ -55,7 +50,8 @@ fn u32_of(n: usize) -> MetaValue {
 
 /// `general.*` and the architecture's hyperparameters.
 pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bool) -> Result<Metadata> {
-    let arch = gguf_architecture(c.architecture)?;
+    refuse_unsupported_gguf(c.architecture)?;
+    let arch = gguf_architecture(c.architecture);
     let key = |k: &str| format!("{arch}.{k}");
     let mut meta: Metadata = vec![
         ("general.architecture".into(), str(arch)),
@@ -63,6 +59,10 @@ pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bo
         ("general.name".into(), str(name)),
         ("general.file_type".into(), MetaValue::U32(file_type)),
     ];
+    // A Mistral model is a `llama` file; its recorded base name is how a reader (ours) tells the family.
+    if c.architecture == Architecture::Mistral && !name.to_ascii_lowercase().contains("mistral") {
+        meta.push(("general.basename".into(), str("Mistral")));
+    }
     if quantized {
         meta.push(("general.quantization_version".into(), MetaValue::U32(2)));
     }

@@ -145,6 +145,19 @@ pub fn load_model_with(path: &Path, device: &Device, dtype: DType, options: &Loa
     }
 }
 
+/// The family of the model at `path`, read cheaply (a folder's `config.json`, a GGUF file's header; no weights,
+/// no tokenizer): the one rule for "is this a model we can run, and which family is it", asked by the model scan
+/// of the studio and the CLI. An error says why not (unsupported architecture, a bad config, a corrupt file).
+pub fn model_family(path: &Path) -> Result<super::config::Architecture> {
+    match ModelSource::detect(path)? {
+        ModelSource::HfFolder(folder) => {
+            let config_path = folder.join("config.json");
+            Ok(RawConfig::from_file(&config_path)?.resolve(&config_path)?.architecture)
+        }
+        ModelSource::Gguf(file) => super::gguf::gguf_family(&file),
+    }
+}
+
 /// Read a model's config, tokenizer, chat template and stop ids without loading any weight.
 pub fn load_model_info(path: &Path) -> Result<ModelInfo> {
     match ModelSource::detect(path)? {

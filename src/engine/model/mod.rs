@@ -33,6 +33,8 @@ mod weight_loader;
 pub use config::{Architecture, ModelConfig};
 pub use gradients::Gradients;
 pub use kv_cache::{KvCache, LayerCache};
-pub use loader::{load_model, load_model_info, load_model_with, LoadOptions, LoadedModel, ModelInfo, ModelSource};
+pub use loader::{
+    load_model, load_model_info, load_model_with, model_family, LoadOptions, LoadedModel, ModelInfo, ModelSource,
+};
 pub use quant::BaseQuant;
 pub use sequence::SequenceContext;

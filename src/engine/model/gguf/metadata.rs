@@ -1,8 +1,10 @@
-//! GGUF metadata: typed access to its key/value pairs ([`Metadata`]) and the resolution of the `llama.*` and
+//! GGUF metadata: typed access to its key/value pairs ([`Metadata`]) and the resolution of the `<arch>.*` keys
+//! (`llama.*`, `qwen2.*`, `qwen3.*`: llama.cpp names every hyperparameter after the file's architecture) and the
 //! `tokenizer.ggml.*` keys into a [`ModelConfig`], rope scaling included (Llama 3 files carry it as a factor
 //! tensor, which is inverted back into the scaling parameters).
 
-use super::{GgufVocab, SUPPORTED_GGUF_ARCHITECTURES};
+use super::arch::{architecture_of_gguf, SUPPORTED_GGUF_ARCHITECTURES};
+use super::GgufVocab;
 use crate::engine::model::config::{
     Architecture, Llama3RopeScaling, MlpActivation, ModelConfig, NormLayout, RopeScaling,
 };
@@ -120,29 +122,51 @@ fn value_to_f64(v: &Value) -> Option<f64> {
     }
 }
 
-const ARCH: &str = "llama";
 /// Llama 3 files carry their rope scaling as precomputed per-frequency factors in this tensor.
 pub(super) const ROPE_FREQS: &str = "rope_freqs.weight";
 
-pub(super) fn check_architecture(meta: &Metadata) -> Result<()> {
-    let found = meta.string("general.architecture")?.unwrap_or("(no general.architecture)");
-    if found == ARCH {
-        return Ok(());
+/// The file's architecture: llama.cpp's name (the prefix of its hyperparameter keys) and ours.
+pub(super) struct GgufArch {
+    pub(super) name: String,
+    pub(super) architecture: Architecture,
+}
+
+impl GgufArch {
+    /// The full key of hyperparameter `name` (`qwen2.block_count`).
+    pub(super) fn key(&self, name: &str) -> String {
+        format!("{}.{name}", self.name)
     }
-    Err(Error::UnsupportedArchitecture {
-        found: found.to_string(),
-        path: meta.path.to_path_buf(),
-        supported: SUPPORTED_GGUF_ARCHITECTURES.into(),
-    })
+}
+
+/// `general.architecture`, refused unless we run it; a `llama` file is a Mistral model when its recorded
+/// name says so (see `arch.rs`).
+pub(super) fn check_architecture(meta: &Metadata) -> Result<GgufArch> {
+    let found = meta.string("general.architecture")?.unwrap_or("(no general.architecture)");
+    let names: Vec<&str> =
+        ["general.basename", "general.name"].iter().filter_map(|k| meta.string(k).ok().flatten()).collect();
+    match architecture_of_gguf(found, &names) {
+        Some(architecture) => Ok(GgufArch { name: found.to_string(), architecture }),
+        None => Err(Error::UnsupportedArchitecture {
+            found: found.to_string(),
+            path: meta.path.to_path_buf(),
+            supported: SUPPORTED_GGUF_ARCHITECTURES.into(),
+        }),
+    }
 }
 
 pub(super) fn resolve_config(
     meta: &Metadata,
+    arch: &GgufArch,
     content: &Content,
     vocab: &GgufVocab,
     rope_freqs: Option<&[f32]>,
 ) -> Result<ModelConfig> {
-    let key = |name: &str| format!("{ARCH}.{name}");
+    let key = |name: &str| arch.key(name);
+    if let Some(experts) = meta.usize(&key("expert_count"))?.filter(|n| *n > 0) {
+        return Err(
+            meta.bad(&key("expert_count"), format!("{experts} experts: mixture-of-experts models are not supported"))
+        );
+    }
     let hidden_size = meta.need_usize(&key("embedding_length"))?;
     let num_attention_heads = meta.need_usize(&key("attention.head_count"))?;
     let num_kv_heads = meta.usize(&key("attention.head_count_kv"))?.unwrap_or(num_attention_heads);
@@ -171,12 +195,12 @@ pub(super) fn resolve_config(
     }
     let rope_theta = meta.float(&key("rope.freq_base"))?.unwrap_or(10_000.0);
     let rope_scaling = match rope_freqs {
-        Some(factors) => Some(infer_llama3_rope_scaling(meta, factors, rope_theta, head_dim)?),
-        None => linear_rope_scaling(meta)?,
+        Some(factors) => Some(infer_llama3_rope_scaling(meta, arch, factors, rope_theta, head_dim)?),
+        None => linear_rope_scaling(meta, arch)?,
     };
     let has_tensor = |name: &str| content.tensor_infos.contains_key(name);
     Ok(ModelConfig {
-        architecture: Architecture::Llama,
+        architecture: arch.architecture,
         vocab_size,
         hidden_size,
         intermediate_size: meta.need_usize(&key("feed_forward_length"))?,
@@ -191,8 +215,8 @@ pub(super) fn resolve_config(
         tie_word_embeddings: !has_tensor("output.weight"),
         qkv_bias: has_tensor("blk.0.attn_q.bias"),
         o_bias: has_tensor("blk.0.attn_output.bias"),
-        qk_norm: false,
-        sliding_window: None,
+        qk_norm: has_tensor("blk.0.attn_q_norm.weight"),
+        sliding_window: meta.usize(&key("attention.sliding_window"))?.filter(|w| *w > 0),
         bos_token_id: vocab.bos_id,
         eos_token_ids: vocab.eos_id.into_iter().collect(),
         weights_dtype: content.tensor_infos.get("blk.0.attn_q.weight").map(|i| format!("gguf {:?}", i.ggml_dtype)),
@@ -214,11 +238,11 @@ pub(super) fn resolve_config(
 }
 
 /// `rope.scaling.type = linear` (or the older `rope.scale_linear`); any other scaling type is refused.
-fn linear_rope_scaling(meta: &Metadata) -> Result<Option<RopeScaling>> {
-    let type_key = format!("{ARCH}.rope.scaling.type");
+fn linear_rope_scaling(meta: &Metadata, arch: &GgufArch) -> Result<Option<RopeScaling>> {
+    let type_key = arch.key("rope.scaling.type");
     let factor = match meta.string(&type_key)? {
-        None | Some("none") => meta.float(&format!("{ARCH}.rope.scale_linear"))?,
-        Some("linear") => meta.float(&format!("{ARCH}.rope.scaling.factor"))?,
+        None | Some("none") => meta.float(&arch.key("rope.scale_linear"))?,
+        Some("linear") => meta.float(&arch.key("rope.scaling.factor"))?,
         Some(other) => {
             return Err(meta.bad(&type_key, format!("`{other}` rope scaling is not supported; supported: none, linear")))
         }
@@ -232,6 +256,7 @@ fn linear_rope_scaling(meta: &Metadata) -> Result<Option<RopeScaling>> {
 /// `factor` from the largest divisor, and accept the guess only if it reproduces every stored divisor.
 pub(super) fn infer_llama3_rope_scaling(
     meta: &Metadata,
+    arch: &GgufArch,
     factors: &[f32],
     theta: f64,
     head_dim: usize,
@@ -242,7 +267,7 @@ pub(super) fn infer_llama3_rope_scaling(
         low_freq_factor: 1.0,
         high_freq_factor: 4.0,
         original_max_position_embeddings: meta
-            .usize(&format!("{ARCH}.rope.scaling.original_context_length"))?
+            .usize(&arch.key("rope.scaling.original_context_length"))?
             .unwrap_or(8192),
     };
     let expected = llama3_rope_factors(&guess, theta, head_dim);

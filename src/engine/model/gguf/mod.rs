@@ -1,12 +1,13 @@
-//! Loading a single GGUF file (llama.cpp's format) of the `llama` architecture into what a Hugging Face
-//! model folder would give us: a resolved [`ModelConfig`], dequantized tensors under Hugging Face names and
-//! layout, a `tokenizers::Tokenizer` rebuilt from the `tokenizer.ggml.*` metadata, and the chat template.
+//! Loading a single GGUF file (llama.cpp's format) of the `llama` (Llama, Mistral), `qwen2` or `qwen3`
+//! architecture into what a Hugging Face model folder would give us: a resolved [`ModelConfig`], dequantized
+//! tensors under Hugging Face names and layout, a `tokenizers::Tokenizer` rebuilt from the `tokenizer.ggml.*`
+//! metadata, and the chat template.
 //!
 //! Three things differ between a GGUF file and the Hugging Face checkpoint it was converted from, and this
 //! module undoes each of them:
 //! - tensor names (`blk.0.attn_q.weight` is `model.layers.0.self_attn.q_proj.weight`);
-//! - the rows of `attn_q`/`attn_k`, which llama.cpp's convert script permutes for its interleaved rope
-//!   (see [`unpermute_qk_rows`]);
+//! - for the `llama` architecture only, the rows of `attn_q`/`attn_k`, which llama.cpp's convert script permutes
+//!   for its interleaved rope (see [`unpermute_qk_rows`] and `arch.rs`);
 //! - the tokenizer, which exists only as metadata. It is rebuilt the way transformers' GGUF loader does
 //!   (`integrations/gguf/gguf_tokenizer_mapping.py`), with two deliberate differences that follow llama.cpp
 //!   and the model's original `tokenizer.json` instead: BOS/EOS are added only where `tokenizer.ggml.add_bos_token`
@@ -33,12 +34,14 @@ use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 
+use arch::permutes_qk;
 pub(crate) use metadata::llama3_rope_factors;
 use metadata::{check_architecture, resolve_config, Metadata, ROPE_FREQS};
 use names::hf_tensor_name;
 use tokenizer::{build_tokenizer, GgufVocab};
 use tokenizers::Tokenizer;
 
+pub mod arch;
 mod metadata;
 pub mod names;
 #[cfg(test)]
@@ -49,12 +52,11 @@ pub(crate) use tokenizer::{
     pre_tokenizer_name, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNUSED, TOKEN_TYPE_USER_DEFINED,
 };
 
-/// The GGUF architectures this loader understands (`general.architecture`).
-pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama";
+pub use arch::SUPPORTED_GGUF_ARCHITECTURES;
 
 /// A GGUF file turned into what a Hugging Face folder would give us.
 pub struct GgufModel {
-    /// Resolved from the `llama.*` and `tokenizer.ggml.*` metadata.
+    /// Resolved from the `<arch>.*` and `tokenizer.ggml.*` metadata.
     pub config: ModelConfig,
     /// Dequantized weights under Hugging Face names and in Hugging Face layout. `lm_head.weight` is present
     /// only when the file has `output.weight`; otherwise `config.tie_word_embeddings` is true.
@@ -72,7 +74,7 @@ pub struct GgufModel {
     pub eos_token: Option<String>,
 }
 
-/// Load a GGUF file of the `llama` architecture, dequantizing every tensor to `dtype` on `device`.
+/// Load a GGUF file, dequantizing every tensor to `dtype` on `device`.
 pub fn load_gguf(path: &Path, device: &Device, dtype: DType) -> Result<GgufModel> {
     load_gguf_with(path, device, dtype, false)
 }
@@ -86,6 +88,15 @@ pub fn load_gguf_with(path: &Path, device: &Device, dtype: DType, keep_quantized
     Ok(model)
 }
 
+/// The family of a GGUF file from its header alone (`general.architecture` and the recorded model name), without
+/// reading tensors or building the tokenizer; an unsupported architecture is an error naming the supported ones.
+pub fn gguf_family(path: &Path) -> Result<crate::engine::model::config::Architecture> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut reader = BufReader::new(file);
+    let content = guarded(path, "cannot read the GGUF header", || Content::read(&mut reader))?;
+    Ok(check_architecture(&Metadata { path, map: &content.metadata })?.architecture)
+}
+
 /// An open GGUF file whose header, config and vocabulary are read, and whose tensors are read one at a time
 /// on request: [`load_gguf`] reads them all, an export streams them.
 pub struct GgufTensorReader {
@@ -93,7 +104,7 @@ pub struct GgufTensorReader {
     content: Content,
     reader: BufReader<File>,
     vocab: GgufVocab,
-    /// Resolved from the `llama.*` and `tokenizer.ggml.*` metadata.
+    /// Resolved from the `<arch>.*` and `tokenizer.ggml.*` metadata.
     pub config: ModelConfig,
     /// Hugging Face tensor name -> GGUF tensor name.
     gguf_names: HashMap<String, String>,
@@ -108,13 +119,13 @@ impl GgufTensorReader {
         let content = guarded(path, "cannot read the GGUF header", || Content::read(&mut reader))?;
         check_tensor_extents(path, &content, file_size)?;
         let meta = Metadata { path, map: &content.metadata };
-        check_architecture(&meta)?;
+        let arch = check_architecture(&meta)?;
         let vocab = GgufVocab::from_metadata(&meta)?;
         let rope_freqs = match content.tensor_infos.get(ROPE_FREQS) {
             Some(info) => Some(read_f32_vec(path, &content, info, &mut reader)?),
             None => None,
         };
-        let config = resolve_config(&meta, &content, &vocab, rope_freqs.as_deref())?;
+        let config = resolve_config(&meta, &arch, &content, &vocab, rope_freqs.as_deref())?;
         let gguf_names =
             content.tensor_infos.keys().filter_map(|g| hf_tensor_name(g).map(|hf| (hf, g.clone()))).collect();
         Ok(Self { path: path.to_path_buf(), content, reader, vocab, config, gguf_names })
@@ -160,8 +171,12 @@ impl GgufTensorReader {
     }
 }
 
-/// The head count whose row order llama.cpp permutes in `gguf_name` (q and k projections), if any.
+/// The head count whose row order llama.cpp permutes in `gguf_name` (q and k projections of the `llama`
+/// architecture), if any.
 fn qk_heads(gguf_name: &str, cfg: &ModelConfig) -> Option<usize> {
+    if !permutes_qk(cfg.architecture) {
+        return None;
+    }
     match gguf_name.split('.').nth(2) {
         Some("attn_q") => Some(cfg.num_attention_heads),
         Some("attn_k") => Some(cfg.num_kv_heads),

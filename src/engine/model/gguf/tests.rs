@@ -1,6 +1,6 @@
 //! Tests of the GGUF loader and tokenizer.
 
-use super::metadata::infer_llama3_rope_scaling;
+use super::metadata::{infer_llama3_rope_scaling, GgufArch};
 use super::tokenizer::*;
 use super::*;
 use crate::engine::model::config::{Llama3RopeScaling, RopeScaling};
@@ -120,10 +120,11 @@ fn llama3_rope_scaling_is_recovered_from_rope_freqs() {
         original_max_position_embeddings: 8192,
     };
     let factors: Vec<f32> = llama3_rope_factors(&truth, 500_000.0, 64).iter().map(|&f| f as f32).collect();
-    let got = infer_llama3_rope_scaling(&meta, &factors, 500_000.0, 64).unwrap();
+    let arch = GgufArch { name: "llama".into(), architecture: crate::engine::model::config::Architecture::Llama };
+    let got = infer_llama3_rope_scaling(&meta, &arch, &factors, 500_000.0, 64).unwrap();
     assert_eq!(got, RopeScaling::Llama3(truth));
     let odd: Vec<f32> = factors.iter().map(|f| f * 1.5).collect();
-    assert!(infer_llama3_rope_scaling(&meta, &odd, 500_000.0, 64).is_err());
+    assert!(infer_llama3_rope_scaling(&meta, &arch, &odd, 500_000.0, 64).is_err());
 }
 
 #[test]

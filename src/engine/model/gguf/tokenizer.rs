@@ -11,13 +11,16 @@ use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::normalizers::prepend::Prepend;
 use tokenizers::normalizers::replace::Replace;
+use tokenizers::normalizers::utils::Sequence as NormalizerSequence;
 use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
 use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{AddedToken, DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer};
+use tokenizers::{
+    AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer,
+};
 
 /// llama.cpp's token types (`tokenizer.ggml.token_type`).
 pub(crate) const TOKEN_TYPE_NORMAL: i64 = 1;
@@ -203,8 +206,14 @@ pub(super) fn byte_level_pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizer
     Ok(PreTokenizerSequence::new(vec![split.into(), bytes_only.into()]).into())
 }
 
-/// SentencePiece-style BPE (`tokenizer.ggml.model == "llama"`), as transformers' `LlamaTokenizer`: byte
-/// fallback, `▁` for spaces with one prepended to the text, merges from the file or recovered from the scores.
+/// SentencePiece-style BPE (`tokenizer.ggml.model == "llama"`), as llama.cpp's SPM tokenizer: byte fallback
+/// (`<0xXX>` tokens), every space written `▁`, and, when `tokenizer.ggml.add_space_prefix` (default true), one
+/// `▁` put before every stretch of text between special tokens, even one that starts with a space (llama.cpp
+/// prefixes the text and each piece after a special token; sentencepiece's `add_dummy_prefix` the same).
+/// A normalizer does exactly that, as it runs on each piece between added tokens; a `Metaspace` pre-tokenizer
+/// would not (it skips a piece that already starts with `▁`). Merges come from the file or are recovered from
+/// the scores: llama.cpp merges the adjacent pair whose merged token scores best, and ranking the merges by
+/// that score gives the same order.
 pub(super) fn sentencepiece_tokenizer(vocab: &GgufVocab) -> Result<Tokenizer> {
     let bpe_vocab: Vocab = vocab.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
     let merges = match vocab.merge_pairs()? {
@@ -221,8 +230,12 @@ pub(super) fn sentencepiece_tokenizer(vocab: &GgufVocab) -> Result<Tokenizer> {
         builder = builder.unk_token(unk.to_string());
     }
     let mut tokenizer = Tokenizer::new(builder.build().map_err(tok_err)?);
-    let prepend = if vocab.add_space_prefix { PrependScheme::First } else { PrependScheme::Never };
-    tokenizer.with_pre_tokenizer(Some(Metaspace::new('▁', prepend, false)));
+    let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
+    if vocab.add_space_prefix {
+        normalizers.push(Prepend::new("▁".into()).into());
+    }
+    normalizers.push(Replace::new(" ", "▁").map_err(tok_err)?.into());
+    tokenizer.with_normalizer(Some(NormalizerSequence::new(normalizers))).map_err(tok_err)?;
     let mut decoders: Vec<DecoderWrapper> =
         vec![Replace::new("▁", " ").map_err(tok_err)?.into(), ByteFallback::new().into(), Fuse::new().into()];
     if vocab.add_space_prefix {
