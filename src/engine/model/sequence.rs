@@ -9,7 +9,7 @@ pub struct SequenceContext {
     /// Rotary tables (seq_len, head_dim / 2) for positions 0..seq_len.
     pub cos: Tensor,
     pub sin: Tensor,
-    /// Additive causal (and sliding-window) mask (t, t).
+    /// Additive causal (and sliding-window) mask (t, t); None where the fused attention masks in its kernels.
     pub mask: Option<Tensor>,
     /// Apply adapter dropout.
     pub dropout: bool,

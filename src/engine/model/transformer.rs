@@ -140,7 +140,12 @@ impl Transformer {
     pub fn sequence_context(&self, batch: usize, seq_len: usize, dropout: bool) -> Result<SequenceContext> {
         let (cos, sin) = self.rotary_slice(0, seq_len)?;
         let window = self.layers.first().and_then(|l| l.self_attn.sliding_window);
-        let mask = attention_mask(seq_len, 0, seq_len, window, &self.device)?;
+        // The fused attention masks inside its kernels; only the composed one reads the (t, t) mask.
+        let mask = if ops::fused_attention_applies(&self.device, self.dtype, self.config.head_dim) {
+            None
+        } else {
+            attention_mask(seq_len, 0, seq_len, window, &self.device)?
+        };
         Ok(SequenceContext { batch, seq_len, cos, sin, mask, dropout })
     }
 

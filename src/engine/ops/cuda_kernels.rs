@@ -127,7 +127,11 @@ pub(crate) mod launch {
                     type $t = half::bf16;
                     $body
                 }
-                other => candle_core::bail!("fused kernels take f32 or bf16, not {other:?}"),
+                candle_core::DType::F16 => {
+                    type $t = half::f16;
+                    $body
+                }
+                other => candle_core::bail!("fused kernels take f32, bf16 or f16, not {other:?}"),
             }
         };
     }

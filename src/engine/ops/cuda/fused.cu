@@ -287,3 +287,6 @@ __device__ void silu_mul_backward(const T* gate, const T* up, const T* dm, T* ou
 
 INSTANTIATE_TRAINING(float, f32)
 INSTANTIATE_TRAINING(__nv_bfloat16, bf16)
+
+// ---- Fused (flash-style) attention: training forward and backward, prefill ----
+#include "flash_attention.cuh"
