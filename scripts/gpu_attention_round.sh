@@ -16,7 +16,7 @@
 #   driver sees it); PyTorch also reports torch.cuda.max_memory_allocated/reserved.
 set -uo pipefail
 MODE="$1"; DEST="$2"; SHAPE="${3:-}"; G="${G:-.gpu-cuda}"
-RAW=/tmp/round; mkdir -p "$RAW" "$DEST"; LOG="$DEST/round.txt"
+RAW=/tmp/round-$MODE$SHAPE; mkdir -p "$RAW" "$DEST"; LOG="$DEST/round.txt"
 unxz() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2"; chmod +x "$2"; }
 for b in metal-candle cuda_attention cuda_decode; do [ -f "$G/$b.xz" ] && unxz "$G/$b.xz" "/tmp/$b"; done
 MC="bash $G/gpu-libs.sh /tmp/metal-candle"

@@ -3,7 +3,8 @@
 //! logsumexp; the backward recomputes the probabilities tile by tile from them. Memory is linear in T.
 //!
 //! Causal, grouped-query (dK/dV summed over the heads of a group), sliding window; head_dim 16, 32, 64 or
-//! 128; f32, bf16 and f16 storage with f32 math. [`applies`] says when; `ops::fused_attention` composes
+//! 128; f32, bf16 and f16 storage with f32 accumulation. bf16/f16 at head_dim 64 and 128 run on tensor cores
+//! (flash_attention_mma.cuh); f32 and the small heads on f32 FMAs (exact to rounding). [`applies`] says when; `ops::fused_attention` composes
 //! otherwise.
 
 use candle_core::{DType, Device, Result, Tensor};
@@ -38,7 +39,8 @@ pub fn forward(
     q_offset: usize,
     window: usize,
 ) -> Result<(Tensor, Logsumexp)> {
-    let (out, lse) = imp::forward(&q.contiguous()?, k, v, scale as f32, q_offset, window)?;
+    let (q, k, v) = (&even(&q.contiguous()?)?, &even(k)?, &even(v)?);
+    let (out, lse) = imp::forward(q, k, v, scale as f32, q_offset, window)?;
     Ok((out, Logsumexp(lse)))
 }
 
@@ -55,8 +57,17 @@ pub fn backward(
     scale: f64,
     window: usize,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    let c = |t: &Tensor| t.contiguous();
+    let c = |t: &Tensor| even(&t.contiguous()?);
     imp::backward([&c(q)?, &c(k)?, &c(v)?, &c(out)?, &c(d_out)?], &lse.0.contiguous()?, scale as f32, window)
+}
+
+/// `x`, copied when its view starts at an odd element: the tensor-core kernels read 16-bit elements in pairs.
+fn even(x: &Tensor) -> Result<Tensor> {
+    if x.layout().start_offset() % 2 == 1 {
+        x.copy()
+    } else {
+        Ok(x.clone())
+    }
 }
 
 #[cfg(feature = "cuda")]
@@ -108,10 +119,13 @@ mod imp {
         Tensor::from_storage(storage, shape, BackpropOp::none(), false)
     }
 
-    fn grid(rows: usize, heads: usize, b: usize, d: usize) -> LaunchConfig {
+    /// Blocks of ROWS rows: 4 warps on the tensor-core kernels (bf16/f16 at head_dim 64 and 128, FlashMma in
+    /// the kernels), d / SLICE threads a row on the others.
+    fn grid(rows: usize, heads: usize, b: usize, d: usize, dtype: DType) -> LaunchConfig {
+        let tensor_cores = matches!(dtype, DType::BF16 | DType::F16) && matches!(d, 64 | 128);
         LaunchConfig {
             grid_dim: (rows.div_ceil(ROWS) as u32, heads as u32, b as u32),
-            block_dim: ((ROWS * d / SLICE) as u32, 1, 1),
+            block_dim: (if tensor_cores { 128 } else { (ROWS * d / SLICE) as u32 }, 1, 1),
             shared_mem_bytes: 0,
         }
     }
@@ -155,7 +169,7 @@ mod imp {
             candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(tk), bs, hs, int(q_offset));
             candle_core::builder_arg!(a, int(window), scale);
             // SAFETY: arguments match the kernel's signature; every view spans what the kernel indexes.
-            unsafe { a.launch(grid(tq, heads, b, d)) }.w()?;
+            unsafe { a.launch(grid(tq, heads, b, d, q.dtype())) }.w()?;
             wrap(out, &dev, (b, tq, heads * d))
         });
         Ok((out, wrap(lse, &dev, (b, heads, tq))))
@@ -210,7 +224,7 @@ mod imp {
             a.arg(&dq);
             candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), scale);
             // SAFETY: as above.
-            unsafe { a.launch(grid(tq, heads, b, d)) }.w()?;
+            unsafe { a.launch(grid(tq, heads, b, d, q.dtype())) }.w()?;
             let (dk, dv) = (output::<T>(&dev, b * kv_heads * tk * d)?, output::<T>(&dev, b * kv_heads * tk * d)?);
             let mut a = f_dkv.builder();
             a.arg(&v[0]);
@@ -223,7 +237,7 @@ mod imp {
             a.arg(&dv);
             candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), scale);
             // SAFETY: as above.
-            unsafe { a.launch(grid(tk, kv_heads, b, d)) }.w()?;
+            unsafe { a.launch(grid(tk, kv_heads, b, d, q.dtype())) }.w()?;
             let kv_shape = (b, kv_heads, tk, d);
             (wrap(dq, &dev, (b, heads, tq, d)), wrap(dk, &dev, kv_shape), wrap(dv, &dev, kv_shape))
         });

@@ -259,24 +259,64 @@ __device__ void flash_backward_dkv(const T* q, const T* k, const T* v, const T* 
   }
 }
 
+#include "flash_attention_mma.cuh"
+
+// Tensor cores for bf16 and f16 at head_dim 64 and 128; the f32-FMA kernels above otherwise (f32 stays exact).
+template <typename T, int D> struct FlashMma {
+  static constexpr bool value = false;
+};
+template <> struct FlashMma<__nv_bfloat16, 64> { static constexpr bool value = true; };
+template <> struct FlashMma<__nv_bfloat16, 128> { static constexpr bool value = true; };
+template <> struct FlashMma<__half, 64> { static constexpr bool value = true; };
+template <> struct FlashMma<__half, 128> { static constexpr bool value = true; };
+
+template <typename T, int D>
+__device__ void flash_forward_any(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
+                                  int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
+  if constexpr (FlashMma<T, D>::value)
+    flash_forward_mma<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
+  else
+    flash_forward<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
+}
+
+template <typename T, int D>
+__device__ void flash_backward_dq_any(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
+                                      const float* delta, T* dq, int heads, int kv_heads, int t, int window,
+                                      float scale) {
+  if constexpr (FlashMma<T, D>::value)
+    flash_backward_dq_mma<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+  else
+    flash_backward_dq<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+}
+
+template <typename T, int D>
+__device__ void flash_backward_dkv_any(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
+                                       const float* delta, T* dk, T* dv, int heads, int kv_heads, int t, int window,
+                                       float scale) {
+  if constexpr (FlashMma<T, D>::value)
+    flash_backward_dkv_mma<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);
+  else
+    flash_backward_dkv<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);
+}
+
 #define INSTANTIATE_FLASH_D(T, SUFFIX, D)                                                                        \
   extern "C" __global__ void flash_forward_d##D##_##SUFFIX(const T* q, const T* k, const T* v, T* out,         \
                                                           float* lse, int heads, int kv_heads, int tq, int tk,   \
                                                           long long bs, long long hs, int q_offset,              \
                                                           int window, float scale) {                             \
-    flash_forward<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);           \
+    flash_forward_any<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);       \
   }                                                                                                              \
   extern "C" __global__ void flash_backward_dq_d##D##_##SUFFIX(const T* q, const T* k, const T* v,             \
                                                               const T* d_out, const float* lse,                  \
                                                               const float* delta, T* dq, int heads,              \
                                                               int kv_heads, int t, int window, float scale) {    \
-    flash_backward_dq<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);                 \
+    flash_backward_dq_any<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);             \
   }                                                                                                              \
   extern "C" __global__ void flash_backward_dkv_d##D##_##SUFFIX(const T* q, const T* k, const T* v,            \
                                                                const T* d_out, const float* lse,                 \
                                                                const float* delta, T* dk, T* dv, int heads,      \
                                                                int kv_heads, int t, int window, float scale) {   \
-    flash_backward_dkv<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);            \
+    flash_backward_dkv_any<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);        \
   }
 
 #define INSTANTIATE_FLASH(T, SUFFIX)                                                                             \
