@@ -9,7 +9,8 @@
 # Modes (each one device call; logs under $2, a summary in $2/round.txt, every step's output in $2/raw.tar.xz):
 #   check   the fused attention against autograd (tests/cuda_attention.rs), the fused decode and prefill against
 #           the CPU (tests/cuda_decode.rs), tiny-llama training native vs portable (f32 and bf16), and our step
-#           on the Llama-3.2-1B shape with and without the fused attention (--no-fused-attention), with phases
+#           on the Llama-3.2-1B shape (4 x 1024, 1 x 4096; all-linear, q,v), alternating with the previous build
+#           ($G/metal-candle-prev.xz) when carried; one run with phases, one without the fused attention
 #   table SHAPE   SHAPE = 1b-4x1024 | 1b-1x4096 | smollm2-8x512: for q,v and all-linear, alternating ours,
 #           torch+PEFT (SDPA), torch+PEFT+Liger (SDPA) twice, then torch+PEFT eager once; 20 steps after 3
 #   Peak GPU memory for every step: nvidia-smi memory.used polled every 0.1 s (the whole device, as the
@@ -67,11 +68,17 @@ for d in ("f32", "bf16"):
           max(abs(x - y) for x, y in zip(a, b)) if a and b else None, "first/last", a[:1], a[-1:], b[-1:])
 PY
   make_model 1b
-  ours ours_1b_4x1024_all_fused /tmp/llama1b 4 1024 $ALL
-  ours ours_1b_4x1024_all_composed /tmp/llama1b 4 1024 $ALL --no-fused-attention
-  ours ours_1b_1x4096_all_fused /tmp/llama1b 1 4096 $ALL
-  ours ours_1b_1x4096_all_composed /tmp/llama1b 1 4096 $ALL --no-fused-attention
+  # Before/after in one call: $G/metal-candle-prev.xz (the previous build), when carried, alternates with this one.
+  [ -f "$G/metal-candle-prev.xz" ] && unxz "$G/metal-candle-prev.xz" /tmp/metal-candle-prev
+  for shape in "4 1024" "1 4096"; do set -- $shape; for tg in $ALL q_proj,v_proj; do
+    short=$([ "$tg" = "$ALL" ] && echo all || echo qv)
+    for r in 1 2; do
+      [ -x /tmp/metal-candle-prev ] && MC="bash $G/gpu-libs.sh /tmp/metal-candle-prev" ours "prev_1b_$1x$2_${short}_$r" /tmp/llama1b $1 $2 $tg
+      ours "ours_1b_$1x$2_${short}_$r" /tmp/llama1b $1 $2 $tg
+    done
+  done; done
   ours ours_1b_4x1024_all_phases /tmp/llama1b 4 1024 $ALL --step-phases
+  ours ours_1b_1x4096_all_composed /tmp/llama1b 1 4096 $ALL --no-fused-attention
   ;;
 table)
   case "$SHAPE" in
@@ -101,8 +108,8 @@ for out in sorted(glob.glob(f"{raw}/*.out")):
     mem = [int(x) for x in open(f"{raw}/{name}.mem").read().split() if x.isdigit()] if os.path.exists(f"{raw}/{name}.mem") else []
     peak = max(mem) if mem else None
     for r in rows:
-        if "mean_step_s" in r or "step_secs" in r or "median_step_s" in r:
-            s = {k: v for k, v in r.items() if "step" in k and isinstance(v, (int, float))}
+        if "mean_step_s" in r or "mean_step_secs" in r:
+            s = {k: round(v, 4) for k, v in r.items() if k.startswith(("mean_step", "median_step", "min_step"))}
             alloc = r.get("peak_memory_bytes") if r.get("peak_memory_kind") == "cuda_max_memory_allocated" else None
             res = r.get("peak_memory_reserved_bytes")
             gib = lambda b: None if b is None else round(b / 2**30, 2)

@@ -72,12 +72,11 @@ fn even(x: &Tensor) -> Result<Tensor> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{int, output, view, with_dtype, PTX};
+    use crate::engine::ops::cuda_kernels::launch::{int, output, view, with_dtype, wrap, PTX};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
-    use candle_core::op::BackpropOp;
-    use candle_core::{bail, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
+    use candle_core::{bail, CudaStorage, DType, Layout, Result, Storage, Tensor};
 
     /// Rows a block owns and elements of a row per thread (FA_ROWS, FA_SLICE in the kernels).
     const ROWS: usize = 64;
@@ -108,15 +107,6 @@ mod imp {
         let span = (0..3).map(|i| (dims[i].max(1) - 1) * st[i]).sum::<usize>() + dims[3];
         let start = l.start_offset();
         Ok((s.as_cuda_slice::<T>()?.slice(start..start + span), st[0] as i64, st[1] as i64))
-    }
-
-    fn wrap<T: CudaDType>(
-        slice: candle_core::cuda_backend::cudarc::driver::CudaSlice<T>,
-        dev: &candle_core::CudaDevice,
-        shape: impl Into<Shape>,
-    ) -> Tensor {
-        let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone()));
-        Tensor::from_storage(storage, shape, BackpropOp::none(), false)
     }
 
     /// Blocks of ROWS rows: 4 warps on the tensor-core kernels (bf16/f16 at head_dim 64 and 128, FlashMma in

@@ -143,5 +143,14 @@ pub(crate) mod launch {
         // SAFETY: every element is written by the kernel that follows.
         unsafe { dev.alloc::<T>(len) }
     }
+    /// A tensor (no autograd) over a buffer a kernel filled, in `shape`'s contiguous layout.
+    pub fn wrap<T: CudaDType>(
+        slice: candle_core::cuda_backend::cudarc::driver::CudaSlice<T>,
+        dev: &candle_core::CudaDevice,
+        shape: impl Into<candle_core::Shape>,
+    ) -> candle_core::Tensor {
+        let storage = candle_core::Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone()));
+        candle_core::Tensor::from_storage(storage, shape, candle_core::op::BackpropOp::none(), false)
+    }
     pub(crate) use {func, with_dtype};
 }
