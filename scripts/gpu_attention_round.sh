@@ -87,14 +87,15 @@ table)
     smollm2-8x512) make_model smollm2; M=/tmp/smollm2; B=8; T=512 ;;
     *) echo "unknown shape $SHAPE" >>"$LOG"; exit 2 ;;
   esac
-  for tg in q_proj,v_proj $ALL; do
+  # ROUNDS (default 2), TARGETS (default "q_proj,v_proj $ALL") and EAGER (default 1) trim a table to fit a call.
+  for tg in ${TARGETS:-q_proj,v_proj $ALL}; do
     short=$([ "$tg" = "$ALL" ] && echo all || echo qv)
-    for r in 1 2; do
+    for r in $(seq 1 "${ROUNDS:-2}"); do
       ours "ours_${short}_$r" $M $B $T $tg
       theirs "sdpa_${short}_$r" $M $B $T $tg
       theirs "liger_${short}_$r" $M $B $T $tg --liger
     done
-    theirs "eager_${short}" $M $B $T $tg --attn eager
+    [ "${EAGER:-1}" = 1 ] && theirs "eager_${short}" $M $B $T $tg --attn eager
   done
   ;;
 esac
