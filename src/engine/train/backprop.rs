@@ -120,8 +120,7 @@ pub fn loss_and_gradients(
     let head = ops::head_nll(&picked, model.head_weight(), &targets, Some(loss_scale))?;
     let d_picked = head.grad_hidden.ok_or_else(|| candle_core::Error::Msg("head loss without gradient".into()))?;
     let d_normed = normed.zeros_like()?.index_add(&source_index, &d_picked, 0)?;
-    let eps = model.config.rms_norm_eps;
-    let mut d_x = ops::rms_norm_backward(&x, model.final_norm_weight(), eps, &d_normed)?;
+    let mut d_x = model.final_norm_backward(&x, &d_normed)?;
     timer.mark("final norm + head + loss, forward and backward")?;
     // Each layer's tape is dropped as soon as its backward is done.
     while let Some(tape) = tapes.pop() {
