@@ -60,6 +60,9 @@ CASES = {
     "ours-tiny-qwen3-adapter": ("tiny-qwen3", "ours-qwen3"),
     "ours-tiny-gemma3-adapter": ("tiny-gemma3", "ours-gemma3"),
     "ours-tiny-olmo2-adapter": ("tiny-olmo2", "ours-olmo2"),
+    "ours-tiny-phi3-adapter": ("tiny-phi3", "ours-phi3"),
+    "ours-tiny-smollm3-adapter": ("tiny-smollm3", "ours-smollm3"),
+    "ours-tiny-granite-adapter": ("tiny-granite", "ours-granite"),
 }
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 LOGPROB_TOL = 1e-4

@@ -228,6 +228,8 @@ def greedy(model, prompt_ids: list[int], n_new: int) -> dict:
     """
     import copy
 
+    if (getattr(model.config, "rope_scaling", None) or {}).get("type") == "longrope":
+        return greedy_per_step(model, prompt_ids, n_new)
     x = torch.tensor([prompt_ids], dtype=torch.long)
     gc = copy.deepcopy(model.generation_config)
     gc.eos_token_id = None
@@ -263,6 +265,26 @@ def greedy(model, prompt_ids: list[int], n_new: int) -> dict:
     am = logits[len(prompt_ids) - 1 : -1].argmax(-1).tolist()
     if am != gen:
         raise AssertionError(f"no-cache argmax {am} != generate {gen}")
+    return {"generated_ids": gen, "top1_top2_logit_gaps": gaps, "min_gap": min(gaps)}
+
+
+@torch.no_grad()
+def greedy_per_step(model, prompt_ids: list[int], n_new: int) -> dict:
+    """Greedy ids where each step's logits come from one forward over the sequence so far (no cache).
+
+    For LongRoPE (phi3) this is what the model defines: a sequence within original_max_position_embeddings
+    uses the short factors, a longer one the long factors for every position, so the cache must be rebuilt
+    when generation crosses that length. transformers 4.57's Phi3 `prepare_inputs_for_generation` means to do
+    that (it drops the cache), but the recompute runs the whole sequence with `cache_position` of one token,
+    so its causal mask has one row that every query row gets: that step and the rest of `generate` differ
+    from the model's own forward (checked on tiny-phi3: identical up to the switch, different after)."""
+    ids, gen, gaps = list(prompt_ids), [], []
+    for _ in range(n_new):
+        lg = model(input_ids=torch.tensor([ids], dtype=torch.long)).logits[0, -1].float()
+        top2 = torch.topk(lg, 2)
+        gen.append(int(top2.indices[0]))
+        gaps.append(float(top2.values[0] - top2.values[1]))
+        ids.append(gen[-1])
     return {"generated_ids": gen, "top1_top2_logit_gaps": gaps, "min_gap": min(gaps)}
 
 
@@ -596,12 +618,51 @@ def reload_check(folder: Path, expected: dict) -> None:
     assert tok.apply_chat_template(CHAT_MESSAGES, tokenize=False, add_generation_prompt=True) == expected["chat"]["rendered"]
 
 
+def make_one_tiny(name: str, spec: dict, hf_tok, seed_base: int):
+    """Build, save and record one tiny model: the first seed from `seed_base` whose greedy margins are comfortable."""
+    for attempt in range(20):
+        seed = seed_base + attempt
+        model = build_tiny(name, spec, hf_tok, seed)
+        try:
+            g = pick_greedy(model, hf_tok)
+            break
+        except RuntimeError as e:
+            print(f"[{name}] seed {seed}: {e}", file=sys.stderr)
+    else:
+        raise RuntimeError(f"{name}: no seed found")
+    out = save_tiny(name, spec, model, hf_tok)
+    ids = hf_tok(SCORE_TEXT)["input_ids"]
+    expected = {
+        "model": name,
+        "architecture": model.config.architectures[0] if model.config.architectures else type(model).__name__,
+        "init_seed": seed,
+        "vocab_size": model.config.vocab_size,
+        "score": {
+            "text": SCORE_TEXT,
+            "ids": ids,
+            "tokens": hf_tok.convert_ids_to_tokens(ids),
+            **score_ids(model, ids),
+        },
+        "greedy": g,
+        "chat": chat_cases(hf_tok, spec.get("invalid_chat", CHAT_MESSAGES_INVALID)),
+        "decode_check": {
+            "ids": ids,
+            "text": hf_tok.decode(ids, skip_special_tokens=False),
+            "text_skip_special": hf_tok.decode(ids, skip_special_tokens=True),
+        },
+    }
+    write_json(out / "expected.json", expected)
+    reload_check(out, expected)
+    print(f"[{name}] seed={seed} nll={expected['score']['nll_mean']:.4f} min_gap={g['min_gap']:.4f} "
+          f"prompt={g['prompt']!r} files={sorted(p.name for p in out.iterdir())}")
+    return model
+
+
 def make_tiny_fixtures(only=None) -> dict:
     """Build every tiny model (or those named in `only`; each keeps its own seeds, so the others' files and
     its own come out the same either way)."""
     seed_all(SEED)
     base = build_base_tokenizer()
-    specs = None
     models = {}
     for i, (name, spec) in enumerate(tiny_specs(make_hf_tokenizer(base, False, CHAT_TEMPLATE)).items()):
         if only is not None and name not in only:
@@ -611,43 +672,69 @@ def make_tiny_fixtures(only=None) -> dict:
         else:
             hf_tok = make_hf_tokenizer(base, spec["bos_pp"], spec["template"])
         # try a few seeds until greedy margins are comfortable
-        for attempt in range(20):
-            seed = SEED + 100 * i + attempt
-            model = build_tiny(name, spec, hf_tok, seed)
-            try:
-                g = pick_greedy(model, hf_tok)
-                break
-            except RuntimeError as e:
-                print(f"[{name}] seed {seed}: {e}", file=sys.stderr)
-        else:
-            raise RuntimeError(f"{name}: no seed found")
-        out = save_tiny(name, spec, model, hf_tok)
-        ids = hf_tok(SCORE_TEXT)["input_ids"]
-        expected = {
-            "model": name,
-            "architecture": model.config.architectures[0] if model.config.architectures else type(model).__name__,
-            "init_seed": seed,
-            "vocab_size": model.config.vocab_size,
-            "score": {
-                "text": SCORE_TEXT,
-                "ids": ids,
-                "tokens": hf_tok.convert_ids_to_tokens(ids),
-                **score_ids(model, ids),
-            },
-            "greedy": g,
-            "chat": chat_cases(hf_tok, spec.get("invalid_chat", CHAT_MESSAGES_INVALID)),
-            "decode_check": {
-                "ids": ids,
-                "text": hf_tok.decode(ids, skip_special_tokens=False),
-                "text_skip_special": hf_tok.decode(ids, skip_special_tokens=True),
-            },
-        }
-        write_json(out / "expected.json", expected)
-        reload_check(out, expected)
-        print(f"[{name}] seed={seed} nll={expected['score']['nll_mean']:.4f} min_gap={g['min_gap']:.4f} "
-              f"prompt={g['prompt']!r} files={sorted(p.name for p in out.iterdir())}")
-        models[name] = (model, hf_tok)
+        models[name] = (make_one_tiny(name, spec, hf_tok, SEED + 100 * i), hf_tok)
     return models
+
+
+def family_specs(tok):
+    """phi3 (fused qkv/gate_up, partial rotary, LongRoPE crossed by the score text and the greedy run),
+    smollm3 (layer 0 without rope) and granite (non-trivial multipliers)."""
+    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    endoftext, im_end = ids["<|endoftext|>"], ids["<|im_end|>"]
+    base = dict(COMMON, vocab_size=len(tok), bos_token_id=endoftext, eos_token_id=im_end, pad_token_id=endoftext)
+    common = dict(bos_pp=False, template=CHAT_TEMPLATE, jinja_file=False, shard=None, gen_eos=im_end)
+    return {
+        "tiny-phi3": dict(
+            common,
+            cls="Phi3Config",
+            cfg=dict(
+                base,
+                rope_theta=10000.0,
+                partial_rotary_factor=0.5,
+                original_max_position_embeddings=16,
+                rope_scaling={
+                    "type": "longrope",
+                    "short_factor": [1.0, 1.3, 2.1, 3.7],
+                    "long_factor": [1.2, 2.5, 5.0, 11.0],
+                },
+                tie_word_embeddings=False,
+                sliding_window=None,
+            ),
+        ),
+        "tiny-smollm3": dict(
+            common,
+            cls="SmolLM3Config",
+            cfg=dict(base, rope_theta=100000.0, no_rope_layers=[0, 1], tie_word_embeddings=True,
+                     use_sliding_window=False, attention_bias=False),
+        ),
+        "tiny-granite": dict(
+            common,
+            cls="GraniteConfig",
+            cfg=dict(base, rope_theta=10000.0, embedding_multiplier=3.0, residual_multiplier=0.4,
+                     attention_multiplier=0.15, logits_scaling=2.5, tie_word_embeddings=False),
+        ),
+    }
+
+
+FAMILY_PEFT = {
+    "tiny-phi3-peft": ("tiny-phi3", dict(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])),
+    "tiny-granite-peft": ("tiny-granite", dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])),
+}
+
+
+def make_family_fixtures(only) -> None:
+    """The phi3 / smollm3 / granite fixtures and their PEFT adapters (all, or the names in `only`)."""
+    seed_all(SEED)
+    base = build_base_tokenizer()
+    hf_tok = make_hf_tokenizer(base, False, CHAT_TEMPLATE)
+    models = {}
+    for i, (name, spec) in enumerate(family_specs(hf_tok).items()):
+        if only and name not in only and not any(FAMILY_PEFT[p][0] == name for p in only if p in FAMILY_PEFT):
+            continue
+        models[name] = (make_one_tiny(name, spec, hf_tok, SEED + 1000 + 100 * i), hf_tok)
+    for j, (out_name, (base_name, lora)) in enumerate(FAMILY_PEFT.items()):
+        if base_name in models and (not only or out_name in only or base_name in only):
+            make_peft_fixture(models, base_name, out_name, lora, seed=SEED + 50 + j)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -952,6 +1039,8 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", metavar="NAME",
                     help="regenerate only these fixture folders (a PEFT fixture needs its base listed too); "
                          "implies --skip-smollm2")
+    ap.add_argument("--only-families", nargs="*", metavar="NAME",
+                    help="only the phi3/smollm3/granite fixtures (all of them, or these names)")
     args = ap.parse_args()
     only = set(args.only) if args.only else None
     if only is not None:
@@ -960,6 +1049,9 @@ def main() -> None:
     torch.use_deterministic_algorithms(True)
     FIX.mkdir(parents=True, exist_ok=True)
 
+    if args.only_families is not None:
+        make_family_fixtures(set(args.only_families))
+        return
     if not args.only_smollm2:
         models = make_tiny_fixtures(only)
         all_linear = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -976,6 +1068,8 @@ def main() -> None:
             if base_name not in models:
                 sys.exit(f"--only {out_name} needs its base {base_name} listed too")
             make_peft_fixture(models, base_name, out_name, lora_kwargs, seed=seed)
+        if only is None:
+            make_family_fixtures(set())
     if not args.skip_smollm2:
         if not args.gguf.exists():
             print(f"warning: {args.gguf} missing (run scripts/fetch_smollm2.sh); skipping SmolLM2", file=sys.stderr)

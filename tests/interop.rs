@@ -16,11 +16,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 /// (adapter fixture, base model fixture)
-const CASES: [(&str, &str); 4] = [
+const CASES: [(&str, &str); 7] = [
     ("ours-tiny-llama-adapter", "tiny-llama"),
     ("ours-tiny-qwen3-adapter", "tiny-qwen3"),
     ("ours-tiny-gemma3-adapter", "tiny-gemma3"),
     ("ours-tiny-olmo2-adapter", "tiny-olmo2"),
+    ("ours-tiny-phi3-adapter", "tiny-phi3"),
+    ("ours-tiny-smollm3-adapter", "tiny-smollm3"),
+    ("ours-tiny-granite-adapter", "tiny-granite"),
 ];
 
 fn read_json(path: &Path) -> serde_json::Value {

@@ -1,5 +1,6 @@
 //! Our transformer against Hugging Face transformers: per-token log-probs, greedy continuations, chat
-//! templates and detokenization for tiny random llama / mistral / qwen2 / qwen3 / gemma3 / olmo2 models
+//! templates and detokenization for tiny random llama / mistral / qwen2 / qwen3 / gemma3 / olmo2 / phi3 /
+//! smollm3 / granite models
 //! (fixtures from scripts/make_fixtures.py).
 
 mod common;
@@ -10,7 +11,20 @@ use metal_candle::engine::generate::score;
 use metal_candle::engine::model::chat_template::ChatMessage;
 use metal_candle::engine::model::load_model;
 
-const ARCHS: [&str; 6] = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-olmo2"];
+/// tiny-phi3: fused qkv/gate_up, partial rotary and LongRoPE with an original context of 16 tokens, which
+/// the 44-token score text crosses (long factors) and the greedy run crosses mid-way (short factors in the
+/// cached prompt, long ones after). tiny-smollm3: layer 0 without rope. tiny-granite: all four multipliers.
+const ARCHS: [&str; 9] = [
+    "tiny-llama",
+    "tiny-mistral",
+    "tiny-qwen2",
+    "tiny-qwen3",
+    "tiny-gemma3",
+    "tiny-olmo2",
+    "tiny-phi3",
+    "tiny-smollm3",
+    "tiny-granite",
+];
 
 fn messages(v: &serde_json::Value) -> Vec<ChatMessage> {
     serde_json::from_value(v.clone()).unwrap()

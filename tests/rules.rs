@@ -151,7 +151,13 @@ fn run_json_round_trips_and_refuses_newer_versions() {
 
 #[test]
 fn adapter_config_round_trips_and_writes_what_it_always_wrote() {
-    let settings = LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
+    // all-linear as the trainer resolves it for the model's family (TrainConfig::for_model): llama's seven.
+    let llama = metal_candle::engine::model::config::RawConfig::from_file(&fixture("tiny-llama/config.json"))
+        .unwrap()
+        .resolve(Path::new("config.json"))
+        .unwrap();
+    let targets = "all-linear".parse::<metal_candle::engine::lora::Targets>().unwrap().for_model(&llama).unwrap();
+    let settings = LoraSettings { rank: 4, alpha: 8.0, targets, ..Default::default() };
     let cfg = PeftAdapterConfig::for_settings(&settings, 2, Path::new("tests/fixtures/tiny-llama")).unwrap();
     // Byte for byte the adapter_config.json the previous release wrote for these settings (a PEFT-loadable file).
     let before = std::fs::read_to_string(fixture("ours-tiny-llama-adapter/adapter_config.json")).unwrap();

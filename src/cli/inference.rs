@@ -41,6 +41,7 @@ pub fn info(args: &InfoArgs) -> anyhow::Result<()> {
         "chat_template": m.chat_template.is_some(),
         "eos_token_ids": m.eos_token_ids,
         "notes": m.notes,
+        "lora_targets": c.linear_modules(),
     });
     if args.json {
         println!("{report}");
@@ -63,6 +64,7 @@ pub fn info(args: &InfoArgs) -> anyhow::Result<()> {
     println!("device         {}", device_name(m.model.device()));
     println!("chat template  {}", if m.chat_template.is_some() { "found" } else { "none" });
     println!("eos ids        {:?}", m.eos_token_ids);
+    println!("lora targets   {} (all-linear)", c.linear_modules().join(", "));
     for note in &m.notes {
         println!("note           {note}");
     }

@@ -29,7 +29,8 @@ pub struct TrainArgs {
     pub alpha: Option<f64>,
     #[arg(long)]
     pub dropout: Option<f32>,
-    /// Comma-separated: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear.
+    /// Comma-separated: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (phi3:
+    /// qkv_proj,o_proj,gate_up_proj,down_proj) or all-linear (every linear the model has).
     #[arg(long)]
     pub targets: Option<crate::engine::lora::Targets>,
     /// Adapt only the last N layers.

@@ -77,7 +77,6 @@ pub fn generate(
 ) -> Result<GenerationOutput> {
     let context = model.config.max_position_embeddings;
     check_request(req, context)?;
-    let device = model.device();
     let mut cache = KvCache::new(model.config.num_layers);
     let mut sampler = Sampler::new(req.sampling.clone());
     let mut decoder = StreamDecoder::new(tokenizer);
@@ -87,8 +86,7 @@ pub fn generate(
     let mut stop_reason = StopReason::MaxTokens;
 
     let started = Instant::now();
-    let input = Tensor::new(req.prompt_ids.as_slice(), device)?.unsqueeze(0)?;
-    let mut logits = model.forward_last(&input, 0, Some(&mut cache))?;
+    let mut logits = model.forward_last_cached(&req.prompt_ids, &mut cache)?;
     let mut prefill_secs = 0.0;
     let mut decode_started = Instant::now();
 
@@ -124,8 +122,7 @@ pub fn generate(
             stop_reason = StopReason::ContextFull;
             break;
         }
-        let input = Tensor::new(&[next], device)?.unsqueeze(0)?;
-        logits = model.forward_last(&input, all_ids.len() - 1, Some(&mut cache))?;
+        logits = model.forward_last_cached(&all_ids, &mut cache)?;
     }
     if stop_reason != StopReason::StopString && stop_reason != StopReason::Cancelled {
         let mut tail = decoder.finish()?.map(|p| stops.push(&p).0).unwrap_or_default();

@@ -4,6 +4,7 @@
 
 pub use crate::engine::model::adapter::LoraAdapter;
 use crate::engine::model::transformer::Transformer;
+use crate::engine::model::ModelConfig;
 use crate::engine::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -14,16 +15,46 @@ pub enum Target {
     QProj,
     KProj,
     VProj,
+    /// phi3's fused q|k|v projection: one adapter over all three outputs.
+    QkvProj,
     OProj,
     GateProj,
     UpProj,
+    /// phi3's fused gate|up projection.
+    GateUpProj,
     DownProj,
 }
 
 impl Target {
-    /// Every target, in model order (attention, then MLP).
-    pub const ALL: [Target; 7] =
-        [Self::QProj, Self::KProj, Self::VProj, Self::OProj, Self::GateProj, Self::UpProj, Self::DownProj];
+    /// Every target of every family, in model order (attention, then MLP). A family has either the separate
+    /// q/k/v and gate/up projections or the fused ones ([`ModelConfig::linear_modules`]).
+    pub const ALL: [Target; 9] = [
+        Self::QProj,
+        Self::KProj,
+        Self::VProj,
+        Self::QkvProj,
+        Self::OProj,
+        Self::GateProj,
+        Self::UpProj,
+        Self::GateUpProj,
+        Self::DownProj,
+    ];
+
+    /// Whether this projection belongs to the attention block (else the MLP).
+    pub fn is_attention(self) -> bool {
+        matches!(self, Self::QProj | Self::KProj | Self::VProj | Self::QkvProj | Self::OProj)
+    }
+
+    /// The targets of the families with separate projections (llama and most others): what a panel shows
+    /// before a model is loaded.
+    pub fn separate() -> Vec<Target> {
+        Self::ALL.into_iter().filter(|t| !matches!(t, Self::QkvProj | Self::GateUpProj)).collect()
+    }
+
+    /// The targets a model of `config`'s family has, in model order.
+    pub fn of_model(config: &ModelConfig) -> Vec<Target> {
+        Self::ALL.into_iter().filter(|t| config.linear_modules().contains(&t.name())).collect()
+    }
 
     /// The module name, e.g. `q_proj`.
     pub fn name(self) -> &'static str {
@@ -31,9 +62,11 @@ impl Target {
             Self::QProj => "q_proj",
             Self::KProj => "k_proj",
             Self::VProj => "v_proj",
+            Self::QkvProj => "qkv_proj",
             Self::OProj => "o_proj",
             Self::GateProj => "gate_proj",
             Self::UpProj => "up_proj",
+            Self::GateUpProj => "gate_up_proj",
             Self::DownProj => "down_proj",
         }
     }
@@ -56,9 +89,30 @@ impl std::str::FromStr for Target {
 pub struct Targets(Vec<Target>);
 
 impl Targets {
-    /// Every projection (PEFT's `all-linear`).
+    /// Every projection of every family (PEFT's `all-linear`, before [`Targets::for_model`] narrows it to one
+    /// family's linears).
     pub fn all() -> Self {
         Self(Target::ALL.to_vec())
+    }
+
+    /// These targets as they apply to a model of `config`'s family: `all-linear` becomes the family's linears
+    /// (phi3: qkv_proj, o_proj, gate_up_proj, down_proj); a named target the family lacks is an error that
+    /// names the ones it has.
+    pub fn for_model(&self, config: &ModelConfig) -> Result<Self> {
+        let family = Target::of_model(config);
+        if *self == Self::all() {
+            return Ok(Self(family));
+        }
+        if let Some(missing) = self.0.iter().find(|t| !family.contains(t)) {
+            let names: Vec<&str> = family.iter().map(|t| t.name()).collect();
+            return Err(Error::InvalidSetting(format!(
+                "LoRA target `{}` is not a linear of {} models; they have {} (or all-linear)",
+                missing.name(),
+                config.architecture.as_str(),
+                names.join(", ")
+            )));
+        }
+        Ok(self.clone())
     }
 
     /// These targets, in model order, each once.
@@ -206,12 +260,13 @@ pub fn adapted_layers(num_layers: usize, last_n: Option<usize>) -> std::ops::Ran
 /// Attach fresh adapters as PEFT initialises them: A ~ kaiming-uniform (bound 1/sqrt(in)), B = 0.
 pub fn attach_new_adapters(model: &mut Transformer, settings: &LoraSettings, seed: u64) -> Result<Vec<AdapterParam>> {
     let layers = adapted_layers(model.config.num_layers, settings.layers);
+    let targets = settings.targets.for_model(&model.config)?;
     let device = model.device().clone();
     let mut rng = StdRng::seed_from_u64(seed);
     let dropout_seed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(seed.wrapping_mul(0x9E37_79B9)));
     let mut params = Vec::new();
     for (layer, module, linear) in model.linears_mut() {
-        if !layers.contains(&layer) || !settings.targets.contains_name(module) {
+        if !layers.contains(&layer) || !targets.contains_name(module) {
             continue;
         }
         let (in_f, out_f) = (linear.in_features(), linear.out_features());

@@ -115,7 +115,12 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                 ui.add(egui::Slider::new(&mut lora.dropout, 0.0..=0.5).fixed_decimals(2));
             });
             block_row_ui(ui, "Target modules", "Which linear layers of each decoder block get an adapter. Attention projections (q, k, v, o) are the classic choice; adding the MLP (gate, up, down) trains more parameters and often fits better.", |ui| {
-                for group in [&Target::ALL[..4], &Target::ALL[4..]] {
+                // The loaded model's own linears (phi3: qkv_proj, o_proj, gate_up_proj, down_proj).
+                let available: Vec<Target> = model
+                    .map(|m| m.shape.linear_shapes.iter().filter_map(|(name, _, _)| name.parse().ok()).collect())
+                    .unwrap_or_else(Target::separate);
+                let (attention, mlp): (Vec<Target>, Vec<Target>) = available.iter().partition(|t| t.is_attention());
+                for group in [&attention, &mlp] {
                     ui.horizontal(|ui| {
                         for &t in group {
                             let mut on = lora.targets.contains(t);
@@ -129,13 +134,22 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                         }
                     });
                 }
+                let missing: Vec<&str> = if lora.targets == Targets::all() {
+                    Vec::new()
+                } else {
+                    lora.targets.iter().filter(|t| !available.contains(t)).map(|t| t.name()).collect()
+                };
+                if !missing.is_empty() {
+                    let family = model.map(|m| m.architecture.as_str()).unwrap_or("this model");
+                    ui.label(RichText::new(format!("{} not in {family}: pick among the boxes above", missing.join(", "))).color(palette::WARN));
+                }
                 ui.horizontal(|ui| {
                     ui.label(RichText::new("presets").weak());
-                    if ui.small_button("q, v").on_hover_text("The original LoRA paper's choice").clicked() {
+                    if available.contains(&Target::QProj) && ui.small_button("q, v").on_hover_text("The original LoRA paper's choice").clicked() {
                         lora.targets = Targets::of(&[Target::QProj, Target::VProj]);
                     }
-                    if ui.small_button("attention").on_hover_text("q, k, v and o projections").clicked() {
-                        lora.targets = Targets::of(&Target::ALL[..4]);
+                    if ui.small_button("attention").on_hover_text("The attention block's projections").clicked() {
+                        lora.targets = Targets::of(&attention);
                     }
                     if ui.small_button("all linear").on_hover_text("Every linear of every block (QLoRA style)").clicked() {
                         lora.targets = Targets::all();

@@ -1,6 +1,7 @@
 //! The autograd reference of the training loss: the model's forward written again from the Hugging Face
-//! formulas with plain differentiable Candle ops (composed RMS norm, rotate-half rotary, repeated K/V heads,
-//! composed softmax, SiLU and tanh-gelu, the families' norm layouts, a whole log-softmax), reading the
+//! formulas with plain differentiable Candle ops (composed RMS norm, rotate-half rotary on the leading
+//! rotary dimensions, repeated K/V heads, composed softmax, SiLU and tanh-gelu, the families' norm layouts, a
+//! whole log-softmax, granite's multipliers, fused q|k|v and gate|up outputs split by narrowing), reading the
 //! model's weights and adapters. Candle's autograd through it gives the gradients the hand-written training
 //! pass must reproduce. Test support only: the engine never runs it.
 
@@ -18,7 +19,7 @@ type R<T> = candle_core::Result<T>;
 
 /// Sum over the batch's target tokens of their negative log-likelihood, as a scalar tensor whose backward
 /// reaches every active adapter. Adapter dropout masks are drawn in the training pass's order (per layer:
-/// q, k, v, o, gate, up, down), so seeding both the same way gives the same masks.
+/// q, k, v (or qkv), o, gate, up (or gate_up), down), so seeding both the same way gives the same masks.
 pub fn nll_sum(model: &Transformer, batch: &Batch) -> R<Tensor> {
     let device = model.device();
     let (b, t) = (batch.batch_size, batch.seq_len);
@@ -57,12 +58,13 @@ fn norm(n: &Option<RmsNorm>, x: &Tensor) -> R<Tensor> {
 
 fn decoder_layer(layer: &DecoderLayer, x: &Tensor, b: usize, t: usize, cos: &Tensor, sin: &Tensor) -> R<Tensor> {
     let n = &layer.norms;
+    let residual = layer.residual_multiplier;
     let normed = norm(&n.attention_input, x)?;
-    let x = (x + norm(&n.attention_output, &attention(&layer.self_attn, &normed, b, t, cos, sin)?)?)?;
+    let attn = norm(&n.attention_output, &attention(&layer.self_attn, &normed, b, t, cos, sin)?)?;
+    let x = (x + (attn * residual)?)?;
     let normed = norm(&n.mlp_input, &x)?;
     let m = &layer.mlp;
-    let gate = linear(&m.gate_proj, &normed)?;
-    let up = linear(&m.up_proj, &normed)?;
+    let [gate, up]: [Tensor; 2] = group(&m.gate_up.linears, &normed, &[1, 1])?.try_into().unwrap();
     let act = match m.activation {
         MlpActivation::Silu => (&gate * (gate.neg()?.exp()? + 1.0)?.recip()?)?,
         // 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3)))
@@ -71,25 +73,25 @@ fn decoder_layer(layer: &DecoderLayer, x: &Tensor, b: usize, t: usize, cos: &Ten
             ((&gate * (inner.tanh()? + 1.0)?)? * 0.5)?
         }
     };
-    x + norm(&n.mlp_output, &linear(&m.down_proj, &(act * up)?)?)?
+    x + (norm(&n.mlp_output, &linear(&m.down_proj, &(act * up)?)?)? * residual)?
 }
 
 fn attention(a: &Attention, x: &Tensor, b: usize, t: usize, cos: &Tensor, sin: &Tensor) -> R<Tensor> {
     let d = a.head_dim;
     let heads = |y: Tensor, n: usize| -> R<Tensor> { y.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous() };
-    let (mut q, mut k) = (linear(&a.q_proj, x)?, linear(&a.k_proj, x)?);
+    let [mut q, mut k, v]: [Tensor; 3] =
+        group(&a.qkv.linears, x, &[a.num_heads, a.num_kv_heads, a.num_kv_heads])?.try_into().unwrap();
     let norms = a.q_norm.as_ref().zip(a.k_norm.as_ref());
     if let Some((qn, kn)) = norms.filter(|_| a.qk_norm_over_projection) {
         q = rms_norm(&q, qn.factor(), qn.eps)?;
         k = rms_norm(&k, kn.factor(), kn.eps)?;
     }
-    let (mut q, mut k) = (heads(q, a.num_heads)?, heads(k, a.num_kv_heads)?);
-    let v = heads(linear(&a.v_proj, x)?, a.num_kv_heads)?;
+    let (mut q, mut k, v) = (heads(q, a.num_heads)?, heads(k, a.num_kv_heads)?, heads(v, a.num_kv_heads)?);
     if let Some((qn, kn)) = norms.filter(|_| !a.qk_norm_over_projection) {
         q = rms_norm(&q, qn.factor(), qn.eps)?;
         k = rms_norm(&k, kn.factor(), kn.eps)?;
     }
-    let (q, k) = (rotate(&q, cos, sin)?, rotate(&k, cos, sin)?);
+    let (q, k) = if a.use_rope { (rotate(&q, cos, sin)?, rotate(&k, cos, sin)?) } else { (q, k) };
     // Hugging Face's repeat_kv: each KV head serves `rep` consecutive query heads.
     let rep = a.num_heads / a.num_kv_heads;
     let repeat = |y: Tensor| -> R<Tensor> {
@@ -122,8 +124,33 @@ fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> R<Tensor> {
     xf.broadcast_div(&inv)?.to_dtype(x.dtype())?.broadcast_mul(weight)
 }
 
-/// Rotate-half rotary embedding; `x`: (b, heads, t, d), `cos`/`sin`: (t, d / 2).
+/// The outputs of projections sharing an input: one per linear, or one fused output split into parts in
+/// proportion to `widths` (heads for q|k|v, equal halves for gate|up).
+fn group(linears: &[(&'static str, Linear)], x: &Tensor, widths: &[usize]) -> R<Vec<Tensor>> {
+    let outs: Vec<Tensor> = linears.iter().map(|(_, l)| linear(l, x)).collect::<R<_>>()?;
+    if outs.len() == widths.len() {
+        return Ok(outs);
+    }
+    let unit = outs[0].dim(D::Minus1)? / widths.iter().sum::<usize>();
+    let mut start = 0;
+    widths
+        .iter()
+        .map(|w| {
+            let part = outs[0].narrow(D::Minus1, start, w * unit);
+            start += w * unit;
+            part
+        })
+        .collect()
+}
+
+/// Rotate-half rotary embedding on the leading `2 * cos.dim(1)` dimensions (the rest pass through);
+/// `x`: (b, heads, t, d), `cos`/`sin`: (t, rotary_dim / 2).
 fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> R<Tensor> {
+    let (d, rotary) = (x.dim(D::Minus1)?, 2 * cos.dim(D::Minus1)?);
+    if rotary < d {
+        let turned = rotate(&x.narrow(D::Minus1, 0, rotary)?, cos, sin)?;
+        return Tensor::cat(&[turned, x.narrow(D::Minus1, rotary, d - rotary)?], D::Minus1);
+    }
     let half = x.dim(D::Minus1)? / 2;
     let (x1, x2) = (x.narrow(D::Minus1, 0, half)?, x.narrow(D::Minus1, half, half)?);
     let (cos, sin) = (cos.unsqueeze(0)?.unsqueeze(0)?, sin.unsqueeze(0)?.unsqueeze(0)?);

@@ -97,7 +97,8 @@ fn peft_type_lora() -> String {
 }
 
 impl PeftAdapterConfig {
-    /// The config of an adapter trained with `settings` on a model of `num_layers` layers.
+    /// The config of an adapter trained with `settings` on a model of `num_layers` layers; `settings.targets`
+    /// as resolved for the model's family (`TrainConfig::for_model`), so `target_modules` names its linears.
     pub fn for_settings(settings: &LoraSettings, num_layers: usize, base_model: &Path) -> Result<Self> {
         let layers = settings.layers.map(|_| lora::adapted_layers(num_layers, settings.layers).collect());
         Ok(Self {
@@ -288,8 +289,9 @@ pub fn read_adapter_for(config: &ModelConfig, adapter_dir: &Path) -> Result<Adap
     let weights_path = adapter_dir.join(ADAPTER_WEIGHTS);
     let tensors = read_safetensors(&weights_path, "adapter weights")?;
     let refuse = |message: String| Error::Adapter { path: weights_path.clone(), message };
-    let linears: Vec<(usize, &'static str)> =
-        (0..config.num_layers).flat_map(|l| crate::engine::lora::Target::ALL.map(move |t| (l, t.name()))).collect();
+    let linears: Vec<(usize, &'static str)> = (0..config.num_layers)
+        .flat_map(|l| crate::engine::lora::Target::of_model(config).into_iter().map(move |t| (l, t.name())))
+        .collect();
     let pairs = match_adapter_tensors(&linears, &cfg, &tensors).map_err(refuse)?;
     let mut out = Vec::with_capacity(pairs.len());
     let mut targets = std::collections::BTreeSet::new();

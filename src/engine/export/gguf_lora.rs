@@ -26,7 +26,6 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, 
     let info = load_model_info(base_model)?;
     super::refuse_other_base(Some(ckpt), &info.source, &info.config, allow_other_base)?;
     let config = &info.config;
-    super::gguf_metadata::refuse_unsupported_gguf(config.architecture)?;
     let adapter = checkpoint::read_adapter_for(config, ckpt)?;
     let (scale, rank) = (adapter.config.scale(), adapter.summary.rank);
     let mut entries = Vec::with_capacity(2 * adapter.pairs.len());
@@ -53,7 +52,7 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, 
     }
     let name = ckpt.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "adapter".into());
     let metadata = vec![
-        ("general.architecture".to_string(), MetaValue::Str(gguf_architecture(config.architecture).into())),
+        ("general.architecture".to_string(), MetaValue::Str(gguf_architecture(config.architecture)?.into())),
         ("general.type".to_string(), MetaValue::Str("adapter".into())),
         ("general.name".to_string(), MetaValue::Str(name)),
         ("adapter.type".to_string(), MetaValue::Str("lora".into())),

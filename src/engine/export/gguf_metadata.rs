@@ -19,34 +19,30 @@ use candle_core::quantized::gguf_file::{Content, Value};
 /// A metadata list in writing order.
 pub type Metadata = Vec<(String, MetaValue)>;
 
-/// llama.cpp's architecture name for ours.
-pub fn gguf_architecture(arch: Architecture) -> &'static str {
+/// llama.cpp's architecture name for ours; an error for families whose GGUF layout we do not write yet
+/// (phi3's fused tensors, smollm3's NoPE layers and granite's multipliers need their own metadata).
+pub fn gguf_architecture(arch: Architecture) -> Result<&'static str> {
     match arch {
-        Architecture::Llama | Architecture::Mistral => "llama",
-        Architecture::Qwen2 => "qwen2",
-        Architecture::Qwen3 => "qwen3",
-        Architecture::Gemma3 => "gemma3",
-        Architecture::Olmo2 => "olmo2",
-    }
-}
-
-/// GGUF exports write the llama-style layout (norms as stored, pre-norms, SwiGLU): an error for the families
-/// whose llama.cpp layout differs (gemma3 stores 1 + w norms and has its own metadata keys; olmo2 its own
-/// norms), naming the exports that do work for them.
-pub fn refuse_unsupported_gguf(arch: Architecture) -> Result<()> {
-    match arch {
-        Architecture::Gemma3 | Architecture::Olmo2 => Err(Error::InvalidSetting(format!(
+        Architecture::Llama | Architecture::Mistral => Ok("llama"),
+        Architecture::Qwen2 => Ok("qwen2"),
+        Architecture::Qwen3 => Ok("qwen3"),
+        // gemma3 stores 1 + w norms and has keys of its own, olmo2 its own norms, phi3 fused tensors, smollm3
+        // NoPE layers and granite multipliers: each needs its own llama.cpp layout.
+        Architecture::Gemma3
+        | Architecture::Olmo2
+        | Architecture::Phi3
+        | Architecture::SmolLM3
+        | Architecture::Granite => Err(Error::InvalidSetting(format!(
             "GGUF export of {} models is not supported yet; export `merged` (a Hugging Face folder llama.cpp's \
              convert_hf_to_gguf.py converts) or `peft` instead",
             arch.as_str()
         ))),
-        _ => Ok(()),
     }
 }
 
 /// Whether llama.cpp stores q/k rows permuted for its interleaved rope (the `llama` architecture only).
 pub fn permutes_qk(arch: Architecture) -> bool {
-    gguf_architecture(arch) == "llama"
+    matches!(gguf_architecture(arch), Ok("llama"))
 }
 
 fn str(s: impl Into<String>) -> MetaValue {
@@ -58,8 +54,8 @@ fn u32_of(n: usize) -> MetaValue {
 }
 
 /// `general.*` and the architecture's hyperparameters.
-pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bool) -> Metadata {
-    let arch = gguf_architecture(c.architecture);
+pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bool) -> Result<Metadata> {
+    let arch = gguf_architecture(c.architecture)?;
     let key = |k: &str| format!("{arch}.{k}");
     let mut meta: Metadata = vec![
         ("general.architecture".into(), str(arch)),
@@ -94,9 +90,10 @@ pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bo
         Some(RopeScaling::Llama3(s)) => {
             meta.push((key("rope.scaling.original_context_length"), u32_of(s.original_max_position_embeddings)));
         }
-        None => {}
+        // Unreachable: gguf_architecture refuses phi3, the one family with LongRoPE.
+        Some(RopeScaling::LongRope(_)) | None => {}
     }
-    meta
+    Ok(meta)
 }
 
 /// The tokenizer keys: copied from a GGUF source, built from `tokenizer.json` otherwise.

@@ -1,17 +1,20 @@
 //! Self-attention with grouped-query heads, optional q/k norms (per head: qwen3, gemma3; over the whole
 //! projection: olmo2), biases (qwen2), a sliding window (mistral: every layer; gemma3: the sliding layers,
-//! which also rotate with their own rope base) and a configurable score scale (gemma3). This file owns all of
-//! the block's math: the inference forward over a KV cache, the training forward that records what the
-//! backward needs, the backward, and the fused single-token decode step.
+//! which also rotate with their own rope base), a fused q|k|v projection and partial rotary (phi3, see
+//! [`super::projection_group`] and `ops::rope`), layers without rotary embedding (smollm3) and a configured
+//! score scale (gemma3, granite). This file owns all of the block's math: the inference forward over a KV
+//! cache, the training forward that records what the backward needs, the backward, and the fused single-token
+//! decode step.
 //! Device-specific kernels are chosen inside `ops`.
 
 use super::gradients::Gradients;
 use super::kv_cache::LayerCache;
 use super::linear::{Linear, LinearTape};
 use super::norm::RmsNorm;
+use super::projection_group::ProjectionGroup;
 use super::rotary::RotaryTables;
 use super::sequence::SequenceContext;
-use super::weight_loader::{FusedWeight, WeightLoader};
+use super::weight_loader::WeightLoader;
 use super::ModelConfig;
 use crate::engine::ops;
 use crate::engine::Result;
@@ -20,9 +23,9 @@ use candle_core::{Device, Tensor};
 /// Self-attention with grouped-query heads.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    pub q_proj: Linear,
-    pub k_proj: Linear,
-    pub v_proj: Linear,
+    /// q, k and v: `q_proj`, `k_proj`, `v_proj` (row views of one concatenated weight when dense), or phi3's
+    /// single `qkv_proj`.
+    pub qkv: ProjectionGroup,
     pub o_proj: Linear,
     /// RMS norms of queries and keys: per head (qwen3, gemma3; (head_dim)) or over the whole projection
     /// (olmo2, `qk_norm_over_projection`; (heads * head_dim)).
@@ -40,9 +43,8 @@ pub struct Attention {
     /// rope tables (`local_rope_theta`, when the config has one) and, in training, attends through the
     /// sequence context's local mask.
     pub local: bool,
-    /// q, k and v weights (and biases) in one tensor, of which the three projections' weights are row views;
-    /// the fused decode multiplies by it once. None for quantized projections (no fused decode then).
-    fused_qkv: FusedWeight,
+    /// Whether q and k are rotated (false on smollm3's NoPE layers).
+    pub use_rope: bool,
 }
 
 /// What the attention backward needs from its training forward.
@@ -60,8 +62,9 @@ pub struct AttentionTape {
     scores: Scores,
     /// Attention output before o_proj, (rows, heads * d).
     attn: Tensor,
-    /// q, k, v, o.
-    linears: [LinearTape; 4],
+    /// The q|k|v group's tapes.
+    qkv: Vec<LinearTape>,
+    o: LinearTape,
 }
 
 /// The composed path keeps the probabilities (b, kv_heads, rep * t, t); the fused one (CUDA) only each row's
@@ -95,17 +98,11 @@ impl Attention {
         };
         let (q_width, k_width) = cfg.qk_norm_widths();
         let slides = cfg.layer_slides(layer);
-        let ([q_proj, k_proj, v_proj], fused_qkv) = w.fused_linears(
-            [&format!("{prefix}.q_proj"), &format!("{prefix}.k_proj"), &format!("{prefix}.v_proj")],
-            h,
-            [q, kv, kv],
-            cfg.qkv_bias,
-        )?;
+        let fused = cfg.fused_projections.then_some("qkv_proj");
+        let qkv =
+            ProjectionGroup::load(w, prefix, ["q_proj", "k_proj", "v_proj"], fused, h, [q, kv, kv], cfg.qkv_bias)?;
         Ok(Self {
-            q_proj,
-            k_proj,
-            v_proj,
-            fused_qkv,
+            qkv,
             o_proj: w.linear(&format!("{prefix}.o_proj"), q, h, cfg.o_bias)?,
             q_norm: norm("q_norm", q_width)?,
             k_norm: norm("k_norm", k_width)?,
@@ -116,18 +113,14 @@ impl Attention {
             attention_scale: cfg.attention_scale,
             sliding_window: if slides { cfg.sliding_window } else { None },
             local: slides && !cfg.sliding_layers.is_empty(),
+            use_rope: cfg.layer_uses_rope(layer),
         })
     }
 
-    /// (b, t, n * d) or (rows, n * d) projections -> normed, rotated heads.
-    fn heads(
-        &self,
-        mut q: Tensor,
-        mut k: Tensor,
-        v: Tensor,
-        (b, t): (usize, usize),
-        (cos, sin): (&Tensor, &Tensor),
-    ) -> Result<Heads> {
+    /// (b, t, n * d) or (rows, n * d) projections [q, k, v] -> normed, rotated heads.
+    fn heads(&self, qkv: Vec<Tensor>, (b, t): (usize, usize), (cos, sin): (&Tensor, &Tensor)) -> Result<Heads> {
+        let [mut q, mut k, v]: [Tensor; 3] =
+            qkv.try_into().map_err(|_| candle_core::Error::Msg("q|k|v projections give 3 parts".into()))?;
         let d = self.head_dim;
         let (mut q_pre_norm, mut k_pre_norm) = (None, None);
         let norms = self.q_norm.as_ref().zip(self.k_norm.as_ref());
@@ -145,6 +138,9 @@ impl Attention {
             k_pre_norm = Some(k.clone());
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
+        }
+        if !self.use_rope {
+            return Ok(Heads { q, k, v, q_pre_norm, k_pre_norm });
         }
         let q = ops::rope(&q, cos, sin)?;
         let k = ops::rope(&k, cos, sin)?.contiguous()?;
@@ -178,13 +174,7 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (cos, sin) = rotary.slice(start_pos, t)?;
-        let h = self.heads(
-            self.q_proj.forward(x)?,
-            self.k_proj.forward(x)?,
-            self.v_proj.forward(x)?,
-            (b, t),
-            (&cos, &sin),
-        )?;
+        let h = self.heads(self.qkv.forward(x)?, (b, t), (&cos, &sin))?;
         let (k, v) = match cache {
             Some(c) => c.append(&h.k, &h.v)?,
             None => (h.k, h.v),
@@ -207,11 +197,9 @@ impl Attention {
     /// Training forward: `normed_in` (rows, hidden) -> (rows, hidden) and the tape.
     pub(super) fn forward_train(&self, normed_in: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, AttentionTape)> {
         let (b, t) = (ctx.batch, ctx.seq_len);
-        let (q, q_tape) = self.q_proj.forward_train(normed_in, ctx.dropout)?;
-        let (k, k_tape) = self.k_proj.forward_train(normed_in, ctx.dropout)?;
-        let (v, v_tape) = self.v_proj.forward_train(normed_in, ctx.dropout)?;
+        let (qkv, qkv_tapes) = self.qkv.forward_train(normed_in, ctx.dropout)?;
         let (cos, sin, mask) = ctx.attention(self.local);
-        let h = self.heads(q, k, v, (b, t), (cos, sin))?;
+        let h = self.heads(qkv, (b, t), (cos, sin))?;
         let q = h.q.contiguous()?;
         let (scores, attn) = match ops::fused_attention(&q, &h.k, &h.v, self.scale(), 0, self.sliding_window)? {
             Some((out, lse)) => (Scores::Fused(lse), out),
@@ -231,7 +219,8 @@ impl Attention {
             v: h.v,
             scores,
             attn,
-            linears: [q_tape, k_tape, v_tape, o_tape],
+            qkv: qkv_tapes,
+            o: o_tape,
         };
         Ok((out, tape))
     }
@@ -248,8 +237,7 @@ impl Attention {
     ) -> Result<Option<Tensor>> {
         let (b, t, d) = (ctx.batch, ctx.seq_len, self.head_dim);
         let (heads, kv_heads) = (self.num_heads, self.num_kv_heads);
-        let [q_tape, k_tape, v_tape, o_tape] = &tape.linears;
-        let d_attn = Linear::input_grad(self.o_proj.backward(&tape.attn, o_tape, d_out, grads, true)?)?;
+        let d_attn = Linear::input_grad(self.o_proj.backward(&tape.attn, &tape.o, d_out, grads, true)?)?;
         let (d_q, d_k, d_v) = match &tape.scores {
             Scores::Fused(lse) => {
                 let (q, k, v) = (&tape.q, &tape.k, &tape.v);
@@ -258,8 +246,11 @@ impl Attention {
             Scores::Probs(probs) => self.composed_backward(tape, probs, &d_attn, (b, t))?,
         };
         let (cos, sin, _) = ctx.attention(self.local);
-        let d_q = ops::rope_backward(&d_q, cos, sin)?;
-        let d_k = ops::rope_backward(&d_k, cos, sin)?;
+        let (d_q, d_k) = if self.use_rope {
+            (ops::rope_backward(&d_q, cos, sin)?, ops::rope_backward(&d_k, cos, sin)?)
+        } else {
+            (d_q, d_k)
+        };
         // Per-head norms sit after the split into heads, whole-projection norms before it.
         let norms = self.q_norm.as_ref().zip(self.k_norm.as_ref());
         let norm_backward = |d_q: Tensor, d_k: Tensor| -> Result<(Tensor, Tensor)> {
@@ -274,15 +265,7 @@ impl Attention {
         let rows = |g: Tensor, n: usize| -> Result<Tensor> { Ok(g.transpose(1, 2)?.reshape((b * t, n * d))?) };
         let (d_q, d_k, d_v) = (rows(d_q, heads)?, rows(d_k, kv_heads)?, rows(d_v, kv_heads)?);
         let (d_q, d_k) = if self.qk_norm_over_projection { norm_backward(d_q, d_k)? } else { (d_q, d_k) };
-        let x = &tape.normed_in;
-        let from_q = self.q_proj.backward(x, q_tape, &d_q, grads, need_input_grad)?;
-        let from_k = self.k_proj.backward(x, k_tape, &d_k, grads, need_input_grad)?;
-        let from_v = self.v_proj.backward(x, v_tape, &d_v, grads, need_input_grad)?;
-        if !need_input_grad {
-            return Ok(None);
-        }
-        let sum = ops::add(&Linear::input_grad(from_q)?, &Linear::input_grad(from_k)?)?;
-        Ok(Some(ops::add(&sum, &Linear::input_grad(from_v)?)?))
+        self.qkv.backward(&tape.normed_in, &tape.qkv, &[d_q, d_k, d_v], grads, need_input_grad)
     }
 
     /// Gradients (dq (b, heads, t, d), dk, dv (b, kv_heads, t, d)) of the composed attention from its saved
@@ -306,19 +289,21 @@ impl Attention {
     }
 
     /// Whether the fused decode kernels model this block as it stands: a dense fused q|k|v weight, no active
-    /// adapter on q/k/v (the fused product has none), no q/k norms and the standard `1 / sqrt(head_dim)` scale.
+    /// adapter on q/k/v (the fused product has none), no q/k norms, rope on every head dimension (the table
+    /// of [`RotaryTables::decode_table`] exists only then) and the standard `1 / sqrt(head_dim)` scale.
     pub(super) fn decodes_fused(&self) -> bool {
-        self.fused_qkv.is_some()
+        self.qkv.fused.is_some()
             && self.q_norm.is_none()
+            && self.use_rope
             && self.attention_scale == 1.0 / (self.head_dim as f64).sqrt()
-            && ![&self.q_proj, &self.k_proj, &self.v_proj].iter().any(|l| l.has_active_adapter())
+            && !self.qkv.has_active_adapter()
     }
 
     /// Fused single-token decode of `normed` (b, 1, hidden): one q|k|v product, the cache write that rotates
     /// the key, single-query attention that rotates the query, then o_proj. `table`: the rotary rows
     /// [cos | sin] of [`RotaryTables::decode_table`].
     pub(super) fn decode_fused(&self, normed: &Tensor, table: &Tensor, cache: &mut LayerCache) -> Result<Tensor> {
-        let Some((qkv_weight, qkv_bias)) = &self.fused_qkv else {
+        let Some((qkv_weight, qkv_bias)) = &self.qkv.fused else {
             return Err(candle_core::Error::Msg("fused decode of quantized q/k/v projections".into()).into());
         };
         let mut qkv = ops::frozen_matmul_t(normed, qkv_weight)?;

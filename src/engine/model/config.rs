@@ -20,10 +20,17 @@ pub enum Architecture {
     /// OLMo 2: no pre-norms, RMS norms on each block's output before its residual add, q/k RMS norms over the
     /// whole projection.
     Olmo2,
+    /// Phi-3 / Phi-3.5 / Phi-4-mini: fused `qkv_proj` and `gate_up_proj`, partial rotary, LongRoPE.
+    Phi3,
+    /// Llama with no rotary embedding on some layers (`no_rope_layers`).
+    SmolLM3,
+    /// Llama with embedding, residual, attention and logits multipliers.
+    Granite,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama, mistral, qwen2, qwen3, gemma3_text (and gemma3's text tower), olmo2";
+    pub const SUPPORTED: &'static str =
+        "llama, mistral, qwen2, qwen3, gemma3_text (and gemma3's text tower), olmo2, phi3, smollm3, granite";
 
     pub fn from_model_type(model_type: &str) -> Option<Self> {
         match model_type {
@@ -33,6 +40,9 @@ impl Architecture {
             "qwen3" => Some(Self::Qwen3),
             "gemma3_text" | "gemma3" => Some(Self::Gemma3),
             "olmo2" => Some(Self::Olmo2),
+            "phi3" => Some(Self::Phi3),
+            "smollm3" => Some(Self::SmolLM3),
+            "granite" => Some(Self::Granite),
             _ => None,
         }
     }
@@ -45,6 +55,9 @@ impl Architecture {
             Self::Qwen3 => "qwen3",
             Self::Gemma3 => "gemma3_text",
             Self::Olmo2 => "olmo2",
+            Self::Phi3 => "phi3",
+            Self::SmolLM3 => "smollm3",
+            Self::Granite => "granite",
         }
     }
 }
@@ -66,6 +79,24 @@ pub enum RopeScaling {
     Linear {
         factor: f64,
     },
+    /// Phi-3's LongRoPE ("longrope" in transformers): per-frequency divisors, `short_factor` while a forward's
+    /// last position is below `original_max_position_embeddings`, `long_factor` beyond it, and cos/sin
+    /// multiplied by `attention_factor`.
+    LongRope(LongRopeScaling),
+}
+
+/// LongRoPE parameters, resolved as transformers' `_compute_longrope_parameters` does.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LongRopeScaling {
+    /// One divisor per rotary frequency (rotary_dim / 2 of them), for sequences within the original context.
+    pub short_factor: Vec<f64>,
+    /// The same beyond it.
+    pub long_factor: Vec<f64>,
+    /// The pretraining context: a forward whose last position + 1 exceeds it uses `long_factor`.
+    pub original_max_position_embeddings: usize,
+    /// Multiplies cos and sin: the config's `attention_factor`, else `sqrt(1 + ln(f) / ln(original))` with
+    /// `f = max_position_embeddings / original` (1 when `f <= 1`).
+    pub attention_factor: f64,
 }
 
 /// Where a decoder layer applies its RMS norms.
@@ -155,10 +186,11 @@ pub struct ModelConfig {
     pub qk_norm_over_projection: bool,
     /// The activation of the MLP's gate.
     pub mlp_activation: MlpActivation,
-    /// Token embeddings are multiplied by this, rounded to the model dtype first as transformers does
-    /// (gemma3: `sqrt(hidden_size)`; 1.0 elsewhere).
+    /// Token embeddings are multiplied by this, rounded to the model dtype first (gemma3: `sqrt(hidden_size)`,
+    /// as transformers does; granite: `embedding_multiplier`; 1.0 elsewhere).
     pub embedding_multiplier: f64,
-    /// The attention score scale: gemma3's `query_pre_attn_scalar ** -0.5`, else `1 / sqrt(head_dim)`.
+    /// The attention score scale: gemma3's `query_pre_attn_scalar ** -0.5`, granite's `attention_multiplier`
+    /// (default 1), else `1 / sqrt(head_dim)`.
     pub attention_scale: f64,
     /// Per layer, whether it attends through `sliding_window` (gemma3's `layer_types`, or the older
     /// `sliding_window_pattern`). Empty means every layer does when `sliding_window` is set (mistral).
@@ -169,6 +201,28 @@ pub struct ModelConfig {
     /// The config is a multimodal checkpoint's (`text_config` inside): only its text tower is loaded, the
     /// vision tower and projector weights are ignored (a notice says so).
     pub multimodal: bool,
+    /// Leading dimensions of each head that the rotary embedding turns (even; `head_dim` unless phi3's
+    /// `partial_rotary_factor` < 1); the rest pass through unrotated.
+    pub rotary_dim: usize,
+    /// Per layer, whether it applies the rotary embedding (smollm3's `no_rope_layers[i] == 0`: no rope, "NoPE").
+    /// Empty means every layer does.
+    pub rope_layers: Vec<bool>,
+    /// q|k|v and gate|up are single fused projections in the checkpoint and for LoRA (phi3's `qkv_proj`,
+    /// `gate_up_proj`; the GGUF reader's `attn_qkv` and phi3 `ffn_up`). The fused gate_up holds gate rows
+    /// first, then up.
+    pub fused_projections: bool,
+    /// Granite's multipliers (1.0 elsewhere): each block's output is multiplied by `residual_multiplier` before
+    /// its residual add, and logits are divided by `logits_scaling`.
+    pub residual_multiplier: f64,
+    pub logits_scaling: f64,
+}
+
+/// The block a projection belongs to in Hugging Face names: `self_attn` or `mlp`.
+pub fn module_group(module: &str) -> &'static str {
+    match module {
+        "q_proj" | "k_proj" | "v_proj" | "qkv_proj" | "o_proj" => "self_attn",
+        _ => "mlp",
+    }
 }
 
 /// `eos_token_id` is an int in some configs and a list in others.
@@ -231,6 +285,19 @@ pub struct RawConfig {
     pub use_bidirectional_attention: Option<bool>,
     /// A multimodal checkpoint's language model config (gemma3).
     pub text_config: Option<Box<RawConfig>>,
+    /// phi3: the fraction of each head's dimensions that is rotated.
+    pub partial_rotary_factor: Option<f64>,
+    /// phi3: the pretraining context LongRoPE switches factors at.
+    pub original_max_position_embeddings: Option<usize>,
+    /// smollm3: per layer, 1 when it uses rope, 0 when not.
+    pub no_rope_layers: Option<Vec<u8>>,
+    /// smollm3: when `no_rope_layers` is absent, every `no_rope_layer_interval`-th layer has no rope.
+    pub no_rope_layer_interval: Option<usize>,
+    pub embedding_multiplier: Option<f64>,
+    pub residual_multiplier: Option<f64>,
+    pub attention_multiplier: Option<f64>,
+    pub logits_scaling: Option<f64>,
+    pub mlp_bias: Option<bool>,
 }
 
 impl RawConfig {
@@ -321,33 +388,58 @@ impl RawConfig {
         }
         let head_dim = self.head_dim.unwrap_or(hidden_size / num_attention_heads);
         let mlp_activation = self.mlp_activation(architecture, path)?;
-        let (rope_theta, rope_scaling) = self.resolve_rope(path)?;
+        let max_position_embeddings = self.max_position_embeddings.unwrap_or(match architecture {
+            Architecture::Phi3 => 4096,
+            _ => 2048,
+        });
+        let rotary_dim = self.rotary_dim(architecture, head_dim, path)?;
+        let (rope_theta, rope_scaling) = self.resolve_rope(path, max_position_embeddings, rotary_dim)?;
         let sliding_window = match architecture {
-            Architecture::Mistral | Architecture::Gemma3 => self.sliding_window,
+            Architecture::Mistral | Architecture::Gemma3 | Architecture::Phi3 => self.sliding_window,
             Architecture::Qwen2 | Architecture::Qwen3 if self.use_sliding_window == Some(true) => self.sliding_window,
             _ => None,
         };
+        let num_layers = need(self.num_hidden_layers, "num_hidden_layers")?;
+        let bad =
+            |field: &str, message: String| Error::BadConfig { path: path.to_path_buf(), field: field.into(), message };
+        if self.mlp_bias == Some(true) {
+            return Err(bad("mlp_bias", "MLP biases are not supported".into()));
+        }
         let attention_bias = self.attention_bias.unwrap_or(false);
+        let granite = architecture == Architecture::Granite;
+        let multiplier = |v: Option<f64>, field: &str| -> Result<f64> {
+            match v {
+                Some(x) if granite && !(x.is_finite() && x != 0.0) => {
+                    Err(bad(field, format!("{x} must be finite and non-zero")))
+                }
+                Some(x) if granite => Ok(x),
+                _ => Ok(1.0),
+            }
+        };
         let config = ModelConfig {
             architecture,
             vocab_size: need(self.vocab_size, "vocab_size")?,
             hidden_size,
             intermediate_size: need(self.intermediate_size, "intermediate_size")?,
-            num_layers: need(self.num_hidden_layers, "num_hidden_layers")?,
+            num_layers,
             num_attention_heads,
             num_kv_heads,
             head_dim,
-            rms_norm_eps: self.rms_norm_eps.unwrap_or(if architecture == Architecture::Olmo2 { 1e-5 } else { 1e-6 }),
+            rms_norm_eps: self.rms_norm_eps.unwrap_or(match architecture {
+                Architecture::Phi3 | Architecture::Olmo2 => 1e-5,
+                _ => 1e-6,
+            }),
             rope_theta,
             rope_scaling,
-            max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
+            max_position_embeddings,
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
             qkv_bias: match architecture {
                 Architecture::Qwen2 => true,
+                Architecture::Phi3 => false,
                 _ => attention_bias,
             },
             o_bias: match architecture {
-                Architecture::Llama => attention_bias,
+                Architecture::Llama | Architecture::SmolLM3 | Architecture::Granite => attention_bias,
                 _ => false,
             },
             qk_norm: architecture == Architecture::Qwen3,
@@ -359,11 +451,21 @@ impl RawConfig {
             norm_weight_offset: 0.0,
             qk_norm_over_projection: false,
             mlp_activation,
-            embedding_multiplier: 1.0,
-            attention_scale: 1.0 / (head_dim as f64).sqrt(),
             sliding_layers: Vec::new(),
             local_rope_theta: None,
             multimodal: false,
+            rotary_dim,
+            rope_layers: self.rope_layers(architecture, num_layers, path)?,
+            fused_projections: architecture == Architecture::Phi3,
+            embedding_multiplier: multiplier(self.embedding_multiplier, "embedding_multiplier")?,
+            residual_multiplier: multiplier(self.residual_multiplier, "residual_multiplier")?,
+            logits_scaling: multiplier(self.logits_scaling, "logits_scaling")?,
+            // Granite's default attention_multiplier is 1.0 (transformers' GraniteConfig), not 1/sqrt(head_dim).
+            attention_scale: if granite {
+                multiplier(self.attention_multiplier, "attention_multiplier")?
+            } else {
+                1.0 / (head_dim as f64).sqrt()
+            },
         };
         self.with_family_blocks(config, path)
     }
@@ -465,7 +567,59 @@ impl RawConfig {
         Ok((0..num_layers).map(|i| (i + 1) % pattern != 0).collect())
     }
 
-    fn resolve_rope(&self, path: &Path) -> Result<(f64, Option<RopeScaling>)> {
+    /// phi3's `partial_rotary_factor` as a count of leading head dimensions (transformers truncates
+    /// `head_dim * factor` to an integer); every dimension elsewhere.
+    fn rotary_dim(&self, architecture: Architecture, head_dim: usize, path: &Path) -> Result<usize> {
+        let factor = match architecture {
+            Architecture::Phi3 => self.partial_rotary_factor.unwrap_or(1.0),
+            _ => 1.0,
+        };
+        let dim = (head_dim as f64 * factor) as usize;
+        if !(factor > 0.0 && factor <= 1.0) || dim == 0 || !dim.is_multiple_of(2) {
+            return Err(Error::BadConfig {
+                path: path.to_path_buf(),
+                field: "partial_rotary_factor".into(),
+                message: format!(
+                    "{factor} gives {dim} rotary dimensions of head_dim {head_dim}; need an even count > 0"
+                ),
+            });
+        }
+        Ok(dim)
+    }
+
+    /// smollm3's `no_rope_layers` (1: rope, 0: none), or its default of no rope on every
+    /// `no_rope_layer_interval`-th layer (4); empty (every layer rotates) for other families.
+    fn rope_layers(&self, architecture: Architecture, num_layers: usize, path: &Path) -> Result<Vec<bool>> {
+        if architecture != Architecture::SmolLM3 {
+            return Ok(Vec::new());
+        }
+        if self.use_sliding_window == Some(true) {
+            return Err(Error::BadConfig {
+                path: path.to_path_buf(),
+                field: "use_sliding_window".into(),
+                message: "smollm3 with sliding-window layers is not supported".into(),
+            });
+        }
+        match &self.no_rope_layers {
+            Some(flags) if flags.len() == num_layers => Ok(flags.iter().map(|&f| f != 0).collect()),
+            Some(flags) => Err(Error::BadConfig {
+                path: path.to_path_buf(),
+                field: "no_rope_layers".into(),
+                message: format!("{} entries for {num_layers} layers", flags.len()),
+            }),
+            None => {
+                let interval = self.no_rope_layer_interval.unwrap_or(4).max(1);
+                Ok((0..num_layers).map(|i| (i + 1) % interval != 0).collect())
+            }
+        }
+    }
+
+    fn resolve_rope(
+        &self,
+        path: &Path,
+        max_position_embeddings: usize,
+        rotary_dim: usize,
+    ) -> Result<(f64, Option<RopeScaling>)> {
         let params = self.rope_parameters.as_ref();
         let theta = self
             .rope_theta
@@ -493,15 +647,60 @@ impl RawConfig {
                 high_freq_factor: num("high_freq_factor")?,
                 original_max_position_embeddings: num("original_max_position_embeddings")? as usize,
             })),
+            "longrope" => {
+                Some(RopeScaling::LongRope(self.long_rope(scaling, path, max_position_embeddings, rotary_dim)?))
+            }
             other => {
                 return Err(Error::BadConfig {
                     path: path.to_path_buf(),
                     field: "rope_scaling.rope_type".into(),
-                    message: format!("`{other}` is not supported; supported: default, linear, llama3"),
+                    message: format!("`{other}` is not supported; supported: default, linear, llama3, longrope"),
                 })
             }
         };
         Ok((theta, resolved))
+    }
+}
+
+impl RawConfig {
+    /// LongRoPE as transformers' `_compute_longrope_parameters` reads it: a top-level
+    /// `original_max_position_embeddings` makes the factor `max_position_embeddings / original`, else
+    /// `rope_scaling.factor` with the original context equal to `max_position_embeddings`.
+    fn long_rope(
+        &self,
+        scaling: &serde_json::Value,
+        path: &Path,
+        max_position_embeddings: usize,
+        rotary_dim: usize,
+    ) -> Result<LongRopeScaling> {
+        let bad = |field: &str, message: String| Error::BadConfig {
+            path: path.to_path_buf(),
+            field: format!("rope_scaling.{field}"),
+            message,
+        };
+        let factors = |field: &str| -> Result<Vec<f64>> {
+            let list = scaling.get(field).and_then(|v| v.as_array()).ok_or_else(|| bad(field, "missing".into()))?;
+            let values: Option<Vec<f64>> = list.iter().map(|v| v.as_f64()).collect();
+            match values {
+                Some(v) if v.len() == rotary_dim / 2 && v.iter().all(|x| *x > 0.0) => Ok(v),
+                _ => Err(bad(field, format!("need {} positive numbers (rotary_dim / 2)", rotary_dim / 2))),
+            }
+        };
+        let (original, factor) = match self.original_max_position_embeddings {
+            Some(original) if original > 0 => (original, max_position_embeddings as f64 / original as f64),
+            _ => (max_position_embeddings, scaling.get("factor").and_then(|v| v.as_f64()).unwrap_or(1.0)),
+        };
+        let attention_factor = match scaling.get("attention_factor").and_then(|v| v.as_f64()) {
+            Some(a) => a,
+            None if factor <= 1.0 => 1.0,
+            None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
+        };
+        Ok(LongRopeScaling {
+            short_factor: factors("short_factor")?,
+            long_factor: factors("long_factor")?,
+            original_max_position_embeddings: original,
+            attention_factor,
+        })
     }
 }
 
@@ -543,20 +742,41 @@ impl ModelConfig {
         self.num_layers * (attn + mlp + norms) + embed + head + h
     }
 
-    /// (in_features, out_features) of a named linear in every decoder layer.
+    /// The linears of every decoder layer by their Hugging Face (and PEFT) module names, in model order: what
+    /// LoRA can target on this family.
+    pub fn linear_modules(&self) -> &'static [&'static str] {
+        if self.fused_projections {
+            &["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+        } else {
+            &["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        }
+    }
+
+    /// (in_features, out_features) of a named linear in every decoder layer; None when this family has no
+    /// linear of that name.
     pub fn linear_shape(&self, module: &str) -> Option<(usize, usize)> {
         let h = self.hidden_size;
         let q = self.num_attention_heads * self.head_dim;
         let kv = self.num_kv_heads * self.head_dim;
         let i = self.intermediate_size;
+        if !self.linear_modules().contains(&module) {
+            return None;
+        }
         Some(match module {
             "q_proj" => (h, q),
             "k_proj" | "v_proj" => (h, kv),
+            "qkv_proj" => (h, q + 2 * kv),
             "o_proj" => (q, h),
             "gate_proj" | "up_proj" => (h, i),
+            "gate_up_proj" => (h, 2 * i),
             "down_proj" => (i, h),
             _ => return None,
         })
+    }
+
+    /// Whether decoder layer `layer` applies the rotary embedding (all but smollm3's NoPE layers).
+    pub fn layer_uses_rope(&self, layer: usize) -> bool {
+        self.rope_layers.get(layer).copied().unwrap_or(true)
     }
 }
 
@@ -634,5 +854,50 @@ mod tests {
         assert_eq!(cfg.norm_layout, NormLayout::PostNorm);
         assert_eq!(cfg.qk_norm_widths(), (8, 4));
         assert_eq!(cfg.rms_norm_eps, 1e-5);
+    }
+
+    #[test]
+    fn phi3_smollm3_and_granite_resolve_their_quirks() {
+        let phi3: RawConfig = serde_json::from_str(
+            r#"{"model_type":"phi3","vocab_size":10,"hidden_size":64,"intermediate_size":16,
+            "num_hidden_layers":1,"num_attention_heads":4,"partial_rotary_factor":0.75,
+            "max_position_embeddings":131072,"original_max_position_embeddings":4096,
+            "rope_scaling":{"type":"longrope","short_factor":[1,1,1,1,1,1],"long_factor":[2,2,2,2,2,2]}}"#,
+        )
+        .unwrap();
+        let cfg = phi3.resolve(Path::new("config.json")).unwrap();
+        assert_eq!((cfg.rotary_dim, cfg.fused_projections), (12, true));
+        assert_eq!(cfg.linear_shape("qkv_proj"), Some((64, 192)));
+        assert_eq!(cfg.linear_shape("q_proj"), None);
+        let Some(RopeScaling::LongRope(s)) = &cfg.rope_scaling else { panic!("{:?}", cfg.rope_scaling) };
+        // transformers: sqrt(1 + ln(131072 / 4096) / ln(4096)).
+        assert!((s.attention_factor - (1.0 + 32f64.ln() / 4096f64.ln()).sqrt()).abs() < 1e-12);
+        let short: RawConfig = serde_json::from_str(
+            r#"{"model_type":"phi3","vocab_size":10,"hidden_size":64,"intermediate_size":16,
+            "num_hidden_layers":1,"num_attention_heads":4,
+            "rope_scaling":{"type":"longrope","short_factor":[1],"long_factor":[2]}}"#,
+        )
+        .unwrap();
+        let err = short.resolve(Path::new("config.json")).unwrap_err().to_string();
+        assert!(err.contains("rope_scaling.short_factor") && err.contains("8 positive"), "{err}");
+
+        let smol: RawConfig = serde_json::from_str(
+            r#"{"model_type":"smollm3","vocab_size":10,"hidden_size":8,"intermediate_size":16,
+            "num_hidden_layers":8,"num_attention_heads":2}"#,
+        )
+        .unwrap();
+        let cfg = smol.resolve(Path::new("config.json")).unwrap();
+        let rope: Vec<bool> = (0..8).map(|i| cfg.layer_uses_rope(i)).collect();
+        assert_eq!(rope, [true, true, true, false, true, true, true, false]);
+
+        let granite: RawConfig = serde_json::from_str(
+            r#"{"model_type":"granite","vocab_size":10,"hidden_size":8,"intermediate_size":16,
+            "num_hidden_layers":1,"num_attention_heads":2,"attention_multiplier":0.5,"logits_scaling":8,
+            "embedding_multiplier":12,"residual_multiplier":0.22}"#,
+        )
+        .unwrap();
+        let cfg = granite.resolve(Path::new("config.json")).unwrap();
+        assert_eq!((cfg.attention_scale, cfg.logits_scaling, cfg.embedding_multiplier), (0.5, 8.0, 12.0));
+        assert_eq!(cfg.residual_multiplier, 0.22);
     }
 }

@@ -1,8 +1,9 @@
 //! One decoder layer: self-attention ([`super::attention`]) and the MLP ([`super::mlp`]), each with its
 //! residual add and the RMS norms the family puts around it ([`super::config::NormLayout`]: llama's
-//! pre-norms, gemma3's pre- and post-norms, olmo2's post-norms only). This file owns the layer's math around
-//! its two blocks: the inference forward, the training forward that records what the backward needs, the
-//! backward, and the single-token decode step (fused kernels where [`ops::cuda_decode::available`] says the
+//! pre-norms, gemma3's pre- and post-norms, olmo2's post-norms only); each block's output is multiplied by
+//! granite's `residual_multiplier` (1 elsewhere) before its residual add. This file owns the layer's math
+//! around its two blocks: the inference forward, the training forward that records what the backward needs,
+//! the backward, and the single-token decode step (fused kernels where [`ops::cuda_decode::available`] says the
 //! device has them, for pre-norm SwiGLU layers; gemma3's and olmo2's layers decode through the composed ops
 //! on every device, CUDA included).
 
@@ -84,6 +85,8 @@ pub struct DecoderLayer {
     pub self_attn: Attention,
     pub mlp: Mlp,
     pub norms: LayerNorms,
+    /// Multiplies each block's output before its residual add (granite; 1.0 elsewhere).
+    pub residual_multiplier: f64,
 }
 
 /// Activations of one layer saved by the training forward. Rows are `batch * seq_len`.
@@ -104,6 +107,7 @@ impl DecoderLayer {
             self_attn: Attention::new(cfg, w, &format!("{prefix}.self_attn"), index)?,
             mlp: Mlp::new(cfg, w, &format!("{prefix}.mlp"))?,
             norms: LayerNorms::load(cfg, w, &prefix)?,
+            residual_multiplier: cfg.residual_multiplier,
         })
     }
 
@@ -124,9 +128,9 @@ impl DecoderLayer {
                 let normed = apply(&self.norms.attention_input, x)?;
                 let attn =
                     apply(&self.norms.attention_output, &self.self_attn.forward(&normed, rotary, start_pos, cache)?)?;
-                let x = (x + attn)?;
+                let x = (x + self.residual(attn)?)?;
                 let normed = apply(&self.norms.mlp_input, &x)?;
-                Ok((&x + apply(&self.norms.mlp_output, &self.mlp.forward(&normed)?)?)?)
+                Ok((&x + self.residual(apply(&self.norms.mlp_output, &self.mlp.forward(&normed)?)?)?)?)
             }
         }
     }
@@ -136,11 +140,11 @@ impl DecoderLayer {
         let normed_in = apply(&self.norms.attention_input, x)?;
         let (attn_out, attention) = self.self_attn.forward_train(&normed_in, ctx)?;
         let attn_raw = self.norms.attention_output.as_ref().map(|_| attn_out.clone());
-        let x_mid = ops::add(x, &apply(&self.norms.attention_output, &attn_out)?)?;
+        let x_mid = ops::add(x, &self.residual(apply(&self.norms.attention_output, &attn_out)?)?)?;
         let normed_mid = apply(&self.norms.mlp_input, &x_mid)?;
         let (down, mlp) = self.mlp.forward_train(&normed_mid, ctx)?;
         let mlp_raw = self.norms.mlp_output.as_ref().map(|_| down.clone());
-        let out = ops::add(&x_mid, &apply(&self.norms.mlp_output, &down)?)?;
+        let out = ops::add(&x_mid, &self.residual(apply(&self.norms.mlp_output, &down)?)?)?;
         Ok((out, LayerTape { x: x.clone(), x_mid, attn_raw, mlp_raw, attention, mlp }))
     }
 
@@ -154,15 +158,24 @@ impl DecoderLayer {
         grads: &mut Gradients,
         need_input_grad: bool,
     ) -> Result<Option<Tensor>> {
-        let d_down = apply_backward(&self.norms.mlp_output, tape.mlp_raw.as_ref(), d_out.clone())?;
+        let d_down = apply_backward(&self.norms.mlp_output, tape.mlp_raw.as_ref(), self.residual(d_out.clone())?)?;
         let d_normed_mid = self.mlp.backward(&tape.mlp, &d_down, grads)?;
         let d_mid = ops::add(d_out, &apply_backward(&self.norms.mlp_input, Some(&tape.x_mid), d_normed_mid)?)?;
-        let d_attn = apply_backward(&self.norms.attention_output, tape.attn_raw.as_ref(), d_mid.clone())?;
+        let d_attn =
+            apply_backward(&self.norms.attention_output, tape.attn_raw.as_ref(), self.residual(d_mid.clone())?)?;
         let Some(d_normed_in) = self.self_attn.backward(&tape.attention, &d_attn, ctx, grads, need_input_grad)? else {
             return Ok(None);
         };
         let d_in = apply_backward(&self.norms.attention_input, Some(&tape.x), d_normed_in)?;
         Ok(Some(ops::add(&d_mid, &d_in)?))
+    }
+
+    /// A block's output scaled by the residual multiplier (the same factor scales its gradient backward).
+    fn residual(&self, y: Tensor) -> Result<Tensor> {
+        if self.residual_multiplier == 1.0 {
+            return Ok(y);
+        }
+        Ok((y * self.residual_multiplier)?)
     }
 
     /// One new token appended at the end of the cache, on a device with the fused decode kernels, and blocks
@@ -172,6 +185,7 @@ impl DecoderLayer {
             && start_pos == cache.len()
             && self.norms.pre_norms_only()
             && ops::cuda_decode::enabled(x.device(), x.dtype())
+            && self.residual_multiplier == 1.0
             && self.self_attn.decodes_fused()
             && self.mlp.decodes_fused())
     }

@@ -1,11 +1,13 @@
 //! The gated feed-forward block, `down(act(gate(x)) * up(x))`: SwiGLU (silu) for most families, GeGLU with the
-//! tanh approximation of gelu for gemma3. This file owns all of the block's math: the
+//! tanh approximation of gelu for gemma3; separate `gate_proj`/`up_proj` or phi3's fused `gate_up_proj` (gate
+//! rows first; see [`super::projection_group`]). This file owns all of the block's math: the
 //! inference forward, the training forward that records what the backward needs, the backward, and the fused
 //! single-token decode step.
 
 use super::config::MlpActivation;
 use super::gradients::Gradients;
 use super::linear::{Linear, LinearTape};
+use super::projection_group::ProjectionGroup;
 use super::sequence::SequenceContext;
 use super::weight_loader::WeightLoader;
 use super::ModelConfig;
@@ -16,13 +18,11 @@ use candle_core::Tensor;
 /// The gated feed-forward block.
 #[derive(Debug, Clone)]
 pub struct Mlp {
-    pub gate_proj: Linear,
-    pub up_proj: Linear,
+    /// Gate and up: `gate_proj`, `up_proj` (row views of one concatenated weight when dense), or phi3's
+    /// single `gate_up_proj`.
+    pub gate_up: ProjectionGroup,
     pub down_proj: Linear,
     pub activation: MlpActivation,
-    /// Gate and up weights in one tensor, of which their weights are row views; the fused decode multiplies
-    /// by it once. None for quantized projections (no fused decode then).
-    fused_gate_up: Option<Tensor>,
 }
 
 /// What the MLP backward needs from its training forward.
@@ -31,21 +31,20 @@ pub struct MlpTape {
     gate: Tensor,
     up: Tensor,
     gated: Tensor,
-    /// gate, up, down.
-    linears: [LinearTape; 3],
+    /// The gate|up group's tapes.
+    gate_up_tapes: Vec<LinearTape>,
+    down: LinearTape,
 }
 
 impl Mlp {
     pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
-        let ([gate_proj, up_proj], fused) =
-            w.fused_linears([&format!("{prefix}.gate_proj"), &format!("{prefix}.up_proj")], h, [i, i], false)?;
+        let fused = cfg.fused_projections.then_some("gate_up_proj");
+        let gate_up = ProjectionGroup::load(w, prefix, ["gate_proj", "up_proj"], fused, h, [i, i], false)?;
         Ok(Self {
-            gate_proj,
-            up_proj,
+            gate_up,
             down_proj: w.linear(&format!("{prefix}.down_proj"), i, h, false)?,
             activation: cfg.mlp_activation,
-            fused_gate_up: fused.map(|(weight, _)| weight),
         })
     }
 
@@ -59,49 +58,49 @@ impl Mlp {
 
     /// Inference: `x` (..., hidden) -> (..., hidden).
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gated = self.gate(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?;
-        Ok(self.down_proj.forward(&gated)?)
+        let [gate, up] = two(self.gate_up.forward(x)?)?;
+        Ok(self.down_proj.forward(&self.gate(&gate, &up)?)?)
     }
 
     /// Training forward: `normed_in` (rows, hidden) -> (rows, hidden) and the tape.
     pub(super) fn forward_train(&self, normed_in: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, MlpTape)> {
-        let (gate, gate_tape) = self.gate_proj.forward_train(normed_in, ctx.dropout)?;
-        let (up, up_tape) = self.up_proj.forward_train(normed_in, ctx.dropout)?;
+        let (gate_up, gate_up_tapes) = self.gate_up.forward_train(normed_in, ctx.dropout)?;
+        let [gate, up] = two(gate_up)?;
         let gated = self.gate(&gate, &up)?;
         let (down, down_tape) = self.down_proj.forward_train(&gated, ctx.dropout)?;
-        let tape = MlpTape { normed_in: normed_in.clone(), gate, up, gated, linears: [gate_tape, up_tape, down_tape] };
+        let tape = MlpTape { normed_in: normed_in.clone(), gate, up, gated, gate_up_tapes, down: down_tape };
         Ok((down, tape))
     }
 
     /// Given the gradient of the block's output, accumulate its adapters' gradients and return the gradient
     /// of its input.
     pub(super) fn backward(&self, tape: &MlpTape, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
-        let [gate_tape, up_tape, down_tape] = &tape.linears;
-        let d_gated = Linear::input_grad(self.down_proj.backward(&tape.gated, down_tape, d_out, grads, true)?)?;
+        let d_gated = Linear::input_grad(self.down_proj.backward(&tape.gated, &tape.down, d_out, grads, true)?)?;
         let (d_gate, d_up) = match self.activation {
             MlpActivation::Silu => ops::silu_mul_backward(&tape.gate, &tape.up, &d_gated)?,
             MlpActivation::GeluTanh => ops::gelu_tanh_mul_backward(&tape.gate, &tape.up, &d_gated)?,
         };
-        let from_gate = self.gate_proj.backward(&tape.normed_in, gate_tape, &d_gate, grads, true)?;
-        let from_up = self.up_proj.backward(&tape.normed_in, up_tape, &d_up, grads, true)?;
-        Ok(ops::add(&Linear::input_grad(from_gate)?, &Linear::input_grad(from_up)?)?)
+        let d_in = self.gate_up.backward(&tape.normed_in, &tape.gate_up_tapes, &[d_gate, d_up], grads, true)?;
+        Ok(Linear::input_grad(d_in)?)
     }
 
     /// Whether the fused decode kernels model this block as it stands: a dense fused gate|up weight and no
     /// active adapter on gate/up; SwiGLU only (the kernels have no gelu: gemma3 takes the composed path).
     pub(super) fn decodes_fused(&self) -> bool {
-        self.activation == MlpActivation::Silu
-            && self.fused_gate_up.is_some()
-            && !self.gate_proj.has_active_adapter()
-            && !self.up_proj.has_active_adapter()
+        self.activation == MlpActivation::Silu && self.gate_up.fused.is_some() && !self.gate_up.has_active_adapter()
     }
 
     /// Fused single-token decode: one gate|up product, SwiGLU on its halves, then down_proj.
     pub(super) fn decode_fused(&self, normed: &Tensor) -> Result<Tensor> {
-        let Some(gate_up) = &self.fused_gate_up else {
+        let Some((gate_up, _)) = &self.gate_up.fused else {
             return Err(candle_core::Error::Msg("fused decode of quantized gate/up projections".into()).into());
         };
         let gated = ops::cuda_decode::silu_mul_halves(&ops::frozen_matmul_t(normed, gate_up)?)?;
         Ok(self.down_proj.forward(&gated)?)
     }
+}
+
+/// The gate and up parts of the group's output.
+fn two(parts: Vec<Tensor>) -> Result<[Tensor; 2]> {
+    Ok(parts.try_into().map_err(|_| candle_core::Error::Msg("gate|up projections give 2 parts".into()))?)
 }

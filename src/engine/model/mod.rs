@@ -21,6 +21,7 @@ pub mod linear;
 pub mod loader;
 pub mod mlp;
 pub mod norm;
+pub mod projection_group;
 pub mod quant;
 pub mod rotary;
 pub mod safetensors_weights;

@@ -9,7 +9,7 @@
 
 use crate::engine::ops;
 use crate::engine::Result;
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 /// One RMS norm: its stored weight (what exports write) and its applied factor.
 #[derive(Debug, Clone)]
@@ -18,7 +18,8 @@ pub struct RmsNorm {
     pub name: &'static str,
     /// The weight as the checkpoint stores it.
     pub weight: Tensor,
-    /// What multiplies the normalised input when it is not the weight itself: `offset + weight`.
+    /// What multiplies the normalised input when it is not the weight itself: `offset + weight`, times the
+    /// output scale of [`Self::scaled`].
     offset_factor: Option<Tensor>,
     pub eps: f64,
 }
@@ -29,13 +30,25 @@ impl RmsNorm {
         let offset_factor = if offset == 0.0 {
             None
         } else {
-            let wide = if weight.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
-            Some((weight.to_dtype(wide)? + offset)?.to_dtype(weight.dtype())?)
+            // Half precision adds the offset in f32 (f32 and the f64 test models keep their own precision).
+            Some((ops::upcast(&weight)? + offset)?.to_dtype(weight.dtype())?)
         };
         Ok(Self { name, weight, offset_factor, eps })
     }
 
-    /// The factor that multiplies the normalised input (`offset + weight`).
+    /// The same norm with its output multiplied by `scale` (granite's final norm carries `1 / logits_scaling`:
+    /// the head is linear, so the logits come out divided, in inference, scoring and the training loss and its
+    /// backward, with no step of their own). The stored weight, what exports write, stays as it was.
+    pub fn scaled(mut self, scale: f64) -> Result<Self> {
+        if scale != 1.0 {
+            let wide = if self.weight.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
+            let factor = (self.factor().to_dtype(wide)? * scale)?.to_dtype(self.weight.dtype())?;
+            self.offset_factor = Some(factor);
+        }
+        Ok(self)
+    }
+
+    /// The factor that multiplies the normalised input (`(offset + weight) * scale`).
     pub fn factor(&self) -> &Tensor {
         self.offset_factor.as_ref().unwrap_or(&self.weight)
     }

@@ -1,5 +1,13 @@
-//! Rotary position embeddings: cos/sin tables for every position up to the context length, with Llama 3 and
-//! linear rope scaling; gemma3's sliding layers get tables of their own (their base, no scaling).
+//! Rotary position embeddings: cos/sin tables for every position up to the context length, with Llama 3,
+//! linear and LongRoPE (phi3) scaling, over the leading `rotary_dim` dimensions of each head (phi3's partial
+//! rotary; the rest pass through, see `ops::rope`); gemma3's sliding layers get tables of their own (their
+//! base, no scaling).
+//!
+//! LongRoPE follows transformers' `longrope_frequency_update`: a forward whose last position + 1 exceeds
+//! `original_max_position_embeddings` rotates all of its positions with the long factors, any other forward
+//! with the short ones. A cached generation that runs past the original context recomputes its cache with the
+//! long factors at that step ([`RotaryTables::restarts_cache`], `Transformer::forward_last_cached`), as
+//! transformers' Phi3 generation does, so it equals one forward over the whole sequence.
 
 use super::config::{ModelConfig, RopeScaling};
 use crate::engine::ops;
@@ -11,7 +19,10 @@ use candle_core::{DType, Device, Tensor};
 pub(crate) struct RotaryTables {
     cos: Tensor,
     sin: Tensor,
-    /// (positions, head_dim) rows of [cos | sin] in f32 for the fused CUDA decode kernels; None elsewhere.
+    /// LongRoPE's long-factor tables and the context length past which a forward uses them.
+    long: Option<(Tensor, Tensor, usize)>,
+    /// (positions, head_dim) rows of [cos | sin] in f32 for the fused CUDA decode kernels; None elsewhere, and
+    /// for partial rotary or LongRoPE, which those kernels do not model (decoding then takes the composed path).
     pub(crate) decode_table: Option<Tensor>,
 }
 
@@ -34,9 +45,11 @@ impl RotaryTables {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let dim = cfg.head_dim;
-        let mut inv_freq: Vec<f64> = (0..dim / 2).map(|i| 1.0 / theta.powf(2.0 * i as f64 / dim as f64)).collect();
+        let dim = cfg.rotary_dim;
+        let base: Vec<f64> = (0..dim / 2).map(|i| 1.0 / theta.powf(2.0 * i as f64 / dim as f64)).collect();
+        let mut inv_freq = base.clone();
         let mut position_scale = 1.0;
+        let mut long = None;
         match scaling {
             Some(RopeScaling::Llama3(s)) => {
                 let low_wavelen = s.original_max_position_embeddings as f64 / s.low_freq_factor;
@@ -55,25 +68,63 @@ impl RotaryTables {
                 }
             }
             Some(RopeScaling::Linear { factor }) => position_scale = 1.0 / factor,
+            Some(RopeScaling::LongRope(s)) => {
+                let scaled = |factors: &[f64]| -> Vec<f64> { base.iter().zip(factors).map(|(f, e)| f / e).collect() };
+                inv_freq = scaled(&s.short_factor);
+                let (cos, sin) = tables(&scaled(&s.long_factor), 1.0, s.attention_factor, cfg, device)?;
+                long = Some((cos.to_dtype(dtype)?, sin.to_dtype(dtype)?, s.original_max_position_embeddings));
+            }
             None => {}
         }
-        let max_len = cfg.max_position_embeddings;
-        let mut angles = Vec::with_capacity(max_len * dim / 2);
-        for pos in 0..max_len {
-            let p = pos as f64 * position_scale;
-            angles.extend(inv_freq.iter().map(|f| (p * f) as f32));
-        }
-        let angles = Tensor::from_vec(angles, (max_len, dim / 2), device)?;
-        let (cos, sin) = (angles.cos()?, angles.sin()?);
-        let decode_table = if ops::cuda_decode::available(device, dtype) {
+        let attention_factor = match scaling {
+            Some(RopeScaling::LongRope(s)) => s.attention_factor,
+            _ => 1.0,
+        };
+        let (cos, sin) = tables(&inv_freq, position_scale, attention_factor, cfg, device)?;
+        let decode_table = if ops::cuda_decode::available(device, dtype) && long.is_none() && dim == cfg.head_dim {
             Some(Tensor::cat(&[&cos, &sin], 1)?.contiguous()?)
         } else {
             None
         };
-        Ok(Self { cos: cos.to_dtype(dtype)?, sin: sin.to_dtype(dtype)?, decode_table })
+        Ok(Self { cos: cos.to_dtype(dtype)?, sin: sin.to_dtype(dtype)?, long, decode_table })
     }
 
-    pub(crate) fn slice(&self, start: usize, len: usize) -> Result<(Tensor, Tensor)> {
-        Ok((self.cos.narrow(0, start, len)?, self.sin.narrow(0, start, len)?))
+    /// Whether running `new` positions after `cached` ones crosses LongRoPE's original context while the cached
+    /// keys were rotated with the short factors: the cache must then be recomputed with the long ones
+    /// (transformers' Phi3 `prepare_inputs_for_generation` drops it at that step).
+    pub(crate) fn restarts_cache(&self, cached: usize, new: usize) -> bool {
+        matches!(&self.long, Some((_, _, original)) if cached > 0 && cached <= *original && cached + new > *original)
     }
+
+    /// cos/sin (len, rotary_dim / 2) for positions `start..start + len` of one forward that starts at `start`:
+    /// LongRoPE's long tables when `start + len` runs past the original context.
+    pub(crate) fn slice(&self, start: usize, len: usize) -> Result<(Tensor, Tensor)> {
+        let (cos, sin) = match &self.long {
+            Some((cos, sin, original)) if start + len > *original => (cos, sin),
+            _ => (&self.cos, &self.sin),
+        };
+        Ok((cos.narrow(0, start, len)?, sin.narrow(0, start, len)?))
+    }
+}
+
+/// f32 cos and sin of `position * position_scale * inv_freq` for every position, times `attention_factor`.
+fn tables(
+    inv_freq: &[f64],
+    position_scale: f64,
+    attention_factor: f64,
+    cfg: &ModelConfig,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let max_len = cfg.max_position_embeddings;
+    let mut angles = Vec::with_capacity(max_len * inv_freq.len());
+    for pos in 0..max_len {
+        let p = pos as f64 * position_scale;
+        angles.extend(inv_freq.iter().map(|f| (p * f) as f32));
+    }
+    let angles = Tensor::from_vec(angles, (max_len, inv_freq.len()), device)?;
+    let (cos, sin) = (angles.cos()?, angles.sin()?);
+    if attention_factor == 1.0 {
+        return Ok((cos, sin));
+    }
+    Ok(((cos * attention_factor)?, (sin * attention_factor)?))
 }

@@ -1,6 +1,6 @@
-//! The Llama-family decoder (llama, mistral, qwen2, qwen3, gemma3's text model, olmo2) written for
-//! fine-tuning: every projection is a [`Linear`] that can carry a LoRA adapter, `forward` returns hidden
-//! states for every position, and attention reads and extends a [`KvCache`] without copying it each token.
+//! The Llama-family decoder (llama, mistral, qwen2, qwen3, gemma3's text model, olmo2, phi3, smollm3, granite)
+//! written for fine-tuning: every projection is a [`Linear`] that can carry a LoRA adapter, `forward` returns
+//! hidden states for every position, and attention reads and extends a [`KvCache`] without copying it each token.
 //!
 //! The model ties its blocks together: embeddings, decoder layers (decoder_layer.rs, attention.rs, mlp.rs,
 //! each owning its forward, training forward, backward and decode step), the final norm and the head.
@@ -20,13 +20,7 @@ use crate::engine::ops;
 use crate::engine::Result;
 use candle_core::{DType, Device, Tensor};
 
-/// The block a projection belongs to in Hugging Face names: `self_attn` or `mlp`.
-pub fn module_group(module: &str) -> &'static str {
-    match module {
-        "q_proj" | "k_proj" | "v_proj" | "o_proj" => "self_attn",
-        _ => "mlp",
-    }
-}
+pub use super::config::module_group;
 
 /// Hugging Face name of a decoder layer's linear, e.g. `model.layers.3.self_attn.q_proj`.
 pub fn hf_linear_name(layer: usize, module: &str) -> String {
@@ -39,6 +33,8 @@ pub struct Transformer {
     pub config: ModelConfig,
     embed_tokens: Tensor,
     pub layers: Vec<DecoderLayer>,
+    /// The final norm; granite's `1 / logits_scaling` is folded into the factor it runs with
+    /// ([`RmsNorm::scaled`]), its stored weight is what exports write.
     norm: RmsNorm,
     /// None when the embeddings are tied.
     lm_head: Option<Tensor>,
@@ -69,7 +65,8 @@ impl Transformer {
         let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
         let layers = (0..config.num_layers).map(|i| DecoderLayer::new(config, &w, i)).collect::<Result<Vec<_>>>()?;
         let norm =
-            RmsNorm::new("norm", w.get("model.norm.weight", &[h])?, config.norm_weight_offset, config.rms_norm_eps)?;
+            RmsNorm::new("norm", w.get("model.norm.weight", &[h])?, config.norm_weight_offset, config.rms_norm_eps)?
+                .scaled(1.0 / config.logits_scaling)?;
         // Some checkpoints say tie_word_embeddings=false yet ship no lm_head: they are tied in effect.
         let lm_head = if !config.tie_word_embeddings && weights.contains("lm_head.weight") {
             Some(w.get("lm_head.weight", &[v, h])?)
@@ -132,8 +129,8 @@ impl Transformer {
         self.norm.backward(x, dy)
     }
 
-    /// Token embeddings (b, t, hidden) for ids (b, t) placed at `start_pos`; an error when they would run
-    /// past the context length.
+    /// Token embeddings (b, t, hidden) for ids (b, t) placed at `start_pos`, times granite's
+    /// `embedding_multiplier`; an error when they would run past the context length.
     pub fn embed(&self, input_ids: &Tensor, start_pos: usize) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
         let context = self.config.max_position_embeddings;
@@ -156,7 +153,7 @@ impl Transformer {
         layer.forward(x, self.rotary_for(layer), 0, None)
     }
 
-    /// Rotary cos/sin tables (len, head_dim / 2) for positions `start..start + len`.
+    /// Rotary cos/sin tables (len, rotary_dim / 2) for positions `start..start + len` of one forward.
     pub fn rotary_slice(&self, start: usize, len: usize) -> Result<(Tensor, Tensor)> {
         self.rotary.slice(start, len)
     }
@@ -188,7 +185,8 @@ impl Transformer {
         Ok(SequenceContext { batch, seq_len, cos, sin, mask, local, dropout })
     }
 
-    /// What multiplies the final RMS norm's normalised input (its weight, plus 1 for gemma3).
+    /// What multiplies the final RMS norm's normalised input (its weight, plus 1 for gemma3, divided by
+    /// granite's logits scaling).
     pub fn final_norm_weight(&self) -> &Tensor {
         self.norm.factor()
     }
@@ -218,18 +216,35 @@ impl Transformer {
         Ok(self.logits(&last)?.to_dtype(DType::F32)?)
     }
 
-    /// Every linear in the model with its (layer, module) name, for attaching adapters.
+    /// Logits of the last position, as f32 (1, vocab), after running the ids of the one sequence `ids` that
+    /// `cache` does not hold yet (all of them when it is empty). When those positions run past LongRoPE's
+    /// original context while the cache holds keys rotated with the short factors, the cache is dropped and
+    /// the whole sequence recomputed (transformers' Phi3 generation does the same), so cached decoding always
+    /// equals one forward over the sequence.
+    pub fn forward_last_cached(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let mut start = cache.len();
+        if start >= ids.len() {
+            return Err(
+                candle_core::Error::Msg(format!("{} ids, all already in the cache of {start}", ids.len())).into()
+            );
+        }
+        if self.rotary.restarts_cache(start, ids.len() - start) {
+            *cache = KvCache::new(self.config.num_layers);
+            start = 0;
+        }
+        let input = Tensor::new(&ids[start..], &self.device)?.unsqueeze(0)?;
+        self.forward_last(&input, start, Some(cache))
+    }
+
+    /// Every linear in the model with its (layer, module) name, for attaching adapters, in model order.
     pub fn linears_mut(&mut self) -> Vec<(usize, &'static str, &mut Linear)> {
         let mut out = Vec::new();
         for (i, layer) in self.layers.iter_mut().enumerate() {
             let a = &mut layer.self_attn;
-            out.push((i, "q_proj", &mut a.q_proj));
-            out.push((i, "k_proj", &mut a.k_proj));
-            out.push((i, "v_proj", &mut a.v_proj));
+            out.extend(a.qkv.linears.iter_mut().map(|(name, l)| (i, *name, l)));
             out.push((i, "o_proj", &mut a.o_proj));
             let m = &mut layer.mlp;
-            out.push((i, "gate_proj", &mut m.gate_proj));
-            out.push((i, "up_proj", &mut m.up_proj));
+            out.extend(m.gate_up.linears.iter_mut().map(|(name, l)| (i, *name, l)));
             out.push((i, "down_proj", &mut m.down_proj));
         }
         out
@@ -239,19 +254,11 @@ impl Transformer {
     pub fn linears(&self) -> Vec<(usize, &'static str, &Linear)> {
         let mut out = Vec::new();
         for (i, layer) in self.layers.iter().enumerate() {
-            let a = &layer.self_attn;
-            let m = &layer.mlp;
-            for (name, lin) in [
-                ("q_proj", &a.q_proj),
-                ("k_proj", &a.k_proj),
-                ("v_proj", &a.v_proj),
-                ("o_proj", &a.o_proj),
-                ("gate_proj", &m.gate_proj),
-                ("up_proj", &m.up_proj),
-                ("down_proj", &m.down_proj),
-            ] {
-                out.push((i, name, lin));
-            }
+            let (a, m) = (&layer.self_attn, &layer.mlp);
+            out.extend(a.qkv.linears.iter().map(|(name, l)| (i, *name, l)));
+            out.push((i, "o_proj", &a.o_proj));
+            out.extend(m.gate_up.linears.iter().map(|(name, l)| (i, *name, l)));
+            out.push((i, "down_proj", &m.down_proj));
         }
         out
     }

@@ -31,15 +31,18 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
     dx.to_dtype(dtype)
 }
 
-/// Gradient of rotary embedding: the inverse rotation of the output gradient (rope with -sin).
-/// `dy`: (b, heads, t, head_dim); `cos`/`sin`: (t, head_dim / 2).
+/// Gradient of rotary embedding: the inverse rotation of the output gradient (rope with -sin), on the rotary
+/// dimensions only (partial rotary passes the rest through). `dy`: (b, heads, t, head_dim); `cos`/`sin`:
+/// (t, rotary_dim / 2).
 pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     metal_dtypes("rope_backward", &[dy, cos, sin])?;
-    if is_cpu_f32(dy) {
-        let dx = rope_cpu(&f32_of(dy)?, dy.dims(), &f32_of(cos)?, &f32_of(sin)?, -1.0);
-        return Tensor::from_vec(dx, dy.shape(), dy.device());
-    }
-    candle_nn::rotary_emb::rope(&dy.contiguous()?, cos, &sin.neg()?)
+    super::on_rotary_dims(dy, cos, |dy| {
+        if is_cpu_f32(dy) {
+            let dx = rope_cpu(&f32_of(dy)?, dy.dims(), &f32_of(cos)?, &f32_of(sin)?, -1.0);
+            return Tensor::from_vec(dx, dy.shape(), dy.device());
+        }
+        candle_nn::rotary_emb::rope(&dy.contiguous()?, cos, &sin.neg()?)
+    })
 }
 
 /// Gradient of `softmax(scale * x + mask)` over the last dimension with respect to `x`, from the output `p`:

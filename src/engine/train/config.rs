@@ -111,6 +111,15 @@ pub struct ModelLimits {
     pub num_layers: usize,
 }
 
+impl TrainConfig {
+    /// This configuration for a model of `model`'s family: LoRA targets as the family names its linears
+    /// ([`Targets::for_model`]), so run.json and the adapter config record what is really adapted.
+    pub fn for_model(&self, model: &crate::engine::model::ModelConfig) -> crate::engine::Result<Self> {
+        let targets = self.lora.targets.for_model(model)?;
+        Ok(Self { lora: LoraSettings { targets, ..self.lora.clone() }, ..self.clone() })
+    }
+}
+
 impl ModelLimits {
     pub fn of(config: &crate::engine::model::ModelConfig) -> Self {
         Self { context_length: config.max_position_embeddings, num_layers: config.num_layers }

@@ -40,7 +40,7 @@ pub fn run_training(
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<PathBuf> {
     let mut recorder = Recorder::new(emit);
-    let result = Trainer::run(config, base, control, &mut recorder);
+    let result = config.for_model(&base.config).and_then(|config| Trainer::run(&config, base, control, &mut recorder));
     if let Err(e) = &result {
         recorder.fail(e);
     }

@@ -205,6 +205,11 @@ pub(super) fn resolve_config(
         sliding_layers: Vec::new(),
         local_rope_theta: None,
         multimodal: false,
+        rotary_dim: head_dim,
+        rope_layers: Vec::new(),
+        fused_projections: false,
+        residual_multiplier: 1.0,
+        logits_scaling: 1.0,
     })
 }
 

@@ -229,7 +229,7 @@ fn tensor_size_bytes(info: &TensorInfo) -> Option<u64> {
 
 /// Every tensor the transformer needs, with its Hugging Face shape (also the tensor list of a streamed export).
 pub(crate) fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
-    let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+    let (h, v) = (cfg.hidden_size, cfg.vocab_size);
     let q = cfg.num_attention_heads * cfg.head_dim;
     let kv = cfg.num_kv_heads * cfg.head_dim;
     let mut shapes =
@@ -243,13 +243,11 @@ pub(crate) fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
         for (_, norm) in cfg.norm_layout.norms() {
             push(&format!("{norm}.weight"), vec![h]);
         }
-        push("self_attn.q_proj.weight", vec![q, h]);
-        push("self_attn.k_proj.weight", vec![kv, h]);
-        push("self_attn.v_proj.weight", vec![kv, h]);
-        push("self_attn.o_proj.weight", vec![h, q]);
-        push("mlp.gate_proj.weight", vec![i, h]);
-        push("mlp.up_proj.weight", vec![i, h]);
-        push("mlp.down_proj.weight", vec![h, i]);
+        // The family's linears (phi3: fused qkv_proj and gate_up_proj), (out, in) as Hugging Face stores them.
+        for &module in cfg.linear_modules() {
+            let (in_f, out_f) = cfg.linear_shape(module).unwrap_or_default();
+            push(&format!("{}.{module}.weight", crate::engine::model::config::module_group(module)), vec![out_f, in_f]);
+        }
         if cfg.qkv_bias {
             push("self_attn.q_proj.bias", vec![q]);
             push("self_attn.k_proj.bias", vec![kv]);

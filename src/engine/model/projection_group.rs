@@ -1,0 +1,119 @@
+//! Projections that read the same input: attention's q|k|v and the MLP's gate|up. A family either keeps one
+//! linear per output part (llama: `q_proj`, `k_proj`, `v_proj`, row views of one concatenated weight) or a
+//! single linear whose output holds the parts side by side (phi3: `qkv_proj`, `gate_up_proj`), which is then
+//! also a single LoRA adapter over the whole fused output, as PEFT has it. This file owns what differs
+//! between the two layouts: loading, splitting the output into parts, the training tapes, and joining the
+//! parts' gradients in the backward.
+
+use super::gradients::Gradients;
+use super::linear::{Linear, LinearTape};
+use super::weight_loader::{FusedWeight, WeightLoader};
+use crate::engine::ops;
+use crate::engine::Result;
+use candle_core::{Tensor, D};
+
+/// Projections sharing one input, producing `parts.len()` outputs.
+#[derive(Debug, Clone)]
+pub struct ProjectionGroup {
+    /// (module name, linear): one per part, or one fused linear for all of them.
+    pub linears: Vec<(&'static str, Linear)>,
+    /// Output width of each part, in order.
+    parts: Vec<usize>,
+    /// The parts' weights (and biases) in one tensor, what the fused decode multiplies by; None when quantized.
+    pub(super) fused: FusedWeight,
+}
+
+impl ProjectionGroup {
+    /// Load `{prefix}.{fused_name}` when given (one fused linear), else one linear per name in `names`.
+    pub(super) fn load<const N: usize>(
+        w: &WeightLoader,
+        prefix: &str,
+        names: [&'static str; N],
+        fused_name: Option<&'static str>,
+        in_features: usize,
+        parts: [usize; N],
+        bias: bool,
+    ) -> Result<Self> {
+        if let Some(fused_name) = fused_name {
+            let linear = w.linear(&format!("{prefix}.{fused_name}"), in_features, parts.iter().sum(), bias)?;
+            let fused = match &linear.weight {
+                super::linear::BaseWeight::Dense(weight) => Some((weight.clone(), linear.bias.clone())),
+                super::linear::BaseWeight::Quantized(_) => None,
+            };
+            return Ok(Self { linears: vec![(fused_name, linear)], parts: parts.to_vec(), fused });
+        }
+        let prefixes = names.map(|n| format!("{prefix}.{n}"));
+        let (linears, fused) = w.fused_linears(prefixes.each_ref().map(|p| p.as_str()), in_features, parts, bias)?;
+        Ok(Self { linears: names.into_iter().zip(linears).collect(), parts: parts.to_vec(), fused })
+    }
+
+    /// The fused layout's output split into its parts (contiguous).
+    fn split(&self, y: &Tensor) -> Result<Vec<Tensor>> {
+        let mut start = 0;
+        let mut out = Vec::with_capacity(self.parts.len());
+        for &width in &self.parts {
+            out.push(y.narrow(D::Minus1, start, width)?.contiguous()?);
+            start += width;
+        }
+        Ok(out)
+    }
+
+    /// Inference: one output per part, `x` (..., in) -> (..., part).
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        match self.linears.as_slice() {
+            [(_, fused)] if self.parts.len() > 1 => self.split(&fused.forward(x)?),
+            linears => linears.iter().map(|(_, l)| Ok(l.forward(x)?)).collect(),
+        }
+    }
+
+    /// Training forward: one output per part and one tape per linear.
+    pub(super) fn forward_train(&self, x: &Tensor, dropout: bool) -> Result<(Vec<Tensor>, Vec<LinearTape>)> {
+        let mut outputs = Vec::with_capacity(self.linears.len());
+        let mut tapes = Vec::with_capacity(self.linears.len());
+        for (_, linear) in &self.linears {
+            let (y, tape) = linear.forward_train(x, dropout)?;
+            outputs.push(y);
+            tapes.push(tape);
+        }
+        if self.linears.len() == 1 && self.parts.len() > 1 {
+            outputs = self.split(&outputs[0])?;
+        }
+        Ok((outputs, tapes))
+    }
+
+    /// Given each part's output gradient, accumulate the adapters' gradients and return the input gradient
+    /// (the sum over linears; None when `need_input_grad` is false).
+    pub(super) fn backward(
+        &self,
+        x: &Tensor,
+        tapes: &[LinearTape],
+        d_parts: &[Tensor],
+        grads: &mut Gradients,
+        need_input_grad: bool,
+    ) -> Result<Option<Tensor>> {
+        let joined;
+        let d_outputs: &[Tensor] = if self.linears.len() == 1 && self.parts.len() > 1 {
+            joined = [Tensor::cat(d_parts, D::Minus1)?];
+            &joined
+        } else {
+            d_parts
+        };
+        let mut sum: Option<Tensor> = None;
+        for (((_, linear), tape), dy) in self.linears.iter().zip(tapes).zip(d_outputs) {
+            let dx = linear.backward(x, tape, dy, grads, need_input_grad)?;
+            if need_input_grad {
+                let dx = Linear::input_grad(dx)?;
+                sum = Some(match sum {
+                    Some(s) => ops::add(&s, &dx)?,
+                    None => dx,
+                });
+            }
+        }
+        Ok(sum)
+    }
+
+    /// Whether any linear of the group has an active adapter.
+    pub(super) fn has_active_adapter(&self) -> bool {
+        self.linears.iter().any(|(_, l)| l.has_active_adapter())
+    }
+}
