@@ -4,10 +4,14 @@
 Loads the GGUF with transformers (dequantized to f32; --dtype bf16 casts the base model), wraps it
 with peft LoRA (r=--rank, alpha=2*rank, dropout 0, --targets), freezes everything else, and runs
 AdamW (lr 1e-4) over the adapter parameters on random token batches of shape
-(--batch-size, --seq-len) with next-token cross-entropy loss. Eager attention, no KV cache,
-no gradient checkpointing. Reports mean step time (forward + backward + optimizer step) over
+(--batch-size, --seq-len) with next-token cross-entropy loss. --attn picks transformers' attention:
+sdpa (its default, PyTorch's fused flash / memory-efficient kernels) or eager; --liger applies
+Liger kernels (`apply_liger_kernel_to_llama`: fused RMS norm, rotary, SwiGLU and the fused linear
+cross-entropy that never materialises the logits) before the model is created. No KV cache, no
+gradient checkpointing. Reports mean step time (forward + backward + optimizer step) over
 --steps steps after --warmup steps, tokens/s, and peak memory (process max RSS on CPU via
-resource.getrusage; torch.cuda.max_memory_allocated on GPU). Prints one JSON line.
+resource.getrusage; torch.cuda.max_memory_allocated and max_memory_reserved on GPU; the driver's
+view, nvidia-smi, is polled from outside by the caller). Prints one JSON line.
 
     python scripts/bench_peft_train.py --gguf models/smollm2/SmolLM2-135M-Instruct-Q4_1.gguf \
         --batch-size 4 --seq-len 128 --rank 8 --targets q_proj,v_proj --steps 5
@@ -77,6 +81,8 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa")
+    ap.add_argument("--liger", action="store_true", help="apply Liger kernels to Llama before loading")
     args = ap.parse_args()
 
     from peft import LoraConfig, get_peft_model
@@ -90,13 +96,22 @@ def main() -> None:
     dev = args.device
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
 
+    liger_version = None
+    if args.liger:
+        from importlib.metadata import version
+
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama()
+        liger_version = version("liger-kernel")
+
     t0 = time.perf_counter()
     if args.gguf is not None:
         model = AutoModelForCausalLM.from_pretrained(
-            args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32, attn_implementation="eager"
+            args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32, attn_implementation=args.attn
         )
     else:
-        model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32, attn_implementation=args.attn)
     model = model.to(device=dev, dtype=dtype)
     model.config.use_cache = False
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -156,7 +171,9 @@ def main() -> None:
     mean_s = statistics.mean(times)
     tokens = args.batch_size * args.seq_len
     res = {
-        "impl": "transformers+peft",
+        "impl": "transformers+peft" + ("+liger" if args.liger else ""),
+        "attn": args.attn,
+        "liger": liger_version,
         "model": (args.gguf or args.hf_dir).name,
         "device": dev,
         "dtype": args.dtype,
@@ -178,6 +195,7 @@ def main() -> None:
         "last_loss": losses[-1],
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if dev == "cuda" else max_rss_bytes(),
         "peak_memory_kind": "cuda_max_memory_allocated" if dev == "cuda" else "process_max_rss",
+        "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved() if dev == "cuda" else None,
         "peak_rss_during_training_bytes": vm_hwm_bytes() if hwm_reset else None,
         "peak_rss_load_bytes": rss_after_load,
         "load_s": load_s,

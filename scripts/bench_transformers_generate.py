@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference inference benchmark: SmolLM2 (GGUF) in HF transformers.
 
-Loads the GGUF with transformers (dequantized to f32, optionally cast to bf16), eager attention,
+Loads the GGUF with transformers (dequantized to f32, optionally cast to bf16), --attn attention (sdpa, transformers' default, or eager),
 then measures
   * prefill tokens/s: one forward over a prompt of --prompt-tokens tokens (KV cache populated),
   * decode tokens/s: greedy generate() with a fixed number of new tokens (eos ignored, KV cache on);
@@ -53,6 +53,7 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa")
     args = ap.parse_args()
 
     from transformers import AutoModelForCausalLM
@@ -67,10 +68,10 @@ def main() -> None:
     t0 = time.perf_counter()
     if args.gguf is not None:
         model = AutoModelForCausalLM.from_pretrained(
-            args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32, attn_implementation="eager"
+            args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32, attn_implementation=args.attn
         )
     else:
-        model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32, attn_implementation=args.attn)
     model = model.to(device=dev, dtype=dtype).eval()
     load_s = time.perf_counter() - t0
 
@@ -135,7 +136,7 @@ def main() -> None:
         "generate_end_to_end_s": t_genN,
         "end_to_end_tokens_per_sec": args.new_tokens / t_genN,
         "repeats": args.repeats,
-        "attn_implementation": "eager",
+        "attn_implementation": args.attn,
         "kv_cache": True,
         "load_s": load_s,
         "torch": torch.__version__,

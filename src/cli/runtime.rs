@@ -22,6 +22,9 @@ pub struct RuntimeArgs {
     /// Env: METAL_CANDLE_NO_FUSED_DECODE=1.
     #[arg(long, global = true)]
     pub no_fused_decode: bool,
+    /// CUDA: attention through the composed ops (T x T scores) instead of the fused kernels (A/B runs).
+    #[arg(long, global = true)]
+    pub no_fused_attention: bool,
     /// Print each training pass's phase times (device synchronised) to stderr.
     /// Env: METAL_CANDLE_STEP_PHASES=1.
     #[arg(long, global = true)]
@@ -61,6 +64,7 @@ impl RuntimeArgs {
             },
             gemv: !(self.no_gemv || set("METAL_CANDLE_NO_GEMV")),
             fused_decode: !(self.no_fused_decode || set("METAL_CANDLE_NO_FUSED_DECODE")),
+            fused_attention: !self.no_fused_attention,
             step_phases: self.step_phases || set("METAL_CANDLE_STEP_PHASES"),
             kernels: self.kernels,
             metal_sdpa: !self.no_metal_sdpa,

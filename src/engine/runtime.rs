@@ -75,6 +75,10 @@ pub struct RuntimeOptions {
     /// CUDA decoding uses the fused decoder-layer kernels (`ops/cuda_decode.rs`); false keeps the composed
     /// ops, for A/B comparisons.
     pub fused_decode: bool,
+    /// CUDA attention (training forward/backward, prefill) uses the fused flash-style kernels
+    /// (`ops/cuda_attention.rs`); false keeps the composed attention with its (T x T) scores, for A/B
+    /// comparisons.
+    pub fused_attention: bool,
     /// The training pass prints the time of each of its phases (device synchronised) to stderr: a profile
     /// for devices where no profiler runs.
     pub step_phases: bool,
@@ -91,6 +95,7 @@ impl Default for RuntimeOptions {
             blas: BlasOptions::default(),
             gemv: true,
             fused_decode: true,
+            fused_attention: true,
             step_phases: false,
             kernels: Kernels::Native,
             metal_sdpa: true,

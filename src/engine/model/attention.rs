@@ -54,17 +54,24 @@ pub struct AttentionTape {
     /// span them.
     q_pre_norm: Option<Tensor>,
     k_pre_norm: Option<Tensor>,
-    /// After rotary embedding, grouped as (b, kv_heads, rep * t, d) and (b, kv_heads, t, d).
+    /// After rotary embedding, (b, heads, t, d) contiguous and (b, kv_heads, t, d).
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    /// Attention probabilities (b, kv_heads, rep * t, t).
-    probs: Tensor,
+    /// What the attention backward recomputes the probabilities from.
+    scores: Scores,
     /// Attention output before o_proj, (rows, heads * d).
     attn: Tensor,
     /// The q|k|v group's tapes.
     qkv: Vec<LinearTape>,
     o: LinearTape,
+}
+
+/// The composed path keeps the probabilities (b, kv_heads, rep * t, t); the fused one (CUDA) only each row's
+/// logsumexp, linear in t.
+enum Scores {
+    Probs(Tensor),
+    Fused(ops::Logsumexp),
 }
 
 /// Queries, keys and values split into heads, normed (qwen3, gemma3, olmo2) and rotated.
@@ -141,16 +148,16 @@ impl Attention {
     }
 
     /// Grouped-query attention without repeating K/V: the query heads that share a KV head are folded into
-    /// the row dimension. `q`: (b, heads, t, d); `k`/`v`: (b, kv_heads, total, d). Returns the grouped query
-    /// (b, kv, rep * t, d), the probabilities (b, kv, rep * t, total) and the output (b, t, heads * d).
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<(Tensor, Tensor, Tensor)> {
+    /// the row dimension. `q`: (b, heads, t, d); `k`/`v`: (b, kv_heads, total, d). Returns the probabilities
+    /// (b, kv, rep * t, total) and the output (b, t, heads * d).
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
         let (b, heads, t, d) = q.dims4()?;
         let rep = heads / self.num_kv_heads;
         let q = q.contiguous()?.reshape((b, self.num_kv_heads, rep * t, d))?;
         let scores = ops::matmul(&q, &k.t()?)?;
         let probs = ops::scaled_masked_softmax(&scores, self.scale(), mask)?.to_dtype(v.dtype())?;
         let out = ops::matmul(&probs, v)?.reshape((b, heads, t, d))?.transpose(1, 2)?.reshape((b, t, heads * d))?;
-        Ok((q, probs, out))
+        Ok((probs, out))
     }
 
     fn scale(&self) -> f64 {
@@ -172,12 +179,18 @@ impl Attention {
             Some(c) => c.append(&h.k, &h.v)?,
             None => (h.k, h.v),
         };
+        if t > 1 {
+            let offset = k.dim(2)? - t;
+            if let Some((out, _)) = ops::fused_attention(&h.q, &k, &v, self.scale(), offset, self.sliding_window)? {
+                return Ok(self.o_proj.forward(&out)?);
+            }
+        }
         if let Some(out) = ops::sdpa(&h.q, &k, &v, self.scale(), start_pos, self.sliding_window)? {
             let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
             return Ok(self.o_proj.forward(&out)?);
         }
         let mask = attention_mask(t, start_pos, k.dim(2)?, self.sliding_window, x.device())?;
-        let (_, _, out) = self.attend(&h.q, &k, &v, mask.as_ref())?;
+        let (_, out) = self.attend(&h.q, &k, &v, mask.as_ref())?;
         Ok(self.o_proj.forward(&out)?)
     }
 
@@ -187,7 +200,14 @@ impl Attention {
         let (qkv, qkv_tapes) = self.qkv.forward_train(normed_in, ctx.dropout)?;
         let (cos, sin, mask) = ctx.attention(self.local);
         let h = self.heads(qkv, (b, t), (cos, sin))?;
-        let (q, probs, attn) = self.attend(&h.q, &h.k, &h.v, mask)?;
+        let q = h.q.contiguous()?;
+        let (scores, attn) = match ops::fused_attention(&q, &h.k, &h.v, self.scale(), 0, self.sliding_window)? {
+            Some((out, lse)) => (Scores::Fused(lse), out),
+            None => {
+                let (probs, out) = self.attend(&q, &h.k, &h.v, mask)?;
+                (Scores::Probs(probs), out)
+            }
+        };
         let attn = attn.reshape((b * t, self.num_heads * self.head_dim))?;
         let (out, o_tape) = self.o_proj.forward_train(&attn, ctx.dropout)?;
         let tape = AttentionTape {
@@ -197,7 +217,7 @@ impl Attention {
             q,
             k: h.k,
             v: h.v,
-            probs,
+            scores,
             attn,
             qkv: qkv_tapes,
             o: o_tape,
@@ -218,17 +238,13 @@ impl Attention {
         let (b, t, d) = (ctx.batch, ctx.seq_len, self.head_dim);
         let (heads, kv_heads) = (self.num_heads, self.num_kv_heads);
         let d_attn = Linear::input_grad(self.o_proj.backward(&tape.attn, &tape.o, d_out, grads, true)?)?;
-        let d_o = d_attn.reshape((b, t, heads, d))?.transpose(1, 2)?.contiguous()?.reshape((
-            b,
-            kv_heads,
-            heads / kv_heads * t,
-            d,
-        ))?;
-        let d_v = ops::matmul(&tape.probs.t()?, &d_o)?; // (b, kv, t, d)
-        let d_probs = ops::matmul(&d_o, &tape.v.t()?)?;
-        let d_scores = ops::softmax_backward(&tape.probs, &d_probs, self.scale())?.to_dtype(tape.q.dtype())?;
-        let d_q = ops::matmul(&d_scores, &tape.k)?.reshape((b, heads, t, d))?;
-        let d_k = ops::matmul(&d_scores.t()?, &tape.q)?; // (b, kv, t, d)
+        let (d_q, d_k, d_v) = match &tape.scores {
+            Scores::Fused(lse) => {
+                let (q, k, v) = (&tape.q, &tape.k, &tape.v);
+                ops::fused_attention_backward(q, k, v, &tape.attn, lse, &d_attn, self.scale(), self.sliding_window)?
+            }
+            Scores::Probs(probs) => self.composed_backward(tape, probs, &d_attn, (b, t))?,
+        };
         let (cos, sin, _) = ctx.attention(self.local);
         let (d_q, d_k) = if self.use_rope {
             (ops::rope_backward(&d_q, cos, sin)?, ops::rope_backward(&d_k, cos, sin)?)
@@ -250,6 +266,26 @@ impl Attention {
         let (d_q, d_k, d_v) = (rows(d_q, heads)?, rows(d_k, kv_heads)?, rows(d_v, kv_heads)?);
         let (d_q, d_k) = if self.qk_norm_over_projection { norm_backward(d_q, d_k)? } else { (d_q, d_k) };
         self.qkv.backward(&tape.normed_in, &tape.qkv, &[d_q, d_k, d_v], grads, need_input_grad)
+    }
+
+    /// Gradients (dq (b, heads, t, d), dk, dv (b, kv_heads, t, d)) of the composed attention from its saved
+    /// probabilities, for `d_attn` (b * t, heads * d).
+    fn composed_backward(
+        &self,
+        tape: &AttentionTape,
+        probs: &Tensor,
+        d_attn: &Tensor,
+        (b, t): (usize, usize),
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
+        let grouped = |x: &Tensor| x.reshape((b, kv_heads, heads / kv_heads * t, d));
+        let d_o = grouped(&d_attn.reshape((b, t, heads, d))?.transpose(1, 2)?.contiguous()?)?;
+        let d_v = ops::matmul(&probs.t()?, &d_o)?; // (b, kv, t, d)
+        let d_probs = ops::matmul(&d_o, &tape.v.t()?)?;
+        let d_scores = ops::softmax_backward(probs, &d_probs, self.scale())?.to_dtype(tape.q.dtype())?;
+        let d_q = ops::matmul(&d_scores, &tape.k)?.reshape((b, heads, t, d))?;
+        let d_k = ops::matmul(&d_scores.t()?, &grouped(&tape.q)?)?; // (b, kv, t, d)
+        Ok((d_q, d_k, d_v))
     }
 
     /// Whether the fused decode kernels model this block as it stands: a dense fused q|k|v weight, no active

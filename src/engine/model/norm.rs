@@ -41,6 +41,7 @@ impl RmsNorm {
     /// backward, with no step of their own). The stored weight, what exports write, stays as it was.
     pub fn scaled(mut self, scale: f64) -> Result<Self> {
         if scale != 1.0 {
+            // f16/bf16 scale in f32; f32 and the tests' f64 stay (no f64 tensor on a GPU path).
             let factor = (ops::upcast(self.factor())? * scale)?.to_dtype(self.weight.dtype())?;
             self.offset_factor = Some(factor);
         }

@@ -9,7 +9,8 @@ pub struct SequenceContext {
     /// Rotary tables (seq_len, head_dim / 2) for positions 0..seq_len.
     pub cos: Tensor,
     pub sin: Tensor,
-    /// Additive causal (and, with a model-wide window, sliding-window) mask (t, t).
+    /// Additive causal (and, with a model-wide window, sliding-window) mask (t, t); None where the fused
+    /// attention masks in its kernels.
     pub mask: Option<Tensor>,
     /// The sliding layers' own rope tables and windowed mask, when they differ from the others' (gemma3).
     pub local: Option<LocalAttention>,

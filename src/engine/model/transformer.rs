@@ -164,11 +164,20 @@ impl Transformer {
     pub fn sequence_context(&self, batch: usize, seq_len: usize, dropout: bool) -> Result<SequenceContext> {
         let (cos, sin) = self.rotary_slice(0, seq_len)?;
         let window = self.layers.iter().find(|l| !l.self_attn.local).and_then(|l| l.self_attn.sliding_window);
-        let mask = attention_mask(seq_len, 0, seq_len, window, &self.device)?;
+        // The fused attention masks inside its kernels; only the composed one reads the (t, t) masks.
+        let fused = ops::fused_attention_applies(&self.device, self.dtype, self.config.head_dim);
+        let mask_for = |window: Option<usize>| -> Result<Option<Tensor>> {
+            if fused {
+                Ok(None)
+            } else {
+                attention_mask(seq_len, 0, seq_len, window, &self.device)
+            }
+        };
+        let mask = mask_for(window)?;
         let local = match self.layers.iter().find(|l| l.self_attn.local) {
             Some(layer) => {
                 let (cos, sin) = self.rotary_for(layer).slice(0, seq_len)?;
-                let mask = attention_mask(seq_len, 0, seq_len, layer.self_attn.sliding_window, &self.device)?;
+                let mask = mask_for(layer.self_attn.sliding_window)?;
                 Some(LocalAttention { cos, sin, mask })
             }
             None => None,

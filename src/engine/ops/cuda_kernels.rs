@@ -127,7 +127,11 @@ pub(crate) mod launch {
                     type $t = half::bf16;
                     $body
                 }
-                other => candle_core::bail!("fused kernels take f32 or bf16, not {other:?}"),
+                candle_core::DType::F16 => {
+                    type $t = half::f16;
+                    $body
+                }
+                other => candle_core::bail!("fused kernels take f32, bf16 or f16, not {other:?}"),
             }
         };
     }
@@ -138,6 +142,15 @@ pub(crate) mod launch {
     ) -> Result<candle_core::cuda_backend::cudarc::driver::CudaSlice<T>> {
         // SAFETY: every element is written by the kernel that follows.
         unsafe { dev.alloc::<T>(len) }
+    }
+    /// A tensor (no autograd) over a buffer a kernel filled, in `shape`'s contiguous layout.
+    pub fn wrap<T: CudaDType>(
+        slice: candle_core::cuda_backend::cudarc::driver::CudaSlice<T>,
+        dev: &candle_core::CudaDevice,
+        shape: impl Into<candle_core::Shape>,
+    ) -> candle_core::Tensor {
+        let storage = candle_core::Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone()));
+        candle_core::Tensor::from_storage(storage, shape, candle_core::op::BackpropOp::none(), false)
     }
     pub(crate) use {func, with_dtype};
 }

@@ -22,6 +22,17 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
     x.contiguous()?.apply_op3_no_bwd(&dy.contiguous()?, &weight.contiguous()?, &op)
 }
 
+/// Cross-entropy of each row of `logits` (rows, vocab) against `targets` (rows, u32, on the device): the
+/// negative log-likelihood per row (rows, f32) and, with `grad_scale`, the logits' gradient
+/// `grad_scale * (softmax - onehot)` in the logits' dtype. One pass per row; no f32 copy of the logits.
+pub fn cross_entropy_rows(
+    logits: &Tensor,
+    targets: &Tensor,
+    grad_scale: Option<f64>,
+) -> Result<(Tensor, Option<Tensor>)> {
+    imp::cross_entropy_rows(&logits.contiguous()?, &targets.contiguous()?, grad_scale.map(|s| s as f32))
+}
+
 /// Gradients of `silu(gate) * up` with respect to gate and up.
 pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
     let both = gate.contiguous()?.apply_op3_no_bwd(&up.contiguous()?, &dm.contiguous()?, &imp::SiluMulBackward)?;
@@ -30,7 +41,7 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype};
+    use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype, wrap};
     use crate::engine::ops::cuda_kernels::refuse_cpu;
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -187,6 +198,43 @@ mod imp {
         }
     }
 
+    pub fn cross_entropy_rows(
+        logits: &Tensor,
+        targets: &Tensor,
+        scale: Option<f32>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let (rows, vocab) = logits.dims2()?;
+        if targets.dims1()? != rows || targets.dtype() != candle_core::DType::U32 {
+            bail!("cross-entropy: {:?} targets for logits {:?}", targets.shape(), logits.shape());
+        }
+        let ((ls, ll), (ts, tl)) = (logits.storage_and_layout(), targets.storage_and_layout());
+        let (candle_core::Storage::Cuda(ls), candle_core::Storage::Cuda(ts)) = (&*ls, &*ts) else {
+            bail!("cross-entropy: logits and targets must be on the GPU")
+        };
+        let dev = ls.device().clone();
+        let f = func!(ls, "cross_entropy_rows")?;
+        let nll = output::<f32>(&dev, rows)?;
+        let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+        let grad = with_dtype!(ls, T, {
+            let (x, t) = (view::<T>(ls, ll, "logits")?, view::<u32>(ts, tl, "targets")?);
+            let grad = scale.map(|_| output::<T>(&dev, rows * vocab)).transpose()?;
+            let mut b = f.builder();
+            b.arg(&x);
+            b.arg(&t);
+            let null: u64 = 0;
+            match &grad {
+                Some(g) => b.arg(g),
+                None => b.arg(&null),
+            };
+            b.arg(&nll);
+            candle_core::builder_arg!(b, int(vocab), scale.unwrap_or(0.0));
+            // SAFETY: arguments match the kernel's signature; buffers are sized above.
+            unsafe { b.launch(cfg) }.w()?;
+            grad.map(|g| wrap(g, &dev, (rows, vocab)))
+        });
+        Ok((wrap(nll, &dev, rows), grad))
+    }
+
     pub struct SiluMulBackward;
 
     impl candle_core::CustomOp3 for SiluMulBackward {
@@ -255,4 +303,12 @@ mod imp {
     cpu_only_op!(SoftmaxBackward, CustomOp2, "softmax-backward");
     cpu_only_op!(RmsNormBackward, CustomOp3, "rms-norm-backward");
     cpu_only_op!(SiluMulBackward, CustomOp3, "silu-mul-backward");
+
+    pub fn cross_entropy_rows(
+        _: &candle_core::Tensor,
+        _: &candle_core::Tensor,
+        _: Option<f32>,
+    ) -> candle_core::Result<(candle_core::Tensor, Option<candle_core::Tensor>)> {
+        candle_core::bail!("cross-entropy rows run on CUDA only (the fused kernels)")
+    }
 }

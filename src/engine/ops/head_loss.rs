@@ -24,6 +24,8 @@ pub struct HeadLoss {
 const CPU_CHUNK_ROWS: usize = 128;
 /// Logit elements per chunk elsewhere (fewer, larger kernels on a GPU).
 const DEVICE_CHUNK_ELEMS: usize = 1 << 25;
+/// On CUDA, where a chunk is the logits and their gradient in the model's dtype (2 x 128 MiB in bf16).
+const CUDA_CHUNK_ELEMS: usize = 1 << 26;
 
 /// Negative log-likelihood of `targets[i]` after `hidden[i]` (n, h) through the frozen head (vocab, h), and
 /// with `grad_scale` the gradient of `grad_scale * nll_sum` with respect to `hidden`.
@@ -40,7 +42,32 @@ pub fn head_nll(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Opt
     if is_cpu_f32(hidden) && is_cpu_f32(head) && crate::engine::blas::available() {
         return head_nll_cpu(hidden, head, targets, grad_scale);
     }
+    if super::cuda_kernels::available(hidden.device(), hidden.dtype()) && head.dtype() == hidden.dtype() {
+        return head_nll_cuda(hidden, head, targets, grad_scale);
+    }
     head_nll_composed(hidden, head, targets, grad_scale)
+}
+
+/// On CUDA: each chunk's logits stay in the model's dtype and one kernel per chunk turns them into the rows'
+/// losses and their gradient (cuda_training.rs), where the composed path makes an f32 copy and about ten passes.
+fn head_nll_cuda(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {
+    let (n, _) = hidden.dims2()?;
+    let (vocab, _) = head.dims2()?;
+    let chunk_rows = (CUDA_CHUNK_ELEMS / vocab.max(1)).max(1);
+    let targets = Tensor::from_slice(targets, n, hidden.device())?;
+    let (mut nll_parts, mut grads) = (Vec::new(), Vec::new());
+    for start in (0..n).step_by(chunk_rows) {
+        let rows = chunk_rows.min(n - start);
+        let logits = frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?;
+        let (nll, dlogits) =
+            super::cuda_training::cross_entropy_rows(&logits, &targets.narrow(0, start, rows)?, grad_scale)?;
+        nll_parts.push(nll.sum_all()?);
+        if let Some(dlogits) = dlogits {
+            grads.push(frozen_matmul(&dlogits, head)?);
+        }
+    }
+    let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
+    Ok(HeadLoss { nll_sum: super::sum_to_host(&nll_parts)?, grad_hidden })
 }
 
 fn head_nll_cpu(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {

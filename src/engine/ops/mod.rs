@@ -14,6 +14,7 @@
 mod backward;
 mod cpu_kernels;
 mod cross_entropy;
+mod cuda_attention;
 pub mod cuda_decode;
 mod cuda_kernels;
 mod cuda_training;
@@ -25,6 +26,7 @@ mod metal_attention;
 mod quantized;
 
 pub use backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
+pub use cuda_attention::Logsumexp;
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, HeadLoss};
 pub use matmul::matmul;
@@ -111,6 +113,46 @@ pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>)
     candle_nn::ops::softmax_last_dim(&x.contiguous()?)
 }
 
+/// Whether attention over queries of `dtype` with `head_dim` on `device` takes the fused kernels
+/// ([`fused_attention`]): then no (T x T) scores and no additive mask are built.
+pub fn fused_attention_applies(device: &candle_core::Device, dtype: DType, head_dim: usize) -> bool {
+    cuda_attention::applies(device, dtype, head_dim)
+}
+
+/// Fused (flash-style) causal attention where [`fused_attention_applies`] (CUDA): `q` (b, heads, tq, d) at
+/// positions `q_offset..` against `k`/`v` (b, kv_heads, tk, d), no older than `window` keys back: the output
+/// (b, tq, heads * d) and what [`fused_attention_backward`] needs. None elsewhere: the caller composes.
+pub fn fused_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    q_offset: usize,
+    window: Option<usize>,
+) -> Result<Option<(Tensor, Logsumexp)>> {
+    let (_, _, _, d) = q.dims4()?;
+    if !fused_attention_applies(q.device(), q.dtype(), d) {
+        return Ok(None);
+    }
+    cuda_attention::forward(q, k, v, scale, q_offset, window.unwrap_or(0)).map(Some)
+}
+
+/// Gradients `(dq (b, heads, t, d), dk, dv (b, kv_heads, t, d))` of a training [`fused_attention`] (from
+/// position 0, tq == tk) for the output gradient `d_out` (b * t, heads * d); `out` is its output.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_attention_backward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    out: &Tensor,
+    lse: &Logsumexp,
+    d_out: &Tensor,
+    scale: f64,
+    window: Option<usize>,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    cuda_attention::backward(q, k, v, out, lse, d_out, scale, window.unwrap_or(0))
+}
+
 /// The sum of scalar tensors (losses, squared norms) reduced on their device and read to the host once:
 /// in f32 on a GPU (Metal has no f64), in f64 when the tensors already are.
 pub fn sum_to_host(parts: &[Tensor]) -> Result<f64> {
@@ -153,7 +195,9 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
         candle("composed ops")
     };
     let batched = blas.map(|lib| format!("{lib}, split over our CPU team")).unwrap_or_else(|| candle("matmul"));
-    let attention = if device.is_metal() && options.metal_sdpa {
+    let attention = if cuda_attention::applies(device, dtype, 64) {
+        "our fused CUDA flash attention (training forward/backward, prefill; head_dim 16/32/64/128)".to_string()
+    } else if device.is_metal() && options.metal_sdpa {
         format!("{} (prefill from position 0, decode); else {element_wise}", candle("fused sdpa kernel"))
     } else {
         format!("scores and values: {batched}; scaled masked softmax: {element_wise}")

@@ -287,3 +287,39 @@ __device__ void silu_mul_backward(const T* gate, const T* up, const T* dm, T* ou
 
 INSTANTIATE_TRAINING(float, f32)
 INSTANTIATE_TRAINING(__nv_bfloat16, bf16)
+
+// ---- Fused (flash-style) attention: training forward and backward, prefill ----
+#include "flash_attention.cuh"
+
+// ---- Cross-entropy over the head's logits, one block per row ----
+// nll[row] = logsumexp(logits[row]) - logits[row][target[row]]; with dlogits non-null also
+// dlogits[row] = scale * (softmax(logits[row]) - onehot(target[row])), the head's output gradient.
+template <typename T>
+__device__ void cross_entropy_rows(const T* logits, const uint32_t* targets, T* dlogits, float* nll, int vocab,
+                                   float scale) {
+  __shared__ float scratch[32];
+  const size_t row = blockIdx.x;
+  const T* x = logits + row * vocab;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, to_f(x[i]));
+  m = block_max(m, scratch);
+  float s = 0.f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) s += __expf(to_f(x[i]) - m);
+  s = block_sum(s, scratch);
+  const float lse = m + __logf(s);
+  const uint32_t target = targets[row];
+  if (threadIdx.x == 0) nll[row] = lse - to_f(x[target]);
+  if (dlogits == nullptr) return;
+  T* d = dlogits + row * vocab;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    d[i] = from_f<T>(scale * (__expf(to_f(x[i]) - lse) - (i == (int)target ? 1.f : 0.f)));
+}
+
+extern "C" __global__ void cross_entropy_rows_f32(const float* logits, const uint32_t* targets, float* dlogits,
+                                                  float* nll, int vocab, float scale) {
+  cross_entropy_rows<float>(logits, targets, dlogits, nll, vocab, scale);
+}
+extern "C" __global__ void cross_entropy_rows_bf16(const __nv_bfloat16* logits, const uint32_t* targets,
+                                                   __nv_bfloat16* dlogits, float* nll, int vocab, float scale) {
+  cross_entropy_rows<__nv_bfloat16>(logits, targets, dlogits, nll, vocab, scale);
+}

@@ -1,0 +1,334 @@
+// Fused (flash-style) attention for the training pass and the prefill, included by fused.cu (loaded by
+// src/engine/ops/cuda_attention.rs). Nothing of size (T x T) is stored: the forward streams tiles of keys
+// through shared memory with an online softmax in f32 and keeps only the output and each row's logsumexp; the
+// backward recomputes the probabilities tile by tile from that logsumexp.
+//
+// Layouts (elements of the storage type T, math in f32):
+//   q      (b, heads, tq, D) contiguous;
+//   k, v   (b, kv_heads, tk, D) with rows of D contiguous, batch stride `bs` and head stride `hs` (a KV cache
+//          view is strided); the backward takes them contiguous (bs = kv_heads * tk * D, hs = tk * D);
+//   out    (b, tq, heads * D): the layout o_proj reads, so no transpose follows; d_out the same;
+//   lse    (b, heads, tq) f32, in the base-2 domain: log2 of the row's sum of 2^(s * log2 e) (s: scaled score);
+//   dq     (b, heads, tq, D); dk, dv (b, kv_heads, tk, D) summed over the query heads that share a KV head.
+// Query i sits at position q_offset + i; it sees key j when j <= q_offset + i and, with a sliding window w > 0,
+// q_offset + i - j < w. Rows past the causal edge of right-padded batches are computed like any other row (the
+// loss masks them), so no per-row lengths are needed.
+//
+// Threads: each row (a query in the forward and dQ, a key in dK/dV) belongs to D / FA_SLICE adjacent threads
+// that each hold FA_SLICE of its D elements in registers; dot products are reduced across them by shuffles.
+#include <cuda_fp16.h>
+
+#define FA_ROWS 64   // rows a block owns
+#define FA_TILE 32   // rows of the other side streamed per shared-memory tile
+#define FA_SLICE 16  // elements of a row per thread
+#define FA_LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
+
+// Sum over the THREADS adjacent lanes that share a row.
+template <int THREADS> __device__ __forceinline__ float row_sum(float v) {
+#pragma unroll
+  for (int o = THREADS / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  return v;
+}
+
+template <typename T> __device__ __forceinline__ void load_slice(const T* src, float* dst) {
+#pragma unroll
+  for (int e = 0; e < FA_SLICE; e++) dst[e] = to_f(src[e]);
+}
+
+// Copy `rows` rows of D elements starting at row `first` of `src` (row stride D) into shared `dst` in f32,
+// zeros past `limit`.
+template <typename T, int D>
+__device__ __forceinline__ void load_tile(const T* src, float (*dst)[D], int first, int limit) {
+  for (int idx = threadIdx.x; idx < FA_TILE * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, row = first + r;
+    dst[r][c] = row < limit ? to_f(src[(size_t)row * D + c]) : 0.f;
+  }
+}
+
+template <int D> __device__ __forceinline__ float dot_shared(const float* mine, const float* shared_row) {
+  const float4* s4 = reinterpret_cast<const float4*>(shared_row);
+  float acc = 0.f;
+#pragma unroll
+  for (int e = 0; e < FA_SLICE / 4; e++) {
+    const float4 x = s4[e];
+    acc += mine[4 * e] * x.x + mine[4 * e + 1] * x.y + mine[4 * e + 2] * x.z + mine[4 * e + 3] * x.w;
+  }
+  return row_sum<D / FA_SLICE>(acc);
+}
+
+__device__ __forceinline__ bool fa_visible(int pos, int j, int limit, int window) {
+  return j < limit && j <= pos && (window <= 0 || pos - j < window);
+}
+
+// Grid (ceil(tq / FA_ROWS), heads, b), block FA_ROWS * D / FA_SLICE.
+template <typename T, int D>
+__device__ void flash_forward(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
+                              int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
+  constexpr int TPR = D / FA_SLICE;
+  __shared__ __align__(16) float ks[FA_TILE][D];
+  __shared__ __align__(16) float vs[FA_TILE][D];
+  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, h = blockIdx.y, bi = blockIdx.z;
+  const int first = blockIdx.x * FA_ROWS, i = first + row, pos = q_offset + i;
+  const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
+  const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
+  const float c = scale * FA_LOG2E;
+  float qr[FA_SLICE], o[FA_SLICE];
+  if (i < tq) load_slice(q + (((size_t)bi * heads + h) * tq + i) * D + part * FA_SLICE, qr);
+#pragma unroll
+  for (int e = 0; e < FA_SLICE; e++) {
+    if (i >= tq) qr[e] = 0.f;
+    qr[e] *= c;
+    o[e] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  const int hi = min(tk, q_offset + min(first + FA_ROWS, tq));
+  const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
+  for (int j0 = lo; j0 < hi; j0 += FA_TILE) {
+    __syncthreads();
+    load_tile<T, D>(kb, ks, j0, tk);
+    load_tile<T, D>(vb, vs, j0, tk);
+    __syncthreads();
+    float s[FA_TILE];
+    float mt = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < FA_TILE; jj++) {
+      const float d = dot_shared<D>(qr, &ks[jj][part * FA_SLICE]);
+      s[jj] = fa_visible(pos, j0 + jj, tk, window) && i < tq ? d : -INFINITY;
+      mt = fmaxf(mt, s[jj]);
+    }
+    const float m_new = fmaxf(m, mt);
+    if (m_new == -INFINITY) continue;
+    const float corr = exp2f(m - m_new);
+    l *= corr;
+#pragma unroll
+    for (int e = 0; e < FA_SLICE; e++) o[e] *= corr;
+#pragma unroll
+    for (int jj = 0; jj < FA_TILE; jj++) {
+      const float p = exp2f(s[jj] - m_new);
+      l += p;
+      const float4* v4 = reinterpret_cast<const float4*>(&vs[jj][part * FA_SLICE]);
+#pragma unroll
+      for (int e = 0; e < FA_SLICE / 4; e++) {
+        const float4 x = v4[e];
+        o[4 * e] += p * x.x;
+        o[4 * e + 1] += p * x.y;
+        o[4 * e + 2] += p * x.z;
+        o[4 * e + 3] += p * x.w;
+      }
+    }
+    m = m_new;
+  }
+  if (i >= tq) return;
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  T* orow = out + (((size_t)bi * tq + i) * heads + h) * D + part * FA_SLICE;
+#pragma unroll
+  for (int e = 0; e < FA_SLICE; e++) orow[e] = from_f<T>(o[e] * inv);
+  if (part == 0) lse[((size_t)bi * heads + h) * tq + i] = l > 0.f ? m + log2f(l) : INFINITY;
+}
+
+// delta = rowsum(d_out * out) per (b, head, query), f32. One warp per row of d; `rows` = b * tq * heads rows
+// walked in the (b, tq, heads) order of `out`.
+template <typename T>
+__device__ void flash_delta(const T* out, const T* d_out, float* delta, long long rows, int heads, int tq, int d) {
+  const int lane = threadIdx.x & 31;
+  const long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  float acc = 0.f;
+  for (int e = lane; e < d; e += 32) acc += to_f(out[r * d + e]) * to_f(d_out[r * d + e]);
+  acc = warp_sum(acc);
+  const long long bi = r / ((long long)tq * heads), rest = r % ((long long)tq * heads);
+  const long long i = rest / heads, h = rest % heads;
+  if (lane == 0) delta[(bi * heads + h) * tq + i] = acc;
+}
+
+// dQ. Grid (ceil(tq / FA_ROWS), heads, b), block FA_ROWS * D / FA_SLICE. Training only: tq == tk, offset 0.
+template <typename T, int D>
+__device__ void flash_backward_dq(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
+                                  const float* delta, T* dq, int heads, int kv_heads, int t, int window,
+                                  float scale) {
+  constexpr int TPR = D / FA_SLICE;
+  __shared__ __align__(16) float ks[FA_TILE][D];
+  __shared__ __align__(16) float vs[FA_TILE][D];
+  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, h = blockIdx.y, bi = blockIdx.z;
+  const int first = blockIdx.x * FA_ROWS, i = first + row;
+  const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * t * D;
+  const size_t row_id = ((size_t)bi * heads + h) * t + i;
+  const float c = scale * FA_LOG2E;
+  float qr[FA_SLICE], dor[FA_SLICE], dqr[FA_SLICE];
+  float li = 0.f, di = 0.f;
+  if (i < t) {
+    load_slice(q + row_id * D + part * FA_SLICE, qr);
+    load_slice(d_out + (((size_t)bi * t + i) * heads + h) * D + part * FA_SLICE, dor);
+    li = lse[row_id];
+    di = delta[row_id];
+  }
+#pragma unroll
+  for (int e = 0; e < FA_SLICE; e++) {
+    if (i >= t) qr[e] = dor[e] = 0.f;
+    qr[e] *= c;
+    dqr[e] = 0.f;
+  }
+  const int hi = min(t, first + FA_ROWS);
+  const int lo = window > 0 ? max(0, first - window + 1) : 0;
+  for (int j0 = lo; j0 < hi; j0 += FA_TILE) {
+    __syncthreads();
+    load_tile<T, D>(k + kv_base, ks, j0, t);
+    load_tile<T, D>(v + kv_base, vs, j0, t);
+    __syncthreads();
+#pragma unroll 4
+    for (int jj = 0; jj < FA_TILE; jj++) {
+      const float s = dot_shared<D>(qr, &ks[jj][part * FA_SLICE]);
+      const float dp = dot_shared<D>(dor, &vs[jj][part * FA_SLICE]);
+      const float p = fa_visible(i, j0 + jj, t, window) && i < t ? exp2f(s - li) : 0.f;
+      const float ds = p * (dp - di);
+#pragma unroll
+      for (int e = 0; e < FA_SLICE; e++) dqr[e] += ds * ks[jj][part * FA_SLICE + e];
+    }
+  }
+  if (i >= t) return;
+  T* dst = dq + row_id * D + part * FA_SLICE;
+#pragma unroll
+  for (int e = 0; e < FA_SLICE; e++) dst[e] = from_f<T>(dqr[e] * scale);
+}
+
+// dK and dV, summed over the query heads of the group. Grid (ceil(t / FA_ROWS), kv_heads, b), block
+// FA_ROWS * D / FA_SLICE; each thread group owns one key and streams the queries that can see it.
+template <typename T, int D>
+__device__ void flash_backward_dkv(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
+                                   const float* delta, T* dk, T* dv, int heads, int kv_heads, int t, int window,
+                                   float scale) {
+  constexpr int TPR = D / FA_SLICE;
+  __shared__ __align__(16) float qs[FA_TILE][D];
+  __shared__ __align__(16) float dos[FA_TILE][D];
+  __shared__ float ls[FA_TILE], dls[FA_TILE];
+  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, kvh = blockIdx.y, bi = blockIdx.z;
+  const int first = blockIdx.x * FA_ROWS, j = first + row, rep = heads / kv_heads;
+  const size_t key_id = ((size_t)bi * kv_heads + kvh) * t + j;
+  const float c = scale * FA_LOG2E;
+  float kr[FA_SLICE], vr[FA_SLICE], dkr[FA_SLICE], dvr[FA_SLICE];
+  if (j < t) {
+    load_slice(k + key_id * D + part * FA_SLICE, kr);
+    load_slice(v + key_id * D + part * FA_SLICE, vr);
+  }
+#pragma unroll
+  for (int e = 0; e < FA_SLICE; e++) {
+    if (j >= t) kr[e] = vr[e] = 0.f;
+    kr[e] *= c;
+    dkr[e] = dvr[e] = 0.f;
+  }
+  const int lo = first;
+  const int hi = window > 0 ? min(t, first + FA_ROWS - 1 + window) : t;
+  for (int g = 0; g < rep; g++) {
+    const int h = kvh * rep + g;
+    const size_t q_base = ((size_t)bi * heads + h) * t;
+    for (int i0 = lo; i0 < hi; i0 += FA_TILE) {
+      __syncthreads();
+      load_tile<T, D>(q + q_base * D, qs, i0, t);
+      for (int idx = threadIdx.x; idx < FA_TILE * D; idx += blockDim.x) {
+        const int r = idx / D, col = idx % D, i = i0 + r;
+        dos[r][col] = i < t ? to_f(d_out[(((size_t)bi * t + i) * heads + h) * D + col]) : 0.f;
+      }
+      for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x) {
+        const int i = i0 + r;
+        ls[r] = i < t ? lse[q_base + i] : 0.f;
+        dls[r] = i < t ? delta[q_base + i] : 0.f;
+      }
+      __syncthreads();
+#pragma unroll 4
+      for (int ii = 0; ii < FA_TILE; ii++) {
+        const float s = dot_shared<D>(kr, &qs[ii][part * FA_SLICE]);
+        const float dp = dot_shared<D>(vr, &dos[ii][part * FA_SLICE]);
+        const float p = fa_visible(i0 + ii, j, t, window) && i0 + ii < t ? exp2f(s - ls[ii]) : 0.f;
+        const float ds = p * (dp - dls[ii]);
+#pragma unroll
+        for (int e = 0; e < FA_SLICE; e++) {
+          dvr[e] += p * dos[ii][part * FA_SLICE + e];
+          dkr[e] += ds * qs[ii][part * FA_SLICE + e];
+        }
+      }
+    }
+  }
+  if (j >= t) return;
+#pragma unroll
+  for (int e = 0; e < FA_SLICE; e++) {
+    dk[key_id * D + part * FA_SLICE + e] = from_f<T>(dkr[e] * scale);
+    dv[key_id * D + part * FA_SLICE + e] = from_f<T>(dvr[e]);
+  }
+}
+
+#include "flash_attention_mma.cuh"
+
+// Tensor cores for bf16 and f16 at head_dim 64 and 128; the f32-FMA kernels above otherwise (f32 stays exact).
+template <typename T, int D> struct FlashMma {
+  static constexpr bool value = false;
+};
+template <> struct FlashMma<__nv_bfloat16, 64> { static constexpr bool value = true; };
+template <> struct FlashMma<__nv_bfloat16, 128> { static constexpr bool value = true; };
+template <> struct FlashMma<__half, 64> { static constexpr bool value = true; };
+template <> struct FlashMma<__half, 128> { static constexpr bool value = true; };
+
+template <typename T, int D>
+__device__ void flash_forward_any(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
+                                  int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
+  if constexpr (FlashMma<T, D>::value)
+    flash_forward_mma<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
+  else
+    flash_forward<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
+}
+
+template <typename T, int D>
+__device__ void flash_backward_dq_any(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
+                                      const float* delta, T* dq, int heads, int kv_heads, int t, int window,
+                                      float scale) {
+  if constexpr (FlashMma<T, D>::value)
+    flash_backward_dq_mma<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+  else
+    flash_backward_dq<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+}
+
+template <typename T, int D>
+__device__ void flash_backward_dkv_any(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
+                                       const float* delta, T* dk, T* dv, int heads, int kv_heads, int t, int window,
+                                       float scale) {
+  if constexpr (FlashMma<T, D>::value)
+    flash_backward_dkv_mma<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);
+  else
+    flash_backward_dkv<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);
+}
+
+#define INSTANTIATE_FLASH_D(T, SUFFIX, D)                                                                        \
+  extern "C" __global__ void flash_forward_d##D##_##SUFFIX(const T* q, const T* k, const T* v, T* out,         \
+                                                          float* lse, int heads, int kv_heads, int tq, int tk,   \
+                                                          long long bs, long long hs, int q_offset,              \
+                                                          int window, float scale) {                             \
+    flash_forward_any<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);       \
+  }                                                                                                              \
+  extern "C" __global__ void flash_backward_dq_d##D##_##SUFFIX(const T* q, const T* k, const T* v,             \
+                                                              const T* d_out, const float* lse,                  \
+                                                              const float* delta, T* dq, int heads,              \
+                                                              int kv_heads, int t, int window, float scale) {    \
+    flash_backward_dq_any<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);             \
+  }                                                                                                              \
+  extern "C" __global__ void flash_backward_dkv_d##D##_##SUFFIX(const T* q, const T* k, const T* v,            \
+                                                               const T* d_out, const float* lse,                 \
+                                                               const float* delta, T* dk, T* dv, int heads,      \
+                                                               int kv_heads, int t, int window, float scale) {   \
+    flash_backward_dkv_any<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);        \
+  }
+
+#define INSTANTIATE_FLASH(T, SUFFIX)                                                                             \
+  extern "C" __global__ void flash_delta_##SUFFIX(const T* out, const T* d_out, float* delta, long long rows,    \
+                                                  int heads, int tq, int d) {                                    \
+    flash_delta<T>(out, d_out, delta, rows, heads, tq, d);                                                       \
+  }                                                                                                              \
+  INSTANTIATE_FLASH_D(T, SUFFIX, 16)                                                                             \
+  INSTANTIATE_FLASH_D(T, SUFFIX, 32)                                                                             \
+  INSTANTIATE_FLASH_D(T, SUFFIX, 64)                                                                             \
+  INSTANTIATE_FLASH_D(T, SUFFIX, 128)
+
+INSTANTIATE_FLASH(float, f32)
+INSTANTIATE_FLASH(__nv_bfloat16, bf16)
+INSTANTIATE_FLASH(__half, f16)

@@ -1,0 +1,336 @@
+// Tensor-core versions of the fused attention (flash_attention.cuh) for bf16 and f16 storage with head_dim 64
+// or 128: the same contract, layouts and base-2 logsumexp, with every product on mma.sync m16n8k16 (f32
+// accumulation). A warp owns 16 rows (queries in the forward and dQ, keys in dK/dV), a block 4 warps = FA_ROWS
+// rows; scores, probabilities and accumulators stay in registers in the mma accumulator layout, whose rows
+// and columns for lane = 4 g + t are (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). The accumulator of
+// one product is the A operand of the next once packed to 16 bits (as in FlashAttention-2). Streamed tiles
+// sit in shared memory, rows padded by 8 elements so the 8 rows a warp reads at once fall in distinct banks;
+// operands read along rows of a tile are also kept transposed.
+
+#define MMA_WARPS 4
+#define MMA_PAD 8
+
+template <typename T> __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, const uint32_t* b);
+template <> __device__ __forceinline__ void mma16816<__nv_bfloat16>(float* c, const uint32_t* a, const uint32_t* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <> __device__ __forceinline__ void mma16816<__half>(float* c, const uint32_t* a, const uint32_t* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <typename T> __device__ __forceinline__ uint32_t ld2(const T* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// Rows first.. of `src` (row stride `stride` elements, D per row) into dst[R][D + MMA_PAD]; zeros past `limit`.
+template <typename T, int D, int R>
+__device__ __forceinline__ void mma_rows(const T* src, long long stride, int first, int limit, T (*dst)[D + MMA_PAD]) {
+  for (int idx = threadIdx.x; idx < R * D / 2; idx += blockDim.x) {
+    const int r = idx / (D / 2), c = (idx % (D / 2)) * 2, row = first + r;
+    *reinterpret_cast<uint32_t*>(&dst[r][c]) = row < limit ? ld2(src + row * stride + c) : 0u;
+  }
+}
+
+// The same rows transposed: dst[D][R + MMA_PAD].
+template <typename T, int D, int R>
+__device__ __forceinline__ void mma_cols(const T* src, long long stride, int first, int limit, T (*dst)[R + MMA_PAD]) {
+  for (int idx = threadIdx.x; idx < R * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, row = first + r;
+    dst[c][r] = row < limit ? src[row * stride + c] : from_f<T>(0.f);
+  }
+}
+
+// A operand (16 rows x D) of a row-major matrix in global memory, rows row0.. (zeros past limit).
+template <typename T, int D>
+__device__ __forceinline__ void mma_a_global(const T* src, long long stride, int row0, int limit, uint32_t (*a)[4]) {
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const bool lo = row0 + g < limit, hi = row0 + g + 8 < limit;
+  const T* r0 = src + (long long)(row0 + g) * stride;
+  const T* r1 = src + (long long)(row0 + g + 8) * stride;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const int c = kk * 16 + 2 * t;
+    a[kk][0] = lo ? ld2(r0 + c) : 0u;
+    a[kk][1] = hi ? ld2(r1 + c) : 0u;
+    a[kk][2] = lo ? ld2(r0 + c + 8) : 0u;
+    a[kk][3] = hi ? ld2(r1 + c + 8) : 0u;
+  }
+}
+
+// acc[N/8][4] += A (16 x D, fragments a) times B^T where B is tile rows [N][D + MMA_PAD] (row n = column n).
+template <typename T, int D, int N>
+__device__ __forceinline__ void mma_abt(const uint32_t (*a)[4], const T (*b)[D + MMA_PAD], float (*acc)[4]) {
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      const uint32_t bb[2] = {ld2(&b[n * 8 + g][kk * 16 + 2 * t]), ld2(&b[n * 8 + g][kk * 16 + 2 * t + 8])};
+      mma16816<T>(acc[n], a[kk], bb);
+    }
+  }
+}
+
+// acc[D/8][4] += P (16 x K, accumulator layout p[K/8][4], packed to T here) times B (K x D) given transposed as
+// bt[D][K + MMA_PAD].
+template <typename T, int D, int K>
+__device__ __forceinline__ void mma_pb(const float (*p)[4], const T (*bt)[K + MMA_PAD], float (*acc)[4]) {
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+  for (int kc = 0; kc < K / 16; kc++) {
+    const uint32_t a[4] = {pack2<T>(p[2 * kc][0], p[2 * kc][1]), pack2<T>(p[2 * kc][2], p[2 * kc][3]),
+                           pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]), pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      const uint32_t bb[2] = {ld2(&bt[n * 8 + g][kc * 16 + 2 * t]), ld2(&bt[n * 8 + g][kc * 16 + 2 * t + 8])};
+      mma16816<T>(acc[n], a, bb);
+    }
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffff, v, 1);
+  return v + __shfl_xor_sync(0xffffffff, v, 2);
+}
+
+// Keys per tile: 64 at head_dim 64, 32 at 128 (shared memory stays under 48 KiB).
+template <int D> struct MmaTile {
+  static constexpr int N = D == 128 ? 32 : 64;
+};
+
+// Grid (ceil(tq / FA_ROWS), heads, b), block 128.
+template <typename T, int D>
+__device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
+                                  int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
+  constexpr int N = MmaTile<D>::N;
+  __shared__ __align__(16) T ks[N][D + MMA_PAD];
+  __shared__ __align__(16) T vt[D][N + MMA_PAD];
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const int h = blockIdx.y, bi = blockIdx.z, first = blockIdx.x * FA_ROWS, row0 = first + warp * 16;
+  const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
+  const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
+  const float c = scale * FA_LOG2E;
+  uint32_t qf[D / 16][4];
+  mma_a_global<T, D>(q + ((size_t)bi * heads + h) * tq * D, D, row0, tq, qf);
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const int pos[2] = {q_offset + row0 + g, q_offset + row0 + g + 8};
+  const bool valid[2] = {row0 + g < tq, row0 + g + 8 < tq};
+  const int hi = min(tk, q_offset + min(first + FA_ROWS, tq));
+  const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
+  for (int j0 = lo; j0 < hi; j0 += N) {
+    __syncthreads();
+    mma_rows<T, D, N>(kb, D, j0, tk, ks);
+    mma_cols<T, D, N>(vb, D, j0, tk, vt);
+    __syncthreads();
+    float s[N / 8][4];
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    mma_abt<T, D, N>(qf, ks, s);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
+        s[n][e] = valid[r] && fa_visible(pos[r], j, tk, window) ? s[n][e] * c : -INFINITY;
+        mx[r] = fmaxf(mx[r], s[n][e]);
+      }
+    }
+    float base[2], corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const float m_new = fmaxf(m[r], quad_max(mx[r]));
+      base[r] = m_new == -INFINITY ? 0.f : m_new;
+      corr[r] = exp2f(m[r] - base[r]);
+      m[r] = m_new;
+      l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        s[n][e] = exp2f(s[n][e] - base[e >> 1]);
+        l[e >> 1] += s[n][e];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      o[n][0] *= corr[0];
+      o[n][1] *= corr[0];
+      o[n][2] *= corr[1];
+      o[n][3] *= corr[1];
+    }
+    mma_pb<T, D, N>(s, vt, o);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l[r] = quad_sum(l[r]);
+    if (!valid[r]) continue;
+    const int i = row0 + g + 8 * r;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    T* orow = out + (((size_t)bi * tq + i) * heads + h) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+      *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t) = pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    if (t == 0) lse[((size_t)bi * heads + h) * tq + i] = l[r] > 0.f ? m[r] + log2f(l[r]) : INFINITY;
+  }
+}
+
+// dQ. Grid (ceil(t / FA_ROWS), heads, b), block 128. Training: tq == tk, offset 0, k/v contiguous.
+template <typename T, int D>
+__device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
+                                      const float* delta, T* dq, int heads, int kv_heads, int tlen, int window,
+                                      float scale) {
+  constexpr int N = MmaTile<D>::N;
+  __shared__ __align__(16) T ks[N][D + MMA_PAD];
+  __shared__ __align__(16) T vs[N][D + MMA_PAD];
+  __shared__ __align__(16) T kt[D][N + MMA_PAD];
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const int h = blockIdx.y, bi = blockIdx.z, first = blockIdx.x * FA_ROWS, row0 = first + warp * 16;
+  const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
+  const size_t rows_base = ((size_t)bi * heads + h) * tlen;
+  const float c = scale * FA_LOG2E;
+  uint32_t qf[D / 16][4], df[D / 16][4];
+  mma_a_global<T, D>(q + rows_base * D, D, row0, tlen, qf);
+  mma_a_global<T, D>(d_out + ((size_t)bi * tlen * heads + h) * D, (long long)heads * D, row0, tlen, df);
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  float li[2], di[2];
+  const int row[2] = {row0 + g, row0 + g + 8};
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    li[r] = row[r] < tlen ? lse[rows_base + row[r]] : INFINITY;
+    di[r] = row[r] < tlen ? delta[rows_base + row[r]] : 0.f;
+  }
+  const int hi = min(tlen, first + FA_ROWS);
+  const int lo = window > 0 ? max(0, first - window + 1) : 0;
+  for (int j0 = lo; j0 < hi; j0 += N) {
+    __syncthreads();
+    mma_rows<T, D, N>(k + kv_base, D, j0, tlen, ks);
+    mma_rows<T, D, N>(v + kv_base, D, j0, tlen, vs);
+    mma_cols<T, D, N>(k + kv_base, D, j0, tlen, kt);
+    __syncthreads();
+    float s[N / 8][4], dp[N / 8][4];
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+    mma_abt<T, D, N>(qf, ks, s);
+    mma_abt<T, D, N>(df, vs, dp);
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
+        const float p = row[r] < tlen && fa_visible(row[r], j, tlen, window) ? exp2f(s[n][e] * c - li[r]) : 0.f;
+        s[n][e] = p * (dp[n][e] - di[r]);
+      }
+    }
+    mma_pb<T, D, N>(s, kt, acc);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    if (row[r] >= tlen) continue;
+    T* dst = dq + (rows_base + row[r]) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+      *reinterpret_cast<uint32_t*>(dst + n * 8 + 2 * t) = pack2<T>(acc[n][2 * r] * scale, acc[n][2 * r + 1] * scale);
+  }
+}
+
+// dK and dV summed over the group's query heads. Grid (ceil(t / FA_ROWS), kv_heads, b), block 128; a warp owns
+// 16 keys and streams the queries that see them.
+template <typename T, int D>
+__device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
+                                       const float* delta, T* dk, T* dv, int heads, int kv_heads, int tlen,
+                                       int window, float scale) {
+  constexpr int N = MmaTile<D>::N;
+  __shared__ __align__(16) T qs[N][D + MMA_PAD];
+  __shared__ __align__(16) T dos[N][D + MMA_PAD];
+  __shared__ __align__(16) T qt[D][N + MMA_PAD];
+  __shared__ __align__(16) T dot[D][N + MMA_PAD];
+  __shared__ float ls[N], dls[N];
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const int kvh = blockIdx.y, bi = blockIdx.z, first = blockIdx.x * FA_ROWS, key0 = first + warp * 16;
+  const int rep = heads / kv_heads;
+  const size_t kv_base = ((size_t)bi * kv_heads + kvh) * tlen;
+  const float c = scale * FA_LOG2E;
+  uint32_t kf[D / 16][4], vf[D / 16][4];
+  mma_a_global<T, D>(k + kv_base * D, D, key0, tlen, kf);
+  mma_a_global<T, D>(v + kv_base * D, D, key0, tlen, vf);
+  float dka[D / 8][4], dva[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.f;
+    dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.f;
+  }
+  const int key[2] = {key0 + g, key0 + g + 8};
+  const int hi = window > 0 ? min(tlen, first + FA_ROWS - 1 + window) : tlen;
+  for (int gi = 0; gi < rep; gi++) {
+    const int h = kvh * rep + gi;
+    const size_t q_base = ((size_t)bi * heads + h) * tlen;
+    const T* dob = d_out + ((size_t)bi * tlen * heads + h) * D;
+    for (int i0 = first; i0 < hi; i0 += N) {
+      __syncthreads();
+      mma_rows<T, D, N>(q + q_base * D, D, i0, tlen, qs);
+      mma_cols<T, D, N>(q + q_base * D, D, i0, tlen, qt);
+      mma_rows<T, D, N>(dob, (long long)heads * D, i0, tlen, dos);
+      mma_cols<T, D, N>(dob, (long long)heads * D, i0, tlen, dot);
+      for (int r = threadIdx.x; r < N; r += blockDim.x) {
+        ls[r] = i0 + r < tlen ? lse[q_base + i0 + r] : INFINITY;
+        dls[r] = i0 + r < tlen ? delta[q_base + i0 + r] : 0.f;
+      }
+      __syncthreads();
+      float s[N / 8][4], dp[N / 8][4];
+#pragma unroll
+      for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+      mma_abt<T, D, N>(kf, qs, s);
+      mma_abt<T, D, N>(vf, dos, dp);
+#pragma unroll
+      for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
+          const float p = i < tlen && fa_visible(i, key[r], tlen, window) ? exp2f(s[n][e] * c - ls[col]) : 0.f;
+          s[n][e] = p;
+          dp[n][e] = p * (dp[n][e] - dls[col]);
+        }
+      }
+      mma_pb<T, D, N>(s, dot, dva);
+      mma_pb<T, D, N>(dp, qt, dka);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    if (key[r] >= tlen) continue;
+    T* dkr = dk + (kv_base + key[r]) * D;
+    T* dvr = dv + (kv_base + key[r]) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      *reinterpret_cast<uint32_t*>(dkr + n * 8 + 2 * t) = pack2<T>(dka[n][2 * r] * scale, dka[n][2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(dvr + n * 8 + 2 * t) = pack2<T>(dva[n][2 * r], dva[n][2 * r + 1]);
+    }
+  }
+}

@@ -1,0 +1,250 @@
+//! Fused (flash-style) attention on CUDA (src/engine/ops/cuda/flash_attention.cuh): the training forward, its
+//! backward and the prefill, without the (T x T) scores. The forward keeps the output and each row's
+//! logsumexp; the backward recomputes the probabilities tile by tile from them. Memory is linear in T.
+//!
+//! Causal, grouped-query (dK/dV summed over the heads of a group), sliding window; head_dim 16, 32, 64 or
+//! 128; f32, bf16 and f16 storage with f32 accumulation. bf16/f16 at head_dim 64 and 128 run on tensor cores
+//! (flash_attention_mma.cuh); f32 and the small heads on f32 FMAs (exact to rounding). [`applies`] says when; `ops::fused_attention` composes
+//! otherwise.
+
+use candle_core::{DType, Device, Result, Tensor};
+
+/// Head sizes the kernels are instantiated for.
+const HEAD_DIMS: [usize; 4] = [16, 32, 64, 128];
+
+/// Whether the fused attention takes queries of `dtype` with `head_dim` on `device` (and the runtime options
+/// did not turn it off: `--no-fused-attention`).
+pub fn applies(device: &Device, dtype: DType, head_dim: usize) -> bool {
+    cfg!(feature = "cuda")
+        && device.is_cuda()
+        && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
+        && HEAD_DIMS.contains(&head_dim)
+        && super::kernels() == super::Kernels::Native
+        && crate::engine::runtime::options().fused_attention
+}
+
+/// What the forward keeps for the backward besides its inputs and output: the per-row logsumexp
+/// (b, heads, tq) in f32, in the base-2 domain the kernels use.
+#[derive(Debug, Clone)]
+pub struct Logsumexp(pub(crate) Tensor);
+
+/// `softmax(q k^T * scale + causal/window mask) v` for `q` (b, heads, tq, d) at positions `q_offset..` and
+/// `k`/`v` (b, kv_heads, tk, d) (rows of d contiguous; a KV cache view may be strided otherwise): the output
+/// (b, tq, heads * d) and the logsumexp. `window` 0: none.
+pub fn forward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    q_offset: usize,
+    window: usize,
+) -> Result<(Tensor, Logsumexp)> {
+    let (q, k, v) = (&even(&q.contiguous()?)?, &even(k)?, &even(v)?);
+    let (out, lse) = imp::forward(q, k, v, scale as f32, q_offset, window)?;
+    Ok((out, Logsumexp(lse)))
+}
+
+/// Gradients (dq (b, heads, t, d), dk and dv (b, kv_heads, t, d)) of the training forward (`q_offset` 0,
+/// tq == tk) given `out` and `d_out` (b * t, heads * d).
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    out: &Tensor,
+    lse: &Logsumexp,
+    d_out: &Tensor,
+    scale: f64,
+    window: usize,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let c = |t: &Tensor| even(&t.contiguous()?);
+    imp::backward([&c(q)?, &c(k)?, &c(v)?, &c(out)?, &c(d_out)?], &lse.0.contiguous()?, scale as f32, window)
+}
+
+/// `x`, copied when its view starts at an odd element: the tensor-core kernels read 16-bit elements in pairs.
+fn even(x: &Tensor) -> Result<Tensor> {
+    if x.layout().start_offset() % 2 == 1 {
+        x.copy()
+    } else {
+        Ok(x.clone())
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use crate::engine::ops::cuda_kernels::launch::{int, output, view, with_dtype, wrap, PTX};
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::{CudaDType, WrapErr};
+    use candle_core::{bail, CudaStorage, DType, Layout, Result, Storage, Tensor};
+
+    /// Rows a block owns and elements of a row per thread (FA_ROWS, FA_SLICE in the kernels).
+    const ROWS: usize = 64;
+    const SLICE: usize = 16;
+
+    fn suffix(dtype: DType) -> Result<&'static str> {
+        Ok(match dtype {
+            DType::F32 => "f32",
+            DType::BF16 => "bf16",
+            DType::F16 => "f16",
+            other => bail!("fused attention takes f32, bf16 or f16, not {other:?}"),
+        })
+    }
+
+    fn cuda<'a>(storage: &'a Storage, what: &str) -> Result<&'a CudaStorage> {
+        match storage {
+            Storage::Cuda(s) => Ok(s),
+            _ => bail!("fused attention: {what} is not on the GPU"),
+        }
+    }
+
+    /// A view of a strided (b, n, t, d) tensor whose rows of d are contiguous, and its batch and head strides.
+    fn strided<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<(CudaView<'a, T>, i64, i64)> {
+        let (dims, st) = (l.dims(), l.stride());
+        if dims.len() != 4 || st[3] != 1 || (dims[2] > 1 && st[2] != dims[3]) {
+            bail!("fused attention: {what} {:?} (strides {st:?}) needs contiguous rows", l.shape());
+        }
+        let span = (0..3).map(|i| (dims[i].max(1) - 1) * st[i]).sum::<usize>() + dims[3];
+        let start = l.start_offset();
+        Ok((s.as_cuda_slice::<T>()?.slice(start..start + span), st[0] as i64, st[1] as i64))
+    }
+
+    /// Blocks of ROWS rows: 4 warps on the tensor-core kernels (bf16/f16 at head_dim 64 and 128, FlashMma in
+    /// the kernels), d / SLICE threads a row on the others.
+    fn grid(rows: usize, heads: usize, b: usize, d: usize, dtype: DType) -> LaunchConfig {
+        let tensor_cores = matches!(dtype, DType::BF16 | DType::F16) && matches!(d, 64 | 128);
+        LaunchConfig {
+            grid_dim: (rows.div_ceil(ROWS) as u32, heads as u32, b as u32),
+            block_dim: (if tensor_cores { 128 } else { (ROWS * d / SLICE) as u32 }, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    pub fn forward(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        scale: f32,
+        q_offset: usize,
+        window: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let (b, heads, tq, d) = q.dims4()?;
+        let (kb, kv_heads, tk, kd) = k.dims4()?;
+        if kb != b || kd != d || v.dims() != k.dims() || v.stride() != k.stride() || heads % kv_heads != 0 {
+            bail!("fused attention: q {:?} against k {:?} / v {:?}", q.shape(), k.shape(), v.shape());
+        }
+        if q_offset + tq > tk || q.dtype() != k.dtype() || v.dtype() != k.dtype() {
+            bail!("fused attention: {tq} queries at {q_offset} over {tk} keys ({:?}/{:?})", q.dtype(), k.dtype());
+        }
+        let ((qs, ql), (ks, kl), (vs, vl)) = (q.storage_and_layout(), k.storage_and_layout(), v.storage_and_layout());
+        let (qs, ks, vs) = (cuda(&qs, "q")?, cuda(&ks, "k")?, cuda(&vs, "v")?);
+        let dev = qs.device().clone();
+        let f = dev.get_or_load_custom_func(
+            &format!("flash_forward_d{d}_{}", suffix(q.dtype())?),
+            "metal_candle_fused",
+            PTX,
+        )?;
+        let lse = output::<f32>(&dev, b * heads * tq)?;
+        let out = with_dtype!(qs, T, {
+            let out = output::<T>(&dev, b * tq * heads * d)?;
+            let qv = view::<T>(&qs, ql, "q")?;
+            let (kv, bs, hs) = strided::<T>(&ks, kl, "k")?;
+            let (vv, _, _) = strided::<T>(&vs, vl, "v")?;
+            let mut a = f.builder();
+            a.arg(&qv);
+            a.arg(&kv);
+            a.arg(&vv);
+            a.arg(&out);
+            a.arg(&lse);
+            candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(tk), bs, hs, int(q_offset));
+            candle_core::builder_arg!(a, int(window), scale);
+            // SAFETY: arguments match the kernel's signature; every view spans what the kernel indexes.
+            unsafe { a.launch(grid(tq, heads, b, d, q.dtype())) }.w()?;
+            wrap(out, &dev, (b, tq, heads * d))
+        });
+        Ok((out, wrap(lse, &dev, (b, heads, tq))))
+    }
+
+    /// `[q, k, v, out, d_out]`, all contiguous.
+    pub fn backward(t: [&Tensor; 5], lse: &Tensor, scale: f32, window: usize) -> Result<(Tensor, Tensor, Tensor)> {
+        let [q, k, _, out, d_out] = t;
+        let (b, heads, tq, d) = q.dims4()?;
+        let (_, kv_heads, tk, _) = k.dims4()?;
+        let rows = b * tq * heads;
+        if tq != tk || out.elem_count() != rows * d || d_out.elem_count() != rows * d || lse.dtype() != DType::F32 {
+            bail!("fused attention backward: q {:?}, k {:?}, out {:?}", q.shape(), k.shape(), out.shape());
+        }
+        let guards = t.map(|x| x.storage_and_layout());
+        let st: Vec<&CudaStorage> = guards.iter().map(|(s, _)| cuda(s, "input")).collect::<Result<_>>()?;
+        let (ls, ll) = lse.storage_and_layout();
+        let ls = cuda(&ls, "logsumexp")?;
+        let dev = st[0].device().clone();
+        let sfx = suffix(q.dtype())?;
+        let func = |name: String| dev.get_or_load_custom_func(&name, "metal_candle_fused", PTX);
+        let (f_delta, f_dq, f_dkv) = (
+            func(format!("flash_delta_{sfx}"))?,
+            func(format!("flash_backward_dq_d{d}_{sfx}"))?,
+            func(format!("flash_backward_dkv_d{d}_{sfx}"))?,
+        );
+        let delta = output::<f32>(&dev, b * heads * tq)?;
+        let lv = view::<f32>(&ls, ll, "logsumexp")?;
+        let grads = with_dtype!(st[0], T, {
+            let v: Vec<CudaView<'_, T>> = ["q", "k", "v", "out", "d_out"]
+                .iter()
+                .zip(st.iter().zip(&guards))
+                .map(|(what, (s, (_, l)))| view::<T>(s, l, what))
+                .collect::<Result<_>>()?;
+            let mut a = f_delta.builder();
+            a.arg(&v[3]);
+            a.arg(&v[4]);
+            a.arg(&delta);
+            candle_core::builder_arg!(a, rows as i64, int(heads), int(tq), int(d));
+            let cfg =
+                LaunchConfig { grid_dim: (rows.div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: arguments match the kernel's signature; buffers are sized above.
+            unsafe { a.launch(cfg) }.w()?;
+            let dq = output::<T>(&dev, b * heads * tq * d)?;
+            let mut a = f_dq.builder();
+            a.arg(&v[0]);
+            a.arg(&v[1]);
+            a.arg(&v[2]);
+            a.arg(&v[4]);
+            a.arg(&lv);
+            a.arg(&delta);
+            a.arg(&dq);
+            candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), scale);
+            // SAFETY: as above.
+            unsafe { a.launch(grid(tq, heads, b, d, q.dtype())) }.w()?;
+            let (dk, dv) = (output::<T>(&dev, b * kv_heads * tk * d)?, output::<T>(&dev, b * kv_heads * tk * d)?);
+            let mut a = f_dkv.builder();
+            a.arg(&v[0]);
+            a.arg(&v[1]);
+            a.arg(&v[2]);
+            a.arg(&v[4]);
+            a.arg(&lv);
+            a.arg(&delta);
+            a.arg(&dk);
+            a.arg(&dv);
+            candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), scale);
+            // SAFETY: as above.
+            unsafe { a.launch(grid(tk, kv_heads, b, d, q.dtype())) }.w()?;
+            let kv_shape = (b, kv_heads, tk, d);
+            (wrap(dq, &dev, (b, heads, tq, d)), wrap(dk, &dev, kv_shape), wrap(dv, &dev, kv_shape))
+        });
+        Ok(grads)
+    }
+}
+
+/// Without CUDA [`applies`] is false and callers never get here.
+#[cfg(not(feature = "cuda"))]
+mod imp {
+    use candle_core::{bail, Result, Tensor};
+
+    pub fn forward(_: &Tensor, _: &Tensor, _: &Tensor, _: f32, _: usize, _: usize) -> Result<(Tensor, Tensor)> {
+        bail!("fused attention runs on CUDA only")
+    }
+
+    pub fn backward(_: [&Tensor; 5], _: &Tensor, _: f32, _: usize) -> Result<(Tensor, Tensor, Tensor)> {
+        bail!("fused attention runs on CUDA only")
+    }
+}

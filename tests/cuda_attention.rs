@@ -1,0 +1,134 @@
+//! The fused CUDA attention (`ops::fused_attention` and its backward) against Candle's autograd through the
+//! composed attention (repeated KV heads, additive mask, softmax) in f64 on the CPU: the output and dQ, dK, dV
+//! for causal, grouped-query and sliding-window attention, head sizes 16 to 128, lengths that are not a multiple
+//! of the kernels' tiles, in f32, bf16 and f16; and the prefill over a strided KV-cache view at an offset.
+//! Built with `--features cuda`; skipped without a GPU. Run on a lent GPU machine.
+#![cfg(feature = "cuda")]
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use metal_candle::engine::ops;
+
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    b: usize,
+    heads: usize,
+    kv: usize,
+    t: usize,
+    d: usize,
+    window: Option<usize>,
+}
+
+/// Output (b, t, heads * d) and the gradients of sum(out * d_out) with respect to q, k, v, by autograd in f64.
+fn reference(q: &Tensor, k: &Tensor, v: &Tensor, d_out: &Tensor, c: Case) -> [Tensor; 4] {
+    let (q, k, v) = (Var::from_tensor(q).unwrap(), Var::from_tensor(k).unwrap(), Var::from_tensor(v).unwrap());
+    let rep = c.heads / c.kv;
+    let repeat = |x: &Tensor| Tensor::cat(&vec![x.clone(); rep], 2).unwrap().reshape((c.b, c.heads, c.t, c.d)).unwrap();
+    let mut mask = vec![0f64; c.t * c.t];
+    for i in 0..c.t {
+        for j in 0..c.t {
+            if j > i || c.window.is_some_and(|w| i - j >= w) {
+                mask[i * c.t + j] = -1e30;
+            }
+        }
+    }
+    let mask = Tensor::from_vec(mask, (c.t, c.t), &Device::Cpu).unwrap();
+    let scale = 1.0 / (c.d as f64).sqrt();
+    let scores = (q.as_tensor().matmul(&repeat(k.as_tensor()).t().unwrap()).unwrap() * scale).unwrap();
+    let probs = candle_nn::ops::softmax(&scores.broadcast_add(&mask).unwrap(), D::Minus1).unwrap();
+    let out = probs.matmul(&repeat(v.as_tensor())).unwrap();
+    let out = out.transpose(1, 2).unwrap().reshape((c.b, c.t, c.heads * c.d)).unwrap();
+    let grads = (&out * d_out).unwrap().sum_all().unwrap().backward().unwrap();
+    let g = |x: &Var| grads.get(x.as_tensor()).unwrap().clone();
+    [out.clone(), g(&q), g(&k), g(&v)]
+}
+
+/// max |a - b| over max |b|, or absolute where every |b| < 1 (a single token's dq and dk are exactly zero).
+fn relative(a: &Tensor, b: &Tensor) -> f64 {
+    let a = a.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64).unwrap();
+    let b = b.to_dtype(DType::F64).unwrap().reshape(a.shape()).unwrap();
+    let diff: f64 = (&a - &b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    let scale: f64 = b.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    assert!(diff.is_finite(), "non-finite result");
+    diff / scale.max(1.0)
+}
+
+/// Random inputs rounded to `dtype` (so the reference sees what the kernels see), on the CPU in f64.
+fn inputs(c: Case, dtype: DType) -> [Tensor; 4] {
+    let r = |shape: (usize, usize, usize, usize)| {
+        let x = Tensor::randn(0f64, 1.0, shape, &Device::Cpu).unwrap();
+        x.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap()
+    };
+    let d_out = r((c.b, c.t, c.heads, c.d)).reshape((c.b, c.t, c.heads * c.d)).unwrap();
+    [r((c.b, c.heads, c.t, c.d)), r((c.b, c.kv, c.t, c.d)), r((c.b, c.kv, c.t, c.d)), d_out]
+}
+
+fn check(gpu: &Device, c: Case, dtype: DType, tolerance: f64) {
+    let [q, k, v, d_out] = inputs(c, dtype);
+    let want = reference(&q, &k, &v, &d_out, c);
+    let on_gpu = |x: &Tensor| x.to_dtype(dtype).unwrap().to_device(gpu).unwrap();
+    let (gq, gk, gv, gd) = (on_gpu(&q), on_gpu(&k), on_gpu(&v), on_gpu(&d_out));
+    let scale = 1.0 / (c.d as f64).sqrt();
+    let (out, lse) = ops::fused_attention(&gq, &gk, &gv, scale, 0, c.window).unwrap().expect("fused attention applies");
+    let rows = (c.b * c.t, c.heads * c.d);
+    let (out2, gd2) = (out.reshape(rows).unwrap(), gd.reshape(rows).unwrap());
+    let (dq, dk, dv) = ops::fused_attention_backward(&gq, &gk, &gv, &out2, &lse, &gd2, scale, c.window).unwrap();
+    let errors = [relative(&out, &want[0]), relative(&dq, &want[1]), relative(&dk, &want[2]), relative(&dv, &want[3])];
+    eprintln!(
+        "{c:?} {dtype:?}: relative error out/dq/dk/dv {:.1e} {:.1e} {:.1e} {:.1e}",
+        errors[0], errors[1], errors[2], errors[3]
+    );
+    assert!(errors.iter().all(|e| *e < tolerance), "{c:?} {dtype:?}: {errors:?} over {tolerance}");
+}
+
+const CASES: [Case; 6] = [
+    Case { b: 2, heads: 4, kv: 4, t: 67, d: 64, window: None },
+    Case { b: 1, heads: 8, kv: 2, t: 130, d: 128, window: None },
+    Case { b: 2, heads: 4, kv: 2, t: 100, d: 32, window: Some(17) },
+    Case { b: 3, heads: 4, kv: 2, t: 5, d: 16, window: None },
+    Case { b: 1, heads: 6, kv: 3, t: 203, d: 64, window: Some(70) },
+    Case { b: 1, heads: 2, kv: 1, t: 1, d: 16, window: None },
+];
+
+#[test]
+fn fused_attention_matches_autograd_of_the_composed_attention() {
+    let Ok(gpu) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    for c in CASES {
+        check(&gpu, c, DType::F32, 1e-5);
+    }
+    // bf16 keeps 8 bits of mantissa: outputs and gradients are rounded to about 2^-9 of their size, over
+    // values up to a few times the largest; f16 keeps 11.
+    for c in CASES {
+        check(&gpu, c, DType::BF16, 1.5e-2);
+        check(&gpu, c, DType::F16, 2e-3);
+    }
+}
+
+/// Prefill after a cached prefix: `tq` new queries at positions `start..` over a strided KV-cache view match
+/// the same rows of the full causal attention.
+#[test]
+fn fused_prefill_over_a_strided_cache_matches_the_full_attention() {
+    let Ok(gpu) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    for window in [None, Some(9)] {
+        let c = Case { b: 2, heads: 4, kv: 2, t: 67, d: 32, window };
+        let [q, k, v, d_out] = inputs(c, DType::F32);
+        let want = reference(&q, &k, &v, &d_out, c)[0].narrow(1, 60, 7).unwrap();
+        let f32_gpu = |x: &Tensor| x.to_dtype(DType::F32).unwrap().to_device(&gpu).unwrap();
+        // A cache buffer of capacity 80 holding 67 positions: rows of d contiguous, heads 80 rows apart.
+        let cache = |x: &Tensor| {
+            let pad = Tensor::zeros((c.b, c.kv, 13, c.d), DType::F64, &Device::Cpu).unwrap();
+            f32_gpu(&Tensor::cat(&[x, &pad], 2).unwrap()).narrow(2, 0, c.t).unwrap()
+        };
+        let q_new = f32_gpu(&q.narrow(2, 60, 7).unwrap());
+        let scale = 1.0 / (c.d as f64).sqrt();
+        let (out, _) = ops::fused_attention(&q_new, &cache(&k), &cache(&v), scale, 60, window).unwrap().unwrap();
+        let error = relative(&out, &want);
+        eprintln!("prefill at 60, window {window:?}: relative error {error:.1e}");
+        assert!(error < 1e-5);
+    }
+}
