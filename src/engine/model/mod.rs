@@ -21,6 +21,7 @@ pub mod loader;
 pub mod mlp;
 pub mod quant;
 pub mod rotary;
+pub mod safetensors_reader;
 pub mod safetensors_weights;
 pub mod sequence;
 pub mod tokenizer;
@@ -30,6 +31,10 @@ mod weight_loader;
 pub use config::{Architecture, ModelConfig};
 pub use gradients::Gradients;
 pub use kv_cache::{KvCache, LayerCache};
-pub use loader::{load_model, load_model_info, load_model_with, LoadOptions, LoadedModel, ModelInfo, ModelSource};
+pub use loader::{
+    load_model, load_model_info, load_model_reporting, load_model_with, LoadOptions, LoadedModel, ModelInfo,
+    ModelSource,
+};
 pub use quant::BaseQuant;
+pub use safetensors_reader::{LoadProgress, LoadProgressFn};
 pub use sequence::SequenceContext;

@@ -1,10 +1,11 @@
-//! Weight sources: Hugging Face safetensors (single file or sharded with an index) memory-mapped, or an
+//! Weight sources: Hugging Face safetensors (single file or sharded with an index) read tensor by tensor, or an
 //! in-memory map of tensors (what the GGUF loader produces, dense and still-quantized ones). Lookups check
 //! shapes and name the file at fault. [`Weights::base_weight`] applies the base quantization choice to one
 //! projection at a time: read, quantize, drop the dense copy, so no whole dense model is ever held.
 
 use super::linear::BaseWeight;
 use super::quant::{fitting_type, BaseQuant};
+use super::safetensors_reader::{LoadProgressFn, SafetensorsReader};
 use crate::engine::{ops, Error, Result};
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
@@ -15,7 +16,7 @@ use std::sync::Arc;
 /// Where the transformer's tensors come from.
 pub enum Weights {
     Safetensors {
-        files: candle_core::safetensors::MmapedSafetensors,
+        files: SafetensorsReader,
         /// For error messages: the folder's weight file(s).
         origin: PathBuf,
     },
@@ -30,28 +31,16 @@ pub enum Weights {
 impl Weights {
     /// Open `model.safetensors` or the shards listed in `model.safetensors.index.json` under `folder`.
     pub fn open_folder(folder: &Path) -> Result<Self> {
+        Self::open_folder_reporting(folder, None)
+    }
+
+    /// [`Self::open_folder`], calling `progress` after each tensor is read (tensors are read one at a time,
+    /// not memory-mapped: see safetensors_reader.rs).
+    pub fn open_folder_reporting(folder: &Path, progress: Option<LoadProgressFn>) -> Result<Self> {
+        let paths = weight_files(folder)?;
         let single = folder.join("model.safetensors");
-        let index = folder.join("model.safetensors.index.json");
-        let (paths, origin) = if single.exists() {
-            (vec![single.clone()], single)
-        } else if index.exists() {
-            (shard_paths(&index)?, index)
-        } else {
-            return Err(Error::MissingFile {
-                path: single,
-                what: "no model.safetensors or model.safetensors.index.json in the model folder".into(),
-            });
-        };
-        // SAFETY: the files are mapped read-only. Parsing the header checks that every tensor's extent lies
-        // inside the file, so a truncated download is an error here, not a fault later. A file changed
-        // underneath us while mapped is the usual mmap caveat, accepted by every safetensors user.
-        let files = unsafe { candle_core::safetensors::MmapedSafetensors::multi(&paths) }.map_err(|e| {
-            Error::CorruptWeights {
-                path: origin.clone(),
-                message: format!("{e} (the file may be truncated or not safetensors; download it again)"),
-            }
-        })?;
-        Ok(Weights::Safetensors { files, origin })
+        let origin = if single.exists() { single } else { folder.join("model.safetensors.index.json") };
+        Ok(Weights::Safetensors { files: SafetensorsReader::open(&paths, progress)?, origin })
     }
 
     pub fn from_map(tensors: HashMap<String, Tensor>, origin: PathBuf) -> Self {
@@ -121,7 +110,7 @@ impl Weights {
 
     pub fn contains(&self, name: &str) -> bool {
         match self {
-            Weights::Safetensors { files, .. } => files.get(name).is_ok(),
+            Weights::Safetensors { files, .. } => files.contains(name),
             Weights::Map { tensors, quantized, .. } => tensors.contains_key(name) || quantized.contains_key(name),
         }
     }
@@ -130,13 +119,7 @@ impl Weights {
     pub fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         let tensor = match self {
             Weights::Safetensors { files, origin } => {
-                if files.get(name).is_err() {
-                    return Err(Error::MissingTensor { name: name.into(), path: origin.clone() });
-                }
-                files.load(name, &Device::Cpu).map_err(|e| Error::CorruptWeights {
-                    path: origin.clone(),
-                    message: format!("tensor `{name}`: {e}"),
-                })?
+                files.load(name)?.ok_or_else(|| Error::MissingTensor { name: name.into(), path: origin.clone() })?
             }
             Weights::Map { tensors, quantized, origin } => match (tensors.get(name), quantized.get(name)) {
                 (Some(t), _) => t.clone(),
