@@ -462,7 +462,7 @@ fn load_progress_arrives_and_the_memory_card_fixes_a_run_that_does_not_fit() {
     h.step();
     h.step();
     assert!(h.query_by_label_contains("it would swap or fail").is_some(), "the card warns");
-    h.get_by_label_contains("Fix: turn gradient checkpointing on").click();
+    h.get_by_label_contains("Fix: turn gradient checkpointing on").click_accesskit();
     h.step();
     h.step();
     assert_eq!(app(&h).prefs.train.checkpointing, Checkpointing::On, "one click applies the fix");

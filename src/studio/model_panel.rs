@@ -391,10 +391,10 @@ pub fn memory_card_ui(
         }
     });
     if let Some(warning) = estimate::memory_warning(&m.shape, cfg, budget.0, budget.1) {
-        ui.label(RichText::new(format!("⚠ {warning}")).color(palette::WARN));
+        ui.label(RichText::new(format!("Warning: {warning}")).color(palette::WARN));
     }
     if let Some((fix, fixed)) = estimate::memory_fix(&m.shape, cfg, budget.0, budget.1) {
-        let label = format!("Fix: {} → about {}", fix.describe(), fmt_bytes(fixed.total_bytes()));
+        let label = format!("Fix: {} (then about {})", fix.describe(), fmt_bytes(fixed.total_bytes()));
         if ui.button(label).on_hover_text("Change this setting so the run fits the memory").clicked() {
             fix.apply(&mut prefs.train);
         }
