@@ -58,6 +58,8 @@ DEFAULT_BINARY = ROOT / "target" / "release" / "metal-candle"
 CASES = {
     "ours-tiny-llama-adapter": ("tiny-llama", "ours"),
     "ours-tiny-qwen3-adapter": ("tiny-qwen3", "ours-qwen3"),
+    "ours-tiny-gemma3-adapter": ("tiny-gemma3", "ours-gemma3"),
+    "ours-tiny-olmo2-adapter": ("tiny-olmo2", "ours-olmo2"),
 }
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 LOGPROB_TOL = 1e-4
@@ -366,8 +368,9 @@ def check_mlx_lm_runtime(name: str, base_dir: Path, mlx_dir: Path, ids: list[int
 
 # ----------------------------------------------------------------------------------------------------------
 
-def copy_from_runs(runs: Path) -> None:
-    for fixture, (_, run_name) in CASES.items():
+def copy_from_runs(runs: Path, names) -> None:
+    for fixture in names:
+        _, run_name = CASES[fixture]
         ckpts = sorted((runs / run_name).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         if not ckpts:
             raise InteropError(f"no checkpoint-* in {runs / run_name}")
@@ -445,7 +448,8 @@ def main() -> int:
     ap.add_argument("--merged", action="append", default=[], metavar="NAME=DIR", help="use this merged export")
     ap.add_argument("--mlx", action="append", default=[], metavar="NAME=DIR", help="use this mlx-lm export")
     ap.add_argument("--copy-from-runs", type=Path, metavar="RUNS",
-                    help="first copy the adapter files of RUNS/{ours,ours-qwen3}/checkpoint-<last>/ into the fixtures")
+                    help="first copy the adapter files of RUNS/<run name>/checkpoint-<last>/ into the fixtures "
+                         "(run names: " + ", ".join(r for _, r in CASES.values()) + ")")
     ap.add_argument("--only", choices=sorted(CASES), action="append")
     ap.add_argument("--strict", action="store_true",
                     help="also fail when PEFT warns about adapter_config.json fields it does not know")
@@ -460,7 +464,7 @@ def main() -> int:
     failures = []
     try:
         if args.copy_from_runs:
-            copy_from_runs(args.copy_from_runs)
+            copy_from_runs(args.copy_from_runs, args.only or list(CASES))
     except InteropError as e:
         print(f"ERROR: {e}", file=sys.stderr)
         return 1

@@ -5,11 +5,14 @@ Deterministic (seeded) and re-runnable: every run rewrites the same files.
 
     python scripts/make_fixtures.py                  # everything
     python scripts/make_fixtures.py --skip-smollm2   # only the tiny synthetic fixtures
+    python scripts/make_fixtures.py --only tiny-gemma3 tiny-gemma3-peft   # just these folders (others untouched)
 
 Outputs (relative to the repo root):
   tests/fixtures/tiny-{llama,mistral,qwen2,qwen3}/   config, safetensors (f32), tokenizer files, expected.json
+  tests/fixtures/tiny-{gemma3,olmo2}/                the same for gemma3_text (Gemma's chat template) and olmo2
   tests/fixtures/tiny-llama-peft/                    LoRA adapter (r=4, alpha=8, all linear) + expected.json
   tests/fixtures/tiny-qwen2-peft-rslora/             rsLoRA adapter (r=8, alpha=16, q/v) + expected.json
+  tests/fixtures/tiny-{gemma3,olmo2}-peft/           LoRA adapters (r=4, alpha=8, all linear) + expected.json
   tests/fixtures/smollm2_expected.json               oracle numbers for the real SmolLM2-135M-Instruct Q4_1 GGUF
   tests/fixtures/smollm2_tokenizer_reference.json    non-vocab parts of the tokenizer transformers builds from the GGUF
   models/smollm2/transformers_tokenizer.json         (git-ignored) the full tokenizer.json transformers builds
@@ -103,6 +106,57 @@ CHAT_MESSAGES_INVALID = [
     {"role": "user", "content": "Hi"},
     {"role": "tool", "content": "42"},
 ]
+# Gemma's template accepts any role name but insists that user and model turns alternate.
+CHAT_MESSAGES_INVALID_GEMMA = [
+    {"role": "user", "content": "Hi"},
+    {"role": "user", "content": "Hi again"},
+]
+
+# Gemma 3's chat template (google/gemma-3-*-it tokenizer_config.json): a system message is folded into the
+# first user turn, assistant turns are "model" turns, content may be a string or a list of text/image parts.
+GEMMA3_CHAT_TEMPLATE = (
+    "{{ bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n"
+    "    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n"
+    "        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n"
+    "        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n"
+    "                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n"
+    "                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n"
+    "        {%- endfor -%}\n"
+    "    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\n' }}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{'<start_of_turn>model\n'}}\n"
+    "{%- endif -%}\n"
+)
+GEMMA_SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
 
 N_NEW = 24
 MIN_GAP = 2e-2  # brief asks > 1e-3; we demand more headroom
@@ -235,6 +289,35 @@ def build_base_tokenizer():
     return tok
 
 
+def make_gemma_tokenizer(base, chat_template: str):
+    """The base tokenizer with Gemma's special tokens appended (ids 512..516): `<bos>` prepended by the
+    post-processor as Gemma's tokenizer does, `<eos>` the eos token, `<pad>` the pad token."""
+    from tokenizers import AddedToken, Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_str(base.to_str())
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in GEMMA_SPECIAL_TOKENS])
+    bos_id = tok.token_to_id("<bos>")
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single="<bos>:0 $A:0", pair="<bos>:0 $A:0 <bos>:1 $B:1", special_tokens=[("<bos>", bos_id)]
+            ),
+        ]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token=None,
+        model_max_length=256,
+        clean_up_tokenization_spaces=False,
+        chat_template=chat_template,
+    )
+
+
 def make_hf_tokenizer(base, with_bos_postprocessor: bool, chat_template: str):
     """Wrap a copy of the base tokenizer as a PreTrainedTokenizerFast."""
     from tokenizers import Tokenizer, processors
@@ -356,16 +439,58 @@ def tiny_specs(tok):
             shard=None,
             gen_eos=im_end,
         ),
+        "tiny-olmo2": dict(
+            cls="Olmo2Config",
+            cfg=dict(base, rope_theta=500000.0, tie_word_embeddings=False, attention_bias=False),
+            bos_pp=False,
+            template=CHAT_TEMPLATE,
+            jinja_file=False,
+            shard=None,
+            gen_eos=im_end,
+        ),
+        # gemma3_text: one sliding layer (window 4, shorter than every test sequence) and one global layer,
+        # the global one with linear rope scaling, a score scale that is not 1/sqrt(head_dim), tied embeddings,
+        # its own tokenizer (Gemma's special tokens, <bos> prepended) and Gemma 3's chat template.
+        "tiny-gemma3": dict(
+            cls="Gemma3TextConfig",
+            cfg=dict(
+                {k: v for k, v in base.items() if k != "hidden_act"},
+                vocab_size=vocab + len(GEMMA_SPECIAL_TOKENS),
+                hidden_activation="gelu_pytorch_tanh",
+                layer_types=["sliding_attention", "full_attention"],
+                sliding_window=4,
+                rope_theta=1000000.0,
+                rope_local_base_freq=10000.0,
+                rope_scaling={"rope_type": "linear", "factor": 2.0},
+                query_pre_attn_scalar=24,
+                tie_word_embeddings=True,
+                attention_bias=False,
+                final_logit_softcapping=None,
+                attn_logit_softcapping=None,
+                bos_token_id=vocab + GEMMA_SPECIAL_TOKENS.index("<bos>"),
+                eos_token_id=[vocab + GEMMA_SPECIAL_TOKENS.index("<eos>"), vocab + GEMMA_SPECIAL_TOKENS.index("<end_of_turn>")],
+                pad_token_id=vocab + GEMMA_SPECIAL_TOKENS.index("<pad>"),
+            ),
+            gemma_tokenizer=True,
+            bos_pp=True,
+            template=GEMMA3_CHAT_TEMPLATE,
+            jinja_file=False,
+            shard=None,
+            gen_eos=[vocab + GEMMA_SPECIAL_TOKENS.index("<eos>"), vocab + GEMMA_SPECIAL_TOKENS.index("<end_of_turn>")],
+            # Gemma stores norm weights with the 1 taken out (applied as 1 + w): random around 0.
+            norm_range=(-0.5, 0.5),
+            invalid_chat=CHAT_MESSAGES_INVALID_GEMMA,
+        ),
     }
 
 
 @torch.no_grad()
-def init_weights(model, seed: int) -> None:
+def init_weights(model, seed: int, norm_range=(0.5, 1.5)) -> None:
     g = torch.Generator().manual_seed(seed)
     for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
         if name.endswith("norm.weight"):
-            # RMSNorm weights (incl. qwen3 q_norm/k_norm): random around 1
-            p.copy_(torch.empty_like(p).uniform_(0.5, 1.5, generator=g))
+            # RMSNorm weights (incl. qwen3 q_norm/k_norm): random around 1 (around 0 where applied as 1 + w)
+            p.copy_(torch.empty_like(p).uniform_(*norm_range, generator=g))
         elif name.endswith(".bias"):
             p.copy_(torch.randn(p.shape, generator=g) * 0.2)
         else:
@@ -379,7 +504,7 @@ def build_tiny(name: str, spec: dict, tok, seed: int):
     cfg = getattr(transformers, spec["cls"])(**spec["cfg"])
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
-    init_weights(model, seed)
+    init_weights(model, seed, spec.get("norm_range", (0.5, 1.5)))
     if cfg.tie_word_embeddings:
         model.tie_weights()
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
@@ -406,7 +531,7 @@ def save_tiny(name: str, spec: dict, model, hf_tok) -> Path:
     return out
 
 
-def chat_cases(tok) -> dict:
+def chat_cases(tok, invalid=CHAT_MESSAGES_INVALID) -> dict:
     res = {
         "messages": CHAT_MESSAGES,
         "add_generation_prompt": True,
@@ -423,12 +548,12 @@ def chat_cases(tok) -> dict:
     if not isinstance(res["ids"], list):  # BatchEncoding in some versions
         res["ids"] = list(res["ids"]["input_ids"])
     try:
-        tok.apply_chat_template(CHAT_MESSAGES_INVALID, tokenize=False, add_generation_prompt=True)
+        tok.apply_chat_template(invalid, tokenize=False, add_generation_prompt=True)
         raise AssertionError("invalid role did not raise")
     except Exception as e:  # jinja2 TemplateError
         if isinstance(e, AssertionError):
             raise
-        res["invalid_role"] = {"messages": CHAT_MESSAGES_INVALID, "error": str(e)}
+        res["invalid_role"] = {"messages": invalid, "error": str(e)}
     return res
 
 
@@ -471,13 +596,20 @@ def reload_check(folder: Path, expected: dict) -> None:
     assert tok.apply_chat_template(CHAT_MESSAGES, tokenize=False, add_generation_prompt=True) == expected["chat"]["rendered"]
 
 
-def make_tiny_fixtures() -> dict:
+def make_tiny_fixtures(only=None) -> dict:
+    """Build every tiny model (or those named in `only`; each keeps its own seeds, so the others' files and
+    its own come out the same either way)."""
     seed_all(SEED)
     base = build_base_tokenizer()
     specs = None
     models = {}
     for i, (name, spec) in enumerate(tiny_specs(make_hf_tokenizer(base, False, CHAT_TEMPLATE)).items()):
-        hf_tok = make_hf_tokenizer(base, spec["bos_pp"], spec["template"])
+        if only is not None and name not in only:
+            continue
+        if spec.get("gemma_tokenizer"):
+            hf_tok = make_gemma_tokenizer(base, spec["template"])
+        else:
+            hf_tok = make_hf_tokenizer(base, spec["bos_pp"], spec["template"])
         # try a few seeds until greedy margins are comfortable
         for attempt in range(20):
             seed = SEED + 100 * i + attempt
@@ -503,7 +635,7 @@ def make_tiny_fixtures() -> dict:
                 **score_ids(model, ids),
             },
             "greedy": g,
-            "chat": chat_cases(hf_tok),
+            "chat": chat_cases(hf_tok, spec.get("invalid_chat", CHAT_MESSAGES_INVALID)),
             "decode_check": {
                 "ids": ids,
                 "text": hf_tok.decode(ids, skip_special_tokens=False),
@@ -817,24 +949,33 @@ def main() -> None:
     ap.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
     ap.add_argument("--skip-smollm2", action="store_true")
     ap.add_argument("--only-smollm2", action="store_true")
+    ap.add_argument("--only", nargs="+", metavar="NAME",
+                    help="regenerate only these fixture folders (a PEFT fixture needs its base listed too); "
+                         "implies --skip-smollm2")
     args = ap.parse_args()
+    only = set(args.only) if args.only else None
+    if only is not None:
+        args.skip_smollm2 = True
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     torch.use_deterministic_algorithms(True)
     FIX.mkdir(parents=True, exist_ok=True)
 
     if not args.only_smollm2:
-        models = make_tiny_fixtures()
-        make_peft_fixture(
-            models, "tiny-llama", "tiny-llama-peft",
-            dict(r=4, lora_alpha=8,
-                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
-            seed=SEED + 7,
-        )
-        make_peft_fixture(
-            models, "tiny-qwen2", "tiny-qwen2-peft-rslora",
-            dict(r=8, lora_alpha=16, use_rslora=True, target_modules=["q_proj", "v_proj"]),
-            seed=SEED + 8,
-        )
+        models = make_tiny_fixtures(only)
+        all_linear = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        peft_fixtures = [
+            ("tiny-llama", "tiny-llama-peft", dict(r=4, lora_alpha=8, target_modules=all_linear), SEED + 7),
+            ("tiny-qwen2", "tiny-qwen2-peft-rslora",
+             dict(r=8, lora_alpha=16, use_rslora=True, target_modules=["q_proj", "v_proj"]), SEED + 8),
+            ("tiny-gemma3", "tiny-gemma3-peft", dict(r=4, lora_alpha=8, target_modules=all_linear), SEED + 9),
+            ("tiny-olmo2", "tiny-olmo2-peft", dict(r=4, lora_alpha=8, target_modules=all_linear), SEED + 10),
+        ]
+        for base_name, out_name, lora_kwargs, seed in peft_fixtures:
+            if only is not None and out_name not in only:
+                continue
+            if base_name not in models:
+                sys.exit(f"--only {out_name} needs its base {base_name} listed too")
+            make_peft_fixture(models, base_name, out_name, lora_kwargs, seed=seed)
     if not args.skip_smollm2:
         if not args.gguf.exists():
             print(f"warning: {args.gguf} missing (run scripts/fetch_smollm2.sh); skipping SmolLM2", file=sys.stderr)

@@ -16,7 +16,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 /// (adapter fixture, base model fixture)
-const CASES: [(&str, &str); 2] = [("ours-tiny-llama-adapter", "tiny-llama"), ("ours-tiny-qwen3-adapter", "tiny-qwen3")];
+const CASES: [(&str, &str); 4] = [
+    ("ours-tiny-llama-adapter", "tiny-llama"),
+    ("ours-tiny-qwen3-adapter", "tiny-qwen3"),
+    ("ours-tiny-gemma3-adapter", "tiny-gemma3"),
+    ("ours-tiny-olmo2-adapter", "tiny-olmo2"),
+];
 
 fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()

@@ -1,5 +1,5 @@
 //! Our transformer against Hugging Face transformers: per-token log-probs, greedy continuations, chat
-//! templates and detokenization for tiny random llama / mistral / qwen2 / qwen3 models
+//! templates and detokenization for tiny random llama / mistral / qwen2 / qwen3 / gemma3 / olmo2 models
 //! (fixtures from scripts/make_fixtures.py).
 
 mod common;
@@ -10,7 +10,7 @@ use metal_candle::engine::generate::score;
 use metal_candle::engine::model::chat_template::ChatMessage;
 use metal_candle::engine::model::load_model;
 
-const ARCHS: [&str; 4] = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"];
+const ARCHS: [&str; 6] = ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-olmo2"];
 
 fn messages(v: &serde_json::Value) -> Vec<ChatMessage> {
     serde_json::from_value(v.clone()).unwrap()
@@ -93,5 +93,85 @@ fn eos_ids_come_from_generation_config_lists() {
         for id in list {
             assert!(m.eos_token_ids.contains(&(id.as_u64().unwrap() as u32)), "{:?}", m.eos_token_ids);
         }
+    }
+}
+
+/// A multimodal gemma3 folder (config with `text_config`, the language model's weights under either
+/// transformers layout, a vision tower and projector beside them), built from tiny-gemma3: its text tower
+/// loads with tiny-gemma3's log-probs, the notice names the ignored tensors, and the merged export of it is a
+/// text-only gemma3_text folder.
+#[test]
+fn multimodal_gemma3_folders_load_their_text_tower() {
+    let base = fixture("tiny-gemma3");
+    let text_config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(base.join("config.json")).unwrap()).unwrap();
+    let tensors = candle_core::safetensors::load(base.join("model.safetensors"), &Device::Cpu).unwrap();
+    let exp = expected("tiny-gemma3");
+    for (text_prefix, vision_prefix) in [("language_model.model.", ""), ("model.language_model.", "model.")] {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"] {
+            std::fs::copy(base.join(f), dir.path().join(f)).unwrap();
+        }
+        let config = serde_json::json!({
+            "model_type": "gemma3",
+            "architectures": ["Gemma3ForConditionalGeneration"],
+            "text_config": text_config,
+            "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8},
+            "mm_tokens_per_image": 4,
+            "eos_token_id": [513, 516],
+        });
+        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+        let mut stored: std::collections::HashMap<String, candle_core::Tensor> = tensors
+            .iter()
+            .map(|(name, t)| (format!("{text_prefix}{}", name.strip_prefix("model.").unwrap()), t.clone()))
+            .collect();
+        let dummy = candle_core::Tensor::zeros((8, 3, 2, 2), DType::F32, &Device::Cpu).unwrap();
+        stored.insert(format!("{vision_prefix}vision_tower.vision_model.embeddings.patch_embedding.weight"), dummy);
+        let projector = candle_core::Tensor::zeros((8, 64), DType::F32, &Device::Cpu).unwrap();
+        stored.insert(format!("{vision_prefix}multi_modal_projector.mm_input_projection_weight"), projector);
+        candle_core::safetensors::save(&stored, dir.path().join("model.safetensors")).unwrap();
+
+        let m = load_model(dir.path(), &Device::Cpu, DType::F32).unwrap();
+        assert!(m.config.multimodal, "{text_prefix}");
+        assert!(m.notes.iter().any(|n| n.contains("vision tower") && n.contains("(2 tensors)")), "{:?}", m.notes);
+        let ids = common::ids(&exp["score"]["ids"]);
+        let diff = max_abs_diff(&score(&m.model, &ids).unwrap(), &floats(&exp["score"]["token_logprobs"]));
+        assert!(diff < 1e-4, "{text_prefix}: max |logprob diff| = {diff}");
+
+        // An adapter (non-zero B) merged into the multimodal base: a text-only gemma3_text folder.
+        let ckpt = dir.path().join("adapter");
+        std::fs::create_dir(&ckpt).unwrap();
+        let mut tuned = load_model(dir.path(), &Device::Cpu, DType::F32).unwrap();
+        let settings = metal_candle::engine::train::LoraSettings {
+            rank: 2,
+            alpha: 4.0,
+            targets: "all-linear".parse().unwrap(),
+            ..Default::default()
+        };
+        let params = metal_candle::engine::lora::attach_new_adapters(&mut tuned.model, &settings, 1).unwrap();
+        for p in &params {
+            p.b.set(&candle_core::Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
+        }
+        let tuned_lp = score(&tuned.model, &ids).unwrap();
+        use metal_candle::engine::checkpoint::{save_peft_adapter, PeftAdapterConfig};
+        let adapter_config = PeftAdapterConfig::for_settings(&settings, tuned.config.num_layers, dir.path()).unwrap();
+        save_peft_adapter(&ckpt, &params, &adapter_config).unwrap();
+        let out = dir.path().join("merged");
+        use metal_candle::engine::export::{export, ExportFormat};
+        export(&ckpt, ExportFormat::Merged, &out, dir.path()).unwrap();
+        let merged: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(merged["model_type"], "gemma3_text");
+        assert_eq!(merged["eos_token_id"], serde_json::json!([513, 516]));
+        let names = candle_core::safetensors::load(out.join("model.safetensors"), &Device::Cpu).unwrap();
+        let mut names: Vec<_> = names.into_keys().collect();
+        names.sort();
+        let mut want: Vec<_> = tensors.keys().cloned().collect();
+        want.sort();
+        assert_eq!(names, want, "{text_prefix}: the merged export holds the text model's tensors, text-only names");
+        let m = load_model(&out, &Device::Cpu, DType::F32).unwrap();
+        let tuned_lp: Vec<f64> = tuned_lp.iter().map(|&x| x as f64).collect();
+        let diff = max_abs_diff(&score(&m.model, &ids).unwrap(), &tuned_lp);
+        assert!(diff < 1e-4, "{text_prefix}: merged export vs the adapter unmerged: max |logprob diff| = {diff}");
     }
 }

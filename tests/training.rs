@@ -56,10 +56,18 @@ fn step_losses(events: &[TrainEvent]) -> Vec<(usize, f64)> {
         .collect()
 }
 
+/// For llama and for each family whose blocks differ (gemma3: 1 + w norms, post-norms, GeGLU, per-head q/k
+/// norms, scaled embeddings, sliding and global layers; olmo2: post-norms only, whole-projection q/k norms).
 #[test]
 fn layer0_adapter_gradients_match_finite_differences() {
+    for arch in ["tiny-llama", "tiny-gemma3", "tiny-olmo2"] {
+        layer0_gradients_match_finite_differences(arch);
+    }
+}
+
+fn layer0_gradients_match_finite_differences(arch: &str) {
     // f64 model so central differences are exact enough; adapters stay f32 master weights.
-    let mut m = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F64).unwrap();
+    let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F64).unwrap();
     let settings = LoraSettings { rank: 2, alpha: 4.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
     let params = lora::attach_new_adapters(&mut m.model, &settings, 7).unwrap();
     for (i, p) in params.iter().enumerate() {
@@ -78,10 +86,11 @@ fn layer0_adapter_gradients_match_finite_differences() {
     let mut checked = 0;
     for p in &layer0 {
         for (which, var) in [("A", &p.a), ("B", &p.b)] {
-            let g =
-                grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for layer 0 {} {which}", p.module));
+            let g = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("{arch}: no gradient for layer 0 {} {which}", p.module));
             let g: Vec<f32> = g.flatten_all().unwrap().to_vec1().unwrap();
-            assert!(g.iter().any(|x| x.abs() > 1e-7), "layer 0 {} {which}: gradient is zero", p.module);
+            assert!(g.iter().any(|x| x.abs() > 1e-7), "{arch}: layer 0 {} {which}: gradient is zero", p.module);
             let original: Vec<f32> = var.flatten_all().unwrap().to_vec1().unwrap();
             // Check the two largest-gradient entries of each matrix.
             let mut order: Vec<usize> = (0..g.len()).collect();
@@ -100,7 +109,7 @@ fn layer0_adapter_gradients_match_finite_differences() {
                 let tol = 1e-3 * analytic.abs().max(fd.abs()) + 1e-6;
                 assert!(
                     (fd - analytic).abs() < tol,
-                    "layer 0 {} {which}[{idx}]: analytic {analytic} vs finite difference {fd}",
+                    "{arch}: layer 0 {} {which}[{idx}]: analytic {analytic} vs finite difference {fd}",
                     p.module
                 );
                 checked += 1;
@@ -115,9 +124,14 @@ fn layer0_adapter_gradients_match_finite_differences() {
 /// last layer only for one of them (the backward must stop there, the forward below must still be exact).
 #[test]
 fn hand_written_gradients_match_autograd_on_every_architecture() {
-    for (arch, last_layers) in
-        [("tiny-llama", None), ("tiny-mistral", Some(1)), ("tiny-qwen2", None), ("tiny-qwen3", None)]
-    {
+    for (arch, last_layers) in [
+        ("tiny-llama", None),
+        ("tiny-mistral", Some(1)),
+        ("tiny-qwen2", None),
+        ("tiny-qwen3", None),
+        ("tiny-gemma3", None),
+        ("tiny-olmo2", Some(1)),
+    ] {
         let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
         let settings = LoraSettings {
             rank: 3,
@@ -168,19 +182,23 @@ fn hand_written_gradients_match_autograd_on_every_architecture() {
 
 #[test]
 fn reference_training_and_evaluation_losses_agree() {
-    // The autograd reference, the evaluation loss (inference kernels) and the hand-written training pass
-    // compute the same loss.
-    let mut m = load_model(&fixture("tiny-qwen3"), &Device::Cpu, DType::F32).unwrap();
-    let settings = LoraSettings { rank: 2, alpha: 4.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
-    for p in lora::attach_new_adapters(&mut m.model, &settings, 5).unwrap() {
-        p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
+    // The autograd reference, the evaluation loss (inference kernels, checked against transformers in
+    // reference_models.rs) and the hand-written training pass compute the same loss: what makes the reference
+    // (and the finite differences taken through it) a reference for each family.
+    for arch in ["tiny-qwen3", "tiny-gemma3", "tiny-olmo2"] {
+        let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
+        let settings =
+            LoraSettings { rank: 2, alpha: 4.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
+        for p in lora::attach_new_adapters(&mut m.model, &settings, 5).unwrap() {
+            p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
+        }
+        let batch = random_batch(m.config.vocab_size, 2, 20, 9);
+        let a = reference::nll_sum(&m.model, &batch).unwrap().to_scalar::<f32>().unwrap() as f64;
+        let (b, _) = loss::batch_nll_sum(&m.model, &batch).unwrap();
+        let c = backprop::loss_and_gradients(&m.model, &batch, 1.0, false).unwrap().nll_sum;
+        assert!((a - b).abs() < 1e-4 * a.abs(), "{arch}: reference {a} vs evaluation {b}");
+        assert!((c - b).abs() < 1e-5 * b.abs(), "{arch}: training pass {c} vs evaluation {b}");
     }
-    let batch = random_batch(m.config.vocab_size, 2, 20, 9);
-    let a = reference::nll_sum(&m.model, &batch).unwrap().to_scalar::<f32>().unwrap() as f64;
-    let (b, _) = loss::batch_nll_sum(&m.model, &batch).unwrap();
-    let c = backprop::loss_and_gradients(&m.model, &batch, 1.0, false).unwrap().nll_sum;
-    assert!((a - b).abs() < 1e-4 * a.abs(), "reference {a} vs evaluation {b}");
-    assert!((c - b).abs() < 1e-5 * b.abs(), "training pass {c} vs evaluation {b}");
 }
 
 #[test]
@@ -324,7 +342,12 @@ fn malformed_dataset_is_reported_with_line_numbers() {
 
 #[test]
 fn peft_adapters_reproduce_reference_logprobs() {
-    for (base, adapter) in [("tiny-llama", "tiny-llama-peft"), ("tiny-qwen2", "tiny-qwen2-peft-rslora")] {
+    for (base, adapter) in [
+        ("tiny-llama", "tiny-llama-peft"),
+        ("tiny-qwen2", "tiny-qwen2-peft-rslora"),
+        ("tiny-gemma3", "tiny-gemma3-peft"),
+        ("tiny-olmo2", "tiny-olmo2-peft"),
+    ] {
         let mut m = load_model(&fixture(base), &Device::Cpu, DType::F32).unwrap();
         checkpoint::load_adapter(&mut m.model, &fixture(adapter)).unwrap();
         let exp = expected(adapter);

@@ -40,6 +40,7 @@ pub fn info(args: &InfoArgs) -> anyhow::Result<()> {
         "device": device_name(m.model.device()),
         "chat_template": m.chat_template.is_some(),
         "eos_token_ids": m.eos_token_ids,
+        "notes": m.notes,
     });
     if args.json {
         println!("{report}");
@@ -62,6 +63,9 @@ pub fn info(args: &InfoArgs) -> anyhow::Result<()> {
     println!("device         {}", device_name(m.model.device()));
     println!("chat template  {}", if m.chat_template.is_some() { "found" } else { "none" });
     println!("eos ids        {:?}", m.eos_token_ids);
+    for note in &m.notes {
+        println!("note           {note}");
+    }
     Ok(())
 }
 

@@ -297,6 +297,9 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &mut super::app::Prefs) -
                 );
                 row(ui, "Loaded in", fmt_secs(m.load_secs));
             });
+            for note in &m.notes {
+                ui.label(RichText::new(format!("Note: {note}")).color(palette::WARN));
+            }
         });
         card_ui(&mut cols[1], |ui| {
             ui.set_width(ui.available_width());

@@ -429,6 +429,7 @@ mod tests {
             has_chat_template: false,
             eos_token_ids: vec![],
             load_secs: 0.0,
+            notes: vec![],
         };
         let mut prefs = Prefs::default();
         prefs.train.seq_len = 128;

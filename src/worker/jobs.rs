@@ -82,6 +82,7 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
         has_chat_template: m.chat_template.is_some(),
         eos_token_ids: m.eos_token_ids.clone(),
         load_secs,
+        notes: m.notes.clone(),
     }
 }
 

@@ -44,6 +44,9 @@ pub struct ModelSummary {
     pub has_chat_template: bool,
     pub eos_token_ids: Vec<u32>,
     pub load_secs: f64,
+    /// What the user should know about how the model was read (the engine's `LoadedModel::notes`).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 impl ModelSummary {

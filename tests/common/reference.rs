@@ -1,14 +1,16 @@
 //! The autograd reference of the training loss: the model's forward written again from the Hugging Face
 //! formulas with plain differentiable Candle ops (composed RMS norm, rotate-half rotary, repeated K/V heads,
-//! composed softmax and SiLU, a whole log-softmax), reading the model's weights and adapters. Candle's
-//! autograd through it gives the gradients the hand-written training pass must reproduce. Test support only:
-//! the engine never runs it.
+//! composed softmax, SiLU and tanh-gelu, the families' norm layouts, a whole log-softmax), reading the
+//! model's weights and adapters. Candle's autograd through it gives the gradients the hand-written training
+//! pass must reproduce. Test support only: the engine never runs it.
 
 use candle_core::{DType, Tensor, D};
 use metal_candle::engine::data::Batch;
 use metal_candle::engine::model::attention::Attention;
+use metal_candle::engine::model::config::MlpActivation;
 use metal_candle::engine::model::decoder_layer::DecoderLayer;
 use metal_candle::engine::model::linear::Linear;
+use metal_candle::engine::model::norm::RmsNorm;
 use metal_candle::engine::model::transformer::Transformer;
 use metal_candle::engine::train::loss;
 
@@ -22,9 +24,11 @@ pub fn nll_sum(model: &Transformer, batch: &Batch) -> R<Tensor> {
     let (b, t) = (batch.batch_size, batch.seq_len);
     let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
     let mut x = model.embed(&input, 0).map_err(candle_core::Error::wrap)?.reshape((b * t, model.config.hidden_size))?;
-    let (cos, sin) = model.rotary_slice(0, t).map_err(candle_core::Error::wrap)?;
+    // The rope tables (global, and gemma3's local ones) are the model's; the masks are built here.
+    let ctx = model.sequence_context(b, t, false).map_err(candle_core::Error::wrap)?;
     for layer in &model.layers {
-        x = decoder_layer(layer, &x, b, t, &cos, &sin)?;
+        let (cos, sin, _) = ctx.attention(layer.self_attn.local);
+        x = decoder_layer(layer, &x, b, t, cos, sin)?;
     }
     let x = rms_norm(&x, model.final_norm_weight(), model.config.rms_norm_eps)?;
     let (sources, targets) = loss::target_positions(batch);
@@ -43,26 +47,47 @@ fn wide(dtype: DType) -> DType {
     }
 }
 
+/// A layer's norm when it has one (its factor: the weight, plus 1 for gemma3), else the identity.
+fn norm(n: &Option<RmsNorm>, x: &Tensor) -> R<Tensor> {
+    match n {
+        Some(n) => rms_norm(x, n.factor(), n.eps),
+        None => Ok(x.clone()),
+    }
+}
+
 fn decoder_layer(layer: &DecoderLayer, x: &Tensor, b: usize, t: usize, cos: &Tensor, sin: &Tensor) -> R<Tensor> {
-    let normed = rms_norm(x, &layer.input_layernorm, layer.rms_norm_eps)?;
-    let x = (x + attention(&layer.self_attn, &normed, b, t, cos, sin)?)?;
-    let normed = rms_norm(&x, &layer.post_attention_layernorm, layer.rms_norm_eps)?;
+    let n = &layer.norms;
+    let normed = norm(&n.attention_input, x)?;
+    let x = (x + norm(&n.attention_output, &attention(&layer.self_attn, &normed, b, t, cos, sin)?)?)?;
+    let normed = norm(&n.mlp_input, &x)?;
     let m = &layer.mlp;
     let gate = linear(&m.gate_proj, &normed)?;
     let up = linear(&m.up_proj, &normed)?;
-    let silu = (&gate * (gate.neg()?.exp()? + 1.0)?.recip()?)?;
-    x + linear(&m.down_proj, &(silu * up)?)?
+    let act = match m.activation {
+        MlpActivation::Silu => (&gate * (gate.neg()?.exp()? + 1.0)?.recip()?)?,
+        // 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3)))
+        MlpActivation::GeluTanh => {
+            let inner = ((&gate + (gate.powf(3.0)? * 0.044715)?)? * (2.0 / std::f64::consts::PI).sqrt())?;
+            ((&gate * (inner.tanh()? + 1.0)?)? * 0.5)?
+        }
+    };
+    x + norm(&n.mlp_output, &linear(&m.down_proj, &(act * up)?)?)?
 }
 
 fn attention(a: &Attention, x: &Tensor, b: usize, t: usize, cos: &Tensor, sin: &Tensor) -> R<Tensor> {
     let d = a.head_dim;
     let heads = |y: Tensor, n: usize| -> R<Tensor> { y.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous() };
-    let mut q = heads(linear(&a.q_proj, x)?, a.num_heads)?;
-    let mut k = heads(linear(&a.k_proj, x)?, a.num_kv_heads)?;
+    let (mut q, mut k) = (linear(&a.q_proj, x)?, linear(&a.k_proj, x)?);
+    let norms = a.q_norm.as_ref().zip(a.k_norm.as_ref());
+    if let Some((qn, kn)) = norms.filter(|_| a.qk_norm_over_projection) {
+        q = rms_norm(&q, qn.factor(), qn.eps)?;
+        k = rms_norm(&k, kn.factor(), kn.eps)?;
+    }
+    let (mut q, mut k) = (heads(q, a.num_heads)?, heads(k, a.num_kv_heads)?);
     let v = heads(linear(&a.v_proj, x)?, a.num_kv_heads)?;
-    if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
-        q = rms_norm(&q, qn, a.rms_norm_eps)?;
-        k = rms_norm(&k, kn, a.rms_norm_eps)?;
+    if let Some((qn, kn)) = norms.filter(|_| !a.qk_norm_over_projection) {
+        q = rms_norm(&q, qn.factor(), qn.eps)?;
+        k = rms_norm(&k, kn.factor(), kn.eps)?;
     }
     let (q, k) = (rotate(&q, cos, sin)?, rotate(&k, cos, sin)?);
     // Hugging Face's repeat_kv: each KV head serves `rep` consecutive query heads.
@@ -72,7 +97,7 @@ fn attention(a: &Attention, x: &Tensor, b: usize, t: usize, cos: &Tensor, sin: &
         y.unsqueeze(2)?.broadcast_as((b, kv, rep, t, d))?.contiguous()?.reshape((b, kv * rep, t, d))
     };
     let (k, v) = (repeat(k)?, repeat(v)?);
-    let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?.to_dtype(wide(q.dtype()))?;
+    let scores = (q.matmul(&k.t()?)? * a.attention_scale)?.to_dtype(wide(q.dtype()))?;
     let scores = scores.broadcast_add(&causal_mask(t, a.sliding_window, scores.dtype(), x.device())?)?;
     let probs = softmax(&scores)?.to_dtype(v.dtype())?;
     let out = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, a.num_heads * d))?;

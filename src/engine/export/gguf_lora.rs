@@ -26,6 +26,7 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, 
     let info = load_model_info(base_model)?;
     super::refuse_other_base(Some(ckpt), &info.source, &info.config, allow_other_base)?;
     let config = &info.config;
+    super::gguf_metadata::refuse_unsupported_gguf(config.architecture)?;
     let adapter = checkpoint::read_adapter_for(config, ckpt)?;
     let (scale, rank) = (adapter.config.scale(), adapter.summary.rank);
     let mut entries = Vec::with_capacity(2 * adapter.pairs.len());

@@ -25,6 +25,22 @@ pub fn gguf_architecture(arch: Architecture) -> &'static str {
         Architecture::Llama | Architecture::Mistral => "llama",
         Architecture::Qwen2 => "qwen2",
         Architecture::Qwen3 => "qwen3",
+        Architecture::Gemma3 => "gemma3",
+        Architecture::Olmo2 => "olmo2",
+    }
+}
+
+/// GGUF exports write the llama-style layout (norms as stored, pre-norms, SwiGLU): an error for the families
+/// whose llama.cpp layout differs (gemma3 stores 1 + w norms and has its own metadata keys; olmo2 its own
+/// norms), naming the exports that do work for them.
+pub fn refuse_unsupported_gguf(arch: Architecture) -> Result<()> {
+    match arch {
+        Architecture::Gemma3 | Architecture::Olmo2 => Err(Error::InvalidSetting(format!(
+            "GGUF export of {} models is not supported yet; export `merged` (a Hugging Face folder llama.cpp's \
+             convert_hf_to_gguf.py converts) or `peft` instead",
+            arch.as_str()
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -59,6 +59,7 @@ pub fn write_model_gguf(
 
 /// General, architecture and tokenizer metadata.
 fn full_metadata(model: &ModelInfo, name: &str, quant: GgufQuant) -> Result<Metadata> {
+    super::gguf_metadata::refuse_unsupported_gguf(model.config.architecture)?;
     let mut metadata = model_metadata(&model.config, name, quant.file_type(), quant.is_quantized());
     metadata.extend(tokenizer_metadata(model)?);
     Ok(metadata)

@@ -295,21 +295,14 @@ fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
 fn write_model_files(model: &ModelInfo, out: &Path) -> Result<()> {
     let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     match &model.source {
+        ModelSource::HfFolder(src) if model.config.multimodal => {
+            copy_model_files(src, out, &MODEL_FILES)?;
+            let config = text_tower_config(&src.join("config.json"))?;
+            checkpoint::write_atomic(&out.join("config.json"), json(&config).as_bytes())?;
+        }
         ModelSource::HfFolder(src) => {
-            for name in [
-                "config.json",
-                "tokenizer.json",
-                "tokenizer_config.json",
-                "generation_config.json",
-                "chat_template.jinja",
-                "special_tokens_map.json",
-            ] {
-                let from = src.join(name);
-                if from.exists() {
-                    let bytes = std::fs::read(&from).map_err(|e| Error::io(&from, e))?;
-                    checkpoint::write_atomic(&out.join(name), &bytes)?;
-                }
-            }
+            copy_model_files(src, out, &["config.json"])?;
+            copy_model_files(src, out, &MODEL_FILES)?;
         }
         ModelSource::Gguf(_) => {
             let c = &model.config;
@@ -351,6 +344,48 @@ fn write_model_files(model: &ModelInfo, out: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The files of a Hugging Face folder besides config.json and the weights that an export carries over.
+const MODEL_FILES: [&str; 5] = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+];
+
+/// Copy the named files of a model folder that exist.
+fn copy_model_files(src: &Path, out: &Path, names: &[&str]) -> Result<()> {
+    for name in names {
+        let from = src.join(name);
+        if from.exists() {
+            let bytes = std::fs::read(&from).map_err(|e| Error::io(&from, e))?;
+            checkpoint::write_atomic(&out.join(name), &bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// A multimodal checkpoint's merged export holds its text model alone: config.json becomes the `text_config`
+/// as a text-only model's config (`gemma3_text`, `Gemma3ForCausalLM`), with the outer token ids where the inner
+/// config has none.
+fn text_tower_config(path: &Path) -> Result<serde_json::Value> {
+    let outer: serde_json::Value = crate::engine::error::read_json(path)?;
+    let mut text = outer.get("text_config").cloned().filter(|t| t.is_object()).ok_or_else(|| Error::Json {
+        path: path.to_path_buf(),
+        message: "a multimodal config without a `text_config` object".into(),
+    })?;
+    if let Some(map) = text.as_object_mut() {
+        map.insert("model_type".into(), "gemma3_text".into());
+        map.insert("architectures".into(), serde_json::json!(["Gemma3ForCausalLM"]));
+        for key in ["bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype"] {
+            if let (false, Some(v)) = (map.contains_key(key), outer.get(key)) {
+                map.insert(key.into(), v.clone());
+            }
+        }
+    }
+    Ok(text)
 }
 
 /// Export targets for a checkpoint.

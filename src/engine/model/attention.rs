@@ -1,11 +1,14 @@
-//! Self-attention with grouped-query heads, optional q/k norms (qwen3), biases (qwen2) and a sliding window
-//! (mistral). This file owns all of the block's math: the inference forward over a KV cache, the training
-//! forward that records what the backward needs, the backward, and the fused single-token decode step.
+//! Self-attention with grouped-query heads, optional q/k norms (per head: qwen3, gemma3; over the whole
+//! projection: olmo2), biases (qwen2), a sliding window (mistral: every layer; gemma3: the sliding layers,
+//! which also rotate with their own rope base) and a configurable score scale (gemma3). This file owns all of
+//! the block's math: the inference forward over a KV cache, the training forward that records what the
+//! backward needs, the backward, and the fused single-token decode step.
 //! Device-specific kernels are chosen inside `ops`.
 
 use super::gradients::Gradients;
 use super::kv_cache::LayerCache;
 use super::linear::{Linear, LinearTape};
+use super::norm::RmsNorm;
 use super::rotary::RotaryTables;
 use super::sequence::SequenceContext;
 use super::weight_loader::{FusedWeight, WeightLoader};
@@ -21,14 +24,22 @@ pub struct Attention {
     pub k_proj: Linear,
     pub v_proj: Linear,
     pub o_proj: Linear,
-    /// Per-head RMS norm weights of queries and keys (qwen3), (head_dim).
-    pub q_norm: Option<Tensor>,
-    pub k_norm: Option<Tensor>,
+    /// RMS norms of queries and keys: per head (qwen3, gemma3; (head_dim)) or over the whole projection
+    /// (olmo2, `qk_norm_over_projection`; (heads * head_dim)).
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
+    /// The q/k norms span the whole projection, before the split into heads (olmo2).
+    pub qk_norm_over_projection: bool,
     pub num_heads: usize,
     pub num_kv_heads: usize,
     pub head_dim: usize,
-    pub rms_norm_eps: f64,
+    /// Multiplies the scores before the softmax (`ModelConfig::attention_scale`).
+    pub attention_scale: f64,
     pub sliding_window: Option<usize>,
+    /// A sliding layer of a model that mixes sliding and global layers (gemma3): it rotates with the local
+    /// rope tables (`local_rope_theta`, when the config has one) and, in training, attends through the
+    /// sequence context's local mask.
+    pub local: bool,
     /// q, k and v weights (and biases) in one tensor, of which the three projections' weights are row views;
     /// the fused decode multiplies by it once. None for quantized projections (no fused decode then).
     fused_qkv: FusedWeight,
@@ -37,7 +48,8 @@ pub struct Attention {
 /// What the attention backward needs from its training forward.
 pub struct AttentionTape {
     normed_in: Tensor,
-    /// Per-head q/k before their norms (qwen3), (b, heads, t, d).
+    /// q/k before their norms: per head (b, heads, t, d), or the projections (rows, heads * d) when the norms
+    /// span them.
     q_pre_norm: Option<Tensor>,
     k_pre_norm: Option<Tensor>,
     /// After rotary embedding, grouped as (b, kv_heads, rep * t, d) and (b, kv_heads, t, d).
@@ -52,7 +64,7 @@ pub struct AttentionTape {
     linears: [LinearTape; 4],
 }
 
-/// Queries, keys and values split into heads, normed (qwen3) and rotated.
+/// Queries, keys and values split into heads, normed (qwen3, gemma3, olmo2) and rotated.
 struct Heads {
     /// (b, heads, t, d).
     q: Tensor,
@@ -64,15 +76,18 @@ struct Heads {
 }
 
 impl Attention {
-    pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str) -> Result<Self> {
+    /// Layer `layer`'s attention, its weights under `prefix`.
+    pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str, layer: usize) -> Result<Self> {
         let (h, q, kv) = (cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
-        let norm = |name: &str| -> Result<Option<Tensor>> {
-            if cfg.qk_norm {
-                Ok(Some(w.get(&format!("{prefix}.{name}.weight"), &[cfg.head_dim])?))
-            } else {
-                Ok(None)
+        let norm = |name: &'static str, width: usize| -> Result<Option<RmsNorm>> {
+            if !cfg.qk_norm {
+                return Ok(None);
             }
+            let weight = w.get(&format!("{prefix}.{name}.weight"), &[width])?;
+            Ok(Some(RmsNorm::new(name, weight, cfg.norm_weight_offset, cfg.rms_norm_eps)?))
         };
+        let (q_width, k_width) = cfg.qk_norm_widths();
+        let slides = cfg.layer_slides(layer);
         let ([q_proj, k_proj, v_proj], fused_qkv) = w.fused_linears(
             [&format!("{prefix}.q_proj"), &format!("{prefix}.k_proj"), &format!("{prefix}.v_proj")],
             h,
@@ -85,35 +100,44 @@ impl Attention {
             v_proj,
             fused_qkv,
             o_proj: w.linear(&format!("{prefix}.o_proj"), q, h, cfg.o_bias)?,
-            q_norm: norm("q_norm")?,
-            k_norm: norm("k_norm")?,
+            q_norm: norm("q_norm", q_width)?,
+            k_norm: norm("k_norm", k_width)?,
+            qk_norm_over_projection: cfg.qk_norm_over_projection,
             num_heads: cfg.num_attention_heads,
             num_kv_heads: cfg.num_kv_heads,
             head_dim: cfg.head_dim,
-            rms_norm_eps: cfg.rms_norm_eps,
-            sliding_window: cfg.sliding_window,
+            attention_scale: cfg.attention_scale,
+            sliding_window: if slides { cfg.sliding_window } else { None },
+            local: slides && !cfg.sliding_layers.is_empty(),
         })
     }
 
-    /// (b, t, n * d) projections -> normed (qwen3), rotated heads.
+    /// (b, t, n * d) or (rows, n * d) projections -> normed, rotated heads.
     fn heads(
         &self,
-        q: Tensor,
-        k: Tensor,
+        mut q: Tensor,
+        mut k: Tensor,
         v: Tensor,
         (b, t): (usize, usize),
         (cos, sin): (&Tensor, &Tensor),
     ) -> Result<Heads> {
         let d = self.head_dim;
+        let (mut q_pre_norm, mut k_pre_norm) = (None, None);
+        let norms = self.q_norm.as_ref().zip(self.k_norm.as_ref());
+        if let Some((qn, kn)) = norms.filter(|_| self.qk_norm_over_projection) {
+            q_pre_norm = Some(q.clone());
+            k_pre_norm = Some(k.clone());
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
         let split =
             |y: Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous()?) };
         let (mut q, mut k, v) = (split(q, self.num_heads)?, split(k, self.num_kv_heads)?, split(v, self.num_kv_heads)?);
-        let (mut q_pre_norm, mut k_pre_norm) = (None, None);
-        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+        if let Some((qn, kn)) = norms.filter(|_| !self.qk_norm_over_projection) {
             q_pre_norm = Some(q.clone());
             k_pre_norm = Some(k.clone());
-            q = ops::rms_norm(&q, qn, self.rms_norm_eps)?;
-            k = ops::rms_norm(&k, kn, self.rms_norm_eps)?;
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
         }
         let q = ops::rope(&q, cos, sin)?;
         let k = ops::rope(&k, cos, sin)?.contiguous()?;
@@ -134,7 +158,7 @@ impl Attention {
     }
 
     fn scale(&self) -> f64 {
-        1.0 / (self.head_dim as f64).sqrt()
+        self.attention_scale
     }
 
     /// Inference: `x` (b, t, hidden) at positions `start_pos..`, reading and extending `cache` when given.
@@ -173,8 +197,9 @@ impl Attention {
         let (q, q_tape) = self.q_proj.forward_train(normed_in, ctx.dropout)?;
         let (k, k_tape) = self.k_proj.forward_train(normed_in, ctx.dropout)?;
         let (v, v_tape) = self.v_proj.forward_train(normed_in, ctx.dropout)?;
-        let h = self.heads(q, k, v, (b, t), (&ctx.cos, &ctx.sin))?;
-        let (q, probs, attn) = self.attend(&h.q, &h.k, &h.v, ctx.mask.as_ref())?;
+        let (cos, sin, mask) = ctx.attention(self.local);
+        let h = self.heads(q, k, v, (b, t), (cos, sin))?;
+        let (q, probs, attn) = self.attend(&h.q, &h.k, &h.v, mask)?;
         let attn = attn.reshape((b * t, self.num_heads * self.head_dim))?;
         let (out, o_tape) = self.o_proj.forward_train(&attn, ctx.dropout)?;
         let tape = AttentionTape {
@@ -216,16 +241,23 @@ impl Attention {
         let d_scores = ops::softmax_backward(&tape.probs, &d_probs, self.scale())?.to_dtype(tape.q.dtype())?;
         let d_q = ops::matmul(&d_scores, &tape.k)?.reshape((b, heads, t, d))?;
         let d_k = ops::matmul(&d_scores.t()?, &tape.q)?; // (b, kv, t, d)
-        let mut d_q = ops::rope_backward(&d_q, &ctx.cos, &ctx.sin)?;
-        let mut d_k = ops::rope_backward(&d_k, &ctx.cos, &ctx.sin)?;
-        if let (Some(qn), Some(kn), Some(q_pre), Some(k_pre)) =
-            (&self.q_norm, &self.k_norm, &tape.q_pre_norm, &tape.k_pre_norm)
-        {
-            d_q = ops::rms_norm_backward(q_pre, qn, self.rms_norm_eps, &d_q)?;
-            d_k = ops::rms_norm_backward(k_pre, kn, self.rms_norm_eps, &d_k)?;
-        }
+        let (cos, sin, _) = ctx.attention(self.local);
+        let d_q = ops::rope_backward(&d_q, cos, sin)?;
+        let d_k = ops::rope_backward(&d_k, cos, sin)?;
+        // Per-head norms sit after the split into heads, whole-projection norms before it.
+        let norms = self.q_norm.as_ref().zip(self.k_norm.as_ref());
+        let norm_backward = |d_q: Tensor, d_k: Tensor| -> Result<(Tensor, Tensor)> {
+            match (norms, &tape.q_pre_norm, &tape.k_pre_norm) {
+                (Some((qn, kn)), Some(q_pre), Some(k_pre)) => {
+                    Ok((qn.backward(q_pre, &d_q)?, kn.backward(k_pre, &d_k)?))
+                }
+                _ => Ok((d_q, d_k)),
+            }
+        };
+        let (d_q, d_k) = if self.qk_norm_over_projection { (d_q, d_k) } else { norm_backward(d_q, d_k)? };
         let rows = |g: Tensor, n: usize| -> Result<Tensor> { Ok(g.transpose(1, 2)?.reshape((b * t, n * d))?) };
         let (d_q, d_k, d_v) = (rows(d_q, heads)?, rows(d_k, kv_heads)?, rows(d_v, kv_heads)?);
+        let (d_q, d_k) = if self.qk_norm_over_projection { norm_backward(d_q, d_k)? } else { (d_q, d_k) };
         let x = &tape.normed_in;
         let from_q = self.q_proj.backward(x, q_tape, &d_q, grads, need_input_grad)?;
         let from_k = self.k_proj.backward(x, k_tape, &d_k, grads, need_input_grad)?;
@@ -238,10 +270,11 @@ impl Attention {
     }
 
     /// Whether the fused decode kernels model this block as it stands: a dense fused q|k|v weight, no active
-    /// adapter on q/k/v (the fused product has none) and no q/k norms.
+    /// adapter on q/k/v (the fused product has none), no q/k norms and the standard `1 / sqrt(head_dim)` scale.
     pub(super) fn decodes_fused(&self) -> bool {
         self.fused_qkv.is_some()
             && self.q_norm.is_none()
+            && self.attention_scale == 1.0 / (self.head_dim as f64).sqrt()
             && ![&self.q_proj, &self.k_proj, &self.v_proj].iter().any(|l| l.has_active_adapter())
     }
 

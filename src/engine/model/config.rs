@@ -13,10 +13,17 @@ pub enum Architecture {
     Mistral,
     Qwen2,
     Qwen3,
+    /// Gemma 3's text model (`gemma3_text`, or the text tower of a multimodal `gemma3` checkpoint): (1 + w) RMS
+    /// norms before and after each block, GeGLU (gelu tanh), scaled embeddings, per-head q/k norms, sliding and
+    /// global layers with their own rope bases.
+    Gemma3,
+    /// OLMo 2: no pre-norms, RMS norms on each block's output before its residual add, q/k RMS norms over the
+    /// whole projection.
+    Olmo2,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama, mistral, qwen2, qwen3";
+    pub const SUPPORTED: &'static str = "llama, mistral, qwen2, qwen3, gemma3_text (and gemma3's text tower), olmo2";
 
     pub fn from_model_type(model_type: &str) -> Option<Self> {
         match model_type {
@@ -24,6 +31,8 @@ impl Architecture {
             "mistral" => Some(Self::Mistral),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
+            "gemma3_text" | "gemma3" => Some(Self::Gemma3),
+            "olmo2" => Some(Self::Olmo2),
             _ => None,
         }
     }
@@ -34,6 +43,8 @@ impl Architecture {
             Self::Mistral => "mistral",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
+            Self::Gemma3 => "gemma3_text",
+            Self::Olmo2 => "olmo2",
         }
     }
 }
@@ -55,6 +66,56 @@ pub enum RopeScaling {
     Linear {
         factor: f64,
     },
+}
+
+/// Where a decoder layer applies its RMS norms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum NormLayout {
+    /// Before attention (`input_layernorm`) and before the MLP (`post_attention_layernorm`): llama and kin.
+    PreNorm,
+    /// Before and after each block (`input_layernorm`, `post_attention_layernorm` on the attention output,
+    /// `pre_feedforward_layernorm`, `post_feedforward_layernorm` on the MLP output): gemma3.
+    Sandwich,
+    /// After each block only, before its residual add (`post_attention_layernorm`, `post_feedforward_layernorm`):
+    /// olmo2.
+    PostNorm,
+}
+
+/// Where one of a decoder layer's RMS norms applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormSite {
+    AttentionInput,
+    AttentionOutput,
+    MlpInput,
+    MlpOutput,
+}
+
+impl NormLayout {
+    /// The layer's norms in the order it applies them, with their Hugging Face names (under `model.layers.N.`).
+    pub fn norms(self) -> &'static [(NormSite, &'static str)] {
+        use NormSite::*;
+        match self {
+            Self::PreNorm => &[(AttentionInput, "input_layernorm"), (MlpInput, "post_attention_layernorm")],
+            Self::Sandwich => &[
+                (AttentionInput, "input_layernorm"),
+                (AttentionOutput, "post_attention_layernorm"),
+                (MlpInput, "pre_feedforward_layernorm"),
+                (MlpOutput, "post_feedforward_layernorm"),
+            ],
+            Self::PostNorm => {
+                &[(AttentionOutput, "post_attention_layernorm"), (MlpOutput, "post_feedforward_layernorm")]
+            }
+        }
+    }
+}
+
+/// The activation of the MLP's gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum MlpActivation {
+    /// SwiGLU: `silu(gate) * up`.
+    Silu,
+    /// GeGLU with the tanh approximation of gelu (`gelu_pytorch_tanh`): gemma3.
+    GeluTanh,
 }
 
 /// Everything the transformer needs, resolved.
@@ -84,6 +145,30 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// The dtype the weights were saved in, as the config names it (informational).
     pub weights_dtype: Option<String>,
+    /// Where each decoder layer applies its RMS norms.
+    pub norm_layout: NormLayout,
+    /// Every RMS norm of the model (layers, q/k norms, final norm) multiplies by `norm_weight_offset + w`:
+    /// 1.0 for gemma3 (its checkpoints store w with the 1 taken out), 0.0 elsewhere.
+    pub norm_weight_offset: f64,
+    /// With `qk_norm`: the q and k norms span the whole projection (`heads * head_dim` wide, before the split
+    /// into heads: olmo2) instead of each head (`head_dim` wide: qwen3, gemma3).
+    pub qk_norm_over_projection: bool,
+    /// The activation of the MLP's gate.
+    pub mlp_activation: MlpActivation,
+    /// Token embeddings are multiplied by this, rounded to the model dtype first as transformers does
+    /// (gemma3: `sqrt(hidden_size)`; 1.0 elsewhere).
+    pub embedding_multiplier: f64,
+    /// The attention score scale: gemma3's `query_pre_attn_scalar ** -0.5`, else `1 / sqrt(head_dim)`.
+    pub attention_scale: f64,
+    /// Per layer, whether it attends through `sliding_window` (gemma3's `layer_types`, or the older
+    /// `sliding_window_pattern`). Empty means every layer does when `sliding_window` is set (mistral).
+    pub sliding_layers: Vec<bool>,
+    /// The rope base of the sliding layers (gemma3's `rope_local_base_freq`, applied without `rope_scaling`);
+    /// None: every layer rotates with `rope_theta` and `rope_scaling`.
+    pub local_rope_theta: Option<f64>,
+    /// The config is a multimodal checkpoint's (`text_config` inside): only its text tower is loaded, the
+    /// vision tower and projector weights are ignored (a notice says so).
+    pub multimodal: bool,
 }
 
 /// `eos_token_id` is an int in some configs and a list in others.
@@ -129,6 +214,23 @@ pub struct RawConfig {
     pub torch_dtype: Option<String>,
     pub dtype: Option<String>,
     pub hidden_act: Option<String>,
+    /// gemma3: the MLP activation (`gelu_pytorch_tanh`).
+    pub hidden_activation: Option<String>,
+    /// gemma3: attention scores are scaled by `query_pre_attn_scalar ** -0.5`.
+    pub query_pre_attn_scalar: Option<f64>,
+    /// gemma3: per layer, `sliding_attention` or `full_attention`.
+    pub layer_types: Option<Vec<String>>,
+    /// gemma3 (older configs): every `sliding_window_pattern`-th layer is global, the others slide.
+    pub sliding_window_pattern: Option<usize>,
+    /// gemma3: the rope base of the sliding layers.
+    pub rope_local_base_freq: Option<f64>,
+    /// gemma2-style tanh soft-capping; None in gemma3 (refused when set: not implemented).
+    pub final_logit_softcapping: Option<f64>,
+    pub attn_logit_softcapping: Option<f64>,
+    /// gemma3 embedding models attend both ways (refused: a causal LM is what we train).
+    pub use_bidirectional_attention: Option<bool>,
+    /// A multimodal checkpoint's language model config (gemma3).
+    pub text_config: Option<Box<RawConfig>>,
 }
 
 impl RawConfig {
@@ -136,15 +238,67 @@ impl RawConfig {
         crate::engine::error::read_json(path)
     }
 
-    /// Fill defaults the way transformers does for each architecture and check what must be present.
+    /// Fill defaults the way transformers does for each architecture and check what must be present. A
+    /// multimodal gemma3 config resolves to its text tower (`text_config`, with the outer config's token ids
+    /// where the inner one has none).
     pub fn resolve(&self, path: &Path) -> Result<ModelConfig> {
+        if self.model_type.as_deref() == Some("gemma3") {
+            let Some(text) = &self.text_config else {
+                return Err(Error::BadConfig {
+                    path: path.to_path_buf(),
+                    field: "text_config".into(),
+                    message: "a multimodal gemma3 config needs its language model's `text_config`".into(),
+                });
+            };
+            let mut text = (**text).clone();
+            text.model_type = Some("gemma3_text".into());
+            text.bos_token_id = text.bos_token_id.or(self.bos_token_id);
+            text.eos_token_id = text.eos_token_id.clone().or_else(|| self.eos_token_id.clone());
+            text.torch_dtype =
+                text.torch_dtype.clone().or_else(|| self.torch_dtype.clone().or_else(|| self.dtype.clone()));
+            let mut resolved = text.resolve(path)?;
+            resolved.multimodal = true;
+            return Ok(resolved);
+        }
+        if self.model_type.as_deref() == Some("gemma3_text") {
+            return self.with_gemma3_defaults().resolve_checked(path);
+        }
+        self.resolve_checked(path)
+    }
+
+    /// `Gemma3TextConfig`'s defaults for the fields a gemma3 config leaves out (real checkpoints' `text_config`
+    /// often omits the vocabulary size, rope bases and window).
+    fn with_gemma3_defaults(&self) -> RawConfig {
+        let mut c = self.clone();
+        c.vocab_size = c.vocab_size.or(Some(262_208));
+        c.hidden_size = c.hidden_size.or(Some(2304));
+        c.intermediate_size = c.intermediate_size.or(Some(9216));
+        c.num_hidden_layers = c.num_hidden_layers.or(Some(26));
+        c.num_attention_heads = c.num_attention_heads.or(Some(8));
+        c.num_key_value_heads = c.num_key_value_heads.or(Some(4));
+        c.head_dim = c.head_dim.or(Some(256));
+        c.max_position_embeddings = c.max_position_embeddings.or(Some(131_072));
+        c.rope_theta = c.rope_theta.or(Some(1_000_000.0));
+        c.rope_local_base_freq = c.rope_local_base_freq.or(Some(10_000.0));
+        c.query_pre_attn_scalar = c.query_pre_attn_scalar.or(Some(256.0));
+        c.sliding_window = c.sliding_window.or(Some(4096));
+        c.tie_word_embeddings = c.tie_word_embeddings.or(Some(true));
+        c.bos_token_id = c.bos_token_id.or(Some(2));
+        c.eos_token_id = c.eos_token_id.clone().or(Some(OneOrMany::One(1)));
+        c
+    }
+
+    fn architecture(&self, path: &Path) -> Result<Architecture> {
         let model_type = self.model_type.clone().unwrap_or_default();
-        let architecture =
-            Architecture::from_model_type(&model_type).ok_or_else(|| Error::UnsupportedArchitecture {
-                found: if model_type.is_empty() { "(no model_type)".into() } else { model_type.clone() },
-                path: path.to_path_buf(),
-                supported: Architecture::SUPPORTED.into(),
-            })?;
+        Architecture::from_model_type(&model_type).ok_or_else(|| Error::UnsupportedArchitecture {
+            found: if model_type.is_empty() { "(no model_type)".into() } else { model_type.clone() },
+            path: path.to_path_buf(),
+            supported: Architecture::SUPPORTED.into(),
+        })
+    }
+
+    fn resolve_checked(&self, path: &Path) -> Result<ModelConfig> {
+        let architecture = self.architecture(path)?;
         let need = |v: Option<usize>, field: &str| -> Result<usize> {
             match v {
                 Some(x) if x > 0 => Ok(x),
@@ -166,23 +320,15 @@ impl RawConfig {
             });
         }
         let head_dim = self.head_dim.unwrap_or(hidden_size / num_attention_heads);
-        if let Some(act) = &self.hidden_act {
-            if act != "silu" && act != "swish" {
-                return Err(Error::BadConfig {
-                    path: path.to_path_buf(),
-                    field: "hidden_act".into(),
-                    message: format!("`{act}` is not supported; only silu"),
-                });
-            }
-        }
+        let mlp_activation = self.mlp_activation(architecture, path)?;
         let (rope_theta, rope_scaling) = self.resolve_rope(path)?;
         let sliding_window = match architecture {
-            Architecture::Mistral => self.sliding_window,
+            Architecture::Mistral | Architecture::Gemma3 => self.sliding_window,
             Architecture::Qwen2 | Architecture::Qwen3 if self.use_sliding_window == Some(true) => self.sliding_window,
             _ => None,
         };
         let attention_bias = self.attention_bias.unwrap_or(false);
-        Ok(ModelConfig {
+        let config = ModelConfig {
             architecture,
             vocab_size: need(self.vocab_size, "vocab_size")?,
             hidden_size,
@@ -191,7 +337,7 @@ impl RawConfig {
             num_attention_heads,
             num_kv_heads,
             head_dim,
-            rms_norm_eps: self.rms_norm_eps.unwrap_or(1e-6),
+            rms_norm_eps: self.rms_norm_eps.unwrap_or(if architecture == Architecture::Olmo2 { 1e-5 } else { 1e-6 }),
             rope_theta,
             rope_scaling,
             max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
@@ -209,7 +355,114 @@ impl RawConfig {
             bos_token_id: self.bos_token_id,
             eos_token_ids: self.eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default(),
             weights_dtype: self.torch_dtype.clone().or_else(|| self.dtype.clone()),
-        })
+            norm_layout: NormLayout::PreNorm,
+            norm_weight_offset: 0.0,
+            qk_norm_over_projection: false,
+            mlp_activation,
+            embedding_multiplier: 1.0,
+            attention_scale: 1.0 / (head_dim as f64).sqrt(),
+            sliding_layers: Vec::new(),
+            local_rope_theta: None,
+            multimodal: false,
+        };
+        self.with_family_blocks(config, path)
+    }
+
+    /// The block variations of the families that differ from llama's layout, in one place: gemma3 (sandwich
+    /// norms applied as 1 + w, per-head q/k norms, GeGLU, scaled embeddings, its score scale, sliding and
+    /// global layers with their own rope bases) and olmo2 (post-norms only, whole-projection q/k norms).
+    fn with_family_blocks(&self, mut c: ModelConfig, path: &Path) -> Result<ModelConfig> {
+        match c.architecture {
+            Architecture::Gemma3 => {
+                self.refuse_unimplemented_gemma_options(path)?;
+                c.norm_layout = NormLayout::Sandwich;
+                c.norm_weight_offset = 1.0;
+                c.qk_norm = true;
+                c.embedding_multiplier = (c.hidden_size as f64).sqrt();
+                if let Some(scalar) = self.query_pre_attn_scalar.filter(|s| *s > 0.0) {
+                    c.attention_scale = scalar.powf(-0.5);
+                }
+                c.sliding_layers = self.gemma3_sliding_layers(c.num_layers, path)?;
+                c.local_rope_theta = self.rope_local_base_freq;
+            }
+            Architecture::Olmo2 => {
+                c.norm_layout = NormLayout::PostNorm;
+                c.qk_norm = true;
+                c.qk_norm_over_projection = true;
+            }
+            _ => {}
+        }
+        Ok(c)
+    }
+
+    /// The MLP activation: gemma3 names it `hidden_activation` (gelu tanh), the others `hidden_act` (silu).
+    fn mlp_activation(&self, architecture: Architecture, path: &Path) -> Result<MlpActivation> {
+        let bad = |field: &str, act: &str, supported: &str| Error::BadConfig {
+            path: path.to_path_buf(),
+            field: field.into(),
+            message: format!("`{act}` is not supported for {}; supported: {supported}", architecture.as_str()),
+        };
+        if architecture == Architecture::Gemma3 {
+            let (field, act) = match (&self.hidden_activation, &self.hidden_act) {
+                (Some(a), _) => ("hidden_activation", a.as_str()),
+                (None, Some(a)) => ("hidden_act", a.as_str()),
+                (None, None) => return Ok(MlpActivation::GeluTanh),
+            };
+            return match act {
+                "gelu_pytorch_tanh" | "gelu_tanh" => Ok(MlpActivation::GeluTanh),
+                other => Err(bad(field, other, "gelu_pytorch_tanh")),
+            };
+        }
+        match self.hidden_act.as_deref() {
+            None | Some("silu") | Some("swish") => Ok(MlpActivation::Silu),
+            Some(other) => Err(bad("hidden_act", other, "silu")),
+        }
+    }
+
+    /// Options of the gemma family that gemma3 checkpoints leave off and we do not implement: an error naming
+    /// the field rather than silently different numbers.
+    fn refuse_unimplemented_gemma_options(&self, path: &Path) -> Result<()> {
+        let refuse = |field: &str, message: &str| {
+            Err(Error::BadConfig { path: path.to_path_buf(), field: field.into(), message: message.into() })
+        };
+        if self.final_logit_softcapping.is_some() {
+            return refuse("final_logit_softcapping", "logit soft-capping is not implemented (gemma3 sets it null)");
+        }
+        if self.attn_logit_softcapping.is_some() {
+            return refuse("attn_logit_softcapping", "attention soft-capping is not implemented (gemma3 sets it null)");
+        }
+        if self.use_bidirectional_attention == Some(true) {
+            return refuse("use_bidirectional_attention", "bidirectional attention is not supported: causal LMs only");
+        }
+        Ok(())
+    }
+
+    /// gemma3's sliding layers: `layer_types`, else every `sliding_window_pattern`-th layer (default 6) global.
+    fn gemma3_sliding_layers(&self, num_layers: usize, path: &Path) -> Result<Vec<bool>> {
+        let bad =
+            |field: &str, message: String| Error::BadConfig { path: path.to_path_buf(), field: field.into(), message };
+        if let Some(types) = &self.layer_types {
+            if types.len() != num_layers {
+                return Err(bad("layer_types", format!("{} entries for {num_layers} layers", types.len())));
+            }
+            return types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| match t.as_str() {
+                    "sliding_attention" => Ok(true),
+                    "full_attention" => Ok(false),
+                    other => Err(bad(
+                        &format!("layer_types[{i}]"),
+                        format!("`{other}`; expected sliding_attention or full_attention"),
+                    )),
+                })
+                .collect();
+        }
+        let pattern = self.sliding_window_pattern.unwrap_or(6);
+        if pattern == 0 {
+            return Err(bad("sliding_window_pattern", "must be at least 1".into()));
+        }
+        Ok((0..num_layers).map(|i| (i + 1) % pattern != 0).collect())
     }
 
     fn resolve_rope(&self, path: &Path) -> Result<(f64, Option<RopeScaling>)> {
@@ -253,6 +506,21 @@ impl RawConfig {
 }
 
 impl ModelConfig {
+    /// Width of the q and k norm weights: the whole projection (olmo2) or one head.
+    pub fn qk_norm_widths(&self) -> (usize, usize) {
+        if self.qk_norm_over_projection {
+            (self.num_attention_heads * self.head_dim, self.num_kv_heads * self.head_dim)
+        } else {
+            (self.head_dim, self.head_dim)
+        }
+    }
+
+    /// Whether decoder layer `layer` attends through the sliding window.
+    pub fn layer_slides(&self, layer: usize) -> bool {
+        self.sliding_window.is_some()
+            && self.sliding_layers.get(layer).copied().unwrap_or(self.sliding_layers.is_empty())
+    }
+
     /// Parameter count of the base model (embeddings counted once when tied).
     pub fn parameter_count(&self) -> usize {
         let h = self.hidden_size;
@@ -266,10 +534,10 @@ impl ModelConfig {
             attn += h;
         }
         if self.qk_norm {
-            attn += 2 * self.head_dim;
+            attn += if self.qk_norm_over_projection { q + kv } else { 2 * self.head_dim };
         }
         let mlp = 3 * h * self.intermediate_size;
-        let norms = 2 * h;
+        let norms = self.norm_layout.norms().len() * h;
         let embed = self.vocab_size * h;
         let head = if self.tie_word_embeddings { 0 } else { embed };
         self.num_layers * (attn + mlp + norms) + embed + head + h
@@ -317,5 +585,54 @@ mod tests {
         assert_eq!(cfg.num_kv_heads, 2);
         assert_eq!(cfg.head_dim, 4);
         assert!(matches!(cfg.rope_scaling, Some(RopeScaling::Llama3(_))));
+    }
+
+    #[test]
+    fn gemma3_text_tower_resolves_with_gemma_defaults() {
+        let raw: RawConfig = serde_json::from_str(
+            r#"{"model_type":"gemma3","eos_token_id":[1,106],"text_config":{"model_type":"gemma3_text",
+            "hidden_size":2560,"intermediate_size":10240,"num_hidden_layers":12,"num_attention_heads":8,
+            "num_key_value_heads":4,"sliding_window":1024,"rope_scaling":{"factor":8.0,"rope_type":"linear"}}}"#,
+        )
+        .unwrap();
+        let cfg = raw.resolve(Path::new("config.json")).unwrap();
+        assert_eq!(cfg.architecture, Architecture::Gemma3);
+        assert!(cfg.multimodal);
+        assert_eq!((cfg.vocab_size, cfg.head_dim, cfg.eos_token_ids.clone()), (262_208, 256, vec![1, 106]));
+        assert_eq!(cfg.attention_scale, 1.0 / 16.0);
+        assert_eq!(cfg.embedding_multiplier, 2560f64.sqrt());
+        assert_eq!(cfg.mlp_activation, MlpActivation::GeluTanh);
+        // Every sixth layer is global (the default sliding_window_pattern 6).
+        let global: Vec<usize> = (0..12).filter(|&i| !cfg.layer_slides(i)).collect();
+        assert_eq!(global, vec![5, 11]);
+        assert_eq!(cfg.local_rope_theta, Some(10_000.0));
+        assert_eq!(cfg.rope_scaling, Some(RopeScaling::Linear { factor: 8.0 }));
+    }
+
+    #[test]
+    fn unimplemented_gemma_options_are_refused_by_name() {
+        let raw: RawConfig = serde_json::from_str(
+            r#"{"model_type":"gemma3_text","final_logit_softcapping":30.0,"hidden_size":8,"num_hidden_layers":1}"#,
+        )
+        .unwrap();
+        let err = raw.resolve(Path::new("m/config.json")).unwrap_err().to_string();
+        assert!(err.contains("final_logit_softcapping") && err.contains("m/config.json"), "{err}");
+        let raw: RawConfig =
+            serde_json::from_str(r#"{"model_type":"gemma3_text","hidden_activation":"relu"}"#).unwrap();
+        let err = raw.resolve(Path::new("config.json")).unwrap_err().to_string();
+        assert!(err.contains("hidden_activation") && err.contains("gelu_pytorch_tanh"), "{err}");
+    }
+
+    #[test]
+    fn olmo2_norms_follow_each_block_and_span_the_projection() {
+        let raw: RawConfig = serde_json::from_str(
+            r#"{"model_type":"olmo2","vocab_size":10,"hidden_size":8,"intermediate_size":16,
+            "num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1}"#,
+        )
+        .unwrap();
+        let cfg = raw.resolve(Path::new("config.json")).unwrap();
+        assert_eq!(cfg.norm_layout, NormLayout::PostNorm);
+        assert_eq!(cfg.qk_norm_widths(), (8, 4));
+        assert_eq!(cfg.rms_norm_eps, 1e-5);
     }
 }

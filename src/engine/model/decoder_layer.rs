@@ -1,12 +1,17 @@
-//! One pre-norm decoder layer: RMS norm, self-attention ([`super::attention`]), residual, RMS norm, MLP
-//! ([`super::mlp`]), residual. This file owns the layer's math around its two blocks: the inference forward,
-//! the training forward that records what the backward needs, the backward, and the single-token decode step
-//! (fused kernels where [`ops::cuda_decode::available`] says the device has them).
+//! One decoder layer: self-attention ([`super::attention`]) and the MLP ([`super::mlp`]), each with its
+//! residual add and the RMS norms the family puts around it ([`super::config::NormLayout`]: llama's
+//! pre-norms, gemma3's pre- and post-norms, olmo2's post-norms only). This file owns the layer's math around
+//! its two blocks: the inference forward, the training forward that records what the backward needs, the
+//! backward, and the single-token decode step (fused kernels where [`ops::cuda_decode::available`] says the
+//! device has them, for pre-norm SwiGLU layers; gemma3's and olmo2's layers decode through the composed ops
+//! on every device, CUDA included).
 
 use super::attention::{Attention, AttentionTape};
+use super::config::NormSite;
 use super::gradients::Gradients;
 use super::kv_cache::LayerCache;
 use super::mlp::{Mlp, MlpTape};
+use super::norm::RmsNorm;
 use super::rotary::RotaryTables;
 use super::sequence::SequenceContext;
 use super::weight_loader::WeightLoader;
@@ -15,20 +20,79 @@ use crate::engine::ops;
 use crate::engine::Result;
 use candle_core::Tensor;
 
-/// One pre-norm decoder layer.
+/// The RMS norms of one decoder layer, by where they apply (see [`super::config::NormLayout`]); absent ones
+/// are skipped.
+#[derive(Debug, Clone, Default)]
+pub struct LayerNorms {
+    pub attention_input: Option<RmsNorm>,
+    pub attention_output: Option<RmsNorm>,
+    pub mlp_input: Option<RmsNorm>,
+    pub mlp_output: Option<RmsNorm>,
+}
+
+impl LayerNorms {
+    fn load(cfg: &ModelConfig, w: &WeightLoader, prefix: &str) -> Result<Self> {
+        let mut norms = Self::default();
+        for &(site, name) in cfg.norm_layout.norms() {
+            let weight = w.get(&format!("{prefix}.{name}.weight"), &[cfg.hidden_size])?;
+            let norm = Some(RmsNorm::new(name, weight, cfg.norm_weight_offset, cfg.rms_norm_eps)?);
+            match site {
+                NormSite::AttentionInput => norms.attention_input = norm,
+                NormSite::AttentionOutput => norms.attention_output = norm,
+                NormSite::MlpInput => norms.mlp_input = norm,
+                NormSite::MlpOutput => norms.mlp_output = norm,
+            }
+        }
+        Ok(norms)
+    }
+
+    /// Every norm present, in the order the layer applies them.
+    pub fn iter(&self) -> impl Iterator<Item = &RmsNorm> {
+        [&self.attention_input, &self.attention_output, &self.mlp_input, &self.mlp_output].into_iter().flatten()
+    }
+
+    /// Only the pre-norms (llama's layout): what the fused decode kernels model.
+    fn pre_norms_only(&self) -> bool {
+        self.attention_input.is_some()
+            && self.mlp_input.is_some()
+            && self.attention_output.is_none()
+            && self.mlp_output.is_none()
+    }
+}
+
+/// `norm(x)`, or `x` itself when the norm is absent.
+fn apply(norm: &Option<RmsNorm>, x: &Tensor) -> Result<Tensor> {
+    match norm {
+        Some(n) => n.forward(x),
+        None => Ok(x.clone()),
+    }
+}
+
+/// The input gradient through an optional norm whose input was `x`.
+fn apply_backward(norm: &Option<RmsNorm>, x: Option<&Tensor>, dy: Tensor) -> Result<Tensor> {
+    match (norm, x) {
+        (Some(n), Some(x)) => n.backward(x, &dy),
+        (Some(_), None) => Err(candle_core::Error::Msg("norm input missing from the tape".into()).into()),
+        (None, _) => Ok(dy),
+    }
+}
+
+/// One decoder layer: `x + post(attention(pre(x)))`, then `x + post(mlp(pre(x)))`, with the norms the
+/// family has ([`LayerNorms`]).
 #[derive(Debug, Clone)]
 pub struct DecoderLayer {
     pub self_attn: Attention,
     pub mlp: Mlp,
-    pub input_layernorm: Tensor,
-    pub post_attention_layernorm: Tensor,
-    pub rms_norm_eps: f64,
+    pub norms: LayerNorms,
 }
 
 /// Activations of one layer saved by the training forward. Rows are `batch * seq_len`.
 pub struct LayerTape {
     x: Tensor,
     x_mid: Tensor,
+    /// The attention and MLP outputs before their post-norms (only when the layer has them).
+    attn_raw: Option<Tensor>,
+    mlp_raw: Option<Tensor>,
     attention: AttentionTape,
     mlp: MlpTape,
 }
@@ -37,16 +101,14 @@ impl DecoderLayer {
     pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, index: usize) -> Result<Self> {
         let prefix = format!("model.layers.{index}");
         Ok(Self {
-            self_attn: Attention::new(cfg, w, &format!("{prefix}.self_attn"))?,
+            self_attn: Attention::new(cfg, w, &format!("{prefix}.self_attn"), index)?,
             mlp: Mlp::new(cfg, w, &format!("{prefix}.mlp"))?,
-            input_layernorm: w.get(&format!("{prefix}.input_layernorm.weight"), &[cfg.hidden_size])?,
-            post_attention_layernorm: w
-                .get(&format!("{prefix}.post_attention_layernorm.weight"), &[cfg.hidden_size])?,
-            rms_norm_eps: cfg.rms_norm_eps,
+            norms: LayerNorms::load(cfg, w, &prefix)?,
         })
     }
 
     /// Inference: `x` (b, t, hidden) at positions `start_pos..`, reading and extending `cache` when given.
+    /// `rotary`: the tables of this layer's kind ([`Attention::local`]).
     pub(super) fn forward(
         &self,
         x: &Tensor,
@@ -59,23 +121,27 @@ impl DecoderLayer {
                 self.decode_fused(x, table, cache)
             }
             (cache, _) => {
-                let normed = ops::rms_norm(x, &self.input_layernorm, self.rms_norm_eps)?;
-                let x = (x + self.self_attn.forward(&normed, rotary, start_pos, cache)?)?;
-                let normed = ops::rms_norm(&x, &self.post_attention_layernorm, self.rms_norm_eps)?;
-                Ok((&x + self.mlp.forward(&normed)?)?)
+                let normed = apply(&self.norms.attention_input, x)?;
+                let attn =
+                    apply(&self.norms.attention_output, &self.self_attn.forward(&normed, rotary, start_pos, cache)?)?;
+                let x = (x + attn)?;
+                let normed = apply(&self.norms.mlp_input, &x)?;
+                Ok((&x + apply(&self.norms.mlp_output, &self.mlp.forward(&normed)?)?)?)
             }
         }
     }
 
     /// Training forward: `x` (rows, hidden) -> the layer's output (rows, hidden) and its tape.
     pub fn forward_train(&self, x: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, LayerTape)> {
-        let normed_in = ops::rms_norm(x, &self.input_layernorm, self.rms_norm_eps)?;
+        let normed_in = apply(&self.norms.attention_input, x)?;
         let (attn_out, attention) = self.self_attn.forward_train(&normed_in, ctx)?;
-        let x_mid = ops::add(x, &attn_out)?;
-        let normed_mid = ops::rms_norm(&x_mid, &self.post_attention_layernorm, self.rms_norm_eps)?;
+        let attn_raw = self.norms.attention_output.as_ref().map(|_| attn_out.clone());
+        let x_mid = ops::add(x, &apply(&self.norms.attention_output, &attn_out)?)?;
+        let normed_mid = apply(&self.norms.mlp_input, &x_mid)?;
         let (down, mlp) = self.mlp.forward_train(&normed_mid, ctx)?;
-        let out = ops::add(&x_mid, &down)?;
-        Ok((out, LayerTape { x: x.clone(), x_mid, attention, mlp }))
+        let mlp_raw = self.norms.mlp_output.as_ref().map(|_| down.clone());
+        let out = ops::add(&x_mid, &apply(&self.norms.mlp_output, &down)?)?;
+        Ok((out, LayerTape { x: x.clone(), x_mid, attn_raw, mlp_raw, attention, mlp }))
     }
 
     /// Given the gradient of the layer's output, accumulate its adapters' gradients and return the gradient
@@ -88,15 +154,14 @@ impl DecoderLayer {
         grads: &mut Gradients,
         need_input_grad: bool,
     ) -> Result<Option<Tensor>> {
-        let d_normed_mid = self.mlp.backward(&tape.mlp, d_out, grads)?;
-        let d_mid = ops::add(
-            d_out,
-            &ops::rms_norm_backward(&tape.x_mid, &self.post_attention_layernorm, self.rms_norm_eps, &d_normed_mid)?,
-        )?;
-        let Some(d_normed_in) = self.self_attn.backward(&tape.attention, &d_mid, ctx, grads, need_input_grad)? else {
+        let d_down = apply_backward(&self.norms.mlp_output, tape.mlp_raw.as_ref(), d_out.clone())?;
+        let d_normed_mid = self.mlp.backward(&tape.mlp, &d_down, grads)?;
+        let d_mid = ops::add(d_out, &apply_backward(&self.norms.mlp_input, Some(&tape.x_mid), d_normed_mid)?)?;
+        let d_attn = apply_backward(&self.norms.attention_output, tape.attn_raw.as_ref(), d_mid.clone())?;
+        let Some(d_normed_in) = self.self_attn.backward(&tape.attention, &d_attn, ctx, grads, need_input_grad)? else {
             return Ok(None);
         };
-        let d_in = ops::rms_norm_backward(&tape.x, &self.input_layernorm, self.rms_norm_eps, &d_normed_in)?;
+        let d_in = apply_backward(&self.norms.attention_input, Some(&tape.x), d_normed_in)?;
         Ok(Some(ops::add(&d_mid, &d_in)?))
     }
 
@@ -105,17 +170,22 @@ impl DecoderLayer {
     fn decodes_fused(&self, x: &Tensor, start_pos: usize, cache: &LayerCache) -> Result<bool> {
         Ok(x.dim(1)? == 1
             && start_pos == cache.len()
+            && self.norms.pre_norms_only()
             && ops::cuda_decode::enabled(x.device(), x.dtype())
             && self.self_attn.decodes_fused()
             && self.mlp.decodes_fused())
     }
 
     /// Ten launches per layer: norm, qkv product, cache write, attention, o_proj, add + norm, gate|up product,
-    /// SwiGLU, down_proj, residual add (plus any adapter on o_proj or down_proj).
+    /// SwiGLU, down_proj, residual add (plus any adapter on o_proj or down_proj). Pre-norm layers only
+    /// (`LayerNorms::pre_norms_only`): gemma3's and olmo2's post-norms take the composed path.
     fn decode_fused(&self, x: &Tensor, table: &Tensor, cache: &mut LayerCache) -> Result<Tensor> {
-        let normed = ops::rms_norm(x, &self.input_layernorm, self.rms_norm_eps)?;
+        let (Some(attn_norm), Some(mlp_norm)) = (&self.norms.attention_input, &self.norms.mlp_input) else {
+            return Err(candle_core::Error::Msg("fused decode of a layer without pre-norms".into()).into());
+        };
+        let normed = attn_norm.forward(x)?;
         let attn = self.self_attn.decode_fused(&normed, table, cache)?;
-        let (x, normed) = ops::cuda_decode::add_rms_norm(x, &attn, &self.post_attention_layernorm, self.rms_norm_eps)?;
+        let (x, normed) = ops::cuda_decode::add_rms_norm(x, &attn, mlp_norm.factor(), mlp_norm.eps)?;
         Ok((x + self.mlp.decode_fused(&normed)?)?)
     }
 }

@@ -70,6 +70,9 @@ pub struct ModelInfo {
     pub chat_template: Option<ChatTemplate>,
     /// Every id that ends a generation (config, generation_config.json and the tokenizer's eos token).
     pub eos_token_ids: Vec<u32>,
+    /// What a user should know about how the model was read (e.g. a multimodal checkpoint's vision tower
+    /// left out); front ends show them with the model.
+    pub notes: Vec<String>,
 }
 
 impl ModelInfo {
@@ -88,6 +91,8 @@ pub struct LoadedModel {
     pub chat_template: Option<ChatTemplate>,
     /// Every id that ends a generation (config, generation_config.json and the tokenizer's eos token).
     pub eos_token_ids: Vec<u32>,
+    /// What a user should know about how the model was read ([`ModelInfo::notes`]).
+    pub notes: Vec<String>,
 }
 
 impl LoadedModel {
@@ -171,15 +176,27 @@ fn load_hf_folder(
     quant: BaseQuant,
     progress: Option<LoadProgressFn>,
 ) -> Result<LoadedModel> {
-    let info = hf_folder_info(folder)?;
+    let mut info = hf_folder_info(folder)?;
     let weights = Weights::open_folder_reporting(folder, progress)?;
+    if info.config.multimodal {
+        info.notes = vec![text_tower_note(Some(weights.ignored_tensors()))];
+    }
     let model = Transformer::load_with(&info.config, &weights, dtype, device, quant)?;
     Ok(with_weights(info, model))
 }
 
+/// The notice for a multimodal checkpoint: what is loaded and what is not (`ignored` tensors, when counted).
+fn text_tower_note(ignored: Option<usize>) -> String {
+    let count = ignored.map(|n| format!(" ({n} tensors)")).unwrap_or_default();
+    format!(
+        "multimodal checkpoint: only its text model is loaded and trained; the vision tower and multimodal \
+         projector weights{count} are ignored, so images are not supported"
+    )
+}
+
 fn with_weights(info: ModelInfo, model: Transformer) -> LoadedModel {
-    let ModelInfo { source, tokenizer, chat_template, eos_token_ids, .. } = info;
-    LoadedModel { source, config: model.config.clone(), model, tokenizer, chat_template, eos_token_ids }
+    let ModelInfo { source, tokenizer, chat_template, eos_token_ids, notes, .. } = info;
+    LoadedModel { source, config: model.config.clone(), model, tokenizer, chat_template, eos_token_ids, notes }
 }
 
 fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
@@ -227,12 +244,14 @@ fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
         eos_token_ids.push(id);
     }
     dedup_in_order(&mut eos_token_ids);
+    let notes = if config.multimodal { vec![text_tower_note(None)] } else { Vec::new() };
     Ok(ModelInfo {
         source: ModelSource::HfFolder(folder.to_path_buf()),
         config,
         tokenizer,
         chat_template,
         eos_token_ids,
+        notes,
     })
 }
 
@@ -279,6 +298,7 @@ fn gguf_info(file: &Path, g: super::gguf::GgufModel) -> Result<ModelInfo> {
         tokenizer,
         chat_template,
         eos_token_ids,
+        notes: Vec::new(),
     })
 }
 

@@ -1,7 +1,8 @@
 //! Models: configuration, weights (Hugging Face folders and GGUF files), the tokenizer and the chat template,
 //! tied together by [`load_model`]; and the transformer, one file per block, each owning all of that block's
 //! math (inference forward, training forward and backward, decode step): linear.rs (a projection with its
-//! LoRA adapter, adapter.rs), attention.rs, mlp.rs, decoder_layer.rs, assembled by transformer.rs. The KV
+//! LoRA adapter, adapter.rs), norm.rs (an RMS norm, with gemma3's 1 + w), attention.rs, mlp.rs,
+//! decoder_layer.rs, assembled by transformer.rs. The KV
 //! cache (kv_cache.rs) and adapter gradients (gradients.rs) are the types those blocks share with callers.
 //! A base model's projections may be held quantized (QLoRA): the choice is quant.rs, the storage linear.rs.
 //!
@@ -19,6 +20,7 @@ pub mod kv_cache;
 pub mod linear;
 pub mod loader;
 pub mod mlp;
+pub mod norm;
 pub mod quant;
 pub mod rotary;
 pub mod safetensors_reader;

@@ -1,5 +1,5 @@
 //! Rotary position embeddings: cos/sin tables for every position up to the context length, with Llama 3 and
-//! linear rope scaling.
+//! linear rope scaling; gemma3's sliding layers get tables of their own (their base, no scaling).
 
 use super::config::{ModelConfig, RopeScaling};
 use crate::engine::ops;
@@ -16,12 +16,28 @@ pub(crate) struct RotaryTables {
 }
 
 impl RotaryTables {
+    /// The tables of the model's (global) layers: `rope_theta` and `rope_scaling`.
     pub(crate) fn new(cfg: &ModelConfig, dtype: DType, device: &Device) -> Result<Self> {
+        Self::with_base(cfg, cfg.rope_theta, cfg.rope_scaling.as_ref(), dtype, device)
+    }
+
+    /// The sliding layers' tables when they rotate with a base of their own (gemma3's `rope_local_base_freq`,
+    /// unscaled as transformers does); None otherwise.
+    pub(crate) fn local(cfg: &ModelConfig, dtype: DType, device: &Device) -> Result<Option<Self>> {
+        cfg.local_rope_theta.map(|theta| Self::with_base(cfg, theta, None, dtype, device)).transpose()
+    }
+
+    fn with_base(
+        cfg: &ModelConfig,
+        theta: f64,
+        scaling: Option<&RopeScaling>,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let dim = cfg.head_dim;
-        let mut inv_freq: Vec<f64> =
-            (0..dim / 2).map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f64 / dim as f64)).collect();
+        let mut inv_freq: Vec<f64> = (0..dim / 2).map(|i| 1.0 / theta.powf(2.0 * i as f64 / dim as f64)).collect();
         let mut position_scale = 1.0;
-        match &cfg.rope_scaling {
+        match scaling {
             Some(RopeScaling::Llama3(s)) => {
                 let low_wavelen = s.original_max_position_embeddings as f64 / s.low_freq_factor;
                 let high_wavelen = s.original_max_position_embeddings as f64 / s.high_freq_factor;

@@ -96,6 +96,16 @@ impl SafetensorsReader {
         self.entries.contains_key(name)
     }
 
+    /// Every stored tensor's name.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// Count only the tensors `keep` names in the progress total (those a load will read).
+    pub fn count_only(&mut self, keep: impl Fn(&str) -> bool) {
+        self.bytes_total = self.entries.iter().filter(|(name, _)| keep(name)).map(|(_, e)| e.end - e.start).sum();
+    }
+
     /// Tensor `name` as stored, on the CPU (None when the files have no such tensor).
     pub fn load(&self, name: &str) -> Result<Option<Tensor>> {
         let Some(entry) = self.entries.get(name) else { return Ok(None) };

@@ -2,6 +2,11 @@
 //! in-memory map of tensors (what the GGUF loader produces, dense and still-quantized ones). Lookups check
 //! shapes and name the file at fault. [`Weights::base_weight`] applies the base quantization choice to one
 //! projection at a time: read, quantize, drop the dense copy, so no whole dense model is ever held.
+//!
+//! Names are asked for as a text-only model stores them (`model.layers.0...`, `lm_head.weight`). A multimodal
+//! checkpoint (gemma3) keeps its language model elsewhere: under `language_model.model.*` (transformers before
+//! 4.52) or `model.language_model.*` (after); [`TextTower`] maps the names, and the other tensors (vision tower,
+//! projector) are never read.
 
 use super::linear::BaseWeight;
 use super::quant::{fitting_type, BaseQuant};
@@ -13,12 +18,59 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Where a multimodal checkpoint keeps its language model's tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextTower {
+    /// A text-only checkpoint: `model.*`, `lm_head.weight`.
+    Root,
+    /// `language_model.model.*`, `language_model.lm_head.weight` (transformers before 4.52).
+    LanguageModelFirst,
+    /// `model.language_model.*`, `lm_head.weight` (transformers 4.52 and later).
+    ModelFirst,
+}
+
+impl TextTower {
+    /// Which layout a checkpoint uses, from where its token embeddings are.
+    fn detect(has: impl Fn(&str) -> bool) -> Self {
+        if has("language_model.model.embed_tokens.weight") {
+            Self::LanguageModelFirst
+        } else if !has("model.embed_tokens.weight") && has("model.language_model.embed_tokens.weight") {
+            Self::ModelFirst
+        } else {
+            Self::Root
+        }
+    }
+
+    /// The stored name of a tensor a text-only model calls `name`.
+    pub fn stored_name(self, name: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            Self::Root => name.into(),
+            Self::LanguageModelFirst => format!("language_model.{name}").into(),
+            Self::ModelFirst => match name.strip_prefix("model.") {
+                Some(rest) => format!("model.language_model.{rest}").into(),
+                None => name.into(),
+            },
+        }
+    }
+
+    /// Whether a stored name belongs to the language model.
+    fn holds(self, stored: &str) -> bool {
+        match self {
+            Self::Root => true,
+            Self::LanguageModelFirst => stored.starts_with("language_model."),
+            Self::ModelFirst => stored.starts_with("model.language_model.") || stored == "lm_head.weight",
+        }
+    }
+}
+
 /// Where the transformer's tensors come from.
 pub enum Weights {
     Safetensors {
         files: SafetensorsReader,
         /// For error messages: the folder's weight file(s).
         origin: PathBuf,
+        /// Where the language model's tensors are.
+        tower: TextTower,
     },
     Map {
         tensors: HashMap<String, Tensor>,
@@ -40,7 +92,20 @@ impl Weights {
         let paths = weight_files(folder)?;
         let single = folder.join("model.safetensors");
         let origin = if single.exists() { single } else { folder.join("model.safetensors.index.json") };
-        Ok(Weights::Safetensors { files: SafetensorsReader::open(&paths, progress)?, origin })
+        let mut files = SafetensorsReader::open(&paths, progress)?;
+        let tower = TextTower::detect(|name| files.contains(name));
+        // Progress counts what the load reads: the language model's tensors.
+        files.count_only(|name| tower.holds(name));
+        Ok(Weights::Safetensors { files, origin, tower })
+    }
+
+    /// Stored tensors outside the language model (a multimodal checkpoint's vision tower and projector),
+    /// which loading ignores.
+    pub fn ignored_tensors(&self) -> usize {
+        match self {
+            Weights::Safetensors { files, tower, .. } => files.names().filter(|name| !tower.holds(name)).count(),
+            Weights::Map { .. } => 0,
+        }
     }
 
     pub fn from_map(tensors: HashMap<String, Tensor>, origin: PathBuf) -> Self {
@@ -110,7 +175,7 @@ impl Weights {
 
     pub fn contains(&self, name: &str) -> bool {
         match self {
-            Weights::Safetensors { files, .. } => files.contains(name),
+            Weights::Safetensors { files, tower, .. } => files.contains(&tower.stored_name(name)),
             Weights::Map { tensors, quantized, .. } => tensors.contains_key(name) || quantized.contains_key(name),
         }
     }
@@ -118,8 +183,11 @@ impl Weights {
     /// Load `name` with the expected shape, converted to `dtype` on `device`.
     pub fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         let tensor = match self {
-            Weights::Safetensors { files, origin } => {
-                files.load(name)?.ok_or_else(|| Error::MissingTensor { name: name.into(), path: origin.clone() })?
+            Weights::Safetensors { files, origin, tower } => {
+                let stored = tower.stored_name(name);
+                files
+                    .load(&stored)?
+                    .ok_or_else(|| Error::MissingTensor { name: stored.into_owned(), path: origin.clone() })?
             }
             Weights::Map { tensors, quantized, origin } => match (tensors.get(name), quantized.get(name)) {
                 (Some(t), _) => t.clone(),

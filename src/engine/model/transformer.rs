@@ -1,6 +1,6 @@
-//! The Llama-family decoder (llama, mistral, qwen2, qwen3) written for fine-tuning: every projection is a
-//! [`Linear`] that can carry a LoRA adapter, `forward` returns hidden states for every position, and
-//! attention reads and extends a [`KvCache`] without copying it each token.
+//! The Llama-family decoder (llama, mistral, qwen2, qwen3, gemma3's text model, olmo2) written for
+//! fine-tuning: every projection is a [`Linear`] that can carry a LoRA adapter, `forward` returns hidden
+//! states for every position, and attention reads and extends a [`KvCache`] without copying it each token.
 //!
 //! The model ties its blocks together: embeddings, decoder layers (decoder_layer.rs, attention.rs, mlp.rs,
 //! each owning its forward, training forward, backward and decode step), the final norm and the head.
@@ -10,10 +10,11 @@ use super::config::ModelConfig;
 use super::decoder_layer::DecoderLayer;
 use super::kv_cache::KvCache;
 use super::linear::Linear;
+use super::norm::RmsNorm;
 use super::quant::{type_name, BaseQuant};
 use super::rotary::RotaryTables;
 use super::safetensors_weights::Weights;
-use super::sequence::SequenceContext;
+use super::sequence::{LocalAttention, SequenceContext};
 use super::weight_loader::WeightLoader;
 use crate::engine::ops;
 use crate::engine::Result;
@@ -38,10 +39,12 @@ pub struct Transformer {
     pub config: ModelConfig,
     embed_tokens: Tensor,
     pub layers: Vec<DecoderLayer>,
-    norm: Tensor,
+    norm: RmsNorm,
     /// None when the embeddings are tied.
     lm_head: Option<Tensor>,
     rotary: RotaryTables,
+    /// The sliding layers' rope tables when they have a base of their own (gemma3).
+    local_rotary: Option<RotaryTables>,
     dtype: DType,
     device: Device,
 }
@@ -65,7 +68,8 @@ impl Transformer {
         let (v, h) = (config.vocab_size, config.hidden_size);
         let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
         let layers = (0..config.num_layers).map(|i| DecoderLayer::new(config, &w, i)).collect::<Result<Vec<_>>>()?;
-        let norm = w.get("model.norm.weight", &[h])?;
+        let norm =
+            RmsNorm::new("norm", w.get("model.norm.weight", &[h])?, config.norm_weight_offset, config.rms_norm_eps)?;
         // Some checkpoints say tie_word_embeddings=false yet ship no lm_head: they are tied in effect.
         let lm_head = if !config.tie_word_embeddings && weights.contains("lm_head.weight") {
             Some(w.get("lm_head.weight", &[v, h])?)
@@ -76,6 +80,7 @@ impl Transformer {
         config.tie_word_embeddings = lm_head.is_none();
         Ok(Self {
             rotary: RotaryTables::new(&config, dtype, device)?,
+            local_rotary: RotaryTables::local(&config, dtype, device)?,
             config,
             embed_tokens,
             layers,
@@ -104,14 +109,27 @@ impl Transformer {
         let mut x = self.embed(input_ids, start_pos)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
-            x = layer.forward(&x, &self.rotary, start_pos, layer_cache)?;
+            x = layer.forward(&x, self.rotary_for(layer), start_pos, layer_cache)?;
         }
         self.final_norm(&x)
     }
 
+    /// The rope tables a layer rotates with: the local ones for gemma3's sliding layers.
+    fn rotary_for(&self, layer: &DecoderLayer) -> &RotaryTables {
+        match &self.local_rotary {
+            Some(local) if layer.self_attn.local => local,
+            _ => &self.rotary,
+        }
+    }
+
     /// The final RMS norm.
     pub fn final_norm(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(ops::rms_norm(x, &self.norm, self.config.rms_norm_eps)?)
+        self.norm.forward(x)
+    }
+
+    /// The input gradient of [`Self::final_norm`] at `x` for the output gradient `dy`.
+    pub fn final_norm_backward(&self, x: &Tensor, dy: &Tensor) -> Result<Tensor> {
+        self.norm.backward(x, dy)
     }
 
     /// Token embeddings (b, t, hidden) for ids (b, t) placed at `start_pos`; an error when they would run
@@ -122,12 +140,20 @@ impl Transformer {
         if start_pos + t > context {
             return Err(crate::engine::Error::PromptTooLong { prompt_tokens: start_pos + t, context_len: context });
         }
-        Ok(self.embed_tokens.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, self.config.hidden_size))?)
+        let x =
+            self.embed_tokens.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, self.config.hidden_size))?;
+        if self.config.embedding_multiplier == 1.0 {
+            return Ok(x);
+        }
+        // transformers casts the multiplier to the weights' dtype first (gemma3: sqrt(3072) is 55.5 in bf16).
+        let multiplier = Tensor::new(self.config.embedding_multiplier, &Device::Cpu)?.to_dtype(self.dtype)?;
+        Ok(x.broadcast_mul(&multiplier.to_device(&self.device)?)?)
     }
 
     /// Run decoder layer `index` without a cache or gradients (the frozen layers below every adapter).
     pub fn layer_forward(&self, index: usize, x: &Tensor) -> Result<Tensor> {
-        self.layers[index].forward(x, &self.rotary, 0, None)
+        let layer = &self.layers[index];
+        layer.forward(x, self.rotary_for(layer), 0, None)
     }
 
     /// Rotary cos/sin tables (len, head_dim / 2) for positions `start..start + len`.
@@ -136,17 +162,26 @@ impl Transformer {
     }
 
     /// What every layer's training forward and backward share for a batch of `batch` sequences of `seq_len`
-    /// tokens from position 0.
+    /// tokens from position 0: the global layers' rope tables and mask, and the sliding layers' own when the
+    /// model mixes the two (gemma3).
     pub fn sequence_context(&self, batch: usize, seq_len: usize, dropout: bool) -> Result<SequenceContext> {
         let (cos, sin) = self.rotary_slice(0, seq_len)?;
-        let window = self.layers.first().and_then(|l| l.self_attn.sliding_window);
+        let window = self.layers.iter().find(|l| !l.self_attn.local).and_then(|l| l.self_attn.sliding_window);
         let mask = attention_mask(seq_len, 0, seq_len, window, &self.device)?;
-        Ok(SequenceContext { batch, seq_len, cos, sin, mask, dropout })
+        let local = match self.layers.iter().find(|l| l.self_attn.local) {
+            Some(layer) => {
+                let (cos, sin) = self.rotary_for(layer).slice(0, seq_len)?;
+                let mask = attention_mask(seq_len, 0, seq_len, layer.self_attn.sliding_window, &self.device)?;
+                Some(LocalAttention { cos, sin, mask })
+            }
+            None => None,
+        };
+        Ok(SequenceContext { batch, seq_len, cos, sin, mask, local, dropout })
     }
 
-    /// The final RMS norm's weight.
+    /// What multiplies the final RMS norm's normalised input (its weight, plus 1 for gemma3).
     pub fn final_norm_weight(&self) -> &Tensor {
-        &self.norm
+        self.norm.factor()
     }
 
     /// The output projection (vocab, hidden): lm_head, or the embeddings when tied.
@@ -216,13 +251,13 @@ impl Transformer {
     /// not counted).
     pub fn base_weights_bytes(&self) -> u64 {
         let dense = |t: &Tensor| (t.elem_count() * t.dtype().size_in_bytes()) as u64;
-        let mut total = dense(&self.embed_tokens) + dense(&self.norm) + self.lm_head.as_ref().map_or(0, dense);
+        let mut total = dense(&self.embed_tokens) + self.norm.size_in_bytes() + self.lm_head.as_ref().map_or(0, dense);
         for layer in &self.layers {
-            total += dense(&layer.input_layernorm) + dense(&layer.post_attention_layernorm);
+            total += layer.norms.iter().map(RmsNorm::size_in_bytes).sum::<u64>();
             total += [&layer.self_attn.q_norm, &layer.self_attn.k_norm]
                 .iter()
                 .filter_map(|n| n.as_ref())
-                .map(dense)
+                .map(|n| n.size_in_bytes())
                 .sum::<u64>();
         }
         let linears: u64 = self.linears().iter().map(|(_, _, l)| l.weight.size_in_bytes() as u64).sum();
@@ -248,17 +283,17 @@ impl Transformer {
         let mut out = std::collections::HashMap::new();
         let cpu = |t: &Tensor| -> Result<Tensor> { Ok(t.to_device(&Device::Cpu)?) };
         out.insert("model.embed_tokens.weight".to_string(), cpu(&self.embed_tokens)?);
-        out.insert("model.norm.weight".to_string(), cpu(&self.norm)?);
+        out.insert("model.norm.weight".to_string(), cpu(&self.norm.weight)?);
         if let Some(head) = &self.lm_head {
             out.insert("lm_head.weight".to_string(), cpu(head)?);
         }
         for (i, layer) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
-            out.insert(format!("{p}.input_layernorm.weight"), cpu(&layer.input_layernorm)?);
-            out.insert(format!("{p}.post_attention_layernorm.weight"), cpu(&layer.post_attention_layernorm)?);
-            if let (Some(q), Some(k)) = (&layer.self_attn.q_norm, &layer.self_attn.k_norm) {
-                out.insert(format!("{p}.self_attn.q_norm.weight"), cpu(q)?);
-                out.insert(format!("{p}.self_attn.k_norm.weight"), cpu(k)?);
+            for norm in layer.norms.iter() {
+                out.insert(format!("{p}.{}.weight", norm.name), cpu(&norm.weight)?);
+            }
+            for norm in [&layer.self_attn.q_norm, &layer.self_attn.k_norm].into_iter().flatten() {
+                out.insert(format!("{p}.self_attn.{}.weight", norm.name), cpu(&norm.weight)?);
             }
         }
         for (i, module, linear) in self.linears() {

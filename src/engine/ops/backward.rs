@@ -92,3 +92,50 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
     let dgate = ((d * u)? * dsilu)?;
     Ok((dgate.to_dtype(dtype)?, dup.to_dtype(dtype)?))
 }
+
+/// `sqrt(2 / pi)`, the tanh approximation's constant.
+const GELU_TANH_C: f64 = 0.797_884_560_802_865_4;
+
+/// gelu(x) with the tanh approximation and its derivative, in f32.
+pub(super) fn gelu_tanh(x: f32) -> (f32, f32) {
+    let c = GELU_TANH_C as f32;
+    let t = (c * (x + 0.044_715 * x * x * x)).tanh();
+    let value = 0.5 * x * (1.0 + t);
+    let slope = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044_715 * x * x);
+    (value, slope)
+}
+
+/// Gradients of `gelu_tanh(gate) * up` (GeGLU, gemma3) with respect to gate and up, given the output gradient
+/// `dm`. One parallel pass on the CPU in f32; composed Candle ops elsewhere (CUDA included: no fused kernel).
+pub fn gelu_tanh_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
+    metal_dtypes("gelu_tanh_mul_backward", &[gate, up, dm])?;
+    if is_cpu_f32(gate) && is_cpu_f32(up) && is_cpu_f32(dm) {
+        let (g, u, d) = (f32_of(gate)?, f32_of(up)?, f32_of(dm)?);
+        let (g, u, d): (&[f32], &[f32], &[f32]) = (&g, &u, &d);
+        let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
+        let (dgate, dup) = crate::engine::cpu_pool::new_f32_pair(g.len(), chunk, |c, dgate, dup| {
+            let (g, u, d) = (&g[c * chunk..], &u[c * chunk..], &d[c * chunk..]);
+            for i in 0..dgate.len() {
+                let (value, slope) = gelu_tanh(g[i]);
+                dup[i] = d[i] * value;
+                dgate[i] = d[i] * u[i] * slope;
+            }
+        });
+        return Ok((
+            Tensor::from_vec(dgate, gate.shape(), gate.device())?,
+            Tensor::from_vec(dup, up.shape(), up.device())?,
+        ));
+    }
+    let dtype = gate.dtype();
+    let (g, u, d) = (upcast(gate)?, upcast(up)?, upcast(dm)?);
+    let t = ((&g + ((g.sqr()? * &g)? * 0.044_715)?)? * GELU_TANH_C)?.tanh()?;
+    let one_plus_t = (&t + 1.0)?;
+    let value = ((&g * &one_plus_t)? * 0.5)?;
+    // d/dx: 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2)
+    let inner = ((g.sqr()? * (3.0 * 0.044_715))? + 1.0)?;
+    let sech2 = (t.sqr()?.neg()? + 1.0)?;
+    let slope = ((one_plus_t * 0.5)? + (((&g * sech2)? * inner)? * (0.5 * GELU_TANH_C))?)?;
+    let dup = (&d * value)?;
+    let dgate = ((d * u)? * slope)?;
+    Ok((dgate.to_dtype(dtype)?, dup.to_dtype(dtype)?))
+}

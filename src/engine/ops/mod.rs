@@ -24,7 +24,7 @@ mod matmul;
 mod metal_attention;
 mod quantized;
 
-pub use backward::{rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
+pub use backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use matmul::matmul;
@@ -159,6 +159,10 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
         ("rotary embedding", candle("fused rope kernel")),
         ("attention", attention),
         ("SwiGLU, residual adds", element_wise.clone()),
+        (
+            "GeGLU (gemma3) and its backward",
+            if ours_cpu { "our CPU f32 kernels".into() } else { candle("gelu kernel and composed ops") },
+        ),
         ("training backward (norm, rope, softmax, SwiGLU)", element_wise.clone()),
         (
             "head + loss",
@@ -222,6 +226,26 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         return Tensor::from_vec(out, gate.shape(), gate.device());
     }
     candle_nn::ops::silu(gate)? * up
+}
+
+/// GeGLU gate with the tanh approximation of gelu (PyTorch's `gelu(approximate="tanh")`): gelu(gate) * up.
+/// One parallel pass on the CPU in f32; elsewhere Candle's gelu (the same tanh approximation; CPU, CUDA and
+/// Metal kernels) and a product.
+pub fn gelu_tanh_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    metal_dtypes("gelu_tanh_mul", &[gate, up])?;
+    if is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape() {
+        let (g, u) = (f32_of(gate)?, f32_of(up)?);
+        let (g, u): (&[f32], &[f32]) = (&g, &u);
+        let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
+        let out = crate::engine::cpu_pool::new_f32(g.len(), chunk, |i, dst| {
+            let (g, u) = (&g[i * chunk..], &u[i * chunk..]);
+            for (j, o) in dst.iter_mut().enumerate() {
+                *o = backward::gelu_tanh(g[j]).0 * u[j];
+            }
+        });
+        return Tensor::from_vec(out, gate.shape(), gate.device());
+    }
+    gate.gelu()? * up
 }
 
 /// `a + scale * b` for tensors of one shape: one parallel pass on the CPU in f32 (the training pass's
@@ -308,6 +332,21 @@ mod tests {
         let expected = autograd(&|g| (candle_nn::ops::silu(g).unwrap() * &other64).unwrap());
         let (got, _) = silu_mul_backward(&f32(&x64), &f32(&other64), &f32(&up64)).unwrap();
         assert!(max_diff(&got, &expected) < 1e-4, "silu gate");
+
+        // Candle's gelu is the tanh approximation (GeGLU, gemma3); its autograd rounds the constants, so the
+        // f64 reference here is a central difference of the exact f64 forward.
+        let h = 1e-6;
+        let slope = ((((&x64 + h).unwrap().gelu().unwrap() - (&x64 - h).unwrap().gelu().unwrap()).unwrap())
+            / (2.0 * h))
+            .unwrap();
+        let expected = ((slope * &other64).unwrap() * &up64).unwrap();
+        let (got, got_up) = gelu_tanh_mul_backward(&f32(&x64), &f32(&other64), &f32(&up64)).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "gelu gate (CPU f32 kernel)");
+        assert!(max_diff(&got_up, &(x64.gelu().unwrap() * &up64).unwrap()) < 1e-4, "gelu up");
+        let (composed, _) = gelu_tanh_mul_backward(&x64, &other64, &up64).unwrap();
+        assert!(max_diff(&composed, &expected) < 1e-8, "gelu gate (composed f64)");
+        let fast = gelu_tanh_mul(&f32(&x64), &f32(&other64)).unwrap();
+        assert!(max_diff(&fast, &(x64.gelu().unwrap() * &other64).unwrap()) < 1e-5, "gelu forward");
     }
 
     /// The f32 kernels (ours and Candle's) compute what the f64 composed versions compute.

@@ -102,7 +102,7 @@ pub fn loss_and_gradients(
 /// What the forward pass keeps of one trained layer for its backward.
 enum Saved {
     /// Every activation the backward needs.
-    Tape(LayerTape),
+    Tape(Box<LayerTape>),
     /// Checkpointing: the layer's input and where the dropout counter stood before its forward.
     Input { x: Tensor, dropout_counter: Option<u64> },
 }
@@ -137,7 +137,7 @@ pub fn loss_and_gradients_with(
     for layer in &model.layers[lowest..] {
         let dropout_counter = lora::dropout_counter(model);
         let (out, tape) = layer.forward_train(&x, &ctx)?;
-        tapes.push(if checkpointing { Saved::Input { x, dropout_counter } } else { Saved::Tape(tape) });
+        tapes.push(if checkpointing { Saved::Input { x, dropout_counter } } else { Saved::Tape(Box::new(tape)) });
         x = out;
     }
     let counter_after_forward = lora::dropout_counter(model);
@@ -149,15 +149,14 @@ pub fn loss_and_gradients_with(
     let head = ops::head_nll(&picked, model.head_weight(), &targets, Some(loss_scale))?;
     let d_picked = head.grad_hidden.ok_or_else(|| candle_core::Error::Msg("head loss without gradient".into()))?;
     let d_normed = normed.zeros_like()?.index_add(&source_index, &d_picked, 0)?;
-    let eps = model.config.rms_norm_eps;
-    let mut d_x = ops::rms_norm_backward(&x, model.final_norm_weight(), eps, &d_normed)?;
+    let mut d_x = model.final_norm_backward(&x, &d_normed)?;
     timer.mark("final norm + head + loss, forward and backward")?;
     // Each layer's tape is dropped as soon as its backward is done.
     while let Some(saved) = tapes.pop() {
         let index = lowest + tapes.len();
         let layer = &model.layers[index];
         let tape = match saved {
-            Saved::Tape(tape) => tape,
+            Saved::Tape(tape) => *tape,
             Saved::Input { x, dropout_counter } => {
                 if let Some(counter) = dropout_counter {
                     lora::set_dropout_counter(model, counter);

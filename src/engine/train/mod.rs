@@ -202,7 +202,7 @@ impl<'a> Trainer<'a> {
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let mut runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
         runner.checkpointing = config.checkpointing.enabled()?;
-        let notes = data.summary.notes.clone();
+        let notes = base.notes.iter().chain(&data.summary.notes).cloned().collect();
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes };
         let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
         // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.

@@ -3,7 +3,9 @@
 //! tensor, which is inverted back into the scaling parameters).
 
 use super::{GgufVocab, SUPPORTED_GGUF_ARCHITECTURES};
-use crate::engine::model::config::{Architecture, Llama3RopeScaling, ModelConfig, RopeScaling};
+use crate::engine::model::config::{
+    Architecture, Llama3RopeScaling, MlpActivation, ModelConfig, NormLayout, RopeScaling,
+};
 use crate::engine::{Error, Result};
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::collections::HashMap;
@@ -194,6 +196,15 @@ pub(super) fn resolve_config(
         bos_token_id: vocab.bos_id,
         eos_token_ids: vocab.eos_id.into_iter().collect(),
         weights_dtype: content.tensor_infos.get("blk.0.attn_q.weight").map(|i| format!("gguf {:?}", i.ggml_dtype)),
+        norm_layout: NormLayout::PreNorm,
+        norm_weight_offset: 0.0,
+        qk_norm_over_projection: false,
+        mlp_activation: MlpActivation::Silu,
+        embedding_multiplier: 1.0,
+        attention_scale: 1.0 / (head_dim as f64).sqrt(),
+        sliding_layers: Vec::new(),
+        local_rope_theta: None,
+        multimodal: false,
     })
 }
 

@@ -255,8 +255,9 @@ pub(crate) fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     for layer in 0..cfg.num_layers {
         let p = format!("model.layers.{layer}");
         let mut push = |name: &str, shape: Vec<usize>| shapes.push((format!("{p}.{name}"), shape));
-        push("input_layernorm.weight", vec![h]);
-        push("post_attention_layernorm.weight", vec![h]);
+        for (_, norm) in cfg.norm_layout.norms() {
+            push(&format!("{norm}.weight"), vec![h]);
+        }
         push("self_attn.q_proj.weight", vec![q, h]);
         push("self_attn.k_proj.weight", vec![kv, h]);
         push("self_attn.v_proj.weight", vec![kv, h]);
@@ -273,8 +274,9 @@ pub(crate) fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
             push("self_attn.o_proj.bias", vec![h]);
         }
         if cfg.qk_norm {
-            push("self_attn.q_norm.weight", vec![cfg.head_dim]);
-            push("self_attn.k_norm.weight", vec![cfg.head_dim]);
+            let (q_width, k_width) = cfg.qk_norm_widths();
+            push("self_attn.q_norm.weight", vec![q_width]);
+            push("self_attn.k_norm.weight", vec![k_width]);
         }
     }
     shapes
