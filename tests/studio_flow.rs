@@ -487,3 +487,36 @@ fn help_shows_the_system_report() {
     }
     assert!(h.query_by_label("Copy").is_some(), "the report can be copied");
 }
+
+#[test]
+fn load_progress_arrives_and_the_memory_card_fixes_a_run_that_does_not_fit() {
+    use metal_candle::engine::estimate;
+    use metal_candle::engine::train::Checkpointing;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut h = harness(test_prefs(&tmp.path().join("runs"), 3));
+    load_fixture_model(&mut h);
+    let progress = app(&h).model.load_progress.expect("the loader reported its progress");
+    assert!(progress.bytes_total > 0 && progress.bytes_done == progress.bytes_total, "{progress:?}");
+    goto(&mut h, Page::Settings);
+    click(&mut h, "on");
+    assert_eq!(app(&h).prefs.train.checkpointing, Checkpointing::On);
+    click(&mut h, "auto");
+    assert_eq!(app(&h).prefs.train.checkpointing, Checkpointing::Auto);
+    click(&mut h, "off");
+    assert_eq!(app(&h).prefs.train.checkpointing, Checkpointing::Off);
+    // A memory budget the run fits only with checkpointing: the card warns and offers it as one click.
+    let shape = app(&h).model.loaded.as_ref().unwrap().shape.clone();
+    let train = app(&h).prefs.train.clone();
+    let without = estimate::training_memory_with(&shape, &train, false).total_bytes();
+    let with = estimate::training_memory_with(&shape, &train, true).total_bytes();
+    assert!(with < without);
+    app_mut(&mut h).model.loaded.as_mut().unwrap().memory_budget_bytes = Some((with + without) / 2);
+    h.step();
+    h.step();
+    assert!(h.query_by_label_contains("it would swap or fail").is_some(), "the card warns");
+    h.get_by_label_contains("Fix: turn gradient checkpointing on").click_accesskit();
+    h.step();
+    h.step();
+    assert_eq!(app(&h).prefs.train.checkpointing, Checkpointing::On, "one click applies the fix");
+    assert!(h.query_by_label_contains("it would swap or fail").is_none(), "the run fits now");
+}

@@ -33,6 +33,9 @@ pub struct TrainBenchArgs {
     pub steps: usize,
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
+    /// Gradient checkpointing: on | off | auto (auto: on when the memory estimate does not fit).
+    #[arg(long, default_value = "off", value_name = "on|off|auto")]
+    pub checkpointing: crate::engine::train::Checkpointing,
     #[arg(long)]
     pub json: bool,
 }
@@ -78,20 +81,39 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
         targets: args.targets.clone(),
         ..Default::default()
     };
-    let r = bench::bench_train(&m, &lora, args.batch_size, args.seq_len, args.steps, args.warmup)?;
+    // The same memory rules as `train`: the estimate, auto checkpointing decided against the budget.
+    let mut config = crate::engine::train::TrainConfig {
+        batch_size: args.batch_size,
+        seq_len: args.seq_len,
+        lora: lora.clone(),
+        checkpointing: args.checkpointing,
+        ..Default::default()
+    };
+    let shape = crate::engine::estimate::ModelShape::of_model(&m.model);
+    let budget = crate::engine::device::memory_budget_bytes(m.model.device());
+    let budget_name = crate::engine::device::memory_budget_name(m.model.device());
+    if let Some(note) = crate::engine::estimate::resolve_checkpointing(&shape, &mut config, budget, budget_name) {
+        eprintln!("note: {note}");
+    }
+    let estimate = crate::engine::estimate::training_memory(&shape, &config);
+    let checkpointing = config.checkpointing.enabled()?;
+    let r = bench::bench_train(&m, &lora, args.batch_size, args.seq_len, args.steps, args.warmup, checkpointing)?;
     let (device, dtype) = device_and_dtype(&m);
     if args.json {
         print_json(&r, device, Some(&dtype))?;
     } else {
         println!(
-            "metal-candle train on {device} {dtype}: batch {}x{}, rank {} on {}: {:.3} s/step, {:.0} tokens/s, peak RSS {}",
+            "metal-candle train on {device} {dtype}: batch {}x{}, rank {} on {}, checkpointing {}: {:.3} s/step, {:.0} \
+             tokens/s, peak RSS {} (estimate {:.2} GB)",
             r.batch_size,
             r.seq_len,
             r.rank,
             r.targets.join(","),
+            config.checkpointing.name(),
             r.mean_step_secs,
             r.tokens_per_sec,
-            r.peak_rss_bytes.map(|b| format!("{:.2} GB", b as f64 / 1e9)).unwrap_or("n/a".into())
+            r.peak_rss_bytes.map(|b| format!("{:.2} GB", b as f64 / 1e9)).unwrap_or("n/a".into()),
+            estimate.total_bytes() as f64 / 1e9
         );
     }
     Ok(())

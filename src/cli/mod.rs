@@ -138,6 +138,35 @@ fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Load a model, showing its progress on one updating stderr line when stderr is a terminal (bytes of the
+/// total and time left, from the loader's progress reports).
+pub fn load_model_showing_progress(
+    path: &std::path::Path,
+    placement: &crate::engine::device::Placement,
+    options: &crate::engine::model::LoadOptions,
+) -> anyhow::Result<LoadedModel> {
+    use anyhow::Context;
+    use std::io::IsTerminal;
+    let progress: Option<crate::engine::model::LoadProgressFn> = std::io::stderr().is_terminal().then(|| {
+        let last = std::sync::Mutex::new(std::time::Instant::now());
+        let report = move |p: &crate::engine::model::LoadProgress| {
+            let done = p.bytes_done >= p.bytes_total;
+            let Ok(mut last) = last.lock() else { return };
+            // About ten updates a second, and always the last one.
+            if done || last.elapsed().as_millis() >= 100 {
+                *last = std::time::Instant::now();
+                eprint!("\rloading weights: {:>3.0}% ({})\x1b[K", 100.0 * p.fraction(), p.describe());
+                if done {
+                    eprintln!();
+                }
+            }
+        };
+        std::sync::Arc::new(report) as crate::engine::model::LoadProgressFn
+    });
+    crate::engine::model::load_model_reporting(path, &placement.device, placement.dtype, options, progress)
+        .with_context(|| format!("loading model {}", path.display()))
+}
+
 /// Options shared by every command that loads a model.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
@@ -166,8 +195,7 @@ impl ModelArgs {
         let placement = crate::engine::device::setup(self.device, self.dtype)?;
         print_placement_notes(&placement);
         let options = crate::engine::model::LoadOptions { quantize: self.quantize };
-        let model = crate::engine::model::load_model_with(&self.model, &placement.device, placement.dtype, &options)
-            .with_context(|| format!("loading model {}", self.model.display()))?;
+        let model = load_model_showing_progress(&self.model, &placement, &options)?;
         let mut model = model;
         if let Some(adapter) = &self.adapter {
             if let Some(warning) = crate::engine::checkpoint::base_mismatch(adapter, &model)? {

@@ -2,10 +2,9 @@
 
 use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::export::{ExportFormat, ExportRequest, GgufQuant};
-use crate::engine::model::{load_model_with, LoadOptions};
+use crate::engine::model::LoadOptions;
 use crate::engine::train::run_folder::RunManifest;
 use crate::engine::train::{self, ModelLimits, Schedule, TrainConfig, TrainControl, TrainEvent};
-use anyhow::Context;
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
@@ -89,6 +88,10 @@ pub struct TrainArgs {
     /// (quantized at load, QLoRA).
     #[arg(long, value_name = "none|keep|q8_0|q6k|q5k|q4k|q4_1|q4_0")]
     pub quantize: Option<crate::engine::model::BaseQuant>,
+    /// Gradient checkpointing: keep each layer's input only and recompute the layer in the backward (less
+    /// memory, about a third more compute); auto: on when the memory estimate says the run would not fit.
+    #[arg(long, value_name = "on|off|auto")]
+    pub checkpointing: Option<crate::engine::train::Checkpointing>,
     /// Print one JSON event per line.
     #[arg(long)]
     pub json: bool,
@@ -157,6 +160,7 @@ impl TrainArgs {
         set!(c.device, self.device);
         set!(c.dtype, self.dtype);
         set!(c.quantize, self.quantize);
+        set!(c.checkpointing, self.checkpointing);
         c.skip_invalid_rows |= self.skip_invalid_rows;
         c.train_on_prompt |= self.train_on_prompt;
         if c.model.as_os_str().is_empty() {
@@ -171,20 +175,21 @@ impl TrainArgs {
 }
 
 pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
-    let config = args.to_config()?;
+    let mut config = args.to_config()?;
     let placement = crate::engine::device::setup(config.device, config.dtype)?;
     super::print_placement_notes(&placement);
     let options = LoadOptions { quantize: config.quantize };
-    let base = load_model_with(&config.model, &placement.device, placement.dtype, &options)
-        .with_context(|| format!("loading model {}", config.model.display()))?;
+    let base = super::load_model_showing_progress(&config.model, &placement, &options)?;
     // The engine's one settings check, now against the model (the studio refuses the same, word for word).
     config.validate_for_model(ModelLimits::of(&base.config))?;
     let shape = crate::engine::estimate::ModelShape::of_model(&base.model);
-    let memory = crate::engine::estimate::training_memory(&shape, &config);
     let budget = crate::engine::device::memory_budget_bytes(&placement.device);
     let budget_name = crate::engine::device::memory_budget_name(&placement.device);
-    if let Some(warning) = crate::engine::estimate::memory_warning(&memory, budget, budget_name) {
+    if let Some(warning) = crate::engine::estimate::memory_warning(&shape, &config, budget, budget_name) {
         eprintln!("warning: {warning}");
+    }
+    if let Some(note) = crate::engine::estimate::resolve_checkpointing(&shape, &mut config, budget, budget_name) {
+        eprintln!("note: {note}");
     }
     let control = TrainControl::default();
     // Ctrl-C or SIGTERM: stop after the current step and save a final checkpoint; a second one exits at once.

@@ -105,12 +105,14 @@ pub fn bench_train(
     seq_len: usize,
     steps: usize,
     warmup_steps: usize,
+    checkpointing: bool,
 ) -> Result<TrainBench> {
     let mut m = model.model.clone();
     crate::engine::lora::detach_adapters(&mut m);
     let params = crate::engine::lora::attach_new_adapters(&mut m, lora, 0)?;
     let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
     let mut runner = crate::engine::train::StepRunner::new(m, &params, 0.0, None, 0)?;
+    runner.checkpointing = checkpointing;
     let vocab = model.config.vocab_size;
     for i in 0..warmup_steps {
         runner.step(&[random_batch(vocab, batch_size, seq_len, i as u64)], 1e-4)?;
@@ -197,6 +199,7 @@ pub fn rank_probe(
         let params = crate::engine::lora::attach_new_adapters(&mut model, &lora, settings.seed)?;
         let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
         let mut runner = StepRunner::new(model, &params, settings.weight_decay, settings.max_grad_norm, settings.seed)?;
+        runner.checkpointing = settings.checkpointing.enabled()?;
         let (plan, total_steps) = train::plan_batches(&probe_cfg, data.train.lengths())?;
         let mut batches = plan.iter();
         crate::engine::device::reset_peak_rss();

@@ -9,7 +9,7 @@ use crate::engine::lora::Target;
 use crate::engine::model::quant::{bytes_per_weight, fitting_type, BaseQuant};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::ModelConfig;
-use crate::engine::train::{LoraSettings, ModelLimits, TrainConfig};
+use crate::engine::train::{Checkpointing, LoraSettings, ModelLimits, TrainConfig};
 use crate::engine::Result;
 
 /// The sizes of a model that the estimates and the settings validation need.
@@ -115,63 +115,261 @@ pub fn quantization_that_fits(
     })
 }
 
-/// Memory for training, by part.
+/// Memory for training, by part: the peak of a training step on the CPU, where every byte is counted.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryEstimate {
     pub base_weights_bytes: u64,
     /// Adapter weights, their gradients and AdamW's two moments, all f32.
     pub adapter_state_bytes: u64,
-    /// Activations kept for the backward pass.
+    /// Activations kept for the backward pass: every trained layer's tape, or with checkpointing each
+    /// layer's input plus the one layer being recomputed.
     pub activations_bytes: u64,
-    /// Logits, their log-softmax and gradient (f32) for one micro-batch.
+    /// The chunked head and loss: final hidden states and their gradient, one chunk of logits.
     pub logits_bytes: u64,
+    /// The largest short-lived buffers of one layer's backward (attention scores and their gradients, or the
+    /// MLP's gradients), on top of what is kept.
+    pub transient_bytes: u64,
+    /// The process itself: code, tokenizer, thread stacks, allocator arenas.
+    pub runtime_bytes: u64,
+    /// Whether the activations are those of a checkpointed run.
+    pub checkpointing: bool,
 }
 
 impl MemoryEstimate {
     pub fn total_bytes(&self) -> u64 {
-        let sum = self.base_weights_bytes + self.adapter_state_bytes + self.activations_bytes + self.logits_bytes;
-        // Allocator slack and temporaries.
-        sum + sum / 10
+        self.base_weights_bytes
+            + self.adapter_state_bytes
+            + self.activations_bytes
+            + self.logits_bytes
+            + self.transient_bytes
+            + self.runtime_bytes
     }
 }
 
-/// The estimate for training `model` with `config` (one micro-batch of `batch_size` x `seq_len` in flight).
+/// What the process holds besides the model and the step: measured on the CPU builds (binary, BLAS and
+/// thread pools, allocator arenas), plus the tokenizer, which grows with the vocabulary.
+fn runtime_bytes(vocab: u64) -> u64 {
+    RUNTIME_BASE_BYTES + vocab * RUNTIME_BYTES_PER_TOKEN
+}
+const RUNTIME_BASE_BYTES: u64 = 60 << 20;
+const RUNTIME_BYTES_PER_TOKEN: u64 = 400;
+
+/// The estimate for training `model` with `config` (one micro-batch of `batch_size` x `seq_len` in flight),
+/// with checkpointing as `config` says (`auto` counts as off: what the run needs without it).
 pub fn training_memory(model: &ModelShape, config: &TrainConfig) -> MemoryEstimate {
+    training_memory_with(model, config, config.checkpointing == Checkpointing::On)
+}
+
+/// [`training_memory`] with checkpointing on or off.
+pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpointing: bool) -> MemoryEstimate {
     let bytes = model.dtype_bytes.max(1) as u64;
-    let tokens = (config.batch_size.max(1) * config.seq_len.max(1)) as u64;
-    let h = model.hidden_size as u64;
-    let i = model.intermediate_size as u64;
-    let heads = model.attention_heads as u64;
-    let kv = (model.kv_heads * model.head_dim) as u64;
-    let seq = config.seq_len.max(1) as u64;
-    // Per token and layer: norm inputs and residuals (4h), q/k/v (h + 2kv), attention output (h),
-    // MLP gate/up/activation/product (4i); plus attention probabilities (heads * seq) and LoRA's x·A.
-    let per_token_layer = 6 * h + 2 * kv + 4 * i + heads * seq + 2 * config.lora.rank as u64 * 7;
-    let layers = model.layers as u64;
+    let (b, t) = (config.batch_size.max(1) as u64, config.seq_len.max(1) as u64);
+    let tokens = b * t;
+    let (h, i) = (model.hidden_size as u64, model.intermediate_size as u64);
+    let (q, kv) = ((model.attention_heads * model.head_dim) as u64, (model.kv_heads * model.head_dim) as u64);
+    // The backward runs from the top down to the lowest adapted layer.
+    let trained_layers = adapted_layers(model.layers, config.lora.layers).len() as u64;
+    // One layer's tape per token: the layer input, the mid residual, both norms' outputs, q, k, v, the
+    // attention output, gate, up and their product; then the attention probabilities; then per adapted
+    // linear x·A (rank) and, with dropout, the mask (in-features).
+    let adapted_linears: Vec<&(String, usize, usize)> =
+        model.linear_shapes.iter().filter(|(name, _, _)| config.lora.targets.contains_name(name)).collect();
+    let rank = config.lora.rank as u64;
+    let lora_per_token: u64 =
+        adapted_linears.iter().map(|(_, i, _)| rank + if config.lora.dropout > 0.0 { *i as u64 } else { 0 }).sum();
+    let tape_per_token = 4 * h + 2 * q + 2 * kv + 3 * i + model.attention_heads as u64 * t + lora_per_token;
+    let layer_tape = tokens * tape_per_token * bytes;
+    let activations_bytes =
+        if checkpointing { trained_layers * tokens * h * bytes + layer_tape } else { trained_layers * layer_tape };
+    // Attention backward: the probabilities' gradient and the scores' gradient (f32 on the CPU, through f32
+    // upcasts in half precision); MLP backward: three (tokens x intermediate) gradients.
+    let scores = b * model.attention_heads as u64 * t * t;
+    let attention = scores * (bytes + 4 + if bytes < 4 { 12 } else { 0 });
+    let mlp = 3 * tokens * i * bytes;
+    let vocab = model.vocab_size as u64;
+    let chunk_rows = crate::engine::ops::logits_chunk_rows(model.vocab_size, true) as u64;
+    // f32 logits of one chunk (and, in half precision, the composed path's f32 temporaries), the final
+    // hidden states, their norm, the picked rows and their gradients.
+    let logits_chunk = chunk_rows.min(tokens) * vocab * if bytes < 4 { 4 * 4 + bytes } else { 4 };
     MemoryEstimate {
         base_weights_bytes: model.base_weights_bytes.unwrap_or(model.parameters as u64 * bytes),
         adapter_state_bytes: trainable_params(model, &config.lora).unwrap_or(0) as u64 * 16,
-        activations_bytes: tokens * per_token_layer * layers * bytes,
-        logits_bytes: tokens * model.vocab_size as u64 * 4 * 3,
+        activations_bytes,
+        logits_bytes: logits_chunk + 4 * tokens * h * bytes.max(4),
+        transient_bytes: attention.max(mlp) + 2 * tokens * h * bytes,
+        runtime_bytes: runtime_bytes(vocab),
+        checkpointing,
     }
 }
 
-/// The warning every front end shows before a run whose estimate exceeds the memory the device can use
-/// (`budget_bytes`, named `budget_name`: RAM, or a Mac's recommended GPU working set, past which macOS swaps);
-/// None when it fits or the budget is unknown.
-pub fn memory_warning(estimate: &MemoryEstimate, budget_bytes: Option<u64>, budget_name: &str) -> Option<String> {
+/// A change of settings that makes a run fit its memory budget: what the studio offers as a one-click fix and
+/// the CLI names in its warning. (A quantized base, which needs a reload, is [`quantization_that_fits`].)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryFix {
+    /// Turn gradient checkpointing on.
+    Checkpointing,
+    /// Lower the batch size to this.
+    BatchSize(usize),
+    /// Lower the sequence length to this.
+    SeqLen(usize),
+}
+
+impl MemoryFix {
+    /// What the fix does, for a button or a warning ("turn checkpointing on").
+    pub fn describe(self) -> String {
+        match self {
+            Self::Checkpointing => "turn gradient checkpointing on (--checkpointing on)".into(),
+            Self::BatchSize(n) => format!("lower the batch size to {n} (--batch-size {n})"),
+            Self::SeqLen(n) => format!("lower the sequence length to {n} (--seq-len {n})"),
+        }
+    }
+
+    pub fn apply(self, config: &mut TrainConfig) {
+        match self {
+            Self::Checkpointing => config.checkpointing = Checkpointing::On,
+            Self::BatchSize(n) => config.batch_size = n,
+            Self::SeqLen(n) => config.seq_len = n,
+        }
+    }
+}
+
+/// Whether a run checkpoints, and why (for the CLI's note and the studio's settings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointingDecision {
+    pub enabled: bool,
+    pub reason: String,
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+/// The one rule for `checkpointing = auto`: on when the run would not fit `budget_bytes` (named
+/// `budget_name`) without it; off when it fits or the budget is unknown. `on` and `off` are taken as set.
+pub fn checkpointing_decision(
+    model: &ModelShape,
+    config: &TrainConfig,
+    budget_bytes: Option<u64>,
+    budget_name: &str,
+) -> CheckpointingDecision {
+    let without = training_memory_with(model, config, false).total_bytes();
+    match (config.checkpointing, budget_bytes) {
+        (Checkpointing::On, _) => CheckpointingDecision { enabled: true, reason: "set to on".into() },
+        (Checkpointing::Off, _) => CheckpointingDecision { enabled: false, reason: "set to off".into() },
+        (Checkpointing::Auto, None) => CheckpointingDecision {
+            enabled: false,
+            reason: format!("auto: off, {budget_name} is unknown (the run needs about {:.1} GiB)", gib(without)),
+        },
+        (Checkpointing::Auto, Some(budget)) if without > budget => CheckpointingDecision {
+            enabled: true,
+            reason: format!(
+                "auto: on, the run needs about {:.1} GiB without it and {budget_name} is {:.1} GiB",
+                gib(without),
+                gib(budget)
+            ),
+        },
+        (Checkpointing::Auto, Some(budget)) => CheckpointingDecision {
+            enabled: false,
+            reason: format!(
+                "auto: off, the run fits {budget_name} without it ({:.1} of {:.1} GiB)",
+                gib(without),
+                gib(budget)
+            ),
+        },
+    }
+}
+
+/// Replace `checkpointing = auto` in `config` by the decision of [`checkpointing_decision`] (what run.json
+/// then records) and return the note to show; None when it was set explicitly. Every front end calls it
+/// before starting a run.
+pub fn resolve_checkpointing(
+    model: &ModelShape,
+    config: &mut TrainConfig,
+    budget_bytes: Option<u64>,
+    budget_name: &str,
+) -> Option<String> {
+    if config.checkpointing != Checkpointing::Auto {
+        return None;
+    }
+    let decision = checkpointing_decision(model, config, budget_bytes, budget_name);
+    config.checkpointing = if decision.enabled { Checkpointing::On } else { Checkpointing::Off };
+    Some(format!("gradient checkpointing {}", decision.reason))
+}
+
+/// The estimate of the run as it will start: `auto` checkpointing decided against the budget.
+pub fn run_memory(
+    model: &ModelShape,
+    config: &TrainConfig,
+    budget_bytes: Option<u64>,
+    budget_name: &str,
+) -> MemoryEstimate {
+    let enabled = checkpointing_decision(model, config, budget_bytes, budget_name).enabled;
+    training_memory_with(model, config, enabled)
+}
+
+/// The first settings change that makes the run fit `budget_bytes`: checkpointing on, then a smaller batch,
+/// then a shorter sequence (halving down to 1 sequence and 64 tokens), with its estimate; None when the run
+/// fits already, when the budget is unknown, or when no such change fits.
+pub fn memory_fix(
+    model: &ModelShape,
+    config: &TrainConfig,
+    budget_bytes: Option<u64>,
+    budget_name: &str,
+) -> Option<(MemoryFix, MemoryEstimate)> {
     let budget = budget_bytes?;
+    if run_memory(model, config, budget_bytes, budget_name).total_bytes() <= budget {
+        return None;
+    }
+    let mut candidates = Vec::new();
+    if config.checkpointing != Checkpointing::On {
+        candidates.push(MemoryFix::Checkpointing);
+    }
+    candidates.extend(
+        std::iter::successors(Some(config.batch_size / 2), |n| Some(n / 2))
+            .take_while(|&n| n >= 1)
+            .map(MemoryFix::BatchSize),
+    );
+    candidates.extend(
+        std::iter::successors(Some(config.seq_len / 2), |n| Some(n / 2))
+            .take_while(|&n| n >= 64)
+            .map(MemoryFix::SeqLen),
+    );
+    candidates.into_iter().find_map(|fix| {
+        let mut changed = config.clone();
+        fix.apply(&mut changed);
+        let est = run_memory(model, &changed, budget_bytes, budget_name);
+        (est.total_bytes() <= budget).then_some((fix, est))
+    })
+}
+
+/// The warning every front end shows before a run whose estimate exceeds the memory the device can use
+/// (`budget_bytes`, named `budget_name`: RAM, GPU memory, or a Mac's recommended GPU working set, past which
+/// macOS swaps), naming the change that makes it fit; None when it fits or the budget is unknown.
+pub fn memory_warning(
+    model: &ModelShape,
+    config: &TrainConfig,
+    budget_bytes: Option<u64>,
+    budget_name: &str,
+) -> Option<String> {
+    let budget = budget_bytes?;
+    let estimate = run_memory(model, config, budget_bytes, budget_name);
     let total = estimate.total_bytes();
     if total <= budget {
         return None;
     }
-    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let advice = match memory_fix(model, config, budget_bytes, budget_name) {
+        Some((fix, est)) => format!("{} (then about {:.1} GiB)", fix.describe(), gib(est.total_bytes())),
+        None => match quantization_that_fits(model, config, budget_bytes) {
+            Some((q, est)) => {
+                format!("load the base quantized (--quantize {q}, then about {:.1} GiB)", gib(est.total_bytes()))
+            }
+            None => "lower the batch size, the sequence length or the rank, or quantize the base".into(),
+        },
+    };
     Some(format!(
-        "this run needs about {:.1} GiB but {budget_name} is {:.1} GiB: it would swap or fail; lower the batch size or \
-         the sequence length (activations: {:.1} GiB), or the rank",
+        "this run needs about {:.1} GiB but {budget_name} is {:.1} GiB: it would swap or fail; {advice}",
         gib(total),
         gib(budget),
-        gib(estimate.activations_bytes)
     ))
 }
 
@@ -264,9 +462,34 @@ mod tests {
         let m = smollm_like();
         let cfg = TrainConfig { batch_size: 64, seq_len: 2048, ..TrainConfig::default() };
         let est = training_memory(&m, &cfg);
-        assert!(memory_warning(&est, None, "RAM").is_none(), "unknown budget: no warning");
-        assert!(memory_warning(&est, Some(est.total_bytes()), "RAM").is_none());
-        let warning = memory_warning(&est, Some(est.total_bytes() / 2), "this machine's RAM").unwrap();
-        assert!(warning.contains("this machine's RAM") && warning.contains("batch size"), "{warning}");
+        assert!(memory_warning(&m, &cfg, None, "RAM").is_none(), "unknown budget: no warning");
+        assert!(memory_warning(&m, &cfg, Some(est.total_bytes()), "RAM").is_none());
+        let warning = memory_warning(&m, &cfg, Some(est.total_bytes() / 2), "this machine's RAM").unwrap();
+        assert!(warning.contains("this machine's RAM") && warning.contains("checkpointing"), "{warning}");
+    }
+
+    #[test]
+    fn checkpointing_keeps_one_layer_and_auto_turns_it_on_only_when_the_run_does_not_fit() {
+        let m = smollm_like();
+        let cfg = TrainConfig { batch_size: 4, seq_len: 512, ..TrainConfig::default() };
+        let (off, on) = (training_memory_with(&m, &cfg, false), training_memory_with(&m, &cfg, true));
+        assert!(on.activations_bytes * 5 < off.activations_bytes, "{on:?} {off:?}");
+        assert_eq!(on.base_weights_bytes, off.base_weights_bytes);
+        let auto = TrainConfig { checkpointing: Checkpointing::Auto, ..cfg.clone() };
+        let need = off.total_bytes();
+        assert!(!checkpointing_decision(&m, &auto, Some(need), "RAM").enabled);
+        assert!(!checkpointing_decision(&m, &auto, None, "RAM").enabled);
+        let tight = checkpointing_decision(&m, &auto, Some(need - 1), "RAM");
+        assert!(tight.enabled && tight.reason.contains("auto: on"), "{tight:?}");
+        let mut resolved = auto.clone();
+        let note = resolve_checkpointing(&m, &mut resolved, Some(need - 1), "RAM").unwrap();
+        assert_eq!(resolved.checkpointing, Checkpointing::On, "{note}");
+        // The offered fix is checkpointing when that fits, else a smaller batch.
+        let budget = Some(on.total_bytes());
+        assert_eq!(memory_fix(&m, &cfg, budget, "RAM").unwrap().0, MemoryFix::Checkpointing);
+        let ckpt = TrainConfig { checkpointing: Checkpointing::On, ..cfg.clone() };
+        let (fix, est) = memory_fix(&m, &ckpt, Some(on.total_bytes() - 1), "RAM").unwrap();
+        assert!(matches!(fix, MemoryFix::BatchSize(2)), "{fix:?}");
+        assert!(est.total_bytes() < on.total_bytes());
     }
 }

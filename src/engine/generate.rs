@@ -6,7 +6,7 @@ use crate::engine::model::tokenizer::{StreamDecoder, TextTokenizer};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::sampler::{Sampler, SamplingParams};
 use crate::engine::{Error, Result};
-use candle_core::{Tensor, D};
+use candle_core::Tensor;
 use std::time::Instant;
 
 /// What to generate.
@@ -165,11 +165,10 @@ pub fn score(model: &Transformer, ids: &[u32]) -> Result<Vec<f32>> {
         return Err(Error::PromptTooLong { prompt_tokens: ids.len(), context_len: context });
     }
     let input = Tensor::new(ids, model.device())?.unsqueeze(0)?;
-    let logits = model.forward(&input, 0, None)?.squeeze(0)?.to_dtype(candle_core::DType::F32)?;
-    let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-    let targets = Tensor::new(&ids[1..], model.device())?;
-    let picked = log_probs.narrow(0, 0, ids.len() - 1)?.gather(&targets.unsqueeze(1)?, 1)?.squeeze(1)?;
-    Ok(picked.to_vec1()?)
+    // The head runs over chunks of positions: no (tokens x vocab) logits tensor.
+    let hidden = model.forward_hidden(&input, 0, None)?.squeeze(0)?.narrow(0, 0, ids.len() - 1)?;
+    let nll = crate::engine::ops::head_token_nll(&hidden, model.head_weight(), &ids[1..])?;
+    Ok(nll.into_iter().map(|v| -v as f32).collect())
 }
 
 /// Holds back text that might be the start of a stop string, and cuts the output at the first stop string.

@@ -324,8 +324,21 @@ pub fn attach_adapter(
 /// counter, which is reset here and advanced by each mask drawn during the step.
 pub fn seed_dropout(model: &Transformer, seed: u64, step: usize) {
     let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (step as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    set_dropout_counter(model, mixed);
+}
+
+/// Where the shared dropout-mask counter stands (None without adapters). Gradient checkpointing reads it
+/// before a layer's forward and puts it back before recomputing that layer, so the recompute draws the same
+/// masks.
+pub fn dropout_counter(model: &Transformer) -> Option<u64> {
+    let adapter = model.linears().into_iter().find_map(|(_, _, l)| l.adapter.as_ref())?;
+    Some(adapter.dropout_seed.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Move the shared dropout-mask counter to `value` (see [`dropout_counter`]).
+pub fn set_dropout_counter(model: &Transformer, value: u64) {
     if let Some(adapter) = model.linears().iter().find_map(|(_, _, l)| l.adapter.as_ref()) {
-        adapter.dropout_seed.store(mixed, std::sync::atomic::Ordering::Relaxed);
+        adapter.dropout_seed.store(value, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

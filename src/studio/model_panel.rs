@@ -226,7 +226,7 @@ impl ModelPanel {
 /// Loading progress, the load error, or the loaded model's card.
 /// The loading state and the loaded model's cards; a base quantization when the user takes the memory
 /// card's proposal.
-fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &super::app::Prefs) -> Option<BaseQuant> {
+fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &mut super::app::Prefs) -> Option<BaseQuant> {
     if let Some((path, started)) = &status.loading {
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
@@ -235,7 +235,15 @@ fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &super::app::Prefs) -> Op
                 ui.label(RichText::new(format!("Loading {}", display_name(path))).strong());
                 ui.label(RichText::new(format!("{:.1} s", started.elapsed().as_secs_f64())).weak());
             });
-            ui.add(egui::ProgressBar::new(0.0).animate(true).desired_height(6.0));
+            match &status.load_progress {
+                Some(p) => {
+                    let text = format!("{:.0}% · {}", 100.0 * p.fraction(), p.describe());
+                    ui.add(egui::ProgressBar::new(p.fraction() as f32).text(text));
+                }
+                None => {
+                    ui.add(egui::ProgressBar::new(0.0).animate(true).desired_height(6.0));
+                }
+            }
             ui.label(RichText::new(path.display().to_string()).weak().small());
         });
         ui.add_space(6.0);
@@ -254,7 +262,7 @@ fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &super::app::Prefs) -> Op
     None
 }
 
-fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) -> Option<BaseQuant> {
+fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &mut super::app::Prefs) -> Option<BaseQuant> {
     let mut chosen = None;
     ui.columns(2, |cols| {
         card_ui(&mut cols[0], |ui| {
@@ -316,17 +324,20 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &super::app::Prefs) -> Op
     chosen
 }
 
-/// The estimate of training memory at the current settings, part by part. When the run would not fit the
-/// memory budget with a dense base, it names the base quantization that would (with `offer_reload`, as a
-/// button whose choice is returned).
+/// The estimate of training memory at the current settings, part by part, against the device's memory.
+/// When the run would not fit, it offers the settings change that makes it fit (checkpointing, a smaller
+/// batch or sequence) as a button that applies it to `prefs`, and names the base quantization that would fit
+/// (with `offer_reload`, as a button whose choice is returned).
 pub fn memory_card_ui(
     ui: &mut Ui,
     m: &ModelSummary,
-    prefs: &super::app::Prefs,
+    prefs: &mut super::app::Prefs,
     offer_reload: bool,
 ) -> Option<BaseQuant> {
-    let cfg = &prefs.train;
-    let est = estimate::training_memory(&m.shape, cfg);
+    let budget = (m.memory_budget_bytes, m.memory_budget_name.as_str());
+    let decision = estimate::checkpointing_decision(&m.shape, &prefs.train, budget.0, budget.1);
+    let cfg = &prefs.train.clone();
+    let est = estimate::run_memory(&m.shape, cfg, budget.0, budget.1);
     let trainable = estimate::trainable_params(&m.shape, &cfg.lora).unwrap_or(0);
     ui.label(RichText::new("Training at the current settings").strong()).on_hover_text(
         "An estimate from the model's shape and the LoRA / training settings; it updates as you change them.",
@@ -372,14 +383,23 @@ pub fn memory_card_ui(
         row(
             ui,
             "Activations",
-            fmt_bytes(est.activations_bytes),
-            "what the backward pass keeps per layer for one micro-batch",
+            format!("{} · checkpointing {}", fmt_bytes(est.activations_bytes), decision.reason),
+            "what the backward pass keeps for one micro-batch: every trained layer's activations, or with \
+             gradient checkpointing each layer's input plus one layer being recomputed",
         );
         row(
             ui,
-            "Logits",
+            "Head and loss",
             fmt_bytes(est.logits_bytes),
-            "batch × sequence × vocabulary in f32, with log-softmax and gradient",
+            "the LM head and cross-entropy run over chunks of positions: one chunk's logits (f32), the final \
+             hidden states and their gradient; never a whole tokens × vocabulary tensor",
+        );
+        row(
+            ui,
+            "Transient",
+            fmt_bytes(est.transient_bytes + est.runtime_bytes),
+            "the largest short-lived buffers of one layer's backward (attention scores and their gradients), \
+             plus the process itself (code, tokenizer, thread pools)",
         );
         ui.label(RichText::new("Total (≈)").strong());
         ui.label(RichText::new(fmt_bytes(est.total_bytes())).strong().color(palette::ACCENT));
@@ -388,8 +408,14 @@ pub fn memory_card_ui(
             row(ui, "Available", fmt_bytes(budget), &m.memory_budget_name);
         }
     });
-    if let Some(warning) = estimate::memory_warning(&est, m.memory_budget_bytes, &m.memory_budget_name) {
-        ui.label(RichText::new(format!("⚠ {warning}")).color(palette::WARN));
+    if let Some(warning) = estimate::memory_warning(&m.shape, cfg, budget.0, budget.1) {
+        ui.label(RichText::new(format!("Warning: {warning}")).color(palette::WARN));
+    }
+    if let Some((fix, fixed)) = estimate::memory_fix(&m.shape, cfg, budget.0, budget.1) {
+        let label = format!("Fix: {} (then about {})", fix.describe(), fmt_bytes(fixed.total_bytes()));
+        if ui.button(label).on_hover_text("Change this setting so the run fits the memory").clicked() {
+            fix.apply(&mut prefs.train);
+        }
     }
     quantization_proposal_ui(ui, m, prefs, offer_reload)
 }

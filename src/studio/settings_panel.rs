@@ -6,7 +6,7 @@ use super::app::{PanelCtx, Prefs};
 use super::model_panel::memory_card_ui;
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
 use crate::engine::estimate;
-use crate::engine::train::{lr_at, Schedule, Target, Targets, TrainConfig};
+use crate::engine::train::{lr_at, Checkpointing, Schedule, Target, Targets, TrainConfig};
 use crate::worker::{DatasetReport, ModelSummary, SplitName};
 use egui::{DragValue, RichText, Ui};
 use egui_plot::{Line, Plot, PlotPoints};
@@ -250,6 +250,11 @@ fn step_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
         ui.add(DragValue::new(&mut cfg.grad_accum).range(1..=1024));
         ui.label(RichText::new(format!("effective batch {}", cfg.batch_size * cfg.grad_accum)).weak());
     });
+    row_ui(ui, "Checkpointing", "Gradient checkpointing: keep only each layer's input during the forward pass and recompute the layer before its backward. Activation memory drops to about one layer's worth, for about a third more compute. auto turns it on when the memory estimate says the run would not fit otherwise.", |ui| {
+        for c in Checkpointing::ALL {
+            ui.selectable_value(&mut cfg.checkpointing, c, c.name()).on_hover_text(format!("checkpointing {}", c.name()));
+        }
+    });
 }
 
 /// How long to train and how gradients are kept in check.
@@ -324,8 +329,9 @@ fn bookkeeping_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
     });
 }
 
-fn summary_card_ui(ui: &mut Ui, prefs: &Prefs, model: Option<&ModelSummary>, report: Option<&DatasetReport>) {
-    let cfg = &prefs.train;
+fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>, report: Option<&DatasetReport>) {
+    // A copy: the memory card's one-click fixes change `prefs.train` (seen from the next frame on).
+    let cfg = &prefs.train.clone();
     card_ui(ui, |ui| {
         ui.set_width(ui.available_width());
         ui.label(RichText::new("What this run costs").strong().size(15.0));

@@ -8,7 +8,7 @@ use crate::engine::data::chat_prompt_ids;
 use crate::engine::device::{device_name, setup, DTypeChoice, DeviceChoice, Placement};
 use crate::engine::estimate::ModelShape;
 use crate::engine::generate::{generate, GenerateRequest};
-use crate::engine::model::{load_model_with, BaseQuant, LoadOptions, LoadedModel};
+use crate::engine::model::{load_model_reporting, BaseQuant, LoadOptions, LoadedModel};
 use crate::engine::train::{run_training, ModelLimits, TrainConfig, TrainControl, TrainEvent};
 use crate::engine::{ErrorInfo, Result};
 use crossbeam_channel::Sender;
@@ -27,7 +27,8 @@ pub(super) fn load_model_job(
     let result = (|| -> Result<(LoadedModel, Placement)> {
         let placement = setup(device, dtype)?;
         let options = LoadOptions { quantize };
-        Ok((load_model_with(path, &placement.device, placement.dtype, &options)?, placement))
+        let progress = load_progress_events(path, out);
+        Ok((load_model_reporting(path, &placement.device, placement.dtype, &options, Some(progress))?, placement))
     })();
     match result {
         Ok((model, placement)) => {
@@ -44,6 +45,20 @@ pub(super) fn load_model_job(
             out.send(Event::ModelLoadFailed { path: path.to_path_buf(), error: e.into() });
         }
     }
+}
+
+/// The loader's progress reports as `ModelLoadProgress` events, at most about ten a second (and the last).
+fn load_progress_events(path: &Path, out: &Outbox) -> crate::engine::model::LoadProgressFn {
+    let (path, out) = (path.to_path_buf(), out.clone());
+    let last = std::sync::Mutex::new(None::<Instant>);
+    Arc::new(move |progress: &crate::engine::model::LoadProgress| {
+        let Ok(mut last) = last.lock() else { return };
+        let due = last.is_none_or(|t| t.elapsed().as_millis() >= 100);
+        if due || progress.bytes_done >= progress.bytes_total {
+            *last = Some(Instant::now());
+            out.send(Event::ModelLoadProgress { path: path.clone(), progress: *progress });
+        }
+    })
 }
 
 fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
@@ -69,6 +84,17 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
         load_secs,
         notes: m.notes.clone(),
     }
+}
+
+/// `config` with `checkpointing = auto` decided against the memory estimate for `base` on its device (the
+/// engine's rule, as the CLI applies it).
+fn with_checkpointing_decided(config: &TrainConfig, base: &LoadedModel) -> TrainConfig {
+    let mut config = config.clone();
+    let device = base.model.device();
+    let (budget, name) =
+        (crate::engine::device::memory_budget_bytes(device), crate::engine::device::memory_budget_name(device));
+    crate::engine::estimate::resolve_checkpointing(&ModelShape::of_model(&base.model), &mut config, budget, name);
+    config
 }
 
 /// Run a training job, forwarding its events; guarantees one final event even if the engine forgets it.
@@ -103,6 +129,7 @@ pub(super) fn train_job(
         }
     };
     // The engine's one settings check, against this model, before any work starts (the CLI runs the same).
+    let config = &with_checkpointing_decided(config, base);
     let result = match config.validate_for_model(ModelLimits::of(&base.config)) {
         Ok(()) => run_training(config, base, control, &mut emit),
         Err(e) => {
@@ -134,6 +161,7 @@ pub(super) fn probe_job(
     out: &Outbox,
     on_final: impl FnOnce(),
 ) {
+    let config = &with_checkpointing_decided(config, base);
     let result =
         crate::engine::bench::rank_probe(base, config, ranks, token_budget, control, &mut |r: &RankProbeResult| {
             if !out.send(Event::RankProbeResult(r.clone())) {

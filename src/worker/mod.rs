@@ -136,6 +136,11 @@ pub enum Event {
     ModelLoading {
         path: PathBuf,
     },
+    /// How far the load of `path` is (bytes of the weights read, time so far), about ten times a second.
+    ModelLoadProgress {
+        path: PathBuf,
+        progress: crate::engine::model::LoadProgress,
+    },
     ModelLoaded(Box<ModelSummary>),
     ModelLoadFailed {
         path: PathBuf,

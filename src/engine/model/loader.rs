@@ -4,6 +4,7 @@
 use super::chat_template::{find_template_source, token_string, ChatMessage, ChatTemplate};
 use super::config::{ModelConfig, OneOrMany, RawConfig};
 use super::quant::BaseQuant;
+use super::safetensors_reader::LoadProgressFn;
 use super::safetensors_weights::Weights;
 use super::tokenizer::TextTokenizer;
 use super::transformer::Transformer;
@@ -139,9 +140,21 @@ pub fn load_model(path: &Path, device: &Device, dtype: DType) -> Result<LoadedMo
 
 /// Load a model folder or GGUF file onto `device` in `dtype`, as `options` say.
 pub fn load_model_with(path: &Path, device: &Device, dtype: DType, options: &LoadOptions) -> Result<LoadedModel> {
+    load_model_reporting(path, device, dtype, options, None)
+}
+
+/// [`load_model_with`], calling `progress` as the weights are read, tensor by tensor (bytes of the total and
+/// the time so far): what the studio's and the CLI's load progress show.
+pub fn load_model_reporting(
+    path: &Path,
+    device: &Device,
+    dtype: DType,
+    options: &LoadOptions,
+    progress: Option<LoadProgressFn>,
+) -> Result<LoadedModel> {
     match ModelSource::detect(path)? {
-        ModelSource::HfFolder(folder) => load_hf_folder(&folder, device, dtype, options.quantize),
-        ModelSource::Gguf(file) => load_gguf_file(&file, device, dtype, options.quantize),
+        ModelSource::HfFolder(folder) => load_hf_folder(&folder, device, dtype, options.quantize, progress),
+        ModelSource::Gguf(file) => load_gguf_file(&file, device, dtype, options.quantize, progress.as_ref()),
     }
 }
 
@@ -169,9 +182,15 @@ pub fn load_model_info(path: &Path) -> Result<ModelInfo> {
     }
 }
 
-fn load_hf_folder(folder: &Path, device: &Device, dtype: DType, quant: BaseQuant) -> Result<LoadedModel> {
+fn load_hf_folder(
+    folder: &Path,
+    device: &Device,
+    dtype: DType,
+    quant: BaseQuant,
+    progress: Option<LoadProgressFn>,
+) -> Result<LoadedModel> {
     let mut info = hf_folder_info(folder)?;
-    let weights = Weights::open_folder(folder)?;
+    let weights = Weights::open_folder_reporting(folder, progress)?;
     if info.config.multimodal {
         info.notes = vec![text_tower_note(Some(weights.ignored_tensors()))];
     }
@@ -249,8 +268,14 @@ fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
     })
 }
 
-fn load_gguf_file(file: &Path, device: &Device, dtype: DType, quant: BaseQuant) -> Result<LoadedModel> {
-    let mut g = super::gguf::load_gguf_with(file, device, dtype, quant.is_quantized())?;
+fn load_gguf_file(
+    file: &Path,
+    device: &Device,
+    dtype: DType,
+    quant: BaseQuant,
+    progress: Option<&LoadProgressFn>,
+) -> Result<LoadedModel> {
+    let mut g = super::gguf::load_gguf_with(file, device, dtype, quant.is_quantized(), progress)?;
     let (tensors, quantized) = (std::mem::take(&mut g.tensors), std::mem::take(&mut g.quantized));
     let weights = Weights::from_maps(tensors, quantized, file.to_path_buf());
     let info = gguf_info(file, g)?;

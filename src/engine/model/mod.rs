@@ -24,6 +24,7 @@ pub mod norm;
 pub mod projection_group;
 pub mod quant;
 pub mod rotary;
+pub mod safetensors_reader;
 pub mod safetensors_weights;
 pub mod sequence;
 pub mod tokenizer;
@@ -34,7 +35,9 @@ pub use config::{Architecture, ModelConfig};
 pub use gradients::Gradients;
 pub use kv_cache::{KvCache, LayerCache};
 pub use loader::{
-    load_model, load_model_info, load_model_with, model_family, LoadOptions, LoadedModel, ModelInfo, ModelSource,
+    load_model, load_model_info, load_model_reporting, load_model_with, model_family, LoadOptions, LoadedModel,
+    ModelInfo, ModelSource,
 };
 pub use quant::BaseQuant;
+pub use safetensors_reader::{LoadProgress, LoadProgressFn};
 pub use sequence::SequenceContext;

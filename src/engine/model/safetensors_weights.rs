@@ -1,4 +1,4 @@
-//! Weight sources: Hugging Face safetensors (single file or sharded with an index) memory-mapped, or an
+//! Weight sources: Hugging Face safetensors (single file or sharded with an index) read tensor by tensor, or an
 //! in-memory map of tensors (what the GGUF loader produces, dense and still-quantized ones). Lookups check
 //! shapes and name the file at fault. [`Weights::base_weight`] applies the base quantization choice to one
 //! projection at a time: read, quantize, drop the dense copy, so no whole dense model is ever held.
@@ -10,6 +10,7 @@
 
 use super::linear::BaseWeight;
 use super::quant::{fitting_type, BaseQuant};
+use super::safetensors_reader::{LoadProgressFn, SafetensorsReader};
 use crate::engine::{ops, Error, Result};
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
@@ -65,7 +66,7 @@ impl TextTower {
 /// Where the transformer's tensors come from.
 pub enum Weights {
     Safetensors {
-        files: candle_core::safetensors::MmapedSafetensors,
+        files: SafetensorsReader,
         /// For error messages: the folder's weight file(s).
         origin: PathBuf,
         /// Where the language model's tensors are.
@@ -82,28 +83,19 @@ pub enum Weights {
 impl Weights {
     /// Open `model.safetensors` or the shards listed in `model.safetensors.index.json` under `folder`.
     pub fn open_folder(folder: &Path) -> Result<Self> {
+        Self::open_folder_reporting(folder, None)
+    }
+
+    /// [`Self::open_folder`], calling `progress` after each tensor is read (tensors are read one at a time,
+    /// not memory-mapped: see safetensors_reader.rs).
+    pub fn open_folder_reporting(folder: &Path, progress: Option<LoadProgressFn>) -> Result<Self> {
+        let paths = weight_files(folder)?;
         let single = folder.join("model.safetensors");
-        let index = folder.join("model.safetensors.index.json");
-        let (paths, origin) = if single.exists() {
-            (vec![single.clone()], single)
-        } else if index.exists() {
-            (shard_paths(&index)?, index)
-        } else {
-            return Err(Error::MissingFile {
-                path: single,
-                what: "no model.safetensors or model.safetensors.index.json in the model folder".into(),
-            });
-        };
-        // SAFETY: the files are mapped read-only. Parsing the header checks that every tensor's extent lies
-        // inside the file, so a truncated download is an error here, not a fault later. A file changed
-        // underneath us while mapped is the usual mmap caveat, accepted by every safetensors user.
-        let files = unsafe { candle_core::safetensors::MmapedSafetensors::multi(&paths) }.map_err(|e| {
-            Error::CorruptWeights {
-                path: origin.clone(),
-                message: format!("{e} (the file may be truncated or not safetensors; download it again)"),
-            }
-        })?;
-        let tower = TextTower::detect(|name| files.get(name).is_ok());
+        let origin = if single.exists() { single } else { folder.join("model.safetensors.index.json") };
+        let mut files = SafetensorsReader::open(&paths, progress)?;
+        let tower = TextTower::detect(|name| files.contains(name));
+        // Progress counts what the load reads: the language model's tensors.
+        files.count_only(|name| tower.holds(name));
         Ok(Weights::Safetensors { files, origin, tower })
     }
 
@@ -111,9 +103,7 @@ impl Weights {
     /// which loading ignores.
     pub fn ignored_tensors(&self) -> usize {
         match self {
-            Weights::Safetensors { files, tower, .. } => {
-                files.tensors().iter().filter(|(name, _)| !tower.holds(name)).count()
-            }
+            Weights::Safetensors { files, tower, .. } => files.names().filter(|name| !tower.holds(name)).count(),
             Weights::Map { .. } => 0,
         }
     }
@@ -185,7 +175,7 @@ impl Weights {
 
     pub fn contains(&self, name: &str) -> bool {
         match self {
-            Weights::Safetensors { files, tower, .. } => files.get(&tower.stored_name(name)).is_ok(),
+            Weights::Safetensors { files, tower, .. } => files.contains(&tower.stored_name(name)),
             Weights::Map { tensors, quantized, .. } => tensors.contains_key(name) || quantized.contains_key(name),
         }
     }
@@ -195,13 +185,9 @@ impl Weights {
         let tensor = match self {
             Weights::Safetensors { files, origin, tower } => {
                 let stored = tower.stored_name(name);
-                if files.get(&stored).is_err() {
-                    return Err(Error::MissingTensor { name: stored.into_owned(), path: origin.clone() });
-                }
-                files.load(&stored, &Device::Cpu).map_err(|e| Error::CorruptWeights {
-                    path: origin.clone(),
-                    message: format!("tensor `{name}`: {e}"),
-                })?
+                files
+                    .load(&stored)?
+                    .ok_or_else(|| Error::MissingTensor { name: stored.into_owned(), path: origin.clone() })?
             }
             Weights::Map { tensors, quantized, origin } => match (tensors.get(name), quantized.get(name)) {
                 (Some(t), _) => t.clone(),

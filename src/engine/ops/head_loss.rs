@@ -27,9 +27,39 @@ const DEVICE_CHUNK_ELEMS: usize = 1 << 25;
 /// On CUDA, where a chunk is the logits and their gradient in the model's dtype (2 x 128 MiB in bf16).
 const CUDA_CHUNK_ELEMS: usize = 1 << 26;
 
+/// Rows of logits the head loss materialises at once over a vocabulary of `vocab` (the memory estimate's
+/// figure too): a fixed row count on the CPU, a fixed element budget elsewhere. Every model goes through the
+/// chunks, whatever its vocabulary.
+pub fn logits_chunk_rows(vocab: usize, on_cpu: bool) -> usize {
+    if on_cpu {
+        CPU_CHUNK_ROWS
+    } else {
+        (DEVICE_CHUNK_ELEMS / vocab.max(1)).max(1)
+    }
+}
+
 /// Negative log-likelihood of `targets[i]` after `hidden[i]` (n, h) through the frozen head (vocab, h), and
 /// with `grad_scale` the gradient of `grad_scale * nll_sum` with respect to `hidden`.
 pub fn head_nll(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {
+    head_nll_rows(hidden, head, targets, grad_scale, None)
+}
+
+/// `-log p(targets[i] | hidden[i])` for every row, through the same chunks as [`head_nll`] (no logits
+/// tensor of all rows): what scoring reports.
+pub fn head_token_nll(hidden: &Tensor, head: &Tensor, targets: &[u32]) -> Result<Vec<f64>> {
+    let mut rows = Vec::with_capacity(targets.len());
+    head_nll_rows(hidden, head, targets, None, Some(&mut rows))?;
+    Ok(rows)
+}
+
+/// [`head_nll`], also pushing each row's NLL onto `row_nll` when given.
+fn head_nll_rows(
+    hidden: &Tensor,
+    head: &Tensor,
+    targets: &[u32],
+    grad_scale: Option<f64>,
+    row_nll: Option<&mut Vec<f64>>,
+) -> Result<HeadLoss> {
     super::metal_dtypes("head_nll", &[hidden, head])?;
     let (n, _) = hidden.dims2()?;
     let (vocab, _) = head.dims2()?;
@@ -40,17 +70,26 @@ pub fn head_nll(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Opt
         candle_core::bail!("head loss: target id {bad} is outside the vocabulary of {vocab}");
     }
     if is_cpu_f32(hidden) && is_cpu_f32(head) && crate::engine::blas::available() {
-        return head_nll_cpu(hidden, head, targets, grad_scale);
+        return head_nll_cpu(hidden, head, targets, grad_scale, row_nll);
     }
     if super::cuda_kernels::available(hidden.device(), hidden.dtype()) && head.dtype() == hidden.dtype() {
-        return head_nll_cuda(hidden, head, targets, grad_scale);
+        return head_nll_cuda(hidden, head, targets, grad_scale, row_nll);
     }
-    head_nll_composed(hidden, head, targets, grad_scale)
+    let chunk_rows = logits_chunk_rows(vocab, hidden.device().is_cpu());
+    head_nll_composed(hidden, head, targets, grad_scale, row_nll, chunk_rows)
 }
 
 /// On CUDA: each chunk's logits stay in the model's dtype and one kernel per chunk turns them into the rows'
 /// losses and their gradient (cuda_training.rs), where the composed path makes an f32 copy and about ten passes.
-fn head_nll_cuda(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {
+/// Its chunks hold twice the composed path's elements: a chunk is the logits and their gradient in the model's
+/// dtype (2 x 128 MiB in bf16).
+fn head_nll_cuda(
+    hidden: &Tensor,
+    head: &Tensor,
+    targets: &[u32],
+    grad_scale: Option<f64>,
+    mut row_nll: Option<&mut Vec<f64>>,
+) -> Result<HeadLoss> {
     let (n, _) = hidden.dims2()?;
     let (vocab, _) = head.dims2()?;
     let chunk_rows = (CUDA_CHUNK_ELEMS / vocab.max(1)).max(1);
@@ -61,6 +100,9 @@ fn head_nll_cuda(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Op
         let logits = frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?;
         let (nll, dlogits) =
             super::cuda_training::cross_entropy_rows(&logits, &targets.narrow(0, start, rows)?, grad_scale)?;
+        if let Some(out) = row_nll.as_deref_mut() {
+            out.extend(nll.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?.into_iter().map(f64::from));
+        }
         nll_parts.push(nll.sum_all()?);
         if let Some(dlogits) = dlogits {
             grads.push(frozen_matmul(&dlogits, head)?);
@@ -70,7 +112,13 @@ fn head_nll_cuda(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Op
     Ok(HeadLoss { nll_sum: super::sum_to_host(&nll_parts)?, grad_hidden })
 }
 
-fn head_nll_cpu(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {
+fn head_nll_cpu(
+    hidden: &Tensor,
+    head: &Tensor,
+    targets: &[u32],
+    grad_scale: Option<f64>,
+    mut row_nll: Option<&mut Vec<f64>>,
+) -> Result<HeadLoss> {
     let (n, h) = hidden.dims2()?;
     let (vocab, _) = head.dims2()?;
     let (x, w) = (f32_of(hidden)?, f32_of(head)?);
@@ -86,10 +134,13 @@ fn head_nll_cpu(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Opt
             candle_core::bail!("head loss: BLAS multiply failed");
         }
         let with_grad = grad.is_some();
-        let row_nll = crate::engine::cpu_pool::map_chunks(chunk, vocab, |row, logits| {
+        let row_nll_chunk = crate::engine::cpu_pool::map_chunks(chunk, vocab, |row, logits| {
             row_loss_and_grad(logits, targets[start + row] as usize, with_grad.then_some(scale))
         });
-        nll_sum += row_nll.iter().sum::<f64>();
+        nll_sum += row_nll_chunk.iter().sum::<f64>();
+        if let Some(out) = row_nll.as_deref_mut() {
+            out.extend_from_slice(&row_nll_chunk);
+        }
         if let Some(grad) = grad.as_mut() {
             let dst = &mut grad[start * h..(start + rows) * h];
             if !crate::engine::blas::sgemm(chunk, w, dst, rows, h, vocab, false) {
@@ -101,11 +152,16 @@ fn head_nll_cpu(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Opt
     Ok(HeadLoss { nll_sum, grad_hidden })
 }
 
-fn head_nll_composed(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<HeadLoss> {
-    let (n, _) = hidden.dims2()?;
-    let (vocab, _) = head.dims2()?;
+fn head_nll_composed(
+    hidden: &Tensor,
+    head: &Tensor,
+    targets: &[u32],
+    grad_scale: Option<f64>,
+    mut row_nll: Option<&mut Vec<f64>>,
+    chunk_rows: usize,
+) -> Result<HeadLoss> {
+    let n = hidden.dim(0)?;
     let device = hidden.device();
-    let chunk_rows = (DEVICE_CHUNK_ELEMS / vocab.max(1)).max(1);
     let mut nll_parts = Vec::new();
     let mut grads = Vec::new();
     for start in (0..n).step_by(chunk_rows) {
@@ -115,7 +171,13 @@ fn head_nll_composed(hidden: &Tensor, head: &Tensor, targets: &[u32], grad_scale
         let lse = (logits.broadcast_sub(&max)?.exp()?.sum_keepdim(D::Minus1)?.log()? + max)?;
         let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
         let picked = logits.gather(&index, 1)?;
-        nll_parts.push((&lse - picked)?.sum_all()?);
+        let nll = (&lse - picked)?;
+        if let Some(out) = row_nll.as_deref_mut() {
+            out.extend(
+                nll.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?.iter().map(|&v| v as f64),
+            );
+        }
+        nll_parts.push(nll.sum_all()?);
         if let Some(scale) = grad_scale {
             let probs = (logits.broadcast_sub(&lse)?.exp()? * scale)?;
             // No f64 constant on the device: Metal has none.
@@ -144,9 +206,11 @@ mod tests {
         let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
         let index = Tensor::from_slice(&targets, (300, 1), &dev).unwrap();
         let expected: f32 = log_probs.gather(&index, 1).unwrap().sum_all().unwrap().neg().unwrap().to_scalar().unwrap();
+        // The composed path in chunks of 7 rows and in one chunk: every row goes through a chunk either way.
         for loss in [
             head_nll(&hidden, &head, &targets, Some(0.5)).unwrap(),
-            head_nll_composed(&hidden, &head, &targets, Some(0.5)).unwrap(),
+            head_nll_composed(&hidden, &head, &targets, Some(0.5), None, 7).unwrap(),
+            head_nll_composed(&hidden, &head, &targets, Some(0.5), None, 300).unwrap(),
         ] {
             assert!((loss.nll_sum - expected as f64).abs() < 1e-3, "{} vs {expected}", loss.nll_sum);
             // d/dh of 0.5 * nll = 0.5 * (softmax - onehot) W.
@@ -165,6 +229,16 @@ mod tests {
                 .to_scalar()
                 .unwrap();
             assert!(diff < 1e-5, "gradient differs by {diff}");
+        }
+        // Per-row NLL (scoring): both paths, chunked, equal the whole log-softmax row by row.
+        let expected_rows: Vec<f32> =
+            log_probs.gather(&index, 1).unwrap().squeeze(1).unwrap().neg().unwrap().to_vec1().unwrap();
+        let mut composed = Vec::new();
+        head_nll_composed(&hidden, &head, &targets, None, Some(&mut composed), 7).unwrap();
+        for rows in [head_token_nll(&hidden, &head, &targets).unwrap(), composed] {
+            assert_eq!(rows.len(), 300);
+            let worst = rows.iter().zip(&expected_rows).map(|(a, b)| (a - *b as f64).abs()).fold(0.0, f64::max);
+            assert!(worst < 1e-5, "per-row nll differs by {worst}");
         }
     }
 }

@@ -28,7 +28,7 @@ mod quantized;
 pub use backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
 pub use cuda_attention::Logsumexp;
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
-pub use head_loss::{head_nll, HeadLoss};
+pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;
 pub use quantized::{qtensor_to_device, quantized_matmul, quantized_matmul_t};

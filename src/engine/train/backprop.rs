@@ -8,10 +8,17 @@
 //! plain inference, the head and loss run chunked without materialising the logits (`ops::head_nll`), the
 //! backward stops at the lowest adapter, and each layer's tape is dropped as soon as it is used.
 //!
+//! Gradient checkpointing keeps only each layer's input through the forward pass and runs the layer's
+//! training forward again just before its backward (one more forward per step, a layer's activations instead
+//! of all of them). Dropout masks come from a shared seeded counter: the recompute puts the counter back where
+//! it stood before the layer's first forward, so it draws the same masks and gives the same gradients.
+//!
 //! The autograd reference these gradients are checked against lives in the tests (tests/common/reference.rs),
 //! with finite differences.
 
 use crate::engine::data::Batch;
+use crate::engine::lora;
+use crate::engine::model::decoder_layer::LayerTape;
 use crate::engine::model::linear::Linear;
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::Gradients;
@@ -82,12 +89,32 @@ fn lowest_adapted_layer(model: &Transformer) -> Result<usize> {
 }
 
 /// Forward and backward for one batch: the gradients of `loss_scale * nll_sum` for every active adapter.
-/// `dropout` applies adapter dropout.
+/// `dropout` applies adapter dropout. Every activation is kept (no checkpointing).
 pub fn loss_and_gradients(
     model: &Transformer,
     batch: &Batch,
     loss_scale: f64,
     dropout: bool,
+) -> Result<BatchGradients> {
+    loss_and_gradients_with(model, batch, loss_scale, dropout, false)
+}
+
+/// What the forward pass keeps of one trained layer for its backward.
+enum Saved {
+    /// Every activation the backward needs.
+    Tape(Box<LayerTape>),
+    /// Checkpointing: the layer's input and where the dropout counter stood before its forward.
+    Input { x: Tensor, dropout_counter: Option<u64> },
+}
+
+/// [`loss_and_gradients`], with gradient checkpointing when `checkpointing` is set: the same losses and
+/// gradients with one layer's activations alive at a time.
+pub fn loss_and_gradients_with(
+    model: &Transformer,
+    batch: &Batch,
+    loss_scale: f64,
+    dropout: bool,
+    checkpointing: bool,
 ) -> Result<BatchGradients> {
     let device = model.device();
     let (b, t) = (batch.batch_size, batch.seq_len);
@@ -108,10 +135,12 @@ pub fn loss_and_gradients(
     timer.mark("embed + frozen layers")?;
     let mut tapes = Vec::with_capacity(model.layers.len() - lowest);
     for layer in &model.layers[lowest..] {
+        let dropout_counter = lora::dropout_counter(model);
         let (out, tape) = layer.forward_train(&x, &ctx)?;
-        tapes.push(tape);
+        tapes.push(if checkpointing { Saved::Input { x, dropout_counter } } else { Saved::Tape(Box::new(tape)) });
         x = out;
     }
+    let counter_after_forward = lora::dropout_counter(model);
     timer.mark("layers forward")?;
 
     let normed = model.final_norm(&x)?;
@@ -123,12 +152,26 @@ pub fn loss_and_gradients(
     let mut d_x = model.final_norm_backward(&x, &d_normed)?;
     timer.mark("final norm + head + loss, forward and backward")?;
     // Each layer's tape is dropped as soon as its backward is done.
-    while let Some(tape) = tapes.pop() {
+    while let Some(saved) = tapes.pop() {
         let index = lowest + tapes.len();
-        match model.layers[index].backward(&tape, &d_x, &ctx, &mut grads, index > lowest)? {
+        let layer = &model.layers[index];
+        let tape = match saved {
+            Saved::Tape(tape) => *tape,
+            Saved::Input { x, dropout_counter } => {
+                if let Some(counter) = dropout_counter {
+                    lora::set_dropout_counter(model, counter);
+                }
+                layer.forward_train(&x, &ctx)?.1
+            }
+        };
+        match layer.backward(&tape, &d_x, &ctx, &mut grads, index > lowest)? {
             Some(d) => d_x = d,
             None => break,
         }
+    }
+    // The next micro-batch of the step draws its masks where an uncheckpointed pass would.
+    if let Some(counter) = counter_after_forward {
+        lora::set_dropout_counter(model, counter);
     }
     timer.mark("layers backward")?;
     timer.report();

@@ -27,6 +27,55 @@ impl std::str::FromStr for Schedule {
     }
 }
 
+/// Gradient checkpointing: keep only each decoder layer's input through the forward pass and recompute the
+/// layer before its backward (about a third more compute, a fraction of the activation memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checkpointing {
+    #[default]
+    Off,
+    On,
+    /// On when the memory estimate says the run would not fit the device's memory otherwise; the front end
+    /// resolves it before training (`estimate::resolve_checkpointing`), and run.json records the decision.
+    Auto,
+}
+
+impl Checkpointing {
+    pub const ALL: [Checkpointing; 3] = [Checkpointing::Off, Checkpointing::On, Checkpointing::Auto];
+
+    /// Whether a run checkpoints; `auto` must have been resolved against the memory estimate first
+    /// (`estimate::resolve_checkpointing`, which every front end calls before starting a run).
+    pub fn enabled(self) -> crate::engine::Result<bool> {
+        match self {
+            Self::Off => Ok(false),
+            Self::On => Ok(true),
+            Self::Auto => Err(crate::engine::Error::InvalidSetting(
+                "checkpointing `auto` was not resolved against the memory estimate before the run started; set \
+                 checkpointing to on or off"
+                    .into(),
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::On => "on",
+            Self::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for Checkpointing {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("unknown checkpointing `{s}`; use on, off or auto"))
+    }
+}
+
 /// Everything a training run needs. Saved verbatim in `run.json`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
@@ -60,6 +109,8 @@ pub struct TrainConfig {
     /// How the base model's projections are held (QLoRA: `keep`, `q4k`, ...); recorded so a resume loads
     /// the same base.
     pub quantize: crate::engine::model::BaseQuant,
+    /// Gradient checkpointing (`auto` is resolved against the memory estimate before a run starts).
+    pub checkpointing: Checkpointing,
     pub skip_invalid_rows: bool,
     pub train_on_prompt: bool,
     /// Continue from this checkpoint folder.
@@ -95,6 +146,7 @@ impl Default for TrainConfig {
             device: DeviceChoice::Auto,
             dtype: DTypeChoice::Auto,
             quantize: crate::engine::model::BaseQuant::None,
+            checkpointing: Checkpointing::Off,
             skip_invalid_rows: false,
             train_on_prompt: false,
             resume: None,

@@ -14,7 +14,7 @@ pub mod run_folder;
 pub mod run_lock;
 pub mod validate;
 
-pub use config::{lr_at, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
+pub use config::{lr_at, Checkpointing, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
 pub use events::{TrainControl, TrainEvent};
 
 use crate::engine::checkpoint::{self, TrainerState};
@@ -102,6 +102,8 @@ pub struct StepRunner {
     pub max_grad_norm: Option<f64>,
     /// Base of the per-step dropout seeds, so a resumed run draws the same masks.
     pub seed: u64,
+    /// Gradient checkpointing (off unless set; see backprop.rs).
+    pub checkpointing: bool,
 }
 
 impl StepRunner {
@@ -121,7 +123,7 @@ impl StepRunner {
             })
             .collect();
         let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
-        Ok(Self { model, optimizer, max_grad_norm, seed })
+        Ok(Self { model, optimizer, max_grad_norm, seed, checkpointing: false })
     }
 
     /// Returns (mean loss per target token over all micro-batches, gradient norm before clipping). A
@@ -133,7 +135,7 @@ impl StepRunner {
         let mut loss_sum = 0f64;
         let mut accumulated = crate::engine::model::Gradients::default();
         for batch in batches {
-            let out = backprop::loss_and_gradients(&self.model, batch, 1.0 / denom, true)?;
+            let out = backprop::loss_and_gradients_with(&self.model, batch, 1.0 / denom, true, self.checkpointing)?;
             loss_sum += out.nll_sum / denom;
             accumulated.merge(out.grads)?;
         }
@@ -198,7 +200,8 @@ impl<'a> Trainer<'a> {
             checkpoint::PeftAdapterConfig::for_settings(&config.lora, model.config.num_layers, &config.model)?;
         let base_record = checkpoint::BaseRecord::new(&config.model, fingerprints.base.clone());
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
-        let runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
+        let mut runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
+        runner.checkpointing = config.checkpointing.enabled()?;
         let notes = base.notes.iter().chain(&data.summary.notes).cloned().collect();
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes };
         let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;

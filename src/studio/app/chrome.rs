@@ -13,7 +13,13 @@ impl StudioApp {
             // Model chip.
             if let Some((path, started)) = &self.model.loading {
                 ui.spinner();
-                ui.label(format!("loading {} · {:.0} s", display_name(path), started.elapsed().as_secs_f64()));
+                let percent = self.model.load_progress.map(|p| format!(" · {:.0}%", 100.0 * p.fraction()));
+                ui.label(format!(
+                    "loading {} · {:.0} s{}",
+                    display_name(path),
+                    started.elapsed().as_secs_f64(),
+                    percent.unwrap_or_default()
+                ));
             } else if let Some(m) = &self.model.loaded {
                 widgets::status_dot_ui(ui, palette::OK);
                 ui.label(RichText::new(m.name()).strong()).on_hover_text(format!(

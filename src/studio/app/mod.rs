@@ -38,6 +38,8 @@ pub const DRAIN_MAX_EVENTS: usize = 5000;
 pub struct ModelStatus {
     pub loaded: Option<ModelSummary>,
     pub loading: Option<(PathBuf, Instant)>,
+    /// The loader's last progress report for the model loading.
+    pub load_progress: Option<crate::engine::model::LoadProgress>,
     pub error: Option<(PathBuf, String)>,
 }
 
@@ -213,7 +215,13 @@ impl StudioApp {
         match event {
             Event::ModelLoading { path } => {
                 self.model.loading = Some((path, Instant::now()));
+                self.model.load_progress = None;
                 self.model.error = None;
+            }
+            Event::ModelLoadProgress { path, progress } => {
+                if self.model.loading.as_ref().is_some_and(|(p, _)| crate::worker::paths_match(p, &path)) {
+                    self.model.load_progress = Some(progress);
+                }
             }
             Event::ModelLoaded(summary) => {
                 self.model.loading = None;

@@ -22,6 +22,7 @@
 
 use crate::engine::model::config::ModelConfig;
 use crate::engine::model::quant::is_block_quantized;
+use crate::engine::model::safetensors_reader::{LoadProgress, LoadProgressFn};
 use crate::engine::{Error, Result};
 use candle_core::quantized::gguf_file::{Content, TensorInfo};
 use candle_core::quantized::{QStorage, QTensor};
@@ -76,15 +77,23 @@ pub struct GgufModel {
 
 /// Load a GGUF file, dequantizing every tensor to `dtype` on `device`.
 pub fn load_gguf(path: &Path, device: &Device, dtype: DType) -> Result<GgufModel> {
-    load_gguf_with(path, device, dtype, false)
+    load_gguf_with(path, device, dtype, false, None)
 }
 
-/// [`load_gguf`], keeping the decoder layers' block-quantized projections quantized when `keep_quantized`.
-pub fn load_gguf_with(path: &Path, device: &Device, dtype: DType, keep_quantized: bool) -> Result<GgufModel> {
+/// [`load_gguf`], keeping the decoder layers' block-quantized projections quantized when `keep_quantized`,
+/// calling `progress` after each tensor is read.
+pub fn load_gguf_with(
+    path: &Path,
+    device: &Device,
+    dtype: DType,
+    keep_quantized: bool,
+    progress: Option<&LoadProgressFn>,
+) -> Result<GgufModel> {
     let mut file = GgufTensorReader::open(path)?;
     let mut model = file.model_without_tensors()?;
     let GgufTensorReader { content, reader, config, .. } = &mut file;
-    (model.tensors, model.quantized) = load_tensors(path, content, reader, config, (device, dtype), keep_quantized)?;
+    (model.tensors, model.quantized) =
+        load_tensors(path, content, reader, config, (device, dtype), keep_quantized, progress)?;
     Ok(model)
 }
 
@@ -95,6 +104,12 @@ pub fn gguf_family(path: &Path) -> Result<crate::engine::model::config::Architec
     let mut reader = BufReader::new(file);
     let content = guarded(path, "cannot read the GGUF header", || Content::read(&mut reader))?;
     Ok(check_architecture(&Metadata { path, map: &content.metadata })?.architecture)
+}
+
+/// Bytes a tensor's data takes in the file.
+fn stored_bytes(info: &TensorInfo) -> u64 {
+    let t = info.ggml_dtype;
+    (info.shape.elem_count() / t.block_size().max(1) * t.type_size()) as u64
 }
 
 /// An open GGUF file whose header, config and vocabulary are read, and whose tensors are read one at a time
@@ -293,14 +308,22 @@ fn load_tensors(
     cfg: &ModelConfig,
     (device, dtype): (&Device, DType),
     keep_quantized: bool,
+    progress: Option<&LoadProgressFn>,
 ) -> Result<LoadedTensors> {
     let gguf_names: HashMap<String, &str> =
         content.tensor_infos.keys().filter_map(|g| hf_tensor_name(g).map(|hf| (hf, g.as_str()))).collect();
     let (mut tensors, mut quantized) = (HashMap::new(), HashMap::new());
+    let started = std::time::Instant::now();
+    let bytes_total = gguf_names.values().filter_map(|g| content.tensor_infos.get(*g)).map(stored_bytes).sum();
+    let mut bytes_done = 0;
     for (hf_name, shape) in expected_shapes(cfg) {
         let gguf_name = *gguf_names
             .get(&hf_name)
             .ok_or_else(|| Error::MissingTensor { name: hf_name.clone(), path: path.to_path_buf() })?;
+        if let (Some(report), Some(info)) = (progress, content.tensor_infos.get(gguf_name)) {
+            bytes_done += stored_bytes(info);
+            report(&LoadProgress { bytes_done, bytes_total, elapsed_secs: started.elapsed().as_secs_f64() });
+        }
         let n_head = qk_heads(gguf_name, cfg);
         let keep = keep_quantized
             && hf_name.ends_with("_proj.weight")

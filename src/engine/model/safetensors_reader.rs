@@ -1,0 +1,222 @@
+//! Reads safetensors files one tensor at a time with plain reads (no memory map), reporting progress.
+//!
+//! A memory-mapped file's pages count in the process's resident memory once touched, and stay counted until
+//! the map is dropped at the end of the load: loading a bf16 file into f32 weights peaked at the file's size
+//! plus the model's. Read into a buffer, converted and dropped, a tensor costs its bytes only while it is
+//! being loaded, so the load's peak is the model plus its largest tensor; and every read is a point at which
+//! the loader can say how far it is ([`LoadProgress`]).
+//!
+//! Layout (safetensors' spec): u64 little-endian header length, a JSON header mapping each name to its dtype,
+//! shape and data offsets (relative to the end of the header), then the data.
+
+use crate::engine::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// How far a model load is: bytes of weights read of the total, and the time it has taken.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoadProgress {
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub elapsed_secs: f64,
+}
+
+impl LoadProgress {
+    pub fn fraction(&self) -> f64 {
+        if self.bytes_total == 0 {
+            1.0
+        } else {
+            (self.bytes_done as f64 / self.bytes_total as f64).clamp(0.0, 1.0)
+        }
+    }
+
+    /// Time left at the rate so far; None before anything is read.
+    pub fn secs_left(&self) -> Option<f64> {
+        (self.bytes_done > 0 && self.elapsed_secs > 0.0).then(|| {
+            let rate = self.bytes_done as f64 / self.elapsed_secs;
+            self.bytes_total.saturating_sub(self.bytes_done) as f64 / rate
+        })
+    }
+
+    /// "1.2 of 2.5 GB, 4 s left" (the CLI's line and the studio's label).
+    pub fn describe(&self) -> String {
+        let gb = |b: u64| b as f64 / 1e9;
+        let left = self.secs_left().map(|s| format!(", {s:.0} s left")).unwrap_or_default();
+        format!("{:.2} of {:.2} GB{left}", gb(self.bytes_done), gb(self.bytes_total))
+    }
+}
+
+/// Called after each tensor a load reads.
+pub type LoadProgressFn = Arc<dyn Fn(&LoadProgress) + Send + Sync>;
+
+/// Where one tensor lies.
+struct Entry {
+    file: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    /// Absolute byte range in its file.
+    start: u64,
+    end: u64,
+}
+
+/// The tensors of one or more safetensors files (a sharded checkpoint), read on request.
+pub struct SafetensorsReader {
+    files: Vec<(PathBuf, Mutex<std::fs::File>)>,
+    entries: HashMap<String, Entry>,
+    bytes_total: u64,
+    bytes_done: AtomicU64,
+    started: Instant,
+    progress: Option<LoadProgressFn>,
+}
+
+impl SafetensorsReader {
+    /// Read the headers of `paths`; every tensor's extent is checked against its file's size and its dtype
+    /// and shape, so a truncated download is an error here, naming the file.
+    pub fn open(paths: &[PathBuf], progress: Option<LoadProgressFn>) -> Result<Self> {
+        let mut files = Vec::new();
+        let mut entries = HashMap::new();
+        for (index, path) in paths.iter().enumerate() {
+            let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+            for (name, entry) in read_header(path, &mut file, size, index)? {
+                entries.insert(name, entry);
+            }
+            files.push((path.clone(), Mutex::new(file)));
+        }
+        let bytes_total = entries.values().map(|e| e.end - e.start).sum();
+        Ok(Self { files, entries, bytes_total, bytes_done: AtomicU64::new(0), started: Instant::now(), progress })
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    /// Every stored tensor's name.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// Count only the tensors `keep` names in the progress total (those a load will read).
+    pub fn count_only(&mut self, keep: impl Fn(&str) -> bool) {
+        self.bytes_total = self.entries.iter().filter(|(name, _)| keep(name)).map(|(_, e)| e.end - e.start).sum();
+    }
+
+    /// Tensor `name` as stored, on the CPU (None when the files have no such tensor).
+    pub fn load(&self, name: &str) -> Result<Option<Tensor>> {
+        let Some(entry) = self.entries.get(name) else { return Ok(None) };
+        let (path, file) = &self.files[entry.file];
+        let mut bytes = vec![0u8; (entry.end - entry.start) as usize];
+        {
+            let mut file = file.lock().map_err(|_| corrupt(path, "a reader thread panicked"))?;
+            file.seek(SeekFrom::Start(entry.start)).map_err(|e| Error::io(path, e))?;
+            file.read_exact(&mut bytes).map_err(|e| Error::io(path, e))?;
+        }
+        let tensor = Tensor::from_raw_buffer(&bytes, entry.dtype, &entry.shape, &Device::Cpu)
+            .map_err(|e| corrupt(path, format!("tensor `{name}`: {e}")))?;
+        let done = self.bytes_done.fetch_add(bytes.len() as u64, Ordering::Relaxed) + bytes.len() as u64;
+        if let Some(report) = &self.progress {
+            let elapsed_secs = self.started.elapsed().as_secs_f64();
+            report(&LoadProgress { bytes_done: done, bytes_total: self.bytes_total, elapsed_secs });
+        }
+        Ok(Some(tensor))
+    }
+}
+
+fn corrupt(path: &Path, message: impl Into<String>) -> Error {
+    Error::CorruptWeights { path: path.to_path_buf(), message: message.into() }
+}
+
+/// Largest header we accept: real ones are a few hundred KB; a bigger length means a corrupt file.
+const MAX_HEADER_BYTES: u64 = 100 << 20;
+
+fn read_header(path: &Path, file: &mut std::fs::File, size: u64, index: usize) -> Result<Vec<(String, Entry)>> {
+    let not_safetensors =
+        |what: &str| corrupt(path, format!("{what} (not a safetensors file, or truncated; download it again)"));
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(|_| not_safetensors("shorter than its 8-byte header length"))?;
+    let header_len = u64::from_le_bytes(len);
+    if header_len > MAX_HEADER_BYTES || 8 + header_len > size {
+        return Err(not_safetensors(&format!("header length {header_len} does not fit the file of {size} bytes")));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact(&mut header).map_err(|e| Error::io(path, e))?;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| not_safetensors(&format!("header is not JSON: {e}")))?;
+    let data_start = 8 + header_len;
+    let mut out = Vec::new();
+    for (name, info) in header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let bad = |what: String| corrupt(path, format!("tensor `{name}`: {what}"));
+        let dtype = info.get("dtype").and_then(|d| d.as_str()).ok_or_else(|| bad("no dtype".into()))?;
+        let dtype = match dtype {
+            "F32" => DType::F32,
+            "F16" => DType::F16,
+            "BF16" => DType::BF16,
+            "F64" => DType::F64,
+            "U8" => DType::U8,
+            "U32" => DType::U32,
+            "I64" => DType::I64,
+            other => return Err(bad(format!("dtype {other} is not supported"))),
+        };
+        let numbers = |key: &str| -> Option<Vec<u64>> {
+            info.get(key)?.as_array()?.iter().map(|v| v.as_u64()).collect::<Option<Vec<u64>>>()
+        };
+        let shape: Vec<usize> =
+            numbers("shape").ok_or_else(|| bad("no shape".into()))?.into_iter().map(|d| d as usize).collect();
+        let offsets = numbers("data_offsets").filter(|o| o.len() == 2).ok_or_else(|| bad("no data_offsets".into()))?;
+        let (start, end) = (data_start + offsets[0], data_start + offsets[1]);
+        let expected = shape.iter().product::<usize>() as u64 * dtype.size_in_bytes() as u64;
+        if end < start || end - start != expected || end > size {
+            return Err(bad(format!(
+                "bytes {start}..{end} do not hold shape {shape:?} of {dtype:?} in a file of {size} bytes (truncated?)"
+            )));
+        }
+        out.push((name, Entry { file: index, dtype, shape, start, end }));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file in the safetensors layout reads back tensor by tensor, progress reaching the total; a
+    /// truncated copy is refused at open, naming the tensor.
+    #[test]
+    fn reads_back_what_the_writer_wrote_and_refuses_truncation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let values: Vec<Vec<f32>> = vec![(0..6).map(|i| i as f32).collect(), vec![9.0, 8.0, 7.0, 6.0]];
+        let header = r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"b":{"dtype":"F32","shape":[4],"data_offsets":[24,40]}}"#;
+        let mut file = (header.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(header.as_bytes());
+        file.extend(values.iter().flatten().flat_map(|v| v.to_le_bytes()));
+        std::fs::write(&path, file).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let reader = SafetensorsReader::open(
+            std::slice::from_ref(&path),
+            Some(Arc::new(move |p: &LoadProgress| sink.lock().unwrap().push(*p))),
+        )
+        .unwrap();
+        let a = reader.load("a").unwrap().unwrap();
+        assert_eq!(a.dims(), &[2, 3]);
+        assert_eq!(a.flatten_all().unwrap().to_vec1::<f32>().unwrap(), values[0]);
+        assert!(reader.load("missing").unwrap().is_none());
+        assert_eq!(reader.load("b").unwrap().unwrap().to_vec1::<f32>().unwrap(), values[1]);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.iter().map(|p| p.bytes_done).collect::<Vec<_>>(), vec![24, 40]);
+        assert!(seen.iter().all(|p| p.bytes_total == 40) && seen[1].fraction() == 1.0);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        let err = SafetensorsReader::open(&[path], None).err().unwrap().to_string();
+        assert!(err.contains("tensor `b`") && err.contains("truncated"), "{err}");
+    }
+}

@@ -1,0 +1,189 @@
+//! Memory features end to end on the tiny fixtures: gradient checkpointing gives the losses and adapter
+//! gradients of the uncheckpointed pass (dropout on, several steps, accumulation), `auto` must be decided by
+//! the memory estimate before a run, the chunked head scores every position as a whole log-softmax would,
+//! and the settings file and run.json carry the setting.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor, D};
+use common::*;
+use metal_candle::engine::bench::random_batch;
+use metal_candle::engine::estimate::{self, ModelShape};
+use metal_candle::engine::generate::score;
+use metal_candle::engine::lora;
+use metal_candle::engine::model::load_model;
+use metal_candle::engine::train::{
+    self, backprop, Checkpointing, LoraSettings, StepRunner, TrainConfig, TrainControl, TrainEvent,
+};
+use std::path::Path;
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+}
+
+fn dropout_lora() -> LoraSettings {
+    LoraSettings { rank: 4, alpha: 8.0, dropout: 0.2, targets: "all-linear".parse().unwrap(), ..Default::default() }
+}
+
+#[test]
+fn checkpointing_gives_the_same_loss_and_adapter_gradients_with_dropout() {
+    for arch in ["tiny-llama", "tiny-qwen3"] {
+        let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
+        let params = lora::attach_new_adapters(&mut m.model, &dropout_lora(), 3).unwrap();
+        for p in &params {
+            p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
+        }
+        let batch = random_batch(m.config.vocab_size, 3, 24, 8);
+        let scale = 1.0 / batch.target_tokens as f64;
+        lora::seed_dropout(&m.model, 5, 2);
+        let plain = backprop::loss_and_gradients_with(&m.model, &batch, scale, true, false).unwrap();
+        let after_plain = lora::dropout_counter(&m.model);
+        lora::seed_dropout(&m.model, 5, 2);
+        let ckpt = backprop::loss_and_gradients_with(&m.model, &batch, scale, true, true).unwrap();
+        // The next micro-batch draws its masks where it would have without checkpointing.
+        assert_eq!(lora::dropout_counter(&m.model), after_plain, "{arch}");
+        assert!((plain.nll_sum - ckpt.nll_sum).abs() <= 1e-6 * plain.nll_sum.abs(), "{arch}");
+        // Dropout really is on: a pass with other masks gives another loss.
+        lora::seed_dropout(&m.model, 6, 2);
+        let other = backprop::loss_and_gradients_with(&m.model, &batch, scale, true, true).unwrap();
+        assert!((other.nll_sum - plain.nll_sum).abs() > 1e-4, "{arch}: dropout changed nothing");
+        for p in &params {
+            for var in [&p.a, &p.b] {
+                let a = plain.grads.get(var.as_tensor()).unwrap();
+                let b = ckpt.grads.get(var.as_tensor()).unwrap();
+                let size: f32 = a.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+                assert!(size > 0.0, "{arch} layer {} {}: zero gradient", p.layer, p.module);
+                assert!(max_diff(a, b) <= 1e-6 * size, "{arch} layer {} {}: {}", p.layer, p.module, max_diff(a, b));
+            }
+        }
+    }
+}
+
+/// Five optimizer steps of two micro-batches each, with and without checkpointing, from the same start.
+#[test]
+fn checkpointed_steps_track_uncheckpointed_steps() {
+    let base = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F32).unwrap();
+    let runner = |checkpointing: bool| {
+        let mut model = base.model.clone();
+        let params = lora::attach_new_adapters(&mut model, &dropout_lora(), 9).unwrap();
+        let mut r = StepRunner::new(model, &params, 0.01, Some(1.0), 9).unwrap();
+        r.checkpointing = checkpointing;
+        (r, params)
+    };
+    let ((mut plain, plain_params), (mut ckpt, ckpt_params)) = (runner(false), runner(true));
+    let vocab = base.config.vocab_size;
+    for step in 0..5u64 {
+        let batches = [random_batch(vocab, 2, 20, 100 + step), random_batch(vocab, 2, 20, 200 + step)];
+        let (a, na) = plain.step(&batches, 1e-2).unwrap();
+        let (b, nb) = ckpt.step(&batches, 1e-2).unwrap();
+        assert!((a - b).abs() <= 1e-6 * a.abs(), "step {step}: loss {a} vs {b}");
+        assert!((na - nb).abs() <= 1e-5 * na.abs(), "step {step}: gradient norm {na} vs {nb}");
+    }
+    for (p, q) in plain_params.iter().zip(&ckpt_params) {
+        assert!(max_diff(p.a.as_tensor(), q.a.as_tensor()) < 1e-6);
+        assert!(max_diff(p.b.as_tensor(), q.b.as_tensor()) < 1e-6);
+    }
+}
+
+fn tiny_config(out: &Path, name: &str, checkpointing: Checkpointing) -> TrainConfig {
+    TrainConfig {
+        model: fixture("tiny-llama"),
+        data: Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat"),
+        out: out.to_path_buf(),
+        run_name: Some(name.into()),
+        lora: dropout_lora(),
+        iters: Some(4),
+        epochs: None,
+        batch_size: 2,
+        seq_len: 64,
+        lr: 5e-3,
+        warmup: 1,
+        val_every: 0,
+        save_every: 0,
+        checkpointing,
+        device: metal_candle::engine::device::DeviceChoice::Cpu,
+        ..Default::default()
+    }
+}
+
+fn step_losses(events: &[TrainEvent]) -> Vec<f64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            TrainEvent::Step { loss, .. } => Some(*loss),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_checkpointed_run_records_the_setting_and_auto_is_decided_by_the_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F32).unwrap();
+    let mut losses = Vec::new();
+    for (name, c) in [("off", Checkpointing::Off), ("on", Checkpointing::On)] {
+        let mut events = Vec::new();
+        let cfg = tiny_config(dir.path(), name, c);
+        let run_dir = train::run_training(&cfg, &base, &TrainControl::default(), &mut |e| events.push(e)).unwrap();
+        let run_json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap();
+        assert_eq!(run_json["config"]["checkpointing"], name, "{run_json}");
+        losses.push(step_losses(&events));
+    }
+    assert_eq!(losses[0].len(), 4);
+    for (a, b) in losses[0].iter().zip(&losses[1]) {
+        assert!((a - b).abs() <= 1e-6 * a.abs(), "{:?} vs {:?}", losses[0], losses[1]);
+    }
+    // `auto` reaching the trainer undecided is refused, naming the setting.
+    let auto = tiny_config(dir.path(), "auto", Checkpointing::Auto);
+    let err = train::run_training(&auto, &base, &TrainControl::default(), &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("checkpointing `auto`"), "{err}");
+    // The estimate decides it: on when the run does not fit the budget without it, off when it does.
+    let shape = ModelShape::of_model(&base.model);
+    let need = estimate::training_memory_with(&shape, &auto, false).total_bytes();
+    for (budget, expected) in [(need, Checkpointing::Off), (need - 1, Checkpointing::On)] {
+        let mut cfg = auto.clone();
+        let note = estimate::resolve_checkpointing(&shape, &mut cfg, Some(budget), "RAM").unwrap();
+        assert_eq!(cfg.checkpointing, expected, "{note}");
+    }
+}
+
+#[test]
+fn the_settings_file_takes_checkpointing_and_refuses_a_bad_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.toml");
+    std::fs::write(&path, "checkpointing = \"auto\"\n").unwrap();
+    assert_eq!(TrainConfig::from_toml_file(&path).unwrap().checkpointing, Checkpointing::Auto);
+    std::fs::write(&path, "checkpointing = \"sometimes\"\n").unwrap();
+    let err = TrainConfig::from_toml_file(&path).unwrap_err().to_string();
+    assert!(err.contains("run.toml") && err.contains("sometimes"), "{err}");
+    assert_eq!("on".parse::<Checkpointing>().unwrap(), Checkpointing::On);
+    assert!("yes".parse::<Checkpointing>().unwrap_err().contains("on, off or auto"));
+}
+
+/// Scoring runs the head over chunks of 128 positions: 200 positions make two chunks, and every
+/// log-probability equals a log-softmax over the whole logits tensor.
+#[test]
+fn chunked_scoring_matches_a_whole_log_softmax() {
+    for arch in ["tiny-llama", "tiny-qwen2"] {
+        let m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
+        let ids: Vec<u32> = (0..200u32).map(|i| (i * 37 + 11) % m.config.vocab_size as u32).collect();
+        let ours = score(&m.model, &ids).unwrap();
+        let input = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let logits = m.model.forward(&input, 0, None).unwrap().squeeze(0).unwrap();
+        let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+        let targets = Tensor::new(&ids[1..], &Device::Cpu).unwrap().unsqueeze(1).unwrap();
+        let whole: Vec<f32> = log_probs
+            .narrow(0, 0, ids.len() - 1)
+            .unwrap()
+            .gather(&targets, 1)
+            .unwrap()
+            .squeeze(1)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(ours.len(), whole.len());
+        let worst = ours.iter().zip(&whole).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-5, "{arch}: {worst}");
+    }
+}
