@@ -65,22 +65,12 @@ pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
 /// Gradients of `silu(gate) * up` with respect to gate and up, given the output gradient `dm`.
 pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
     metal_dtypes("silu_mul_backward", &[gate, up, dm])?;
-    if is_cpu_f32(gate) && is_cpu_f32(up) && is_cpu_f32(dm) {
-        let (g, u, d) = (f32_of(gate)?, f32_of(up)?, f32_of(dm)?);
-        let (g, u, d): (&[f32], &[f32], &[f32]) = (&g, &u, &d);
-        let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
-        let (dgate, dup) = crate::engine::cpu_pool::new_f32_pair(g.len(), chunk, |c, dgate, dup| {
-            let (g, u, d) = (&g[c * chunk..], &u[c * chunk..], &d[c * chunk..]);
-            for i in 0..dgate.len() {
-                let sig = 1.0 / (1.0 + (-g[i]).exp());
-                dup[i] = d[i] * g[i] * sig;
-                dgate[i] = d[i] * u[i] * sig * (1.0 + g[i] * (1.0 - sig));
-            }
-        });
-        return Ok((
-            Tensor::from_vec(dgate, gate.shape(), gate.device())?,
-            Tensor::from_vec(dup, up.shape(), up.device())?,
-        ));
+    let silu_and_slope = |g: f32| {
+        let sig = 1.0 / (1.0 + (-g).exp());
+        (g * sig, sig * (1.0 + g * (1.0 - sig)))
+    };
+    if let Some(grads) = gated_backward_cpu(gate, up, dm, silu_and_slope)? {
+        return Ok(grads);
     }
     if fused_on_gpu(gate) && up.dtype() == gate.dtype() && dm.dtype() == gate.dtype() {
         return super::cuda_training::silu_mul_backward(gate, up, dm);
@@ -94,6 +84,31 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
     let dsilu = (&sig + (&silu * sig.affine(-1.0, 1.0)?)?)?;
     let dgate = ((d * u)? * dsilu)?;
     Ok((dgate.to_dtype(dtype)?, dup.to_dtype(dtype)?))
+}
+
+/// The gradients of `act(gate) * up` for the output gradient `dm` in one parallel pass, when all three are CPU
+/// f32 tensors; `act_and_slope` gives the activation and its derivative. None otherwise.
+fn gated_backward_cpu(
+    gate: &Tensor,
+    up: &Tensor,
+    dm: &Tensor,
+    act_and_slope: impl Fn(f32) -> (f32, f32) + Sync,
+) -> Result<Option<(Tensor, Tensor)>> {
+    if !(is_cpu_f32(gate) && is_cpu_f32(up) && is_cpu_f32(dm)) {
+        return Ok(None);
+    }
+    let (g, u, d) = (f32_of(gate)?, f32_of(up)?, f32_of(dm)?);
+    let (g, u, d): (&[f32], &[f32], &[f32]) = (&g, &u, &d);
+    let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
+    let (dgate, dup) = crate::engine::cpu_pool::new_f32_pair(g.len(), chunk, |c, dgate, dup| {
+        let (g, u, d) = (&g[c * chunk..], &u[c * chunk..], &d[c * chunk..]);
+        for i in 0..dgate.len() {
+            let (value, slope) = act_and_slope(g[i]);
+            dup[i] = d[i] * value;
+            dgate[i] = d[i] * u[i] * slope;
+        }
+    });
+    Ok(Some((Tensor::from_vec(dgate, gate.shape(), gate.device())?, Tensor::from_vec(dup, up.shape(), up.device())?)))
 }
 
 /// `sqrt(2 / pi)`, the tanh approximation's constant.
@@ -112,22 +127,8 @@ pub(super) fn gelu_tanh(x: f32) -> (f32, f32) {
 /// `dm`. One parallel pass on the CPU in f32; composed Candle ops elsewhere (CUDA included: no fused kernel).
 pub fn gelu_tanh_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
     metal_dtypes("gelu_tanh_mul_backward", &[gate, up, dm])?;
-    if is_cpu_f32(gate) && is_cpu_f32(up) && is_cpu_f32(dm) {
-        let (g, u, d) = (f32_of(gate)?, f32_of(up)?, f32_of(dm)?);
-        let (g, u, d): (&[f32], &[f32], &[f32]) = (&g, &u, &d);
-        let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
-        let (dgate, dup) = crate::engine::cpu_pool::new_f32_pair(g.len(), chunk, |c, dgate, dup| {
-            let (g, u, d) = (&g[c * chunk..], &u[c * chunk..], &d[c * chunk..]);
-            for i in 0..dgate.len() {
-                let (value, slope) = gelu_tanh(g[i]);
-                dup[i] = d[i] * value;
-                dgate[i] = d[i] * u[i] * slope;
-            }
-        });
-        return Ok((
-            Tensor::from_vec(dgate, gate.shape(), gate.device())?,
-            Tensor::from_vec(dup, up.shape(), up.device())?,
-        ));
+    if let Some(grads) = gated_backward_cpu(gate, up, dm, gelu_tanh)? {
+        return Ok(grads);
     }
     let dtype = gate.dtype();
     let (g, u, d) = (upcast(gate)?, upcast(up)?, upcast(dm)?);

@@ -269,17 +269,8 @@ pub fn upcast(x: &Tensor) -> Result<Tensor> {
 /// SwiGLU gate: silu(gate) * up (one parallel pass on the CPU in f32).
 pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     metal_dtypes("silu_mul", &[gate, up])?;
-    if is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape() {
-        let (g, u) = (f32_of(gate)?, f32_of(up)?);
-        let (g, u): (&[f32], &[f32]) = (&g, &u);
-        let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
-        let out = crate::engine::cpu_pool::new_f32(g.len(), chunk, |i, dst| {
-            let (g, u) = (&g[i * chunk..], &u[i * chunk..]);
-            for (j, o) in dst.iter_mut().enumerate() {
-                *o = g[j] / (1.0 + (-g[j]).exp()) * u[j];
-            }
-        });
-        return Tensor::from_vec(out, gate.shape(), gate.device());
+    if let Some(out) = gated_product_cpu(gate, up, |g| g / (1.0 + (-g).exp()))? {
+        return Ok(out);
     }
     candle_nn::ops::silu(gate)? * up
 }
@@ -289,19 +280,27 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 /// Metal kernels) and a product.
 pub fn gelu_tanh_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     metal_dtypes("gelu_tanh_mul", &[gate, up])?;
-    if is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape() {
-        let (g, u) = (f32_of(gate)?, f32_of(up)?);
-        let (g, u): (&[f32], &[f32]) = (&g, &u);
-        let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
-        let out = crate::engine::cpu_pool::new_f32(g.len(), chunk, |i, dst| {
-            let (g, u) = (&g[i * chunk..], &u[i * chunk..]);
-            for (j, o) in dst.iter_mut().enumerate() {
-                *o = backward::gelu_tanh(g[j]).0 * u[j];
-            }
-        });
-        return Tensor::from_vec(out, gate.shape(), gate.device());
+    if let Some(out) = gated_product_cpu(gate, up, |g| backward::gelu_tanh(g).0)? {
+        return Ok(out);
     }
     gate.gelu()? * up
+}
+
+/// `act(gate) * up` in one parallel pass when both are CPU f32 tensors of one shape; None otherwise.
+fn gated_product_cpu(gate: &Tensor, up: &Tensor, act: impl Fn(f32) -> f32 + Sync) -> Result<Option<Tensor>> {
+    if !(is_cpu_f32(gate) && is_cpu_f32(up) && gate.shape() == up.shape()) {
+        return Ok(None);
+    }
+    let (g, u) = (f32_of(gate)?, f32_of(up)?);
+    let (g, u): (&[f32], &[f32]) = (&g, &u);
+    let chunk = crate::engine::cpu_pool::ELEMENTS_PER_TASK;
+    let out = crate::engine::cpu_pool::new_f32(g.len(), chunk, |i, dst| {
+        let (g, u) = (&g[i * chunk..], &u[i * chunk..]);
+        for (j, o) in dst.iter_mut().enumerate() {
+            *o = act(g[j]) * u[j];
+        }
+    });
+    Ok(Some(Tensor::from_vec(out, gate.shape(), gate.device())?))
 }
 
 /// `a + scale * b` for tensors of one shape: one parallel pass on the CPU in f32 (the training pass's
