@@ -33,6 +33,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from family_chat_templates import (
+    GRANITE33_CHAT_TEMPLATE,
+    OLMO2_CHAT_TEMPLATE,
+    PHI4_MINI_CHAT_TEMPLATE,
+    SMOLLM3_CHAT_TEMPLATE,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
 DEFAULT_GGUF = ROOT / "models" / "smollm2" / "SmolLM2-135M-Instruct-Q4_1.gguf"
@@ -106,6 +113,16 @@ CHAT_MESSAGES_INVALID = [
     {"role": "user", "content": "Hi"},
     {"role": "tool", "content": "42"},
 ]
+# SmolLM3's reasoning switches in the system message: /no_think (an empty think block before every assistant
+# turn, leading newlines of assistant content dropped) and /system_override (the system text alone).
+CHAT_EXTRA_SMOLLM3 = [
+    ([{"role": "system", "content": "You are terse. /no_think  "},
+      {"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "\n\nHello!"},
+      {"role": "user", "content": "Bye"}], True),
+    ([{"role": "system", "content": "You are terse. /no_think"}, {"role": "user", "content": "Hi"}], False),
+    ([{"role": "system", "content": "Only this. /system_override  "}, {"role": "user", "content": "Hi"}], True),
+]
 # Gemma's template accepts any role name but insists that user and model turns alternate.
 CHAT_MESSAGES_INVALID_GEMMA = [
     {"role": "user", "content": "Hi"},
@@ -157,6 +174,10 @@ GEMMA3_CHAT_TEMPLATE = (
     "{%- endif -%}\n"
 )
 GEMMA_SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
+
+# transformers' `strftime_now(fmt)` formats today's date; the fixtures render with this fixed day instead
+# (recorded in expected.json as chat.today, which the Rust tests hand to our renderer the same way).
+CHAT_TODAY = (2025, 3, 7)
 
 N_NEW = 24
 MIN_GAP = 2e-2  # brief asks > 1e-3; we demand more headroom
@@ -465,7 +486,7 @@ def tiny_specs(tok):
             cls="Olmo2Config",
             cfg=dict(base, rope_theta=500000.0, tie_word_embeddings=False, attention_bias=False),
             bos_pp=False,
-            template=CHAT_TEMPLATE,
+            template=OLMO2_CHAT_TEMPLATE,
             jinja_file=False,
             shard=None,
             gen_eos=im_end,
@@ -553,8 +574,24 @@ def save_tiny(name: str, spec: dict, model, hf_tok) -> Path:
     return out
 
 
-def chat_cases(tok, invalid=CHAT_MESSAGES_INVALID) -> dict:
+def fixed_today():
+    """Make transformers' `strftime_now` see CHAT_TODAY (it calls `datetime.now()` in its module)."""
+    import datetime as dt
+
+    import transformers.utils.chat_template_utils as ctu
+
+    class FixedDatetime(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(*CHAT_TODAY)
+
+    ctu.datetime = FixedDatetime
+
+
+def chat_cases(tok, invalid=CHAT_MESSAGES_INVALID, extra=()) -> dict:
+    fixed_today()
     res = {
+        "today": "%04d-%02d-%02d" % CHAT_TODAY,
         "messages": CHAT_MESSAGES,
         "add_generation_prompt": True,
         "rendered": tok.apply_chat_template(CHAT_MESSAGES, tokenize=False, add_generation_prompt=True),
@@ -570,12 +607,18 @@ def chat_cases(tok, invalid=CHAT_MESSAGES_INVALID) -> dict:
     if not isinstance(res["ids"], list):  # BatchEncoding in some versions
         res["ids"] = list(res["ids"]["input_ids"])
     try:
-        tok.apply_chat_template(invalid, tokenize=False, add_generation_prompt=True)
-        raise AssertionError("invalid role did not raise")
-    except Exception as e:  # jinja2 TemplateError
-        if isinstance(e, AssertionError):
-            raise
+        rendered = tok.apply_chat_template(invalid, tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # jinja2 TemplateError from raise_exception
         res["invalid_role"] = {"messages": invalid, "error": str(e)}
+    else:
+        # Templates that take any role (Phi-4-mini, SmolLM3, Granite, OLMo 2) render it: record what.
+        res["unknown_role"] = {"messages": invalid, "rendered": rendered}
+    if extra:
+        res["extra"] = [
+            {"messages": msgs, "add_generation_prompt": gen,
+             "rendered": tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)}
+            for msgs, gen in extra
+        ]
     return res
 
 
@@ -644,7 +687,7 @@ def make_one_tiny(name: str, spec: dict, hf_tok, seed_base: int):
             **score_ids(model, ids),
         },
         "greedy": g,
-        "chat": chat_cases(hf_tok, spec.get("invalid_chat", CHAT_MESSAGES_INVALID)),
+        "chat": chat_cases(hf_tok, spec.get("invalid_chat", CHAT_MESSAGES_INVALID), spec.get("extra_chat", ())),
         "decode_check": {
             "ids": ids,
             "text": hf_tok.decode(ids, skip_special_tokens=False),
@@ -682,10 +725,11 @@ def family_specs(tok):
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     endoftext, im_end = ids["<|endoftext|>"], ids["<|im_end|>"]
     base = dict(COMMON, vocab_size=len(tok), bos_token_id=endoftext, eos_token_id=im_end, pad_token_id=endoftext)
-    common = dict(bos_pp=False, template=CHAT_TEMPLATE, jinja_file=False, shard=None, gen_eos=im_end)
+    common = dict(bos_pp=False, jinja_file=False, shard=None, gen_eos=im_end)
     return {
         "tiny-phi3": dict(
             common,
+            template=PHI4_MINI_CHAT_TEMPLATE,
             cls="Phi3Config",
             cfg=dict(
                 base,
@@ -703,12 +747,16 @@ def family_specs(tok):
         ),
         "tiny-smollm3": dict(
             common,
+            template=SMOLLM3_CHAT_TEMPLATE,
+            jinja_file=True,  # the hub ships SmolLM3's template as chat_template.jinja
+            extra_chat=CHAT_EXTRA_SMOLLM3,
             cls="SmolLM3Config",
             cfg=dict(base, rope_theta=100000.0, no_rope_layers=[0, 1], tie_word_embeddings=True,
                      use_sliding_window=False, attention_bias=False),
         ),
         "tiny-granite": dict(
             common,
+            template=GRANITE33_CHAT_TEMPLATE,
             cls="GraniteConfig",
             cfg=dict(base, rope_theta=10000.0, embedding_multiplier=3.0, residual_multiplier=0.4,
                      attention_multiplier=0.15, logits_scaling=2.5, tie_word_embeddings=False),
@@ -716,6 +764,7 @@ def family_specs(tok):
     }
 
 
+FAMILY_NAMES = ("tiny-phi3", "tiny-smollm3", "tiny-granite")
 FAMILY_PEFT = {
     "tiny-phi3-peft": ("tiny-phi3", dict(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])),
     "tiny-granite-peft": ("tiny-granite", dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])),
@@ -726,11 +775,11 @@ def make_family_fixtures(only) -> None:
     """The phi3 / smollm3 / granite fixtures and their PEFT adapters (all, or the names in `only`)."""
     seed_all(SEED)
     base = build_base_tokenizer()
-    hf_tok = make_hf_tokenizer(base, False, CHAT_TEMPLATE)
     models = {}
-    for i, (name, spec) in enumerate(family_specs(hf_tok).items()):
+    for i, (name, spec) in enumerate(family_specs(make_hf_tokenizer(base, False, CHAT_TEMPLATE)).items()):
         if only and name not in only and not any(FAMILY_PEFT[p][0] == name for p in only if p in FAMILY_PEFT):
             continue
+        hf_tok = make_hf_tokenizer(base, spec["bos_pp"], spec["template"])
         models[name] = (make_one_tiny(name, spec, hf_tok, SEED + 1000 + 100 * i), hf_tok)
     for j, (out_name, (base_name, lora)) in enumerate(FAMILY_PEFT.items()):
         if base_name in models and (not only or out_name in only or base_name in only):
@@ -1068,8 +1117,10 @@ def main() -> None:
             if base_name not in models:
                 sys.exit(f"--only {out_name} needs its base {base_name} listed too")
             make_peft_fixture(models, base_name, out_name, lora_kwargs, seed=seed)
-        if only is None:
-            make_family_fixtures(set())
+        families = {n for n in FAMILY_NAMES if only is None or n in only or any(
+            FAMILY_PEFT[p][0] == n for p in only if p in FAMILY_PEFT)}
+        if families:
+            make_family_fixtures(set() if only is None else families)
     if not args.skip_smollm2:
         if not args.gguf.exists():
             print(f"warning: {args.gguf} missing (run scripts/fetch_smollm2.sh); skipping SmolLM2", file=sys.stderr)
