@@ -1,13 +1,18 @@
 //! Chat templates rendered by a real Jinja engine (minijinja with Python-compatible string methods), the way
 //! transformers' `apply_chat_template` does: `trim_blocks`, `lstrip_blocks`, `raise_exception`,
-//! `add_generation_prompt`, `bos_token` / `eos_token`.
+//! `strftime_now` (today's date, [`strftime`]), the `{% generation %}` block (rendered as its body),
+//! `add_generation_prompt`, `bos_token` / `eos_token`. Every difference between minijinja and Jinja2 that a
+//! published template runs into is bridged here, once, for all templates.
 //!
 //! A template comes with the model and is untrusted code: every render runs on a fuel budget
 //! ([`TEMPLATE_FUEL`] instructions) and an output cap ([`MAX_RENDER_BYTES`]), so a hostile or broken template
 //! fails fast with an error naming the file it came from instead of spinning or filling memory.
 
+pub mod strftime;
+
 use crate::engine::{Error, Result};
 use std::path::Path;
+pub use strftime::DateTime;
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -49,9 +54,43 @@ fn raise_exception(message: String) -> std::result::Result<String, minijinja::Er
     Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message))
 }
 
-fn strftime_now(format: String) -> String {
-    // Templates use this for "Today Date"; a fixed, neutral date keeps renders reproducible.
-    format.replace("%d", "01").replace("%b", "Jan").replace("%B", "January").replace("%Y", "2026").replace("%m", "01")
+/// transformers' `AssistantTracker` extension gives Jinja a `{% generation %}...{% endgeneration %}` block that
+/// marks assistant text for training masks and renders its body unchanged; minijinja has no such tag, so each
+/// becomes `{% if true %}` / `{% endif %}`, a block tag with the same whitespace control (`-`, `+`) and so the
+/// same `trim_blocks` / `lstrip_blocks` behaviour.
+fn rewrite_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find("{%") {
+        out.push_str(&rest[..start]);
+        let tag = &rest[start..];
+        let Some(end) = tag.find("%}") else { break };
+        let inner = &tag[2..end];
+        let (open, body) = split_modifier_front(inner);
+        let (body, close) = split_modifier_back(body);
+        match body.trim() {
+            "generation" => out.push_str(&format!("{{%{open} if true {close}%}}")),
+            "endgeneration" => out.push_str(&format!("{{%{open} endif {close}%}}")),
+            _ => out.push_str(&tag[..end + 2]),
+        }
+        rest = &tag[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn split_modifier_front(inner: &str) -> (&str, &str) {
+    match inner.chars().next() {
+        Some(c @ ('-' | '+')) => inner.split_at(c.len_utf8()),
+        _ => ("", inner),
+    }
+}
+
+fn split_modifier_back(inner: &str) -> (&str, &str) {
+    match inner.chars().last() {
+        Some('-' | '+') => inner.split_at(inner.len() - 1),
+        _ => (inner, ""),
+    }
 }
 
 impl ChatTemplate {
@@ -63,8 +102,8 @@ impl ChatTemplate {
         env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
-        env.add_template_owned("chat", source.clone())
+        env.add_function("strftime_now", |format: String| DateTime::now_utc().strftime(&format));
+        env.add_template_owned("chat", rewrite_generation_tags(&source))
             .map_err(|e| Error::ChatTemplate(format!("the template does not compile: {e}")))?;
         Ok(Self {
             env,
@@ -78,6 +117,13 @@ impl ChatTemplate {
     /// Name where the template came from (a file path, or a GGUF's metadata key) in its errors.
     pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
         self.origin = origin.into();
+        self
+    }
+
+    /// Render `strftime_now` at a fixed moment instead of the current UTC time: reference renders made on
+    /// another day (the fixtures record theirs) stay comparable.
+    pub fn with_today(mut self, today: DateTime) -> Self {
+        self.env.add_function("strftime_now", move |format: String| today.strftime(&format));
         self
     }
 
@@ -198,6 +244,31 @@ mod tests {
         let t = ChatTemplate::new(huge.into(), None, None).unwrap().with_origin("m/chat_template.jinja");
         let err = t.render(&[ChatMessage::new("user", "hi")], true).unwrap_err().to_string();
         assert!(err.contains("m/chat_template.jinja") && err.contains("MB"), "{err}");
+    }
+
+    #[test]
+    fn generation_blocks_render_their_body_with_jinja_whitespace_rules() {
+        // What Jinja2 with transformers' AssistantTracker renders for the same source (trim/lstrip blocks).
+        let source =
+            "{% for m in messages %}\n  {% generation %}\n[{{ m.content }}]\n  {%- endgeneration +%}\n{% endfor %}";
+        assert_eq!(
+            rewrite_generation_tags(source),
+            "{% for m in messages %}\n  {% if true %}\n[{{ m.content }}]\n  {%- endif +%}\n{% endfor %}"
+        );
+        let t = ChatTemplate::new(source.into(), None, None).unwrap();
+        let out = t.render(&[ChatMessage::new("user", "a"), ChatMessage::new("user", "b")], false).unwrap();
+        assert_eq!(out, "[a]\n[b]\n");
+        assert_eq!(rewrite_generation_tags("{{ x }}{% if a %}{%- generation -%}"), "{{ x }}{% if a %}{%- if true -%}");
+    }
+
+    #[test]
+    fn strftime_now_uses_the_clock_or_the_fixed_day() {
+        let source = "{{ strftime_now('%d %B %Y') }}|{{ 'x' in undefined_name }}";
+        let t = ChatTemplate::new(source.into(), None, None).unwrap();
+        let now = t.render(&[], false).unwrap();
+        assert_eq!(now, format!("{}|False", DateTime::now_utc().strftime("%d %B %Y")));
+        let fixed = t.with_today(DateTime::date(2025, 3, 7)).render(&[], false).unwrap();
+        assert_eq!(fixed, "07 March 2025|False"); // Jinja2 prints Python booleans too
     }
 
     #[test]
