@@ -10,6 +10,9 @@ Deterministic (seeded) and re-runnable: every run rewrites the same files.
 Outputs (relative to the repo root):
   tests/fixtures/tiny-{llama,mistral,qwen2,qwen3}/   config, safetensors (f32), tokenizer files, expected.json
   tests/fixtures/tiny-{gemma3,olmo2}/                the same for gemma3_text (Gemma's chat template) and olmo2
+  tests/fixtures/tiny-{phi3,smollm3,granite}/        the same for phi3, smollm3 and granite (and their PEFT adapters);
+                                                     gemma3/olmo2/phi3/smollm3/granite carry their family's published
+                                                     chat template (scripts/family_chat_templates.py)
   tests/fixtures/tiny-llama-peft/                    LoRA adapter (r=4, alpha=8, all linear) + expected.json
   tests/fixtures/tiny-qwen2-peft-rslora/             rsLoRA adapter (r=8, alpha=16, q/v) + expected.json
   tests/fixtures/tiny-{gemma3,olmo2}-peft/           LoRA adapters (r=4, alpha=8, all linear) + expected.json

@@ -94,7 +94,7 @@ impl DateTime {
             };
             let num = |n: i64, width: usize| if unpadded { n.to_string() } else { format!("{n:0width$}") };
             let weekday = (self.days() + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
-            let hour12 = if self.hour % 12 == 0 { 12 } else { self.hour % 12 };
+            let hour12 = if self.hour.is_multiple_of(12) { 12 } else { self.hour % 12 };
             match code {
                 Some('Y') => out.push_str(&self.year.to_string()),
                 Some('y') => out.push_str(&num(self.year.rem_euclid(100), 2)),
