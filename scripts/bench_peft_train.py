@@ -6,8 +6,9 @@ with peft LoRA (r=--rank, alpha=2*rank, dropout 0, --targets), freezes everythin
 AdamW (lr 1e-4) over the adapter parameters on random token batches of shape
 (--batch-size, --seq-len) with next-token cross-entropy loss. --attn picks transformers' attention:
 sdpa (its default, PyTorch's fused flash / memory-efficient kernels) or eager; --liger applies
-Liger kernels (`apply_liger_kernel_to_llama`: fused RMS norm, rotary, SwiGLU and the fused linear
-cross-entropy that never materialises the logits) before the model is created. No KV cache, no
+Liger kernels (the model type's entry in Liger's MODEL_TYPE_TO_APPLY_LIGER_FN: fused RMS norm, rotary,
+SwiGLU/GeGLU and the fused linear cross-entropy that never materialises the logits; a model type Liger does not
+cover is refused) before the model is created. No KV cache, no
 gradient checkpointing. Reports mean step time (forward + backward + optimizer step) over
 --steps steps after --warmup steps, tokens/s, and peak memory (process max RSS on CPU via
 resource.getrusage; torch.cuda.max_memory_allocated and max_memory_reserved on GPU; the driver's
@@ -100,9 +101,14 @@ def main() -> None:
     if args.liger:
         from importlib.metadata import version
 
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
+        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
 
-        apply_liger_kernel_to_llama()
+        model_type = json.loads(((args.hf_dir or args.gguf.parent) / "config.json").read_text())["model_type"] \
+            if args.hf_dir is not None else "llama"
+        apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
+        if apply is None:
+            sys.exit(f"liger-kernel {version('liger-kernel')} has no kernels for model_type {model_type!r}")
+        apply()
         liger_version = version("liger-kernel")
 
     t0 = time.perf_counter()
@@ -114,7 +120,8 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32, attn_implementation=args.attn)
     model = model.to(device=dev, dtype=dtype)
     model.config.use_cache = False
-    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    # "all-linear" is PEFT's own word for every linear layer but the output head; any other value is a list.
+    targets = "all-linear" if args.targets == "all-linear" else [t.strip() for t in args.targets.split(",") if t.strip()]
     lcfg = LoraConfig(
         task_type="CAUSAL_LM",
         r=args.rank,
