@@ -8,8 +8,10 @@ AdamW (lr 1e-4) over the adapter parameters on random token batches of shape
 sdpa (its default, PyTorch's fused flash / memory-efficient kernels) or eager; --liger applies
 Liger kernels (the model type's entry in Liger's MODEL_TYPE_TO_APPLY_LIGER_FN: fused RMS norm, rotary,
 SwiGLU/GeGLU and the fused linear cross-entropy that never materialises the logits; a model type Liger does not
-cover is refused) before the model is created. No KV cache, no
-gradient checkpointing. Reports mean step time (forward + backward + optimizer step) over
+cover is refused) before the model is created. No KV cache. --checkpointing turns on transformers' gradient
+checkpointing. --qlora is the QLoRA recipe: the base loaded in 4-bit NF4 by bitsandbytes (double quantization,
+bf16 compute), then PEFT's `prepare_model_for_kbit_training` (which casts the remaining weights to f32 and, with
+--checkpointing, enables gradient checkpointing; `model.train()` follows, or checkpointing does nothing). Reports mean step time (forward + backward + optimizer step) over
 --steps steps after --warmup steps, tokens/s, and peak memory (process max RSS on CPU via
 resource.getrusage; torch.cuda.max_memory_allocated and max_memory_reserved on GPU; the driver's
 view, nvidia-smi, is polled from outside by the caller). Prints one JSON line.
@@ -83,7 +85,9 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa")
-    ap.add_argument("--liger", action="store_true", help="apply Liger kernels to Llama before loading")
+    ap.add_argument("--liger", action="store_true", help="apply Liger kernels for the model type before loading")
+    ap.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
+    ap.add_argument("--qlora", action="store_true", help="4-bit NF4 base (bitsandbytes) + prepare_model_for_kbit_training")
     args = ap.parse_args()
 
     from peft import LoraConfig, get_peft_model
@@ -116,9 +120,21 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(
             args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32, attn_implementation=args.attn
         )
+    elif args.qlora:
+        from peft import prepare_model_for_kbit_training
+        from transformers import BitsAndBytesConfig
+
+        nf4 = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                 bnb_4bit_compute_dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(args.hf_dir, quantization_config=nf4, dtype=torch.bfloat16,
+                                                     device_map={"": 0}, attn_implementation=args.attn)
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=args.checkpointing)
     else:
         model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32, attn_implementation=args.attn)
-    model = model.to(device=dev, dtype=dtype)
+    if not args.qlora:
+        model = model.to(device=dev, dtype=dtype)
+        if args.checkpointing:
+            model.gradient_checkpointing_enable()
     model.config.use_cache = False
     # "all-linear" is PEFT's own word for every linear layer but the output head; any other value is a list.
     targets = "all-linear" if args.targets == "all-linear" else [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -178,7 +194,8 @@ def main() -> None:
     mean_s = statistics.mean(times)
     tokens = args.batch_size * args.seq_len
     res = {
-        "impl": "transformers+peft" + ("+liger" if args.liger else ""),
+        "impl": "transformers+peft" + ("+bnb-nf4" if args.qlora else "") + ("+liger" if args.liger else ""),
+        "checkpointing": args.checkpointing,
         "attn": args.attn,
         "liger": liger_version,
         "model": (args.gguf or args.hf_dir).name,
