@@ -128,7 +128,7 @@ fn phi3_long_rope(
     };
     let want = c.rotary_dim / 2;
     for (name, factors) in [(ROPE_FACTORS_LONG, long), (ROPE_FACTORS_SHORT, short)] {
-        if factors.len() != want || factors.iter().any(|f| !(*f > 0.0)) {
+        if factors.len() != want || !factors.iter().all(|f| f.is_finite() && *f > 0.0) {
             return Err(meta.bad(name, format!("need {want} positive factors (rope.dimension_count / 2)")));
         }
     }
