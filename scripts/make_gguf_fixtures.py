@@ -15,6 +15,19 @@ Writes tests/fixtures/gguf/:
       repository's README with byte fallback and the identity normalizer, as Llama/Mistral tokenizers are):
       `tokenizer.ggml.model = llama` (tokens, scores, token types), add_bos, `add_space_prefix` true / false
       (the second like Gemma's vocabulary).
+  tiny-gemma3-f32.gguf, tiny-phi3-f32.gguf
+      what llama.cpp's convert_hf_to_gguf.py (Gemma3Model, Phi3MiniModel) writes for these families, with the
+      fixture's byte-level BPE vocabulary (`gpt2`, as the converter writes for a folder without tokenizer.model):
+      gemma3 with every `*norm.weight` stored as w + 1, `gemma3.attention.key_length`, `sliding_window`, the rope
+      base of the global layers and their linear scaling, <bos> added, tied embeddings; phi3 with fused `attn_qkv`
+      and gate|up `ffn_up`, `phi3.rope.dimension_count` (partial rotary), the LongRoPE factors as the tensors
+      `rope_factors_long.weight` / `rope_factors_short.weight` with `rope.scaling.attn_factor` and
+      `rope.scaling.original_context_length`, `sliding_window = 0` (none).
+      A gemma3 file cannot say two things tiny-gemma3 sets on purpose: `query_pre_attn_scalar` (llama.cpp scales
+      scores by 1 / sqrt(key_length), except for the 62-layer 27B) and `layer_types` (llama.cpp makes every 6th
+      layer global, so both of tiny-gemma3's two layers slide). Its reference is therefore the Hugging Face model
+      with the config the file implies (query_pre_attn_scalar = head_dim, every layer sliding); the difference
+      to the unchanged original is recorded as `hf_original_logprob_max_diff`.
   expected.json
       per file: the score text's ids (llama.cpp's tokenization), the Hugging Face original's log-probs of them
       (for the f16 file: the original with its 2-D weights rounded to f16 as the file stores them), llama.cpp's
@@ -53,6 +66,8 @@ BPE_FILES = [
     ("tiny-mistral-f32", "tiny-mistral", "llama", "gpt-2", "f32"),
 ]
 SPM_FILES = [("tiny-mistral-spm", True), ("tiny-mistral-spm-noprefix", False)]
+# (file stem, HF fixture, general.architecture): families with their own llama.cpp layout, f32, BPE vocabulary.
+FAMILY_FILES = [("tiny-gemma3-f32", "tiny-gemma3", "gemma3"), ("tiny-phi3-f32", "tiny-phi3", "phi3")]
 
 # Qwen2.5's tokenizer.json pre-tokenizer (public data), for the reference tokenizer of the qwen files.
 QWEN2_PRE_TOKENIZER = {
@@ -78,9 +93,9 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def load_hf(fixture: str):
+def load_hf(fixture: str, **overrides):
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(FIX / fixture, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(FIX / fixture, torch_dtype=torch.float32, **overrides).eval()
     return model, json.loads((FIX / fixture / "config.json").read_text())
 
 
@@ -115,7 +130,10 @@ def write_hyperparameters(w: gguf.GGUFWriter, cfg: dict, name: str, file_type: i
 def write_tensors(w: gguf.GGUFWriter, model, cfg: dict, arch: str, dtype: str):
     names = gguf.get_tensor_name_map(arch_enum(arch), cfg["num_hidden_layers"])
     for hf_name, t in model.state_dict().items():
-        if hf_name == "lm_head.weight" and cfg.get("tie_word_embeddings"):
+        if hf_name.endswith("rotary_emb.inv_freq") or ".rotary_emb" in hf_name:
+            continue
+        # Tied checkpoints save no lm_head (gemma3's config leaves the key out: tied by default).
+        if hf_name == "lm_head.weight" and cfg.get("tie_word_embeddings", model.config.tie_word_embeddings):
             continue
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
@@ -125,6 +143,8 @@ def write_tensors(w: gguf.GGUFWriter, model, cfg: dict, arch: str, dtype: str):
             data = permute(data, cfg["num_attention_heads"])
         elif arch == "llama" and ".attn_k." in name:
             data = permute(data, cfg["num_key_value_heads"])
+        if arch == "gemma3" and hf_name.endswith("norm.weight"):
+            data = data + 1  # Gemma3Model.norm_shift: the file stores the (1 + w) the norm multiplies by
         if dtype == "f16" and data.ndim >= 2:
             data = data.astype(np.float16)
         w.add_tensor(name, np.ascontiguousarray(data))
@@ -176,6 +196,73 @@ def write_bpe_file(stem, fixture, arch, pre, dtype):
     write_tensors(w, model, cfg, arch, dtype)
     finish(w)
     return path, (f16_rounded(model) if dtype == "f16" else model)
+
+
+def gemma3_as_the_file_says(cfg: dict) -> dict:
+    """The config overrides that make tiny-gemma3 what llama.cpp reads from its GGUF file: scores scaled by
+    1 / sqrt(key_length) and every 6th layer global (llama-model.cpp, LLM_ARCH_GEMMA3)."""
+    n = cfg["num_hidden_layers"]
+    return {"query_pre_attn_scalar": cfg["head_dim"],
+            "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]}
+
+
+def write_family_file(stem, fixture, arch):
+    """What convert_hf_to_gguf.py writes for a gemma3 (Gemma3Model) or phi3 (Phi3MiniModel) folder."""
+    model, cfg = load_hf(fixture)
+    path = OUT / f"{stem}.gguf"
+    w = gguf.GGUFWriter(str(path), arch)
+    # llama.cpp's vocabulary loader gives SentencePiece's <unk>, <s>, </s> and <|endoftext|> special attributes when
+    # general.name contains "phi3" or "phi-3", and fails on a vocabulary without them; this file's byte-level BPE
+    # vocabulary is Phi-4-mini's kind, whose files are named "Phi 4 Mini ...".
+    name = "tiny-phi-mini" if arch == "phi3" else fixture
+    w.add_name(name)
+    w.add_basename(name)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    if arch == "gemma3":
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+        w.add_sliding_window(cfg["sliding_window"])
+        if (scaling := cfg.get("rope_scaling")) is not None:
+            assert scaling["rope_type"] == "linear"
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(scaling["factor"])
+    else:
+        scaling = cfg["rope_scaling"]
+        original = cfg["original_max_position_embeddings"]
+        rope_dims = int(cfg.get("partial_rotary_factor", 1.0) * cfg["hidden_size"]) // cfg["num_attention_heads"]
+        w.add_rope_scaling_orig_ctx_len(original)
+        w.add_rope_dimension_count(rope_dims)
+        w.add_sliding_window(cfg.get("sliding_window") or 0)
+        scale = cfg["max_position_embeddings"] / original
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0)
+        w.add_tensor("rope_factors_long.weight", np.array(scaling["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(scaling["short_factor"], dtype=np.float32))
+    tokens, types, merges = bpe_vocabulary(fixture, cfg["vocab_size"])
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    bos = cfg["bos_token_id"]
+    eos = cfg["eos_token_id"][0] if isinstance(cfg["eos_token_id"], list) else cfg["eos_token_id"]
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(eos)
+    w.add_add_bos_token(arch == "gemma3")
+    w.add_chat_template(chat_template(fixture))
+    write_tensors(w, model, cfg, arch, "f32")
+    finish(w)
+    if arch == "gemma3":
+        as_read, _ = load_hf(fixture, **gemma3_as_the_file_says(cfg))
+        return path, as_read, model
+    return path, model, model
 
 
 def train_spm():
@@ -251,16 +338,22 @@ def differing(a: list[list[int]], b: list[list[int]]) -> list[int]:
     return [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
 
 
-def transformers_gguf(path: Path, ids, texts):
-    """transformers' own GGUF loader on our file: its log-probs of `ids` and its tokenizer's ids of `texts`."""
+def transformers_gguf(path: Path, ids, texts, **config_overrides):
+    """transformers' own GGUF loader on our file: its log-probs of `ids` and its tokenizer's ids of `texts`
+    (`tokenizer_error` instead when only its tokenizer fails)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     try:
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, torch_dtype=torch.float32)
-        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, torch_dtype=torch.float32,
+                                                     **config_overrides)
     except Exception as e:  # noqa: BLE001 - recorded as the finding
         return {"loads": False, "error": f"{type(e).__name__}: {e}"[:300]}
-    return {"loads": True, "model_class": type(model).__name__, "logprobs": logprobs(model.eval(), ids),
-            "ids": [tok(t)["input_ids"] for t in texts]}
+    found = {"loads": True, "model_class": type(model).__name__, "logprobs": logprobs(model.eval(), ids)}
+    try:
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        found["ids"] = [tok(t)["input_ids"] for t in texts]
+    except Exception as e:  # noqa: BLE001 - recorded as the finding
+        found["tokenizer_error"] = f"{type(e).__name__}: {e}"[:300]
+    return found
 
 
 def reference_ids(stem, fixture, texts, sp=None):
@@ -278,7 +371,7 @@ def reference_ids(stem, fixture, texts, sp=None):
     return [tok.encode(t, add_special_tokens=False).ids for t in texts]
 
 
-def check(stem, path, fixture, model, texts, score_text, sp=None):
+def check(stem, path, fixture, model, texts, score_text, sp=None, **tf_overrides):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(texts + [score_text], f)
     llama_ids = oracle("tokenize-many", path, f.name)["ids"]
@@ -287,7 +380,7 @@ def check(stem, path, fixture, model, texts, score_text, sp=None):
     ours_ref = reference_ids(stem, fixture, texts + [score_text], sp)
     want = logprobs(model, score_ids)
     lcpp = oracle("logprobs", path, json.dumps(score_ids))["token_logprobs"]
-    tf = transformers_gguf(path, score_ids, texts)
+    tf = transformers_gguf(path, score_ids, texts, **tf_overrides)
     checks = {
         "reference_tokenizer": "sentencepiece" if sp is not None else None if ours_ref is None
         else "tokenizers (fixture tokenizer.json" + (", Qwen2.5 pre-tokenizer)" if "qwen" in stem else ")"),
@@ -295,7 +388,13 @@ def check(stem, path, fixture, model, texts, score_text, sp=None):
         "llamacpp_logprob_max_diff_vs_hf": max_diff(lcpp, want),
         "transformers_gguf_loads": tf["loads"],
     }
-    if tf["loads"]:
+    if tf_overrides:
+        checks["transformers_gguf_config_overrides"] = tf_overrides
+    if tf.get("tokenizer_error"):
+        checks["transformers_gguf_class"] = tf["model_class"]
+        checks["transformers_gguf_logprob_max_diff_vs_hf"] = max_diff(tf["logprobs"], want)
+        checks["transformers_gguf_tokenizer_error"] = tf["tokenizer_error"]
+    elif tf["loads"]:
         checks["transformers_gguf_class"] = tf["model_class"]
         checks["transformers_gguf_logprob_max_diff_vs_hf"] = max_diff(tf["logprobs"], want)
         checks["transformers_gguf_tokenizer_differs_from_llamacpp_on"] = differing(tf["ids"], hostile)
@@ -312,6 +411,12 @@ def check(stem, path, fixture, model, texts, score_text, sp=None):
             "hostile_ids": hostile, "checks": checks}
 
 
+def our_family_name(fixture: str) -> str:
+    """Our family name (`Architecture::as_str`) of a fixture."""
+    name = fixture.removeprefix("tiny-")
+    return "gemma3_text" if name == "gemma3" else name
+
+
 def main():
     OUT.mkdir(exist_ok=True)
     texts = json.loads((OUT / "hostile_strings.json").read_text())
@@ -321,6 +426,16 @@ def main():
         score_text = json.loads((FIX / fixture / "expected.json").read_text())["score"]["text"]
         entries[stem] = check(stem, path, fixture, model, texts, score_text)
         entries[stem].update(family=fixture.removeprefix("tiny-"), dtype=dtype, gguf_architecture=arch)
+    for stem, fixture, arch in FAMILY_FILES:
+        path, model, original = write_family_file(stem, fixture, arch)
+        score_text = json.loads((FIX / fixture / "expected.json").read_text())["score"]["text"]
+        # transformers' phi3 config defaults pad_token_id to 32000, outside a 512-token vocabulary.
+        overrides = {"pad_token_id": 0} if arch == "phi3" else {}
+        entries[stem] = check(stem, path, fixture, model, texts, score_text, **overrides)
+        want = entries[stem]["score"]
+        entries[stem]["checks"]["hf_original_logprob_max_diff"] = max_diff(
+            logprobs(original, want["ids"]), want["token_logprobs"])
+        entries[stem].update(family=our_family_name(fixture), dtype="f32", gguf_architecture=arch)
     sp = train_spm()
     for stem, prefix in SPM_FILES:
         path, model = write_spm_file(stem, sp, prefix)

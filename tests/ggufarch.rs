@@ -1,8 +1,10 @@
 //! GGUF files of every family we read, written by llama.cpp's own Python writer (the PyPI `gguf` package, with
 //! its architecture names and per-architecture tensor names) from the tiny Hugging Face fixtures by
 //! scripts/make_gguf_fixtures.py: `qwen2` and `qwen3` files (Qwen's `qwen2` pre-tokenizer, q/k rows as in
-//! Hugging Face), a Mistral model as a `llama` file (q/k rows permuted), f32 and f16, and SentencePiece
-//! vocabularies (`tokenizer.ggml.model = llama`) with and without the space prefix. Our reader must give the
+//! Hugging Face), a Mistral model as a `llama` file (q/k rows permuted), f32 and f16, SentencePiece
+//! vocabularies (`tokenizer.ggml.model = llama`) with and without the space prefix, a `gemma3` file (norms stored
+//! as 1 + w, llama.cpp's gemma3 tensor names, its fixed score scale and sliding pattern) and a `phi3` file (fused
+//! `attn_qkv` / gate|up `ffn_up`, partial rotary, LongRoPE factor tensors). Our reader must give the
 //! Hugging Face original's log-probs, the family, the chat template, and llama.cpp's token ids on a list of
 //! hostile strings; our own GGUF export of each family must use the same tensor names, keys and data.
 
@@ -33,7 +35,7 @@ fn hostile_strings() -> Vec<String> {
 #[test]
 fn every_family_scores_like_the_hugging_face_original() {
     let cases = cases();
-    assert_eq!(cases.len(), 6, "tests/fixtures/gguf/expected.json lists six files");
+    assert_eq!(cases.len(), 8, "tests/fixtures/gguf/expected.json lists eight files");
     for (path, case) in cases {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let m = load_model(&path, &Device::Cpu, DType::F32).unwrap();
@@ -43,8 +45,10 @@ fn every_family_scores_like_the_hugging_face_original() {
         assert_eq!(ids, common::ids(&case["score"]["ids"]), "{name}: ids of the score text differ from llama.cpp's");
         let lp = score(&m.model, &ids).unwrap();
         // f32 files hold the original's weights exactly; the f16 file's reference is the original with its
-        // matrices rounded to f16 the same way, so both agree to f32 arithmetic.
+        // matrices rounded to f16 the same way, so both agree to f32 arithmetic. The gemma3 file's reference is
+        // tiny-gemma3 as the file describes it (see scripts/make_gguf_fixtures.py).
         let diff = max_abs_diff(&lp, &floats(&case["score"]["token_logprobs"]));
+        eprintln!("{name}: max |logprob diff| vs Hugging Face = {diff:.2e}");
         assert!(diff < 1e-4, "{name}: max |logprob diff| = {diff}");
     }
 }
@@ -79,7 +83,9 @@ fn chat_templates_come_from_the_file_for_every_family() {
         let chat = &expected(case["fixture"].as_str().unwrap())["chat"];
         let msgs: Vec<ChatMessage> = serde_json::from_value(chat["messages"].clone()).unwrap();
         assert_eq!(info.render_chat(&msgs, true).unwrap(), chat["rendered"].as_str().unwrap(), "{name}");
-        assert!(info.eos_token_ids.contains(&2), "{name}: <|im_end|> ends a turn");
+        let turn_end = if name.contains("gemma3") { "<end_of_turn>" } else { "<|im_end|>" };
+        let turn_end_id = info.tokenizer.token_to_id(turn_end).unwrap();
+        assert!(info.eos_token_ids.contains(&turn_end_id), "{name}: {turn_end} ends a turn");
     }
 }
 

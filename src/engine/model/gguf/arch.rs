@@ -8,11 +8,16 @@
 //! them with the NEOX, half-split, rope). llama.cpp has no dense `mistral` architecture, so a Mistral model is a
 //! `llama` file; we tell it apart by the model name the convert script records (`general.basename` /
 //! `general.name`), which changes only the family shown, not the math.
+//!
+//! `Gemma3Model` writes `gemma3` (registered for `Gemma3ForCausalLM` and the text tower of
+//! `Gemma3ForConditionalGeneration`) and adds 1 to every `*norm.weight` (Gemma's RMS norm multiplies by 1 + w;
+//! llama.cpp's by the stored weight), see [`norm_weight_shift`]. `Phi3MiniModel` writes `phi3` with the fused
+//! q|k|v and gate|up projections as they are. Neither permutes q/k rows (llama.cpp runs both with NEOX rope).
 
 use crate::engine::model::config::Architecture;
 
 /// The GGUF architectures the reader understands (`general.architecture`), for error messages.
-pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama (llama, mistral), qwen2, qwen3";
+pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama (llama, mistral), qwen2, qwen3, gemma3, phi3";
 
 /// llama.cpp's `general.architecture` for ours.
 pub fn gguf_architecture(arch: Architecture) -> &'static str {
@@ -33,9 +38,19 @@ pub fn permutes_qk(arch: Architecture) -> bool {
     gguf_architecture(arch) == "llama"
 }
 
+/// What llama.cpp's convert script adds to every RMS norm weight (`*norm.weight`) of this architecture: 1 for
+/// gemma3, whose Hugging Face weights are stored without the 1 the norm adds; 0 elsewhere. The reader subtracts
+/// it, so the tensors it returns are the Hugging Face ones.
+pub fn norm_weight_shift(arch: Architecture) -> f64 {
+    match arch {
+        Architecture::Gemma3 => 1.0,
+        _ => 0.0,
+    }
+}
+
 /// Our architecture for a GGUF file's `general.architecture`, given the model names the file records
-/// (`general.basename`, `general.name`); `None` when we cannot read it (`gemma3`, `olmo2`, `phi3`, `smollm3` and
-/// `granite` files store norms, fused tensors and keys in their own way, which the reader does not undo yet).
+/// (`general.basename`, `general.name`); `None` when we cannot read it (`olmo2`, `smollm3` and `granite` files
+/// store norms and keys in their own way, which the reader does not undo yet).
 pub fn architecture_of_gguf(gguf_arch: &str, model_names: &[&str]) -> Option<Architecture> {
     match gguf_arch {
         "llama" if model_names.iter().any(|n| n.to_ascii_lowercase().contains("mistral")) => {
@@ -44,6 +59,8 @@ pub fn architecture_of_gguf(gguf_arch: &str, model_names: &[&str]) -> Option<Arc
         "llama" => Some(Architecture::Llama),
         "qwen2" => Some(Architecture::Qwen2),
         "qwen3" => Some(Architecture::Qwen3),
+        "gemma3" => Some(Architecture::Gemma3),
+        "phi3" => Some(Architecture::Phi3),
         _ => None,
     }
 }
@@ -54,7 +71,9 @@ mod tests {
 
     #[test]
     fn every_architecture_round_trips_through_its_gguf_name() {
-        for arch in [Architecture::Llama, Architecture::Qwen2, Architecture::Qwen3] {
+        for arch in
+            [Architecture::Llama, Architecture::Qwen2, Architecture::Qwen3, Architecture::Gemma3, Architecture::Phi3]
+        {
             assert_eq!(architecture_of_gguf(gguf_architecture(arch), &[]), Some(arch));
         }
         let mistral = architecture_of_gguf(gguf_architecture(Architecture::Mistral), &["Mistral-7B-Instruct-v0.3"]);
@@ -62,5 +81,8 @@ mod tests {
         assert!(permutes_qk(Architecture::Mistral) && permutes_qk(Architecture::Llama));
         assert!(!permutes_qk(Architecture::Qwen2) && !permutes_qk(Architecture::Qwen3));
         assert_eq!(architecture_of_gguf("gpt2", &["llama"]), None);
+        assert_eq!(architecture_of_gguf("olmo2", &[]), None);
+        assert!(!permutes_qk(Architecture::Gemma3) && !permutes_qk(Architecture::Phi3));
+        assert_eq!((norm_weight_shift(Architecture::Gemma3), norm_weight_shift(Architecture::Phi3)), (1.0, 0.0));
     }
 }

@@ -1,9 +1,11 @@
 //! GGUF metadata: typed access to its key/value pairs ([`Metadata`]) and the resolution of the `<arch>.*` keys
-//! (`llama.*`, `qwen2.*`, `qwen3.*`: llama.cpp names every hyperparameter after the file's architecture) and the
-//! `tokenizer.ggml.*` keys into a [`ModelConfig`], rope scaling included (Llama 3 files carry it as a factor
-//! tensor, which is inverted back into the scaling parameters).
+//! (`llama.*`, `qwen2.*`, `gemma3.*`, ...: llama.cpp names every hyperparameter after the file's architecture) and
+//! the `tokenizer.ggml.*` keys into a [`ModelConfig`], rope scaling included (Llama 3 files carry it as a factor
+//! tensor, which is inverted back into the scaling parameters). The common keys are resolved here; what gemma3 and
+//! phi3 add lives in `families.rs`.
 
 use super::arch::{architecture_of_gguf, SUPPORTED_GGUF_ARCHITECTURES};
+use super::families::{rotary_dim, with_family_blocks, RopeTensors};
 use super::GgufVocab;
 use crate::engine::model::config::{
     Architecture, Llama3RopeScaling, MlpActivation, ModelConfig, NormLayout, RopeScaling,
@@ -159,7 +161,7 @@ pub(super) fn resolve_config(
     arch: &GgufArch,
     content: &Content,
     vocab: &GgufVocab,
-    rope_freqs: Option<&[f32]>,
+    rope_tensors: RopeTensors,
 ) -> Result<ModelConfig> {
     let key = |name: &str| arch.key(name);
     if let Some(experts) = meta.usize(&key("expert_count"))?.filter(|n| *n > 0) {
@@ -177,14 +179,7 @@ pub(super) fn resolve_config(
         ));
     }
     let head_dim = meta.usize(&key("attention.key_length"))?.unwrap_or(hidden_size / num_attention_heads);
-    if let Some(rope_dims) = meta.usize(&key("rope.dimension_count"))? {
-        if rope_dims != head_dim {
-            return Err(meta.bad(
-                &key("rope.dimension_count"),
-                format!("rope over {rope_dims} of {head_dim} head dimensions (partial rotary) is not supported"),
-            ));
-        }
-    }
+    let rotary_dim = rotary_dim(meta, arch, head_dim)?;
     let vocab_size = vocab.tokens.len();
     if let Some(declared) = meta.usize(&key("vocab_size"))? {
         if declared != vocab_size {
@@ -194,12 +189,12 @@ pub(super) fn resolve_config(
         }
     }
     let rope_theta = meta.float(&key("rope.freq_base"))?.unwrap_or(10_000.0);
-    let rope_scaling = match rope_freqs {
+    let rope_scaling = match rope_tensors(ROPE_FREQS) {
         Some(factors) => Some(infer_llama3_rope_scaling(meta, arch, factors, rope_theta, head_dim)?),
         None => linear_rope_scaling(meta, arch)?,
     };
     let has_tensor = |name: &str| content.tensor_infos.contains_key(name);
-    Ok(ModelConfig {
+    let config = ModelConfig {
         architecture: arch.architecture,
         vocab_size,
         hidden_size,
@@ -229,12 +224,13 @@ pub(super) fn resolve_config(
         sliding_layers: Vec::new(),
         local_rope_theta: None,
         multimodal: false,
-        rotary_dim: head_dim,
+        rotary_dim,
         rope_layers: Vec::new(),
         fused_projections: false,
         residual_multiplier: 1.0,
         logits_scaling: 1.0,
-    })
+    };
+    with_family_blocks(meta, arch, rope_tensors, config)
 }
 
 /// `rope.scaling.type = linear` (or the older `rope.scale_linear`); any other scaling type is refused.

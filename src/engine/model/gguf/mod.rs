@@ -1,13 +1,15 @@
-//! Loading a single GGUF file (llama.cpp's format) of the `llama` (Llama, Mistral), `qwen2` or `qwen3`
-//! architecture into what a Hugging Face model folder would give us: a resolved [`ModelConfig`], dequantized
-//! tensors under Hugging Face names and layout, a `tokenizers::Tokenizer` rebuilt from the `tokenizer.ggml.*`
-//! metadata, and the chat template.
+//! Loading a single GGUF file (llama.cpp's format) of the `llama` (Llama, Mistral), `qwen2`, `qwen3`, `gemma3`
+//! or `phi3` architecture into what a Hugging Face model folder would give us: a resolved [`ModelConfig`],
+//! dequantized tensors under Hugging Face names and layout, a `tokenizers::Tokenizer` rebuilt from the
+//! `tokenizer.ggml.*` metadata, and the chat template.
 //!
-//! Three things differ between a GGUF file and the Hugging Face checkpoint it was converted from, and this
+//! Four things differ between a GGUF file and the Hugging Face checkpoint it was converted from, and this
 //! module undoes each of them:
-//! - tensor names (`blk.0.attn_q.weight` is `model.layers.0.self_attn.q_proj.weight`);
+//! - tensor names (`blk.0.attn_q.weight` is `model.layers.0.self_attn.q_proj.weight`; per architecture, see
+//!   `names.rs`);
 //! - for the `llama` architecture only, the rows of `attn_q`/`attn_k`, which llama.cpp's convert script permutes
 //!   for its interleaved rope (see [`unpermute_qk_rows`] and `arch.rs`);
+//! - for `gemma3` only, the norm weights, which the convert script stores as 1 + w (`arch::norm_weight_shift`);
 //! - the tokenizer, which exists only as metadata. It is rebuilt the way transformers' GGUF loader does
 //!   (`integrations/gguf/gguf_tokenizer_mapping.py`), with two deliberate differences that follow llama.cpp
 //!   and the model's original `tokenizer.json` instead: BOS/EOS are added only where `tokenizer.ggml.add_bos_token`
@@ -20,7 +22,7 @@
 //! un-permuted block-row by block-row) and LoRA trains on top of them.
 //! A truncated or corrupt file yields [`Error::CorruptWeights`], never a panic or a huge allocation.
 
-use crate::engine::model::config::ModelConfig;
+use crate::engine::model::config::{Architecture, ModelConfig};
 use crate::engine::model::quant::is_block_quantized;
 use crate::engine::model::safetensors_reader::{LoadProgress, LoadProgressFn};
 use crate::engine::{Error, Result};
@@ -35,14 +37,16 @@ use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 
-use arch::permutes_qk;
+use arch::{norm_weight_shift, permutes_qk};
+use families::{ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT};
 pub(crate) use metadata::llama3_rope_factors;
 use metadata::{check_architecture, resolve_config, Metadata, ROPE_FREQS};
-use names::hf_tensor_name;
+use names::hf_tensor_name_in;
 use tokenizer::{build_tokenizer, GgufVocab};
 use tokenizers::Tokenizer;
 
 pub mod arch;
+mod families;
 mod metadata;
 pub mod names;
 #[cfg(test)]
@@ -136,13 +140,15 @@ impl GgufTensorReader {
         let meta = Metadata { path, map: &content.metadata };
         let arch = check_architecture(&meta)?;
         let vocab = GgufVocab::from_metadata(&meta)?;
-        let rope_freqs = match content.tensor_infos.get(ROPE_FREQS) {
-            Some(info) => Some(read_f32_vec(path, &content, info, &mut reader)?),
-            None => None,
-        };
-        let config = resolve_config(&meta, &arch, &content, &vocab, rope_freqs.as_deref())?;
-        let gguf_names =
-            content.tensor_infos.keys().filter_map(|g| hf_tensor_name(g).map(|hf| (hf, g.clone()))).collect();
+        let mut rope_tensors = HashMap::new();
+        for name in [ROPE_FREQS, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT] {
+            if let Some(info) = content.tensor_infos.get(name) {
+                rope_tensors.insert(name, read_f32_vec(path, &content, name, info, &mut reader)?);
+            }
+        }
+        let rope_tensor = |name: &str| rope_tensors.get(name).map(Vec::as_slice);
+        let config = resolve_config(&meta, &arch, &content, &vocab, &rope_tensor)?;
+        let gguf_names = hf_names(&content, config.architecture).map(|(hf, g)| (hf, g.to_string())).collect();
         Ok(Self { path: path.to_path_buf(), content, reader, vocab, config, gguf_names })
     }
 
@@ -177,13 +183,28 @@ impl GgufTensorReader {
             .ok_or_else(|| Error::MissingTensor { name: hf_name.to_string(), path: path.to_path_buf() })?;
         let tensor = read_dequantized(path, &self.content, gguf_name, &mut self.reader)?;
         check_shape(path, gguf_name, hf_name, tensor.dims(), shape)?;
-        match qk_heads(gguf_name, &self.config) {
-            Some(n_head) => {
-                permute_rows(&tensor, n_head, true).map_err(|e| corrupt(path, format!("`{gguf_name}`: {e}")))
-            }
-            None => Ok(tensor),
-        }
+        to_hf_values(path, gguf_name, hf_name, tensor, &self.config)
     }
+}
+
+/// (Hugging Face name, GGUF name) of every tensor of the file that has one, for architecture `arch`.
+fn hf_names(content: &Content, arch: Architecture) -> impl Iterator<Item = (String, &str)> {
+    content.tensor_infos.keys().filter_map(move |g| hf_tensor_name_in(arch, g).map(|hf| (hf, g.as_str())))
+}
+
+/// A dequantized tensor as the Hugging Face checkpoint holds it: q/k rows in Hugging Face order (`llama`),
+/// norm weights without the convert script's shift (`gemma3`).
+fn to_hf_values(path: &Path, gguf_name: &str, hf_name: &str, tensor: Tensor, cfg: &ModelConfig) -> Result<Tensor> {
+    let fail = |e: candle_core::Error| corrupt(path, format!("`{gguf_name}`: {e}"));
+    let tensor = match qk_heads(gguf_name, cfg) {
+        Some(n_head) => permute_rows(&tensor, n_head, true).map_err(fail)?,
+        None => tensor,
+    };
+    let shift = norm_weight_shift(cfg.architecture);
+    if shift != 0.0 && hf_name.ends_with("norm.weight") {
+        return tensor.affine(1.0, -shift).map_err(fail);
+    }
+    Ok(tensor)
 }
 
 /// The head count whose row order llama.cpp permutes in `gguf_name` (q and k projections of the `llama`
@@ -310,8 +331,7 @@ fn load_tensors(
     keep_quantized: bool,
     progress: Option<&LoadProgressFn>,
 ) -> Result<LoadedTensors> {
-    let gguf_names: HashMap<String, &str> =
-        content.tensor_infos.keys().filter_map(|g| hf_tensor_name(g).map(|hf| (hf, g.as_str()))).collect();
+    let gguf_names: HashMap<String, &str> = hf_names(content, cfg.architecture).collect();
     let (mut tensors, mut quantized) = (HashMap::new(), HashMap::new());
     let started = std::time::Instant::now();
     let bytes_total = gguf_names.values().filter_map(|g| content.tensor_infos.get(*g)).map(stored_bytes).sum();
@@ -343,10 +363,7 @@ fn load_tensors(
         }
         let tensor = read_dequantized(path, content, gguf_name, reader)?;
         check_shape(path, gguf_name, &hf_name, tensor.dims(), &shape)?;
-        let tensor = match n_head {
-            Some(n_head) => permute_rows(&tensor, n_head, true).map_err(permute_err)?,
-            None => tensor,
-        };
+        let tensor = to_hf_values(path, gguf_name, &hf_name, tensor, cfg)?;
         tensors.insert(hf_name, tensor.to_dtype(dtype)?.to_device(device)?);
     }
     Ok((tensors, quantized))
@@ -379,14 +396,20 @@ fn read_dequantized(path: &Path, content: &Content, name: &str, reader: &mut Buf
     })
 }
 
-fn read_f32_vec(path: &Path, content: &Content, info: &TensorInfo, reader: &mut BufReader<File>) -> Result<Vec<f32>> {
+fn read_f32_vec(
+    path: &Path,
+    content: &Content,
+    name: &str,
+    info: &TensorInfo,
+    reader: &mut BufReader<File>,
+) -> Result<Vec<f32>> {
     let read = || {
         info.read(reader, content.tensor_data_offset, &Device::Cpu)?
             .dequantize(&Device::Cpu)?
             .flatten_all()?
             .to_vec1::<f32>()
     };
-    guarded(path, &format!("cannot read tensor `{ROPE_FREQS}`"), read)
+    guarded(path, &format!("cannot read tensor `{name}`"), read)
 }
 
 /// Undo llama.cpp's q/k row permutation. Its convert script turns Hugging Face's half-split rope layout into

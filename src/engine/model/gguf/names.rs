@@ -1,6 +1,13 @@
 //! The one table between Hugging Face tensor names and llama.cpp's GGUF names (`blk.N.attn_q.weight` is
 //! `model.layers.N.self_attn.q_proj.weight`). The GGUF reader maps file names to Hugging Face ones with it and
 //! the GGUF exporters map the other way, so the two can never disagree.
+//!
+//! Some GGUF architectures give a module name another meaning (llama.cpp's `tensor_mapping.py`): in `gemma3`,
+//! `ffn_norm` is the pre-feedforward norm and `post_attention_norm` / `post_ffw_norm` are the sandwich norms; in
+//! `phi3`, `attn_qkv` is the fused q|k|v projection and `ffn_up` the fused gate|up one. Those architectures'
+//! modules are listed in their own table, consulted before the common one.
+
+use crate::engine::model::config::Architecture;
 
 /// Tensors outside the layers: (GGUF name, Hugging Face name).
 const GLOBAL: &[(&str, &str)] = &[
@@ -24,27 +31,61 @@ const LAYER_MODULES: &[(&str, &str)] = &[
     ("ffn_down", "mlp.down_proj"),
 ];
 
-/// The Hugging Face name of a GGUF tensor, or `None` for tensors without one (`rope_freqs.weight`).
+/// gemma3's layer modules whose GGUF names mean something else than in the common table.
+const GEMMA3_LAYER_MODULES: &[(&str, &str)] = &[
+    ("post_attention_norm", "post_attention_layernorm"),
+    ("ffn_norm", "pre_feedforward_layernorm"),
+    ("post_ffw_norm", "post_feedforward_layernorm"),
+];
+
+/// phi3's fused projections.
+const PHI3_LAYER_MODULES: &[(&str, &str)] = &[("attn_qkv", "self_attn.qkv_proj"), ("ffn_up", "mlp.gate_up_proj")];
+
+/// The architecture's own layer modules, consulted before [`LAYER_MODULES`].
+fn own_layer_modules(arch: Architecture) -> &'static [(&'static str, &'static str)] {
+    match arch {
+        Architecture::Gemma3 => GEMMA3_LAYER_MODULES,
+        Architecture::Phi3 => PHI3_LAYER_MODULES,
+        _ => &[],
+    }
+}
+
+/// The Hugging Face name of a GGUF tensor of the common (llama) layout, or `None` for tensors without one
+/// (`rope_freqs.weight`).
 pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
+    hf_tensor_name_in(Architecture::Llama, gguf_name)
+}
+
+/// The Hugging Face name of a GGUF tensor in a file of architecture `arch`, or `None` for tensors without one
+/// (`rope_freqs.weight`, `rope_factors_long.weight`).
+pub fn hf_tensor_name_in(arch: Architecture, gguf_name: &str) -> Option<String> {
     if let Some((_, hf)) = GLOBAL.iter().find(|(g, _)| *g == gguf_name) {
         return Some((*hf).to_string());
     }
     let (layer, rest) = gguf_name.strip_prefix("blk.")?.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (module, param) = rest.rsplit_once('.')?;
-    let (_, hf) = LAYER_MODULES.iter().find(|(g, _)| *g == module)?;
+    let mut tables = own_layer_modules(arch).iter().chain(LAYER_MODULES);
+    let (_, hf) = tables.find(|(g, _)| *g == module)?;
     Some(format!("model.layers.{layer}.{hf}.{param}"))
 }
 
-/// The GGUF name of a Hugging Face tensor, or `None` for tensors llama.cpp does not know.
+/// The GGUF name of a Hugging Face tensor of the common (llama) layout, or `None` for tensors llama.cpp does
+/// not know.
 pub fn gguf_tensor_name(hf_name: &str) -> Option<String> {
+    gguf_tensor_name_in(Architecture::Llama, hf_name)
+}
+
+/// The GGUF name of a Hugging Face tensor in a file of architecture `arch`.
+pub fn gguf_tensor_name_in(arch: Architecture, hf_name: &str) -> Option<String> {
     if let Some((g, _)) = GLOBAL.iter().find(|(_, hf)| *hf == hf_name) {
         return Some((*g).to_string());
     }
     let (layer, rest) = hf_name.strip_prefix("model.layers.")?.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (module, param) = rest.rsplit_once('.')?;
-    let (g, _) = LAYER_MODULES.iter().find(|(_, hf)| *hf == module)?;
+    let mut tables = own_layer_modules(arch).iter().chain(LAYER_MODULES);
+    let (g, _) = tables.find(|(_, hf)| *hf == module)?;
     Some(format!("blk.{layer}.{g}.{param}"))
 }
 
@@ -82,5 +123,30 @@ mod tests {
         assert_eq!(gguf_linear_module("gate_proj"), Some("ffn_gate"));
         assert_eq!(gguf_module_of("blk.3.attn_q.weight"), Some("attn_q"));
         assert_eq!(hf_tensor_name("rope_freqs.weight"), None);
+    }
+
+    #[test]
+    fn gemma3_and_phi3_names_follow_llama_cpp_tensor_mapping() {
+        let gemma = |g: &str| hf_tensor_name_in(Architecture::Gemma3, g);
+        assert_eq!(gemma("blk.1.attn_norm.weight").unwrap(), "model.layers.1.input_layernorm.weight");
+        assert_eq!(
+            gemma("blk.1.post_attention_norm.weight").unwrap(),
+            "model.layers.1.post_attention_layernorm.weight"
+        );
+        assert_eq!(gemma("blk.1.ffn_norm.weight").unwrap(), "model.layers.1.pre_feedforward_layernorm.weight");
+        assert_eq!(gemma("blk.1.post_ffw_norm.weight").unwrap(), "model.layers.1.post_feedforward_layernorm.weight");
+        assert_eq!(gemma("blk.1.attn_k_norm.weight").unwrap(), "model.layers.1.self_attn.k_norm.weight");
+        assert_eq!(gemma("blk.1.ffn_up.weight").unwrap(), "model.layers.1.mlp.up_proj.weight");
+        let phi = |g: &str| hf_tensor_name_in(Architecture::Phi3, g);
+        assert_eq!(phi("blk.0.attn_qkv.weight").unwrap(), "model.layers.0.self_attn.qkv_proj.weight");
+        assert_eq!(phi("blk.0.ffn_up.weight").unwrap(), "model.layers.0.mlp.gate_up_proj.weight");
+        assert_eq!(phi("blk.0.ffn_norm.weight").unwrap(), "model.layers.0.post_attention_layernorm.weight");
+        assert_eq!(phi("rope_factors_long.weight"), None);
+        for arch in [Architecture::Gemma3, Architecture::Phi3] {
+            for g in ["blk.3.ffn_norm.weight", "blk.3.ffn_up.weight", "blk.3.attn_output.weight", "output.weight"] {
+                let hf = hf_tensor_name_in(arch, g).unwrap();
+                assert_eq!(gguf_tensor_name_in(arch, &hf).as_deref(), Some(g), "{arch:?} {g}");
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Tests of the GGUF loader and tokenizer.
 
 use super::metadata::{infer_llama3_rope_scaling, GgufArch};
+use super::names::hf_tensor_name;
 use super::tokenizer::*;
 use super::*;
 use crate::engine::model::config::{Llama3RopeScaling, RopeScaling};
@@ -226,4 +227,46 @@ fn smollm2_gguf_loads_with_hugging_face_config_and_tokenizer() {
         assert_eq!(tok.encode(text.as_str(), true).unwrap().get_ids(), expected.as_slice(), "{text:?}");
         assert_eq!(tok.decode(&expected, false).unwrap(), text);
     }
+}
+
+fn family_fixture(stem: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf").join(format!("{stem}.gguf"))
+}
+
+#[test]
+fn gemma3_file_resolves_as_llama_cpp_reads_it_and_its_norms_lose_the_stored_one() {
+    use crate::engine::model::config::{Architecture, MlpActivation, NormLayout};
+    let path = family_fixture("tiny-gemma3-f32");
+    let model = load_gguf(&path, &Device::Cpu, DType::F32).unwrap();
+    let c = &model.config;
+    assert_eq!(c.architecture, Architecture::Gemma3);
+    assert_eq!((c.norm_layout, c.norm_weight_offset, c.qk_norm), (NormLayout::Sandwich, 1.0, true));
+    assert_eq!((c.mlp_activation, c.embedding_multiplier), (MlpActivation::GeluTanh, 8.0));
+    // llama.cpp: 1 / sqrt(key_length) for every gemma3 but the 62-layer 27B; every 6th layer global.
+    assert_eq!((c.attention_scale, c.head_dim, c.sliding_window), (0.25, 16, Some(4)));
+    assert_eq!(c.sliding_layers, vec![true, true]);
+    assert_eq!((c.rope_theta, c.local_rope_theta), (1_000_000.0, Some(10_000.0)));
+    assert_eq!(c.rope_scaling, Some(RopeScaling::Linear { factor: 2.0 }));
+    assert!(c.tie_word_embeddings && !model.tensors.contains_key("lm_head.weight"));
+    // The file stores 1 + w; tiny-gemma3's norms are random around 0, so the stored values sit around 1.
+    let mut file = GgufTensorReader::open(&path).unwrap();
+    let stored = file.read_hf("model.layers.0.pre_feedforward_layernorm.weight", &[64]).unwrap();
+    let loaded = &model.tensors["model.layers.0.pre_feedforward_layernorm.weight"];
+    assert_eq!(stored.to_vec1::<f32>().unwrap(), loaded.to_vec1::<f32>().unwrap());
+    let q_norm = model.tensors["model.layers.1.self_attn.q_norm.weight"].to_vec1::<f32>().unwrap();
+    assert!(q_norm.iter().all(|w| w.abs() < 0.5), "q_norm still holds 1 + w: {q_norm:?}");
+}
+
+#[test]
+fn phi3_file_resolves_fused_projections_partial_rotary_and_long_rope() {
+    let path = family_fixture("tiny-phi3-f32");
+    let model = load_gguf(&path, &Device::Cpu, DType::F32).unwrap();
+    let c = &model.config;
+    assert!(c.fused_projections && !c.tie_word_embeddings);
+    assert_eq!((c.head_dim, c.rotary_dim, c.sliding_window), (16, 8, None));
+    assert_eq!(model.tensors["model.layers.1.self_attn.qkv_proj.weight"].dims(), &[128, 64]);
+    assert_eq!(model.tensors["model.layers.1.mlp.gate_up_proj.weight"].dims(), &[256, 64]);
+    let Some(RopeScaling::LongRope(s)) = &c.rope_scaling else { panic!("{:?}", c.rope_scaling) };
+    assert_eq!((s.original_max_position_embeddings, s.long_factor.len()), (16, 4));
+    assert!((s.attention_factor - 2f64.sqrt()).abs() < 1e-6 && (s.short_factor[1] - 1.3).abs() < 1e-6);
 }
