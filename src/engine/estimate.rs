@@ -5,7 +5,7 @@
 //! Everything here works from a [`ModelShape`], plain numbers a front end can keep without the model itself.
 
 use crate::engine::lora::adapted_layers;
-use crate::engine::lora::Target;
+use crate::engine::lora::{Target, Targets};
 use crate::engine::model::quant::{bytes_per_weight, fitting_type, BaseQuant};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::ModelConfig;
@@ -35,6 +35,12 @@ pub struct ModelShape {
 }
 
 impl ModelShape {
+    /// `lora`'s targets among this model's linears ([`Targets::among`]: phi3's fused projections).
+    pub fn targets_of(&self, lora: &LoraSettings) -> Result<Targets> {
+        let family: Vec<Target> = self.linear_shapes.iter().filter_map(|(name, _, _)| name.parse().ok()).collect();
+        lora.targets.among(&family, "this model")
+    }
+
     /// The shape of a model with this config, computing in a dtype of `dtype_bytes` bytes per element.
     pub fn of(config: &ModelConfig, dtype_bytes: usize) -> Self {
         Self {
@@ -72,10 +78,11 @@ impl ModelShape {
 
 /// LoRA parameters: `r * (in + out)` per adapted linear.
 pub fn trainable_params(model: &ModelShape, lora: &LoraSettings) -> Result<usize> {
+    let targets = model.targets_of(lora)?;
     let per_layer: usize = model
         .linear_shapes
         .iter()
-        .filter(|(name, _, _)| lora.targets.contains_name(name))
+        .filter(|(name, _, _)| targets.contains_name(name))
         .map(|(_, i, o)| lora.rank * (i + o))
         .sum();
     Ok(per_layer * adapted_layers(model.layers, lora.layers).len())
@@ -172,8 +179,9 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     // One layer's tape per token: the layer input, the mid residual, both norms' outputs, q, k, v, the
     // attention output, gate, up and their product; then the attention probabilities; then per adapted
     // linear x·A (rank) and, with dropout, the mask (in-features).
+    let targets = model.targets_of(&config.lora).unwrap_or_else(|_| config.lora.targets.clone());
     let adapted_linears: Vec<&(String, usize, usize)> =
-        model.linear_shapes.iter().filter(|(name, _, _)| config.lora.targets.contains_name(name)).collect();
+        model.linear_shapes.iter().filter(|(name, _, _)| targets.contains_name(name)).collect();
     let rank = config.lora.rank as u64;
     let lora_per_token: u64 =
         adapted_linears.iter().map(|(_, i, _)| rank + if config.lora.dropout > 0.0 { *i as u64 } else { 0 }).sum();

@@ -56,6 +56,16 @@ impl Target {
         Self::ALL.into_iter().filter(|t| config.linear_modules().contains(&t.name())).collect()
     }
 
+    /// The fused projection that holds this one in families that fuse them (phi3: q, k and v in `qkv_proj`,
+    /// gate and up in `gate_up_proj`).
+    pub fn fused(self) -> Option<Target> {
+        match self {
+            Self::QProj | Self::KProj | Self::VProj => Some(Self::QkvProj),
+            Self::GateProj | Self::UpProj => Some(Self::GateUpProj),
+            _ => None,
+        }
+    }
+
     /// The module name, e.g. `q_proj`.
     pub fn name(self) -> &'static str {
         match self {
@@ -95,24 +105,36 @@ impl Targets {
         Self(Target::ALL.to_vec())
     }
 
-    /// These targets as they apply to a model of `config`'s family: `all-linear` becomes the family's linears
-    /// (phi3: qkv_proj, o_proj, gate_up_proj, down_proj); a named target the family lacks is an error that
-    /// names the ones it has.
+    /// These targets as they apply to a model of `config`'s family ([`Targets::among`]).
     pub fn for_model(&self, config: &ModelConfig) -> Result<Self> {
-        let family = Target::of_model(config);
+        self.among(&Target::of_model(config), &format!("{} models", config.architecture.as_str()))
+    }
+
+    /// These targets among the linears a family has (`family`, called `family_name` in errors): `all-linear`
+    /// becomes every one; a separate projection the family fuses becomes the fused one, so the default
+    /// `q_proj,v_proj` adapts phi3's `qkv_proj` (PEFT's default target for phi3) and `gate_proj` its
+    /// `gate_up_proj`; any other target the family lacks is an error that names the ones it has. The result is
+    /// what run.json and the adapter config record.
+    pub fn among(&self, family: &[Target], family_name: &str) -> Result<Self> {
         if *self == Self::all() {
-            return Ok(Self(family));
+            return Ok(Self(family.to_vec()));
         }
-        if let Some(missing) = self.0.iter().find(|t| !family.contains(t)) {
-            let names: Vec<&str> = family.iter().map(|t| t.name()).collect();
-            return Err(Error::InvalidSetting(format!(
-                "LoRA target `{}` is not a linear of {} models; they have {} (or all-linear)",
-                missing.name(),
-                config.architecture.as_str(),
-                names.join(", ")
-            )));
+        let mut out = Vec::with_capacity(self.0.len());
+        for &t in &self.0 {
+            match t.fused().filter(|f| !family.contains(&t) && family.contains(f)) {
+                Some(fused) => out.push(fused),
+                None if family.contains(&t) => out.push(t),
+                None => {
+                    let names: Vec<&str> = family.iter().map(|t| t.name()).collect();
+                    return Err(Error::InvalidSetting(format!(
+                        "LoRA target `{}` is not a linear of {family_name} (its linears: {}, or all-linear)",
+                        t.name(),
+                        names.join(", ")
+                    )));
+                }
+            }
         }
-        Ok(self.clone())
+        Ok(Self::of(&out))
     }
 
     /// These targets, in model order, each once.
@@ -380,5 +402,21 @@ mod tests {
         edited.insert(Target::QProj);
         edited.remove(Target::OProj);
         assert_eq!(edited.to_string(), "q_proj, k_proj");
+    }
+
+    #[test]
+    fn separate_targets_adapt_a_fused_family_projection_and_others_are_refused() {
+        let phi3 = [Target::QkvProj, Target::OProj, Target::GateUpProj, Target::DownProj];
+        let qv: Targets = "q_proj,v_proj".parse().unwrap();
+        assert_eq!(qv.among(&phi3, "phi3 models").unwrap().names(), ["qkv_proj"]);
+        let mlp: Targets = "gate_proj,down_proj".parse().unwrap();
+        assert_eq!(mlp.among(&phi3, "phi3 models").unwrap().names(), ["gate_up_proj", "down_proj"]);
+        assert_eq!(Targets::all().among(&phi3, "phi3 models").unwrap().names().len(), 4);
+        // A family with the separate projections keeps them; one without the fused ones refuses them.
+        let llama = Target::separate();
+        assert_eq!(qv.among(&llama, "llama models").unwrap(), qv);
+        let fused: Targets = "qkv_proj".parse().unwrap();
+        let err = fused.among(&llama, "llama models").unwrap_err().to_string();
+        assert!(err.contains("`qkv_proj` is not a linear of llama models") && err.contains("q_proj, k_proj"), "{err}");
     }
 }

@@ -120,11 +120,17 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                     .map(|m| m.shape.linear_shapes.iter().filter_map(|(name, _, _)| name.parse().ok()).collect())
                     .unwrap_or_else(Target::separate);
                 let (attention, mlp): (Vec<Target>, Vec<Target>) = available.iter().partition(|t| t.is_attention());
+                let family = model.map(|m| format!("{} models", m.architecture.as_str())).unwrap_or_else(|| "this model".into());
+                // What training will adapt: the engine's resolution (phi3: q_proj, v_proj adapt the fused qkv_proj).
+                let resolved = lora.targets.among(&available, &family);
                 for group in [&attention, &mlp] {
                     ui.horizontal(|ui| {
                         for &t in group {
-                            let mut on = lora.targets.contains(t);
+                            let mut on = resolved.as_ref().map_or(lora.targets.contains(t), |r| r.contains(t));
                             if ui.checkbox(&mut on, t.name()).changed() {
+                                if let Ok(r) = &resolved {
+                                    lora.targets = r.clone();
+                                }
                                 if on {
                                     lora.targets.insert(t);
                                 } else {
@@ -134,14 +140,14 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                         }
                     });
                 }
-                let missing: Vec<&str> = if lora.targets == Targets::all() {
-                    Vec::new()
-                } else {
-                    lora.targets.iter().filter(|t| !available.contains(t)).map(|t| t.name()).collect()
-                };
-                if !missing.is_empty() {
-                    let family = model.map(|m| m.architecture.as_str()).unwrap_or("this model");
-                    ui.label(RichText::new(format!("{} not in {family}: pick among the boxes above", missing.join(", "))).color(palette::WARN));
+                match &resolved {
+                    Err(e) => {
+                        ui.label(RichText::new(format!("{e}: pick among the boxes above")).color(palette::WARN));
+                    }
+                    Ok(r) if *r != lora.targets && lora.targets != Targets::all() => {
+                        ui.label(RichText::new(format!("{} are fused in {family}: training adapts {r}", lora.targets)).weak());
+                    }
+                    Ok(_) => {}
                 }
                 ui.horizontal(|ui| {
                     ui.label(RichText::new("presets").weak());
