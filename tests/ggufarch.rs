@@ -4,7 +4,8 @@
 //! Hugging Face), a Mistral model as a `llama` file (q/k rows permuted), f32 and f16, SentencePiece
 //! vocabularies (`tokenizer.ggml.model = llama`) with and without the space prefix, a `gemma3` file (norms stored
 //! as 1 + w, llama.cpp's gemma3 tensor names, its fixed score scale and sliding pattern) and a `phi3` file (fused
-//! `attn_qkv` / gate|up `ffn_up`, partial rotary, LongRoPE factor tensors). Our reader must give the
+//! `attn_qkv` / gate|up `ffn_up`, partial rotary, LongRoPE factor tensors), an `olmo2` file (post-norms only,
+//! whole-projection q/k norms, q/k rows unpermuted). Our reader must give the
 //! Hugging Face original's log-probs, the family, the chat template, and llama.cpp's token ids on a list of
 //! hostile strings; our own GGUF export of each family must use the same tensor names, keys and data.
 
@@ -35,7 +36,7 @@ fn hostile_strings() -> Vec<String> {
 #[test]
 fn every_family_scores_like_the_hugging_face_original() {
     let cases = cases();
-    assert_eq!(cases.len(), 8, "tests/fixtures/gguf/expected.json lists eight files");
+    assert_eq!(cases.len(), 9, "tests/fixtures/gguf/expected.json lists nine files");
     for (path, case) in cases {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let m = load_model(&path, &Device::Cpu, DType::F32).unwrap();

@@ -13,11 +13,14 @@
 //! `Gemma3ForConditionalGeneration`) and adds 1 to every `*norm.weight` (Gemma's RMS norm multiplies by 1 + w;
 //! llama.cpp's by the stored weight), see [`norm_weight_shift`]. `Phi3MiniModel` writes `phi3` with the fused
 //! q|k|v and gate|up projections as they are. Neither permutes q/k rows (llama.cpp runs both with NEOX rope).
+//!
+//! `Olmo2Model` writes `olmo2` and, deriving from the plain `TextModel`, keeps Hugging Face's q/k row order
+//! (llama.cpp runs olmo2 with NEOX rope).
 
 use crate::engine::model::config::Architecture;
 
 /// The GGUF architectures the reader understands (`general.architecture`), for error messages.
-pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama (llama, mistral), qwen2, qwen3, gemma3, phi3";
+pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama (llama, mistral), qwen2, qwen3, gemma3, phi3, olmo2";
 
 /// llama.cpp's `general.architecture` for ours.
 pub fn gguf_architecture(arch: Architecture) -> &'static str {
@@ -49,8 +52,7 @@ pub fn norm_weight_shift(arch: Architecture) -> f64 {
 }
 
 /// Our architecture for a GGUF file's `general.architecture`, given the model names the file records
-/// (`general.basename`, `general.name`); `None` when we cannot read it (`olmo2`, `smollm3` and `granite` files
-/// store norms and keys in their own way, which the reader does not undo yet).
+/// (`general.basename`, `general.name`); `None` when we cannot read it.
 pub fn architecture_of_gguf(gguf_arch: &str, model_names: &[&str]) -> Option<Architecture> {
     match gguf_arch {
         "llama" if model_names.iter().any(|n| n.to_ascii_lowercase().contains("mistral")) => {
@@ -61,6 +63,7 @@ pub fn architecture_of_gguf(gguf_arch: &str, model_names: &[&str]) -> Option<Arc
         "qwen3" => Some(Architecture::Qwen3),
         "gemma3" => Some(Architecture::Gemma3),
         "phi3" => Some(Architecture::Phi3),
+        "olmo2" => Some(Architecture::Olmo2),
         _ => None,
     }
 }
@@ -71,9 +74,14 @@ mod tests {
 
     #[test]
     fn every_architecture_round_trips_through_its_gguf_name() {
-        for arch in
-            [Architecture::Llama, Architecture::Qwen2, Architecture::Qwen3, Architecture::Gemma3, Architecture::Phi3]
-        {
+        for arch in [
+            Architecture::Llama,
+            Architecture::Qwen2,
+            Architecture::Qwen3,
+            Architecture::Gemma3,
+            Architecture::Phi3,
+            Architecture::Olmo2,
+        ] {
             assert_eq!(architecture_of_gguf(gguf_architecture(arch), &[]), Some(arch));
         }
         let mistral = architecture_of_gguf(gguf_architecture(Architecture::Mistral), &["Mistral-7B-Instruct-v0.3"]);
@@ -81,7 +89,8 @@ mod tests {
         assert!(permutes_qk(Architecture::Mistral) && permutes_qk(Architecture::Llama));
         assert!(!permutes_qk(Architecture::Qwen2) && !permutes_qk(Architecture::Qwen3));
         assert_eq!(architecture_of_gguf("gpt2", &["llama"]), None);
-        assert_eq!(architecture_of_gguf("olmo2", &[]), None);
+        assert_eq!(architecture_of_gguf("olmo3", &[]), None);
+        assert!(!permutes_qk(Architecture::Olmo2));
         assert!(!permutes_qk(Architecture::Gemma3) && !permutes_qk(Architecture::Phi3));
         assert_eq!((norm_weight_shift(Architecture::Gemma3), norm_weight_shift(Architecture::Phi3)), (1.0, 0.0));
     }

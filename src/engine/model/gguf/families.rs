@@ -1,6 +1,6 @@
-//! What the `gemma3` and `phi3` GGUF architectures add to the common resolution of `metadata.rs`, read the way
-//! llama.cpp reads them (`src/llama-model.cpp`, LLM_ARCH_GEMMA3 / LLM_ARCH_PHI3) from what its convert script
-//! writes (`convert_hf_to_gguf.py`, `Gemma3Model` / `Phi3MiniModel`).
+//! What the `gemma3`, `phi3` and `olmo2` GGUF architectures add to the common resolution of `metadata.rs`, read
+//! the way llama.cpp reads them (`src/llama-model.cpp` and `src/models/*.cpp`, LLM_ARCH_GEMMA3 / PHI3 / OLMO2)
+//! from what its convert script writes (`convert_hf_to_gguf.py`, `Gemma3Model` / `Phi3MiniModel` / `Olmo2Model`).
 //!
 //! gemma3: sandwich norms (the stored `1 + w` is undone by the reader, see `arch::norm_weight_shift`), per-head
 //! q/k norms, GeGLU, embeddings scaled by `sqrt(hidden)`, tied embeddings. Three things the file does not carry
@@ -15,6 +15,11 @@
 //! `rope_factors_short.weight`, the original context in `rope.scaling.original_context_length`, the cos/sin
 //! multiplier in `rope.scaling.attn_factor`. `sliding_window = 0` is the converter's "none"; any other window is
 //! kept as Hugging Face applies it (llama.cpp currently ignores phi3's window).
+//!
+//! olmo2: norms after each block only (`post_attention_norm`, `post_ffw_norm`), q/k norms over the whole
+//! projection (`attn_q_norm` is `heads * head_dim` wide), scores scaled by `1 / sqrt(head_dim)`. A file with
+//! `attention.sliding_window` is Olmo 3's (llama.cpp reads both as `olmo2`): refused, as its sliding layers and
+//! their own rope are not implemented.
 
 use super::metadata::{GgufArch, Metadata};
 use crate::engine::model::config::{
@@ -83,6 +88,16 @@ pub(super) fn with_family_blocks(
             };
             c.sliding_layers = gemma3_sliding_layers(meta, arch, c.num_layers)?;
             c.local_rope_theta = Some(meta.float(&arch.key("rope.freq_base_swa"))?.unwrap_or(GEMMA3_LOCAL_ROPE_BASE));
+        }
+        Architecture::Olmo2 => {
+            if c.sliding_window.is_some() {
+                return Err(meta.bad(
+                    &arch.key("attention.sliding_window"),
+                    "sliding-window layers (Olmo 3) are not supported; Olmo 2 files have no window",
+                ));
+            }
+            c.norm_layout = NormLayout::PostNorm;
+            c.qk_norm_over_projection = true;
         }
         Architecture::Phi3 => {
             c.fused_projections = true;

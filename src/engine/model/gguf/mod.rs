@@ -1,5 +1,5 @@
-//! Loading a single GGUF file (llama.cpp's format) of the `llama` (Llama, Mistral), `qwen2`, `qwen3`, `gemma3`
-//! or `phi3` architecture into what a Hugging Face model folder would give us: a resolved [`ModelConfig`],
+//! Loading a single GGUF file (llama.cpp's format) of the `llama` (Llama, Mistral), `qwen2`, `qwen3`, `gemma3`,
+//! `phi3` or `olmo2` architecture into what a Hugging Face model folder would give us: a resolved [`ModelConfig`],
 //! dequantized tensors under Hugging Face names and layout, a `tokenizers::Tokenizer` rebuilt from the
 //! `tokenizer.ggml.*` metadata, and the chat template.
 //!

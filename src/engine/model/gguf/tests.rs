@@ -270,3 +270,26 @@ fn phi3_file_resolves_fused_projections_partial_rotary_and_long_rope() {
     assert_eq!((s.original_max_position_embeddings, s.long_factor.len()), (16, 4));
     assert!((s.attention_factor - 2f64.sqrt()).abs() < 1e-6 && (s.short_factor[1] - 1.3).abs() < 1e-6);
 }
+
+#[test]
+fn olmo2_file_resolves_post_norms_and_whole_projection_qk_norms_without_permuted_rows() {
+    use crate::engine::model::config::{Architecture, NormLayout};
+    let model = load_gguf(&family_fixture("tiny-olmo2-f32"), &Device::Cpu, DType::F32).unwrap();
+    let c = &model.config;
+    assert_eq!(c.architecture, Architecture::Olmo2);
+    assert_eq!((c.norm_layout, c.qk_norm, c.qk_norm_over_projection), (NormLayout::PostNorm, true, true));
+    assert_eq!((c.qk_norm_widths(), c.attention_scale, c.rms_norm_eps), ((64, 32), 0.25, 1e-6));
+    assert!(!c.tie_word_embeddings && c.rope_layers.is_empty() && c.sliding_window.is_none());
+    assert!(!model.tensors.contains_key("model.layers.0.input_layernorm.weight"));
+    assert_eq!(model.tensors["model.layers.1.post_feedforward_layernorm.weight"].dims(), &[64]);
+    // Olmo2Model keeps Hugging Face's q/k row order: the file's attn_q is the checkpoint's q_proj as stored.
+    let mut file = GgufTensorReader::open(&family_fixture("tiny-olmo2-f32")).unwrap();
+    let stored = file.read_hf("model.layers.0.self_attn.q_proj.weight", &[64, 64]).unwrap();
+    let hf = candle_core::safetensors::load(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-olmo2/model.safetensors"),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let want = hf["model.layers.0.self_attn.q_proj.weight"].to_dtype(DType::F32).unwrap();
+    assert_eq!(stored.to_vec2::<f32>().unwrap(), want.to_vec2::<f32>().unwrap());
+}
