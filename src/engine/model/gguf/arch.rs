@@ -15,12 +15,14 @@
 //! q|k|v and gate|up projections as they are. Neither permutes q/k rows (llama.cpp runs both with NEOX rope).
 //!
 //! `Olmo2Model` writes `olmo2` and, deriving from the plain `TextModel`, keeps Hugging Face's q/k row order
-//! (llama.cpp runs olmo2 with NEOX rope).
+//! (llama.cpp runs olmo2 with NEOX rope). `SmolLM3Model` and `GraniteModel` derive from `LlamaModel`: their
+//! `smollm3` / `granite` files have q/k rows permuted like `llama` (llama.cpp runs both with its interleaved rope).
 
 use crate::engine::model::config::Architecture;
 
 /// The GGUF architectures the reader understands (`general.architecture`), for error messages.
-pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama (llama, mistral), qwen2, qwen3, gemma3, phi3, olmo2";
+pub const SUPPORTED_GGUF_ARCHITECTURES: &str =
+    "llama (llama, mistral), qwen2, qwen3, gemma3, phi3, olmo2, smollm3, granite";
 
 /// llama.cpp's `general.architecture` for ours.
 pub fn gguf_architecture(arch: Architecture) -> &'static str {
@@ -38,7 +40,7 @@ pub fn gguf_architecture(arch: Architecture) -> &'static str {
 
 /// Whether llama.cpp stores this architecture's q/k rows permuted for its interleaved rope.
 pub fn permutes_qk(arch: Architecture) -> bool {
-    gguf_architecture(arch) == "llama"
+    matches!(gguf_architecture(arch), "llama" | "smollm3" | "granite")
 }
 
 /// What llama.cpp's convert script adds to every RMS norm weight (`*norm.weight`) of this architecture: 1 for
@@ -64,6 +66,8 @@ pub fn architecture_of_gguf(gguf_arch: &str, model_names: &[&str]) -> Option<Arc
         "gemma3" => Some(Architecture::Gemma3),
         "phi3" => Some(Architecture::Phi3),
         "olmo2" => Some(Architecture::Olmo2),
+        "smollm3" => Some(Architecture::SmolLM3),
+        "granite" => Some(Architecture::Granite),
         _ => None,
     }
 }
@@ -81,6 +85,8 @@ mod tests {
             Architecture::Gemma3,
             Architecture::Phi3,
             Architecture::Olmo2,
+            Architecture::SmolLM3,
+            Architecture::Granite,
         ] {
             assert_eq!(architecture_of_gguf(gguf_architecture(arch), &[]), Some(arch));
         }
@@ -91,6 +97,7 @@ mod tests {
         assert_eq!(architecture_of_gguf("gpt2", &["llama"]), None);
         assert_eq!(architecture_of_gguf("olmo3", &[]), None);
         assert!(!permutes_qk(Architecture::Olmo2));
+        assert!(permutes_qk(Architecture::SmolLM3) && permutes_qk(Architecture::Granite));
         assert!(!permutes_qk(Architecture::Gemma3) && !permutes_qk(Architecture::Phi3));
         assert_eq!((norm_weight_shift(Architecture::Gemma3), norm_weight_shift(Architecture::Phi3)), (1.0, 0.0));
     }

@@ -293,3 +293,32 @@ fn olmo2_file_resolves_post_norms_and_whole_projection_qk_norms_without_permuted
     let want = hf["model.layers.0.self_attn.q_proj.weight"].to_dtype(DType::F32).unwrap();
     assert_eq!(stored.to_vec2::<f32>().unwrap(), want.to_vec2::<f32>().unwrap());
 }
+
+#[test]
+fn smollm3_file_skips_rope_on_every_4th_layer_as_llama_cpp_does() {
+    let model = load_gguf(&family_fixture("tiny-smollm3-f32"), &Device::Cpu, DType::F32).unwrap();
+    // tiny-smollm3's own no_rope_layers = [0, 1] cannot be stored: llama.cpp rotates layers 0..=2 of every 4.
+    assert_eq!(model.config.rope_layers, vec![true, true]);
+    assert!(model.config.tie_word_embeddings && model.config.sliding_window.is_none());
+}
+
+#[test]
+fn granite_file_resolves_its_scales_and_unpermutes_q_and_k() {
+    let path = family_fixture("tiny-granite-f32");
+    let model = load_gguf(&path, &Device::Cpu, DType::F32).unwrap();
+    let c = &model.config;
+    assert_eq!((c.embedding_multiplier, c.residual_multiplier), (3.0, 0.4));
+    assert_eq!((c.attention_scale, c.logits_scaling, c.head_dim), (0.15, 2.5, 16));
+    assert!(c.rope_layers.is_empty() && !c.tie_word_embeddings);
+    let hf = candle_core::safetensors::load(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-granite/model.safetensors"),
+        &Device::Cpu,
+    )
+    .unwrap();
+    for (name, rows) in [("q_proj", 64), ("k_proj", 32)] {
+        let name = format!("model.layers.1.self_attn.{name}.weight");
+        let want = hf[&name].to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(model.tensors[&name].dims(), &[rows, 64]);
+        assert_eq!(model.tensors[&name].to_vec2::<f32>().unwrap(), want, "{name}");
+    }
+}
