@@ -28,6 +28,16 @@ Writes tests/fixtures/gguf/:
       layer global, so both of tiny-gemma3's two layers slide). Its reference is therefore the Hugging Face model
       with the config the file implies (query_pre_attn_scalar = head_dim, every layer sliding); the difference
       to the unchanged original is recorded as `hf_original_logprob_max_diff`.
+  tiny-olmo2-f32.gguf, tiny-smollm3-f32.gguf, tiny-granite-f32.gguf
+      what convert_hf_to_gguf.py writes for these families (Olmo2Model, SmolLM3Model, GraniteModel): olmo2 with
+      `post_attention_norm` / `post_ffw_norm`, whole-projection `attn_q_norm` / `attn_k_norm`, q/k rows as in Hugging
+      Face (Olmo2Model derives from TextModel; llama.cpp runs olmo2 with NEOX rope); smollm3 and granite with q/k
+      rows permuted (both derive from LlamaModel; llama.cpp runs them with its interleaved rope), `vocab_size` and
+      `rope.dimension_count`; granite with `attention.scale`, `embedding_scale`, `residual_scale`, `logit_scale`
+      and without `attention.key_length` (GraniteModel drops `head_dim`). A smollm3 file cannot say which layers
+      skip rope: llama.cpp fixes every 4th (`n_no_rope_layer_step = 4`), while tiny-smollm3 skips layer 0 on
+      purpose. Its reference is the Hugging Face model with `no_rope_layers` as llama.cpp reads the file (here:
+      both layers rotate), the difference to the original recorded as for gemma3.
   expected.json
       per file: the score text's ids (llama.cpp's tokenization), the Hugging Face original's log-probs of them
       (for the f16 file: the original with its 2-D weights rounded to f16 as the file stores them), llama.cpp's
@@ -67,7 +77,11 @@ BPE_FILES = [
 ]
 SPM_FILES = [("tiny-mistral-spm", True), ("tiny-mistral-spm-noprefix", False)]
 # (file stem, HF fixture, general.architecture): families with their own llama.cpp layout, f32, BPE vocabulary.
-FAMILY_FILES = [("tiny-gemma3-f32", "tiny-gemma3", "gemma3"), ("tiny-phi3-f32", "tiny-phi3", "phi3")]
+FAMILY_FILES = [("tiny-gemma3-f32", "tiny-gemma3", "gemma3"), ("tiny-phi3-f32", "tiny-phi3", "phi3"),
+                ("tiny-olmo2-f32", "tiny-olmo2", "olmo2"), ("tiny-smollm3-f32", "tiny-smollm3", "smollm3"),
+                ("tiny-granite-f32", "tiny-granite", "granite")]
+# Architectures whose converter (LlamaModel and its subclasses) permutes the q/k rows for llama.cpp's interleaved rope.
+PERMUTED_QK = ("llama", "smollm3", "granite")
 
 # Qwen2.5's tokenizer.json pre-tokenizer (public data), for the reference tokenizer of the qwen files.
 QWEN2_PRE_TOKENIZER = {
@@ -139,9 +153,9 @@ def write_tensors(w: gguf.GGUFWriter, model, cfg: dict, arch: str, dtype: str):
         if name is None:
             sys.exit(f"no llama.cpp name for {hf_name} in {arch}")
         data = t.detach().float().numpy()
-        if arch == "llama" and ".attn_q." in name:
+        if arch in PERMUTED_QK and ".attn_q." in name:
             data = permute(data, cfg["num_attention_heads"])
-        elif arch == "llama" and ".attn_k." in name:
+        elif arch in PERMUTED_QK and ".attn_k." in name:
             data = permute(data, cfg["num_key_value_heads"])
         if arch == "gemma3" and hf_name.endswith("norm.weight"):
             data = data + 1  # Gemma3Model.norm_shift: the file stores the (1 + w) the norm multiplies by
@@ -206,8 +220,35 @@ def gemma3_as_the_file_says(cfg: dict) -> dict:
             "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]}
 
 
+def smollm3_as_the_file_says(cfg: dict) -> dict:
+    """The config override that makes tiny-smollm3 what llama.cpp reads from its GGUF file: no rope on every 4th
+    layer (llama-model.cpp / models/smollm3.cpp, `n_no_rope_layer_step = 4`), rope everywhere else."""
+    return {"no_rope_layers": [0 if (i + 1) % 4 == 0 else 1 for i in range(cfg["num_hidden_layers"])]}
+
+
+def write_llama_like_keys(w: gguf.GGUFWriter, cfg: dict, arch: str):
+    """The keys Olmo2Model (TextModel's own), SmolLM3Model and GraniteModel (LlamaModel's, plus granite's
+    multipliers) add after the common ones."""
+    head_dim = cfg.get("head_dim") if arch != "granite" else None  # GraniteModel drops head_dim
+    if head_dim is not None:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    if arch == "olmo2":
+        assert "sliding_window" not in cfg and cfg.get("rope_scaling") is None
+        return
+    assert cfg.get("rope_scaling") is None
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_rope_dimension_count(head_dim or cfg["hidden_size"] // cfg["num_attention_heads"])
+    if arch == "granite":
+        w.add_attention_scale(cfg["attention_multiplier"])
+        w.add_embedding_scale(cfg["embedding_multiplier"])
+        w.add_residual_scale(cfg["residual_multiplier"])
+        w.add_logit_scale(cfg["logits_scaling"])
+
+
 def write_family_file(stem, fixture, arch):
-    """What convert_hf_to_gguf.py writes for a gemma3 (Gemma3Model) or phi3 (Phi3MiniModel) folder."""
+    """What convert_hf_to_gguf.py writes for a gemma3 (Gemma3Model), phi3 (Phi3MiniModel), olmo2 (Olmo2Model),
+    smollm3 (SmolLM3Model) or granite (GraniteModel) folder."""
     model, cfg = load_hf(fixture)
     path = OUT / f"{stem}.gguf"
     w = gguf.GGUFWriter(str(path), arch)
@@ -234,6 +275,8 @@ def write_family_file(stem, fixture, arch):
             assert scaling["rope_type"] == "linear"
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
             w.add_rope_scaling_factor(scaling["factor"])
+    elif arch != "phi3":
+        write_llama_like_keys(w, cfg, arch)
     else:
         scaling = cfg["rope_scaling"]
         original = cfg["original_max_position_embeddings"]
@@ -261,6 +304,9 @@ def write_family_file(stem, fixture, arch):
     finish(w)
     if arch == "gemma3":
         as_read, _ = load_hf(fixture, **gemma3_as_the_file_says(cfg))
+        return path, as_read, model
+    if arch == "smollm3":
+        as_read, _ = load_hf(fixture, **smollm3_as_the_file_says(cfg))
         return path, as_read, model
     return path, model, model
 

@@ -4,7 +4,9 @@
 //! Hugging Face), a Mistral model as a `llama` file (q/k rows permuted), f32 and f16, SentencePiece
 //! vocabularies (`tokenizer.ggml.model = llama`) with and without the space prefix, a `gemma3` file (norms stored
 //! as 1 + w, llama.cpp's gemma3 tensor names, its fixed score scale and sliding pattern) and a `phi3` file (fused
-//! `attn_qkv` / gate|up `ffn_up`, partial rotary, LongRoPE factor tensors). Our reader must give the
+//! `attn_qkv` / gate|up `ffn_up`, partial rotary, LongRoPE factor tensors), an `olmo2` file (post-norms only,
+//! whole-projection q/k norms, q/k rows unpermuted), a `smollm3` file (llama.cpp's every-4th-layer NoPE) and a
+//! `granite` file (its four scales), both with q/k rows permuted. Our reader must give the
 //! Hugging Face original's log-probs, the family, the chat template, and llama.cpp's token ids on a list of
 //! hostile strings; our own GGUF export of each family must use the same tensor names, keys and data.
 
@@ -15,7 +17,7 @@ use candle_core::{DType, Device, Tensor};
 use common::{expected, fixture, floats, ids, max_abs_diff};
 use metal_candle::engine::export::{export_with, ExportFormat, ExportRequest, GgufQuant};
 use metal_candle::engine::generate::score;
-use metal_candle::engine::model::chat_template::ChatMessage;
+use metal_candle::engine::model::chat_template::{ChatMessage, DateTime};
 use metal_candle::engine::model::{load_model, load_model_info};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -35,7 +37,7 @@ fn hostile_strings() -> Vec<String> {
 #[test]
 fn every_family_scores_like_the_hugging_face_original() {
     let cases = cases();
-    assert_eq!(cases.len(), 8, "tests/fixtures/gguf/expected.json lists eight files");
+    assert_eq!(cases.len(), 11, "tests/fixtures/gguf/expected.json lists eleven files");
     for (path, case) in cases {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let m = load_model(&path, &Device::Cpu, DType::F32).unwrap();
@@ -46,7 +48,7 @@ fn every_family_scores_like_the_hugging_face_original() {
         let lp = score(&m.model, &ids).unwrap();
         // f32 files hold the original's weights exactly; the f16 file's reference is the original with its
         // matrices rounded to f16 the same way, so both agree to f32 arithmetic. The gemma3 file's reference is
-        // tiny-gemma3 as the file describes it (see scripts/make_gguf_fixtures.py).
+        // tiny-gemma3 as the file describes it, the smollm3 file's likewise (see scripts/make_gguf_fixtures.py).
         let diff = max_abs_diff(&lp, &floats(&case["score"]["token_logprobs"]));
         eprintln!("{name}: max |logprob diff| vs Hugging Face = {diff:.2e}");
         assert!(diff < 1e-4, "{name}: max |logprob diff| = {diff}");
@@ -72,7 +74,14 @@ fn tokenization_matches_llama_cpp_on_hostile_strings() {
 fn chat_templates_come_from_the_file_for_every_family() {
     for (path, case) in cases() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let info = load_model_info(&path).unwrap();
+        let mut info = load_model_info(&path).unwrap();
+        // transformers rendered `strftime_now` (smollm3's template) on the fixture's recorded day.
+        if let Some(today) =
+            case["fixture"].as_str().and_then(|f| expected(f)["chat"]["today"].as_str().map(String::from))
+        {
+            let today = DateTime::parse_date(&today).unwrap();
+            info.chat_template = info.chat_template.take().map(|t| t.with_today(today));
+        }
         let template = info.chat_template.as_ref().unwrap_or_else(|| panic!("{name}: no chat template"));
         assert!(template.origin.contains("tokenizer.chat_template"), "{name}: {}", template.origin);
         if name.contains("spm") {

@@ -13,11 +13,16 @@
 //! `Gemma3ForConditionalGeneration`) and adds 1 to every `*norm.weight` (Gemma's RMS norm multiplies by 1 + w;
 //! llama.cpp's by the stored weight), see [`norm_weight_shift`]. `Phi3MiniModel` writes `phi3` with the fused
 //! q|k|v and gate|up projections as they are. Neither permutes q/k rows (llama.cpp runs both with NEOX rope).
+//!
+//! `Olmo2Model` writes `olmo2` and, deriving from the plain `TextModel`, keeps Hugging Face's q/k row order
+//! (llama.cpp runs olmo2 with NEOX rope). `SmolLM3Model` and `GraniteModel` derive from `LlamaModel`: their
+//! `smollm3` / `granite` files have q/k rows permuted like `llama` (llama.cpp runs both with its interleaved rope).
 
 use crate::engine::model::config::Architecture;
 
 /// The GGUF architectures the reader understands (`general.architecture`), for error messages.
-pub const SUPPORTED_GGUF_ARCHITECTURES: &str = "llama (llama, mistral), qwen2, qwen3, gemma3, phi3";
+pub const SUPPORTED_GGUF_ARCHITECTURES: &str =
+    "llama (llama, mistral), qwen2, qwen3, gemma3, phi3, olmo2, smollm3, granite";
 
 /// llama.cpp's `general.architecture` for ours.
 pub fn gguf_architecture(arch: Architecture) -> &'static str {
@@ -35,7 +40,7 @@ pub fn gguf_architecture(arch: Architecture) -> &'static str {
 
 /// Whether llama.cpp stores this architecture's q/k rows permuted for its interleaved rope.
 pub fn permutes_qk(arch: Architecture) -> bool {
-    gguf_architecture(arch) == "llama"
+    matches!(gguf_architecture(arch), "llama" | "smollm3" | "granite")
 }
 
 /// What llama.cpp's convert script adds to every RMS norm weight (`*norm.weight`) of this architecture: 1 for
@@ -49,8 +54,7 @@ pub fn norm_weight_shift(arch: Architecture) -> f64 {
 }
 
 /// Our architecture for a GGUF file's `general.architecture`, given the model names the file records
-/// (`general.basename`, `general.name`); `None` when we cannot read it (`olmo2`, `smollm3` and `granite` files
-/// store norms and keys in their own way, which the reader does not undo yet).
+/// (`general.basename`, `general.name`); `None` when we cannot read it.
 pub fn architecture_of_gguf(gguf_arch: &str, model_names: &[&str]) -> Option<Architecture> {
     match gguf_arch {
         "llama" if model_names.iter().any(|n| n.to_ascii_lowercase().contains("mistral")) => {
@@ -61,6 +65,9 @@ pub fn architecture_of_gguf(gguf_arch: &str, model_names: &[&str]) -> Option<Arc
         "qwen3" => Some(Architecture::Qwen3),
         "gemma3" => Some(Architecture::Gemma3),
         "phi3" => Some(Architecture::Phi3),
+        "olmo2" => Some(Architecture::Olmo2),
+        "smollm3" => Some(Architecture::SmolLM3),
+        "granite" => Some(Architecture::Granite),
         _ => None,
     }
 }
@@ -71,9 +78,16 @@ mod tests {
 
     #[test]
     fn every_architecture_round_trips_through_its_gguf_name() {
-        for arch in
-            [Architecture::Llama, Architecture::Qwen2, Architecture::Qwen3, Architecture::Gemma3, Architecture::Phi3]
-        {
+        for arch in [
+            Architecture::Llama,
+            Architecture::Qwen2,
+            Architecture::Qwen3,
+            Architecture::Gemma3,
+            Architecture::Phi3,
+            Architecture::Olmo2,
+            Architecture::SmolLM3,
+            Architecture::Granite,
+        ] {
             assert_eq!(architecture_of_gguf(gguf_architecture(arch), &[]), Some(arch));
         }
         let mistral = architecture_of_gguf(gguf_architecture(Architecture::Mistral), &["Mistral-7B-Instruct-v0.3"]);
@@ -81,7 +95,9 @@ mod tests {
         assert!(permutes_qk(Architecture::Mistral) && permutes_qk(Architecture::Llama));
         assert!(!permutes_qk(Architecture::Qwen2) && !permutes_qk(Architecture::Qwen3));
         assert_eq!(architecture_of_gguf("gpt2", &["llama"]), None);
-        assert_eq!(architecture_of_gguf("olmo2", &[]), None);
+        assert_eq!(architecture_of_gguf("olmo3", &[]), None);
+        assert!(!permutes_qk(Architecture::Olmo2));
+        assert!(permutes_qk(Architecture::SmolLM3) && permutes_qk(Architecture::Granite));
         assert!(!permutes_qk(Architecture::Gemma3) && !permutes_qk(Architecture::Phi3));
         assert_eq!((norm_weight_shift(Architecture::Gemma3), norm_weight_shift(Architecture::Phi3)), (1.0, 0.0));
     }

@@ -1,6 +1,7 @@
-//! What the `gemma3` and `phi3` GGUF architectures add to the common resolution of `metadata.rs`, read the way
-//! llama.cpp reads them (`src/llama-model.cpp`, LLM_ARCH_GEMMA3 / LLM_ARCH_PHI3) from what its convert script
-//! writes (`convert_hf_to_gguf.py`, `Gemma3Model` / `Phi3MiniModel`).
+//! What the `gemma3`, `phi3`, `olmo2`, `smollm3` and `granite` GGUF architectures add to the common resolution of
+//! `metadata.rs`, read the way llama.cpp reads them (`src/llama-model.cpp` and `src/models/*.cpp`) from what its
+//! convert script writes (`convert_hf_to_gguf.py`: `Gemma3Model`, `Phi3MiniModel`, `Olmo2Model`, `SmolLM3Model`,
+//! `GraniteModel`).
 //!
 //! gemma3: sandwich norms (the stored `1 + w` is undone by the reader, see `arch::norm_weight_shift`), per-head
 //! q/k norms, GeGLU, embeddings scaled by `sqrt(hidden)`, tied embeddings. Three things the file does not carry
@@ -15,6 +16,18 @@
 //! `rope_factors_short.weight`, the original context in `rope.scaling.original_context_length`, the cos/sin
 //! multiplier in `rope.scaling.attn_factor`. `sliding_window = 0` is the converter's "none"; any other window is
 //! kept as Hugging Face applies it (llama.cpp currently ignores phi3's window).
+//!
+//! olmo2: norms after each block only (`post_attention_norm`, `post_ffw_norm`), q/k norms over the whole
+//! projection (`attn_q_norm` is `heads * head_dim` wide), scores scaled by `1 / sqrt(head_dim)`. A file with
+//! `attention.sliding_window` is Olmo 3's (llama.cpp reads both as `olmo2`): refused, as its sliding layers and
+//! their own rope are not implemented.
+//!
+//! smollm3: the file does not say which layers skip rope; llama.cpp fixes it (`n_no_rope_layer_step = 4`: every
+//! 4th layer has none), and so do we. llama.cpp reads no sliding window for smollm3 or granite.
+//!
+//! granite: `embedding_scale`, `residual_scale` and `attention.scale` (each absent or 0: none, i.e. 1, 1 and
+//! `1 / sqrt(head_dim)`), `logit_scale` (required, as llama.cpp requires it), and `rope.scaling.finetuned`, which
+//! llama.cpp reads as a rope switch (false: no layer rotates).
 
 use super::metadata::{GgufArch, Metadata};
 use crate::engine::model::config::{
@@ -26,6 +39,9 @@ use candle_core::quantized::gguf_file::Value;
 /// phi3's LongRoPE factor tensors.
 pub(super) const ROPE_FACTORS_LONG: &str = "rope_factors_long.weight";
 pub(super) const ROPE_FACTORS_SHORT: &str = "rope_factors_short.weight";
+
+/// llama.cpp's fixed smollm3 value: every 4th layer has no rope.
+const SMOLLM3_NO_ROPE_LAYER_STEP: usize = 4;
 
 /// llama.cpp's fixed gemma3 values: every 6th layer global, the sliding layers' rope base.
 const GEMMA3_SWA_PATTERN: usize = 6;
@@ -84,6 +100,21 @@ pub(super) fn with_family_blocks(
             c.sliding_layers = gemma3_sliding_layers(meta, arch, c.num_layers)?;
             c.local_rope_theta = Some(meta.float(&arch.key("rope.freq_base_swa"))?.unwrap_or(GEMMA3_LOCAL_ROPE_BASE));
         }
+        Architecture::Olmo2 => {
+            if c.sliding_window.is_some() {
+                return Err(meta.bad(
+                    &arch.key("attention.sliding_window"),
+                    "sliding-window layers (Olmo 3) are not supported; Olmo 2 files have no window",
+                ));
+            }
+            c.norm_layout = NormLayout::PostNorm;
+            c.qk_norm_over_projection = true;
+        }
+        Architecture::SmolLM3 => {
+            c.sliding_window = None;
+            c.rope_layers = (0..c.num_layers).map(|i| (i + 1) % SMOLLM3_NO_ROPE_LAYER_STEP != 0).collect();
+        }
+        Architecture::Granite => granite_multipliers(meta, arch, &mut c)?,
         Architecture::Phi3 => {
             c.fused_projections = true;
             if let Some(long_rope) = phi3_long_rope(meta, arch, rope_tensors, &c)? {
@@ -93,6 +124,31 @@ pub(super) fn with_family_blocks(
         _ => {}
     }
     Ok(c)
+}
+
+/// granite's multipliers and rope switch (see the module docs).
+fn granite_multipliers(meta: &Metadata, arch: &GgufArch, c: &mut ModelConfig) -> Result<()> {
+    let scale = |name: &str| -> Result<Option<f64>> {
+        let key = arch.key(name);
+        match meta.float(&key)? {
+            Some(v) if !v.is_finite() => Err(meta.bad(&key, format!("{v} must be finite"))),
+            Some(v) => Ok(Some(v).filter(|v| *v != 0.0)),
+            None => Ok(None),
+        }
+    };
+    c.sliding_window = None;
+    c.embedding_multiplier = scale("embedding_scale")?.unwrap_or(1.0);
+    c.residual_multiplier = scale("residual_scale")?.unwrap_or(1.0);
+    if let Some(attention_scale) = scale("attention.scale")? {
+        c.attention_scale = attention_scale;
+    }
+    let logit_key = arch.key("logit_scale");
+    c.logits_scaling = scale("logit_scale")?
+        .ok_or_else(|| meta.bad(&logit_key, "missing or 0; granite files carry it (llama.cpp requires it)"))?;
+    if meta.bool(&arch.key("rope.scaling.finetuned"))? == Some(false) {
+        c.rope_layers = vec![false; c.num_layers];
+    }
+    Ok(())
 }
 
 /// Which layers slide: `attention.sliding_window_pattern` (per layer, or every n-th layer global) when the file

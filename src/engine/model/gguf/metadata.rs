@@ -1,8 +1,8 @@
 //! GGUF metadata: typed access to its key/value pairs ([`Metadata`]) and the resolution of the `<arch>.*` keys
 //! (`llama.*`, `qwen2.*`, `gemma3.*`, ...: llama.cpp names every hyperparameter after the file's architecture) and
 //! the `tokenizer.ggml.*` keys into a [`ModelConfig`], rope scaling included (Llama 3 files carry it as a factor
-//! tensor, which is inverted back into the scaling parameters). The common keys are resolved here; what gemma3 and
-//! phi3 add lives in `families.rs`.
+//! tensor, which is inverted back into the scaling parameters). The common keys are resolved here; what gemma3,
+//! phi3, olmo2, smollm3 and granite add lives in `families.rs`.
 
 use super::arch::{architecture_of_gguf, SUPPORTED_GGUF_ARCHITECTURES};
 use super::families::{rotary_dim, with_family_blocks, RopeTensors};

@@ -1,5 +1,5 @@
-//! Loading a single GGUF file (llama.cpp's format) of the `llama` (Llama, Mistral), `qwen2`, `qwen3`, `gemma3`
-//! or `phi3` architecture into what a Hugging Face model folder would give us: a resolved [`ModelConfig`],
+//! Loading a single GGUF file (llama.cpp's format) of the `llama` (Llama, Mistral), `qwen2`, `qwen3`, `gemma3`,
+//! `phi3`, `olmo2`, `smollm3` or `granite` architecture into what a Hugging Face model folder would give us: a resolved [`ModelConfig`],
 //! dequantized tensors under Hugging Face names and layout, a `tokenizers::Tokenizer` rebuilt from the
 //! `tokenizer.ggml.*` metadata, and the chat template.
 //!
@@ -7,8 +7,8 @@
 //! module undoes each of them:
 //! - tensor names (`blk.0.attn_q.weight` is `model.layers.0.self_attn.q_proj.weight`; per architecture, see
 //!   `names.rs`);
-//! - for the `llama` architecture only, the rows of `attn_q`/`attn_k`, which llama.cpp's convert script permutes
-//!   for its interleaved rope (see [`unpermute_qk_rows`] and `arch.rs`);
+//! - for the `llama`, `smollm3` and `granite` architectures, the rows of `attn_q`/`attn_k`, which llama.cpp's
+//!   convert script permutes for its interleaved rope (see [`unpermute_qk_rows`] and `arch.rs`);
 //! - for `gemma3` only, the norm weights, which the convert script stores as 1 + w (`arch::norm_weight_shift`);
 //! - the tokenizer, which exists only as metadata. It is rebuilt the way transformers' GGUF loader does
 //!   (`integrations/gguf/gguf_tokenizer_mapping.py`), with two deliberate differences that follow llama.cpp
@@ -207,8 +207,8 @@ fn to_hf_values(path: &Path, gguf_name: &str, hf_name: &str, tensor: Tensor, cfg
     Ok(tensor)
 }
 
-/// The head count whose row order llama.cpp permutes in `gguf_name` (q and k projections of the `llama`
-/// architecture), if any.
+/// The head count whose row order llama.cpp permutes in `gguf_name` (q and k projections of the `llama`, `smollm3`
+/// and `granite` architectures), if any.
 fn qk_heads(gguf_name: &str, cfg: &ModelConfig) -> Option<usize> {
     if !permutes_qk(cfg.architecture) {
         return None;
@@ -421,7 +421,8 @@ pub fn unpermute_qk_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
 }
 
 /// llama.cpp's q/k row permutation (Hugging Face's half-split rope layout to GGML's interleaved one), as its
-/// convert script applies it to the `llama` architecture (llama, mistral); the inverse of [`unpermute_qk_rows`].
+/// convert script applies it to the `llama` (llama, mistral), `smollm3` and `granite` architectures; the inverse
+/// of [`unpermute_qk_rows`].
 pub fn permute_qk_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
     Ok(permute_rows(w, n_head, false)?)
 }

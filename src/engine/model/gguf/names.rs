@@ -4,8 +4,9 @@
 //!
 //! Some GGUF architectures give a module name another meaning (llama.cpp's `tensor_mapping.py`): in `gemma3`,
 //! `ffn_norm` is the pre-feedforward norm and `post_attention_norm` / `post_ffw_norm` are the sandwich norms; in
-//! `phi3`, `attn_qkv` is the fused q|k|v projection and `ffn_up` the fused gate|up one. Those architectures'
-//! modules are listed in their own table, consulted before the common one.
+//! `phi3`, `attn_qkv` is the fused q|k|v projection and `ffn_up` the fused gate|up one; `olmo2` has only the
+//! post-norms `post_attention_norm` / `post_ffw_norm` (no `attn_norm` / `ffn_norm`). Those architectures' modules
+//! are listed in their own table, consulted before the common one.
 
 use crate::engine::model::config::Architecture;
 
@@ -38,6 +39,10 @@ const GEMMA3_LAYER_MODULES: &[(&str, &str)] = &[
     ("post_ffw_norm", "post_feedforward_layernorm"),
 ];
 
+/// olmo2's post-norms (its `attn_q_norm` / `attn_k_norm` are the common names, over the whole projection).
+const OLMO2_LAYER_MODULES: &[(&str, &str)] =
+    &[("post_attention_norm", "post_attention_layernorm"), ("post_ffw_norm", "post_feedforward_layernorm")];
+
 /// phi3's fused projections.
 const PHI3_LAYER_MODULES: &[(&str, &str)] = &[("attn_qkv", "self_attn.qkv_proj"), ("ffn_up", "mlp.gate_up_proj")];
 
@@ -46,6 +51,7 @@ fn own_layer_modules(arch: Architecture) -> &'static [(&'static str, &'static st
     match arch {
         Architecture::Gemma3 => GEMMA3_LAYER_MODULES,
         Architecture::Phi3 => PHI3_LAYER_MODULES,
+        Architecture::Olmo2 => OLMO2_LAYER_MODULES,
         _ => &[],
     }
 }
@@ -126,7 +132,7 @@ mod tests {
     }
 
     #[test]
-    fn gemma3_and_phi3_names_follow_llama_cpp_tensor_mapping() {
+    fn family_names_follow_llama_cpp_tensor_mapping() {
         let gemma = |g: &str| hf_tensor_name_in(Architecture::Gemma3, g);
         assert_eq!(gemma("blk.1.attn_norm.weight").unwrap(), "model.layers.1.input_layernorm.weight");
         assert_eq!(
@@ -142,6 +148,12 @@ mod tests {
         assert_eq!(phi("blk.0.ffn_up.weight").unwrap(), "model.layers.0.mlp.gate_up_proj.weight");
         assert_eq!(phi("blk.0.ffn_norm.weight").unwrap(), "model.layers.0.post_attention_layernorm.weight");
         assert_eq!(phi("rope_factors_long.weight"), None);
+        let olmo = |g: &str| hf_tensor_name_in(Architecture::Olmo2, g);
+        assert_eq!(olmo("blk.0.post_attention_norm.weight").unwrap(), "model.layers.0.post_attention_layernorm.weight");
+        assert_eq!(olmo("blk.0.post_ffw_norm.weight").unwrap(), "model.layers.0.post_feedforward_layernorm.weight");
+        assert_eq!(olmo("blk.0.attn_q_norm.weight").unwrap(), "model.layers.0.self_attn.q_norm.weight");
+        let olmo_norm = gguf_tensor_name_in(Architecture::Olmo2, "model.layers.2.post_attention_layernorm.weight");
+        assert_eq!(olmo_norm.as_deref(), Some("blk.2.post_attention_norm.weight"));
         for arch in [Architecture::Gemma3, Architecture::Phi3] {
             for g in ["blk.3.ffn_norm.weight", "blk.3.ffn_up.weight", "blk.3.attn_output.weight", "output.weight"] {
                 let hf = hf_tensor_name_in(arch, g).unwrap();

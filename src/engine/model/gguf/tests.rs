@@ -270,3 +270,55 @@ fn phi3_file_resolves_fused_projections_partial_rotary_and_long_rope() {
     assert_eq!((s.original_max_position_embeddings, s.long_factor.len()), (16, 4));
     assert!((s.attention_factor - 2f64.sqrt()).abs() < 1e-6 && (s.short_factor[1] - 1.3).abs() < 1e-6);
 }
+
+#[test]
+fn olmo2_file_resolves_post_norms_and_whole_projection_qk_norms_without_permuted_rows() {
+    use crate::engine::model::config::{Architecture, NormLayout};
+    let model = load_gguf(&family_fixture("tiny-olmo2-f32"), &Device::Cpu, DType::F32).unwrap();
+    let c = &model.config;
+    assert_eq!(c.architecture, Architecture::Olmo2);
+    assert_eq!((c.norm_layout, c.qk_norm, c.qk_norm_over_projection), (NormLayout::PostNorm, true, true));
+    assert_eq!((c.qk_norm_widths(), c.attention_scale, c.rms_norm_eps), ((64, 32), 0.25, 1e-6));
+    assert!(!c.tie_word_embeddings && c.rope_layers.is_empty() && c.sliding_window.is_none());
+    assert!(!model.tensors.contains_key("model.layers.0.input_layernorm.weight"));
+    assert_eq!(model.tensors["model.layers.1.post_feedforward_layernorm.weight"].dims(), &[64]);
+    // Olmo2Model keeps Hugging Face's q/k row order: the file's attn_q is the checkpoint's q_proj as stored.
+    let mut file = GgufTensorReader::open(&family_fixture("tiny-olmo2-f32")).unwrap();
+    let stored = file.read_hf("model.layers.0.self_attn.q_proj.weight", &[64, 64]).unwrap();
+    let hf = candle_core::safetensors::load(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-olmo2/model.safetensors"),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let want = hf["model.layers.0.self_attn.q_proj.weight"].to_dtype(DType::F32).unwrap();
+    assert_eq!(stored.to_vec2::<f32>().unwrap(), want.to_vec2::<f32>().unwrap());
+}
+
+#[test]
+fn smollm3_file_skips_rope_on_every_4th_layer_as_llama_cpp_does() {
+    let model = load_gguf(&family_fixture("tiny-smollm3-f32"), &Device::Cpu, DType::F32).unwrap();
+    // tiny-smollm3's own no_rope_layers = [0, 1] cannot be stored: llama.cpp rotates layers 0..=2 of every 4.
+    assert_eq!(model.config.rope_layers, vec![true, true]);
+    assert!(model.config.tie_word_embeddings && model.config.sliding_window.is_none());
+}
+
+#[test]
+fn granite_file_resolves_its_scales_and_unpermutes_q_and_k() {
+    let path = family_fixture("tiny-granite-f32");
+    let model = load_gguf(&path, &Device::Cpu, DType::F32).unwrap();
+    let c = &model.config;
+    assert_eq!((c.embedding_multiplier, c.residual_multiplier), (3.0, 0.4));
+    assert_eq!((c.attention_scale, c.logits_scaling, c.head_dim), (0.15, 2.5, 16));
+    assert!(c.rope_layers.is_empty() && !c.tie_word_embeddings);
+    let hf = candle_core::safetensors::load(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-granite/model.safetensors"),
+        &Device::Cpu,
+    )
+    .unwrap();
+    for (name, rows) in [("q_proj", 64), ("k_proj", 32)] {
+        let name = format!("model.layers.1.self_attn.{name}.weight");
+        let want = hf[&name].to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(model.tensors[&name].dims(), &[rows, 64]);
+        assert_eq!(model.tensors[&name].to_vec2::<f32>().unwrap(), want, "{name}");
+    }
+}
