@@ -34,8 +34,9 @@ impl RawConfig {
         c.num_key_value_heads = c.num_key_value_heads.or(Some(4));
         c.head_dim = c.head_dim.or(Some(256));
         c.max_position_embeddings = c.max_position_embeddings.or(Some(131_072));
-        c.rope_theta = c.rope_theta.or(Some(1_000_000.0));
-        c.rope_local_base_freq = c.rope_local_base_freq.or(Some(10_000.0));
+        let theta_of = |layer_type| self.rope_parameters_of(layer_type).and_then(|p| p.get("rope_theta")?.as_f64());
+        c.rope_theta = c.rope_theta.or(theta_of("full_attention")).or(Some(1_000_000.0));
+        c.rope_local_base_freq = c.rope_local_base_freq.or(theta_of("sliding_attention")).or(Some(10_000.0));
         c.query_pre_attn_scalar = c.query_pre_attn_scalar.or(Some(256.0));
         c.sliding_window = c.sliding_window.or(Some(4096));
         c.tie_word_embeddings = c.tie_word_embeddings.or(Some(true));
@@ -254,6 +255,22 @@ mod tests {
         assert_eq!(global, vec![5, 11]);
         assert_eq!(cfg.local_rope_theta, Some(10_000.0));
         assert_eq!(cfg.rope_scaling, Some(RopeScaling::Linear { factor: 8.0 }));
+    }
+
+    #[test]
+    fn gemma3_rope_parameters_per_layer_type_as_transformers_5_writes_them() {
+        // What transformers 5.17's save_pretrained writes for tests/fixtures/tiny-gemma3 (scripts/check_saved_configs.py).
+        let raw: RawConfig = serde_json::from_str(
+            r#"{"model_type":"gemma3_text","vocab_size":10,"hidden_size":64,"intermediate_size":16,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
+            "rope_parameters":{"full_attention":{"factor":2.0,"rope_theta":500000.0,"rope_type":"linear"},
+            "sliding_attention":{"rope_theta":20000.0,"rope_type":"default"}}}"#,
+        )
+        .unwrap();
+        let cfg = raw.resolve(Path::new("config.json")).unwrap();
+        assert_eq!(cfg.rope_theta, 500_000.0);
+        assert_eq!(cfg.rope_scaling, Some(RopeScaling::Linear { factor: 2.0 }));
+        assert_eq!(cfg.local_rope_theta, Some(20_000.0));
     }
 
     #[test]
