@@ -153,9 +153,9 @@ mod tests {
             let w: Vec<f32> = (0..n * k).map(|i| (((i * 7919) % 97) as f32 - 48.0) * 0.013).collect();
             let x: Vec<f32> = (0..k).map(|i| (((i * 31) % 23) as f32 - 11.0) * 0.37).collect();
             let wt = Tensor::from_vec(w, (n, k), &dev).unwrap();
-            let q = QTensor::quantize(&wt, GgmlDType::Q4_1).unwrap();
+            let q = std::sync::Arc::new(QTensor::quantize(&wt, GgmlDType::Q4_1).unwrap());
             let xt = Tensor::from_vec(x.clone(), (1, k), &dev).unwrap();
-            let want: Vec<f32> = candle_core::quantized::QMatMul::from_qtensor(q.clone())
+            let want: Vec<f32> = candle_core::quantized::QMatMul::from_arc(q.clone())
                 .unwrap()
                 .forward(&xt)
                 .unwrap()
