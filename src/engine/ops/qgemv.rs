@@ -81,8 +81,9 @@ fn row_dot(row: &[u8], xq: &[Q8Block]) -> f32 {
         let (dw, mw) = block_scales(b);
         let qs = &b[4..];
         let mut sumi = 0i32;
-        for j in 0..BLOCK / 2 {
-            sumi += (qs[j] & 0x0F) as i32 * y.qs[j] as i32 + (qs[j] >> 4) as i32 * y.qs[j + BLOCK / 2] as i32;
+        let (y_lo, y_hi) = y.qs.split_at(BLOCK / 2);
+        for ((&q, &a), &b) in qs.iter().zip(y_lo).zip(y_hi) {
+            sumi += (q & 0x0F) as i32 * a as i32 + (q >> 4) as i32 * b as i32;
         }
         sumf += sumi as f32 * dw * y.d + mw * y.s;
     }
