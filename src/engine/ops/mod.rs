@@ -23,6 +23,7 @@ mod gemv;
 mod head_loss;
 mod matmul;
 mod metal_attention;
+mod qgemv;
 mod quantized;
 
 pub use backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};

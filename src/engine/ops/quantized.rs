@@ -8,10 +8,13 @@
 //! product runs through BLAS, where Candle's CPU kernels for some types (Q4_1, Q5_0 on x86) are scalar and
 //! several times slower. Single rows (decoding) and the portable graph (what Metal runs) use Candle's kernel.
 //!
+//! Single rows of a Q4_1 weight on the CPU (decoding a Q4_1 GGUF kept as it is) go through our own kernel
+//! (`qgemv.rs`): the same numbers as Candle's, which has no x86 SIMD for that type.
+//!
 //! Candle's Metal kernel reads f32 activations only, so every device gets f32 in and the result is cast back
 //! to the caller's dtype: one rule for all of them.
 
-use candle_core::quantized::{QStorage, QTensor};
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Result, Tensor};
 use std::sync::Arc;
 
@@ -22,7 +25,9 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
     let mut dims = x.dims().to_vec();
     let rows = x.elem_count() / in_features.max(1);
     let x2 = x.reshape((rows, in_features))?;
-    let y = if dequantize_first(x, rows) {
+    let y = if let Some(y) = q4_1_decode(&x2, weight, rows)? {
+        y
+    } else if dequantize_first(x, rows) {
         let dense = weight.dequantize(x.device())?.to_dtype(x.dtype())?;
         super::frozen_matmul_t(&x2, &dense)?
     } else {
@@ -32,6 +37,23 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
         *last = out_features;
     }
     y.reshape(dims)
+}
+
+/// A single f32 row times a Q4_1 weight on the CPU, through our kernel (`qgemv`): Candle's is scalar on x86.
+/// None where it does not apply (another type, device or row count, or the portable graph).
+fn q4_1_decode(x2: &Tensor, weight: &QTensor, rows: usize) -> Result<Option<Tensor>> {
+    let (out_features, in_features) = weight.shape().dims2()?;
+    let applies = rows == 1
+        && weight.dtype() == GgmlDType::Q4_1
+        && x2.device().is_cpu()
+        && super::kernels() == super::Kernels::Native
+        && super::qgemv::q4_1_fits(in_features);
+    if !applies {
+        return Ok(None);
+    }
+    let x = x2.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    let y = super::qgemv::q4_1_gemv(&weight.data()?, &x, out_features, in_features);
+    Ok(Some(Tensor::from_vec(y, (1, out_features), x2.device())?.to_dtype(x2.dtype())?))
 }
 
 /// Whether a product of `rows` rows of `x` dequantizes the weight and multiplies densely (see the module notes).
