@@ -22,6 +22,18 @@ pub struct LongRopeScaling {
 }
 
 impl RawConfig {
+    /// transformers 5's `rope_parameters` for layers of `layer_type`: its entry for that type when kept per type
+    /// (gemma3), else the shared object for `full_attention` (sliding layers then use `rope_local_base_freq`).
+    pub(super) fn rope_parameters_of(&self, layer_type: &str) -> Option<&serde_json::Value> {
+        let params = self.rope_parameters.as_ref()?;
+        let per_type = params.get("full_attention").is_some() || params.get("sliding_attention").is_some();
+        if per_type {
+            params.get(layer_type)
+        } else {
+            (layer_type == "full_attention").then_some(params)
+        }
+    }
+
     /// `Gemma3TextConfig`'s defaults for the fields a gemma3 config leaves out (real checkpoints' `text_config`
     /// often omits the vocabulary size, rope bases and window).
     pub(super) fn with_gemma3_defaults(&self) -> RawConfig {

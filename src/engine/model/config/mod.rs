@@ -246,8 +246,7 @@ pub struct RawConfig {
     pub rms_norm_eps: Option<f64>,
     pub rope_theta: Option<f64>,
     pub rope_scaling: Option<serde_json::Value>,
-    /// transformers 5 folds theta and scaling into one object; for families with layers of several kinds
-    /// (gemma3) one object per layer type (`full_attention`, `sliding_attention`): see [`RawConfig::rope_parameters_of`].
+    /// transformers 5: theta and scaling in one object (gemma3: one per layer type, see `rope_parameters_of`).
     pub rope_parameters: Option<serde_json::Value>,
     pub max_position_embeddings: Option<usize>,
     pub tie_word_embeddings: Option<bool>,
@@ -292,19 +291,6 @@ pub struct RawConfig {
 }
 
 impl RawConfig {
-    /// transformers 5's `rope_parameters` for layers of `layer_type`: its entry for that type when the config
-    /// keeps one per type (gemma3), else the one object every layer shares (None for `sliding_attention` then,
-    /// whose rope comes from the older `rope_local_base_freq`).
-    pub(super) fn rope_parameters_of(&self, layer_type: &str) -> Option<&serde_json::Value> {
-        let params = self.rope_parameters.as_ref()?;
-        let per_type = params.get("full_attention").is_some() || params.get("sliding_attention").is_some();
-        match (per_type, layer_type) {
-            (true, _) => params.get(layer_type),
-            (false, "full_attention") => Some(params),
-            (false, _) => None,
-        }
-    }
-
     pub fn from_file(path: &Path) -> Result<Self> {
         crate::engine::error::read_json(path)
     }
