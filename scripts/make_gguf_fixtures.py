@@ -122,7 +122,8 @@ def f16_rounded(model):
     return model
 
 
-def write_hyperparameters(w: gguf.GGUFWriter, cfg: dict, name: str, file_type: int):
+def write_shape_keys(w: gguf.GGUFWriter, cfg: dict, name: str, file_type: int):
+    """The keys every architecture's file starts with, in convert_hf_to_gguf.py's order."""
     w.add_name(name)
     w.add_basename(name)
     w.add_file_type(file_type)
@@ -132,6 +133,10 @@ def write_hyperparameters(w: gguf.GGUFWriter, cfg: dict, name: str, file_type: i
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
+
+
+def write_hyperparameters(w: gguf.GGUFWriter, cfg: dict, name: str, file_type: int):
+    write_shape_keys(w, cfg, name, file_type)
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
@@ -256,15 +261,7 @@ def write_family_file(stem, fixture, arch):
     # general.name contains "phi3" or "phi-3", and fails on a vocabulary without them; this file's byte-level BPE
     # vocabulary is Phi-4-mini's kind, whose files are named "Phi 4 Mini ...".
     name = "tiny-phi-mini" if arch == "phi3" else fixture
-    w.add_name(name)
-    w.add_basename(name)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
+    write_shape_keys(w, cfg, name, gguf.LlamaFileType.ALL_F32)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_rope_freq_base(cfg["rope_theta"])
     if arch == "gemma3":

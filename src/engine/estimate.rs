@@ -35,10 +35,14 @@ pub struct ModelShape {
 }
 
 impl ModelShape {
+    /// The LoRA targets this model's decoder layers have (phi3: its fused projections), in model order.
+    pub fn linear_targets(&self) -> Vec<Target> {
+        self.linear_shapes.iter().filter_map(|(name, _, _)| name.parse().ok()).collect()
+    }
+
     /// `lora`'s targets among this model's linears ([`Targets::among`]: phi3's fused projections).
     pub fn targets_of(&self, lora: &LoraSettings) -> Result<Targets> {
-        let family: Vec<Target> = self.linear_shapes.iter().filter_map(|(name, _, _)| name.parse().ok()).collect();
-        lora.targets.among(&family, "this model")
+        lora.targets.among(&self.linear_targets(), "this model")
     }
 
     /// The shape of a model with this config, computing in a dtype of `dtype_bytes` bytes per element.

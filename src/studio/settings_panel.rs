@@ -117,7 +117,7 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
             block_row_ui(ui, "Target modules", "Which linear layers of each decoder block get an adapter. Attention projections (q, k, v, o) are the classic choice; adding the MLP (gate, up, down) trains more parameters and often fits better.", |ui| {
                 // The loaded model's own linears (phi3: qkv_proj, o_proj, gate_up_proj, down_proj).
                 let available: Vec<Target> = model
-                    .map(|m| m.shape.linear_shapes.iter().filter_map(|(name, _, _)| name.parse().ok()).collect())
+                    .map(|m| m.shape.linear_targets())
                     .unwrap_or_else(Target::separate);
                 let (attention, mlp): (Vec<Target>, Vec<Target>) = available.iter().partition(|t| t.is_attention());
                 let family = model.map(|m| format!("{} models", m.architecture.as_str())).unwrap_or_else(|| "this model".into());
