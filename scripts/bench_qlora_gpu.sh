@@ -6,11 +6,12 @@
 # (scripts/bench_peft_train.py --qlora). Each with gradient checkpointing on and off, alternating ours and theirs.
 # Peak GPU memory: nvidia-smi's device peak for both (PyTorch's max allocated is in its JSON too).
 #
-#   scripts/bench_qlora_gpu.sh OUT [steps]
+#   scripts/bench_qlora_gpu.sh OUT [steps [config ...]]   configs: ckpt_1x1024 nockpt_1x1024 ckpt_4x1024 (default all)
 # Env: MC (our binary: on the lent GPU "bash gpu-libs.sh /tmp/metal-candle"), MODELS (default /tmp/family-models),
 # PY (default python3). bitsandbytes must be importable (carried as a wheel: see the device README).
 set -uo pipefail
-OUT="$1"; STEPS="${2:-5}"; DEVICE=cuda
+OUT="$1"; STEPS="${2:-5}"; DEVICE=cuda; shift; [ $# -gt 0 ] && shift
+CONFIGS=("$@"); [ ${#CONFIGS[@]} -gt 0 ] || CONFIGS=(ckpt_1x1024 nockpt_1x1024 ckpt_4x1024)
 HERE="$(cd "$(dirname "$0")" && pwd)"
 MC="${MC:-$HERE/../target/release/metal-candle}"; MODELS="${MODELS:-/tmp/family-models}"; PY="${PY:-python3}"
 mkdir -p "$OUT" "$MODELS"; RES="$OUT/results.jsonl"; LOG="$OUT/log.txt"; : >"$RES"; : >"$LOG"
@@ -22,12 +23,14 @@ ours() { local tag=$1 b=$2 ck=$3; run "$tag" llama-3.1-8b $MC bench train --mode
   --quantize q4k --checkpointing "$ck" --batch-size "$b" --seq-len 1024 $COMMON --json; }
 theirs() { local tag=$1 b=$2; shift 2; run "$tag" llama-3.1-8b $PY "$HERE/bench_peft_train.py" --hf-dir "$M" \
   --device cuda --dtype bf16 --qlora --batch-size "$b" --seq-len 1024 $COMMON "$@"; }
-theirs nf4_ckpt_1x1024 1 --checkpointing
-ours q4k_ckpt_1x1024 1 on
-theirs nf4_nockpt_1x1024 1
-ours q4k_nockpt_1x1024 1 off
-theirs nf4_ckpt_4x1024 4 --checkpointing
-ours q4k_ckpt_4x1024 4 on
+for cfg in "${CONFIGS[@]}"; do
+  case "$cfg" in
+    ckpt_1x1024)   theirs nf4_$cfg 1 --checkpointing; ours q4k_$cfg 1 on ;;
+    nockpt_1x1024) theirs nf4_$cfg 1; ours q4k_$cfg 1 off ;;
+    ckpt_4x1024)   theirs nf4_$cfg 4 --checkpointing; ours q4k_$cfg 4 on ;;
+    *) echo "unknown configuration $cfg" >&2 ;;
+  esac
+done
 $PY - "$RES" <<'PY' | tee "$OUT/table.md"
 import json, sys
 rows = {d["tag"]: d for d in map(json.loads, open(sys.argv[1]))}

@@ -172,6 +172,10 @@ pub(super) fn tensor_bytes(tensor: &Tensor, dtype: GgmlDType) -> Result<Vec<u8>>
         GgmlDType::F32 => convert(&|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         GgmlDType::F16 => convert(&|v| v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect()),
         GgmlDType::BF16 => convert(&|v| v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect()),
+        // Matrices quantize row chunks in parallel (the same blocks).
+        _ if tensor.rank() == 2 => {
+            Ok(crate::engine::ops::quantize_rows(&tensor, dtype, &Device::Cpu)?.data()?.into_owned())
+        }
         _ => Ok(QTensor::quantize(&tensor, dtype)?.data()?.into_owned()),
     }
 }

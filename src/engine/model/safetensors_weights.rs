@@ -151,7 +151,7 @@ impl Weights {
         match target {
             Some(target) => {
                 let dense = self.get(name, shape, DType::F32, &Device::Cpu)?;
-                Ok(BaseWeight::Quantized(Arc::new(QTensor::quantize_onto(&dense, target, device)?)))
+                Ok(BaseWeight::Quantized(Arc::new(ops::quantize_rows(&dense, target, device)?)))
             }
             None => Ok(BaseWeight::Dense(self.get(name, shape, dtype, device)?)),
         }

@@ -3,10 +3,10 @@
 //! and the input gradient `dy W`, for which Candle has no kernel: the one weight is dequantized into a
 //! temporary, multiplied, and dropped, so the whole model is never held dense.
 //!
-//! With our native kernels on the CPU, a forward of many rows (prefill, scoring, training) takes that same
-//! route: dequantizing one weight costs `out x in` while the product costs `rows` times more, and the dense
-//! product runs through BLAS, where Candle's CPU kernels for some types (Q4_1, Q5_0 on x86) are scalar and
-//! several times slower. Single rows (decoding) and the portable graph (what Metal runs) use Candle's kernel.
+//! With our native kernels on the CPU and on CUDA, a forward of many rows (prefill, scoring, training) takes that
+//! same route: dequantizing one weight costs `out x in` while the product costs `rows` times more, and the dense
+//! product runs through BLAS or cuBLAS, where Candle's CPU kernels for some types (Q4_1, Q5_0 on x86) are scalar
+//! and several times slower. Single rows (decoding) and the portable graph (what Metal runs) use Candle's kernel.
 //!
 //! Single rows of a Q4_1 weight on the CPU (decoding a Q4_1 GGUF kept as it is) go through our own kernel
 //! (`qgemv.rs`): the same numbers as Candle's, which has no x86 SIMD for that type.
@@ -58,14 +58,60 @@ fn q4_1_decode(x2: &Tensor, weight: &QTensor, rows: usize) -> Result<Option<Tens
 
 /// Whether a product of `rows` rows of `x` dequantizes the weight and multiplies densely (see the module notes).
 fn dequantize_first(x: &Tensor, rows: usize) -> bool {
-    super::kernels() == super::Kernels::Native && x.device().is_cpu() && rows >= crate::engine::blas::MIN_ROWS
+    let device = x.device();
+    super::kernels() == super::Kernels::Native
+        && ((device.is_cpu() && rows >= crate::engine::blas::MIN_ROWS) || (device.is_cuda() && rows > CUDA_VECTOR_ROWS))
 }
+
+/// Up to this many rows Candle's CUDA kernels multiply the quantized blocks directly (its matrix-vector
+/// kernels, decoding); more rows (prefill, scoring, training) dequantize the one weight on the GPU and multiply
+/// in the activations' dtype through cuBLAS, as bitsandbytes' QLoRA does: Candle's many-row kernel
+/// quantizes the activations to 8 bits, which training's forward should not.
+const CUDA_VECTOR_ROWS: usize = 8;
 
 /// `dy W` for a quantized frozen weight `W` of shape (out, in) and `dy`: (..., out): the input gradient of
 /// [`quantized_matmul_t`]. The dequantized weight lives only for this product.
 pub fn quantized_matmul(dy: &Tensor, weight: &QTensor) -> Result<Tensor> {
     let dense = weight.dequantize(dy.device())?.to_dtype(dy.dtype())?;
     super::frozen_matmul(dy, &dense)
+}
+
+/// `dense` (out, in), on the CPU, quantized to `dtype` and placed on `device`: rows are quantized in parallel
+/// on the CPU team (Candle's own quantizer is single-threaded: an 8B model took minutes), each chunk of rows
+/// with Candle's quantizer, so the blocks are exactly Candle's. Every row must fill whole blocks.
+pub fn quantize_rows(dense: &Tensor, dtype: GgmlDType, device: &Device) -> Result<QTensor> {
+    let (rows, row_len) = dense.dims2()?;
+    let block = dtype.block_size();
+    if row_len % block != 0 {
+        candle_core::bail!("rows of {row_len} values do not fill {dtype:?} blocks of {block}");
+    }
+    let row_bytes = row_len / block * dtype.type_size();
+    let dense = dense.to_dtype(DType::F32)?.contiguous()?;
+    let (storage, layout) = dense.storage_and_layout();
+    let values = match (&*storage, layout.contiguous_offsets()) {
+        (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((start, end))) => &v[start..end],
+        _ => candle_core::bail!("quantize_rows reads f32 values on the CPU"),
+    };
+    // Enough rows per task that each is worth a scheduling round, and several tasks per thread to balance.
+    let rows_per_task = (rows / (crate::engine::cpu_team::threads() * 4)).max(1);
+    let mut bytes = vec![0u8; rows * row_bytes];
+    let failure = std::sync::Mutex::new(None);
+    crate::engine::cpu_pool::for_each_chunk(&mut bytes, rows_per_task * row_bytes, |task, out| {
+        let (start, count) = (task * rows_per_task * row_len, out.len() / row_bytes);
+        // A tensor of its own: Candle's quantizer reads a view's whole underlying storage.
+        let quantized = Tensor::from_slice(&values[start..start + count * row_len], (count, row_len), &Device::Cpu)
+            .and_then(|chunk| QTensor::quantize(&chunk, dtype))
+            .and_then(|q| q.data().map(|data| out.copy_from_slice(&data)));
+        if let Err(e) = quantized {
+            *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        }
+    });
+    drop(storage);
+    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), device, dtype)?;
+    QTensor::new(storage, (rows, row_len))
 }
 
 /// The same quantized blocks on `device` (the weight itself, shared, when it is already there).
@@ -75,4 +121,24 @@ pub fn qtensor_to_device(weight: &Arc<QTensor>, device: &Device) -> Result<Arc<Q
     }
     let storage = QStorage::from_data(weight.data()?, device, weight.dtype())?;
     Ok(Arc::new(QTensor::new(storage, weight.shape().clone())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_quantization_writes_candles_blocks() -> Result<()> {
+        let dense = Tensor::randn(0f32, 1.0, (37, 512), &Device::Cpu)?;
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+            let ours = quantize_rows(&dense, dtype, &Device::Cpu)?;
+            let candles = QTensor::quantize(&dense, dtype)?;
+            assert_eq!(ours.shape(), candles.shape());
+            assert!(ours.data()? == candles.data()?, "{dtype:?} blocks differ");
+        }
+        assert!(
+            quantize_rows(&Tensor::zeros((2, 100), DType::F32, &Device::Cpu)?, GgmlDType::Q4K, &Device::Cpu).is_err()
+        );
+        Ok(())
+    }
 }
