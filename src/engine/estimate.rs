@@ -6,7 +6,7 @@
 
 use crate::engine::lora::adapted_layers;
 use crate::engine::lora::{Target, Targets};
-use crate::engine::model::quant::{bytes_per_weight, fitting_type, BaseQuant};
+use crate::engine::model::quant::{bytes_per_weight, fitting_type, vocab_type, BaseQuant};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::ModelConfig;
 use crate::engine::train::{Checkpointing, LoraSettings, ModelLimits, TrainConfig};
@@ -23,6 +23,9 @@ pub struct ModelShape {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub vocab_size: usize,
+    /// One (vocab, hidden) matrix serves as embeddings and head.
+    #[serde(default)]
+    pub tied_embeddings: bool,
     pub context_length: usize,
     /// Bytes per element of the compute dtype.
     pub dtype_bytes: usize,
@@ -56,6 +59,7 @@ impl ModelShape {
             kv_heads: config.num_kv_heads,
             head_dim: config.head_dim,
             vocab_size: config.vocab_size,
+            tied_embeddings: config.tie_word_embeddings,
             context_length: config.max_position_embeddings,
             dtype_bytes,
             linear_shapes: Target::ALL
@@ -103,8 +107,12 @@ pub fn base_weights_bytes_with(model: &ModelShape, quant: BaseQuant) -> u64 {
         linear_params += i * o;
         linear_bytes += (i * o) as f64 * per_weight;
     }
-    let other_params = model.parameters.saturating_sub(linear_params * model.layers);
-    (other_params as f64 * dense_bytes + linear_bytes * model.layers as f64) as u64
+    // The vocabulary matrices (embeddings, and the head unless tied) as the loader holds them.
+    let vocab_params = model.vocab_size * model.hidden_size * if model.tied_embeddings { 1 } else { 2 };
+    let vocab_per_weight = vocab_type(quant, model.hidden_size, false).map_or(dense_bytes, bytes_per_weight);
+    let other_params = model.parameters.saturating_sub(linear_params * model.layers + vocab_params);
+    (other_params as f64 * dense_bytes + linear_bytes * model.layers as f64 + vocab_params as f64 * vocab_per_weight)
+        as u64
 }
 
 /// A base quantization that would make `config`'s run fit `budget_bytes`, with its estimate, when the model
@@ -399,6 +407,7 @@ mod tests {
             kv_heads: 3,
             head_dim: 64,
             vocab_size: 49152,
+            tied_embeddings: true,
             context_length: 8192,
             dtype_bytes: 4,
             linear_shapes: vec![
@@ -460,7 +469,10 @@ mod tests {
         let linear: usize = m.linear_shapes.iter().map(|(_, i, o)| i * o).sum::<usize>() * m.layers;
         let expected_linear =
             30.0 * (576.0 * (576.0 * 2.0 + 192.0 * 2.0 + 1536.0 * 2.0) * 0.6875 + 1536.0 * 576.0 * 0.5625);
-        assert_eq!(q4k, ((m.parameters - linear) as f64 * 4.0 + expected_linear) as u64);
+        // The tied 49152 x 576 vocabulary matrix: Q6_K does not fit 576-wide rows, so Q8_0 (1.0625 bytes).
+        let vocab = m.vocab_size * m.hidden_size;
+        let expected = (m.parameters - linear - vocab) as f64 * 4.0 + expected_linear + vocab as f64 * 1.0625;
+        assert_eq!(q4k, expected as u64);
         let cfg = TrainConfig { batch_size: 1, seq_len: 128, ..TrainConfig::default() };
         let need = training_memory(&m, &cfg).total_bytes();
         assert!(quantization_that_fits(&m, &cfg, Some(need)).is_none(), "fits already");

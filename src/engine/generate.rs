@@ -167,7 +167,7 @@ pub fn score(model: &Transformer, ids: &[u32]) -> Result<Vec<f32>> {
     let input = Tensor::new(ids, model.device())?.unsqueeze(0)?;
     // The head runs over chunks of positions: no (tokens x vocab) logits tensor.
     let hidden = model.forward_hidden(&input, 0, None)?.squeeze(0)?.narrow(0, 0, ids.len() - 1)?;
-    let nll = crate::engine::ops::head_token_nll(&hidden, model.head_weight(), &ids[1..])?;
+    let nll = model.head_token_nll(&hidden, &ids[1..])?;
     Ok(nll.into_iter().map(|v| -v as f32).collect())
 }
 

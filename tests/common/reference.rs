@@ -34,7 +34,8 @@ pub fn nll_sum(model: &Transformer, batch: &Batch) -> R<Tensor> {
     let x = rms_norm(&x, model.final_norm_weight(), model.config.rms_norm_eps)?;
     let (sources, targets) = loss::target_positions(batch);
     let picked = x.index_select(&Tensor::from_vec(sources, targets.len(), device)?, 0)?;
-    let logits = picked.matmul(&model.head_weight().t()?)?.to_dtype(wide(x.dtype()))?;
+    let head = model.head().to_dense(x.dtype())?;
+    let logits = picked.matmul(&head.t()?)?.to_dtype(wide(x.dtype()))?;
     let log_probs = log_softmax(&logits)?;
     let index = Tensor::from_vec(targets.clone(), (targets.len(), 1), device)?;
     log_probs.gather(&index, 1)?.sum_all()?.neg()

@@ -29,6 +29,7 @@ pub mod safetensors_weights;
 pub mod sequence;
 pub mod tokenizer;
 pub mod transformer;
+pub mod vocab_matrix;
 mod weight_loader;
 
 pub use config::{Architecture, ModelConfig};

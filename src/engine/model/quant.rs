@@ -3,8 +3,9 @@
 //! requested quantization becomes for a projection whose rows do not fill that type's blocks, and how many
 //! bytes a weight costs in each type (what the one memory estimate uses).
 //!
-//! Only the decoder layers' linear projections are quantized. Embeddings (looked up by row), norms and the LM
-//! head (whose fused loss kernel reads a dense matrix) stay dense in the compute dtype.
+//! With a quantized base the decoder layers' linear projections take the requested type, and the vocabulary
+//! matrices (token embeddings and the LM head, `vocab_matrix.rs`) take [`vocab_type`]: 8 bits, because every
+//! logit reads the head. Norms stay dense.
 
 use candle_core::quantized::GgmlDType;
 
@@ -107,6 +108,19 @@ pub fn fitting_type(wanted: GgmlDType, row_len: usize) -> Option<GgmlDType> {
     [Some(wanted), fallback].into_iter().flatten().find(|t| row_len > 0 && row_len.is_multiple_of(t.block_size()))
 }
 
+/// The type the vocabulary matrices (embeddings, head) of rows of `hidden` values are held in under `quant`:
+/// Q8_0 for any quantize-at-load choice and for `keep` on a file whose projections are quantized
+/// (`file_quantized`; a GGUF's token embeddings are Q8_0 or Q6_K in the usual mixes), None (dense) otherwise.
+/// Eight bits because every logit reads the head, which decoding multiplies without rounding the hidden state
+/// (`ops::quantized_matmul_t_unrounded`), and Q8_0's 32-weight blocks fit every hidden size we load.
+pub fn vocab_type(quant: BaseQuant, hidden: usize, file_quantized: bool) -> Option<GgmlDType> {
+    match quant {
+        BaseQuant::None => None,
+        BaseQuant::Keep if !file_quantized => None,
+        _ => fitting_type(GgmlDType::Q8_0, hidden),
+    }
+}
+
 /// Bytes per weight of a GGML type (4.5 bits for Q4_0 is 0.5625 bytes).
 pub fn bytes_per_weight(t: GgmlDType) -> f64 {
     t.type_size() as f64 / t.block_size() as f64
@@ -125,6 +139,17 @@ pub fn type_name(t: GgmlDType) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vocabulary_matrices_keep_eight_bits() {
+        assert_eq!(vocab_type(BaseQuant::Q4K, 4096, false), Some(GgmlDType::Q8_0));
+        assert_eq!(vocab_type(BaseQuant::Q4_0, 576, false), Some(GgmlDType::Q8_0));
+        assert_eq!(vocab_type(BaseQuant::Q8_0, 4096, false), Some(GgmlDType::Q8_0));
+        assert_eq!(vocab_type(BaseQuant::Keep, 576, true), Some(GgmlDType::Q8_0));
+        assert_eq!(vocab_type(BaseQuant::Keep, 576, false), None);
+        assert_eq!(vocab_type(BaseQuant::None, 4096, true), None);
+        assert_eq!(vocab_type(BaseQuant::Q4K, 100, false), None);
+    }
 
     #[test]
     fn names_parse_both_ways() {

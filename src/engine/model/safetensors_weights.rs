@@ -121,6 +121,11 @@ impl Weights {
         Weights::Map { tensors, quantized, origin }
     }
 
+    /// Whether the source holds quantized tensors kept as stored (a GGUF loaded with `keep`).
+    pub fn has_quantized(&self) -> bool {
+        matches!(self, Weights::Map { quantized, .. } if !quantized.is_empty())
+    }
+
     fn quantized(&self, name: &str) -> Option<&Arc<QTensor>> {
         match self {
             Weights::Map { quantized, .. } => quantized.get(name),

@@ -15,6 +15,7 @@ use super::quant::{type_name, BaseQuant};
 use super::rotary::RotaryTables;
 use super::safetensors_weights::Weights;
 use super::sequence::{LocalAttention, SequenceContext};
+use super::vocab_matrix::VocabMatrix;
 use super::weight_loader::WeightLoader;
 use crate::engine::ops;
 use crate::engine::Result;
@@ -31,13 +32,13 @@ pub fn hf_linear_name(layer: usize, module: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Transformer {
     pub config: ModelConfig,
-    embed_tokens: Tensor,
+    embed_tokens: VocabMatrix,
     pub layers: Vec<DecoderLayer>,
     /// The final norm; granite's `1 / logits_scaling` is folded into the factor it runs with
     /// ([`RmsNorm::scaled`]), its stored weight is what exports write.
     norm: RmsNorm,
     /// None when the embeddings are tied.
-    lm_head: Option<Tensor>,
+    lm_head: Option<VocabMatrix>,
     rotary: RotaryTables,
     /// The sliding layers' rope tables when they have a base of their own (gemma3).
     local_rotary: Option<RotaryTables>,
@@ -51,8 +52,8 @@ impl Transformer {
         Self::load_with(config, weights, dtype, device, BaseQuant::None)
     }
 
-    /// Build from a weight source, holding the decoder layers' projections as `quant` says (embeddings, norms
-    /// and the head stay dense in `dtype`).
+    /// Build from a weight source, holding the decoder layers' projections and the vocabulary matrices
+    /// (embeddings, head) as `quant` says (norms stay dense in `dtype`).
     pub fn load_with(
         config: &ModelConfig,
         weights: &Weights,
@@ -62,14 +63,15 @@ impl Transformer {
     ) -> Result<Self> {
         let w = WeightLoader { weights, dtype, device, quant };
         let (v, h) = (config.vocab_size, config.hidden_size);
-        let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
+        let vocab_matrix = |name: &str| VocabMatrix::load(weights, name, (v, h), dtype, device, quant);
+        let embed_tokens = vocab_matrix("model.embed_tokens.weight")?;
         let layers = (0..config.num_layers).map(|i| DecoderLayer::new(config, &w, i)).collect::<Result<Vec<_>>>()?;
         let norm =
             RmsNorm::new("norm", w.get("model.norm.weight", &[h])?, config.norm_weight_offset, config.rms_norm_eps)?
                 .scaled(1.0 / config.logits_scaling)?;
         // Some checkpoints say tie_word_embeddings=false yet ship no lm_head: they are tied in effect.
         let lm_head = if !config.tie_word_embeddings && weights.contains("lm_head.weight") {
-            Some(w.get("lm_head.weight", &[v, h])?)
+            Some(vocab_matrix("lm_head.weight")?)
         } else {
             None
         };
@@ -137,8 +139,7 @@ impl Transformer {
         if start_pos + t > context {
             return Err(crate::engine::Error::PromptTooLong { prompt_tokens: start_pos + t, context_len: context });
         }
-        let x =
-            self.embed_tokens.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, self.config.hidden_size))?;
+        let x = self.embed_tokens.rows(&input_ids.flatten_all()?)?.reshape((b, t, self.config.hidden_size))?;
         if self.config.embedding_multiplier == 1.0 {
             return Ok(x);
         }
@@ -192,14 +193,27 @@ impl Transformer {
     }
 
     /// The output projection (vocab, hidden): lm_head, or the embeddings when tied.
-    pub fn head_weight(&self) -> &Tensor {
+    pub fn head(&self) -> &VocabMatrix {
         self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
     }
 
     /// Logits (…, vocab) for hidden states (…, hidden).
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        Ok(ops::frozen_matmul_t(hidden, head)?)
+        Ok(self.head().logits(hidden)?)
+    }
+
+    /// The head and loss over `targets` after `hidden` (n, hidden), without a logits tensor of all rows (see
+    /// `ops::head_nll`): the sum of `-log p(target)`, and with `grad_scale` the gradient of that sum times
+    /// `grad_scale` for `hidden`.
+    pub fn head_nll(&self, hidden: &Tensor, targets: &[u32], grad_scale: Option<f64>) -> Result<ops::HeadLoss> {
+        Ok(self.head().head_nll(hidden, targets, grad_scale, None)?)
+    }
+
+    /// `-log p(targets[i] | hidden[i])` for every row (scoring).
+    pub fn head_token_nll(&self, hidden: &Tensor, targets: &[u32]) -> Result<Vec<f64>> {
+        let mut rows = Vec::with_capacity(targets.len());
+        self.head().head_nll(hidden, targets, None, Some(&mut rows))?;
+        Ok(rows)
     }
 
     /// Logits for every position: (b, t, vocab).
@@ -266,8 +280,9 @@ impl Transformer {
     /// Bytes the base model's weights hold in memory (quantized projections at their quantized size; adapters
     /// not counted).
     pub fn base_weights_bytes(&self) -> u64 {
-        let dense = |t: &Tensor| (t.elem_count() * t.dtype().size_in_bytes()) as u64;
-        let mut total = dense(&self.embed_tokens) + self.norm.size_in_bytes() + self.lm_head.as_ref().map_or(0, dense);
+        let mut total = self.embed_tokens.size_in_bytes()
+            + self.norm.size_in_bytes()
+            + self.lm_head.as_ref().map_or(0, VocabMatrix::size_in_bytes);
         for layer in &self.layers {
             total += layer.norms.iter().map(RmsNorm::size_in_bytes).sum::<u64>();
             total += [&layer.self_attn.q_norm, &layer.self_attn.k_norm]
@@ -298,10 +313,11 @@ impl Transformer {
     pub fn merged_named_weights(&self) -> Result<std::collections::HashMap<String, Tensor>> {
         let mut out = std::collections::HashMap::new();
         let cpu = |t: &Tensor| -> Result<Tensor> { Ok(t.to_device(&Device::Cpu)?) };
-        out.insert("model.embed_tokens.weight".to_string(), cpu(&self.embed_tokens)?);
+        let vocab = |m: &VocabMatrix| -> Result<Tensor> { Ok(m.to_dense(self.dtype)?.to_device(&Device::Cpu)?) };
+        out.insert("model.embed_tokens.weight".to_string(), vocab(&self.embed_tokens)?);
         out.insert("model.norm.weight".to_string(), cpu(&self.norm.weight)?);
         if let Some(head) = &self.lm_head {
-            out.insert("lm_head.weight".to_string(), cpu(head)?);
+            out.insert("lm_head.weight".to_string(), vocab(head)?);
         }
         for (i, layer) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");

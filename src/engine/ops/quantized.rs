@@ -39,6 +39,29 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
     y.reshape(dims)
 }
 
+/// `x W^T` without rounding `x` to 8 bits, for the LM head (see q8_0_rows.rs): a few rows of a Q8_0 weight on the
+/// CPU through our kernel, everything else through the dequantized weight (many rows take that route anyway).
+pub fn quantized_matmul_t_unrounded(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
+    let (out_features, in_features) = weight.shape().dims2()?;
+    let rows = x.elem_count() / in_features.max(1);
+    let kernel = rows < crate::engine::blas::MIN_ROWS
+        && weight.dtype() == GgmlDType::Q8_0
+        && x.device().is_cpu()
+        && super::kernels() == super::Kernels::Native
+        && super::q8_0_rows::fits(in_features);
+    if !kernel {
+        let dense = weight.dequantize(x.device())?.to_dtype(x.dtype())?;
+        return super::frozen_matmul_t(x, &dense);
+    }
+    let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    let y = super::q8_0_rows::q8_0_rows(&weight.data()?, &xs, rows, out_features, in_features);
+    let mut dims = x.dims().to_vec();
+    if let Some(last) = dims.last_mut() {
+        *last = out_features;
+    }
+    Tensor::from_vec(y, dims, x.device())?.to_dtype(x.dtype())
+}
+
 /// A single f32 row times a Q4_1 weight on the CPU, through our kernel (`qgemv`): Candle's is scalar on x86.
 /// None where it does not apply (another type, device or row count, or the portable graph).
 fn q4_1_decode(x2: &Tensor, weight: &QTensor, rows: usize) -> Result<Option<Tensor>> {

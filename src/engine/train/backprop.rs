@@ -22,7 +22,6 @@ use crate::engine::model::decoder_layer::LayerTape;
 use crate::engine::model::linear::Linear;
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::Gradients;
-use crate::engine::ops;
 use crate::engine::train::loss;
 use crate::engine::Result;
 use candle_core::Tensor;
@@ -146,7 +145,7 @@ pub fn loss_and_gradients_with(
     let normed = model.final_norm(&x)?;
     let source_index = Tensor::from_vec(sources, targets.len(), device)?;
     let picked = normed.index_select(&source_index, 0)?;
-    let head = ops::head_nll(&picked, model.head_weight(), &targets, Some(loss_scale))?;
+    let head = model.head_nll(&picked, &targets, Some(loss_scale))?;
     let d_picked = head.grad_hidden.ok_or_else(|| candle_core::Error::Msg("head loss without gradient".into()))?;
     let d_normed = normed.zeros_like()?.index_add(&source_index, &d_picked, 0)?;
     let mut d_x = model.final_norm_backward(&x, &d_normed)?;

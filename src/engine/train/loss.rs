@@ -36,6 +36,6 @@ pub fn batch_nll_sum(model: &Transformer, batch: &Batch) -> Result<(f64, usize)>
     let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
     let hidden = model.forward_hidden(&input, 0, None)?.reshape((b * t, model.config.hidden_size))?;
     let picked = hidden.index_select(&Tensor::from_vec(sources, n, device)?, 0)?;
-    let loss = crate::engine::ops::head_nll(&picked, model.head_weight(), &targets, None)?;
+    let loss = model.head_nll(&picked, &targets, None)?;
     Ok((loss.nll_sum, n))
 }

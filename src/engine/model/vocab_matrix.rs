@@ -1,0 +1,222 @@
+//! The (vocab, hidden) matrices: the token embeddings, read by row, and the LM head (its own, or the embeddings
+//! when tied), which turns hidden states into logits and the loss. Dense in the compute dtype, or with a
+//! quantized base held as GGML blocks of consecutive rows ([`quant::vocab_type`]): at a 128k vocabulary they are
+//! 2.1 GB each in f32, a quarter of an 8B model's weights, so a QLoRA base that left them dense would not fit where
+//! QLoRA is meant to run.
+//!
+//! Blocks of rows, not one quantized matrix: a block is what the head dequantizes at a time (the loss over the
+//! vocabulary in blocks, `ops::quantized_head_nll`; logits block by block), and quantized storage cannot be
+//! viewed by rows on a GPU.
+
+use super::quant::{vocab_type, BaseQuant};
+use super::safetensors_weights::Weights;
+use crate::engine::ops::{self, HeadLoss};
+use crate::engine::Result;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor};
+use std::sync::Arc;
+
+/// Weights per quantized block: (4096 rows at hidden 4096), one dense block is 64 MB in f32.
+const BLOCK_ELEMS: usize = 1 << 24;
+
+/// A (vocab, hidden) matrix.
+#[derive(Debug, Clone)]
+pub enum VocabMatrix {
+    /// In the compute dtype.
+    Dense(Tensor),
+    /// Consecutive blocks of `rows_per_block` rows (the last may be shorter), on the model's device; rows come
+    /// out in `dtype`.
+    Quantized { blocks: Vec<Arc<QTensor>>, rows_per_block: usize, vocab: usize, hidden: usize, dtype: DType },
+}
+
+impl VocabMatrix {
+    /// Read tensor `name` of shape (vocab, hidden), held as `quant` says for vocabulary matrices.
+    pub fn load(
+        weights: &Weights,
+        name: &str,
+        (vocab, hidden): (usize, usize),
+        dtype: DType,
+        device: &Device,
+        quant: BaseQuant,
+    ) -> Result<Self> {
+        let Some(qtype) = vocab_type(quant, hidden, weights.has_quantized()) else {
+            return Ok(Self::Dense(weights.get(name, &[vocab, hidden], dtype, device)?));
+        };
+        let dense = weights.get(name, &[vocab, hidden], DType::F32, &Device::Cpu)?;
+        Ok(Self::quantize(&dense, qtype, dtype, device)?)
+    }
+
+    /// `dense` (vocab, hidden) on the CPU quantized to `qtype` in blocks of rows on `device`.
+    pub fn quantize(dense: &Tensor, qtype: GgmlDType, dtype: DType, device: &Device) -> candle_core::Result<Self> {
+        let (vocab, hidden) = dense.dims2()?;
+        let rows_per_block = (BLOCK_ELEMS / hidden.max(1)).clamp(1, vocab.max(1));
+        let blocks = (0..vocab)
+            .step_by(rows_per_block)
+            .map(|start| {
+                let rows = rows_per_block.min(vocab - start);
+                Ok(Arc::new(ops::quantize_rows(&dense.narrow(0, start, rows)?, qtype, device)?))
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Self::Quantized { blocks, rows_per_block, vocab, hidden, dtype })
+    }
+
+    /// (vocab, hidden).
+    pub fn dims2(&self) -> candle_core::Result<(usize, usize)> {
+        match self {
+            Self::Dense(w) => w.dims2(),
+            Self::Quantized { vocab, hidden, .. } => Ok((*vocab, *hidden)),
+        }
+    }
+
+    /// The GGML type of a quantized matrix; None when dense.
+    pub fn quantized_type(&self) -> Option<GgmlDType> {
+        match self {
+            Self::Dense(_) => None,
+            Self::Quantized { blocks, .. } => blocks.first().map(|b| b.dtype()),
+        }
+    }
+
+    /// Bytes held in memory.
+    pub fn size_in_bytes(&self) -> u64 {
+        match self {
+            Self::Dense(w) => (w.elem_count() * w.dtype().size_in_bytes()) as u64,
+            Self::Quantized { blocks, .. } => blocks.iter().map(|b| b.storage_size_in_bytes() as u64).sum(),
+        }
+    }
+
+    /// Rows `ids` (n) as an (n, hidden) tensor in the compute dtype: the embedding lookup.
+    pub fn rows(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        let (blocks, rows_per_block, hidden, dtype) = match self {
+            Self::Dense(w) => return w.index_select(ids, 0),
+            Self::Quantized { blocks, rows_per_block, hidden, dtype, .. } => (blocks, *rows_per_block, *hidden, *dtype),
+        };
+        let wanted = ids.to_dtype(DType::U32)?.flatten_all()?.to_vec1::<u32>()?;
+        let device = blocks.first().map(|b| b.device()).unwrap_or(Device::Cpu);
+        // Each block looks up its own ids; the rows are then put back in the order asked for.
+        let (mut parts, mut order) = (Vec::new(), Vec::with_capacity(wanted.len()));
+        for (b, block) in blocks.iter().enumerate() {
+            let start = b * rows_per_block;
+            let mine: Vec<(usize, u32)> = wanted
+                .iter()
+                .enumerate()
+                .filter(|&(_, &id)| (id as usize) / rows_per_block == b)
+                .map(|(i, &id)| (i, id - start as u32))
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let local = Tensor::from_vec(mine.iter().map(|&(_, l)| l).collect::<Vec<_>>(), mine.len(), &device)?;
+            parts.push(block.embedding(&local)?.to_dtype(dtype)?);
+            order.extend(mine.iter().map(|&(i, _)| i));
+        }
+        if order.len() != wanted.len() {
+            let vocab = blocks.iter().map(|b| b.shape().dims()[0]).sum::<usize>();
+            candle_core::bail!("a token id is outside the vocabulary of {vocab}");
+        }
+        let found =
+            if parts.is_empty() { Tensor::zeros((0, hidden), dtype, &device)? } else { Tensor::cat(&parts, 0)? };
+        let mut position = vec![0u32; order.len()];
+        for (row, &i) in order.iter().enumerate() {
+            position[i] = row as u32;
+        }
+        found.index_select(&Tensor::from_vec(position, order.len(), &device)?, 0)
+    }
+
+    /// Logits (…, vocab) for hidden states (…, hidden).
+    pub fn logits(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Dense(w) => ops::frozen_matmul_t(hidden, w),
+            Self::Quantized { blocks, .. } => {
+                let parts = blocks
+                    .iter()
+                    .map(|b| ops::quantized_matmul_t_unrounded(hidden, b))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Tensor::cat(&parts, hidden.rank() - 1)
+            }
+        }
+    }
+
+    /// The head's loss over `targets` after `hidden` (n, hidden) (see `ops::head_nll`), pushing each row's NLL
+    /// onto `row_nll` when given.
+    pub fn head_nll(
+        &self,
+        hidden: &Tensor,
+        targets: &[u32],
+        grad_scale: Option<f64>,
+        row_nll: Option<&mut Vec<f64>>,
+    ) -> candle_core::Result<HeadLoss> {
+        match self {
+            Self::Dense(w) => match row_nll {
+                None => ops::head_nll(hidden, w, targets, grad_scale),
+                Some(out) => {
+                    out.extend(ops::head_token_nll(hidden, w, targets)?);
+                    Ok(HeadLoss { nll_sum: out.iter().sum(), grad_hidden: None })
+                }
+            },
+            Self::Quantized { blocks, rows_per_block, .. } => {
+                let target_rows = self.rows(&Tensor::new(targets, hidden.device())?)?.to_dtype(hidden.dtype())?;
+                let head = ops::QuantizedHead { blocks, rows_per_block: *rows_per_block, target_rows: &target_rows };
+                ops::quantized_head_nll(hidden, &head, targets, grad_scale, row_nll)
+            }
+        }
+    }
+
+    /// The matrix dense in `dtype` (a dequantized copy when quantized): for merging and export.
+    pub fn to_dense(&self, dtype: DType) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Dense(w) => w.to_dtype(dtype),
+            Self::Quantized { blocks, .. } => {
+                let parts = blocks
+                    .iter()
+                    .map(|b| b.dequantize(&b.device())?.to_dtype(dtype))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Tensor::cat(&parts, 0)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantized_rows_and_logits_match_the_dequantized_matrix() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        let dense = Tensor::randn(0f32, 1.0, (1000, 64), &dev)?;
+        let matrix = VocabMatrix::quantize(&dense, GgmlDType::Q8_0, DType::F32, &dev)?;
+        let VocabMatrix::Quantized { rows_per_block, ref blocks, .. } = matrix else { panic!("quantized") };
+        assert!(blocks.len() == 1 && rows_per_block == 1000);
+        // Force several blocks to test lookups across them.
+        let matrix = match matrix {
+            VocabMatrix::Quantized { vocab, hidden, dtype, .. } => {
+                let blocks = (0..vocab)
+                    .step_by(300)
+                    .map(|s| {
+                        Ok(Arc::new(ops::quantize_rows(
+                            &dense.narrow(0, s, 300.min(vocab - s))?,
+                            GgmlDType::Q8_0,
+                            &dev,
+                        )?))
+                    })
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                VocabMatrix::Quantized { blocks, rows_per_block: 300, vocab, hidden, dtype }
+            }
+            dense => dense,
+        };
+        let reference = matrix.to_dense(DType::F32)?;
+        assert_eq!(reference.dims(), &[1000, 64]);
+        let ids = Tensor::new(&[999u32, 0, 301, 299, 600, 5, 301], &dev)?;
+        let diff = (matrix.rows(&ids)? - reference.index_select(&ids, 0)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert_eq!(diff, 0.0);
+        assert!(matrix.rows(&Tensor::new(&[1000u32], &dev)?).is_err());
+        // Few rows (decoding: our Q8_0 kernel) and many (the dequantized block): neither rounds the rows.
+        for rows in [3, 16] {
+            let hidden = Tensor::randn(0f32, 1.0, (rows, 64), &dev)?;
+            let reference = hidden.matmul(&reference.t()?)?;
+            let diff = (matrix.logits(&hidden)? - reference)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(diff < 1e-4, "{rows} rows: logits differ by {diff}");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,151 @@
+//! The head and cross-entropy loss when the head is held quantized in blocks of vocabulary rows (a quantized
+//! base's LM head, `model/vocab_matrix.rs`): no dense copy of the whole head ever exists, only one block's,
+//! dequantized in the hidden states' dtype, at a time.
+//!
+//! The dense path (`head_loss.rs`) cuts the rows into chunks and reads the whole head for each; here the
+//! vocabulary is cut instead. A first pass over the blocks keeps each row's running maximum and sum of
+//! exponentials (online log-sum-exp) and picks the target's logit out of the block that holds it; a second pass,
+//! for the gradient, recomputes each block's logits and adds `scale * softmax` times the block to the hidden
+//! states' gradient, from which `scale` times the target rows of the head (the one-hot part) is taken at the end.
+//! Each block's logits are products in the hidden states' dtype, read as f32 for the statistics, as the dense
+//! path reads them. Composed of Candle ops, so every device runs it (the portable graph included).
+
+use super::head_loss::HeadLoss;
+use super::{frozen_matmul, frozen_matmul_t};
+use candle_core::quantized::QTensor;
+use candle_core::{DType, Result, Tensor};
+use std::sync::Arc;
+
+/// A head of vocabulary rows held as consecutive quantized blocks of `rows_per_block` rows (the last may be
+/// shorter).
+pub struct QuantizedHead<'a> {
+    pub blocks: &'a [Arc<QTensor>],
+    pub rows_per_block: usize,
+    /// The head's rows of each target (n, hidden) in the hidden states' dtype (an embedding lookup).
+    pub target_rows: &'a Tensor,
+}
+
+/// The first row of each block.
+fn block_starts<'a>(head: &QuantizedHead<'a>) -> impl Iterator<Item = (usize, &'a Arc<QTensor>)> {
+    let per_block = head.rows_per_block;
+    head.blocks.iter().enumerate().map(move |(i, b)| (i * per_block, b))
+}
+
+/// One block's logits (n, block rows) as f32.
+fn block_logits(hidden: &Tensor, block: &QTensor) -> Result<(Tensor, Tensor)> {
+    let dense = block.dequantize(hidden.device())?.to_dtype(hidden.dtype())?;
+    let logits = frozen_matmul_t(hidden, &dense)?.to_dtype(DType::F32)?;
+    Ok((logits, dense))
+}
+
+/// Negative log-likelihood of `targets[i]` after `hidden[i]` (n, h) through the quantized head, pushing each
+/// row's onto `row_nll` when given, and with `grad_scale` the gradient of `grad_scale * nll_sum` with respect
+/// to `hidden`.
+pub fn quantized_head_nll(
+    hidden: &Tensor,
+    head: &QuantizedHead<'_>,
+    targets: &[u32],
+    grad_scale: Option<f64>,
+    row_nll: Option<&mut Vec<f64>>,
+) -> Result<HeadLoss> {
+    let (n, _) = hidden.dims2()?;
+    if n != targets.len() {
+        candle_core::bail!("head loss: {n} rows but {} targets", targets.len());
+    }
+    let device = hidden.device();
+    let (mut max, mut sum, mut target_logit): (Option<Tensor>, Option<Tensor>, Option<Tensor>) = (None, None, None);
+    for (start, block) in block_starts(head) {
+        let (logits, _) = block_logits(hidden, block)?;
+        let rows = logits.dim(1)?;
+        let block_max = logits.max_keepdim(1)?;
+        let block_sum = logits.broadcast_sub(&block_max)?.exp()?.sum_keepdim(1)?;
+        (max, sum) = match (max, sum) {
+            (Some(m), Some(s)) => {
+                let new = m.maximum(&block_max)?;
+                let s = ((s * (m - &new)?.exp()?)? + (block_sum * (block_max - &new)?.exp()?)?)?;
+                (Some(new), Some(s))
+            }
+            _ => (Some(block_max), Some(block_sum)),
+        };
+        // The targets in this block: their logit, the others masked out.
+        let local: Vec<u32> = targets
+            .iter()
+            .map(|&t| (t as usize).checked_sub(start).filter(|&l| l < rows).unwrap_or(0) as u32)
+            .collect();
+        let inside: Vec<f32> =
+            targets.iter().map(|&t| ((t as usize) >= start && (t as usize) < start + rows) as u8 as f32).collect();
+        if !inside.iter().any(|&v| v > 0.0) {
+            continue;
+        }
+        let picked = logits.gather(&Tensor::from_vec(local, (n, 1), device)?, 1)?;
+        let picked = (picked * Tensor::from_vec(inside, (n, 1), device)?)?;
+        target_logit = Some(match target_logit {
+            Some(t) => (t + picked)?,
+            None => picked,
+        });
+    }
+    let (Some(max), Some(sum), Some(target_logit)) = (max, sum, target_logit) else {
+        candle_core::bail!("head loss: the quantized head has no rows holding the targets");
+    };
+    let lse = (max + sum.log()?)?;
+    let nll = (&lse - target_logit)?.flatten_all()?.to_vec1::<f32>()?;
+    if let Some(out) = row_nll {
+        out.extend(nll.iter().map(|&v| f64::from(v)));
+    }
+    let nll_sum = nll.iter().map(|&v| f64::from(v)).sum();
+    let grad_hidden = match grad_scale {
+        None => None,
+        Some(scale) => {
+            let mut grad = (head.target_rows.to_dtype(DType::F32)? * -scale)?;
+            for (_, block) in block_starts(head) {
+                let (logits, dense) = block_logits(hidden, block)?;
+                let softmax = (logits.broadcast_sub(&lse)?.exp()? * scale)?.to_dtype(hidden.dtype())?;
+                grad = (grad + frozen_matmul(&softmax, &dense)?.to_dtype(DType::F32)?)?;
+            }
+            Some(grad.to_dtype(hidden.dtype())?)
+        }
+    };
+    Ok(HeadLoss { nll_sum, grad_hidden })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::GgmlDType;
+    use candle_core::Device;
+
+    #[test]
+    fn blocks_of_the_vocabulary_give_the_dense_heads_loss_and_gradient() -> Result<()> {
+        let dev = Device::Cpu;
+        let (vocab, h, n, per_block) = (300, 64, 7, 128);
+        let head = Tensor::randn(0f32, 1.0, (vocab, h), &dev)?;
+        let blocks = (0..vocab)
+            .step_by(per_block)
+            .map(|s| {
+                let rows = per_block.min(vocab - s);
+                Ok(Arc::new(super::super::quantize_rows(&head.narrow(0, s, rows)?, GgmlDType::Q8_0, &dev)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // The reference: the dense head path on the same (dequantized) weights.
+        let dense = Tensor::cat(&blocks.iter().map(|b| b.dequantize(&dev)).collect::<Result<Vec<_>>>()?, 0)?;
+        let hidden = Tensor::randn(0f32, 1.0, (n, h), &dev)?;
+        let targets = [0u32, 5, 127, 128, 200, 256, 299];
+        let ids = Tensor::new(&targets, &dev)?;
+        let target_rows = dense.index_select(&ids, 0)?;
+        let quantized = QuantizedHead { blocks: &blocks, rows_per_block: per_block, target_rows: &target_rows };
+        let mut rows = Vec::new();
+        let ours = quantized_head_nll(&hidden, &quantized, &targets, Some(0.5), Some(&mut rows))?;
+        let reference = super::super::head_nll(&hidden, &dense, &targets, Some(0.5))?;
+        assert!(
+            (ours.nll_sum - reference.nll_sum).abs() < 1e-4 * reference.nll_sum.abs(),
+            "{} vs {}",
+            ours.nll_sum,
+            reference.nll_sum
+        );
+        assert_eq!(rows.len(), n);
+        let diff =
+            (ours.grad_hidden.unwrap() - reference.grad_hidden.unwrap())?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-5, "gradient differs by {diff}");
+        Ok(())
+    }
+}
