@@ -32,7 +32,9 @@ pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;
-pub use quantized::{qtensor_to_device, quantize_rows, quantized_matmul, quantized_matmul_t};
+pub use quantized::{
+    gemv_kernel_reads, qtensor_to_device, quantize_rows, quantized_gemv, quantized_matmul, quantized_matmul_t,
+};
 
 use candle_core::{DType, Result, Tensor, D};
 

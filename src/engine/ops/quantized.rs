@@ -8,8 +8,9 @@
 //! product runs through BLAS or cuBLAS, where Candle's CPU kernels for some types (Q4_1, Q5_0 on x86) are scalar
 //! and several times slower. Single rows (decoding) and the portable graph (what Metal runs) use Candle's kernel.
 //!
-//! Single rows of a Q4_1 weight on the CPU (decoding a Q4_1 GGUF kept as it is) go through our own kernel
-//! (`qgemv.rs`): the same numbers as Candle's, which has no x86 SIMD for that type.
+//! Single rows of a Q4_1 or Q8_0 weight on the CPU (decoding a GGUF kept as it is, a base quantized to Q8_0,
+//! the quantized LM head) go through our own kernels ([`quantized_gemv`], `qgemv.rs`): the same numbers as
+//! Candle's, which has no x86 SIMD for Q4_1 and runs both on a thread pool of its own.
 //!
 //! Candle's Metal kernel reads f32 activations only, so every device gets f32 in and the result is cast back
 //! to the caller's dtype: one rule for all of them.
@@ -25,7 +26,7 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
     let mut dims = x.dims().to_vec();
     let rows = x.elem_count() / in_features.max(1);
     let x2 = x.reshape((rows, in_features))?;
-    let y = if let Some(y) = q4_1_decode(&x2, weight, rows)? {
+    let y = if let Some(y) = quantized_gemv(&x2, weight)? {
         y
     } else if dequantize_first(x, rows) {
         let dense = weight.dequantize(x.device())?.to_dtype(x.dtype())?;
@@ -39,21 +40,37 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
     y.reshape(dims)
 }
 
-/// A single f32 row times a Q4_1 weight on the CPU, through our kernel (`qgemv`): Candle's is scalar on x86.
-/// None where it does not apply (another type, device or row count, or the portable graph).
-fn q4_1_decode(x2: &Tensor, weight: &QTensor, rows: usize) -> Result<Option<Tensor>> {
+/// `x W^T` for a single row `x` (1, in) through our own CPU kernel (`qgemv`), in `x`'s dtype; None where
+/// none applies (more rows, another device or type, the portable graph): then the caller multiplies.
+pub fn quantized_gemv(x: &Tensor, weight: &QTensor) -> Result<Option<Tensor>> {
     let (out_features, in_features) = weight.shape().dims2()?;
-    let applies = rows == 1
-        && weight.dtype() == GgmlDType::Q4_1
-        && x2.device().is_cpu()
+    let applies = x.elem_count() == in_features
+        && x.device().is_cpu()
         && super::kernels() == super::Kernels::Native
-        && super::qgemv::q4_1_fits(in_features);
+        && gemv_kernel_reads(weight.dtype(), in_features);
     if !applies {
         return Ok(None);
     }
-    let x = x2.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    let y = super::qgemv::q4_1_gemv(&weight.data()?, &x, out_features, in_features);
-    Ok(Some(Tensor::from_vec(y, (1, out_features), x2.device())?.to_dtype(x2.dtype())?))
+    let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    let data = weight.data()?;
+    let y = match weight.dtype() {
+        GgmlDType::Q4_1 => super::qgemv::q4_1_gemv(&data, &xs, out_features, in_features),
+        _ => super::qgemv::q8_0_gemv(&data, &xs, out_features, in_features),
+    };
+    let mut dims = x.dims().to_vec();
+    if let Some(last) = dims.last_mut() {
+        *last = out_features;
+    }
+    Ok(Some(Tensor::from_vec(y, dims, x.device())?.to_dtype(x.dtype())?))
+}
+
+/// Whether our single-row CPU kernels read weights of `dtype` with rows of `in_features` on this CPU.
+pub fn gemv_kernel_reads(dtype: GgmlDType, in_features: usize) -> bool {
+    match dtype {
+        GgmlDType::Q4_1 => super::qgemv::q4_1_fits(in_features),
+        GgmlDType::Q8_0 => super::qgemv::q8_0_fits(in_features),
+        _ => false,
+    }
 }
 
 /// Whether a product of `rows` rows of `x` dequantizes the weight and multiplies densely (see the module notes).
