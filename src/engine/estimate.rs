@@ -11,6 +11,7 @@ use crate::engine::model::transformer::Transformer;
 use crate::engine::model::ModelConfig;
 use crate::engine::train::{Checkpointing, LoraSettings, ModelLimits, TrainConfig};
 use crate::engine::Result;
+use candle_core::quantized::GgmlDType;
 
 /// The sizes of a model that the estimates and the settings validation need.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -94,7 +95,8 @@ pub fn trainable_params(model: &ModelShape, lora: &LoraSettings) -> Result<usize
 
 /// Bytes of the base weights if the model were loaded with `quant` (`none` and `keep` count dense: a
 /// GGUF's own types are only known once loaded, see [`ModelShape::base_weights_bytes`]). Projections whose
-/// rows fit no block of the type stay dense, as the loader does.
+/// rows fit no block of the type stay dense, as the loader does. A quantized base also holds the LM head's
+/// quantized copy that decoding reads (`Weights::decode_head`), counted here as Q8_0.
 pub fn base_weights_bytes_with(model: &ModelShape, quant: BaseQuant) -> u64 {
     let dense_bytes = model.dtype_bytes.max(1) as f64;
     let (mut linear_params, mut linear_bytes) = (0usize, 0f64);
@@ -104,7 +106,13 @@ pub fn base_weights_bytes_with(model: &ModelShape, quant: BaseQuant) -> u64 {
         linear_bytes += (i * o) as f64 * per_weight;
     }
     let other_params = model.parameters.saturating_sub(linear_params * model.layers);
-    (other_params as f64 * dense_bytes + linear_bytes * model.layers as f64) as u64
+    let head = (model.vocab_size * model.hidden_size) as f64;
+    let decode_head = if quant.is_quantized() && model.hidden_size.is_multiple_of(GgmlDType::Q8_0.block_size()) {
+        head * bytes_per_weight(GgmlDType::Q8_0)
+    } else {
+        0.0
+    };
+    (other_params as f64 * dense_bytes + linear_bytes * model.layers as f64 + decode_head) as u64
 }
 
 /// A base quantization that would make `config`'s run fit `budget_bytes`, with its estimate, when the model
@@ -460,7 +468,9 @@ mod tests {
         let linear: usize = m.linear_shapes.iter().map(|(_, i, o)| i * o).sum::<usize>() * m.layers;
         let expected_linear =
             30.0 * (576.0 * (576.0 * 2.0 + 192.0 * 2.0 + 1536.0 * 2.0) * 0.6875 + 1536.0 * 576.0 * 0.5625);
-        assert_eq!(q4k, ((m.parameters - linear) as f64 * 4.0 + expected_linear) as u64);
+        // Plus the head's Q8_0 copy that decoding reads (1.0625 bytes a weight).
+        let decode_head = (m.vocab_size * m.hidden_size) as f64 * 1.0625;
+        assert_eq!(q4k, ((m.parameters - linear) as f64 * 4.0 + expected_linear + decode_head) as u64);
         let cfg = TrainConfig { batch_size: 1, seq_len: 128, ..TrainConfig::default() };
         let need = training_memory(&m, &cfg).total_bytes();
         assert!(quantization_that_fits(&m, &cfg, Some(need)).is_none(), "fits already");

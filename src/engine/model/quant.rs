@@ -4,7 +4,8 @@
 //! bytes a weight costs in each type (what the one memory estimate uses).
 //!
 //! Only the decoder layers' linear projections are quantized. Embeddings (looked up by row), norms and the LM
-//! head (whose fused loss kernel reads a dense matrix) stay dense in the compute dtype.
+//! head (whose fused loss kernel reads a dense matrix) stay dense in the compute dtype; decoding on the CPU
+//! also gets a quantized copy of the head (`Weights::decode_head`).
 
 use candle_core::quantized::GgmlDType;
 

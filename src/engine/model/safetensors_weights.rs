@@ -1,7 +1,8 @@
 //! Weight sources: Hugging Face safetensors (single file or sharded with an index) read tensor by tensor, or an
 //! in-memory map of tensors (what the GGUF loader produces, dense and still-quantized ones). Lookups check
 //! shapes and name the file at fault. [`Weights::base_weight`] applies the base quantization choice to one
-//! projection at a time: read, quantize, drop the dense copy, so no whole dense model is ever held.
+//! projection at a time: read, quantize, drop the dense copy, so no whole dense model is ever held;
+//! [`Weights::decode_head`] gives a quantized base's LM head the quantized copy that decoding reads.
 //!
 //! Names are asked for as a text-only model stores them (`model.layers.0...`, `lm_head.weight`). A multimodal
 //! checkpoint (gemma3) keeps its language model elsewhere: under `language_model.model.*` (transformers before
@@ -12,7 +13,7 @@ use super::linear::BaseWeight;
 use super::quant::{fitting_type, BaseQuant};
 use super::safetensors_reader::{LoadProgressFn, SafetensorsReader};
 use crate::engine::{ops, Error, Result};
-use candle_core::quantized::QTensor;
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -155,6 +156,30 @@ impl Weights {
             }
             None => Ok(BaseWeight::Dense(self.get(name, shape, dtype, device)?)),
         }
+    }
+
+    /// The LM head `name` (vocab, hidden) in quantized blocks for decoding's single-row product on the CPU,
+    /// beside the dense head that training and scoring read, when the base is quantized: the file's own
+    /// quantized tensor when our kernels read its type (`keep`, or a file already in Q8_0), else the head
+    /// quantized to Q8_0 (from the dense values; a second rounding where the file stores another block type,
+    /// such as Q6_K). None for a dense base, a dense file kept as it is, or rows our kernels cannot read.
+    pub fn decode_head(&self, name: &str, shape: &[usize], quant: BaseQuant) -> Result<Option<Arc<QTensor>>> {
+        let row_len = shape.last().copied().unwrap_or(0);
+        let stored = self.quantized(name);
+        let wanted = match (quant, stored) {
+            (BaseQuant::None, _) | (BaseQuant::Keep, None) => return Ok(None),
+            (BaseQuant::Keep, Some(q)) if ops::gemv_kernel_reads(q.dtype(), row_len) => q.dtype(),
+            _ => GgmlDType::Q8_0,
+        };
+        if !ops::gemv_kernel_reads(wanted, row_len) {
+            return Ok(None);
+        }
+        if let Some(q) = stored.filter(|q| q.dtype() == wanted) {
+            self.check_shape(name, q.shape().dims(), shape)?;
+            return Ok(Some(ops::qtensor_to_device(q, &Device::Cpu)?));
+        }
+        let dense = self.get(name, shape, DType::F32, &Device::Cpu)?;
+        Ok(Some(Arc::new(ops::quantize_rows(&dense, wanted, &Device::Cpu)?)))
     }
 
     fn check_shape(&self, name: &str, found: &[usize], shape: &[usize]) -> Result<()> {

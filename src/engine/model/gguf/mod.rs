@@ -19,7 +19,8 @@
 //!
 //! Weights are dequantized to `dtype`, except, when the caller asks to keep them (QLoRA, `--quantize keep`),
 //! the decoder layers' block-quantized projections: those stay as the file's quantized blocks (q/k rows
-//! un-permuted block-row by block-row) and LoRA trains on top of them.
+//! un-permuted block-row by block-row) and LoRA trains on top of them; a block-quantized LM head (`output`, or
+//! `token_embd` when tied) is then loaded dense and also kept as stored, for decoding's product.
 //! A truncated or corrupt file yields [`Error::CorruptWeights`], never a panic or a huge allocation.
 
 use crate::engine::model::config::{Architecture, ModelConfig};
@@ -67,7 +68,8 @@ pub struct GgufModel {
     /// only when the file has `output.weight`; otherwise `config.tie_word_embeddings` is true.
     pub tensors: HashMap<String, Tensor>,
     /// Block-quantized projection weights kept as they are (only when asked), under Hugging Face names and in
-    /// Hugging Face row order, on the CPU; these names are absent from `tensors`.
+    /// Hugging Face row order, on the CPU; these names are absent from `tensors`, except the LM head's, which
+    /// is in both.
     pub quantized: HashMap<String, Arc<QTensor>>,
     /// Rebuilt from the `tokenizer.ggml.*` metadata.
     pub tokenizer: Tokenizer,
@@ -319,8 +321,9 @@ pub(crate) fn expected_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
 /// Dequantized tensors and kept quantized ones, by Hugging Face name.
 type LoadedTensors = (HashMap<String, Tensor>, HashMap<String, Arc<QTensor>>);
 
-/// Dequantize every tensor the model needs (or, with `keep_quantized`, keep block-quantized projections),
-/// check its shape against the config, and restore Hugging Face row order for q/k. Work happens on the CPU;
+/// Dequantize every tensor the model needs (or, with `keep_quantized`, keep block-quantized projections, and
+/// the block-quantized head both ways), check its shape against the config, and restore Hugging Face row
+/// order for q/k. Work happens on the CPU;
 /// each dense tensor moves to `device` once, already in `dtype`.
 fn load_tensors(
     path: &Path,
@@ -336,6 +339,7 @@ fn load_tensors(
     let started = std::time::Instant::now();
     let bytes_total = gguf_names.values().filter_map(|g| content.tensor_infos.get(*g)).map(stored_bytes).sum();
     let mut bytes_done = 0;
+    let head_name = if cfg.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" };
     for (hf_name, shape) in expected_shapes(cfg) {
         let gguf_name = *gguf_names
             .get(&hf_name)
@@ -345,15 +349,26 @@ fn load_tensors(
             report(&LoadProgress { bytes_done, bytes_total, elapsed_secs: started.elapsed().as_secs_f64() });
         }
         let n_head = qk_heads(gguf_name, cfg);
-        let keep = keep_quantized
-            && hf_name.ends_with("_proj.weight")
-            && content.tensor_infos.get(gguf_name).is_some_and(|i| is_block_quantized(i.ggml_dtype));
+        let block_quantized = content.tensor_infos.get(gguf_name).is_some_and(|i| is_block_quantized(i.ggml_dtype));
+        let keep = keep_quantized && hf_name.ends_with("_proj.weight") && block_quantized;
         let permute_err = |e: candle_core::Error| corrupt(path, format!("`{gguf_name}`: {e}"));
-        if keep {
+        let read_quantized = |reader: &mut BufReader<File>| {
             let q = guarded(path, &format!("cannot read tensor `{gguf_name}`"), || {
                 content.tensor(reader, gguf_name, &Device::Cpu)
             })?;
             check_shape(path, gguf_name, &hf_name, q.shape().dims(), &shape)?;
+            Ok::<_, Error>(q)
+        };
+        if keep_quantized && block_quantized && hf_name == head_name {
+            // The head: dense for training and scoring, and as stored for decoding (`Weights::decode_head`).
+            let q = read_quantized(reader)?;
+            let dense = guarded(path, &format!("cannot read tensor `{gguf_name}`"), || q.dequantize(&Device::Cpu))?;
+            tensors.insert(hf_name.clone(), dense.to_dtype(dtype)?.to_device(device)?);
+            quantized.insert(hf_name, Arc::new(q));
+            continue;
+        }
+        if keep {
+            let q = read_quantized(reader)?;
             let q = match n_head {
                 Some(n_head) => permute_quantized_rows(&q, n_head).map_err(permute_err)?,
                 None => q,
