@@ -12,12 +12,16 @@
 //!   does, and each row accumulates `dw_b * dx_b * q_b` into eight f32 lanes (`q_b`: the block's integer
 //!   products summed four by four) with the same fused multiply-adds, then the same horizontal sum.
 //!
+//! Other block types (Q4_0, Q5_0, Q5_1 and the K-quants: Q4_K_M files) run Candle's own `from_float` and
+//! `vec_dot` for each row on our team ([`candle_gemv`]): Candle's arithmetic without its pool.
+//!
 //! So the results equal Candle's bit for bit where Candle runs those `vec_dot`s (the tests check it; on a CPU
 //! with AVX512-VNNI or AVX-VNNI, Candle multiplies Q8_0 through repacked tiles with Q8_K activations
 //! instead, a rounding apart), and greedy ids do not move. The Q8_0 kernel runs only with AVX2 and FMA (else
 //! Candle's, which has NEON on Apple Silicon). Rows are split over [`cpu_pool`](crate::engine::cpu_pool),
 //! the team the f32 matrix-vector kernel uses.
 
+use candle_core::quantized::{GgmlDType, GgmlType};
 use half::f16;
 
 /// Weights per block, for Q4_1, Q8_0 and Q8_1.
@@ -50,8 +54,13 @@ pub fn q4_1_fits(k: usize) -> bool {
 /// Whether a (n, k) Q8_0 product can run here: `k` fills whole blocks and the CPU has AVX2 and FMA (the
 /// kernel is Candle's AVX2 arithmetic; elsewhere Candle's own kernel is the better one).
 pub fn q8_0_fits(k: usize) -> bool {
+    k > 0 && k.is_multiple_of(BLOCK) && avx2_fma()
+}
+
+/// Whether this is an x86-64 CPU with AVX2, FMA and F16C.
+fn avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return k > 0 && k.is_multiple_of(BLOCK) && has_avx2_fma();
+    return has_avx2_fma();
     #[cfg(not(target_arch = "x86_64"))]
     return false;
 }
@@ -73,6 +82,53 @@ pub fn q8_0_gemv(w: &[u8], x: &[f32], n: usize, k: usize) -> Vec<f32> {
     assert!(q8_0_fits(k) && x.len() == k, "q8_0_gemv: shapes do not fit");
     let xq = quantize_q8(x, false);
     rows_gemv(w, n, k / BLOCK * Q8_0_BYTES, |rows, dst| q8_0_rows_dot(rows, &xq, dst))
+}
+
+/// Whether [`candle_gemv`] reads a (n, k) weight of `dtype` here: a block type other than Q4_1 and Q8_0 (ours),
+/// with `k` filling whole blocks, on an x86-64 CPU with AVX2 and FMA (where Candle's `vec_dot`s for Q4_0 and
+/// the K-quants are AVX2; Q5_0 and Q5_1 are its scalar loops, still better on our team than on Candle's pool
+/// beside it). Elsewhere (Apple Silicon) Candle's own kernels, with their repacked NEON paths, run instead.
+pub fn candle_vec_dot_fits(dtype: GgmlDType, k: usize) -> bool {
+    use GgmlDType as T;
+    let typed = matches!(dtype, T::Q4_0 | T::Q5_0 | T::Q5_1 | T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K);
+    typed && k > 0 && k.is_multiple_of(dtype.block_size()) && avx2_fma()
+}
+
+/// `W x` for `w`, the raw bytes of a (n, k) tensor of `dtype` (where [`candle_vec_dot_fits`]), through
+/// Candle's own row arithmetic: `x` quantized by its `from_float` to the type's activation blocks (Q8_0, or
+/// Q8_K for the K-quants) and each row's `vec_dot`, the rows split over our team. So each result is Candle's
+/// `vec_dot` bit for bit, which its QMatMul also returns except where it runs repacked tiles (Q4_K with rows
+/// in multiples of 16 and 256, on x86): those sum in another order, a rounding apart.
+pub fn candle_gemv(dtype: GgmlDType, w: &[u8], x: &[f32], n: usize, k: usize) -> Vec<f32> {
+    use candle_core::quantized::k_quants as kq;
+    assert!(candle_vec_dot_fits(dtype, k) && x.len() == k, "candle_gemv: shapes do not fit");
+    match dtype {
+        GgmlDType::Q4_0 => typed_gemv::<kq::BlockQ4_0>(w, x, n, k),
+        GgmlDType::Q5_0 => typed_gemv::<kq::BlockQ5_0>(w, x, n, k),
+        GgmlDType::Q5_1 => typed_gemv::<kq::BlockQ5_1>(w, x, n, k),
+        GgmlDType::Q2K => typed_gemv::<kq::BlockQ2K>(w, x, n, k),
+        GgmlDType::Q3K => typed_gemv::<kq::BlockQ3K>(w, x, n, k),
+        GgmlDType::Q4K => typed_gemv::<kq::BlockQ4K>(w, x, n, k),
+        GgmlDType::Q5K => typed_gemv::<kq::BlockQ5K>(w, x, n, k),
+        _ => typed_gemv::<kq::BlockQ6K>(w, x, n, k),
+    }
+}
+
+/// [`candle_gemv`] for Candle's block type `B`.
+fn typed_gemv<B: GgmlType>(w: &[u8], x: &[f32], n: usize, k: usize) -> Vec<f32> {
+    let blocks = k / B::BLCK_SIZE;
+    let row_bytes = blocks * std::mem::size_of::<B>();
+    // Candle's storage is a Vec of blocks, so aligned; a row's bytes are whole blocks.
+    assert!(w.as_ptr().align_offset(std::mem::align_of::<B>()) == 0, "candle_gemv: unaligned blocks");
+    let mut xq = vec![B::VecDotType::zeros(); k / B::VecDotType::BLCK_SIZE];
+    B::VecDotType::from_float(x, &mut xq);
+    rows_gemv(w, n, row_bytes, |rows, dst| {
+        // SAFETY: `rows` is `dst.len()` whole rows of `B` blocks (plain data, repr(C)) at an aligned address.
+        let typed = unsafe { std::slice::from_raw_parts(rows.as_ptr() as *const B, dst.len() * blocks) };
+        for (row, out) in typed.chunks_exact(blocks).zip(dst) {
+            *out = B::vec_dot(k, row, &xq);
+        }
+    })
 }
 
 /// The `n` products of the rows of `row_bytes` bytes in `w`, the rows split over the team in runs:
@@ -291,6 +347,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn equals_candles_q8_0_product_bit_for_bit() {
         if !q8_0_fits(32) {
             return; // no AVX2: Candle's kernel runs instead of ours
@@ -307,6 +364,28 @@ mod tests {
             } else {
                 assert_eq!(got, want, "n={n} k={k}");
             }
+        }
+    }
+
+    #[test]
+    fn equals_candles_row_arithmetic_for_other_block_types() {
+        use GgmlDType as T;
+        for dtype in [T::Q4_0, T::Q5_0, T::Q5_1, T::Q2K, T::Q3K, T::Q4K, T::Q5K, T::Q6K] {
+            if !candle_vec_dot_fits(dtype, 256) {
+                return; // not x86 with AVX2: Candle's own kernels run instead
+            }
+            // n not a multiple of 16: Candle's QMatMul runs its `vec_dot`s, which ours must equal exactly.
+            for (n, k) in [(37usize, 256usize), (70, 1536), (4099, 512)] {
+                let (q, x, want) = case(dtype, n, k);
+                assert_eq!(candle_gemv(dtype, &q.data().unwrap(), &x, n, k), want, "{dtype:?} n={n} k={k}");
+            }
+            // n a multiple of 16 (for Q4_K, Candle's repacked tiles on x86: a rounding apart).
+            let (n, k) = (192, 1536);
+            let (q, x, want) = case(dtype, n, k);
+            let got = candle_gemv(dtype, &q.data().unwrap(), &x, n, k);
+            let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+            let worst = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(worst <= 1e-5 * scale, "{dtype:?}: {worst} of {scale}");
         }
     }
 }

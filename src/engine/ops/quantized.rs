@@ -8,9 +8,10 @@
 //! product runs through BLAS or cuBLAS, where Candle's CPU kernels for some types (Q4_1, Q5_0 on x86) are scalar
 //! and several times slower. Single rows (decoding) and the portable graph (what Metal runs) use Candle's kernel.
 //!
-//! Single rows of a Q4_1 or Q8_0 weight on the CPU (decoding a GGUF kept as it is, a base quantized to Q8_0,
-//! the quantized LM head) go through our own kernels ([`quantized_gemv`], `qgemv.rs`): the same numbers as
-//! Candle's, which has no x86 SIMD for Q4_1 and runs both on a thread pool of its own.
+//! Single rows of a quantized weight on an x86 CPU (decoding a GGUF kept as it is, a base quantized at load,
+//! the quantized LM head) go through our own kernels ([`quantized_gemv`], `qgemv.rs`: Q4_1 and Q8_0 in our
+//! AVX2, other block types through Candle's row arithmetic on our team): Candle's numbers, without its thread
+//! pool of its own beside our team (and, for Q4_1, with SIMD, which Candle's lacks on x86).
 //!
 //! Candle's Metal kernel reads f32 activations only, so every device gets f32 in and the result is cast back
 //! to the caller's dtype: one rule for all of them.
@@ -55,7 +56,8 @@ pub fn quantized_gemv(x: &Tensor, weight: &QTensor) -> Result<Option<Tensor>> {
     let data = weight.data()?;
     let y = match weight.dtype() {
         GgmlDType::Q4_1 => super::qgemv::q4_1_gemv(&data, &xs, out_features, in_features),
-        _ => super::qgemv::q8_0_gemv(&data, &xs, out_features, in_features),
+        GgmlDType::Q8_0 => super::qgemv::q8_0_gemv(&data, &xs, out_features, in_features),
+        other => super::qgemv::candle_gemv(other, &data, &xs, out_features, in_features),
     };
     let mut dims = x.dims().to_vec();
     if let Some(last) = dims.last_mut() {
@@ -69,7 +71,7 @@ pub fn gemv_kernel_reads(dtype: GgmlDType, in_features: usize) -> bool {
     match dtype {
         GgmlDType::Q4_1 => super::qgemv::q4_1_fits(in_features),
         GgmlDType::Q8_0 => super::qgemv::q8_0_fits(in_features),
-        _ => false,
+        other => super::qgemv::candle_vec_dot_fits(other, in_features),
     }
 }
 
