@@ -1,7 +1,7 @@
 //! Matrix-vector products `y = W x` for quantized weights (n rows of `k / 32` blocks): a decoded token's
-//! product with a projection or LM head held in Q4_1 or Q8_0. Candle 0.11's CPU kernel for Q4_1 has no x86
-//! SIMD (its `vec_dot` is the scalar reference loop), and both run on Candle's own thread pool, beside the
-//! team that runs everything else: decoding with kept Q4_1 weights was several times slower than with them
+//! product with a projection or LM head held quantized. Candle 0.11's CPU kernels for Q4_1, Q5_0 and Q5_1
+//! have no SIMD (their `vec_dot` is the scalar reference loop), and all run on Candle's own thread pool,
+//! beside the team that runs everything else: decoding with kept Q4_1 weights was several times slower than with them
 //! dequantized to f32, although it reads a sixth of the bytes, and Q8_0 decoded at a third of f32's speed.
 //!
 //! Each is the same arithmetic as Candle's (and ggml's) `vec_dot`, with the integer part in AVX2:
@@ -11,8 +11,11 @@
 //! - Q8_0 (`vec_dot_q8_0_q8_0`, Candle's AVX2 one): `x` is quantized to Q8_0 blocks as `BlockQ8_0::from_float`
 //!   does, and each row accumulates `dw_b * dx_b * q_b` into eight f32 lanes (`q_b`: the block's integer
 //!   products summed four by four) with the same fused multiply-adds, then the same horizontal sum.
+//! - Q5_0 and Q5_1 (`vec_dot_q5_0_q8_0`, `vec_dot_q5_1_q8_1`, what a K-quant asked for on rows that do not
+//!   fill 256-weight blocks falls back to): Q8_0 / Q8_1 activations, the integer dot exact, the float terms
+//!   folded as Candle's scalar loop folds them.
 //!
-//! Other block types (Q4_0, Q5_0, Q5_1 and the K-quants: Q4_K_M files) run Candle's own `from_float` and
+//! Other block types (Q4_0 and the K-quants: Q4_K_M files) run Candle's own `from_float` and
 //! `vec_dot` for each row on our team ([`candle_gemv`]): Candle's arithmetic without its pool.
 //!
 //! So the results equal Candle's bit for bit where Candle runs those `vec_dot`s (the tests check it; on a CPU
@@ -24,7 +27,7 @@
 use candle_core::quantized::{GgmlDType, GgmlType};
 use half::f16;
 
-/// Weights per block, for Q4_1, Q8_0 and Q8_1.
+/// Weights per block, for Q4_1, Q5_0, Q5_1, Q8_0 and Q8_1.
 const BLOCK: usize = 32;
 /// Bytes of one Q4_1 block: `d` and `m` (f16) then 16 bytes of nibbles (low: weights 0..16, high: 16..32).
 const Q4_1_BYTES: usize = 20;
@@ -43,6 +46,8 @@ const TASKS_PER_THREAD: usize = 16;
 struct Q8Block {
     d: f32,
     s: f32,
+    /// The sum of `qs`, exact (Q5_0's weights are stored offset by 16).
+    sum: i32,
     qs: [i8; BLOCK],
 }
 
@@ -84,13 +89,62 @@ pub fn q8_0_gemv(w: &[u8], x: &[f32], n: usize, k: usize) -> Vec<f32> {
     rows_gemv(w, n, k / BLOCK * Q8_0_BYTES, |rows, dst| q8_0_rows_dot(rows, &xq, dst))
 }
 
+/// Whether a (n, k) Q5_0 or Q5_1 product can run here: `k` fills whole blocks and the CPU has AVX2 (Candle's
+/// kernels for both are scalar loops on every CPU: ours is the better one wherever it runs).
+pub fn q5_fits(k: usize) -> bool {
+    k > 0 && k.is_multiple_of(BLOCK) && avx2_fma()
+}
+
+/// `W x` for `w`, the raw bytes of a (n, k) Q5_0 tensor (`MIN` false: `d`, 4 bytes of fifth bits, 16 of
+/// nibbles; weights `q - 16`) or Q5_1 tensor (`MIN` true: `d`, `m`, then the same; weights `q`, plus `m`),
+/// and `x` (k). Candle's `vec_dot_q5_0_q8_0` / `vec_dot_q5_1_q8_1`: the integer dot exact, then per block
+/// `sumi * dw * dx` (+ `mw * sx`) folded in the same order.
+pub fn q5_gemv<const MIN: bool>(w: &[u8], x: &[f32], n: usize, k: usize) -> Vec<f32> {
+    assert!(q5_fits(k) && x.len() == k, "q5_gemv: shapes do not fit");
+    let xq = quantize_q8(x, MIN);
+    let block_bytes = if MIN { 24 } else { 22 };
+    let row_bytes = k / BLOCK * block_bytes;
+    rows_gemv(w, n, row_bytes, |rows, dst| {
+        for (row, out) in rows.chunks_exact(row_bytes).zip(dst) {
+            let mut sumf = 0f32;
+            for (b, y) in row.chunks_exact(block_bytes).zip(&xq) {
+                let (head, qs) = b.split_at(block_bytes - BLOCK / 2);
+                let qh = u32::from_le_bytes(head[head.len() - 4..].try_into().unwrap_or_default());
+                let uy = q5_block_uy(qs, qh, &y.qs);
+                if MIN {
+                    sumf += uy as f32 * f16_at(b, 0) * y.d + f16_at(b, 2) * y.s;
+                } else {
+                    sumf += (uy - 16 * y.sum) as f32 * f16_at(b, 0) * y.d;
+                }
+            }
+            *out = sumf;
+        }
+    })
+}
+
+/// The exact `sum_j u_j * y_j` of one Q5 block, `u_j` the unsigned 5-bit value (nibble and fifth bit).
+fn q5_block_uy(qs: &[u8], qh: u32, y: &[i8; BLOCK]) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU supports the features the function is compiled for; `qs` holds 16 bytes.
+        return unsafe { avx2::q5_block_uy(qs.as_ptr(), qh, y.as_ptr()) };
+    }
+    let mut uy = 0i32;
+    for (j, &q) in qs.iter().enumerate() {
+        let u0 = (q & 0x0F) as i32 | (((qh >> j) & 1) << 4) as i32;
+        let u1 = (q >> 4) as i32 | (((qh >> (j + 16)) & 1) << 4) as i32;
+        uy += u0 * y[j] as i32 + u1 * y[j + BLOCK / 2] as i32;
+    }
+    uy
+}
+
 /// Whether [`candle_gemv`] reads a (n, k) weight of `dtype` here: a block type other than Q4_1 and Q8_0 (ours),
-/// with `k` filling whole blocks, on an x86-64 CPU with AVX2 and FMA (where Candle's `vec_dot`s for Q4_0 and
-/// the K-quants are AVX2; Q5_0 and Q5_1 are its scalar loops, still better on our team than on Candle's pool
-/// beside it). Elsewhere (Apple Silicon) Candle's own kernels, with their repacked NEON paths, run instead.
+/// Q5_0 and Q5_1 (ours), with `k` filling whole blocks, on an x86-64 CPU with AVX2 and FMA (where Candle's
+/// `vec_dot`s for Q4_0 and the K-quants are AVX2). Elsewhere (Apple Silicon) Candle's own kernels, with their
+/// repacked NEON paths, run instead.
 pub fn candle_vec_dot_fits(dtype: GgmlDType, k: usize) -> bool {
     use GgmlDType as T;
-    let typed = matches!(dtype, T::Q4_0 | T::Q5_0 | T::Q5_1 | T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K);
+    let typed = matches!(dtype, T::Q4_0 | T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K);
     typed && k > 0 && k.is_multiple_of(dtype.block_size()) && avx2_fma()
 }
 
@@ -104,8 +158,6 @@ pub fn candle_gemv(dtype: GgmlDType, w: &[u8], x: &[f32], n: usize, k: usize) ->
     assert!(candle_vec_dot_fits(dtype, k) && x.len() == k, "candle_gemv: shapes do not fit");
     match dtype {
         GgmlDType::Q4_0 => typed_gemv::<kq::BlockQ4_0>(w, x, n, k),
-        GgmlDType::Q5_0 => typed_gemv::<kq::BlockQ5_0>(w, x, n, k),
-        GgmlDType::Q5_1 => typed_gemv::<kq::BlockQ5_1>(w, x, n, k),
         GgmlDType::Q2K => typed_gemv::<kq::BlockQ2K>(w, x, n, k),
         GgmlDType::Q3K => typed_gemv::<kq::BlockQ3K>(w, x, n, k),
         GgmlDType::Q4K => typed_gemv::<kq::BlockQ4K>(w, x, n, k),
@@ -159,7 +211,7 @@ fn quantize_q8(x: &[f32], with_sum: bool) -> Vec<Q8Block> {
                 sum += *q as i32;
             }
             let s = if with_sum { (f16::from_f32(sum as f32) * d16).to_f32() } else { 0.0 };
-            Q8Block { d: d16.to_f32(), s, qs }
+            Q8Block { d: d16.to_f32(), s, sum, qs }
         })
         .collect()
 }
@@ -235,7 +287,29 @@ mod avx2 {
         let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);
         let q4 = _mm256_set_m128i(hi, lo);
         let q8 = _mm256_loadu_si256(y as *const __m256i);
-        let pairs = _mm256_maddubs_epi16(q4, q8);
+        hsum_pairs(_mm256_maddubs_epi16(q4, q8))
+    }
+
+    /// The exact dot of one Q5 block's unsigned 5-bit values with int8 activations: the nibbles as in
+    /// [`q4_1_block_sumi`], each with its fifth bit (`qh` bit `j` for weight `j`) spread to a byte by ggml's
+    /// `bytes_from_bits_32` and or-ed in as 16; pairs fit in i16 (2 * 31 * 128 < 32768).
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn q5_block_uy(qs: *const u8, qh: u32, y: *const i8) -> i32 {
+        let packed = _mm_loadu_si128(qs as *const __m128i);
+        let low_mask = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(packed, low_mask);
+        let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);
+        let shuffle = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuffle);
+        let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+        let fifth = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+        let u = _mm256_or_si256(_mm256_set_m128i(hi, lo), _mm256_and_si256(fifth, _mm256_set1_epi8(0x10)));
+        hsum_pairs(_mm256_maddubs_epi16(u, _mm256_loadu_si256(y as *const __m256i)))
+    }
+
+    /// The sum of sixteen i16 pair sums, exactly, in i32.
+    #[target_feature(enable = "avx2")]
+    unsafe fn hsum_pairs(pairs: __m256i) -> i32 {
         let quads = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
         let s = _mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1));
         let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
@@ -370,7 +444,7 @@ mod tests {
     #[test]
     fn equals_candles_row_arithmetic_for_other_block_types() {
         use GgmlDType as T;
-        for dtype in [T::Q4_0, T::Q5_0, T::Q5_1, T::Q2K, T::Q3K, T::Q4K, T::Q5K, T::Q6K] {
+        for dtype in [T::Q4_0, T::Q2K, T::Q3K, T::Q4K, T::Q5K, T::Q6K] {
             if !candle_vec_dot_fits(dtype, 256) {
                 return; // not x86 with AVX2: Candle's own kernels run instead
             }
@@ -386,6 +460,19 @@ mod tests {
             let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
             let worst = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
             assert!(worst <= 1e-5 * scale, "{dtype:?}: {worst} of {scale}");
+        }
+    }
+
+    #[test]
+    fn equals_candles_q5_0_and_q5_1_products_bit_for_bit() {
+        if !q5_fits(32) {
+            return; // no AVX2: Candle's kernels run instead of ours
+        }
+        for (n, k) in [(1usize, 32usize), (37, 64), (192, 576), (70, 1536), (4099, 576)] {
+            let (q, x, want) = case(GgmlDType::Q5_0, n, k);
+            assert_eq!(q5_gemv::<false>(&q.data().unwrap(), &x, n, k), want, "Q5_0 n={n} k={k}");
+            let (q, x, want) = case(GgmlDType::Q5_1, n, k);
+            assert_eq!(q5_gemv::<true>(&q.data().unwrap(), &x, n, k), want, "Q5_1 n={n} k={k}");
         }
     }
 }

@@ -9,9 +9,9 @@
 //! and several times slower. Single rows (decoding) and the portable graph (what Metal runs) use Candle's kernel.
 //!
 //! Single rows of a quantized weight on an x86 CPU (decoding a GGUF kept as it is, a base quantized at load,
-//! the quantized LM head) go through our own kernels ([`quantized_gemv`], `qgemv.rs`: Q4_1 and Q8_0 in our
-//! AVX2, other block types through Candle's row arithmetic on our team): Candle's numbers, without its thread
-//! pool of its own beside our team (and, for Q4_1, with SIMD, which Candle's lacks on x86).
+//! the quantized LM head) go through our own kernels ([`quantized_gemv`], `qgemv.rs`: Q4_1, Q5_0, Q5_1 and Q8_0
+//! in our AVX2, other block types through Candle's row arithmetic on our team): Candle's numbers, without its
+//! thread pool of its own beside our team (and, for Q4_1, Q5_0 and Q5_1, with SIMD, which Candle's lacks).
 //!
 //! Candle's Metal kernel reads f32 activations only, so every device gets f32 in and the result is cast back
 //! to the caller's dtype: one rule for all of them.
@@ -57,6 +57,8 @@ pub fn quantized_gemv(x: &Tensor, weight: &QTensor) -> Result<Option<Tensor>> {
     let y = match weight.dtype() {
         GgmlDType::Q4_1 => super::qgemv::q4_1_gemv(&data, &xs, out_features, in_features),
         GgmlDType::Q8_0 => super::qgemv::q8_0_gemv(&data, &xs, out_features, in_features),
+        GgmlDType::Q5_0 => super::qgemv::q5_gemv::<false>(&data, &xs, out_features, in_features),
+        GgmlDType::Q5_1 => super::qgemv::q5_gemv::<true>(&data, &xs, out_features, in_features),
         other => super::qgemv::candle_gemv(other, &data, &xs, out_features, in_features),
     };
     let mut dims = x.dims().to_vec();
@@ -71,6 +73,7 @@ pub fn gemv_kernel_reads(dtype: GgmlDType, in_features: usize) -> bool {
     match dtype {
         GgmlDType::Q4_1 => super::qgemv::q4_1_fits(in_features),
         GgmlDType::Q8_0 => super::qgemv::q8_0_fits(in_features),
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 => super::qgemv::q5_fits(in_features),
         other => super::qgemv::candle_vec_dot_fits(other, in_features),
     }
 }
