@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 /// How long an idle helper spins before it parks.
 const SPIN_BEFORE_PARK: Duration = Duration::from_millis(3);
 
-/// Threads that share CPU work (the caller plus the helpers): the available cores, at most 16.
+/// Threads that share CPU work (the caller plus the helpers): the available cores, at most 16. Read once:
+/// `available_parallelism` reads the cgroup's files on every call, and callers size each section by it.
 pub fn threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16)
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16))
 }
 
 /// The work of one section: task index -> ().

@@ -98,7 +98,8 @@ pub fn trainable_params(model: &ModelShape, lora: &LoraSettings) -> Result<usize
 
 /// Bytes of the base weights if the model were loaded with `quant` (`none` and `keep` count dense: a
 /// GGUF's own types are only known once loaded, see [`ModelShape::base_weights_bytes`]). Projections whose
-/// rows fit no block of the type stay dense, as the loader does.
+/// rows fit no block of the type stay dense, as the loader does. A quantized base holds its vocabulary matrices
+/// (embeddings, and the head unless tied) in [`vocab_type`] (`model/vocab_matrix.rs`).
 pub fn base_weights_bytes_with(model: &ModelShape, quant: BaseQuant) -> u64 {
     let dense_bytes = model.dtype_bytes.max(1) as f64;
     let (mut linear_params, mut linear_bytes) = (0usize, 0f64);

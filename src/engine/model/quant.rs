@@ -111,8 +111,8 @@ pub fn fitting_type(wanted: GgmlDType, row_len: usize) -> Option<GgmlDType> {
 /// The type the vocabulary matrices (embeddings, head) of rows of `hidden` values are held in under `quant`:
 /// Q8_0 for any quantize-at-load choice and for `keep` on a file whose projections are quantized
 /// (`file_quantized`; a GGUF's token embeddings are Q8_0 or Q6_K in the usual mixes), None (dense) otherwise.
-/// Eight bits because every logit reads the head, which decoding multiplies without rounding the hidden state
-/// (`ops::quantized_matmul_t_unrounded`), and Q8_0's 32-weight blocks fit every hidden size we load.
+/// Eight bits because every logit reads the head, and Q8_0's 32-weight blocks fit every hidden size we load;
+/// decoding on the CPU reads it through our single-row Q8_0 kernel (`qgemv.rs`), as llama.cpp reads a Q8_0 head.
 pub fn vocab_type(quant: BaseQuant, hidden: usize, file_quantized: bool) -> Option<GgmlDType> {
     match quant {
         BaseQuant::None => None,

@@ -129,7 +129,7 @@ impl VocabMatrix {
             Self::Quantized { blocks, .. } => {
                 let parts = blocks
                     .iter()
-                    .map(|b| ops::quantized_matmul_t_unrounded(hidden, b))
+                    .map(|b| ops::quantized_matmul_t(hidden, b))
                     .collect::<candle_core::Result<Vec<_>>>()?;
                 Tensor::cat(&parts, hidden.rank() - 1)
             }
@@ -210,12 +210,15 @@ mod tests {
         let diff = (matrix.rows(&ids)? - reference.index_select(&ids, 0)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
         assert_eq!(diff, 0.0);
         assert!(matrix.rows(&Tensor::new(&[1000u32], &dev)?).is_err());
-        // Few rows (decoding: our Q8_0 kernel) and many (the dequantized block): neither rounds the rows.
-        for rows in [3, 16] {
+        // Many rows multiply the dequantized block (exact); few (decoding) go through the single-row kernels, which
+        // round the hidden state to 8-bit blocks as llama.cpp does: ~1/254 of each 32-block's largest value, a
+        // logit error well under 2% of the logits' range for these 64-wide random rows.
+        for (rows, relative) in [(16, 1e-5), (1, 0.02), (3, 0.02)] {
             let hidden = Tensor::randn(0f32, 1.0, (rows, 64), &dev)?;
             let reference = hidden.matmul(&reference.t()?)?;
+            let range = reference.abs()?.max_all()?.to_scalar::<f32>()?;
             let diff = (matrix.logits(&hidden)? - reference)?.abs()?.max_all()?.to_scalar::<f32>()?;
-            assert!(diff < 1e-4, "{rows} rows: logits differ by {diff}");
+            assert!(diff < relative * range, "{rows} rows: logits differ by {diff} (range {range})");
         }
         Ok(())
     }

@@ -23,7 +23,6 @@ mod gemv;
 mod head_loss;
 mod matmul;
 mod metal_attention;
-mod q8_0_rows;
 mod qgemv;
 mod quantized;
 mod quantized_head_loss;
@@ -34,9 +33,7 @@ pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;
-pub use quantized::{
-    qtensor_to_device, quantize_rows, quantized_matmul, quantized_matmul_t, quantized_matmul_t_unrounded,
-};
+pub use quantized::{qtensor_to_device, quantize_rows, quantized_matmul, quantized_matmul_t};
 pub use quantized_head_loss::{quantized_head_nll, QuantizedHead};
 
 use candle_core::{DType, Result, Tensor, D};

@@ -8,8 +8,10 @@
 //! product runs through BLAS or cuBLAS, where Candle's CPU kernels for some types (Q4_1, Q5_0 on x86) are scalar
 //! and several times slower. Single rows (decoding) and the portable graph (what Metal runs) use Candle's kernel.
 //!
-//! Single rows of a Q4_1 weight on the CPU (decoding a Q4_1 GGUF kept as it is) go through our own kernel
-//! (`qgemv.rs`): the same numbers as Candle's, which has no x86 SIMD for that type.
+//! Single rows of a quantized weight on an x86 CPU (decoding a GGUF kept as it is, a base quantized at load,
+//! the quantized LM head) go through our own kernels ([`quantized_gemv`], `qgemv.rs`: Q4_1, Q5_0, Q5_1 and Q8_0
+//! in our AVX2, other block types through Candle's row arithmetic on our team): Candle's numbers, without its
+//! thread pool of its own beside our team (and, for Q4_1, Q5_0 and Q5_1, with SIMD, which Candle's lacks).
 //!
 //! Candle's Metal kernel reads f32 activations only, so every device gets f32 in and the result is cast back
 //! to the caller's dtype: one rule for all of them.
@@ -25,7 +27,7 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
     let mut dims = x.dims().to_vec();
     let rows = x.elem_count() / in_features.max(1);
     let x2 = x.reshape((rows, in_features))?;
-    let y = if let Some(y) = q4_1_decode(&x2, weight, rows)? {
+    let y = if let Some(y) = quantized_gemv(&x2, weight)? {
         y
     } else if dequantize_first(x, rows) {
         let dense = weight.dequantize(x.device())?.to_dtype(x.dtype())?;
@@ -39,44 +41,41 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
     y.reshape(dims)
 }
 
-/// `x W^T` without rounding `x` to 8 bits, for the LM head (see q8_0_rows.rs): a few rows of a Q8_0 weight on the
-/// CPU through our kernel, everything else through the dequantized weight (many rows take that route anyway).
-pub fn quantized_matmul_t_unrounded(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
+/// `x W^T` for a single row `x` (1, in) through our own CPU kernel (`qgemv`), in `x`'s dtype; None where
+/// none applies (more rows, another device or type, the portable graph): then the caller multiplies.
+fn quantized_gemv(x: &Tensor, weight: &QTensor) -> Result<Option<Tensor>> {
     let (out_features, in_features) = weight.shape().dims2()?;
-    let rows = x.elem_count() / in_features.max(1);
-    let kernel = rows < crate::engine::blas::MIN_ROWS
-        && weight.dtype() == GgmlDType::Q8_0
+    let applies = x.elem_count() == in_features
         && x.device().is_cpu()
         && super::kernels() == super::Kernels::Native
-        && super::q8_0_rows::fits(in_features);
-    if !kernel {
-        let dense = weight.dequantize(x.device())?.to_dtype(x.dtype())?;
-        return super::frozen_matmul_t(x, &dense);
+        && gemv_kernel_reads(weight.dtype(), in_features);
+    if !applies {
+        return Ok(None);
     }
     let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    let y = super::q8_0_rows::q8_0_rows(&weight.data()?, &xs, rows, out_features, in_features);
+    let data = weight.data()?;
+    let y = match weight.dtype() {
+        GgmlDType::Q4_1 => super::qgemv::q4_1_gemv(&data, &xs, out_features, in_features),
+        GgmlDType::Q8_0 => super::qgemv::q8_0_gemv(&data, &xs, out_features, in_features),
+        GgmlDType::Q5_0 => super::qgemv::q5_gemv::<false>(&data, &xs, out_features, in_features),
+        GgmlDType::Q5_1 => super::qgemv::q5_gemv::<true>(&data, &xs, out_features, in_features),
+        other => super::qgemv::candle_gemv(other, &data, &xs, out_features, in_features),
+    };
     let mut dims = x.dims().to_vec();
     if let Some(last) = dims.last_mut() {
         *last = out_features;
     }
-    Tensor::from_vec(y, dims, x.device())?.to_dtype(x.dtype())
+    Ok(Some(Tensor::from_vec(y, dims, x.device())?.to_dtype(x.dtype())?))
 }
 
-/// A single f32 row times a Q4_1 weight on the CPU, through our kernel (`qgemv`): Candle's is scalar on x86.
-/// None where it does not apply (another type, device or row count, or the portable graph).
-fn q4_1_decode(x2: &Tensor, weight: &QTensor, rows: usize) -> Result<Option<Tensor>> {
-    let (out_features, in_features) = weight.shape().dims2()?;
-    let applies = rows == 1
-        && weight.dtype() == GgmlDType::Q4_1
-        && x2.device().is_cpu()
-        && super::kernels() == super::Kernels::Native
-        && super::qgemv::q4_1_fits(in_features);
-    if !applies {
-        return Ok(None);
+/// Whether our single-row CPU kernels read weights of `dtype` with rows of `in_features` on this CPU.
+fn gemv_kernel_reads(dtype: GgmlDType, in_features: usize) -> bool {
+    match dtype {
+        GgmlDType::Q4_1 => super::qgemv::q4_1_fits(in_features),
+        GgmlDType::Q8_0 => super::qgemv::q8_0_fits(in_features),
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 => super::qgemv::q5_fits(in_features),
+        other => super::qgemv::candle_vec_dot_fits(other, in_features),
     }
-    let x = x2.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    let y = super::qgemv::q4_1_gemv(&weight.data()?, &x, out_features, in_features);
-    Ok(Some(Tensor::from_vec(y, (1, out_features), x2.device())?.to_dtype(x2.dtype())?))
 }
 
 /// Whether a product of `rows` rows of `x` dequantizes the weight and multiplies densely (see the module notes).
