@@ -50,6 +50,18 @@ impl VocabMatrix {
     pub fn quantize(dense: &Tensor, qtype: GgmlDType, dtype: DType, device: &Device) -> candle_core::Result<Self> {
         let (vocab, hidden) = dense.dims2()?;
         let rows_per_block = (BLOCK_ELEMS / hidden.max(1)).clamp(1, vocab.max(1));
+        Self::quantize_in_blocks(dense, qtype, dtype, device, rows_per_block)
+    }
+
+    /// [`Self::quantize`] with blocks of `rows_per_block` rows.
+    fn quantize_in_blocks(
+        dense: &Tensor,
+        qtype: GgmlDType,
+        dtype: DType,
+        device: &Device,
+        rows_per_block: usize,
+    ) -> candle_core::Result<Self> {
+        let (vocab, hidden) = dense.dims2()?;
         let blocks = (0..vocab)
             .step_by(rows_per_block)
             .map(|start| {
@@ -187,23 +199,8 @@ mod tests {
         let matrix = VocabMatrix::quantize(&dense, GgmlDType::Q8_0, DType::F32, &dev)?;
         let VocabMatrix::Quantized { rows_per_block, ref blocks, .. } = matrix else { panic!("quantized") };
         assert!(blocks.len() == 1 && rows_per_block == 1000);
-        // Force several blocks to test lookups across them.
-        let matrix = match matrix {
-            VocabMatrix::Quantized { vocab, hidden, dtype, .. } => {
-                let blocks = (0..vocab)
-                    .step_by(300)
-                    .map(|s| {
-                        Ok(Arc::new(ops::quantize_rows(
-                            &dense.narrow(0, s, 300.min(vocab - s))?,
-                            GgmlDType::Q8_0,
-                            &dev,
-                        )?))
-                    })
-                    .collect::<candle_core::Result<Vec<_>>>()?;
-                VocabMatrix::Quantized { blocks, rows_per_block: 300, vocab, hidden, dtype }
-            }
-            dense => dense,
-        };
+        // Several blocks, to test lookups across them.
+        let matrix = VocabMatrix::quantize_in_blocks(&dense, GgmlDType::Q8_0, DType::F32, &dev, 300)?;
         let reference = matrix.to_dense(DType::F32)?;
         assert_eq!(reference.dims(), &[1000, 64]);
         let ids = Tensor::new(&[999u32, 0, 301, 299, 600, 5, 301], &dev)?;
