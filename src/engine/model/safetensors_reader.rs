@@ -96,6 +96,11 @@ impl SafetensorsReader {
         self.entries.contains_key(name)
     }
 
+    /// The stored shape of tensor `name`.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.entries.get(name).map(|e| e.shape.as_slice())
+    }
+
     /// Every stored tensor's name.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
@@ -109,14 +114,32 @@ impl SafetensorsReader {
     /// Tensor `name` as stored, on the CPU (None when the files have no such tensor).
     pub fn load(&self, name: &str) -> Result<Option<Tensor>> {
         let Some(entry) = self.entries.get(name) else { return Ok(None) };
+        let rows = entry.shape.first().copied().unwrap_or(1);
+        self.load_rows(name, 0, rows)
+    }
+
+    /// Rows `start..start + rows` (along the first dimension) of tensor `name` as stored, on the CPU, reading
+    /// only their bytes: a 128k-vocabulary matrix can be converted block by block without holding it whole.
+    /// None when the files have no such tensor.
+    pub fn load_rows(&self, name: &str, start: usize, rows: usize) -> Result<Option<Tensor>> {
+        let Some(entry) = self.entries.get(name) else { return Ok(None) };
         let (path, file) = &self.files[entry.file];
-        let mut bytes = vec![0u8; (entry.end - entry.start) as usize];
+        let total_rows = entry.shape.first().copied().unwrap_or(1);
+        if start + rows > total_rows {
+            return Err(corrupt(path, format!("tensor `{name}`: rows {start}..{} of {total_rows}", start + rows)));
+        }
+        let row_bytes = (entry.end - entry.start) / total_rows.max(1) as u64;
+        let mut shape = entry.shape.clone();
+        if let Some(first) = shape.first_mut() {
+            *first = rows;
+        }
+        let mut bytes = vec![0u8; (row_bytes * rows as u64) as usize];
         {
             let mut file = file.lock().map_err(|_| corrupt(path, "a reader thread panicked"))?;
-            file.seek(SeekFrom::Start(entry.start)).map_err(|e| Error::io(path, e))?;
+            file.seek(SeekFrom::Start(entry.start + row_bytes * start as u64)).map_err(|e| Error::io(path, e))?;
             file.read_exact(&mut bytes).map_err(|e| Error::io(path, e))?;
         }
-        let tensor = Tensor::from_raw_buffer(&bytes, entry.dtype, &entry.shape, &Device::Cpu)
+        let tensor = Tensor::from_raw_buffer(&bytes, entry.dtype, &shape, &Device::Cpu)
             .map_err(|e| corrupt(path, format!("tensor `{name}`: {e}")))?;
         let done = self.bytes_done.fetch_add(bytes.len() as u64, Ordering::Relaxed) + bytes.len() as u64;
         if let Some(report) = &self.progress {
@@ -187,8 +210,8 @@ fn read_header(path: &Path, file: &mut std::fs::File, size: u64, index: usize) -
 mod tests {
     use super::*;
 
-    /// A file in the safetensors layout reads back tensor by tensor, progress reaching the total; a
-    /// truncated copy is refused at open, naming the tensor.
+    /// A file in the safetensors layout reads back tensor by tensor (or by rows), progress reaching the total;
+    /// a truncated copy is refused at open, naming the tensor.
     #[test]
     fn reads_back_what_the_writer_wrote_and_refuses_truncation() {
         let dir = tempfile::tempdir().unwrap();
@@ -214,6 +237,13 @@ mod tests {
         let seen = seen.lock().unwrap();
         assert_eq!(seen.iter().map(|p| p.bytes_done).collect::<Vec<_>>(), vec![24, 40]);
         assert!(seen.iter().all(|p| p.bytes_total == 40) && seen[1].fraction() == 1.0);
+        // Rows read alone are those rows of the whole tensor; a range past the end is refused.
+        let rows = SafetensorsReader::open(std::slice::from_ref(&path), None).unwrap();
+        let second_row = rows.load_rows("a", 1, 1).unwrap().unwrap();
+        assert_eq!(second_row.dims(), &[1, 3]);
+        assert_eq!(second_row.flatten_all().unwrap().to_vec1::<f32>().unwrap(), values[0][3..]);
+        assert_eq!(rows.load_rows("b", 1, 2).unwrap().unwrap().to_vec1::<f32>().unwrap(), values[1][1..3]);
+        assert!(rows.load_rows("a", 1, 2).is_err());
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
         let err = SafetensorsReader::open(&[path], None).err().unwrap().to_string();

@@ -203,6 +203,36 @@ impl Weights {
         self.check_shape(name, tensor.dims(), shape)?;
         Ok(tensor.to_dtype(dtype)?.to_device(device)?)
     }
+
+    /// Whether [`Self::get_rows`] reads only the rows asked for (a safetensors folder); an in-memory source
+    /// (a GGUF's tensors) has the whole tensor already.
+    pub fn reads_rows_alone(&self) -> bool {
+        matches!(self, Weights::Safetensors { .. })
+    }
+
+    /// Rows `start..start + rows` of tensor `name` whose whole shape is `shape`, converted to `dtype` on
+    /// `device`: read from the file alone for a safetensors folder, narrowed from the whole tensor otherwise.
+    pub fn get_rows(
+        &self,
+        name: &str,
+        shape: &[usize],
+        (start, rows): (usize, usize),
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let Weights::Safetensors { files, origin, tower } = self else {
+            return Ok(self
+                .get(name, shape, DType::F32, &Device::Cpu)?
+                .narrow(0, start, rows)?
+                .to_dtype(dtype)?
+                .to_device(device)?);
+        };
+        let stored = tower.stored_name(name);
+        let missing = || Error::MissingTensor { name: stored.to_string(), path: origin.clone() };
+        self.check_shape(name, files.shape(&stored).ok_or_else(missing)?, shape)?;
+        let tensor = files.load_rows(&stored, start, rows)?.ok_or_else(missing)?;
+        Ok(tensor.to_dtype(dtype)?.to_device(device)?)
+    }
 }
 
 /// The weight files of a Hugging Face folder: `model.safetensors`, or the shards its index lists (sorted).

@@ -42,15 +42,25 @@ impl VocabMatrix {
         let Some(qtype) = vocab_type(quant, hidden, weights.has_quantized()) else {
             return Ok(Self::Dense(weights.get(name, &[vocab, hidden], dtype, device)?));
         };
+        // From a file, one block of rows at a time: the load never holds the whole matrix unquantized
+        // (1 GB in bf16 and 2.1 GB in f32 at a 128k vocabulary and hidden 4096).
+        if weights.reads_rows_alone() {
+            let shape = [vocab, hidden];
+            let read = |start, rows| weights.get_rows(name, &shape, (start, rows), DType::F32, &Device::Cpu);
+            return Self::from_row_blocks((vocab, hidden), qtype, dtype, device, Self::rows_per_block(hidden), read);
+        }
         let dense = weights.get(name, &[vocab, hidden], DType::F32, &Device::Cpu)?;
         Ok(Self::quantize(&dense, qtype, dtype, device)?)
     }
 
+    /// Rows per quantized block at this hidden size (before clamping to the vocabulary).
+    fn rows_per_block(hidden: usize) -> usize {
+        (BLOCK_ELEMS / hidden.max(1)).max(1)
+    }
+
     /// `dense` (vocab, hidden) on the CPU quantized to `qtype` in blocks of rows on `device`.
     pub fn quantize(dense: &Tensor, qtype: GgmlDType, dtype: DType, device: &Device) -> candle_core::Result<Self> {
-        let (vocab, hidden) = dense.dims2()?;
-        let rows_per_block = (BLOCK_ELEMS / hidden.max(1)).clamp(1, vocab.max(1));
-        Self::quantize_in_blocks(dense, qtype, dtype, device, rows_per_block)
+        Self::quantize_in_blocks(dense, qtype, dtype, device, Self::rows_per_block(dense.dim(1)?))
     }
 
     /// [`Self::quantize`] with blocks of `rows_per_block` rows.
@@ -61,14 +71,28 @@ impl VocabMatrix {
         device: &Device,
         rows_per_block: usize,
     ) -> candle_core::Result<Self> {
-        let (vocab, hidden) = dense.dims2()?;
+        let read = |start, rows| dense.narrow(0, start, rows);
+        Self::from_row_blocks(dense.dims2()?, qtype, dtype, device, rows_per_block, read)
+    }
+
+    /// A (vocab, hidden) matrix quantized to `qtype` in blocks of `rows_per_block` rows, each block's dense
+    /// f32 rows given by `read(start, rows)` on the CPU (the last block may be shorter).
+    fn from_row_blocks<E: From<candle_core::Error>>(
+        (vocab, hidden): (usize, usize),
+        qtype: GgmlDType,
+        dtype: DType,
+        device: &Device,
+        rows_per_block: usize,
+        read: impl Fn(usize, usize) -> std::result::Result<Tensor, E>,
+    ) -> std::result::Result<Self, E> {
+        let rows_per_block = rows_per_block.clamp(1, vocab.max(1));
         let blocks = (0..vocab)
             .step_by(rows_per_block)
             .map(|start| {
-                let rows = rows_per_block.min(vocab - start);
-                Ok(Arc::new(ops::quantize_rows(&dense.narrow(0, start, rows)?, qtype, device)?))
+                let dense = read(start, rows_per_block.min(vocab - start))?;
+                Ok(Arc::new(ops::quantize_rows(&dense, qtype, device)?))
             })
-            .collect::<candle_core::Result<Vec<_>>>()?;
+            .collect::<std::result::Result<Vec<_>, E>>()?;
         Ok(Self::Quantized { blocks, rows_per_block, vocab, hidden, dtype })
     }
 
@@ -217,6 +241,37 @@ mod tests {
             let diff = (matrix.logits(&hidden)? - reference)?.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(diff < relative * range, "{rows} rows: logits differ by {diff} (range {range})");
         }
+        Ok(())
+    }
+
+    /// From a safetensors folder the matrix is read and quantized one block of rows at a time; the blocks are
+    /// those of the whole matrix quantized at once; rows past the end, or a shape the file does not hold, are refused.
+    #[test]
+    fn a_file_matrix_loads_block_by_block_into_the_same_blocks() -> Result<()> {
+        let dev = Device::Cpu;
+        let dir = tempfile::tempdir().unwrap();
+        let dense = Tensor::randn(0f32, 1.0, (1000, 64), &dev)?.to_dtype(DType::BF16)?;
+        let name = "model.embed_tokens.weight";
+        candle_core::safetensors::save(
+            &std::collections::HashMap::from([(name.to_string(), dense.clone())]),
+            dir.path().join("model.safetensors"),
+        )?;
+        let weights = Weights::open_folder(dir.path())?;
+        assert!(weights.reads_rows_alone());
+        let expected = VocabMatrix::quantize(&dense.to_dtype(DType::F32)?, GgmlDType::Q8_0, DType::F32, &dev)?;
+        // 64-wide rows make one 1000-row block of 2^24 weights; the file read in 300-row blocks must agree.
+        let read = |start, rows| weights.get_rows(name, &[1000, 64], (start, rows), DType::F32, &dev);
+        let blocked = VocabMatrix::from_row_blocks((1000, 64), GgmlDType::Q8_0, DType::F32, &dev, 300, read)?;
+        let VocabMatrix::Quantized { ref blocks, .. } = blocked else { panic!("quantized") };
+        assert_eq!(blocks.len(), 4);
+        let whole = VocabMatrix::load(&weights, name, (1000, 64), DType::F32, &dev, BaseQuant::Q4K)?;
+        assert_eq!(whole.quantized_type(), Some(GgmlDType::Q8_0));
+        for matrix in [&blocked, &whole] {
+            let diff = (matrix.to_dense(DType::F32)? - expected.to_dense(DType::F32)?)?.abs()?.max_all()?;
+            assert_eq!(diff.to_scalar::<f32>()?, 0.0);
+        }
+        assert!(weights.get_rows(name, &[1000, 64], (900, 101), DType::F32, &dev).is_err());
+        assert!(weights.get_rows(name, &[999, 64], (0, 10), DType::F32, &dev).is_err());
         Ok(())
     }
 }
