@@ -4,17 +4,27 @@
 # Usage: scripts/measure_memory.sh MODEL_DIR "BATCH SEQ TARGETS DTYPE QUANTIZE CHECKPOINTING" ...
 #   e.g. scripts/measure_memory.sh /tmp/llama-3.2-1b "1 256 q_proj,v_proj f32 none off" "4 256 all-linear bf16 none on"
 # Each run is `metal-candle bench train` (one step, rank 8, random tokens, every position a target) under
-# /usr/bin/time -v; prints a markdown row: the settings, the estimate the bench printed, the measured peak RSS of
-# the whole process (load included), and their difference.
+# Python's resource module; prints a markdown row: the settings, the estimate the bench printed, the measured peak RSS of
+# the whole process (load included), and their difference. The bench's own output goes to stderr.
+# Env: BIN, the command that runs metal-candle (default target/release/metal-candle; on a lent GPU machine
+# "bash .gpu/gpu-libs.sh /tmp/metal-candle"). Peak RSS is the children's ru_maxrss (Python's resource module), so
+# no /usr/bin/time is needed.
 set -euo pipefail
 model=$1; shift
-bin=${BIN:-${CARGO_TARGET_DIR:-target}/release/metal-candle}
+read -r -a bin <<< "${BIN:-${CARGO_TARGET_DIR:-target}/release/metal-candle}"
+peak_rss() {
+  python3 -c 'import resource, subprocess, sys
+code = subprocess.run(sys.argv[1:]).returncode
+print(f"Maximum resident set size (kbytes): {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", file=sys.stderr)
+sys.exit(code)' "$@"
+}
 for run in "$@"; do
   read -r batch seq targets dtype quantize ckpt <<< "$run"
   log=$(mktemp)
-  /usr/bin/time -v "$bin" bench train --model "$model" --device cpu --dtype "$dtype" --quantize "$quantize" \
+  peak_rss "${bin[@]}" bench train --model "$model" --device cpu --dtype "$dtype" --quantize "$quantize" \
     --batch-size "$batch" --seq-len "$seq" --rank 8 --targets "$targets" --steps 1 --warmup 0 \
     --checkpointing "$ckpt" > "$log" 2>&1 || { cat "$log" >&2; exit 1; }
+  cat "$log" >&2
   est_gb=$(grep -o 'estimate [0-9.]* GB' "$log" | awk '{print $2}')
   rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $6}')
   secs=$(grep -o '[0-9.]* s/step' "$log" | awk '{print $1}')

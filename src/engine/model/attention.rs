@@ -18,7 +18,7 @@ use super::weight_loader::WeightLoader;
 use super::ModelConfig;
 use crate::engine::ops;
 use crate::engine::Result;
-use candle_core::{Device, Tensor};
+use candle_core::{Device, Tensor, D};
 
 /// Self-attention with grouped-query heads.
 #[derive(Debug, Clone)]
@@ -288,28 +288,37 @@ impl Attention {
         Ok((d_q, d_k, d_v))
     }
 
-    /// Whether the fused decode kernels model this block as it stands: a dense fused q|k|v weight, no active
-    /// adapter on q/k/v (the fused product has none), no q/k norms, rope on every head dimension (the table
-    /// of [`RotaryTables::decode_table`] exists only then) and the standard `1 / sqrt(head_dim)` scale.
+    /// Whether the fused decode kernels model this block as it stands: rope on every head dimension (the table
+    /// of [`RotaryTables::decode_table`] exists only then) and the standard `1 / sqrt(head_dim)` scale. The
+    /// q|k|v product may be quantized or carry adapters ([`ProjectionGroup::forward_joined`]); q/k norms are
+    /// applied between the product and the kernels ([`Self::norm_joined_qk`]).
     pub(super) fn decodes_fused(&self) -> bool {
-        self.qkv.fused.is_some()
-            && self.q_norm.is_none()
-            && self.use_rope
-            && self.attention_scale == 1.0 / (self.head_dim as f64).sqrt()
-            && !self.qkv.has_active_adapter()
+        self.use_rope && self.attention_scale == 1.0 / (self.head_dim as f64).sqrt()
     }
 
-    /// Fused single-token decode of `normed` (b, 1, hidden): one q|k|v product, the cache write that rotates
+    /// The q/k norms (when the family has them) applied to a joined q|k|v product (b, 1, (heads + 2 kv) * d),
+    /// per head or over the whole projection as the family does; v is untouched.
+    fn norm_joined_qk(&self, qkv: Tensor) -> Result<Tensor> {
+        let Some((qn, kn)) = self.q_norm.as_ref().zip(self.k_norm.as_ref()) else { return Ok(qkv) };
+        let (b, t, _) = qkv.dims3()?;
+        let (d, q_width, kv_width) = (self.head_dim, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim);
+        let norm = |norm: &RmsNorm, start: usize, width: usize| -> Result<Tensor> {
+            let part = qkv.narrow(D::Minus1, start, width)?.contiguous()?;
+            if self.qk_norm_over_projection {
+                return Ok(norm.forward(&part)?);
+            }
+            Ok(norm.forward(&part.reshape((b, t, width / d, d))?)?.reshape((b, t, width))?)
+        };
+        let parts =
+            [norm(qn, 0, q_width)?, norm(kn, q_width, kv_width)?, qkv.narrow(D::Minus1, q_width + kv_width, kv_width)?];
+        Ok(Tensor::cat(&parts, D::Minus1)?)
+    }
+
+    /// Fused single-token decode of `normed` (b, 1, hidden): the q|k|v product, the cache write that rotates
     /// the key, single-query attention that rotates the query, then o_proj. `table`: the rotary rows
     /// [cos | sin] of [`RotaryTables::decode_table`].
     pub(super) fn decode_fused(&self, normed: &Tensor, table: &Tensor, cache: &mut LayerCache) -> Result<Tensor> {
-        let Some((qkv_weight, qkv_bias)) = &self.qkv.fused else {
-            return Err(candle_core::Error::Msg("fused decode of quantized q/k/v projections".into()).into());
-        };
-        let mut qkv = ops::frozen_matmul_t(normed, qkv_weight)?;
-        if let Some(bias) = qkv_bias {
-            qkv = qkv.broadcast_add(bias)?;
-        }
+        let qkv = self.norm_joined_qk(self.qkv.forward_joined(normed)?)?;
         let pos = cache.len();
         let shape = ops::cuda_decode::DecodeShape {
             heads: self.num_heads,

@@ -84,18 +84,15 @@ impl Mlp {
         Ok(Linear::input_grad(d_in)?)
     }
 
-    /// Whether the fused decode kernels model this block as it stands: a dense fused gate|up weight and no
-    /// active adapter on gate/up; SwiGLU only (the kernels have no gelu: gemma3 takes the composed path).
+    /// Whether the fused decode kernels model this block: SwiGLU only (the kernels have no gelu: gemma3 takes
+    /// the composed path). The gate|up product may be quantized or carry adapters.
     pub(super) fn decodes_fused(&self) -> bool {
-        self.activation == MlpActivation::Silu && self.gate_up.fused.is_some() && !self.gate_up.has_active_adapter()
+        self.activation == MlpActivation::Silu
     }
 
-    /// Fused single-token decode: one gate|up product, SwiGLU on its halves, then down_proj.
+    /// Fused single-token decode: the gate|up product, SwiGLU on its halves, then down_proj.
     pub(super) fn decode_fused(&self, normed: &Tensor) -> Result<Tensor> {
-        let Some((gate_up, _)) = &self.gate_up.fused else {
-            return Err(candle_core::Error::Msg("fused decode of quantized gate/up projections".into()).into());
-        };
-        let gated = ops::cuda_decode::silu_mul_halves(&ops::frozen_matmul_t(normed, gate_up)?)?;
+        let gated = ops::cuda_decode::silu_mul_halves(&self.gate_up.forward_joined(normed)?)?;
         Ok(self.down_proj.forward(&gated)?)
     }
 }

@@ -112,6 +112,26 @@ impl ProjectionGroup {
         Ok(sum)
     }
 
+    /// Inference: the parts side by side in one tensor, `x` (..., in) -> (..., sum of parts), what the fused
+    /// decode kernels read. One product by the fused dense weight when it exists and no adapter is active;
+    /// otherwise each linear's own forward (a quantized base, adapters included), joined.
+    pub(super) fn forward_joined(&self, x: &Tensor) -> Result<Tensor> {
+        if let (Some((weight, bias)), false) = (&self.fused, self.has_active_adapter()) {
+            let y = ops::frozen_matmul_t(x, weight)?;
+            return Ok(match bias {
+                Some(bias) => y.broadcast_add(bias)?,
+                None => y,
+            });
+        }
+        match self.linears.as_slice() {
+            [(_, linear)] => Ok(linear.forward(x)?),
+            linears => {
+                let parts = linears.iter().map(|(_, l)| l.forward(x)).collect::<candle_core::Result<Vec<_>>>()?;
+                Ok(Tensor::cat(&parts, D::Minus1)?)
+            }
+        }
+    }
+
     /// Whether any linear of the group has an active adapter.
     pub(super) fn has_active_adapter(&self) -> bool {
         self.linears.iter().any(|(_, l)| l.has_active_adapter())
