@@ -83,10 +83,10 @@ fn adapted_model(arch: &str, device: &Device, quantize: BaseQuant) -> metal_cand
 }
 
 /// The fused decode also runs with an active adapter, on q/k-norm families (qwen3) and with a quantized base
-/// (Q8_0): CUDA against the CPU. Dense, the two agree like the plain decode (1e-3). Quantized, both sides round
-/// each single-row product's input to 8 bits (the CPU to Q8_0 blocks, Candle's CUDA kernel to Q8_1), so they
-/// agree to that rounding: within 2% of the step's largest logit, where a wrong part order, a missing adapter or
-/// a skipped q/k norm moves logits by their own size.
+/// (Q8_0): CUDA against the CPU, within 1e-3 like the plain decode. With a quantized base both sides round each
+/// single-row product's input to 8-bit blocks the same way (the CPU to Q8_0, Candle's CUDA kernel to Q8_1: the
+/// same scale and integers), so they agree to float summation order (measured on the lent H100: <= 1e-6). The
+/// adapters must move the logits (measured >= 0.9 here), so a dropped adapter cannot pass.
 #[test]
 fn fused_decode_with_adapters_qk_norms_and_a_quantized_base_matches_the_cpu() {
     let Ok(cuda) = Device::new_cuda(0) else {
@@ -115,11 +115,9 @@ fn fused_decode_with_adapters_qk_norms_and_a_quantized_base_matches_the_cpu() {
         let diffs = max_diffs(&label, &want, &got);
         let without =
             max_diffs(&format!("{label} (CPU without adapters)"), &want, &decode_logits(&plain.model, &prompt, 40));
-        for ((d, w), adapter_effect) in diffs.iter().zip(&want).zip(&without) {
-            let largest = w.iter().fold(0f32, |m, x| m.max(x.abs()));
-            let bound = if quantize == BaseQuant::None { 1e-3 } else { 0.02 * largest };
-            assert!(*d < bound, "{label}: CUDA decode differs from the CPU by {d} (bound {bound})");
-            assert!(*adapter_effect > 10.0 * bound, "{label}: the adapters move the logits by only {adapter_effect}");
+        for (d, adapter_effect) in diffs.iter().zip(&without) {
+            assert!(*d < 1e-3, "{label}: CUDA decode differs from the CPU by {d}");
+            assert!(*adapter_effect > 0.1, "{label}: the adapters move the logits by only {adapter_effect}");
         }
     }
 }

@@ -183,7 +183,8 @@ pub struct ModelArgs {
     #[arg(long, default_value = "auto")]
     pub dtype: DTypeChoice,
     /// Base weights: none (dense) | keep (a GGUF's own quantized types) | q8_0 | q6k | q5k | q4k | q4_1 | q4_0
-    /// (quantized at load; the embeddings and head are then held in Q8_0, norms stay dense).
+    /// (quantized at load; the head is then held in Q6_K and untied embeddings in Q4_K as in llama.cpp's Q4_K_M,
+    /// both in Q8_0 with q8_0 and keep; norms stay dense).
     #[arg(long, default_value = "none", value_name = "none|keep|q8_0|q6k|q5k|q4k|q4_1|q4_0")]
     pub quantize: crate::engine::model::BaseQuant,
 }

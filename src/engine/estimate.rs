@@ -6,7 +6,7 @@
 
 use crate::engine::lora::adapted_layers;
 use crate::engine::lora::{Target, Targets};
-use crate::engine::model::quant::{bytes_per_weight, fitting_type, vocab_type, BaseQuant};
+use crate::engine::model::quant::{bytes_per_weight, fitting_type, vocab_type, BaseQuant, VocabRole};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::ModelConfig;
 use crate::engine::train::{Checkpointing, LoraSettings, ModelLimits, TrainConfig};
@@ -109,11 +109,17 @@ pub fn base_weights_bytes_with(model: &ModelShape, quant: BaseQuant) -> u64 {
         linear_bytes += (i * o) as f64 * per_weight;
     }
     // The vocabulary matrices (embeddings, and the head unless tied) as the loader holds them.
-    let vocab_params = model.vocab_size * model.hidden_size * if model.tied_embeddings { 1 } else { 2 };
-    let vocab_per_weight = vocab_type(quant, model.hidden_size, false).map_or(dense_bytes, bytes_per_weight);
+    let matrix_params = model.vocab_size * model.hidden_size;
+    let vocab_bytes = |role| {
+        matrix_params as f64 * vocab_type(quant, role, model.hidden_size, false).map_or(dense_bytes, bytes_per_weight)
+    };
+    let (vocab_params, vocab_bytes) = if model.tied_embeddings {
+        (matrix_params, vocab_bytes(VocabRole::Head))
+    } else {
+        (2 * matrix_params, vocab_bytes(VocabRole::Head) + vocab_bytes(VocabRole::Embeddings))
+    };
     let other_params = model.parameters.saturating_sub(linear_params * model.layers + vocab_params);
-    (other_params as f64 * dense_bytes + linear_bytes * model.layers as f64 + vocab_params as f64 * vocab_per_weight)
-        as u64
+    (other_params as f64 * dense_bytes + linear_bytes * model.layers as f64 + vocab_bytes) as u64
 }
 
 /// A base quantization that would make `config`'s run fit `budget_bytes`, with its estimate, when the model

@@ -478,8 +478,9 @@ fn placement_row_ui(ui: &mut Ui, prefs: &mut super::app::Prefs) {
             .labelled_by(label.id);
         let label = ui.label("Base weights").on_hover_text(
             "How the frozen base's linear weights are held (QLoRA). none: dense in the dtype; keep: a GGUF's own \
-             quantized types; q8_0 … q4_0: quantized at load, one tensor at a time. The embeddings and head \
-             are then held in Q8_0; norms stay dense. Applies to the next load.",
+             quantized types; q8_0 … q4_0: quantized at load, one tensor at a time. The head is then held in \
+             Q6_K and untied embeddings in Q4_K (llama.cpp's Q4_K_M mix; Q8_0 with q8_0 and keep); norms stay \
+             dense. Applies to the next load.",
         );
         egui::ComboBox::from_id_salt("quantize")
             .selected_text(prefs.quantize.as_str())

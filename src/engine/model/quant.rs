@@ -4,8 +4,9 @@
 //! bytes a weight costs in each type (what the one memory estimate uses).
 //!
 //! With a quantized base the decoder layers' linear projections take the requested type, and the vocabulary
-//! matrices (token embeddings and the LM head, `vocab_matrix.rs`) take [`vocab_type`]: 8 bits, because every
-//! logit reads the head. Norms stay dense.
+//! matrices (token embeddings and the LM head, `vocab_matrix.rs`) take [`vocab_type`]: llama.cpp's Q4_K_M mix
+//! (a 6-bit head, because every logit reads it; 4-bit embeddings), or 8 bits with `q8_0` and `keep`. Norms
+//! stay dense.
 
 use candle_core::quantized::GgmlDType;
 
@@ -108,17 +109,29 @@ pub fn fitting_type(wanted: GgmlDType, row_len: usize) -> Option<GgmlDType> {
     [Some(wanted), fallback].into_iter().flatten().find(|t| row_len > 0 && row_len.is_multiple_of(t.block_size()))
 }
 
-/// The type the vocabulary matrices (embeddings, head) of rows of `hidden` values are held in under `quant`:
-/// Q8_0 for any quantize-at-load choice and for `keep` on a file whose projections are quantized
-/// (`file_quantized`; a GGUF's token embeddings are Q8_0 or Q6_K in the usual mixes), None (dense) otherwise.
-/// Eight bits because every logit reads the head, and Q8_0's 32-weight blocks fit every hidden size we load;
-/// decoding on the CPU reads it through our single-row Q8_0 kernel (`qgemv.rs`), as llama.cpp reads a Q8_0 head.
-pub fn vocab_type(quant: BaseQuant, hidden: usize, file_quantized: bool) -> Option<GgmlDType> {
-    match quant {
-        BaseQuant::None => None,
-        BaseQuant::Keep if !file_quantized => None,
-        _ => fitting_type(GgmlDType::Q8_0, hidden),
-    }
+/// Which vocabulary matrix: the token embeddings (read by row) or the LM head (every logit reads it). Tied
+/// embeddings are the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VocabRole {
+    Embeddings,
+    Head,
+}
+
+/// The type a vocabulary matrix (`vocab_matrix.rs`) of rows of `hidden` values is held in under `quant`, as
+/// llama.cpp's Q4_K_M mix holds them: with a base of 6 bits or fewer quantized at load, the head in Q6_K and
+/// the (untied) embeddings in Q4_K; with `q8_0`, and with `keep` on a file whose projections are quantized
+/// (`file_quantized`), both in Q8_0, which decoding on the CPU reads through our single-row Q8_0 kernel
+/// (`qgemv.rs`). A row that does not fill a K-quant's 256-weight blocks takes its 32-weight fallback
+/// ([`fitting_type`]: Q6_K -> Q8_0, Q4_K -> Q5_0). None (dense) without a quantized base.
+pub fn vocab_type(quant: BaseQuant, role: VocabRole, hidden: usize, file_quantized: bool) -> Option<GgmlDType> {
+    let wanted = match (quant, role) {
+        (BaseQuant::None, _) => return None,
+        (BaseQuant::Keep, _) if !file_quantized => return None,
+        (BaseQuant::Keep | BaseQuant::Q8_0, _) => GgmlDType::Q8_0,
+        (_, VocabRole::Head) => GgmlDType::Q6K,
+        (_, VocabRole::Embeddings) => GgmlDType::Q4K,
+    };
+    fitting_type(wanted, hidden)
 }
 
 /// Bytes per weight of a GGML type (4.5 bits for Q4_0 is 0.5625 bytes).
@@ -141,14 +154,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vocabulary_matrices_keep_eight_bits() {
-        assert_eq!(vocab_type(BaseQuant::Q4K, 4096, false), Some(GgmlDType::Q8_0));
-        assert_eq!(vocab_type(BaseQuant::Q4_0, 576, false), Some(GgmlDType::Q8_0));
-        assert_eq!(vocab_type(BaseQuant::Q8_0, 4096, false), Some(GgmlDType::Q8_0));
-        assert_eq!(vocab_type(BaseQuant::Keep, 576, true), Some(GgmlDType::Q8_0));
-        assert_eq!(vocab_type(BaseQuant::Keep, 576, false), None);
-        assert_eq!(vocab_type(BaseQuant::None, 4096, true), None);
-        assert_eq!(vocab_type(BaseQuant::Q4K, 100, false), None);
+    fn vocabulary_matrices_take_llama_cpp_s_q4_k_m_mix() {
+        use VocabRole::{Embeddings, Head};
+        assert_eq!(vocab_type(BaseQuant::Q4K, Head, 4096, false), Some(GgmlDType::Q6K));
+        assert_eq!(vocab_type(BaseQuant::Q4K, Embeddings, 4096, false), Some(GgmlDType::Q4K));
+        assert_eq!(vocab_type(BaseQuant::Q6K, Embeddings, 2048, false), Some(GgmlDType::Q4K));
+        // SmolLM2's 576-wide rows fill no 256-weight block: the 32-weight fallbacks.
+        assert_eq!(vocab_type(BaseQuant::Q4_0, Head, 576, false), Some(GgmlDType::Q8_0));
+        assert_eq!(vocab_type(BaseQuant::Q4_1, Embeddings, 576, false), Some(GgmlDType::Q5_0));
+        assert_eq!(vocab_type(BaseQuant::Q8_0, Embeddings, 4096, false), Some(GgmlDType::Q8_0));
+        assert_eq!(vocab_type(BaseQuant::Keep, Head, 576, true), Some(GgmlDType::Q8_0));
+        assert_eq!(vocab_type(BaseQuant::Keep, Embeddings, 576, false), None);
+        assert_eq!(vocab_type(BaseQuant::None, Head, 4096, true), None);
+        assert_eq!(vocab_type(BaseQuant::Q4K, Head, 100, false), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::decoder_layer::DecoderLayer;
 use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::norm::RmsNorm;
-use super::quant::{type_name, BaseQuant};
+use super::quant::{type_name, BaseQuant, VocabRole};
 use super::rotary::RotaryTables;
 use super::safetensors_weights::Weights;
 use super::sequence::{LocalAttention, SequenceContext};
@@ -63,18 +63,16 @@ impl Transformer {
     ) -> Result<Self> {
         let w = WeightLoader { weights, dtype, device, quant };
         let (v, h) = (config.vocab_size, config.hidden_size);
-        let vocab_matrix = |name: &str| VocabMatrix::load(weights, name, (v, h), dtype, device, quant);
-        let embed_tokens = vocab_matrix("model.embed_tokens.weight")?;
+        // Some checkpoints say tie_word_embeddings=false yet ship no lm_head: they are tied in effect.
+        let tied = config.tie_word_embeddings || !weights.contains("lm_head.weight");
+        let vocab_matrix = |name, role| VocabMatrix::load(weights, (name, role), (v, h), dtype, device, quant);
+        let embeddings_role = if tied { VocabRole::Head } else { VocabRole::Embeddings };
+        let embed_tokens = vocab_matrix("model.embed_tokens.weight", embeddings_role)?;
         let layers = (0..config.num_layers).map(|i| DecoderLayer::new(config, &w, i)).collect::<Result<Vec<_>>>()?;
         let norm =
             RmsNorm::new("norm", w.get("model.norm.weight", &[h])?, config.norm_weight_offset, config.rms_norm_eps)?
                 .scaled(1.0 / config.logits_scaling)?;
-        // Some checkpoints say tie_word_embeddings=false yet ship no lm_head: they are tied in effect.
-        let lm_head = if !config.tie_word_embeddings && weights.contains("lm_head.weight") {
-            Some(vocab_matrix("lm_head.weight")?)
-        } else {
-            None
-        };
+        let lm_head = if tied { None } else { Some(vocab_matrix("lm_head.weight", VocabRole::Head)?) };
         let mut config = config.clone();
         config.tie_word_embeddings = lm_head.is_none();
         Ok(Self {

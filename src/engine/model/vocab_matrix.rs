@@ -8,7 +8,7 @@
 //! vocabulary in blocks, `ops::quantized_head_nll`; logits block by block), and quantized storage cannot be
 //! viewed by rows on a GPU.
 
-use super::quant::{vocab_type, BaseQuant};
+use super::quant::{vocab_type, BaseQuant, VocabRole};
 use super::safetensors_weights::Weights;
 use crate::engine::ops::{self, HeadLoss};
 use crate::engine::Result;
@@ -30,16 +30,16 @@ pub enum VocabMatrix {
 }
 
 impl VocabMatrix {
-    /// Read tensor `name` of shape (vocab, hidden), held as `quant` says for vocabulary matrices.
+    /// Read tensor `name` of shape (vocab, hidden), held as `quant` says for a vocabulary matrix in `role`.
     pub fn load(
         weights: &Weights,
-        name: &str,
+        (name, role): (&str, VocabRole),
         (vocab, hidden): (usize, usize),
         dtype: DType,
         device: &Device,
         quant: BaseQuant,
     ) -> Result<Self> {
-        let Some(qtype) = vocab_type(quant, hidden, weights.has_quantized()) else {
+        let Some(qtype) = vocab_type(quant, role, hidden, weights.has_quantized()) else {
             return Ok(Self::Dense(weights.get(name, &[vocab, hidden], dtype, device)?));
         };
         // From a file, one block of rows at a time: the load never holds the whole matrix unquantized
@@ -264,7 +264,8 @@ mod tests {
         let blocked = VocabMatrix::from_row_blocks((1000, 64), GgmlDType::Q8_0, DType::F32, &dev, 300, read)?;
         let VocabMatrix::Quantized { ref blocks, .. } = blocked else { panic!("quantized") };
         assert_eq!(blocks.len(), 4);
-        let whole = VocabMatrix::load(&weights, name, (1000, 64), DType::F32, &dev, BaseQuant::Q4K)?;
+        let whole =
+            VocabMatrix::load(&weights, (name, VocabRole::Head), (1000, 64), DType::F32, &dev, BaseQuant::Q8_0)?;
         assert_eq!(whole.quantized_type(), Some(GgmlDType::Q8_0));
         for matrix in [&blocked, &whole] {
             let diff = (matrix.to_dense(DType::F32)? - expected.to_dense(DType::F32)?)?.abs()?.max_all()?;

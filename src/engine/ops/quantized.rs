@@ -17,7 +17,7 @@
 //! to the caller's dtype: one rule for all of them.
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{DType, Device, Result, Tensor, D};
 use std::sync::Arc;
 
 /// `x W^T` for a quantized frozen weight `W` of shape (out, in); `x`: (..., in).
@@ -30,8 +30,16 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
     let y = if let Some(y) = quantized_gemv(&x2, weight)? {
         y
     } else if dequantize_first(x, rows) {
-        let dense = weight.dequantize(x.device())?.to_dtype(x.dtype())?;
-        super::frozen_matmul_t(&x2, &dense)?
+        let pieces = row_pieces(weight, x.device())?;
+        let products = pieces
+            .iter()
+            .map(|&(start, n)| super::frozen_matmul_t(&x2, &dequantize_rows(weight, start, n, x.device(), x.dtype())?));
+        let parts = products.collect::<Result<Vec<_>>>()?;
+        if parts.len() == 1 {
+            parts.into_iter().next().unwrap_or_else(|| unreachable!())
+        } else {
+            Tensor::cat(&parts, 1)?
+        }
     } else {
         x2.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(weight)?.to_dtype(x.dtype())?
     };
@@ -92,10 +100,50 @@ fn dequantize_first(x: &Tensor, rows: usize) -> bool {
 const CUDA_VECTOR_ROWS: usize = 8;
 
 /// `dy W` for a quantized frozen weight `W` of shape (out, in) and `dy`: (..., out): the input gradient of
-/// [`quantized_matmul_t`]. The dequantized weight lives only for this product.
+/// [`quantized_matmul_t`]. The dequantized weight (or, on the CPU, each piece of its rows) lives only for this
+/// product.
 pub fn quantized_matmul(dy: &Tensor, weight: &QTensor) -> Result<Tensor> {
-    let dense = weight.dequantize(dy.device())?.to_dtype(dy.dtype())?;
-    super::frozen_matmul(dy, &dense)
+    let mut sum: Option<Tensor> = None;
+    for (start, n) in row_pieces(weight, dy.device())? {
+        let piece = dequantize_rows(weight, start, n, dy.device(), dy.dtype())?;
+        let dy_piece =
+            if n == weight.shape().dims2()?.0 { dy.clone() } else { dy.narrow(D::Minus1, start, n)?.contiguous()? };
+        let part = super::frozen_matmul(&dy_piece, &piece)?;
+        sum = Some(match sum {
+            Some(s) => (s + part)?,
+            None => part,
+        });
+    }
+    sum.ok_or_else(|| candle_core::Error::Msg("quantized_matmul of a weight without rows".into()))
+}
+
+/// On the CPU a weight is dequantized for a dense product in pieces of about this many values (64 MB in f32):
+/// an 8B model's MLP weight (14336 x 4096) would otherwise add 235 MB to the step's peak, several times per
+/// layer. Elsewhere (CUDA: one dequantize launch, device memory measured within target) the weight is one piece.
+const CPU_PIECE_VALUES: usize = 1 << 24;
+
+/// The (first row, rows) pieces in which [`dequantize_rows`] turns `weight` dense for a product on `device`.
+fn row_pieces(weight: &QTensor, device: &Device) -> Result<Vec<(usize, usize)>> {
+    let (out_features, in_features) = weight.shape().dims2()?;
+    if !device.is_cpu() || out_features * in_features <= CPU_PIECE_VALUES {
+        return Ok(vec![(0, out_features)]);
+    }
+    let rows = (CPU_PIECE_VALUES / in_features.max(1)).max(1);
+    Ok((0..out_features).step_by(rows).map(|start| (start, rows.min(out_features - start))).collect())
+}
+
+/// Rows `start..start + n` of `weight` dense, in `dtype` on `device`: the whole weight through Candle's
+/// dequantize, or on the CPU a copy of those rows' blocks dequantized alone.
+fn dequantize_rows(weight: &QTensor, start: usize, n: usize, device: &Device, dtype: DType) -> Result<Tensor> {
+    let (out_features, in_features) = weight.shape().dims2()?;
+    if start == 0 && n == out_features {
+        return weight.dequantize(device)?.to_dtype(dtype);
+    }
+    let row_bytes = in_features / weight.dtype().block_size() * weight.dtype().type_size();
+    let data = weight.data()?;
+    let rows = &data[start * row_bytes..(start + n) * row_bytes];
+    let storage = QStorage::from_data(std::borrow::Cow::Borrowed(rows), &Device::Cpu, weight.dtype())?;
+    QTensor::new(storage, (n, in_features))?.dequantize(device)?.to_dtype(dtype)
 }
 
 /// `dense` (out, in), on the CPU, quantized to `dtype` and placed on `device`: rows are quantized in parallel
@@ -148,6 +196,26 @@ pub fn qtensor_to_device(weight: &Arc<QTensor>, device: &Device) -> Result<Arc<Q
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A weight of more than `CPU_PIECE_VALUES` values is dequantized in row pieces (here 4096 rows and then 4):
+    /// the many-row forward and the input gradient equal the products with the whole dequantized weight.
+    #[test]
+    fn pieces_of_a_big_weight_multiply_like_the_whole() -> Result<()> {
+        let dev = Device::Cpu;
+        let weight = quantize_rows(&Tensor::randn(0f32, 0.05, (4100, 4096), &dev)?, GgmlDType::Q8_0, &dev)?;
+        assert_eq!(row_pieces(&weight, &dev)?, vec![(0, 4096), (4096, 4)]);
+        let whole = weight.dequantize(&dev)?;
+        let x = Tensor::randn(0f32, 1.0, (2, 20, 4096), &dev)?;
+        let dy = Tensor::randn(0f32, 1.0, (2, 20, 4100), &dev)?;
+        let relative = |a: Tensor, b: Tensor| -> Result<f32> {
+            let scale = b.abs()?.max_all()?.to_scalar::<f32>()?;
+            Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()? / scale)
+        };
+        let forward = relative(quantized_matmul_t(&x, &weight)?, x.broadcast_matmul(&whole.t()?)?)?;
+        let backward = relative(quantized_matmul(&dy, &weight)?, dy.broadcast_matmul(&whole)?)?;
+        assert!(forward < 1e-5 && backward < 1e-5, "forward {forward}, backward {backward}");
+        Ok(())
+    }
 
     #[test]
     fn parallel_quantization_writes_candles_blocks() -> Result<()> {
