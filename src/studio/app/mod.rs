@@ -20,9 +20,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod chrome;
+mod dropped_path;
 mod frame_stats;
 mod prefs;
 
+pub use dropped_path::{classify_drop, Dropped};
+use dropped_path::first_gguf;
 pub use frame_stats::FrameStats;
 use prefs::remember;
 pub use prefs::{studio_train_defaults, ChatPrefs, Page, Prefs, RankPrefs};
@@ -550,42 +553,6 @@ impl eframe::App for StudioApp {
 
 /// How long closing the window waits for running jobs to stop.
 const EXIT_WAIT: Duration = Duration::from_secs(20);
-
-/// What a dropped path is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dropped {
-    Model,
-    Dataset,
-}
-
-pub fn classify_drop(path: &Path) -> Option<Dropped> {
-    if path.is_dir() {
-        if path.join("config.json").is_file() {
-            return Some(Dropped::Model);
-        }
-        if path.join("train.jsonl").is_file() {
-            return Some(Dropped::Dataset);
-        }
-        return None;
-    }
-    match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
-        Some("gguf") => Some(Dropped::Model),
-        Some("jsonl") => Some(Dropped::Dataset),
-        _ if path.file_name().is_some_and(|n| n == "config.json") => Some(Dropped::Model),
-        _ => None,
-    }
-}
-
-fn first_gguf(dir: &Path) -> Option<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")))
-        .collect();
-    files.sort();
-    files.into_iter().next()
-}
 
 /// The studio's look: the default theme with an amber accent and a little more air.
 fn apply_style(ctx: &egui::Context) {
