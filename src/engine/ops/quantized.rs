@@ -132,18 +132,38 @@ fn row_pieces(weight: &QTensor, device: &Device) -> Result<Vec<(usize, usize)>> 
     Ok((0..out_features).step_by(rows).map(|start| (start, rows.min(out_features - start))).collect())
 }
 
-/// Rows `start..start + n` of `weight` dense, in `dtype` on `device`: the whole weight through Candle's
-/// dequantize, or on the CPU a copy of those rows' blocks dequantized alone.
+/// Rows `start..start + n` of `weight` dense, in `dtype` on `device`: on the CPU dequantized in parallel on our
+/// team (Candle's dequantize is one thread: at 8B it was several seconds of each step), elsewhere the whole weight
+/// through Candle's dequantize (the only piece there).
 fn dequantize_rows(weight: &QTensor, start: usize, n: usize, device: &Device, dtype: DType) -> Result<Tensor> {
-    let (out_features, in_features) = weight.shape().dims2()?;
-    if start == 0 && n == out_features {
+    if !device.is_cpu() || super::kernels() != super::Kernels::Native {
         return weight.dequantize(device)?.to_dtype(dtype);
     }
-    let row_bytes = in_features / weight.dtype().block_size() * weight.dtype().type_size();
+    let (_, in_features) = weight.shape().dims2()?;
+    let qtype = weight.dtype();
+    let row_bytes = in_features / qtype.block_size() * qtype.type_size();
     let data = weight.data()?;
-    let rows = &data[start * row_bytes..(start + n) * row_bytes];
-    let storage = QStorage::from_data(std::borrow::Cow::Borrowed(rows), &Device::Cpu, weight.dtype())?;
-    QTensor::new(storage, (n, in_features))?.dequantize(device)?.to_dtype(dtype)
+    let rows_per_task = n.div_ceil(crate::engine::cpu_team::threads() * 2).max(1);
+    let mut values = vec![0f32; n * in_features];
+    let failure = std::sync::Mutex::new(None);
+    crate::engine::cpu_pool::for_each_chunk(&mut values, rows_per_task * in_features, |task, out| {
+        let first = start + task * rows_per_task;
+        let rows = out.len() / in_features;
+        let bytes = &data[first * row_bytes..(first + rows) * row_bytes];
+        // Each task's rows as a QTensor of their own (a copy of their blocks), dequantized by Candle.
+        let dense = QStorage::from_data(std::borrow::Cow::Borrowed(bytes), &Device::Cpu, qtype)
+            .and_then(|storage| QTensor::new(storage, (rows, in_features)))
+            .and_then(|q| q.dequantize(&Device::Cpu))
+            .and_then(|t| t.flatten_all()?.to_vec1::<f32>());
+        match dense {
+            Ok(dense) => out.copy_from_slice(&dense),
+            Err(e) => *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e),
+        }
+    });
+    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    Tensor::from_vec(values, (n, in_features), &Device::Cpu)?.to_dtype(dtype)
 }
 
 /// `dense` (out, in), on the CPU, quantized to `dtype` and placed on `device`: rows are quantized in parallel
