@@ -1,5 +1,6 @@
 //! Multiplying by frozen weights: the forward product through BLAS (batches) or a threaded matrix-vector
-//! product (decoding) on the CPU, Candle's matmul elsewhere, and the plain product the backward pass needs
+//! product (decoding) on the CPU (bf16/f16 through f32 pieces of the weight: `frozen_matmul_half.rs`), Candle's
+//! matmul elsewhere, and the plain product the backward pass needs
 //! for the input gradient (nothing is ever computed for the frozen weight).
 
 use candle_core::{Result, Tensor};
@@ -151,6 +152,10 @@ impl candle_core::CustomOp1 for FrozenMatmul {
             }
         }
         if let Some(out) = blas_frozen_matmul(&self.weight, storage, layout, self.transposed) {
+            return Ok(out);
+        }
+        if let Some(out) = super::frozen_matmul_half::half_frozen_matmul(&self.weight, storage, layout, self.transposed)
+        {
             return Ok(out);
         }
         backend_matmul!(self, storage, layout, Cpu)

@@ -19,6 +19,7 @@ pub mod cuda_decode;
 mod cuda_kernels;
 mod cuda_training;
 mod frozen_matmul;
+mod frozen_matmul_half;
 mod gemv;
 mod head_loss;
 mod matmul;

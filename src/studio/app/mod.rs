@@ -24,8 +24,8 @@ mod dropped_path;
 mod frame_stats;
 mod prefs;
 
-pub use dropped_path::{classify_drop, Dropped};
 use dropped_path::first_gguf;
+pub use dropped_path::{classify_drop, Dropped};
 pub use frame_stats::FrameStats;
 use prefs::remember;
 pub use prefs::{studio_train_defaults, ChatPrefs, Page, Prefs, RankPrefs};
