@@ -104,7 +104,7 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
     } else {
         println!(
             "metal-candle train on {device} {dtype}: batch {}x{}, rank {} on {}, checkpointing {}: {:.3} s/step, {:.0} \
-             tokens/s, peak RSS {} (estimate {:.2} GB)",
+             tokens/s, loss {:.4}, peak RSS {} (estimate {:.2} GB)",
             r.batch_size,
             r.seq_len,
             r.rank,
@@ -112,6 +112,7 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
             config.checkpointing.name(),
             r.mean_step_secs,
             r.tokens_per_sec,
+            r.last_loss,
             r.peak_rss_bytes.map(|b| format!("{:.2} GB", b as f64 / 1e9)).unwrap_or("n/a".into()),
             estimate.total_bytes() as f64 / 1e9
         );

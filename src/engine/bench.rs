@@ -75,6 +75,8 @@ pub struct TrainBench {
     pub median_step_secs: f64,
     pub tokens_per_sec: f64,
     pub trainable_params: usize,
+    /// The last measured step's loss on its random batch (about ln(vocab) for an untrained model on random tokens).
+    pub last_loss: f64,
     /// Peak process RSS during the measured steps (CPU), when the OS reports it.
     pub peak_rss_bytes: Option<u64>,
     /// The BLAS library doing CPU multiplies, if one was loaded.
@@ -118,12 +120,15 @@ pub fn bench_train(
         runner.step(&[random_batch(vocab, batch_size, seq_len, i as u64)], 1e-4)?;
     }
     crate::engine::device::reset_peak_rss();
-    let mut step_secs = Vec::new();
+    let (mut step_secs, mut last_loss) = (Vec::new(), f64::NAN);
     for i in 0..steps.max(1) {
         let started = std::time::Instant::now();
-        runner.step(&[random_batch(vocab, batch_size, seq_len, 1000 + i as u64)], 1e-4)?;
+        (last_loss, _) = runner.step(&[random_batch(vocab, batch_size, seq_len, 1000 + i as u64)], 1e-4)?;
         model.model.device().synchronize()?;
         step_secs.push(started.elapsed().as_secs_f64());
+        if !last_loss.is_finite() {
+            return Err(crate::engine::Error::Training(format!("bench step {}: the loss is {last_loss}", i + 1)));
+        }
     }
     let mean_step_secs = step_secs.iter().sum::<f64>() / step_secs.len() as f64;
     step_secs.sort_by(f64::total_cmp);
@@ -138,6 +143,7 @@ pub fn bench_train(
         median_step_secs,
         tokens_per_sec: (batch_size * seq_len) as f64 / mean_step_secs,
         trainable_params,
+        last_loss,
         peak_rss_bytes: crate::engine::device::peak_rss_bytes(),
         blas: if model.model.device().is_cpu() {
             crate::engine::blas::library_name().map(str::to_string)

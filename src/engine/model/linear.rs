@@ -56,7 +56,7 @@ impl BaseWeight {
     pub fn to_dense(&self, dtype: DType) -> Result<Tensor> {
         match self {
             BaseWeight::Dense(w) => w.to_dtype(dtype),
-            BaseWeight::Quantized(q) => q.dequantize(&q.device())?.to_dtype(dtype),
+            BaseWeight::Quantized(q) => crate::engine::ops::dequantize(q, &q.device(), dtype),
         }
     }
 

@@ -204,7 +204,7 @@ impl VocabMatrix {
             Self::Quantized { blocks, .. } => {
                 let parts = blocks
                     .iter()
-                    .map(|b| b.dequantize(&b.device())?.to_dtype(dtype))
+                    .map(|b| ops::dequantize(b, &b.device(), dtype))
                     .collect::<candle_core::Result<Vec<_>>>()?;
                 Tensor::cat(&parts, 0)
             }

@@ -34,7 +34,7 @@ pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;
-pub use quantized::{qtensor_to_device, quantize_rows, quantized_matmul, quantized_matmul_t};
+pub use quantized::{dequantize, qtensor_to_device, quantize_rows, quantized_matmul, quantized_matmul_t};
 pub use quantized_head_loss::{quantized_head_nll, QuantizedHead};
 
 use candle_core::{DType, Result, Tensor, D};

@@ -132,6 +132,11 @@ fn row_pieces(weight: &QTensor, device: &Device) -> Result<Vec<(usize, usize)>> 
     Ok((0..out_features).step_by(rows).map(|start| (start, rows.min(out_features - start))).collect())
 }
 
+/// `weight` dense, in `dtype` on `device` (its own device): on the CPU dequantized in parallel on our team.
+pub fn dequantize(weight: &QTensor, device: &Device, dtype: DType) -> Result<Tensor> {
+    dequantize_rows(weight, 0, weight.shape().dims2()?.0, device, dtype)
+}
+
 /// Rows `start..start + n` of `weight` dense, in `dtype` on `device`: on the CPU dequantized in parallel on our
 /// team (Candle's dequantize is one thread: at 8B it was several seconds of each step), elsewhere the whole weight
 /// through Candle's dequantize (the only piece there).

@@ -33,7 +33,7 @@ fn block_starts<'a>(head: &QuantizedHead<'a>) -> impl Iterator<Item = (usize, &'
 
 /// One block's logits (n, block rows) as f32.
 fn block_logits(hidden: &Tensor, block: &QTensor) -> Result<(Tensor, Tensor)> {
-    let dense = block.dequantize(hidden.device())?.to_dtype(hidden.dtype())?;
+    let dense = super::dequantize(block, hidden.device(), hidden.dtype())?;
     let logits = frozen_matmul_t(hidden, &dense)?.to_dtype(DType::F32)?;
     Ok((logits, dense))
 }
