@@ -41,13 +41,22 @@ fn decode_logits(
     out
 }
 
+/// The prompt both tests decode after.
+const PROMPT: [u32; 5] = [281, 358, 289, 422, 348];
+
+/// The first CUDA device, or None (printing that the test is skipped) on a machine without one.
+fn cuda_or_skip() -> Option<Device> {
+    let device = Device::new_cuda(0).ok();
+    if device.is_none() {
+        eprintln!("no CUDA device: skipped");
+    }
+    device
+}
+
 #[test]
 fn fused_decode_logits_match_the_cpu_on_every_architecture() {
-    let Ok(cuda) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
-    let prompt = [281u32, 358, 289, 422, 348];
+    let Some(cuda) = cuda_or_skip() else { return };
+    let prompt = PROMPT;
     for arch in ["tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"] {
         let dir = format!("tests/fixtures/{arch}");
         let want = logits_per_step(&dir, &Device::Cpu, DType::F32, &prompt, 80);
@@ -89,11 +98,8 @@ fn adapted_model(arch: &str, device: &Device, quantize: BaseQuant) -> metal_cand
 /// adapters must move the logits (measured >= 0.9 here), so a dropped adapter cannot pass.
 #[test]
 fn fused_decode_with_adapters_qk_norms_and_a_quantized_base_matches_the_cpu() {
-    let Ok(cuda) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
-    let prompt = [281u32, 358, 289, 422, 348];
+    let Some(cuda) = cuda_or_skip() else { return };
+    let prompt = PROMPT;
     for (arch, quantize) in [
         ("tiny-llama", BaseQuant::None),
         ("tiny-qwen3", BaseQuant::None),
