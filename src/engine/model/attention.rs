@@ -305,7 +305,7 @@ impl Attention {
         let norm = |norm: &RmsNorm, start: usize, width: usize| -> Result<Tensor> {
             let part = qkv.narrow(D::Minus1, start, width)?.contiguous()?;
             if self.qk_norm_over_projection {
-                return Ok(norm.forward(&part)?);
+                return norm.forward(&part);
             }
             Ok(norm.forward(&part.reshape((b, t, width / d, d))?)?.reshape((b, t, width))?)
         };
