@@ -34,9 +34,9 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
         let products = pieces
             .iter()
             .map(|&(start, n)| super::frozen_matmul_t(&x2, &dequantize_rows(weight, start, n, x.device(), x.dtype())?));
-        let parts = products.collect::<Result<Vec<_>>>()?;
+        let mut parts = products.collect::<Result<Vec<_>>>()?;
         if parts.len() == 1 {
-            parts.into_iter().next().unwrap_or_else(|| unreachable!())
+            parts.remove(0)
         } else {
             Tensor::cat(&parts, 1)?
         }
