@@ -38,6 +38,25 @@ pub fn for_each_chunk<T: Send>(data: &mut [T], chunk_len: usize, work: impl Fn(u
     cpu_team::run(len.div_ceil(chunk_len), &|i| work(i, unsafe { shared.chunk(i, chunk_len, len) }));
 }
 
+/// [`for_each_chunk`] with work that can fail: every chunk is still visited, and an error (one of them, when
+/// several fail) is returned after all tasks are done.
+pub fn try_for_each_chunk<T: Send, E: Send>(
+    data: &mut [T],
+    chunk_len: usize,
+    work: impl Fn(usize, &mut [T]) -> Result<(), E> + Sync,
+) -> Result<(), E> {
+    let failure = std::sync::Mutex::new(None);
+    for_each_chunk(data, chunk_len, |i, chunk| {
+        if let Err(e) = work(i, chunk) {
+            *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        }
+    });
+    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// A new buffer of `len` f32 whose chunks of `chunk_len` are filled by `work(index, chunk)` on the team.
 /// Each chunk is zeroed by its own task just before `work` (cache-hot, in parallel) instead of the whole
 /// buffer being zeroed up front on the calling thread.

@@ -150,24 +150,16 @@ fn dequantize_rows(weight: &QTensor, start: usize, n: usize, device: &Device, dt
     let data = weight.data()?;
     let rows_per_task = n.div_ceil(crate::engine::cpu_team::threads() * 2).max(1);
     let mut values = vec![0f32; n * in_features];
-    let failure = std::sync::Mutex::new(None);
-    crate::engine::cpu_pool::for_each_chunk(&mut values, rows_per_task * in_features, |task, out| {
+    crate::engine::cpu_pool::try_for_each_chunk(&mut values, rows_per_task * in_features, |task, out| {
         let first = start + task * rows_per_task;
         let rows = out.len() / in_features;
         let bytes = &data[first * row_bytes..(first + rows) * row_bytes];
         // Each task's rows as a QTensor of their own (a copy of their blocks), dequantized by Candle.
-        let dense = QStorage::from_data(std::borrow::Cow::Borrowed(bytes), &Device::Cpu, qtype)
-            .and_then(|storage| QTensor::new(storage, (rows, in_features)))
-            .and_then(|q| q.dequantize(&Device::Cpu))
-            .and_then(|t| t.flatten_all()?.to_vec1::<f32>());
-        match dense {
-            Ok(dense) => out.copy_from_slice(&dense),
-            Err(e) => *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e),
-        }
-    });
-    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
-    }
+        let storage = QStorage::from_data(std::borrow::Cow::Borrowed(bytes), &Device::Cpu, qtype)?;
+        let dense = QTensor::new(storage, (rows, in_features))?.dequantize(&Device::Cpu)?;
+        out.copy_from_slice(&dense.flatten_all()?.to_vec1::<f32>()?);
+        Ok::<_, candle_core::Error>(())
+    })?;
     Tensor::from_vec(values, (n, in_features), &Device::Cpu)?.to_dtype(dtype)
 }
 
@@ -190,21 +182,15 @@ pub fn quantize_rows(dense: &Tensor, dtype: GgmlDType, device: &Device) -> Resul
     // Enough rows per task that each is worth a scheduling round, and several tasks per thread to balance.
     let rows_per_task = (rows / (crate::engine::cpu_team::threads() * 4)).max(1);
     let mut bytes = vec![0u8; rows * row_bytes];
-    let failure = std::sync::Mutex::new(None);
-    crate::engine::cpu_pool::for_each_chunk(&mut bytes, rows_per_task * row_bytes, |task, out| {
+    let quantized = crate::engine::cpu_pool::try_for_each_chunk(&mut bytes, rows_per_task * row_bytes, |task, out| {
         let (start, count) = (task * rows_per_task * row_len, out.len() / row_bytes);
         // A tensor of its own: Candle's quantizer reads a view's whole underlying storage.
-        let quantized = Tensor::from_slice(&values[start..start + count * row_len], (count, row_len), &Device::Cpu)
-            .and_then(|chunk| QTensor::quantize(&chunk, dtype))
-            .and_then(|q| q.data().map(|data| out.copy_from_slice(&data)));
-        if let Err(e) = quantized {
-            *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-        }
+        let chunk = Tensor::from_slice(&values[start..start + count * row_len], (count, row_len), &Device::Cpu)?;
+        out.copy_from_slice(&QTensor::quantize(&chunk, dtype)?.data()?);
+        Ok::<_, candle_core::Error>(())
     });
     drop(storage);
-    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
-    }
+    quantized?;
     let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), device, dtype)?;
     QTensor::new(storage, (rows, row_len))
 }
