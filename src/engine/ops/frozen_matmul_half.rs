@@ -9,9 +9,6 @@ use candle_core::{CpuStorage, Layout, Shape};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
-/// Values of the weight widened to f32 at once.
-const PIECE_VALUES: usize = 1 << 24;
-
 /// A half-precision slice of either kind.
 enum Half<'a> {
     Bf16(&'a [bf16]),
@@ -78,10 +75,8 @@ pub(super) fn half_frozen_matmul(
     }
     let x32 = x.widen(0..rows * k);
     // Pieces of the weight's stored rows: output columns when transposed, the inner dimension otherwise.
-    let piece_rows = (PIECE_VALUES / d1.max(1)).max(1);
     let mut out = vec![0f32; rows * n];
-    for first in (0..d0).step_by(piece_rows) {
-        let count = piece_rows.min(d0 - first);
+    for (first, count) in super::cpu_row_pieces(d0, d1) {
         let piece = w.widen(first * d1..(first + count) * d1);
         if transposed {
             let part = if rows == 1 {

@@ -35,6 +35,20 @@ pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;
 pub use quantized::{dequantize, qtensor_to_device, quantize_rows, quantized_matmul, quantized_matmul_t};
+
+/// Values of a frozen weight made dense in f32 at once for a CPU product: 2^24 (64 MB). An 8B model's MLP weight
+/// (14336 x 4096, 235 MB in f32) would otherwise add itself whole to the step's peak, several times per layer.
+const CPU_PIECE_VALUES: usize = 1 << 24;
+
+/// The (first row, rows) pieces of at most [`CPU_PIECE_VALUES`] values (and at least one row) in which a CPU
+/// product turns a (rows, row_len) frozen weight dense: one piece when the whole weight fits.
+fn cpu_row_pieces(rows: usize, row_len: usize) -> Vec<(usize, usize)> {
+    if rows * row_len <= CPU_PIECE_VALUES {
+        return vec![(0, rows)];
+    }
+    let per_piece = (CPU_PIECE_VALUES / row_len.max(1)).max(1);
+    (0..rows).step_by(per_piece).map(|first| (first, per_piece.min(rows - first))).collect()
+}
 pub use quantized_head_loss::{quantized_head_nll, QuantizedHead};
 
 use candle_core::{DType, Result, Tensor, D};

@@ -117,19 +117,15 @@ pub fn quantized_matmul(dy: &Tensor, weight: &QTensor) -> Result<Tensor> {
     sum.ok_or_else(|| candle_core::Error::Msg("quantized_matmul of a weight without rows".into()))
 }
 
-/// On the CPU a weight is dequantized for a dense product in pieces of about this many values (64 MB in f32):
-/// an 8B model's MLP weight (14336 x 4096) would otherwise add 235 MB to the step's peak, several times per
-/// layer. Elsewhere (CUDA: one dequantize launch, device memory measured within target) the weight is one piece.
-const CPU_PIECE_VALUES: usize = 1 << 24;
-
-/// The (first row, rows) pieces in which [`dequantize_rows`] turns `weight` dense for a product on `device`.
+/// The (first row, rows) pieces in which [`dequantize_rows`] turns `weight` dense for a product on `device`: on the
+/// CPU 64 MB pieces (`super::cpu_row_pieces`); elsewhere (CUDA: one dequantize launch, device memory measured
+/// within target) the whole weight.
 fn row_pieces(weight: &QTensor, device: &Device) -> Result<Vec<(usize, usize)>> {
     let (out_features, in_features) = weight.shape().dims2()?;
-    if !device.is_cpu() || out_features * in_features <= CPU_PIECE_VALUES {
+    if !device.is_cpu() {
         return Ok(vec![(0, out_features)]);
     }
-    let rows = (CPU_PIECE_VALUES / in_features.max(1)).max(1);
-    Ok((0..out_features).step_by(rows).map(|start| (start, rows.min(out_features - start))).collect())
+    Ok(super::cpu_row_pieces(out_features, in_features))
 }
 
 /// `weight` dense, in `dtype` on `device` (its own device): on the CPU dequantized in parallel on our team.
@@ -208,7 +204,7 @@ pub fn qtensor_to_device(weight: &Arc<QTensor>, device: &Device) -> Result<Arc<Q
 mod tests {
     use super::*;
 
-    /// A weight of more than `CPU_PIECE_VALUES` values is dequantized in row pieces (here 4096 rows and then 4):
+    /// A weight of more than `ops::CPU_PIECE_VALUES` values is dequantized in row pieces (here 4096 rows and then 4):
     /// the many-row forward and the input gradient equal the products with the whole dequantized weight.
     #[test]
     fn pieces_of_a_big_weight_multiply_like_the_whole() -> Result<()> {
