@@ -127,3 +127,70 @@ fn fused_decode_with_adapters_qk_norms_and_a_quantized_base_matches_the_cpu() {
         }
     }
 }
+
+/// The decode attention kernel alone against a CPU computation, over caches longer than one of its chunks
+/// (1,024 keys), with grouped-query heads, a sliding window and two sequences: f32 and bf16.
+#[test]
+fn decode_attention_over_long_caches_matches_the_cpu() {
+    use metal_candle::engine::ops::cuda_decode::{attention, DecodeShape};
+    let Some(device) = cuda_or_skip() else { return };
+    let (b, heads, kv, d, cap) = (2usize, 8usize, 2usize, 64usize, 3000usize);
+    let cpu = Device::Cpu;
+    let qkv = Tensor::randn(0f32, 1.0, (b, 1, (heads + 2 * kv) * d), &cpu).unwrap();
+    let cache = Tensor::randn(0f32, 1.0, (2, b, kv, cap, d), &cpu).unwrap();
+    let angles: Vec<f32> = (0..cap * d / 2).map(|i| (i % 997) as f32 * 0.013).collect();
+    let angles = Tensor::from_vec(angles, (cap, d / 2), &cpu).unwrap();
+    let rope = Tensor::cat(&[angles.cos().unwrap(), angles.sin().unwrap()], 1).unwrap();
+    for (pos, first_visible) in [(2500usize, 0usize), (2500, 2100), (1023, 0), (1024, 0), (7, 0)] {
+        let shape = DecodeShape { heads, kv_heads: kv, head_dim: d, pos, first_visible };
+        let want = reference_decode_attention(&qkv, &cache, &rope, shape);
+        for (dtype, tol) in [(DType::F32, 2e-5f32), (DType::BF16, 3e-2)] {
+            let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+            let got = attention(&on(&qkv), &on(&cache), &rope.to_device(&device).unwrap(), shape).unwrap();
+            let got: Vec<f32> = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let err = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            println!("decode attention pos {pos} window from {first_visible} {dtype:?}: max error {err:.2e} of {scale:.2}");
+            assert!(err <= tol * scale.max(1.0), "pos {pos} from {first_visible} {dtype:?}: error {err}");
+        }
+    }
+}
+
+/// Rotate each head's query (rotate-half, the table's row `pos`), scale by 1/sqrt(d), softmax over the cached
+/// keys first_visible..=pos of its KV head, weight the values: (b * heads * d) values.
+fn reference_decode_attention(qkv: &Tensor, cache: &Tensor, rope: &Tensor, s: metal_candle::engine::ops::cuda_decode::DecodeShape) -> Vec<f32> {
+    let (b, d) = (qkv.dim(0).unwrap(), s.head_dim);
+    let qkv: Vec<f32> = qkv.flatten_all().unwrap().to_vec1().unwrap();
+    let cap = cache.dim(3).unwrap();
+    let cache: Vec<f32> = cache.flatten_all().unwrap().to_vec1().unwrap();
+    let rope: Vec<Vec<f32>> = rope.to_vec2().unwrap();
+    let (half, width) = (d / 2, (s.heads + 2 * s.kv_heads) * d);
+    let mut out = Vec::with_capacity(b * s.heads * d);
+    for bi in 0..b {
+        for h in 0..s.heads {
+            let kvh = h / (s.heads / s.kv_heads);
+            let q = &qkv[bi * width + h * d..bi * width + (h + 1) * d];
+            let (c, sn) = (&rope[s.pos][..half], &rope[s.pos][half..]);
+            let mut qr = vec![0f32; d];
+            for i in 0..half {
+                qr[i] = (q[i] * c[i] - q[i + half] * sn[i]) / (d as f32).sqrt();
+                qr[i + half] = (q[i + half] * c[i] + q[i] * sn[i]) / (d as f32).sqrt();
+            }
+            let row = |kv_index: usize, j: usize| {
+                let start = (((kv_index * b + bi) * s.kv_heads + kvh) * cap + j) * d;
+                &cache[start..start + d]
+            };
+            let scores: Vec<f64> = (s.first_visible..=s.pos)
+                .map(|j| row(0, j).iter().zip(&qr).map(|(k, q)| (k * q) as f64).sum())
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for e in 0..d {
+                let v: f64 = (s.first_visible..=s.pos).zip(&weights).map(|(j, w)| w * row(1, j)[e] as f64).sum();
+                out.push((v / total) as f32);
+            }
+        }
+    }
+    out
+}

@@ -269,7 +269,8 @@ mod imp {
                 );
                 let cfg = LaunchConfig {
                     grid_dim: (s.heads as u32, b as u32, 1),
-                    block_dim: (128, 1, 1),
+                    // DEC_THREADS in fused.cu.
+                    block_dim: (256, 1, 1),
                     shared_mem_bytes: 0,
                 };
                 // SAFETY: arguments match the kernel's signature; `check` bounds every index.

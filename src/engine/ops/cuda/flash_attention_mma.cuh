@@ -4,8 +4,9 @@
 // rows; scores, probabilities and accumulators stay in registers in the mma accumulator layout, whose rows
 // and columns for lane = 4 g + t are (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). The accumulator of
 // one product is the A operand of the next once packed to 16 bits (as in FlashAttention-2). Streamed tiles
-// sit in shared memory, rows padded by 8 elements so the 8 rows a warp reads at once fall in distinct banks;
-// operands read along rows of a tile are also kept transposed.
+// sit in shared memory row-major, rows padded by 8 elements so the 8 rows a warp reads at once fall in distinct
+// banks, loaded with 16-byte reads; mma operands come out of them through ldmatrix (.trans where the product
+// reads a tile along its columns, so no tile is ever stored transposed).
 
 #define MMA_WARPS 4
 #define MMA_PAD 8
@@ -39,21 +40,38 @@ template <typename T> __device__ __forceinline__ uint32_t ld2(const T* p) {
 }
 
 // Rows first.. of `src` (row stride `stride` elements, D per row) into dst[R][D + MMA_PAD]; zeros past `limit`.
+// 16-byte reads when the rows are 16-byte aligned, 4-byte reads otherwise.
 template <typename T, int D, int R>
 __device__ __forceinline__ void mma_rows(const T* src, long long stride, int first, int limit, T (*dst)[D + MMA_PAD]) {
+  constexpr int V = 16 / sizeof(T);
+  if (((reinterpret_cast<uintptr_t>(src) | (uintptr_t)(stride * sizeof(T))) & 15) == 0) {
+    for (int idx = threadIdx.x; idx < R * D / V; idx += blockDim.x) {
+      const int r = idx / (D / V), c = (idx % (D / V)) * V, row = first + r;
+      *reinterpret_cast<uint4*>(&dst[r][c]) =
+          row < limit ? *reinterpret_cast<const uint4*>(src + row * stride + c) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < R * D / 2; idx += blockDim.x) {
     const int r = idx / (D / 2), c = (idx % (D / 2)) * 2, row = first + r;
     *reinterpret_cast<uint32_t*>(&dst[r][c]) = row < limit ? ld2(src + row * stride + c) : 0u;
   }
 }
 
-// The same rows transposed: dst[D][R + MMA_PAD].
-template <typename T, int D, int R>
-__device__ __forceinline__ void mma_cols(const T* src, long long stride, int first, int limit, T (*dst)[R + MMA_PAD]) {
-  for (int idx = threadIdx.x; idx < R * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D, row = first + r;
-    dst[c][r] = row < limit ? src[row * stride + c] : from_f<T>(0.f);
-  }
+// Four 8 x 8 matrices of 16-bit elements from shared memory (lane l gives the address of row l % 8 of matrix
+// l / 8); `.trans` hands each lane the transposed elements, the B operand of a product that reads the tile along
+// its columns.
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
 
 // A operand (16 rows x D) of a row-major matrix in global memory, rows row0.. (zeros past limit).
@@ -74,32 +92,37 @@ __device__ __forceinline__ void mma_a_global(const T* src, long long stride, int
 }
 
 // acc[N/8][4] += A (16 x D, fragments a) times B^T where B is tile rows [N][D + MMA_PAD] (row n = column n).
+// One ldmatrix gives the B fragments of two 8-column blocks.
 template <typename T, int D, int N>
 __device__ __forceinline__ void mma_abt(const uint32_t (*a)[4], const T (*b)[D + MMA_PAD], float (*acc)[4]) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int n = 0; n < N / 8; n++) {
+  for (int n = 0; n < N / 8; n += 2) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
-      const uint32_t bb[2] = {ld2(&b[n * 8 + g][kk * 16 + 2 * t]), ld2(&b[n * 8 + g][kk * 16 + 2 * t + 8])};
-      mma16816<T>(acc[n], a[kk], bb);
+      uint32_t r[4];
+      ldsm_x4(r, &b[n * 8 + (lane & 7) + ((lane >> 4) << 3)][kk * 16 + ((lane >> 3) & 1) * 8]);
+      mma16816<T>(acc[n], a[kk], r);
+      mma16816<T>(acc[n + 1], a[kk], r + 2);
     }
   }
 }
 
-// acc[D/8][4] += P (16 x K, accumulator layout p[K/8][4], packed to T here) times B (K x D) given transposed as
-// bt[D][K + MMA_PAD].
+// acc[D/8][4] += P (16 x K, accumulator layout p[K/8][4], packed to T here) times B (K x D), a row-major tile
+// b[K][D + MMA_PAD] read along its columns (ldmatrix .trans).
 template <typename T, int D, int K>
-__device__ __forceinline__ void mma_pb(const float (*p)[4], const T (*bt)[K + MMA_PAD], float (*acc)[4]) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+__device__ __forceinline__ void mma_pb(const float (*p)[4], const T (*b)[D + MMA_PAD], float (*acc)[4]) {
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int kc = 0; kc < K / 16; kc++) {
     const uint32_t a[4] = {pack2<T>(p[2 * kc][0], p[2 * kc][1]), pack2<T>(p[2 * kc][2], p[2 * kc][3]),
                            pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]), pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-      const uint32_t bb[2] = {ld2(&bt[n * 8 + g][kc * 16 + 2 * t]), ld2(&bt[n * 8 + g][kc * 16 + 2 * t + 8])};
-      mma16816<T>(acc[n], a, bb);
+    for (int n = 0; n < D / 8; n += 2) {
+      uint32_t r[4];
+      ldsm_x4_trans(r, &b[kc * 16 + (lane & 15)][n * 8 + (lane >> 4) * 8]);
+      mma16816<T>(acc[n], a, r);
+      mma16816<T>(acc[n + 1], a, r + 2);
     }
   }
 }
@@ -124,9 +147,10 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
                                   int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
   constexpr int N = MmaTile<D>::N;
   __shared__ __align__(16) T ks[N][D + MMA_PAD];
-  __shared__ __align__(16) T vt[D][N + MMA_PAD];
+  __shared__ __align__(16) T vs[N][D + MMA_PAD];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  const int h = blockIdx.y, bi = blockIdx.z, first = blockIdx.x * FA_ROWS, row0 = first + warp * 16;
+  // The last rows see the most keys under the causal mask: their blocks go first, so no long block starts last.
+  const int h = blockIdx.y, bi = blockIdx.z, first = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, row0 = first + warp * 16;
   const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
   const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
   const float c = scale * FA_LOG2E;
@@ -143,7 +167,7 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
   for (int j0 = lo; j0 < hi; j0 += N) {
     __syncthreads();
     mma_rows<T, D, N>(kb, D, j0, tk, ks);
-    mma_cols<T, D, N>(vb, D, j0, tk, vt);
+    mma_rows<T, D, N>(vb, D, j0, tk, vs);
     __syncthreads();
     float s[N / 8][4];
 #pragma unroll
@@ -183,7 +207,7 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
       o[n][2] *= corr[1];
       o[n][3] *= corr[1];
     }
-    mma_pb<T, D, N>(s, vt, o);
+    mma_pb<T, D, N>(s, vs, o);
   }
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -207,9 +231,8 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
   constexpr int N = MmaTile<D>::N;
   __shared__ __align__(16) T ks[N][D + MMA_PAD];
   __shared__ __align__(16) T vs[N][D + MMA_PAD];
-  __shared__ __align__(16) T kt[D][N + MMA_PAD];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  const int h = blockIdx.y, bi = blockIdx.z, first = blockIdx.x * FA_ROWS, row0 = first + warp * 16;
+  const int h = blockIdx.y, bi = blockIdx.z, first = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, row0 = first + warp * 16;
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
   const size_t rows_base = ((size_t)bi * heads + h) * tlen;
   const float c = scale * FA_LOG2E;
@@ -232,7 +255,6 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
     __syncthreads();
     mma_rows<T, D, N>(k + kv_base, D, j0, tlen, ks);
     mma_rows<T, D, N>(v + kv_base, D, j0, tlen, vs);
-    mma_cols<T, D, N>(k + kv_base, D, j0, tlen, kt);
     __syncthreads();
     float s[N / 8][4], dp[N / 8][4];
 #pragma unroll
@@ -248,7 +270,7 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
         s[n][e] = p * (dp[n][e] - di[r]);
       }
     }
-    mma_pb<T, D, N>(s, kt, acc);
+    mma_pb<T, D, N>(s, ks, acc);
   }
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -269,8 +291,6 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
   constexpr int N = MmaTile<D>::N;
   __shared__ __align__(16) T qs[N][D + MMA_PAD];
   __shared__ __align__(16) T dos[N][D + MMA_PAD];
-  __shared__ __align__(16) T qt[D][N + MMA_PAD];
-  __shared__ __align__(16) T dot[D][N + MMA_PAD];
   __shared__ float ls[N], dls[N];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   const int kvh = blockIdx.y, bi = blockIdx.z, first = blockIdx.x * FA_ROWS, key0 = first + warp * 16;
@@ -295,9 +315,7 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
     for (int i0 = first; i0 < hi; i0 += N) {
       __syncthreads();
       mma_rows<T, D, N>(q + q_base * D, D, i0, tlen, qs);
-      mma_cols<T, D, N>(q + q_base * D, D, i0, tlen, qt);
       mma_rows<T, D, N>(dob, (long long)heads * D, i0, tlen, dos);
-      mma_cols<T, D, N>(dob, (long long)heads * D, i0, tlen, dot);
       for (int r = threadIdx.x; r < N; r += blockDim.x) {
         ls[r] = i0 + r < tlen ? lse[q_base + i0 + r] : INFINITY;
         dls[r] = i0 + r < tlen ? delta[q_base + i0 + r] : 0.f;
@@ -318,8 +336,8 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
           dp[n][e] = p * (dp[n][e] - dls[col]);
         }
       }
-      mma_pb<T, D, N>(s, dot, dva);
-      mma_pb<T, D, N>(dp, qt, dka);
+      mma_pb<T, D, N>(s, dos, dva);
+      mma_pb<T, D, N>(dp, qs, dka);
     }
   }
 #pragma unroll

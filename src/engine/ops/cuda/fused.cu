@@ -88,22 +88,80 @@ __device__ void kv_write(const T* qkv, const float* rope, T* cache, int heads, i
   if (i < d) vc[i] = v[i];
 }
 
+// Sum over the block of one value per thread (blockDim.x a multiple of 32, at most 1024).
+__device__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < warps; w++) total += scratch[w];
+  return total;
+}
+
+__device__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = -INFINITY;
+  for (int w = 0; w < warps; w++) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
+// The dot product of a query held in shared memory (f32, already scaled) with one cached key row of `d`
+// elements: 16-byte loads where the row allows them.
+__device__ __forceinline__ float dot_key(const float* q, const float* k, int d, bool wide) {
+  float s = 0.f;
+  if (wide) {
+    for (int c = 0; c < d; c += 4) {
+      const float4 u = *reinterpret_cast<const float4*>(k + c);
+      s += q[c] * u.x + q[c + 1] * u.y + q[c + 2] * u.z + q[c + 3] * u.w;
+    }
+  } else {
+    for (int c = 0; c < d; c++) s += q[c] * k[c];
+  }
+  return s;
+}
+__device__ __forceinline__ float dot_key(const float* q, const __nv_bfloat16* k, int d, bool wide) {
+  float s = 0.f;
+  if (wide) {
+    for (int c = 0; c < d; c += 8) {
+      const uint4 u = *reinterpret_cast<const uint4*>(k + c);
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float2 f = __bfloat1622float2(h[e]);
+        s += q[c + 2 * e] * f.x + q[c + 2 * e + 1] * f.y;
+      }
+    }
+  } else {
+    for (int c = 0; c < d; c++) s += q[c] * __bfloat162float(k[c]);
+  }
+  return s;
+}
+
 // Attention of one new query per head over the `len` cached positions (keys before `lo` fall outside a
-// sliding window). The query is rotated here. Online softmax per warp, then the warps are merged.
-// Grid (heads, b), block 128; d <= 256. out: (b, heads * d).
-#define ATT_WARPS 4
-#define MAX_PER_LANE 8
+// sliding window). The query is rotated here. Keys are taken DEC_CHUNK at a time: every thread scores its own
+// keys (a whole row each, so a block scores blockDim.x keys at once), the chunk's softmax weights sit in shared
+// memory, then the threads split (group, dimension) to sum weighted value rows with coalesced reads; an
+// online softmax carries over chunks and the groups are summed at the end. Grid (heads, b), block DEC_THREADS;
+// d <= 256. out: (b, heads * d).
+#define DEC_THREADS 256
+#define DEC_CHUNK 1024
 template <typename T>
 __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* out, int heads, int kv, int d,
                             int cap, int b, int pos, int len, int lo, float scale) {
-  __shared__ float q_s[256];
-  __shared__ float acc_s[ATT_WARPS][256];
-  __shared__ float m_s[ATT_WARPS], l_s[ATT_WARPS];
-  const int h = blockIdx.x, bi = blockIdx.y, half = d / 2;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __shared__ __align__(16) float q_s[256];
+  __shared__ float p_s[DEC_CHUNK];
+  __shared__ float acc_s[DEC_THREADS];
+  __shared__ float scratch[32];
+  const int h = blockIdx.x, bi = blockIdx.y, half = d / 2, tid = threadIdx.x;
   const int kvh = h / (heads / kv);
   const T* q = qkv + (size_t)bi * (heads + 2 * kv) * d + (size_t)h * d;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+  for (int i = tid; i < half; i += blockDim.x) {
     const float c = rope[(size_t)pos * d + i], s = rope[(size_t)pos * d + half + i];
     float o1, o2;
     rotate(to_f(q[i]), to_f(q[i + half]), c, s, &o1, &o2);
@@ -113,47 +171,44 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
   __syncthreads();
   const T* kbase = cache + ((size_t)bi * kv + kvh) * cap * d;
   const T* vbase = cache + (size_t)b * kv * cap * d + ((size_t)bi * kv + kvh) * cap * d;
-  float acc[MAX_PER_LANE];
-  for (int e = 0; e < MAX_PER_LANE; e++) acc[e] = 0.f;
-  float m = -INFINITY, l = 0.f;
-  for (int j = lo + warp; j < len; j += ATT_WARPS) {
-    const T* kj = kbase + (size_t)j * d;
-    float dot = 0.f;
-    for (int e = 0; e < MAX_PER_LANE; e++) {
-      const int idx = lane + 32 * e;
-      if (idx < d) dot += q_s[idx] * to_f(kj[idx]);
+  const int per_vec = 16 / (int)sizeof(T);
+  const bool wide = d % per_vec == 0 && (reinterpret_cast<uintptr_t>(cache) & 15) == 0;
+  const int groups = max(1, (int)blockDim.x / d), group = tid / d, dim = tid % d;
+  const bool sums = group < groups;
+  float acc = 0.f, m = -INFINITY, l = 0.f;
+  for (int c0 = lo; c0 < len; c0 += DEC_CHUNK) {
+    const int n = min(DEC_CHUNK, len - c0);
+    float mx = -INFINITY;
+    for (int j = tid; j < n; j += blockDim.x) {
+      const float s = dot_key(q_s, kbase + (size_t)(c0 + j) * d, d, wide);
+      p_s[j] = s;
+      mx = fmaxf(mx, s);
     }
-    dot = warp_sum(dot);
-    const float m_new = fmaxf(m, dot);
-    const float corr = __expf(m - m_new), p = __expf(dot - m_new);
-    l = l * corr + p;
-    const T* vj = vbase + (size_t)j * d;
-    for (int e = 0; e < MAX_PER_LANE; e++) {
-      const int idx = lane + 32 * e;
-      if (idx < d) acc[e] = acc[e] * corr + p * to_f(vj[idx]);
+    const float m_new = fmaxf(m, block_max(mx, scratch));
+    const float corr = __expf(m - m_new);
+    float part = 0.f;
+    for (int j = tid; j < n; j += blockDim.x) {
+      const float p = __expf(p_s[j] - m_new);
+      p_s[j] = p;
+      part += p;
     }
+    l = l * corr + block_sum(part, scratch);
     m = m_new;
-  }
-  for (int e = 0; e < MAX_PER_LANE; e++) {
-    const int idx = lane + 32 * e;
-    if (idx < d) acc_s[warp][idx] = acc[e];
-  }
-  if (lane == 0) {
-    m_s[warp] = m;
-    l_s[warp] = l;
-  }
-  __syncthreads();
-  float m_all = -INFINITY;
-  for (int w = 0; w < ATT_WARPS; w++) m_all = fmaxf(m_all, m_s[w]);
-  float l_all = 0.f;
-  for (int w = 0; w < ATT_WARPS; w++) l_all += l_s[w] > 0.f ? l_s[w] * __expf(m_s[w] - m_all) : 0.f;
-  T* o = out + (size_t)bi * heads * d + (size_t)h * d;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = 0.f;
-    for (int w = 0; w < ATT_WARPS; w++) {
-      if (l_s[w] > 0.f) v += acc_s[w][i] * __expf(m_s[w] - m_all);
+    __syncthreads();
+    if (sums) {
+      float a = 0.f;
+      for (int j = group; j < n; j += groups) a += p_s[j] * to_f(vbase[(size_t)(c0 + j) * d + dim]);
+      acc = acc * corr + a;
     }
-    o[i] = from_f<T>(v / l_all);
+    __syncthreads();
+  }
+  if (sums) acc_s[tid] = acc;
+  __syncthreads();
+  T* o = out + (size_t)bi * heads * d + (size_t)h * d;
+  for (int i = tid; i < d; i += blockDim.x) {
+    float v = 0.f;
+    for (int g = 0; g < groups; g++) v += acc_s[g * d + i];
+    o[i] = from_f<T>(v / l);
   }
 }
 
@@ -179,29 +234,6 @@ INSTANTIATE(float, f32)
 INSTANTIATE(__nv_bfloat16, bf16)
 
 // ---- Training: forward attention probabilities and the element-wise blocks' input gradients ----
-
-// Sum over the block of one value per thread (blockDim.x a multiple of 32, at most 1024).
-__device__ float block_sum(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.f;
-  for (int w = 0; w < warps; w++) total += scratch[w];
-  return total;
-}
-
-__device__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float m = -INFINITY;
-  for (int w = 0; w < warps; w++) m = fmaxf(m, scratch[w]);
-  return m;
-}
 
 // softmax(scale * x + mask[row % t]) per row of `cols`; mask (t, cols) f32 or null. One block per row.
 template <typename T>
@@ -323,3 +355,4 @@ extern "C" __global__ void cross_entropy_rows_bf16(const __nv_bfloat16* logits, 
                                                    __nv_bfloat16* dlogits, float* nll, int vocab, float scale) {
   cross_entropy_rows<__nv_bfloat16>(logits, targets, dlogits, nll, vocab, scale);
 }
+
