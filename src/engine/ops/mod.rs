@@ -16,7 +16,9 @@ mod cpu_kernels;
 mod cross_entropy;
 mod cuda_attention;
 pub mod cuda_decode;
+mod cuda_gemm;
 mod cuda_kernels;
+pub mod cuda_optimizer;
 mod cuda_training;
 mod frozen_matmul;
 mod frozen_matmul_half;
@@ -30,7 +32,7 @@ mod quantized_head_loss;
 
 pub use backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
 pub use cuda_attention::Logsumexp;
-pub use frozen_matmul::{frozen_matmul, frozen_matmul_t};
+pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;
@@ -347,6 +349,22 @@ pub fn add_scaled(a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
 /// `a + b` for tensors of one shape (see [`add_scaled`]).
 pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     add_scaled(a, b, 1.0)
+}
+
+/// `acc + alpha * a b` (or `alpha * a b` without `acc`) for 2-D `a` (m, k) and `b` (k, n), which may be
+/// transposed views. On CUDA one cuBLAS call that writes into `acc` in place (`ops/cuda_gemm.rs`), so the
+/// caller must own `acc` alone (a fresh product, never a tensor kept elsewhere); elsewhere [`matmul`] then
+/// [`add_scaled`] (or a scale), as composed before.
+pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+    if cuda_gemm::takes(acc.as_ref(), a, b) {
+        return cuda_gemm::matmul_add(acc, a, b, alpha);
+    }
+    let product = matmul(a, b)?;
+    match acc {
+        Some(acc) => add_scaled(&acc, &product, alpha),
+        None if alpha == 1.0 => Ok(product),
+        None => product * alpha,
+    }
 }
 
 #[cfg(test)]

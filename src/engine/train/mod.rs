@@ -139,7 +139,7 @@ impl StepRunner {
             loss_sum += out.nll_sum / denom;
             accumulated.merge(out.grads)?;
         }
-        let mut grads: Vec<Tensor> = self
+        let grads: Vec<Tensor> = self
             .optimizer
             .params()
             .iter()
@@ -149,10 +149,7 @@ impl StepRunner {
         if !loss_sum.is_finite() || !norm.is_finite() {
             return Ok((if loss_sum.is_finite() { f64::NAN } else { loss_sum }, norm));
         }
-        if let Some(max) = self.max_grad_norm {
-            optimizer::clip_grads(&mut grads, norm, max)?;
-        }
-        self.optimizer.step(&grads, lr)?;
+        self.optimizer.step(&grads, lr, optimizer::clip_coefficient(norm, self.max_grad_norm))?;
         Ok((loss_sum, norm))
     }
 }

@@ -1,6 +1,8 @@
 //! AdamW over the adapter parameters, as torch.optim.AdamW computes it, with state that can be saved and
-//! restored exactly (first and second moments, step count), plus global gradient-norm clipping.
+//! restored exactly (first and second moments, step count), plus global gradient-norm clipping. On CUDA with f32
+//! adapters the update and the norm run as fused kernels (`ops::cuda_optimizer`), with the same arithmetic.
 
+use crate::engine::ops::cuda_optimizer::{self, AdamWScalars};
 use crate::engine::Result;
 use candle_core::{Tensor, Var};
 use std::collections::HashMap;
@@ -32,8 +34,9 @@ pub struct AdamW {
 
 impl AdamW {
     pub fn new(params: Vec<(String, Var)>, hp: AdamWParams) -> Result<Self> {
-        let m = params.iter().map(|(_, p)| p.zeros_like()).collect::<candle_core::Result<Vec<_>>>()?;
-        let v = m.clone();
+        // Two allocations, not clones: the fused update writes each moment in place.
+        let zeros = || params.iter().map(|(_, p)| p.zeros_like()).collect::<candle_core::Result<Vec<_>>>();
+        let (m, v) = (zeros()?, zeros()?);
         Ok(Self { params, m, v, step: 0, hp })
     }
 
@@ -41,15 +44,38 @@ impl AdamW {
         &self.params
     }
 
-    /// Apply one update with learning rate `lr` and the given gradients (same order as the params).
-    pub fn step(&mut self, grads: &[Tensor], lr: f64) -> Result<()> {
+    /// Apply one update with learning rate `lr` and the given gradients (same order as the params), each
+    /// multiplied by `grad_scale` first (the clipping coefficient, [`clip_coefficient`]).
+    pub fn step(&mut self, grads: &[Tensor], lr: f64, grad_scale: f64) -> Result<()> {
         self.step += 1;
         let t = self.step as i32;
         let (b1, b2) = (self.hp.beta1, self.hp.beta2);
         let bias1 = 1.0 - b1.powi(t);
         let bias2 = 1.0 - b2.powi(t);
+        let fused = self
+            .params
+            .iter()
+            .zip(grads)
+            .all(|((_, p), g)| cuda_optimizer::available(p) && cuda_optimizer::available(g));
+        if fused {
+            let scalars = AdamWScalars {
+                lr: lr as f32,
+                beta1: b1 as f32,
+                beta2: b2 as f32,
+                eps: self.hp.eps as f32,
+                decay: (1.0 - lr * self.hp.weight_decay) as f32,
+                bias1: bias1 as f32,
+                bias2: bias2 as f32,
+                grad_scale: grad_scale as f32,
+            };
+            for (i, (_, p)) in self.params.iter().enumerate() {
+                cuda_optimizer::adamw(p.as_tensor(), &self.m[i], &self.v[i], &grads[i].contiguous()?, &scalars)?;
+            }
+            return Ok(());
+        }
         for (i, (_, p)) in self.params.iter().enumerate() {
             let g = &grads[i].detach();
+            let g = &if grad_scale != 1.0 { (g * grad_scale)? } else { g.clone() };
             let m = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?;
             let v = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
             let denom = ((v.clone() / bias2)?.sqrt()? + self.hp.eps)?;
@@ -70,8 +96,9 @@ impl AdamW {
     pub fn state_tensors(&self) -> HashMap<String, Tensor> {
         let mut out = HashMap::new();
         for (i, (name, _)) in self.params.iter().enumerate() {
-            out.insert(format!("{name}.exp_avg"), self.m[i].clone());
-            out.insert(format!("{name}.exp_avg_sq"), self.v[i].clone());
+            // Copies: the fused update writes the moments in place.
+            out.insert(format!("{name}.exp_avg"), self.m[i].copy().unwrap_or_else(|_| self.m[i].clone()));
+            out.insert(format!("{name}.exp_avg_sq"), self.v[i].copy().unwrap_or_else(|_| self.v[i].clone()));
         }
         out
     }
@@ -85,7 +112,8 @@ impl AdamW {
                         "optimizer state has no `{key}`; the checkpoint does not match these LoRA settings"
                     ))
                 })?;
-                Ok(t.to_device(p.device())?.to_dtype(p.dtype())?)
+                // A copy of its own: the fused update writes the moments in place.
+                Ok(t.to_device(p.device())?.to_dtype(p.dtype())?.contiguous()?.copy()?)
             };
             self.m[i] = get(format!("{name}.exp_avg"))?;
             self.v[i] = get(format!("{name}.exp_avg_sq"))?;
@@ -97,17 +125,18 @@ impl AdamW {
 
 /// Global L2 norm of all gradients, reduced on the device and read once.
 pub fn grad_norm(grads: &[Tensor]) -> Result<f64> {
+    if !grads.is_empty() && grads.iter().all(|g| cuda_optimizer::available(g) && g.is_contiguous()) {
+        return Ok(cuda_optimizer::sum_squares(grads)?.sqrt());
+    }
     let squares = grads.iter().map(|g| g.sqr()?.sum_all()).collect::<candle_core::Result<Vec<_>>>()?;
     Ok(crate::engine::ops::sum_to_host(&squares)?.sqrt())
 }
 
-/// Scale gradients so their global norm is at most `max_norm` (as torch's clip_grad_norm_).
-pub fn clip_grads(grads: &mut [Tensor], norm: f64, max_norm: f64) -> Result<()> {
-    let coef = max_norm / (norm + 1e-6);
-    if coef < 1.0 {
-        for g in grads.iter_mut() {
-            *g = (&*g * coef)?.detach();
-        }
+/// The factor that scales gradients of global norm `norm` to at most `max_norm` (as torch's
+/// clip_grad_norm_); 1 when they are within it or there is no limit.
+pub fn clip_coefficient(norm: f64, max_norm: Option<f64>) -> f64 {
+    match max_norm {
+        Some(max) if max / (norm + 1e-6) < 1.0 => max / (norm + 1e-6),
+        _ => 1.0,
     }
-    Ok(())
 }

@@ -356,3 +356,30 @@ extern "C" __global__ void cross_entropy_rows_bf16(const __nv_bfloat16* logits, 
   cross_entropy_rows<__nv_bfloat16>(logits, targets, dlogits, nll, vocab, scale);
 }
 
+// ---- The optimizer: AdamW in place and the gradient norm's partial sums (src/engine/ops/cuda_optimizer.rs) ----
+
+// One AdamW step on an f32 parameter in place, with the arithmetic of train/optimizer.rs: the gradient times
+// `gscale` (the clipping coefficient, 1 without clipping), the moments, then p * decay - lr * m_hat / (sqrt(v_hat)
+// + eps), decay = 1 - lr * weight_decay.
+extern "C" __global__ void adamw_f32(float* p, float* m, float* v, const float* g, int n, float lr, float b1, float b2,
+                                     float eps, float decay, float bias1, float bias2, float gscale) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float gi = g[i] * gscale;
+    const float mi = m[i] * b1 + gi * (1.f - b1);
+    const float vi = v[i] * b2 + gi * gi * (1.f - b2);
+    const float update = (mi / bias1) / (sqrtf(vi / bias2) + eps);
+    p[i] = p[i] * decay - update * lr;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+// Sums of squares of `n` f32 values, one per block into partial[blockIdx.x] (the host adds them in order, so
+// the norm is the same in every run). Block 256.
+extern "C" __global__ void sum_squares_f32(const float* g, int n, float* partial) {
+  __shared__ float scratch[32];
+  float s = 0.f;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) s += g[i] * g[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
