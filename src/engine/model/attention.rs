@@ -9,7 +9,7 @@
 
 use super::gradients::Gradients;
 use super::kv_cache::LayerCache;
-use super::linear::{Linear, LinearTape};
+use super::linear::{InputGrad, Linear, LinearTape};
 use super::norm::RmsNorm;
 use super::projection_group::ProjectionGroup;
 use super::rotary::RotaryTables;
@@ -237,7 +237,7 @@ impl Attention {
     ) -> Result<Option<Tensor>> {
         let (b, t, d) = (ctx.batch, ctx.seq_len, self.head_dim);
         let (heads, kv_heads) = (self.num_heads, self.num_kv_heads);
-        let d_attn = Linear::input_grad(self.o_proj.backward(&tape.attn, &tape.o, d_out, grads, true)?)?;
+        let d_attn = Linear::input_grad(self.o_proj.backward(&tape.attn, &tape.o, d_out, grads, InputGrad::New)?)?;
         let (d_q, d_k, d_v) = match &tape.scores {
             Scores::Fused(lse) => {
                 let (q, k, v) = (&tape.q, &tape.k, &tape.v);

@@ -68,13 +68,24 @@ impl BaseWeight {
         }
     }
 
-    /// `dy W`, the input gradient.
-    fn matmul(&self, dy: &Tensor) -> Result<Tensor> {
-        match self {
-            BaseWeight::Dense(w) => ops::frozen_matmul(dy, w),
-            BaseWeight::Quantized(q) => ops::quantized_matmul(dy, q),
+    /// `dy W`, the input gradient, added to `acc` when given.
+    fn matmul(&self, dy: &Tensor, acc: Option<Tensor>) -> Result<Tensor> {
+        match (self, acc) {
+            (BaseWeight::Dense(w), acc) => ops::frozen_matmul_add(acc, dy, w),
+            (BaseWeight::Quantized(q), None) => ops::quantized_matmul(dy, q),
+            (BaseWeight::Quantized(q), Some(acc)) => ops::add(&acc, &ops::quantized_matmul(dy, q)?),
         }
     }
+}
+
+/// What a projection's backward does with its input gradient.
+pub enum InputGrad {
+    /// Not needed (the lowest adapted layer's input).
+    Skip,
+    /// Returned as a new tensor.
+    New,
+    /// Added to this tensor, which the caller hands over (the sum over projections sharing the input).
+    AddTo(Tensor),
 }
 
 /// A frozen base linear plus an optional trainable adapter.
@@ -155,38 +166,42 @@ impl Linear {
             Some(mask) => ops::matmul(&(x * mask)?, &a)?,
             None => ops::matmul(x, &a)?,
         };
-        let y = ops::add_scaled(&y, &ops::matmul(&xa, &b)?, adapter.scale)?;
+        // `y` is the fresh frozen product: the update lands in it.
+        let y = ops::matmul_add(Some(y), &xa, &b, adapter.scale)?;
         Ok((y, LinearTape { mask, xa: Some(xa) }))
     }
 
-    /// Accumulates the adapter's gradients into `grads` and returns the input gradient when `need_input_grad`.
+    /// Accumulates the adapter's gradients into `grads` and returns the input gradient as `input_grad` asks
+    /// (None for [`InputGrad::Skip`]).
     pub fn backward(
         &self,
         x: &Tensor,
         tape: &LinearTape,
         dy: &Tensor,
         grads: &mut Gradients,
-        need_input_grad: bool,
+        input_grad: InputGrad,
     ) -> Result<Option<Tensor>> {
-        let mut dx = if need_input_grad { Some(self.weight.matmul(dy)?) } else { None };
+        let dx = match input_grad {
+            InputGrad::Skip => None,
+            InputGrad::New => Some(self.weight.matmul(dy, None)?),
+            InputGrad::AddTo(acc) => Some(self.weight.matmul(dy, Some(acc))?),
+        };
         let (Some(adapter), Some(xa)) = (self.active_adapter(), &tape.xa) else { return Ok(dx) };
         let (a, b) = adapter.matrices(x.dtype())?;
         let scale = adapter.scale;
-        let dxa = (ops::matmul(dy, &b.t()?)? * scale)?; // (rows, r)
-        grads.add(adapter.b.as_tensor(), &(ops::matmul(&xa.t()?, dy)? * scale)?)?;
+        let dxa = ops::matmul_add(None, dy, &b.t()?, scale)?; // (rows, r)
+        grads.add(adapter.b.as_tensor(), &ops::matmul_add(None, &xa.t()?, dy, scale)?)?;
         let x_in = match &tape.mask {
             Some(mask) => (x * mask)?,
             None => x.clone(),
         };
         grads.add(adapter.a.as_tensor(), &ops::matmul(&x_in.t()?, &dxa)?)?;
-        if let Some(dx) = dx.as_mut() {
-            let mut through_adapter = ops::matmul(&dxa, &a.t()?)?;
-            if let Some(mask) = &tape.mask {
-                through_adapter = (through_adapter * mask)?;
-            }
-            *dx = ops::add(dx, &through_adapter)?;
-        }
-        Ok(dx)
+        Ok(match (dx, &tape.mask) {
+            (None, _) => None,
+            (Some(dx), Some(mask)) => Some(ops::add(&dx, &(ops::matmul(&dxa, &a.t()?)? * mask)?)?),
+            // `dx` is this pass's own product: the adapter's part is added in place.
+            (Some(dx), None) => Some(ops::matmul_add(Some(dx), &dxa, &a.t()?, 1.0)?),
+        })
     }
 
     /// A required input gradient, as an error when it is missing.

@@ -6,7 +6,7 @@
 
 use super::config::MlpActivation;
 use super::gradients::Gradients;
-use super::linear::{Linear, LinearTape};
+use super::linear::{InputGrad, Linear, LinearTape};
 use super::projection_group::ProjectionGroup;
 use super::sequence::SequenceContext;
 use super::weight_loader::WeightLoader;
@@ -75,7 +75,8 @@ impl Mlp {
     /// Given the gradient of the block's output, accumulate its adapters' gradients and return the gradient
     /// of its input.
     pub(super) fn backward(&self, tape: &MlpTape, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
-        let d_gated = Linear::input_grad(self.down_proj.backward(&tape.gated, &tape.down, d_out, grads, true)?)?;
+        let d_gated =
+            Linear::input_grad(self.down_proj.backward(&tape.gated, &tape.down, d_out, grads, InputGrad::New)?)?;
         let (d_gate, d_up) = match self.activation {
             MlpActivation::Silu => ops::silu_mul_backward(&tape.gate, &tape.up, &d_gated)?,
             MlpActivation::GeluTanh => ops::gelu_tanh_mul_backward(&tape.gate, &tape.up, &d_gated)?,

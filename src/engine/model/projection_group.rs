@@ -6,7 +6,7 @@
 //! parts' gradients in the backward.
 
 use super::gradients::Gradients;
-use super::linear::{Linear, LinearTape};
+use super::linear::{InputGrad, Linear, LinearTape};
 use super::weight_loader::{FusedWeight, WeightLoader};
 use crate::engine::ops;
 use crate::engine::Result;
@@ -100,13 +100,15 @@ impl ProjectionGroup {
         };
         let mut sum: Option<Tensor> = None;
         for (((_, linear), tape), dy) in self.linears.iter().zip(tapes).zip(d_outputs) {
-            let dx = linear.backward(x, tape, dy, grads, need_input_grad)?;
+            // Each linear adds its input gradient to the sum so far (in place on CUDA).
+            let input_grad = match (need_input_grad, sum.take()) {
+                (false, _) => InputGrad::Skip,
+                (true, None) => InputGrad::New,
+                (true, Some(so_far)) => InputGrad::AddTo(so_far),
+            };
+            sum = linear.backward(x, tape, dy, grads, input_grad)?;
             if need_input_grad {
-                let dx = Linear::input_grad(dx)?;
-                sum = Some(match sum {
-                    Some(s) => ops::add(&s, &dx)?,
-                    None => dx,
-                });
+                sum = Some(Linear::input_grad(sum)?);
             }
         }
         Ok(sum)

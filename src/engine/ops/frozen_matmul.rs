@@ -34,6 +34,19 @@ pub fn frozen_matmul(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     y.reshape(out_dims)
 }
 
+/// `acc + dy W` (or `dy W` without `acc`): one cuBLAS call writing into `acc` where [`super::matmul_add`] takes the
+/// operands (CUDA), else [`frozen_matmul`] then an add.
+pub fn frozen_matmul_add(acc: Option<Tensor>, dy: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    if dy.rank() == 2 && super::cuda_gemm::takes(acc.as_ref(), dy, weight) {
+        return super::cuda_gemm::matmul_add(acc, dy, weight, 1.0);
+    }
+    let product = frozen_matmul(dy, weight)?;
+    match acc {
+        Some(acc) => super::add(&acc, &product),
+        None => Ok(product),
+    }
+}
+
 /// `x W^T` (or `x W` when `transposed` is false), as an op that picks BLAS or the matrix-vector kernel on
 /// the CPU and Candle's matmul on other backends.
 struct FrozenMatmul {

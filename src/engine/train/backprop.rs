@@ -19,7 +19,7 @@
 use crate::engine::data::Batch;
 use crate::engine::lora;
 use crate::engine::model::decoder_layer::LayerTape;
-use crate::engine::model::linear::Linear;
+use crate::engine::model::linear::{InputGrad, Linear};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::Gradients;
 use crate::engine::train::loss;
@@ -31,7 +31,7 @@ use candle_core::Tensor;
 pub fn linear_forward_backward(projection: &Linear, x: &Tensor) -> candle_core::Result<(Tensor, Tensor, Gradients)> {
     let (y, tape) = projection.forward_train(x, true)?;
     let mut grads = Gradients::default();
-    let dx = projection.backward(x, &tape, &y.ones_like()?, &mut grads, true)?;
+    let dx = projection.backward(x, &tape, &y.ones_like()?, &mut grads, InputGrad::New)?;
     let dx = dx.ok_or_else(|| candle_core::Error::Msg("missing input gradient".into()))?;
     Ok((y, dx, grads))
 }

@@ -1,0 +1,163 @@
+//! cuBLAS products with the two scalars Candle's matmul does not expose: `C = alpha * A B + beta * C`. With beta =
+//! 1 a LoRA update lands in the frozen product it is added to (`y += scale * (x A) B`, `dx += dxa A^T`) and the
+//! input gradients of projections that share an input sum in place, instead of a separate scale and add pass over
+//! (tokens x width) each; with alpha the adapter gradients come out scaled. 2-D operands, row-major or
+//! transposed views, in f32, bf16 or f16 on CUDA ([`takes`]); `ops::matmul_add` composes everywhere else.
+
+use candle_core::{DType, Result, Tensor};
+
+/// Whether [`matmul_add`] runs these operands: CUDA, the native kernels, one float dtype, 2-D shapes that chain,
+/// each a plain or transposed matrix, and the accumulator (when given) contiguous of the product's shape.
+pub fn takes(acc: Option<&Tensor>, a: &Tensor, b: &Tensor) -> bool {
+    let dtype = a.dtype();
+    let (Ok((m, k)), Ok((k2, n))) = (a.dims2(), b.dims2()) else { return false };
+    cfg!(feature = "cuda")
+        && a.device().is_cuda()
+        && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
+        && b.dtype() == dtype
+        && super::kernels() == super::Kernels::Native
+        && k == k2
+        && operand(a).is_some()
+        && operand(b).is_some()
+        && acc.is_none_or(|c| c.dtype() == dtype && c.dims2().ok() == Some((m, n)) && c.is_contiguous())
+}
+
+/// `acc + alpha * a b` written into `acc` (which the caller owns alone: no other tensor may share its storage),
+/// or `alpha * a b` in a new tensor. Callers check [`takes`] first.
+pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+    imp::matmul_add(acc, a, b, alpha)
+}
+
+/// (transposed, leading dimension) of a 2-D matrix stored row-major or as the transposed view of one.
+fn operand(t: &Tensor) -> Option<(bool, usize)> {
+    let (rows, cols) = t.dims2().ok()?;
+    let stride = t.stride();
+    if (stride[1] == 1 || cols == 1) && (stride[0] == cols || rows == 1) {
+        Some((false, cols))
+    } else if (stride[0] == 1 || rows == 1) && (stride[1] == rows || cols == 1) {
+        Some((true, rows))
+    } else {
+        None
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use super::operand;
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::cublas::{result::gemm_ex, sys};
+    use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+    use candle_core::cuda_backend::{CudaDType, WrapErr};
+    use candle_core::{bail, CudaStorage, DType, Result, Storage, Tensor};
+
+    /// The device address of `t`'s first element.
+    fn address<T: CudaDType>(
+        storage: &CudaStorage,
+        t: &Tensor,
+        stream: &candle_core::cuda_backend::cudarc::driver::CudaStream,
+    ) -> Result<u64> {
+        let slice = storage.as_cuda_slice::<T>()?;
+        let (ptr, _sync) = slice.device_ptr(stream);
+        Ok(ptr + (t.layout().start_offset() * std::mem::size_of::<T>()) as u64)
+    }
+
+    fn data_type(dtype: DType) -> Result<sys::cudaDataType> {
+        Ok(match dtype {
+            DType::F32 => sys::cudaDataType::CUDA_R_32F,
+            DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
+            DType::F16 => sys::cudaDataType::CUDA_R_16F,
+            other => bail!("matmul_add takes f32, bf16 or f16, not {other:?}"),
+        })
+    }
+
+    pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+        let ((m, k), (_, n)) = (a.dims2()?, b.dims2()?);
+        let (Some((a_t, lda)), Some((b_t, ldb))) = (operand(a), operand(b)) else {
+            bail!("matmul_add: operands {:?} x {:?} are not plain or transposed matrices", a.layout(), b.layout())
+        };
+        let (beta, c) = match acc {
+            Some(c) => (1f32, c),
+            // beta = 0: cuBLAS never reads C, so it needs no zeros.
+            None => (0f32, unsafe_output(a, (m, n))?),
+        };
+        let dtype = data_type(a.dtype())?;
+        let (a_guard, _) = a.storage_and_layout();
+        let (b_guard, _) = b.storage_and_layout();
+        let (c_guard, _) = c.storage_and_layout();
+        let (Storage::Cuda(a_s), Storage::Cuda(b_s), Storage::Cuda(c_s)) = (&*a_guard, &*b_guard, &*c_guard) else {
+            bail!("matmul_add: operands are not all on the CUDA device")
+        };
+        let dev = c_s.device().clone();
+        let stream = dev.cuda_stream();
+        let (pa, pb, pc) = match a.dtype() {
+            DType::F32 => {
+                (address::<f32>(a_s, a, &stream)?, address::<f32>(b_s, b, &stream)?, address::<f32>(c_s, &c, &stream)?)
+            }
+            DType::BF16 => (
+                address::<half::bf16>(a_s, a, &stream)?,
+                address::<half::bf16>(b_s, b, &stream)?,
+                address::<half::bf16>(c_s, &c, &stream)?,
+            ),
+            _ => (
+                address::<half::f16>(a_s, a, &stream)?,
+                address::<half::f16>(b_s, b, &stream)?,
+                address::<half::f16>(c_s, &c, &stream)?,
+            ),
+        };
+        let op = |t: bool| if t { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
+        let alpha = alpha as f32;
+        let blas = dev.cublas_handle();
+        // Row-major C (m x n) is column-major C^T = B^T A^T: cuBLAS multiplies b's storage by a's.
+        // SAFETY: the three addresses hold (k, n), (m, k) and (m, n) elements of `dtype` in the layouts given,
+        // on the stream the handle is bound to; C is written in place (the caller owns it alone).
+        unsafe {
+            gemm_ex(
+                *blas.handle(),
+                op(b_t),
+                op(a_t),
+                n as i32,
+                m as i32,
+                k as i32,
+                (&alpha) as *const f32 as *const _,
+                pb as *const _,
+                dtype,
+                ldb as i32,
+                pa as *const _,
+                dtype,
+                lda as i32,
+                (&beta) as *const f32 as *const _,
+                pc as *mut _,
+                dtype,
+                n as i32,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+            .w()?;
+        }
+        drop((a_guard, b_guard, c_guard));
+        Ok(c)
+    }
+
+    /// A new (rows, cols) tensor of `like`'s dtype and device whose contents are not initialised.
+    fn unsafe_output(like: &Tensor, (rows, cols): (usize, usize)) -> Result<Tensor> {
+        use crate::engine::ops::cuda_kernels::launch::{output, wrap};
+        let (guard, _) = like.storage_and_layout();
+        let Storage::Cuda(s) = &*guard else { bail!("matmul_add: not on the CUDA device") };
+        let dev = s.device().clone();
+        drop(guard);
+        Ok(match like.dtype() {
+            DType::F32 => wrap(output::<f32>(&dev, rows * cols)?, &dev, (rows, cols)),
+            DType::BF16 => wrap(output::<half::bf16>(&dev, rows * cols)?, &dev, (rows, cols)),
+            _ => wrap(output::<half::f16>(&dev, rows * cols)?, &dev, (rows, cols)),
+        })
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod imp {
+    use candle_core::{bail, Result, Tensor};
+
+    pub fn matmul_add(_: Option<Tensor>, _: &Tensor, _: &Tensor, _: f64) -> Result<Tensor> {
+        bail!("matmul_add with scalars runs on CUDA only")
+    }
+}
