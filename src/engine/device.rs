@@ -174,7 +174,7 @@ fn select_device_with_note(choice: DeviceChoice) -> Result<(Device, Option<Strin
             if !candle_core::utils::cuda_is_available() {
                 return Err(Error::Device("CUDA requested but this binary was built without `--features cuda`".into()));
             }
-            let device = Device::new_cuda(0).map_err(|e| Error::Device(format!("no usable CUDA GPU: {e}")))?;
+            let device = new_cuda().map_err(|e| Error::Device(format!("no usable CUDA GPU: {e}")))?;
             Ok((device, None))
         }
         DeviceChoice::Metal => {
@@ -193,7 +193,7 @@ fn select_device_with_note(choice: DeviceChoice) -> Result<(Device, Option<Strin
                 }
             }
             if candle_core::utils::cuda_is_available() {
-                match Device::new_cuda(0) {
+                match new_cuda() {
                     Ok(d) => return Ok((d, None)),
                     Err(e) => notes.push(format!("CUDA unavailable ({e})")),
                 }
@@ -206,6 +206,21 @@ fn select_device_with_note(choice: DeviceChoice) -> Result<(Device, Option<Strin
 
 /// `Device::new_metal(0)`, which panics instead of failing when Metal lists no GPU (over SSH, under launchd,
 /// in some sandboxes: candle issue 3566). The panic is caught and becomes an error carrying its message.
+/// The first CUDA GPU, without cudarc's per-allocation event tracking. Candle issues all work on the calling
+/// thread's per-thread stream and never creates a second stream, so cudarc never waits on those events; it still
+/// created and destroyed two CUDA events with every allocation, i.e. with nearly every op: host time that set
+/// the pace of decoding.
+fn new_cuda() -> candle_core::Result<Device> {
+    let device = Device::new_cuda(0)?;
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cuda) = &device {
+        // SAFETY: nothing was allocated on this device yet, and all its work goes to one stream per thread
+        // (Candle's per-thread stream), the case in which cudarc's events never synchronise anything.
+        unsafe { cuda.disable_event_tracking() };
+    }
+    Ok(device)
+}
+
 fn new_metal() -> std::result::Result<Device, String> {
     match std::panic::catch_unwind(|| Device::new_metal(0)) {
         Ok(Ok(device)) => Ok(device),
