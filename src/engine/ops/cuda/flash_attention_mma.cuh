@@ -91,6 +91,33 @@ __device__ __forceinline__ void mma_a_global(const T* src, long long stride, int
   }
 }
 
+// The same copy as mma_rows, issued as cp.async (16 bytes each, zero-filled past `limit`) so it overlaps the
+// products on the previous tile; the caller commits the group and waits for it (cp_async_wait) before a
+// __syncthreads. Rows that are not 16-byte aligned take mma_rows' plain loads instead (done at once).
+template <typename T, int D, int R>
+__device__ __forceinline__ void mma_rows_async(const T* src, long long stride, int first, int limit,
+                                               T (*dst)[D + MMA_PAD]) {
+  constexpr int V = 16 / sizeof(T);
+  if (((reinterpret_cast<uintptr_t>(src) | (uintptr_t)(stride * sizeof(T))) & 15) != 0) {
+    mma_rows<T, D, R>(src, stride, first, limit, dst);
+    return;
+  }
+  for (int idx = threadIdx.x; idx < R * D / V; idx += blockDim.x) {
+    const int r = idx / (D / V), c = (idx % (D / V)) * V, row = first + r;
+    const T* from = row < limit ? src + row * stride + c : src;
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(&dst[r][c]));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(row < limit ? 16 : 0));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Wait until at most `pending` committed groups are still in flight (0 or 1).
+__device__ __forceinline__ void cp_async_wait(bool pending) {
+  if (pending)
+    asm volatile("cp.async.wait_group 1;\n" ::);
+  else
+    asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
 // acc[N/8][4] += A (16 x D, fragments a) times B^T where B is tile rows [N][D + MMA_PAD] (row n = column n).
 // One ldmatrix gives the B fragments of two 8-column blocks.
 template <typename T, int D, int N>
@@ -146,8 +173,9 @@ template <typename T, int D>
 __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
                                   int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
   constexpr int N = MmaTile<D>::N;
-  __shared__ __align__(16) T ks[N][D + MMA_PAD];
-  __shared__ __align__(16) T vs[N][D + MMA_PAD];
+  // Two buffers per tile: the next tile's copy is in flight while the products run on this one.
+  __shared__ __align__(16) T ks[2][N][D + MMA_PAD];
+  __shared__ __align__(16) T vs[2][N][D + MMA_PAD];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   // The last rows see the most keys under the causal mask: their blocks go first, so no long block starts last.
   const int h = blockIdx.y, bi = blockIdx.z, first = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, row0 = first + warp * 16;
@@ -164,15 +192,24 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
   const bool valid[2] = {row0 + g < tq, row0 + g + 8 < tq};
   const int hi = min(tk, q_offset + min(first + FA_ROWS, tq));
   const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
-  for (int j0 = lo; j0 < hi; j0 += N) {
-    __syncthreads();
-    mma_rows<T, D, N>(kb, D, j0, tk, ks);
-    mma_rows<T, D, N>(vb, D, j0, tk, vs);
+  if (lo < hi) {
+    mma_rows_async<T, D, N>(kb, D, lo, tk, ks[0]);
+    mma_rows_async<T, D, N>(vb, D, lo, tk, vs[0]);
+    cp_async_commit();
+  }
+  for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
+    const bool next = j0 + N < hi;
+    if (next) {
+      mma_rows_async<T, D, N>(kb, D, j0 + N, tk, ks[buf ^ 1]);
+      mma_rows_async<T, D, N>(vb, D, j0 + N, tk, vs[buf ^ 1]);
+      cp_async_commit();
+    }
+    cp_async_wait(next);
     __syncthreads();
     float s[N / 8][4];
 #pragma unroll
     for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    mma_abt<T, D, N>(qf, ks, s);
+    mma_abt<T, D, N>(qf, ks[buf], s);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < N / 8; n++) {
@@ -207,7 +244,8 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
       o[n][2] *= corr[1];
       o[n][3] *= corr[1];
     }
-    mma_pb<T, D, N>(s, vs, o);
+    mma_pb<T, D, N>(s, vs[buf], o);
+    __syncthreads();
   }
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -229,8 +267,8 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
                                       const float* delta, T* dq, int heads, int kv_heads, int tlen, int window,
                                       float scale) {
   constexpr int N = MmaTile<D>::N;
-  __shared__ __align__(16) T ks[N][D + MMA_PAD];
-  __shared__ __align__(16) T vs[N][D + MMA_PAD];
+  __shared__ __align__(16) T ks[2][N][D + MMA_PAD];
+  __shared__ __align__(16) T vs[2][N][D + MMA_PAD];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   const int h = blockIdx.y, bi = blockIdx.z, first = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, row0 = first + warp * 16;
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
@@ -251,16 +289,25 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
   }
   const int hi = min(tlen, first + FA_ROWS);
   const int lo = window > 0 ? max(0, first - window + 1) : 0;
-  for (int j0 = lo; j0 < hi; j0 += N) {
-    __syncthreads();
-    mma_rows<T, D, N>(k + kv_base, D, j0, tlen, ks);
-    mma_rows<T, D, N>(v + kv_base, D, j0, tlen, vs);
+  if (lo < hi) {
+    mma_rows_async<T, D, N>(k + kv_base, D, lo, tlen, ks[0]);
+    mma_rows_async<T, D, N>(v + kv_base, D, lo, tlen, vs[0]);
+    cp_async_commit();
+  }
+  for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
+    const bool next = j0 + N < hi;
+    if (next) {
+      mma_rows_async<T, D, N>(k + kv_base, D, j0 + N, tlen, ks[buf ^ 1]);
+      mma_rows_async<T, D, N>(v + kv_base, D, j0 + N, tlen, vs[buf ^ 1]);
+      cp_async_commit();
+    }
+    cp_async_wait(next);
     __syncthreads();
     float s[N / 8][4], dp[N / 8][4];
 #pragma unroll
     for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-    mma_abt<T, D, N>(qf, ks, s);
-    mma_abt<T, D, N>(df, vs, dp);
+    mma_abt<T, D, N>(qf, ks[buf], s);
+    mma_abt<T, D, N>(df, vs[buf], dp);
 #pragma unroll
     for (int n = 0; n < N / 8; n++) {
 #pragma unroll
@@ -270,7 +317,8 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
         s[n][e] = p * (dp[n][e] - di[r]);
       }
     }
-    mma_pb<T, D, N>(s, ks, acc);
+    mma_pb<T, D, N>(s, ks[buf], acc);
+    __syncthreads();
   }
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -289,9 +337,9 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
                                        const float* delta, T* dk, T* dv, int heads, int kv_heads, int tlen,
                                        int window, float scale) {
   constexpr int N = MmaTile<D>::N;
-  __shared__ __align__(16) T qs[N][D + MMA_PAD];
-  __shared__ __align__(16) T dos[N][D + MMA_PAD];
-  __shared__ float ls[N], dls[N];
+  __shared__ __align__(16) T qs[2][N][D + MMA_PAD];
+  __shared__ __align__(16) T dos[2][N][D + MMA_PAD];
+  __shared__ float ls[2][N], dls[2][N];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   const int kvh = blockIdx.y, bi = blockIdx.z, first = blockIdx.x * FA_ROWS, key0 = first + warp * 16;
   const int rep = heads / kv_heads;
@@ -308,37 +356,45 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
   }
   const int key[2] = {key0 + g, key0 + g + 8};
   const int hi = window > 0 ? min(tlen, first + FA_ROWS - 1 + window) : tlen;
-  for (int gi = 0; gi < rep; gi++) {
-    const int h = kvh * rep + gi;
+  // The (query head of the group, query tile) pairs in order; the next pair's tiles are copied while the
+  // products run on this one.
+  const int tiles = first < hi ? (hi - first + N - 1) / N : 0, steps = rep * tiles;
+  auto load = [&](int step, int buf) {
+    const int h = kvh * rep + step / tiles, i0 = first + (step % tiles) * N;
     const size_t q_base = ((size_t)bi * heads + h) * tlen;
-    const T* dob = d_out + ((size_t)bi * tlen * heads + h) * D;
-    for (int i0 = first; i0 < hi; i0 += N) {
-      __syncthreads();
-      mma_rows<T, D, N>(q + q_base * D, D, i0, tlen, qs);
-      mma_rows<T, D, N>(dob, (long long)heads * D, i0, tlen, dos);
-      for (int r = threadIdx.x; r < N; r += blockDim.x) {
-        ls[r] = i0 + r < tlen ? lse[q_base + i0 + r] : INFINITY;
-        dls[r] = i0 + r < tlen ? delta[q_base + i0 + r] : 0.f;
-      }
-      __syncthreads();
-      float s[N / 8][4], dp[N / 8][4];
-#pragma unroll
-      for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-      mma_abt<T, D, N>(kf, qs, s);
-      mma_abt<T, D, N>(vf, dos, dp);
-#pragma unroll
-      for (int n = 0; n < N / 8; n++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
-          const float p = i < tlen && fa_visible(i, key[r], tlen, window) ? exp2f(s[n][e] * c - ls[col]) : 0.f;
-          s[n][e] = p;
-          dp[n][e] = p * (dp[n][e] - dls[col]);
-        }
-      }
-      mma_pb<T, D, N>(s, dos, dva);
-      mma_pb<T, D, N>(dp, qs, dka);
+    mma_rows_async<T, D, N>(q + q_base * D, D, i0, tlen, qs[buf]);
+    mma_rows_async<T, D, N>(d_out + ((size_t)bi * tlen * heads + h) * D, (long long)heads * D, i0, tlen, dos[buf]);
+    cp_async_commit();
+    for (int r = threadIdx.x; r < N; r += blockDim.x) {
+      ls[buf][r] = i0 + r < tlen ? lse[q_base + i0 + r] : INFINITY;
+      dls[buf][r] = i0 + r < tlen ? delta[q_base + i0 + r] : 0.f;
     }
+  };
+  if (steps > 0) load(0, 0);
+  for (int step = 0, buf = 0; step < steps; step++, buf ^= 1) {
+    const bool next = step + 1 < steps;
+    if (next) load(step + 1, buf ^ 1);
+    cp_async_wait(next);
+    __syncthreads();
+    const int i0 = first + (step % tiles) * N;
+    float s[N / 8][4], dp[N / 8][4];
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+    mma_abt<T, D, N>(kf, qs[buf], s);
+    mma_abt<T, D, N>(vf, dos[buf], dp);
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
+        const float p = i < tlen && fa_visible(i, key[r], tlen, window) ? exp2f(s[n][e] * c - ls[buf][col]) : 0.f;
+        s[n][e] = p;
+        dp[n][e] = p * (dp[n][e] - dls[buf][col]);
+      }
+    }
+    mma_pb<T, D, N>(s, dos[buf], dva);
+    mma_pb<T, D, N>(dp, qs[buf], dka);
+    __syncthreads();
   }
 #pragma unroll
   for (int r = 0; r < 2; r++) {
