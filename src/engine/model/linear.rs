@@ -105,6 +105,9 @@ pub struct LinearTape {
     mask: Option<Tensor>,
     /// `dropout(x) A` (rows, r), None when the projection has no active adapter.
     xa: Option<Tensor>,
+    /// The adapter's A and B in the compute dtype, as the forward used them (the backward needs them again:
+    /// in half precision each is a cast).
+    matrices: Option<(Tensor, Tensor)>,
 }
 
 impl Linear {
@@ -158,7 +161,7 @@ impl Linear {
     pub fn forward_train(&self, x: &Tensor, dropout: bool) -> Result<(Tensor, LinearTape)> {
         let y = self.base(x)?;
         let Some(adapter) = self.active_adapter() else {
-            return Ok((y, LinearTape { mask: None, xa: None }));
+            return Ok((y, LinearTape { mask: None, xa: None, matrices: None }));
         };
         let (a, b) = adapter.matrices(x.dtype())?;
         let mask = if dropout && adapter.dropout > 0.0 { Some(adapter.dropout_mask(x)?) } else { None };
@@ -168,7 +171,7 @@ impl Linear {
         };
         // `y` is the fresh frozen product: the update lands in it.
         let y = ops::matmul_add(Some(y), &xa, &b, adapter.scale)?;
-        Ok((y, LinearTape { mask, xa: Some(xa) }))
+        Ok((y, LinearTape { mask, xa: Some(xa), matrices: Some((a, b)) }))
     }
 
     /// Accumulates the adapter's gradients into `grads` and returns the input gradient as `input_grad` asks
@@ -186,8 +189,9 @@ impl Linear {
             InputGrad::New => Some(self.weight.matmul(dy, None)?),
             InputGrad::AddTo(acc) => Some(self.weight.matmul(dy, Some(acc))?),
         };
-        let (Some(adapter), Some(xa)) = (self.active_adapter(), &tape.xa) else { return Ok(dx) };
-        let (a, b) = adapter.matrices(x.dtype())?;
+        let (Some(adapter), Some(xa), Some((a, b))) = (self.active_adapter(), &tape.xa, &tape.matrices) else {
+            return Ok(dx);
+        };
         let scale = adapter.scale;
         let dxa = ops::matmul_add(None, dy, &b.t()?, scale)?; // (rows, r)
         grads.add(adapter.b.as_tensor(), &ops::matmul_add(None, &xa.t()?, dy, scale)?)?;

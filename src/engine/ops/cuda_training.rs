@@ -1,5 +1,6 @@
 //! Fused CUDA kernels for the hand-written training pass (src/engine/ops/cuda/fused.cu): attention
-//! probabilities, and the input gradients of RMS norm, softmax and the SwiGLU gate. Composed from Candle ops
+//! probabilities, the SwiGLU gate, scattering the head's row gradients back, and the input gradients of RMS
+//! norm, softmax and the SwiGLU gate. Composed from Candle ops
 //! each is 5-15 launches and, in bf16, f32 copies of (tokens x width) or (heads x T x T) tensors; here one
 //! pass. f32 and bf16 on CUDA ([`super::cuda_kernels::available`]); the callers in ops/ compose otherwise.
 
@@ -37,6 +38,23 @@ pub fn cross_entropy_rows(
 pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
     let both = gate.contiguous()?.apply_op3_no_bwd(&up.contiguous()?, &dm.contiguous()?, &imp::SiluMulBackward)?;
     Ok((both.get(0)?, both.get(1)?))
+}
+
+/// `silu(gate) * up` in one pass.
+pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    gate.contiguous()?.apply_op2_no_bwd(&up.contiguous()?, &imp::SiluMul)
+}
+
+/// A (rows, cols) tensor of zeros but for row `index[i]`, which is row i of `src` (n, cols); `index` (n) u32
+/// on the device, distinct values.
+pub fn scatter_rows(src: &Tensor, index: &Tensor, rows: usize) -> Result<Tensor> {
+    let (n, cols) = src.dims2()?;
+    if index.dims1()? != n || index.dtype() != candle_core::DType::U32 {
+        candle_core::bail!("scatter-rows: index {:?} does not list the {n} source rows", index.shape());
+    }
+    let out = Tensor::zeros((rows, cols), src.dtype(), src.device())?;
+    out.inplace_op3(&src.contiguous()?, &index.contiguous()?, &imp::ScatterRows)?;
+    Ok(out)
 }
 
 #[cfg(feature = "cuda")]
@@ -235,6 +253,83 @@ mod imp {
         Ok((wrap(nll, &dev, rows), grad))
     }
 
+    pub struct SiluMul;
+
+    impl candle_core::CustomOp2 for SiluMul {
+        fn name(&self) -> &'static str {
+            "silu-mul"
+        }
+
+        refuse_cpu!(CustomOp2, "silu-mul");
+
+        fn cuda_fwd(&self, g: &CudaStorage, gl: &Layout, u: &CudaStorage, ul: &Layout) -> Result<(CudaStorage, Shape)> {
+            same_shape(gl, ul, "silu-mul")?;
+            let n = gl.shape().elem_count();
+            let dev = g.device().clone();
+            let f = func!(g, "silu_mul")?;
+            let slice = with_dtype!(g, T, {
+                let out = output::<T>(&dev, n)?;
+                let (gv, uv) = (view::<T>(g, gl, "gate")?, view::<T>(u, ul, "up")?);
+                let mut b = f.builder();
+                b.arg(&gv);
+                b.arg(&uv);
+                b.arg(&out);
+                candle_core::builder_arg!(b, n as u64);
+                let blocks = n.div_ceil(256).min(8192) as u32;
+                let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                // SAFETY: arguments match the kernel's signature; buffers are sized above.
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            Ok((slice, gl.shape().clone()))
+        }
+    }
+
+    pub struct ScatterRows;
+
+    impl candle_core::InplaceOp3 for ScatterRows {
+        fn name(&self) -> &'static str {
+            "scatter-rows"
+        }
+
+        refuse_cpu!(InplaceOp3, "scatter-rows");
+
+        fn cuda_fwd(
+            &self,
+            out: &mut CudaStorage,
+            ol: &Layout,
+            src: &CudaStorage,
+            sl: &Layout,
+            index: &CudaStorage,
+            il: &Layout,
+        ) -> Result<()> {
+            let (n, cols) = sl.shape().dims2()?;
+            if ol.shape().dims2()?.1 != cols || ol.contiguous_offsets().is_none() {
+                bail!("scatter-rows: output {:?} does not take rows of {cols}", ol.shape());
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            let f = func!(src, "scatter_rows")?;
+            let idx = view::<u32>(index, il, "index")?;
+            with_dtype!(src, T, {
+                let sv = view::<T>(src, sl, "source rows")?;
+                let (start, end) = ol.contiguous_offsets().expect("checked above");
+                let mut ov = out.as_cuda_slice_mut::<T>()?.slice_mut(start..end);
+                let mut b = f.builder();
+                b.arg(&sv);
+                b.arg(&idx);
+                b.arg(&mut ov);
+                candle_core::builder_arg!(b, int(cols));
+                let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                // SAFETY: arguments match the kernel's signature; every index is a row of `out` (the caller's
+                // positions within the batch).
+                unsafe { b.launch(cfg) }.w()?;
+            });
+            Ok(())
+        }
+    }
+
     pub struct SiluMulBackward;
 
     impl candle_core::CustomOp3 for SiluMulBackward {
@@ -299,6 +394,10 @@ mod imp {
         pub eps: f32,
     }
     pub struct SiluMulBackward;
+    pub struct SiluMul;
+    pub struct ScatterRows;
+    cpu_only_op!(SiluMul, CustomOp2, "silu-mul");
+    cpu_only_op!(ScatterRows, InplaceOp3, "scatter-rows");
     cpu_only_op!(MaskedSoftmax, CustomOp1, "masked-softmax");
     cpu_only_op!(SoftmaxBackward, CustomOp2, "softmax-backward");
     cpu_only_op!(RmsNormBackward, CustomOp3, "rms-norm-backward");

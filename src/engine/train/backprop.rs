@@ -22,6 +22,7 @@ use crate::engine::model::decoder_layer::LayerTape;
 use crate::engine::model::linear::{InputGrad, Linear};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::Gradients;
+use crate::engine::ops;
 use crate::engine::train::loss;
 use crate::engine::Result;
 use candle_core::Tensor;
@@ -147,7 +148,7 @@ pub fn loss_and_gradients_with(
     let picked = normed.index_select(&source_index, 0)?;
     let head = model.head_nll(&picked, &targets, Some(loss_scale))?;
     let d_picked = head.grad_hidden.ok_or_else(|| candle_core::Error::Msg("head loss without gradient".into()))?;
-    let d_normed = normed.zeros_like()?.index_add(&source_index, &d_picked, 0)?;
+    let d_normed = ops::scatter_rows(&d_picked, &source_index, normed.dim(0)?)?;
     let mut d_x = model.final_norm_backward(&x, &d_normed)?;
     timer.mark("final norm + head + loss, forward and backward")?;
     // Each layer's tape is dropped as soon as its backward is done.

@@ -300,6 +300,24 @@ __device__ void silu_mul_backward(const T* gate, const T* up, const T* dm, T* ou
   }
 }
 
+// silu(gate) * up, one pass (f32 math, one rounding).
+template <typename T>
+__device__ void silu_mul(const T* gate, const T* up, T* out, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float g = to_f(gate[i]);
+    out[i] = from_f<T>(g / (1.f + __expf(-g)) * to_f(up[i]));
+  }
+}
+
+// Row i of src (n rows of `cols`) into row index[i] of out, which holds zeros elsewhere (the indices are distinct:
+// the positions that have a target). Grid (n), block 256.
+template <typename T>
+__device__ void scatter_rows(const T* src, const uint32_t* index, T* out, int cols) {
+  const T* from = src + (size_t)blockIdx.x * cols;
+  T* to = out + (size_t)index[blockIdx.x] * cols;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) to[i] = from[i];
+}
+
 #define INSTANTIATE_TRAINING(T, SUFFIX)                                                                          \
   extern "C" __global__ void masked_softmax_##SUFFIX(const T* x, const float* mask, T* out, int cols, int t,     \
                                                      float scale) {                                              \
@@ -315,6 +333,12 @@ __device__ void silu_mul_backward(const T* gate, const T* up, const T* dm, T* ou
   extern "C" __global__ void silu_mul_backward_##SUFFIX(const T* gate, const T* up, const T* dm, T* out,        \
                                                         unsigned long long n) {                                  \
     silu_mul_backward<T>(gate, up, dm, out, (size_t)n);                                                          \
+  }                                                                                                              \
+  extern "C" __global__ void silu_mul_##SUFFIX(const T* gate, const T* up, T* out, unsigned long long n) {       \
+    silu_mul<T>(gate, up, out, (size_t)n);                                                                       \
+  }                                                                                                              \
+  extern "C" __global__ void scatter_rows_##SUFFIX(const T* src, const uint32_t* index, T* out, int cols) {      \
+    scatter_rows<T>(src, index, out, cols);                                                                      \
   }
 
 INSTANTIATE_TRAINING(float, f32)
