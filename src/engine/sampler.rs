@@ -97,38 +97,66 @@ impl Sampler {
         if candidates.is_empty() {
             return argmax(logits);
         }
-        candidates.sort_by(|a, b| b.1.total_cmp(&a.1));
-        if p.top_k > 0 && p.top_k < candidates.len() {
-            candidates.truncate(p.top_k);
-        }
-        let max = candidates[0].1;
-        let mut probs: Vec<f64> = candidates.iter().map(|(_, l)| ((l - max) as f64).exp()).collect();
-        let total: f64 = probs.iter().sum();
-        probs.iter_mut().for_each(|x| *x /= total);
-        if p.top_p < 1.0 {
-            let mut cumulative = 0.0;
-            let mut keep = probs.len();
-            for (i, pr) in probs.iter().enumerate() {
-                cumulative += pr;
-                if cumulative >= p.top_p {
-                    keep = i + 1;
-                    break;
-                }
-            }
-            probs.truncate(keep);
-            candidates.truncate(keep);
-            let total: f64 = probs.iter().sum();
-            probs.iter_mut().for_each(|x| *x /= total);
-        }
-        let mut r: f64 = self.rng.random();
-        for (i, pr) in probs.iter().enumerate() {
-            if r < *pr {
-                return candidates[i].0;
-            }
-            r -= pr;
-        }
-        candidates[probs.len() - 1].0
+        let r: f64 = self.rng.random();
+        pick(candidates, p.top_k, p.top_p, r)
     }
+}
+
+/// The token that `r` (uniform in [0, 1)) draws from `candidates` (id, logit / temperature): the top `top_k`
+/// (0: all), then the top-p head, walked from the highest probability down. Only the head that the cut and the
+/// draw reach is sorted, grown until it suffices: sorting a whole 128k vocabulary per token took longer than a
+/// GPU decode step.
+fn pick(mut candidates: Vec<(u32, f32)>, top_k: usize, top_p: f64, r: f64) -> u32 {
+    // Highest first, ties by id: the order a stable sort by logit gives.
+    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if top_k > 0 && top_k < candidates.len() {
+        candidates.select_nth_unstable_by(top_k - 1, order);
+        candidates.truncate(top_k);
+    }
+    let max = candidates.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
+    let total: f64 = candidates.iter().map(|(_, l)| ((l - max) as f64).exp()).sum();
+    let mut head = candidates.len().min(64);
+    loop {
+        if head < candidates.len() {
+            candidates.select_nth_unstable_by(head - 1, order);
+        }
+        candidates[..head].sort_by(order);
+        let whole = head == candidates.len();
+        if let Some(token) = draw(&candidates[..head], whole, max, total, top_p, r) {
+            return token;
+        }
+        head = (head * 8).min(candidates.len());
+    }
+}
+
+/// The token that `r` (uniform in [0, 1)) picks from `sorted` (the head of the candidates, highest first) under
+/// the top-p cut: the smallest head whose probability reaches `top_p`, renormalised. None when `sorted` is not
+/// `whole` and the cut or the draw lies beyond it.
+fn draw(sorted: &[(u32, f32)], whole: bool, max: f32, total: f64, top_p: f64, r: f64) -> Option<u32> {
+    let probs: Vec<f64> = sorted.iter().map(|(_, l)| ((l - max) as f64).exp() / total).collect();
+    let kept = if top_p < 1.0 {
+        let mut cumulative = 0.0;
+        match probs.iter().position(|pr| {
+            cumulative += pr;
+            cumulative >= top_p
+        }) {
+            Some(i) => i + 1,
+            None if whole => probs.len(),
+            None => return None,
+        }
+    } else {
+        probs.len()
+    };
+    let scale = if top_p < 1.0 { probs[..kept].iter().sum::<f64>() } else { 1.0 };
+    let mut r = r;
+    for (i, pr) in probs[..kept].iter().enumerate() {
+        let pr = pr / scale;
+        if r < pr {
+            return Some(sorted[i].0);
+        }
+        r -= pr;
+    }
+    (whole || top_p < 1.0).then(|| sorted[kept - 1].0)
 }
 
 /// Index of the largest value (first on ties, like torch.argmax).
@@ -170,6 +198,30 @@ mod tests {
     fn repetition_penalty_demotes_seen_tokens() {
         let mut s = Sampler::new(SamplingParams { repetition_penalty: 10.0, ..SamplingParams::greedy() });
         assert_eq!(s.sample(&mut [1.0, 2.0, 1.5], &[1]), 2);
+    }
+
+    #[test]
+    fn sorting_only_the_head_draws_what_a_full_sort_draws() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(11);
+        for case in 0..300 {
+            let n = [5, 70, 3000][case % 3];
+            // Peaked and flat distributions, with ties.
+            let spread = [0.5f32, 4.0, 12.0][case % 3];
+            let logits: Vec<(u32, f32)> =
+                (0..n as u32).map(|i| (i, (rng.random::<f32>() * spread * 8.0).round() / 8.0)).collect();
+            let (top_k, top_p) = ([0, 1, 10, 100][case % 4], [1.0, 0.9, 0.5, 0.999][(case / 4) % 4]);
+            let r: f64 = rng.random();
+            let mut full = logits.clone();
+            full.sort_by(|a, b| b.1.total_cmp(&a.1));
+            if top_k > 0 && top_k < full.len() {
+                full.truncate(top_k);
+            }
+            let max = full[0].1;
+            let total: f64 = full.iter().map(|(_, l)| ((l - max) as f64).exp()).sum();
+            let want = draw(&full, true, max, total, top_p, r).unwrap();
+            assert_eq!(pick(logits, top_k, top_p, r), want, "case {case}: n {n} top_k {top_k} top_p {top_p}");
+        }
     }
 
     #[test]
