@@ -88,7 +88,7 @@ impl Sampler {
         if p.temperature <= 0.0 {
             return argmax(logits);
         }
-        let mut candidates: Vec<(u32, f32)> = logits
+        let candidates: Vec<(u32, f32)> = logits
             .iter()
             .enumerate()
             .filter(|(_, l)| l.is_finite())
