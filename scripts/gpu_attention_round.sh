@@ -13,6 +13,8 @@
 #           ($G/metal-candle-prev.xz) when carried; one run with phases, one without the fused attention
 #   table SHAPE   SHAPE = 1b-4x1024 | 1b-1x4096 | smollm2-8x512: for q,v and all-linear, alternating ours,
 #           torch+PEFT (SDPA), torch+PEFT+Liger (SDPA) twice, then torch+PEFT eager once; 20 steps after 3
+#   decode SHAPE  SHAPE = 1b | smollm2: greedy decode of 128 + 256 tokens, ours (bf16, fused decode) against
+#           transformers generate (bf16, SDPA), alternating, ROUNDS (default 2) times
 #   Peak GPU memory for every step: nvidia-smi memory.used polled every 0.1 s (the whole device, as the
 #   driver sees it); PyTorch also reports torch.cuda.max_memory_allocated/reserved.
 set -uo pipefail
@@ -80,6 +82,13 @@ PY
   ours ours_1b_4x1024_all_phases /tmp/llama1b 4 1024 $ALL --step-phases
   ours ours_1b_1x4096_all_composed /tmp/llama1b 1 4096 $ALL --no-fused-attention
   ;;
+decode)
+  make_model "$SHAPE"; M=$([ "$SHAPE" = 1b ] && echo /tmp/llama1b || echo /tmp/smollm2)
+  for r in $(seq 1 "${ROUNDS:-2}"); do
+    step "ours_decode_$r" $MC bench generate --model "$M" --device cuda --dtype bf16 --prompt-tokens 128 --new-tokens 256 --repeats 3 --json
+    step "transformers_decode_$r" python3 "$G/bench_transformers_generate.py" --hf-dir "$M" --device cuda --dtype bf16 --prompt-tokens 128 --new-tokens 256 --repeats 3
+  done
+  ;;
 table)
   case "$SHAPE" in
     1b-4x1024) make_model 1b; M=/tmp/llama1b; B=4; T=1024 ;;
@@ -109,6 +118,8 @@ for out in sorted(glob.glob(f"{raw}/*.out")):
     mem = [int(x) for x in open(f"{raw}/{name}.mem").read().split() if x.isdigit()] if os.path.exists(f"{raw}/{name}.mem") else []
     peak = max(mem) if mem else None
     for r in rows:
+        if "decode_tokens_per_sec" in r or "decode_tok_s" in r:
+            print(name, "| decode", {k: round(v, 1) for k, v in r.items() if "tok" in k and isinstance(v, (int, float))}, "|", peak)
         if "mean_step_s" in r or "mean_step_secs" in r:
             s = {k: round(v, 4) for k, v in r.items() if k.startswith(("mean_step", "median_step", "min_step"))}
             alloc = r.get("peak_memory_bytes") if r.get("peak_memory_kind") == "cuda_max_memory_allocated" else None
