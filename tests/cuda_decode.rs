@@ -150,7 +150,9 @@ fn decode_attention_over_long_caches_matches_the_cpu() {
             let got: Vec<f32> = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             let err = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-            println!("decode attention pos {pos} window from {first_visible} {dtype:?}: max error {err:.2e} of {scale:.2}");
+            println!(
+                "decode attention pos {pos} window from {first_visible} {dtype:?}: max error {err:.2e} of {scale:.2}"
+            );
             assert!(err <= tol * scale.max(1.0), "pos {pos} from {first_visible} {dtype:?}: error {err}");
         }
     }
@@ -158,7 +160,12 @@ fn decode_attention_over_long_caches_matches_the_cpu() {
 
 /// Rotate each head's query (rotate-half, the table's row `pos`), scale by 1/sqrt(d), softmax over the cached
 /// keys first_visible..=pos of its KV head, weight the values: (b * heads * d) values.
-fn reference_decode_attention(qkv: &Tensor, cache: &Tensor, rope: &Tensor, s: metal_candle::engine::ops::cuda_decode::DecodeShape) -> Vec<f32> {
+fn reference_decode_attention(
+    qkv: &Tensor,
+    cache: &Tensor,
+    rope: &Tensor,
+    s: metal_candle::engine::ops::cuda_decode::DecodeShape,
+) -> Vec<f32> {
     let (b, d) = (qkv.dim(0).unwrap(), s.head_dim);
     let qkv: Vec<f32> = qkv.flatten_all().unwrap().to_vec1().unwrap();
     let cap = cache.dim(3).unwrap();

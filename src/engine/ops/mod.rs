@@ -292,7 +292,8 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     if let Some(out) = gated_product_cpu(gate, up, |g| g / (1.0 + (-g).exp()))? {
         return Ok(out);
     }
-    if cuda_kernels::available(gate.device(), gate.dtype()) && up.dtype() == gate.dtype() && up.shape() == gate.shape() {
+    if cuda_kernels::available(gate.device(), gate.dtype()) && up.dtype() == gate.dtype() && up.shape() == gate.shape()
+    {
         return cuda_training::silu_mul(gate, up);
     }
     candle_nn::ops::silu(gate)? * up
