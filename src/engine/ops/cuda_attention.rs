@@ -147,9 +147,9 @@ mod imp {
         let lse = output::<f32>(&dev, b * heads * tq)?;
         let out = with_dtype!(qs, T, {
             let out = output::<T>(&dev, b * tq * heads * d)?;
-            let qv = view::<T>(&qs, ql, "q")?;
-            let (kv, bs, hs) = strided::<T>(&ks, kl, "k")?;
-            let (vv, _, _) = strided::<T>(&vs, vl, "v")?;
+            let qv = view::<T>(qs, ql, "q")?;
+            let (kv, bs, hs) = strided::<T>(ks, kl, "k")?;
+            let (vv, _, _) = strided::<T>(vs, vl, "v")?;
             let mut a = f.builder();
             a.arg(&qv);
             a.arg(&kv);
@@ -187,7 +187,7 @@ mod imp {
             func(format!("flash_backward_dkv_d{d}_{sfx}"))?,
         );
         let delta = output::<f32>(&dev, b * heads * tq)?;
-        let lv = view::<f32>(&ls, ll, "logsumexp")?;
+        let lv = view::<f32>(ls, ll, "logsumexp")?;
         let grads = with_dtype!(st[0], T, {
             let v: Vec<CudaView<'_, T>> = ["q", "k", "v", "out", "d_out"]
                 .iter()

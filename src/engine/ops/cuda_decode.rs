@@ -159,7 +159,7 @@ mod imp {
         if s.pos >= cap || rope.shape().dims2()?.1 != d || s.pos >= rope.shape().dims2()?.0 {
             bail!("fused decode: position {} outside the cache ({cap}) or rotary table {:?}", s.pos, rope.shape());
         }
-        if d > 256 || d % 2 != 0 || s.heads % s.kv_heads != 0 || cache.contiguous_offsets().is_none() {
+        if d > 256 || d % 2 != 0 || !s.heads.is_multiple_of(s.kv_heads) || cache.contiguous_offsets().is_none() {
             bail!("fused decode: unsupported head layout (d={d}, heads={}, kv={})", s.heads, s.kv_heads);
         }
         Ok((b, cap))
