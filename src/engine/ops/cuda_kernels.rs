@@ -115,6 +115,16 @@ pub(crate) mod launch {
         v as i32
     }
 
+    /// Blocks of 256 threads for a grid-stride loop over `n` elements (at most 8,192 blocks).
+    pub fn grid_stride(n: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        let blocks = n.div_ceil(256).clamp(1, 8192) as u32;
+        candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
     /// Run `$body` with `$t` bound to the Rust element type of `$storage`.
     macro_rules! with_dtype {
         ($storage:expr, $t:ident, $body:block) => {

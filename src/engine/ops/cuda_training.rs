@@ -59,7 +59,7 @@ pub fn scatter_rows(src: &Tensor, index: &Tensor, rows: usize) -> Result<Tensor>
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{func, grid_stride, int, output, view, with_dtype, wrap};
     use crate::engine::ops::cuda_kernels::refuse_cpu;
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -275,10 +275,8 @@ mod imp {
                 b.arg(&uv);
                 b.arg(&out);
                 candle_core::builder_arg!(b, n as u64);
-                let blocks = n.div_ceil(256).min(8192) as u32;
-                let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
                 // SAFETY: arguments match the kernel's signature; buffers are sized above.
-                unsafe { b.launch(cfg) }.w()?;
+                unsafe { b.launch(grid_stride(n)) }.w()?;
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             });
             Ok((slice, gl.shape().clone()))
@@ -362,10 +360,8 @@ mod imp {
                 b.arg(&dv);
                 b.arg(&out);
                 candle_core::builder_arg!(b, n as u64);
-                let blocks = n.div_ceil(256).min(8192) as u32;
-                let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
                 // SAFETY: arguments match the kernel's signature; buffers are sized above.
-                unsafe { b.launch(cfg) }.w()?;
+                unsafe { b.launch(grid_stride(n)) }.w()?;
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             });
             let mut dims = vec![2];
