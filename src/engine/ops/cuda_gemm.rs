@@ -78,7 +78,7 @@ mod imp {
         let (beta, c) = match acc {
             Some(c) => (1f32, c),
             // beta = 0: cuBLAS never reads C, so it needs no zeros.
-            None => (0f32, unsafe_output(a, (m, n))?),
+            None => (0f32, uninitialized_like(a, (m, n))?),
         };
         let dtype = data_type(a.dtype())?;
         let (a_guard, _) = a.storage_and_layout();
@@ -139,7 +139,7 @@ mod imp {
     }
 
     /// A new (rows, cols) tensor of `like`'s dtype and device whose contents are not initialised.
-    fn unsafe_output(like: &Tensor, (rows, cols): (usize, usize)) -> Result<Tensor> {
+    fn uninitialized_like(like: &Tensor, (rows, cols): (usize, usize)) -> Result<Tensor> {
         use crate::engine::ops::cuda_kernels::launch::{output, wrap};
         let (guard, _) = like.storage_and_layout();
         let Storage::Cuda(s) = &*guard else { bail!("matmul_add: not on the CUDA device") };
