@@ -44,6 +44,7 @@ fn operand(t: &Tensor) -> Option<(bool, usize)> {
 #[cfg(feature = "cuda")]
 mod imp {
     use super::operand;
+    use crate::engine::ops::cuda_kernels::launch::{output, with_dtype, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::cublas::{result::gemm_ex, sys};
     use candle_core::cuda_backend::cudarc::driver::DevicePtr;
@@ -75,35 +76,24 @@ mod imp {
         let (Some((a_t, lda)), Some((b_t, ldb))) = (operand(a), operand(b)) else {
             bail!("matmul_add: operands {:?} x {:?} are not plain or transposed matrices", a.layout(), b.layout())
         };
+        let (a_guard, _) = a.storage_and_layout();
+        let (b_guard, _) = b.storage_and_layout();
+        let (Storage::Cuda(a_s), Storage::Cuda(b_s)) = (&*a_guard, &*b_guard) else {
+            bail!("matmul_add: operands are not all on the CUDA device")
+        };
+        let dev = a_s.device().clone();
         let (beta, c) = match acc {
             Some(c) => (1f32, c),
             // beta = 0: cuBLAS never reads C, so it needs no zeros.
-            None => (0f32, uninitialized_like(a, (m, n))?),
+            None => (0f32, with_dtype!(a_s, T, { wrap(output::<T>(&dev, m * n)?, &dev, (m, n)) })),
         };
         let dtype = data_type(a.dtype())?;
-        let (a_guard, _) = a.storage_and_layout();
-        let (b_guard, _) = b.storage_and_layout();
         let (c_guard, _) = c.storage_and_layout();
-        let (Storage::Cuda(a_s), Storage::Cuda(b_s), Storage::Cuda(c_s)) = (&*a_guard, &*b_guard, &*c_guard) else {
-            bail!("matmul_add: operands are not all on the CUDA device")
-        };
-        let dev = c_s.device().clone();
+        let Storage::Cuda(c_s) = &*c_guard else { bail!("matmul_add: the accumulator is not on the CUDA device") };
         let stream = dev.cuda_stream();
-        let (pa, pb, pc) = match a.dtype() {
-            DType::F32 => {
-                (address::<f32>(a_s, a, &stream)?, address::<f32>(b_s, b, &stream)?, address::<f32>(c_s, &c, &stream)?)
-            }
-            DType::BF16 => (
-                address::<half::bf16>(a_s, a, &stream)?,
-                address::<half::bf16>(b_s, b, &stream)?,
-                address::<half::bf16>(c_s, &c, &stream)?,
-            ),
-            _ => (
-                address::<half::f16>(a_s, a, &stream)?,
-                address::<half::f16>(b_s, b, &stream)?,
-                address::<half::f16>(c_s, &c, &stream)?,
-            ),
-        };
+        let (pa, pb, pc) = with_dtype!(a_s, T, {
+            (address::<T>(a_s, a, &stream)?, address::<T>(b_s, b, &stream)?, address::<T>(c_s, &c, &stream)?)
+        });
         let op = |t: bool| if t { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
         let alpha = alpha as f32;
         let blas = dev.cublas_handle();
@@ -136,20 +126,6 @@ mod imp {
         }
         drop((a_guard, b_guard, c_guard));
         Ok(c)
-    }
-
-    /// A new (rows, cols) tensor of `like`'s dtype and device whose contents are not initialised.
-    fn uninitialized_like(like: &Tensor, (rows, cols): (usize, usize)) -> Result<Tensor> {
-        use crate::engine::ops::cuda_kernels::launch::{output, wrap};
-        let (guard, _) = like.storage_and_layout();
-        let Storage::Cuda(s) = &*guard else { bail!("matmul_add: not on the CUDA device") };
-        let dev = s.device().clone();
-        drop(guard);
-        Ok(match like.dtype() {
-            DType::F32 => wrap(output::<f32>(&dev, rows * cols)?, &dev, (rows, cols)),
-            DType::BF16 => wrap(output::<half::bf16>(&dev, rows * cols)?, &dev, (rows, cols)),
-            _ => wrap(output::<half::f16>(&dev, rows * cols)?, &dev, (rows, cols)),
-        })
     }
 }
 
