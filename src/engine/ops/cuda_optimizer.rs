@@ -52,7 +52,7 @@ pub fn adamw(param: &Tensor, m: &Tensor, v: &Tensor, grad: &Tensor, s: &AdamWSca
 #[cfg(feature = "cuda")]
 mod imp {
     use super::AdamWScalars;
-    use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{func, grid_stride, int, output, view, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
@@ -60,7 +60,8 @@ mod imp {
 
     const THREADS: usize = 256;
 
-    /// Blocks for `n` elements: enough to fill the GPU at the sizes of LoRA factors, never more than needed.
+    /// Blocks (each writing one partial sum) for a gradient of `n` elements: enough to fill the GPU at the sizes
+    /// of LoRA factors, few partials to read back.
     fn blocks(n: usize) -> usize {
         n.div_ceil(THREADS).clamp(1, 64)
     }
@@ -126,7 +127,7 @@ mod imp {
         b.arg(&g);
         candle_core::builder_arg!(b, int(n), s.lr, s.beta1, s.beta2, s.eps, s.decay, s.bias1, s.bias2, s.grad_scale);
         // SAFETY: arguments match the kernel's signature; all four views hold `n` f32 values.
-        unsafe { b.launch(cfg(blocks(n).max(n.div_ceil(THREADS).min(1024)))) }.w()?;
+        unsafe { b.launch(grid_stride(n)) }.w()?;
         Ok(())
     }
 }
