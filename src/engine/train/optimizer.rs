@@ -92,13 +92,14 @@ impl AdamW {
         Ok(())
     }
 
-    /// Moments keyed `<name>.exp_avg` / `<name>.exp_avg_sq`, for saving.
+    /// Moments keyed `<name>.exp_avg` / `<name>.exp_avg_sq`, for saving. They share storage with the optimizer's
+    /// own (no copy per checkpoint): the fused update writes the moments in place, so use them before the next
+    /// [`Self::step`], as the checkpoint writer does.
     pub fn state_tensors(&self) -> HashMap<String, Tensor> {
         let mut out = HashMap::new();
         for (i, (name, _)) in self.params.iter().enumerate() {
-            // Copies: the fused update writes the moments in place.
-            out.insert(format!("{name}.exp_avg"), self.m[i].copy().unwrap_or_else(|_| self.m[i].clone()));
-            out.insert(format!("{name}.exp_avg_sq"), self.v[i].copy().unwrap_or_else(|_| self.v[i].clone()));
+            out.insert(format!("{name}.exp_avg"), self.m[i].clone());
+            out.insert(format!("{name}.exp_avg_sq"), self.v[i].clone());
         }
         out
     }
