@@ -39,12 +39,17 @@ template <typename T> __device__ __forceinline__ uint32_t ld2(const T* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// Whether rows starting at `src`, `stride` elements apart, are all 16-byte aligned (16-byte copies then apply).
+template <typename T> __device__ __forceinline__ bool rows_aligned16(const T* src, long long stride) {
+  return ((reinterpret_cast<uintptr_t>(src) | (uintptr_t)(stride * sizeof(T))) & 15) == 0;
+}
+
 // Rows first.. of `src` (row stride `stride` elements, D per row) into dst[R][D + MMA_PAD]; zeros past `limit`.
 // 16-byte reads when the rows are 16-byte aligned, 4-byte reads otherwise.
 template <typename T, int D, int R>
 __device__ __forceinline__ void mma_rows(const T* src, long long stride, int first, int limit, T (*dst)[D + MMA_PAD]) {
   constexpr int V = 16 / sizeof(T);
-  if (((reinterpret_cast<uintptr_t>(src) | (uintptr_t)(stride * sizeof(T))) & 15) == 0) {
+  if (rows_aligned16(src, stride)) {
     for (int idx = threadIdx.x; idx < R * D / V; idx += blockDim.x) {
       const int r = idx / (D / V), c = (idx % (D / V)) * V, row = first + r;
       *reinterpret_cast<uint4*>(&dst[r][c]) =
@@ -98,7 +103,7 @@ template <typename T, int D, int R>
 __device__ __forceinline__ void mma_rows_async(const T* src, long long stride, int first, int limit,
                                                T (*dst)[D + MMA_PAD]) {
   constexpr int V = 16 / sizeof(T);
-  if (((reinterpret_cast<uintptr_t>(src) | (uintptr_t)(stride * sizeof(T))) & 15) != 0) {
+  if (!rows_aligned16(src, stride)) {
     mma_rows<T, D, R>(src, stride, first, limit, dst);
     return;
   }
@@ -116,6 +121,15 @@ __device__ __forceinline__ void cp_async_wait(bool pending) {
     asm volatile("cp.async.wait_group 1;\n" ::);
   else
     asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+// The tiles of K and V starting at key `j0` (rows of D, contiguous) into ks, vs as one committed cp.async group.
+template <typename T, int D, int N>
+__device__ __forceinline__ void kv_tiles_async(const T* k, const T* v, int j0, int limit, T (*ks)[D + MMA_PAD],
+                                               T (*vs)[D + MMA_PAD]) {
+  mma_rows_async<T, D, N>(k, D, j0, limit, ks);
+  mma_rows_async<T, D, N>(v, D, j0, limit, vs);
+  cp_async_commit();
 }
 
 // acc[N/8][4] += A (16 x D, fragments a) times B^T where B is tile rows [N][D + MMA_PAD] (row n = column n).
@@ -192,18 +206,10 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
   const bool valid[2] = {row0 + g < tq, row0 + g + 8 < tq};
   const int hi = min(tk, q_offset + min(first + FA_ROWS, tq));
   const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
-  if (lo < hi) {
-    mma_rows_async<T, D, N>(kb, D, lo, tk, ks[0]);
-    mma_rows_async<T, D, N>(vb, D, lo, tk, vs[0]);
-    cp_async_commit();
-  }
+  if (lo < hi) kv_tiles_async<T, D, N>(kb, vb, lo, tk, ks[0], vs[0]);
   for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
     const bool next = j0 + N < hi;
-    if (next) {
-      mma_rows_async<T, D, N>(kb, D, j0 + N, tk, ks[buf ^ 1]);
-      mma_rows_async<T, D, N>(vb, D, j0 + N, tk, vs[buf ^ 1]);
-      cp_async_commit();
-    }
+    if (next) kv_tiles_async<T, D, N>(kb, vb, j0 + N, tk, ks[buf ^ 1], vs[buf ^ 1]);
     cp_async_wait(next);
     __syncthreads();
     float s[N / 8][4];
@@ -289,18 +295,10 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
   }
   const int hi = min(tlen, first + FA_ROWS);
   const int lo = window > 0 ? max(0, first - window + 1) : 0;
-  if (lo < hi) {
-    mma_rows_async<T, D, N>(k + kv_base, D, lo, tlen, ks[0]);
-    mma_rows_async<T, D, N>(v + kv_base, D, lo, tlen, vs[0]);
-    cp_async_commit();
-  }
+  if (lo < hi) kv_tiles_async<T, D, N>(k + kv_base, v + kv_base, lo, tlen, ks[0], vs[0]);
   for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
     const bool next = j0 + N < hi;
-    if (next) {
-      mma_rows_async<T, D, N>(k + kv_base, D, j0 + N, tlen, ks[buf ^ 1]);
-      mma_rows_async<T, D, N>(v + kv_base, D, j0 + N, tlen, vs[buf ^ 1]);
-      cp_async_commit();
-    }
+    if (next) kv_tiles_async<T, D, N>(k + kv_base, v + kv_base, j0 + N, tlen, ks[buf ^ 1], vs[buf ^ 1]);
     cp_async_wait(next);
     __syncthreads();
     float s[N / 8][4], dp[N / 8][4];
