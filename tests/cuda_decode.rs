@@ -129,7 +129,8 @@ fn fused_decode_with_adapters_qk_norms_and_a_quantized_base_matches_the_cpu() {
 }
 
 /// The decode attention kernel alone against a CPU computation, over caches longer than one of its chunks
-/// (1,024 keys), with grouped-query heads, a sliding window and two sequences: f32 and bf16.
+/// (1,024 keys), with grouped-query heads, a sliding window and two sequences: f32 and bf16; the position given
+/// as a number and read from a device tensor (as a replayed CUDA graph gives it, the host's number then wrong).
 #[test]
 fn decode_attention_over_long_caches_matches_the_cpu() {
     use metal_candle::engine::ops::cuda_decode::{attention, DecodeShape};
@@ -141,25 +142,31 @@ fn decode_attention_over_long_caches_matches_the_cpu() {
     let angles: Vec<f32> = (0..cap * d / 2).map(|i| (i % 997) as f32 * 0.013).collect();
     let angles = Tensor::from_vec(angles, (cap, d / 2), &cpu).unwrap();
     let rope = Tensor::cat(&[angles.cos().unwrap(), angles.sin().unwrap()], 1).unwrap();
-    for (pos, first_visible) in [(2500usize, 0usize), (2500, 2100), (1023, 0), (1024, 0), (7, 0)] {
-        let shape = DecodeShape { heads, kv_heads: kv, head_dim: d, pos, first_visible };
+    for (pos, window) in [(2500usize, 0usize), (2500, 401), (1023, 0), (1024, 0), (7, 0)] {
+        let shape = DecodeShape { heads, kv_heads: kv, head_dim: d, pos, window };
         let want = reference_decode_attention(&qkv, &cache, &rope, shape);
+        let on_device = Tensor::new(&[pos as u32], &device).unwrap();
         for (dtype, tol) in [(DType::F32, 2e-5f32), (DType::BF16, 3e-2)] {
             let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
-            let got = attention(&on(&qkv), &on(&cache), &rope.to_device(&device).unwrap(), shape).unwrap();
-            let got: Vec<f32> = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-            let err = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-            println!(
-                "decode attention pos {pos} window from {first_visible} {dtype:?}: max error {err:.2e} of {scale:.2}"
-            );
-            assert!(err <= tol * scale.max(1.0), "pos {pos} from {first_visible} {dtype:?}: error {err}");
+            let (qkv, cache, rope) = (on(&qkv), on(&cache), rope.to_device(&device).unwrap());
+            for (host_pos, position) in [(pos, None), (3, Some(&on_device))] {
+                let host_shape = DecodeShape { pos: host_pos, ..shape };
+                let got = attention(&qkv, &cache, &rope, host_shape, position).unwrap();
+                let got: Vec<f32> = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                let err = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let from = if position.is_some() { "device" } else { "host" };
+                println!(
+                    "decode attention pos {pos} ({from}) window {window} {dtype:?}: max error {err:.2e} of {scale:.2}"
+                );
+                assert!(err <= tol * scale.max(1.0), "pos {pos} ({from}) window {window} {dtype:?}: error {err}");
+            }
         }
     }
 }
 
 /// Rotate each head's query (rotate-half, the table's row `pos`), scale by 1/sqrt(d), softmax over the cached
-/// keys first_visible..=pos of its KV head, weight the values: (b * heads * d) values.
+/// keys inside the window (all when it is 0) up to pos of its KV head, weight the values: (b * heads * d) values.
 fn reference_decode_attention(
     qkv: &Tensor,
     cache: &Tensor,
@@ -172,6 +179,7 @@ fn reference_decode_attention(
     let cache: Vec<f32> = cache.flatten_all().unwrap().to_vec1().unwrap();
     let rope: Vec<Vec<f32>> = rope.to_vec2().unwrap();
     let (half, width) = (d / 2, (s.heads + 2 * s.kv_heads) * d);
+    let first_visible = if s.window > 0 { (s.pos + 1).saturating_sub(s.window) } else { 0 };
     let mut out = Vec::with_capacity(b * s.heads * d);
     for bi in 0..b {
         for h in 0..s.heads {
@@ -187,17 +195,110 @@ fn reference_decode_attention(
                 let start = (((kv_index * b + bi) * s.kv_heads + kvh) * cap + j) * d;
                 &cache[start..start + d]
             };
-            let scores: Vec<f64> = (s.first_visible..=s.pos)
-                .map(|j| row(0, j).iter().zip(&qr).map(|(k, q)| (k * q) as f64).sum())
-                .collect();
+            let scores: Vec<f64> =
+                (first_visible..=s.pos).map(|j| row(0, j).iter().zip(&qr).map(|(k, q)| (k * q) as f64).sum()).collect();
             let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let weights: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
             let total: f64 = weights.iter().sum();
             for e in 0..d {
-                let v: f64 = (s.first_visible..=s.pos).zip(&weights).map(|(j, w)| w * row(1, j)[e] as f64).sum();
+                let v: f64 = (first_visible..=s.pos).zip(&weights).map(|(j, w)| w * row(1, j)[e] as f64).sum();
                 out.push((v / total) as f32);
             }
         }
     }
     out
+}
+
+/// Logits after the prompt and after each of `steps` decode steps taken through [`DecodeSteps`] (with or
+/// without CUDA graphs), on the same fixed walk of ids as [`decode_logits`]; and how many steps replayed a
+/// graph. `positions`: the positions the steps are told the generation reaches.
+fn stepped_logits(
+    model: &metal_candle::engine::model::transformer::Transformer,
+    graphs: bool,
+    steps: usize,
+    positions: usize,
+) -> (Vec<Vec<f32>>, usize) {
+    use metal_candle::engine::model::decode_graph::DecodeSteps;
+    let mut decoder = DecodeSteps::new(model, graphs);
+    let mut cache = KvCache::new(model.config.num_layers);
+    let (mut ids, mut out) = (PROMPT.to_vec(), Vec::new());
+    for step in 0..=steps {
+        let logits = decoder.next_logits(model, &ids, &mut cache, positions).unwrap();
+        out.push(logits.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        ids.push(((step * 7919 + 13) % model.config.vocab_size) as u32);
+    }
+    assert_eq!(cache.len(), PROMPT.len() + steps, "the cache counts every decoded position");
+    if let Some(why) = decoder.fallback() {
+        eprintln!("graph capture fell back: {why}");
+    }
+    (out, decoder.replays())
+}
+
+/// A copy of a fixture with a sliding window of `window` positions (none of the fused-decode fixtures has one).
+fn with_sliding_window(arch: &str, window: usize) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("metal-candle-{arch}-window-{window}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(format!("tests/fixtures/{arch}")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    let config = dir.join("config.json");
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    json["sliding_window"] = serde_json::json!(window);
+    std::fs::write(&config, json.to_string()).unwrap();
+    dir
+}
+
+/// Decoding by replaying a captured CUDA graph gives the logits (so the ids) of launching every op from the
+/// host: plain, q/k-norm and sliding-window families, f32 and bf16, with active adapters and a quantized base;
+/// 80 steps past a cache of 64 positions, so the graph is dropped and captured again once the cache fills. The
+/// graph must actually be used (every step after the first two of each capture replays it), except where the
+/// model's step reads back to the host (a quantized embedding), where it must not be.
+#[test]
+fn graph_decode_matches_eager_decode() {
+    let Some(cuda) = cuda_or_skip() else { return };
+    let window_dir = with_sliding_window("tiny-mistral", 16);
+    let load = |dir: &std::path::Path, dtype| load_model(dir, &cuda, dtype).unwrap();
+    let fixture = |arch: &str| std::path::PathBuf::from(format!("tests/fixtures/{arch}"));
+    let cases: Vec<(String, metal_candle::engine::model::LoadedModel)> = vec![
+        ("tiny-llama f32".into(), load(&fixture("tiny-llama"), DType::F32)),
+        ("tiny-llama bf16".into(), load(&fixture("tiny-llama"), DType::BF16)),
+        ("tiny-qwen3 f32".into(), load(&fixture("tiny-qwen3"), DType::F32)),
+        ("tiny-mistral window 16 f32".into(), load(&window_dir, DType::F32)),
+        ("tiny-llama + adapters f32".into(), adapted_model("tiny-llama", &cuda, BaseQuant::None)),
+        ("tiny-qwen3 Q8_0 + adapters f32".into(), adapted_model("tiny-qwen3", &cuda, BaseQuant::Q8_0)),
+    ];
+    let steps = 80;
+    for (label, loaded) in &cases {
+        let model = &loaded.model;
+        let (eager, none) = stepped_logits(model, false, steps, 12);
+        let (graphed, replays) = stepped_logits(model, true, steps, 12);
+        assert_eq!(none, 0, "{label}: graphs were off");
+        let diffs = max_diffs(&format!("{label}: graph vs eager"), &eager, &graphed);
+        let scale = eager.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+        let tol = if model.dtype() == DType::BF16 { 1e-2 } else { 1e-5 } * scale.max(1.0);
+        assert!(diffs.iter().all(|d| *d <= tol), "{label}: graph decode differs from eager by more than {tol}");
+        let argmax = |row: &Vec<f32>| {
+            row.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0
+        };
+        let same_ids = eager.iter().zip(&graphed).filter(|(a, b)| argmax(a) == argmax(b)).count();
+        println!(
+            "{label}: {replays} of {steps} steps replayed a graph; greedy ids equal at {same_ids} of {} steps",
+            eager.len()
+        );
+        assert_eq!(same_ids, eager.len(), "{label}: the greedy ids differ");
+        if model.decode_step_stays_on_device() {
+            // Two captures (at positions 7 and 65), each after one warm-up step: 80 - 2 warm-ups - the first step.
+            assert!(replays >= steps - 3, "{label}: only {replays} of {steps} steps replayed a graph");
+        } else {
+            assert_eq!(replays, 0, "{label}: a step that reads back to the host was captured");
+        }
+    }
+    // The sliding window, whose start the kernels now compute from the device position, against the CPU.
+    let cpu = load_model(&window_dir, &Device::Cpu, DType::F32).unwrap();
+    let (want, _) = stepped_logits(&cpu.model, false, steps, 12);
+    let (got, _) = stepped_logits(&cases[3].1.model, true, steps, 12);
+    let diffs = max_diffs("tiny-mistral window 16: graph vs CPU", &want, &got);
+    assert!(diffs.iter().all(|d| *d < 1e-3), "sliding-window graph decode differs from the CPU");
+    let _ = std::fs::remove_dir_all(window_dir);
 }

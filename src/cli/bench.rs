@@ -154,6 +154,12 @@ fn generate(args: &GenerateBenchArgs) -> anyhow::Result<()> {
             "metal-candle generate on {device} {dtype}: prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens), best of {}",
             r.prefill_tokens_per_sec, r.prompt_tokens, r.decode_tokens_per_sec, r.new_tokens, r.repeats
         );
+        if r.graph_replays > 0 {
+            println!("  {} of the last run's tokens replayed a captured CUDA graph", r.graph_replays);
+        }
+    }
+    if let Some(why) = &r.graph_fallback {
+        eprintln!("note: decoding went on without a CUDA graph: {why}");
     }
     Ok(())
 }

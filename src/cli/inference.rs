@@ -156,6 +156,7 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 "stop_reason": out.stop_reason,
                 "prefill_tokens_per_sec": out.prefill_tokens_per_sec(),
                 "decode_tokens_per_sec": out.decode_tokens_per_sec(),
+                "graph_replays": out.graph_replays,
             })
         );
     } else {
@@ -167,6 +168,9 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
             out.decode_tokens_per_sec(),
             out.stop_reason.as_str()
         );
+    }
+    if let Some(why) = &out.graph_fallback {
+        eprintln!("note: decoding went on without a CUDA graph: {why}");
     }
     Ok(())
 }

@@ -22,6 +22,9 @@ pub struct RuntimeArgs {
     /// Env: METAL_CANDLE_NO_FUSED_DECODE=1.
     #[arg(long, global = true)]
     pub no_fused_decode: bool,
+    /// CUDA: launch every decode op from the host instead of replaying a captured CUDA graph (A/B runs).
+    #[arg(long, global = true)]
+    pub no_cuda_graphs: bool,
     /// CUDA: attention through the composed ops (T x T scores) instead of the fused kernels (A/B runs).
     #[arg(long, global = true)]
     pub no_fused_attention: bool,
@@ -64,6 +67,7 @@ impl RuntimeArgs {
             },
             gemv: !(self.no_gemv || set("METAL_CANDLE_NO_GEMV")),
             fused_decode: !(self.no_fused_decode || set("METAL_CANDLE_NO_FUSED_DECODE")),
+            cuda_graphs: !self.no_cuda_graphs,
             fused_attention: !self.no_fused_attention,
             step_phases: self.step_phases || set("METAL_CANDLE_STEP_PHASES"),
             kernels: self.kernels,

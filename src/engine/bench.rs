@@ -14,6 +14,10 @@ pub struct GenerateBench {
     pub prefill_tokens_per_sec: f64,
     pub decode_tokens_per_sec: f64,
     pub repeats: usize,
+    /// Tokens of the last run decoded by replaying a captured CUDA graph (0: none was used).
+    pub graph_replays: usize,
+    /// Why the last run stopped using a CUDA graph, when its capture failed.
+    pub graph_fallback: Option<String>,
 }
 
 /// A deterministic prompt of exactly `n` tokens.
@@ -54,11 +58,15 @@ pub fn bench_generate(
         prefill_tokens_per_sec: 0.0,
         decode_tokens_per_sec: 0.0,
         repeats: repeats.max(1),
+        graph_replays: 0,
+        graph_fallback: None,
     };
     for _ in 0..repeats.max(1) {
         let out = generate(&model.model, &model.tokenizer, &req, &mut |_| true)?;
         best.prefill_tokens_per_sec = best.prefill_tokens_per_sec.max(out.prefill_tokens_per_sec());
         best.decode_tokens_per_sec = best.decode_tokens_per_sec.max(out.decode_tokens_per_sec());
+        best.graph_replays = out.graph_replays;
+        best.graph_fallback = out.graph_fallback;
     }
     Ok(best)
 }

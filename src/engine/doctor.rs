@@ -50,8 +50,8 @@ fn build_lines() -> Vec<(String, String)> {
         (
             "runtime options".into(),
             format!(
-                "kernels {:?}, gemv {}, fused decode {}, fused attention {}, metal sdpa {}, step phases {}",
-                o.kernels, o.gemv, o.fused_decode, o.fused_attention, o.metal_sdpa, o.step_phases
+                "kernels {:?}, gemv {}, fused decode {}, cuda graphs {}, fused attention {}, metal sdpa {}, step phases {}",
+                o.kernels, o.gemv, o.fused_decode, o.cuda_graphs, o.fused_attention, o.metal_sdpa, o.step_phases
             )
             .to_lowercase(),
         ),

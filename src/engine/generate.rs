@@ -1,6 +1,7 @@
 //! Generation: a streaming loop over the model's KV cache ([`KvCache`], model/kv_cache.rs) with eos ids, stop
 //! strings and cancellation.
 
+use crate::engine::model::decode_graph::DecodeSteps;
 pub use crate::engine::model::kv_cache::{KvCache, LayerCache};
 use crate::engine::model::tokenizer::{StreamDecoder, TextTokenizer};
 use crate::engine::model::transformer::Transformer;
@@ -54,6 +55,10 @@ pub struct GenerationOutput {
     pub stop_reason: StopReason,
     pub prefill_secs: f64,
     pub decode_secs: f64,
+    /// Tokens decoded by replaying a captured CUDA graph (model/decode_graph.rs); 0 elsewhere.
+    pub graph_replays: usize,
+    /// Why decoding stopped using a CUDA graph, when its capture failed (it went on without one).
+    pub graph_fallback: Option<String>,
 }
 
 impl GenerationOutput {
@@ -78,6 +83,8 @@ pub fn generate(
     let context = model.config.max_position_embeddings;
     check_request(req, context)?;
     let mut cache = KvCache::new(model.config.num_layers);
+    let mut steps = DecodeSteps::for_generation(model);
+    let positions = (req.prompt_ids.len() + req.max_new_tokens).min(context);
     let mut sampler = Sampler::new(req.sampling.clone());
     let mut decoder = StreamDecoder::new(tokenizer);
     let mut stops = StopStringFilter::new(&req.stop_strings);
@@ -86,7 +93,7 @@ pub fn generate(
     let mut stop_reason = StopReason::MaxTokens;
 
     let started = Instant::now();
-    let mut logits = model.forward_last_cached(&req.prompt_ids, &mut cache)?;
+    let mut logits = steps.next_logits(model, &req.prompt_ids, &mut cache, positions)?;
     let mut prefill_secs = 0.0;
     let mut decode_started = Instant::now();
 
@@ -122,7 +129,7 @@ pub fn generate(
             stop_reason = StopReason::ContextFull;
             break;
         }
-        logits = model.forward_last_cached(&all_ids, &mut cache)?;
+        logits = steps.next_logits(model, &all_ids, &mut cache, positions)?;
     }
     if stop_reason != StopReason::StopString && stop_reason != StopReason::Cancelled {
         let mut tail = decoder.finish()?.map(|p| stops.push(&p).0).unwrap_or_default();
@@ -139,6 +146,8 @@ pub fn generate(
         stop_reason,
         prefill_secs,
         decode_secs,
+        graph_replays: steps.replays(),
+        graph_fallback: steps.fallback().map(str::to_string),
     })
 }
 

@@ -75,6 +75,9 @@ pub struct RuntimeOptions {
     /// CUDA decoding uses the fused decoder-layer kernels (`ops/cuda_decode.rs`); false keeps the composed
     /// ops, for A/B comparisons.
     pub fused_decode: bool,
+    /// CUDA decoding captures the single-token step as a CUDA graph and replays it (model/decode_graph.rs);
+    /// false launches every op from the host each token, for A/B comparisons.
+    pub cuda_graphs: bool,
     /// CUDA attention (training forward/backward, prefill) uses the fused flash-style kernels
     /// (`ops/cuda_attention.rs`); false keeps the composed attention with its (T x T) scores, for A/B
     /// comparisons.
@@ -95,6 +98,7 @@ impl Default for RuntimeOptions {
             blas: BlasOptions::default(),
             gemv: true,
             fused_decode: true,
+            cuda_graphs: true,
             fused_attention: true,
             step_phases: false,
             kernels: Kernels::Native,
@@ -129,7 +133,7 @@ mod tests {
     #[test]
     fn defaults_enable_every_fast_path() {
         let o = RuntimeOptions::default();
-        assert!(o.gemv && o.fused_decode && !o.step_phases);
+        assert!(o.gemv && o.fused_decode && o.cuda_graphs && !o.step_phases);
         assert_eq!(o.blas.library, BlasLibrary::Auto);
         assert!(!o.blas.library_threads);
     }

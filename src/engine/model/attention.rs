@@ -325,13 +325,14 @@ impl Attention {
             kv_heads: self.num_kv_heads,
             head_dim: self.head_dim,
             pos,
-            first_visible: self.sliding_window.map(|w| (pos + 1).saturating_sub(w)).unwrap_or(0),
+            window: self.sliding_window.unwrap_or(0),
         };
         let buf =
             cache.reserve(normed.dim(0)?, self.num_kv_heads, self.head_dim, 1, normed.dtype(), normed.device())?;
-        ops::cuda_decode::kv_write(&buf, &qkv, table, shape)?;
+        let position = cache.device_position().cloned();
+        ops::cuda_decode::kv_write(&buf, &qkv, table, shape, position.as_ref())?;
         cache.advance(1);
-        Ok(self.o_proj.forward(&ops::cuda_decode::attention(&qkv, &buf, table, shape)?)?)
+        Ok(self.o_proj.forward(&ops::cuda_decode::attention(&qkv, &buf, table, shape, position.as_ref())?)?)
     }
 }
 

@@ -181,13 +181,16 @@ impl DecoderLayer {
     /// One new token appended at the end of the cache, on a device with the fused decode kernels, and blocks
     /// the kernels model (see `Attention::decodes_fused`, `Mlp::decodes_fused`).
     fn decodes_fused(&self, x: &Tensor, start_pos: usize, cache: &LayerCache) -> Result<bool> {
-        Ok(x.dim(1)? == 1
-            && start_pos == cache.len()
-            && self.norms.pre_norms_only()
-            && ops::cuda_decode::enabled(x.device(), x.dtype())
+        Ok(x.dim(1)? == 1 && start_pos == cache.len() && self.fused_decode_ready(x.device(), x.dtype()))
+    }
+
+    /// Whether the fused decode kernels model this layer on `device` in `dtype` (given a rotary decode table).
+    pub(super) fn fused_decode_ready(&self, device: &candle_core::Device, dtype: candle_core::DType) -> bool {
+        self.norms.pre_norms_only()
+            && ops::cuda_decode::enabled(device, dtype)
             && self.residual_multiplier == 1.0
             && self.self_attn.decodes_fused()
-            && self.mlp.decodes_fused())
+            && self.mlp.decodes_fused()
     }
 
     /// Ten launches per layer: norm, qkv product, cache write, attention, o_proj, add + norm, gate|up product,

@@ -1,5 +1,6 @@
 //! The KV cache: per layer, keys and values in one buffer that grows by doubling and is written in place, so
-//! decoding never copies the whole cache per token.
+//! decoding never copies the whole cache per token. A captured decode step (model/decode_graph.rs) also keeps
+//! here the device tensor its kernels read the position from.
 
 use candle_core::Tensor;
 
@@ -9,6 +10,9 @@ use candle_core::Tensor;
 pub struct LayerCache {
     kv: Option<Tensor>,
     len: usize,
+    /// A u32 tensor of one element on the device holding `len`, written before each replay of a captured
+    /// decode step; the fused decode kernels read the position from it (see `cuda_decode::kv_write`).
+    device_position: Option<Tensor>,
 }
 
 impl LayerCache {
@@ -32,19 +36,53 @@ impl LayerCache {
         dtype: candle_core::DType,
         device: &candle_core::Device,
     ) -> candle_core::Result<Tensor> {
-        let capacity = self.kv.as_ref().map(|c| c.dim(3)).transpose()?.unwrap_or(0);
-        if self.len + extra > capacity {
-            let new_capacity = (self.len + extra).next_power_of_two().max(64);
-            let buf = Tensor::zeros((2, b, kv_heads, new_capacity, head_dim), dtype, device)?;
-            if let (Some(old), true) = (&self.kv, self.len > 0) {
-                buf.slice_set(&old.narrow(3, 0, self.len)?.contiguous()?, 3, 0)?;
-            }
-            self.kv = Some(buf);
+        if self.len + extra > self.capacity() {
+            self.reallocate((self.len + extra).next_power_of_two().max(64), b, kv_heads, head_dim, dtype, device)?;
         }
         match &self.kv {
             Some(buf) => Ok(buf.clone()),
             None => candle_core::bail!("kv cache buffer missing"),
         }
+    }
+
+    /// Positions the buffer holds (0 before the first write).
+    pub fn capacity(&self) -> usize {
+        self.kv.as_ref().map_or(0, |c| c.dims().get(3).copied().unwrap_or(0))
+    }
+
+    /// Grow an existing buffer to hold at least `positions` (nothing to do before the first write: the buffer's
+    /// shape is not known yet).
+    pub fn grow_to(&mut self, positions: usize) -> candle_core::Result<()> {
+        let Some(buf) = &self.kv else { return Ok(()) };
+        if positions <= self.capacity() {
+            return Ok(());
+        }
+        let (_, b, kv_heads, _, head_dim) = buf.dims5()?;
+        let (dtype, device) = (buf.dtype(), buf.device().clone());
+        self.reallocate(positions, b, kv_heads, head_dim, dtype, &device)
+    }
+
+    /// A new zeroed buffer of `capacity` positions holding the cached ones.
+    fn reallocate(
+        &mut self,
+        capacity: usize,
+        b: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        dtype: candle_core::DType,
+        device: &candle_core::Device,
+    ) -> candle_core::Result<()> {
+        let buf = Tensor::zeros((2, b, kv_heads, capacity, head_dim), dtype, device)?;
+        if let (Some(old), true) = (&self.kv, self.len > 0) {
+            buf.slice_set(&old.narrow(3, 0, self.len)?.contiguous()?, 3, 0)?;
+        }
+        self.kv = Some(buf);
+        Ok(())
+    }
+
+    /// The device tensor holding the position, when a captured decode step reads it from there.
+    pub fn device_position(&self) -> Option<&Tensor> {
+        self.device_position.as_ref()
     }
 
     /// Count `n` positions written into the reserved buffer.
@@ -84,5 +122,31 @@ impl KvCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Positions every layer's buffer holds (0 before the first write).
+    pub fn capacity(&self) -> usize {
+        self.layers.iter().map(LayerCache::capacity).min().unwrap_or(0)
+    }
+
+    /// Grow every layer's buffer to hold at least `positions` (see [`LayerCache::grow_to`]).
+    pub fn grow_to(&mut self, positions: usize) -> candle_core::Result<()> {
+        self.layers.iter_mut().try_for_each(|l| l.grow_to(positions))
+    }
+
+    /// Count `n` positions written into every layer (a replayed decode step wrote them).
+    pub fn advance(&mut self, n: usize) {
+        self.layers.iter_mut().for_each(|l| l.advance(n));
+    }
+
+    /// Forget positions from `len` on in every layer (their contents are overwritten by the next writes).
+    pub fn truncate(&mut self, len: usize) {
+        self.layers.iter_mut().for_each(|l| l.len = l.len.min(len));
+    }
+
+    /// Have the fused decode kernels read the position from `position` (see [`LayerCache::device_position`]),
+    /// or again from the host (None).
+    pub fn set_device_position(&mut self, position: Option<&Tensor>) {
+        self.layers.iter_mut().for_each(|l| l.device_position = position.cloned());
     }
 }

@@ -12,6 +12,7 @@ pub mod adapter;
 pub mod attention;
 pub mod chat_template;
 pub mod config;
+pub mod decode_graph;
 pub mod decoder_layer;
 pub mod fingerprint;
 pub mod gguf;

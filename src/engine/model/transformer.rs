@@ -111,6 +111,17 @@ impl Transformer {
         self.final_norm(&x)
     }
 
+    /// Whether a single-token decode step runs entirely on the device through the fused decode kernels, with
+    /// nothing read back to the host on the way: what a captured CUDA graph replays (model/decode_graph.rs).
+    /// Quantized embeddings look their rows up through the host, and an embedding multiplier is uploaded.
+    pub fn decode_step_stays_on_device(&self) -> bool {
+        matches!(self.embed_tokens, VocabMatrix::Dense(_))
+            && self.config.embedding_multiplier == 1.0
+            && self.layers.iter().all(|layer| {
+                self.rotary_for(layer).decode_table.is_some() && layer.fused_decode_ready(&self.device, self.dtype)
+            })
+    }
+
     /// The rope tables a layer rotates with: the local ones for gemma3's sliding layers.
     fn rotary_for(&self, layer: &DecoderLayer) -> &RotaryTables {
         match &self.local_rotary {

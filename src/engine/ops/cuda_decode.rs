@@ -7,6 +7,9 @@
 //! - [`kv_write`]: rotate the new keys and write keys and values into the layer's cache in place.
 //! - [`attention`]: one query per head against the cache, rotating the query on the way in.
 //!
+//! The last two take the token's position either as a number or, for a step captured in a CUDA graph
+//! (model/decode_graph.rs) and replayed at every position, from a one-element u32 tensor on the device.
+//!
 //! Only f32 and bf16 on CUDA; [`available`] says when a caller may use them. Launch plumbing: cuda_kernels.rs.
 
 use candle_core::{Result, Tensor};
@@ -25,10 +28,11 @@ pub struct DecodeShape {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
-    /// Position of the new token; the cache holds `pos + 1` positions after [`kv_write`].
+    /// Position of the new token; the cache holds `pos + 1` positions after [`kv_write`]. With a device
+    /// position (see [`kv_write`]) this is the position the host checks bounds with, not the one used.
     pub pos: usize,
-    /// First cached position inside the sliding window (0 without one).
-    pub first_visible: usize,
+    /// Sliding window: keys `window` or more positions back are not seen (0: no window).
+    pub window: usize,
 }
 
 /// `(x + delta, rms_norm(x + delta) * weight)` for contiguous x, delta: (..., hidden).
@@ -43,14 +47,29 @@ pub fn silu_mul_halves(gate_up: &Tensor) -> Result<Tensor> {
 }
 
 /// Write the token's rotated keys and its values from `qkv` (b, 1, (heads + 2 kv) * d) into `cache`
-/// (2, b, kv, capacity, d) at `shape.pos`. `rope`: (positions, d) rows of [cos | sin] in f32.
-pub fn kv_write(cache: &Tensor, qkv: &Tensor, rope: &Tensor, shape: DecodeShape) -> Result<()> {
-    cache.inplace_op3(&qkv.contiguous()?, rope, &imp::KvWrite { shape })
+/// (2, b, kv, capacity, d) at `shape.pos`, or at the value of `position` (a u32 tensor of one element on the
+/// device) when given: the kernel then reads it when it runs, and the caller keeps it below the capacity and
+/// the rotary table's length. `rope`: (positions, d) rows of [cos | sin] in f32.
+pub fn kv_write(
+    cache: &Tensor,
+    qkv: &Tensor,
+    rope: &Tensor,
+    shape: DecodeShape,
+    position: Option<&Tensor>,
+) -> Result<()> {
+    cache.inplace_op3(&qkv.contiguous()?, rope, &imp::KvWrite { shape, position: position.cloned() })
 }
 
-/// Attention output (b, 1, heads * d) of the token in `qkv` over the cache's first `pos + 1` positions.
-pub fn attention(qkv: &Tensor, cache: &Tensor, rope: &Tensor, shape: DecodeShape) -> Result<Tensor> {
-    qkv.contiguous()?.apply_op3_no_bwd(cache, rope, &imp::Attention { shape })
+/// Attention output (b, 1, heads * d) of the token in `qkv` over the cache's first `pos + 1` positions
+/// (`position` as in [`kv_write`]).
+pub fn attention(
+    qkv: &Tensor,
+    cache: &Tensor,
+    rope: &Tensor,
+    shape: DecodeShape,
+    position: Option<&Tensor>,
+) -> Result<Tensor> {
+    qkv.contiguous()?.apply_op3_no_bwd(cache, rope, &imp::Attention { shape, position: position.cloned() })
 }
 
 #[cfg(feature = "cuda")]
@@ -60,7 +79,7 @@ mod imp {
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
-    use candle_core::{bail, CudaStorage, Layout, Result, Shape};
+    use candle_core::{bail, CudaStorage, Layout, Result, Shape, Storage, Tensor};
 
     use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype};
 
@@ -165,8 +184,24 @@ mod imp {
         Ok((b, cap))
     }
 
+    /// The device address of a position tensor (see `kv_write`), or 0 (null: the kernel takes `pos`). The
+    /// tensor outlives every launch that reads it: the op holds a clone, and a captured graph's owner keeps it.
+    fn position_address(position: Option<&Tensor>) -> Result<u64> {
+        use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+        let Some(position) = position else { return Ok(0) };
+        if position.dtype() != candle_core::DType::U32 || position.elem_count() != 1 {
+            bail!("fused decode: the position must be one u32, not {:?} {:?}", position.dtype(), position.shape());
+        }
+        let (storage, layout) = position.storage_and_layout();
+        let Storage::Cuda(storage) = &*storage else { bail!("fused decode: the position tensor is not on the GPU") };
+        let slice = storage.as_cuda_slice::<u32>()?;
+        let (address, _sync) = slice.device_ptr(slice.stream());
+        Ok(address + 4 * layout.start_offset() as u64)
+    }
+
     pub struct KvWrite {
         pub shape: DecodeShape,
+        pub position: Option<Tensor>,
     }
 
     impl candle_core::InplaceOp3 for KvWrite {
@@ -192,6 +227,7 @@ mod imp {
             }
             let f = func!(qkv, "kv_write")?;
             let rope_view = view::<f32>(rope, rl, "rope")?;
+            let position = position_address(self.position.as_ref())?;
             let start = cl.start_offset();
             with_dtype!(qkv, T, {
                 let q = view::<T>(qkv, ql, "qkv")?;
@@ -207,6 +243,7 @@ mod imp {
                     int(s.head_dim),
                     int(cap),
                     int(b),
+                    position,
                     int(s.pos)
                 );
                 let cfg = LaunchConfig {
@@ -223,6 +260,7 @@ mod imp {
 
     pub struct Attention {
         pub shape: DecodeShape,
+        pub position: Option<Tensor>,
     }
 
     impl candle_core::CustomOp3 for Attention {
@@ -246,6 +284,7 @@ mod imp {
             let dev = qkv.device().clone();
             let f = func!(qkv, "attn_decode")?;
             let rope_view = view::<f32>(rope, rl, "rope")?;
+            let position = position_address(self.position.as_ref())?;
             let scale = 1.0 / (s.head_dim as f64).sqrt();
             let slice = with_dtype!(qkv, T, {
                 let out = output::<T>(&dev, b * s.heads * s.head_dim)?;
@@ -262,9 +301,9 @@ mod imp {
                     int(s.head_dim),
                     int(cap),
                     int(b),
+                    position,
                     int(s.pos),
-                    int(s.pos + 1),
-                    int(s.first_visible),
+                    int(s.window),
                     scale as f32
                 );
                 let cfg = LaunchConfig {
@@ -296,10 +335,12 @@ mod imp {
     #[allow(dead_code)]
     pub struct KvWrite {
         pub shape: DecodeShape,
+        pub position: Option<candle_core::Tensor>,
     }
     #[allow(dead_code)]
     pub struct Attention {
         pub shape: DecodeShape,
+        pub position: Option<candle_core::Tensor>,
     }
     cpu_only_op!(AddRmsNorm, CustomOp3, "add-rms-norm");
     cpu_only_op!(SiluMulHalves, CustomOp1, "silu-mul-halves");

@@ -2,7 +2,8 @@
 //! operation; this module picks the implementation from the tensor's device and dtype:
 //!
 //! - CPU f32: our own parallel kernels (cpu_kernels.rs, gemv.rs, BLAS through frozen_matmul.rs / matmul.rs);
-//! - CUDA f32/bf16: our fused kernels (cuda_training.rs, cuda_decode.rs, compiled from cuda/fused.cu);
+//! - CUDA f32/bf16: our fused kernels (cuda_training.rs, cuda_decode.rs, compiled from cuda/fused.cu), and
+//!   graph capture of a decode step (cuda_graph.rs);
 //! - everywhere else (Metal; CPU f16/bf16): Candle's fused kernels where Candle has them (RMS norm, rotary,
 //!   softmax: CPU, CUDA and Metal), composed Candle ops otherwise;
 //! - f64 (the finite-difference tests): composed ops whose arithmetic stays in f64 (Candle's CPU RMS norm
@@ -17,6 +18,7 @@ mod cross_entropy;
 mod cuda_attention;
 pub mod cuda_decode;
 mod cuda_gemm;
+pub mod cuda_graph;
 mod cuda_kernels;
 pub mod cuda_optimizer;
 mod cuda_training;

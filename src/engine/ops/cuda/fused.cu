@@ -67,11 +67,13 @@ __device__ __forceinline__ void rotate(float x1, float x2, float c, float s, flo
   *o2 = x2 * c + x1 * s;
 }
 
-// Write one decoded token's keys (rotated) and values into the cache (2, b, kv, cap, d) at `pos`.
+// Write one decoded token's keys (rotated) and values into the cache (2, b, kv, cap, d) at `pos` (read from
+// `pos_dev` when that is not null: a CUDA graph replays the launch for every position).
 // qkv: (b, (heads + 2 * kv) * d); rope: (max_len, d) rows of [cos | sin] in f32. Grid (kv, b), block d.
 template <typename T>
 __device__ void kv_write(const T* qkv, const float* rope, T* cache, int heads, int kv, int d, int cap, int b,
-                         int pos) {
+                         const unsigned* pos_dev, int pos) {
+  if (pos_dev) pos = (int)*pos_dev;
   const int kvh = blockIdx.x, bi = blockIdx.y, i = threadIdx.x, half = d / 2;
   const T* row = qkv + (size_t)bi * (heads + 2 * kv) * d;
   const T* k = row + (size_t)(heads + kvh) * d;
@@ -143,17 +145,20 @@ __device__ __forceinline__ float dot_key(const float* q, const __nv_bfloat16* k,
   return s;
 }
 
-// Attention of one new query per head over the `len` cached positions (keys before `lo` fall outside a
-// sliding window). The query is rotated here. Keys are taken DEC_CHUNK at a time: every thread scores its own
-// keys (a whole row each, so a block scores blockDim.x keys at once), the chunk's softmax weights sit in shared
-// memory, then the threads split (group, dimension) to sum weighted value rows with coalesced reads; an
+// Attention of one new query per head at `pos` (read from `pos_dev` when not null, as in `kv_write`) over the
+// `pos + 1` cached positions (keys `window` or more back, when window > 0, fall outside a sliding window). The
+// query is rotated here. Keys are taken DEC_CHUNK at a time: every thread scores its own keys (a whole row
+// each, so a block scores blockDim.x keys at once), the chunk's softmax weights sit in shared memory, then the
+// threads split (group, dimension) to sum weighted value rows with coalesced reads; an
 // online softmax carries over chunks and the groups are summed at the end. Grid (heads, b), block DEC_THREADS;
 // d <= 256. out: (b, heads * d).
 #define DEC_THREADS 256
 #define DEC_CHUNK 1024
 template <typename T>
 __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* out, int heads, int kv, int d,
-                            int cap, int b, int pos, int len, int lo, float scale) {
+                            int cap, int b, const unsigned* pos_dev, int pos, int window, float scale) {
+  if (pos_dev) pos = (int)*pos_dev;
+  const int len = pos + 1, lo = window > 0 ? max(0, len - window) : 0;
   __shared__ __align__(16) float q_s[256];
   __shared__ float p_s[DEC_CHUNK];
   __shared__ float acc_s[DEC_THREADS];
@@ -221,13 +226,13 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
     silu_mul_halves<T>(gu, out, rows, inter);                                                                    \
   }                                                                                                              \
   extern "C" __global__ void kv_write_##SUFFIX(const T* qkv, const float* rope, T* cache, int heads, int kv,     \
-                                               int d, int cap, int b, int pos) {                                 \
-    kv_write<T>(qkv, rope, cache, heads, kv, d, cap, b, pos);                                                    \
+                                               int d, int cap, int b, const unsigned* pos_dev, int pos) {        \
+    kv_write<T>(qkv, rope, cache, heads, kv, d, cap, b, pos_dev, pos);                                           \
   }                                                                                                              \
   extern "C" __global__ void attn_decode_##SUFFIX(const T* qkv, const float* rope, const T* cache, T* out,       \
-                                                  int heads, int kv, int d, int cap, int b, int pos, int len,    \
-                                                  int lo, float scale) {                                         \
-    attn_decode<T>(qkv, rope, cache, out, heads, kv, d, cap, b, pos, len, lo, scale);                            \
+                                                  int heads, int kv, int d, int cap, int b,                      \
+                                                  const unsigned* pos_dev, int pos, int window, float scale) {   \
+    attn_decode<T>(qkv, rope, cache, out, heads, kv, d, cap, b, pos_dev, pos, window, scale);                    \
   }
 
 INSTANTIATE(float, f32)
