@@ -302,3 +302,107 @@ fn graph_decode_matches_eager_decode() {
     assert!(diffs.iter().all(|d| *d < 1e-3), "sliding-window graph decode differs from the CPU");
     let _ = std::fs::remove_dir_all(window_dir);
 }
+
+/// The single-row product kernel (`ops/cuda_gemv.rs`, taken by `frozen_matmul_t` for one row) against an f64
+/// CPU product: row counts that are not a multiple of the block's eight, lengths with a tail after the
+/// unrolled loop, the Llama-3.2-1B projection shapes, and an input at an odd offset (cuBLAS then).
+#[test]
+fn single_row_products_match_the_cpu() {
+    let Some(device) = cuda_or_skip() else { return };
+    for (n, k) in [(1usize, 8usize), (13, 72), (1000, 2312), (3072, 2048), (2048, 8192)] {
+        let x = Tensor::randn(0f32, 1.0, (1, k + 1), &Device::Cpu).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu).unwrap();
+        for offset in [0usize, 1] {
+            let x = x.narrow(1, offset, k).unwrap();
+            let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+            let ws: Vec<Vec<f32>> = w.to_vec2().unwrap();
+            let want: Vec<f64> =
+                ws.iter().map(|row| row.iter().zip(&xs).map(|(a, b)| *a as f64 * *b as f64).sum()).collect();
+            for (dtype, tol) in [(DType::F32, 1e-5f64), (DType::BF16, 2e-2)] {
+                let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+                let got = metal_candle::engine::ops::frozen_matmul_t(&on(&x), &on(&w)).unwrap();
+                let got: Vec<f32> = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                // bf16 rounds the operands: compare with the scale of a row's sum of |products|.
+                let scale = (k as f64).sqrt();
+                let err = want.iter().zip(&got).map(|(a, b)| (a - *b as f64).abs()).fold(0f64, f64::max);
+                println!("gemv {n} x {k} offset {offset} {dtype:?}: max error {err:.2e} (scale {scale:.0})");
+                assert!(err <= tol * scale, "gemv {n} x {k} offset {offset} {dtype:?}: error {err}");
+            }
+        }
+        // The MLP's down_proj with the SwiGLU done while the row is staged: what SwiGLU then the product give.
+        let gate_up = Tensor::randn(0f32, 1.0, (1, 1, 2 * k), &Device::Cpu).unwrap();
+        for dtype in [DType::F32, DType::BF16] {
+            let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+            let (gu, w) = (on(&gate_up), on(&w));
+            let fused = metal_candle::engine::ops::swiglu_matmul_t(&gu, &w).unwrap().expect("the kernel takes the row");
+            let gated = metal_candle::engine::ops::cuda_decode::silu_mul_halves(&gu).unwrap();
+            let composed = metal_candle::engine::ops::frozen_matmul_t(&gated, &w).unwrap();
+            assert_eq!(fused.dims(), &[1, 1, n]);
+            let diff = (fused.to_dtype(DType::F32).unwrap() - composed.to_dtype(DType::F32).unwrap())
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            println!("swiglu gemv {n} x {k} {dtype:?}: max difference to SwiGLU then the product {diff:.2e}");
+            assert!(diff <= 1e-6 * (k as f32).sqrt(), "swiglu gemv {n} x {k} {dtype:?}: differs by {diff}");
+        }
+    }
+}
+
+/// End to end: greedy `generate` on CUDA (a captured graph, the single-row kernels, the argmax on the GPU)
+/// gives the CPU's ids on tiny llama and qwen3, f32, and replays the graph for every token after the second.
+#[test]
+fn greedy_generation_on_cuda_matches_the_cpu() {
+    use metal_candle::engine::generate::{generate, GenerateRequest};
+    use metal_candle::engine::sampler::SamplingParams;
+    let Some(cuda) = cuda_or_skip() else { return };
+    for arch in ["tiny-llama", "tiny-qwen3"] {
+        let dir = format!("tests/fixtures/{arch}");
+        let req = GenerateRequest {
+            prompt_ids: PROMPT.to_vec(),
+            max_new_tokens: 40,
+            sampling: SamplingParams::greedy(),
+            eos_token_ids: vec![],
+            ignore_eos: true,
+            stop_strings: vec![],
+        };
+        let run = |device: &Device| {
+            let m = load_model(std::path::Path::new(&dir), device, DType::F32).unwrap();
+            generate(&m.model, &m.tokenizer, &req, &mut |_| true).unwrap()
+        };
+        let (cpu, gpu) = (run(&Device::Cpu), run(&cuda));
+        println!("{arch}: {} of {} tokens replayed a graph", gpu.graph_replays, gpu.generated_ids.len());
+        assert_eq!(gpu.generated_ids, cpu.generated_ids, "{arch}: greedy ids differ between CUDA and the CPU");
+        // 40 tokens: the first from the prefill, the second from the warm-up step, the other 38 from the graph.
+        assert_eq!(gpu.graph_replays, 40 - 2, "{arch}: every step after the warm-up replays the graph");
+        assert!(gpu.graph_fallback.is_none(), "{arch}: {:?}", gpu.graph_fallback);
+    }
+}
+
+/// The GPU argmax of greedy sampling against the CPU's `sampler::argmax`: lengths around its block sizes and
+/// past its grid (a grid-stride share), a tie (the first index wins), NaN (never wins), all -inf (index 0).
+#[test]
+fn gpu_argmax_matches_the_cpu() {
+    use metal_candle::engine::{ops::cuda_decode::argmax, sampler};
+    let Some(device) = cuda_or_skip() else { return };
+    for n in [1usize, 7, 4096, 4097, 128_256, 1_500_000] {
+        let mut values: Vec<f32> = Tensor::randn(0f32, 1.0, n, &Device::Cpu).unwrap().to_vec1().unwrap();
+        let mut cases = vec![values.clone()];
+        if n > 10 {
+            let top = sampler::argmax(&values) as usize;
+            values[n / 3] = values[top];
+            values[n - 1] = values[top];
+            values[1] = f32::NAN;
+            cases.push(values.clone());
+            cases.push(vec![f32::NEG_INFINITY; n]);
+        }
+        for case in cases {
+            let want = sampler::argmax(&case);
+            let got = argmax(&Tensor::from_vec(case, n, &device).unwrap()).unwrap();
+            assert_eq!(got, want, "argmax of {n} values");
+        }
+    }
+}

@@ -14,7 +14,7 @@ pub struct RuntimeArgs {
     /// Env: METAL_CANDLE_NO_BLAS=1 (off), METAL_CANDLE_BLAS_LIB=PATH.
     #[arg(long, global = true, value_name = "auto|off|PATH")]
     pub blas: Option<String>,
-    /// Decode single rows with Candle's GEMM instead of our matrix-vector kernel (A/B runs).
+    /// Decode single rows with Candle's GEMM (cuBLAS on CUDA) instead of our matrix-vector kernels (A/B runs).
     /// Env: METAL_CANDLE_NO_GEMV=1.
     #[arg(long, global = true)]
     pub no_gemv: bool,

@@ -98,8 +98,7 @@ pub fn generate(
     let mut decode_started = Instant::now();
 
     while generated.len() < req.max_new_tokens {
-        let mut row: Vec<f32> = logits.squeeze(0)?.to_vec1()?;
-        let next = sampler.sample(&mut row, &all_ids);
+        let next = sampler.sample_tensor(&logits, &all_ids)?;
         if generated.is_empty() {
             prefill_secs = started.elapsed().as_secs_f64();
             decode_started = Instant::now();

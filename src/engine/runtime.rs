@@ -69,8 +69,9 @@ impl std::str::FromStr for Kernels {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeOptions {
     pub blas: BlasOptions,
-    /// Single-row f32 products (token-by-token decoding on the CPU) use our matrix-vector kernel
-    /// (`ops/gemv.rs`); false falls back to Candle's GEMM, for A/B measurements.
+    /// Single-row products (token-by-token decoding) use our matrix-vector kernels: f32 on the CPU
+    /// (`ops/gemv.rs`), f32 and bf16 on CUDA (`ops/cuda_gemv.rs`); false falls back to Candle's GEMM and
+    /// cuBLAS, for A/B measurements.
     pub gemv: bool,
     /// CUDA decoding uses the fused decoder-layer kernels (`ops/cuda_decode.rs`); false keeps the composed
     /// ops, for A/B comparisons.

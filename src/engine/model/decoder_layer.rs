@@ -120,17 +120,40 @@ impl DecoderLayer {
         start_pos: usize,
         cache: Option<&mut LayerCache>,
     ) -> Result<Tensor> {
+        let (x, pending) = self.forward_pending(x, None, rotary, start_pos, cache)?;
+        Ok(match pending {
+            Some(delta) => (x + delta)?,
+            None => x,
+        })
+    }
+
+    /// [`Self::forward`] over a residual stream whose last add may be pending: the layer's input is `x +
+    /// pending` (just `x` without one), and its output is the returned pair summed likewise. The fused
+    /// single-token decode leaves its MLP's residual add pending, for the next layer's input norm (or the
+    /// final norm) to do in the same pass (`cuda_decode::add_rms_norm`): one launch per layer fewer.
+    pub(super) fn forward_pending(
+        &self,
+        x: &Tensor,
+        pending: Option<Tensor>,
+        rotary: &RotaryTables,
+        start_pos: usize,
+        cache: Option<&mut LayerCache>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
         match (cache, &rotary.decode_table) {
             (Some(cache), Some(table)) if self.decodes_fused(x, start_pos, cache)? => {
-                self.decode_fused(x, table, cache)
+                self.decode_fused(x, pending, table, cache)
             }
             (cache, _) => {
-                let normed = apply(&self.norms.attention_input, x)?;
+                let x = match pending {
+                    Some(delta) => (x + delta)?,
+                    None => x.clone(),
+                };
+                let normed = apply(&self.norms.attention_input, &x)?;
                 let attn =
                     apply(&self.norms.attention_output, &self.self_attn.forward(&normed, rotary, start_pos, cache)?)?;
                 let x = (x + self.residual(attn)?)?;
                 let normed = apply(&self.norms.mlp_input, &x)?;
-                Ok((&x + self.residual(apply(&self.norms.mlp_output, &self.mlp.forward(&normed)?)?)?)?)
+                Ok(((&x + self.residual(apply(&self.norms.mlp_output, &self.mlp.forward(&normed)?)?)?)?, None))
             }
         }
     }
@@ -193,16 +216,26 @@ impl DecoderLayer {
             && self.mlp.decodes_fused()
     }
 
-    /// Ten launches per layer: norm, qkv product, cache write, attention, o_proj, add + norm, gate|up product,
-    /// SwiGLU, down_proj, residual add (plus any adapter on o_proj or down_proj). Pre-norm layers only
+    /// Nine launches per layer: (pending residual add +) norm, qkv product, cache write, attention, o_proj,
+    /// add + norm, gate|up product, SwiGLU, down_proj (plus any adapter on o_proj or down_proj); the MLP's
+    /// residual add is left pending (see [`Self::forward_pending`]). Pre-norm layers only
     /// (`LayerNorms::pre_norms_only`): gemma3's and olmo2's post-norms take the composed path.
-    fn decode_fused(&self, x: &Tensor, table: &Tensor, cache: &mut LayerCache) -> Result<Tensor> {
+    fn decode_fused(
+        &self,
+        x: &Tensor,
+        pending: Option<Tensor>,
+        table: &Tensor,
+        cache: &mut LayerCache,
+    ) -> Result<(Tensor, Option<Tensor>)> {
         let (Some(attn_norm), Some(mlp_norm)) = (&self.norms.attention_input, &self.norms.mlp_input) else {
             return Err(candle_core::Error::Msg("fused decode of a layer without pre-norms".into()).into());
         };
-        let normed = attn_norm.forward(x)?;
+        let (x, normed) = match pending {
+            Some(delta) => ops::cuda_decode::add_rms_norm(x, &delta, attn_norm.factor(), attn_norm.eps)?,
+            None => (x.clone(), attn_norm.forward(x)?),
+        };
         let attn = self.self_attn.decode_fused(&normed, table, cache)?;
-        let (x, normed) = ops::cuda_decode::add_rms_norm(x, &attn, mlp_norm.factor(), mlp_norm.eps)?;
-        Ok((x + self.mlp.decode_fused(&normed)?)?)
+        let (x, normed) = ops::cuda_decode::add_rms_norm(&x, &attn, mlp_norm.factor(), mlp_norm.eps)?;
+        Ok((x, Some(self.mlp.decode_fused(&normed)?)))
     }
 }

@@ -134,6 +134,14 @@ impl Linear {
         self.adapter.as_ref().filter(|_| self.adapter_enabled)
     }
 
+    /// The weight when this projection is just `x W^T`: dense, no bias, no active adapter.
+    pub fn plain_dense_weight(&self) -> Option<&Tensor> {
+        match (&self.weight, &self.bias, self.active_adapter()) {
+            (BaseWeight::Dense(w), None, None) => Some(w),
+            _ => None,
+        }
+    }
+
     /// Whether an adapter is attached and switched on.
     pub fn has_active_adapter(&self) -> bool {
         self.active_adapter().is_some()

@@ -91,10 +91,16 @@ impl Mlp {
         self.activation == MlpActivation::Silu
     }
 
-    /// Fused single-token decode: the gate|up product, SwiGLU on its halves, then down_proj.
+    /// Fused single-token decode: the gate|up product, SwiGLU on its halves, then down_proj; the last two in
+    /// one kernel when down_proj is a plain dense product (`ops::swiglu_matmul_t`).
     pub(super) fn decode_fused(&self, normed: &Tensor) -> Result<Tensor> {
-        let gated = ops::cuda_decode::silu_mul_halves(&self.gate_up.forward_joined(normed)?)?;
-        Ok(self.down_proj.forward(&gated)?)
+        let gate_up = self.gate_up.forward_joined(normed)?;
+        if let Some(weight) = self.down_proj.plain_dense_weight() {
+            if let Some(y) = ops::swiglu_matmul_t(&gate_up, weight)? {
+                return Ok(y);
+            }
+        }
+        Ok(self.down_proj.forward(&ops::cuda_decode::silu_mul_halves(&gate_up)?)?)
     }
 }
 

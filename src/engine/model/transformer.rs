@@ -104,11 +104,16 @@ impl Transformer {
         mut cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
         let mut x = self.embed(input_ids, start_pos)?;
+        // A residual add the fused decode left for the next norm (`DecoderLayer::forward_pending`).
+        let mut pending = None;
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| c.layer(i));
-            x = layer.forward(&x, self.rotary_for(layer), start_pos, layer_cache)?;
+            (x, pending) = layer.forward_pending(&x, pending.take(), self.rotary_for(layer), start_pos, layer_cache)?;
         }
-        self.final_norm(&x)
+        match pending {
+            Some(delta) => Ok(ops::cuda_decode::add_rms_norm(&x, &delta, self.norm.factor(), self.norm.eps)?.1),
+            None => self.final_norm(&x),
+        }
     }
 
     /// Whether a single-token decode step runs entirely on the device through the fused decode kernels, with

@@ -34,6 +34,24 @@ pub fn frozen_matmul(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     y.reshape(out_dims)
 }
 
+/// `silu(gate) * up` of the single gate|up row `gate_up` (.., 2k) times `weight^T` (n, k), as one kernel that
+/// does the SwiGLU while it stages the row (CUDA, `ops/cuda_gemv.rs`): (.., n), the same values as
+/// `frozen_matmul_t(silu_mul_halves(gate_up), weight)`. None where that kernel does not run.
+pub fn swiglu_matmul_t(gate_up: &Tensor, weight: &Tensor) -> Result<Option<Tensor>> {
+    #[cfg(feature = "cuda")]
+    if super::cuda_kernels::available(gate_up.device(), gate_up.dtype()) {
+        let row = gate_up.reshape((1, gate_up.elem_count()))?;
+        if super::cuda_gemv::takes(row.layout(), row.dtype(), weight, true) {
+            let y = row.apply_op1_no_bwd(&super::cuda_gemv::SwigluGemv { weight: weight.clone() })?;
+            let mut dims = gate_up.dims().to_vec();
+            *dims.last_mut().expect("a row has a last dimension") = weight.dim(0)?;
+            return Ok(Some(y.reshape(dims)?));
+        }
+    }
+    let _ = (gate_up, weight);
+    Ok(None)
+}
+
 /// `acc + dy W` (or `dy W` without `acc`): one cuBLAS call writing into `acc` where [`super::matmul_add`] takes the
 /// operands (CUDA), else [`frozen_matmul`] then an add.
 pub fn frozen_matmul_add(acc: Option<Tensor>, dy: &Tensor, weight: &Tensor) -> Result<Tensor> {
@@ -180,6 +198,12 @@ impl candle_core::CustomOp1 for FrozenMatmul {
         storage: &candle_core::CudaStorage,
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
+        self.check(layout)?;
+        if self.transposed && super::kernels() == super::Kernels::Native {
+            if let Some(out) = super::cuda_gemv::gemv_t(storage, layout, &self.weight)? {
+                return Ok(out);
+            }
+        }
         backend_matmul!(self, storage, layout, Cuda)
     }
 

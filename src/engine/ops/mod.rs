@@ -3,7 +3,7 @@
 //!
 //! - CPU f32: our own parallel kernels (cpu_kernels.rs, gemv.rs, BLAS through frozen_matmul.rs / matmul.rs);
 //! - CUDA f32/bf16: our fused kernels (cuda_training.rs, cuda_decode.rs, compiled from cuda/fused.cu), and
-//!   graph capture of a decode step (cuda_graph.rs);
+//!   single-row products (cuda_gemv.rs) and graph capture of a decode step (cuda_graph.rs);
 //! - everywhere else (Metal; CPU f16/bf16): Candle's fused kernels where Candle has them (RMS norm, rotary,
 //!   softmax: CPU, CUDA and Metal), composed Candle ops otherwise;
 //! - f64 (the finite-difference tests): composed ops whose arithmetic stays in f64 (Candle's CPU RMS norm
@@ -18,6 +18,8 @@ mod cross_entropy;
 mod cuda_attention;
 pub mod cuda_decode;
 mod cuda_gemm;
+#[cfg(feature = "cuda")]
+mod cuda_gemv;
 pub mod cuda_graph;
 mod cuda_kernels;
 pub mod cuda_optimizer;
@@ -34,7 +36,7 @@ mod quantized_head_loss;
 
 pub use backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
 pub use cuda_attention::Logsumexp;
-pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t};
+pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t, swiglu_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;

@@ -16,6 +16,34 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// 16-byte chunks of a row that each thread keeps in registers between the two passes (decoding is bound by
+// the latency of this one-block row: one round of 16-byte loads, no re-reading of what was just stored).
+#define ADD_NORM_KEEP 2
+template <typename T>
+__device__ __forceinline__ uint4 add_chunk(uint4 a, uint4 b, float* sq) {
+  uint4 out;
+  const T* at = reinterpret_cast<const T*>(&a);
+  const T* bt = reinterpret_cast<const T*>(&b);
+  T* ot = reinterpret_cast<T*>(&out);
+#pragma unroll
+  for (int e = 0; e < (int)(16 / sizeof(T)); e++) {
+    ot[e] = from_f<T>(to_f(at[e]) + to_f(bt[e]));
+    const float f = to_f(ot[e]);
+    *sq += f * f;
+  }
+  return out;
+}
+template <typename T>
+__device__ __forceinline__ uint4 scale_chunk(uint4 s, uint4 w, float inv) {
+  uint4 out;
+  const T* st = reinterpret_cast<const T*>(&s);
+  const T* wt = reinterpret_cast<const T*>(&w);
+  T* ot = reinterpret_cast<T*>(&out);
+#pragma unroll
+  for (int e = 0; e < (int)(16 / sizeof(T)); e++) ot[e] = from_f<T>(to_f(st[e]) * inv * to_f(wt[e]));
+  return out;
+}
+
 // Residual add then RMS norm: out[0 .. rows*cols] = x + delta (rounded to T), out[rows*cols ..] = its norm
 // times w. One block per row.
 template <typename T>
@@ -26,12 +54,31 @@ __device__ void add_rms_norm(const T* x, const T* delta, const T* w, T* out, int
   const T* dr = delta + (size_t)row * cols;
   T* sum_out = out + (size_t)row * cols;
   T* norm_out = out + (size_t)rows * cols + (size_t)row * cols;
+  const int per = 16 / (int)sizeof(T), chunks = cols / per;
+  const bool vec = cols % per == 0 && ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(dr) |
+                                        reinterpret_cast<uintptr_t>(sum_out) | reinterpret_cast<uintptr_t>(norm_out) |
+                                        reinterpret_cast<uintptr_t>(w)) & 15) == 0;
+  const uint4 *xv = reinterpret_cast<const uint4*>(xr), *dv = reinterpret_cast<const uint4*>(dr);
+  const uint4* wv = reinterpret_cast<const uint4*>(w);
+  uint4* sv = reinterpret_cast<uint4*>(sum_out);
+  uint4* nv = reinterpret_cast<uint4*>(norm_out);
+  uint4 kept[ADD_NORM_KEEP];
   float sq = 0.f;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-    T s = from_f<T>(to_f(xr[i]) + to_f(dr[i]));
-    sum_out[i] = s;
-    float f = to_f(s);
-    sq += f * f;
+  if (vec) {
+#pragma unroll
+    for (int j = 0; j < ADD_NORM_KEEP; j++) {
+      const int c = threadIdx.x + j * blockDim.x;
+      if (c < chunks) sv[c] = kept[j] = add_chunk<T>(xv[c], dv[c], &sq);
+    }
+    for (int c = threadIdx.x + ADD_NORM_KEEP * blockDim.x; c < chunks; c += blockDim.x)
+      sv[c] = add_chunk<T>(xv[c], dv[c], &sq);
+  } else {
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+      T s = from_f<T>(to_f(xr[i]) + to_f(dr[i]));
+      sum_out[i] = s;
+      float f = to_f(s);
+      sq += f * f;
+    }
   }
   sq = warp_sum(sq);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -44,8 +91,16 @@ __device__ void add_rms_norm(const T* x, const T* delta, const T* w, T* out, int
   }
   __syncthreads();
   const float inv = rsqrtf(partial[0] / cols + eps);
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-    norm_out[i] = from_f<T>(to_f(sum_out[i]) * inv * to_f(w[i]));
+  if (vec) {
+#pragma unroll
+    for (int j = 0; j < ADD_NORM_KEEP; j++) {
+      const int c = threadIdx.x + j * blockDim.x;
+      if (c < chunks) nv[c] = scale_chunk<T>(kept[j], wv[c], inv);
+    }
+    for (int c = threadIdx.x + ADD_NORM_KEEP * blockDim.x; c < chunks; c += blockDim.x)
+      nv[c] = scale_chunk<T>(sv[c], wv[c], inv);
+  } else {
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) norm_out[i] = from_f<T>(to_f(sum_out[i]) * inv * to_f(w[i]));
   }
 }
 
@@ -145,13 +200,42 @@ __device__ __forceinline__ float dot_key(const float* q, const __nv_bfloat16* k,
   return s;
 }
 
+// acc[0 .. w) += p * v[0 .. w) for one value row slice: w = 16 / sizeof(T) elements by one 16-byte load when
+// `wide`, else w = 1.
+__device__ __forceinline__ void add_weighted(const float* v, float p, float* acc, bool wide) {
+  if (wide) {
+    const float4 u = *reinterpret_cast<const float4*>(v);
+    acc[0] += p * u.x;
+    acc[1] += p * u.y;
+    acc[2] += p * u.z;
+    acc[3] += p * u.w;
+  } else {
+    acc[0] += p * v[0];
+  }
+}
+__device__ __forceinline__ void add_weighted(const __nv_bfloat16* v, float p, float* acc, bool wide) {
+  if (wide) {
+    const uint4 u = *reinterpret_cast<const uint4*>(v);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const float2 f = __bfloat1622float2(h[e]);
+      acc[2 * e] += p * f.x;
+      acc[2 * e + 1] += p * f.y;
+    }
+  } else {
+    acc[0] += p * __bfloat162float(v[0]);
+  }
+}
+
 // Attention of one new query per head at `pos` (read from `pos_dev` when not null, as in `kv_write`) over the
 // `pos + 1` cached positions (keys `window` or more back, when window > 0, fall outside a sliding window). The
 // query is rotated here. Keys are taken DEC_CHUNK at a time: every thread scores its own keys (a whole row
 // each, so a block scores blockDim.x keys at once), the chunk's softmax weights sit in shared memory, then the
-// threads split (group, dimension) to sum weighted value rows with coalesced reads; an
-// online softmax carries over chunks and the groups are summed at the end. Grid (heads, b), block DEC_THREADS;
-// d <= 256. out: (b, heads * d).
+// threads split into groups of d / w lanes, each lane summing a w-element slice (one 16-byte load) of the
+// weighted value rows of its group's keys (with d = 64 in bf16: 32 groups, so a few loads per thread at short
+// contexts, where latency, not bandwidth, sets the time); an online softmax carries over chunks and the groups
+// are summed at the end. Grid (heads, b), block DEC_THREADS; d <= 256. out: (b, heads * d).
 #define DEC_THREADS 256
 #define DEC_CHUNK 1024
 template <typename T>
@@ -161,7 +245,7 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
   const int len = pos + 1, lo = window > 0 ? max(0, len - window) : 0;
   __shared__ __align__(16) float q_s[256];
   __shared__ float p_s[DEC_CHUNK];
-  __shared__ float acc_s[DEC_THREADS];
+  __shared__ __align__(16) float acc_s[DEC_THREADS * 8];
   __shared__ float scratch[32];
   const int h = blockIdx.x, bi = blockIdx.y, half = d / 2, tid = threadIdx.x;
   const int kvh = h / (heads / kv);
@@ -178,9 +262,10 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
   const T* vbase = cache + (size_t)b * kv * cap * d + ((size_t)bi * kv + kvh) * cap * d;
   const int per_vec = 16 / (int)sizeof(T);
   const bool wide = d % per_vec == 0 && (reinterpret_cast<uintptr_t>(cache) & 15) == 0;
-  const int groups = max(1, (int)blockDim.x / d), group = tid / d, dim = tid % d;
+  const int w = wide ? per_vec : 1, lanes = d / w;
+  const int groups = max(1, (int)blockDim.x / lanes), group = tid / lanes, lane = tid % lanes;
   const bool sums = group < groups;
-  float acc = 0.f, m = -INFINITY, l = 0.f;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, m = -INFINITY, l = 0.f;
   for (int c0 = lo; c0 < len; c0 += DEC_CHUNK) {
     const int n = min(DEC_CHUNK, len - c0);
     float mx = -INFINITY;
@@ -201,13 +286,19 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
     m = m_new;
     __syncthreads();
     if (sums) {
-      float a = 0.f;
-      for (int j = group; j < n; j += groups) a += p_s[j] * to_f(vbase[(size_t)(c0 + j) * d + dim]);
-      acc = acc * corr + a;
+      float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      for (int j = group; j < n; j += groups) add_weighted(vbase + (size_t)(c0 + j) * d + lane * w, p_s[j], a, wide);
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[e] = acc[e] * corr + a[e];
     }
     __syncthreads();
   }
-  if (sums) acc_s[tid] = acc;
+  // Group g's sums for dimensions [lane * w, lane * w + w) at acc_s[g * d + lane * w ...].
+  if (sums) {
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+      if (e < w) acc_s[group * d + lane * w + e] = acc[e];
+  }
   __syncthreads();
   T* o = out + (size_t)bi * heads * d + (size_t)h * d;
   for (int i = tid; i < d; i += blockDim.x) {
@@ -237,6 +328,50 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
 
 INSTANTIATE(float, f32)
 INSTANTIATE(__nv_bfloat16, bf16)
+
+// ---- Decoding: single-row products against frozen weights ----
+#include "gemv.cuh"
+
+// ---- Decoding: the index of a row's largest logit (greedy sampling), in two launches ----
+// Ties go to the first index and NaN is never the largest, as the CPU's `sampler::argmax` has it.
+#define ARGMAX_THREADS 256
+__device__ __forceinline__ void argmax_pick(float v, unsigned i, float* best, unsigned* at) {
+  if (v > *best || (v == *best && i < *at)) {
+    *best = v;
+    *at = i;
+  }
+}
+// Reduce every thread's (best, at) over the block: thread 0 ends with the block's.
+__device__ void argmax_block(float* best, unsigned* at) {
+  __shared__ float vs[ARGMAX_THREADS];
+  __shared__ unsigned is[ARGMAX_THREADS];
+  for (int s = ARGMAX_THREADS / 2; s > 0; s >>= 1) {
+    vs[threadIdx.x] = *best;
+    is[threadIdx.x] = *at;
+    __syncthreads();
+    if (threadIdx.x < s) argmax_pick(vs[threadIdx.x + s], is[threadIdx.x + s], best, at);
+    __syncthreads();
+  }
+}
+// Each block's (largest value, its index) over a grid-stride share of x (n values) into pmax/pidx[blockIdx.x].
+extern "C" __global__ void argmax_partial_f32(const float* x, int n, float* pmax, unsigned* pidx) {
+  float best = -INFINITY;
+  unsigned at = 0xffffffffu;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) argmax_pick(x[i], i, &best, &at);
+  argmax_block(&best, &at);
+  if (threadIdx.x == 0) {
+    pmax[blockIdx.x] = best;
+    pidx[blockIdx.x] = at;
+  }
+}
+// One block: the partials' winner, or 0 when every value was NaN.
+extern "C" __global__ void argmax_final_f32(const float* pmax, const unsigned* pidx, int parts, unsigned* out) {
+  float best = -INFINITY;
+  unsigned at = 0xffffffffu;
+  for (int i = threadIdx.x; i < parts; i += blockDim.x) argmax_pick(pmax[i], pidx[i], &best, &at);
+  argmax_block(&best, &at);
+  if (threadIdx.x == 0) *out = at == 0xffffffffu ? 0u : at;
+}
 
 // ---- Training: forward attention probabilities and the element-wise blocks' input gradients ----
 
