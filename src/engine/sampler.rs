@@ -73,18 +73,16 @@ impl Sampler {
     }
 
     /// Pick the next token from the logits tensor (1, vocab) or (vocab) f32, given the ids seen so far. Plain
-    /// greedy decoding on a GPU takes the argmax there and reads back one id instead of the whole row (with a
-    /// 128k vocabulary, copying the row and scanning it on the CPU left the GPU idle ~0.1 ms per token): our
-    /// kernel on CUDA (`ops::cuda_decode::argmax`, the same tie rule as [`argmax`]), Candle's elsewhere. Any
-    /// other setting copies the row and goes through [`Self::sample`].
+    /// greedy decoding on CUDA takes the argmax there (`ops::cuda_decode::argmax`, the same tie rule as
+    /// [`argmax`]) and reads back one id instead of the whole row: with a 128k vocabulary, copying the row and
+    /// scanning it on the CPU left the GPU idle ~0.1 ms per token. Everything else (Metal included, where that
+    /// kernel does not exist) copies the row and goes through [`Self::sample`].
     pub fn sample_tensor(&mut self, logits: &candle_core::Tensor, previous: &[u32]) -> Result<u32> {
         let row = logits.flatten_all()?;
         let p = &self.params;
-        if p.temperature <= 0.0 && p.repetition_penalty == 1.0 && !row.device().is_cpu() {
-            if crate::engine::ops::cuda_decode::available(row.device(), row.dtype()) {
-                return Ok(crate::engine::ops::cuda_decode::argmax(&row)?);
-            }
-            return Ok(row.argmax(0)?.to_scalar::<u32>()?);
+        let greedy = p.temperature <= 0.0 && p.repetition_penalty == 1.0;
+        if greedy && crate::engine::ops::cuda_decode::available(row.device(), row.dtype()) {
+            return Ok(crate::engine::ops::cuda_decode::argmax(&row)?);
         }
         let mut values: Vec<f32> = row.to_vec1()?;
         Ok(self.sample(&mut values, previous))

@@ -94,7 +94,10 @@ impl DecodeSteps {
         match self.state {
             State::Eager | State::Replay(_) => model.forward_last_cached(ids, cache),
             State::Warm => {
-                let logits = cuda_graph::with_param_cache(model.device(), || model.forward_last_cached(ids, cache))?;
+                // The token is uploaded outside the cache's scope: its uploads are kept, shared, for good.
+                let token = Tensor::new(&ids[pos..], model.device())?.unsqueeze(0)?;
+                let logits =
+                    cuda_graph::with_param_cache(model.device(), || model.forward_last(&token, pos, Some(cache)))?;
                 self.state = State::Capture;
                 Ok(logits)
             }

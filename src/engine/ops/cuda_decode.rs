@@ -115,11 +115,7 @@ mod imp {
             let (pmax, pidx): (CudaSlice<f32>, CudaSlice<u32>) = (output(&dev, parts)?, output(&dev, parts)?);
             let out = output::<u32>(&dev, 1)?;
             let threads = LaunchConfig { grid_dim: (parts as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            let partial = dev.get_or_load_custom_func(
-                "argmax_partial_f32",
-                "metal_candle_fused",
-                crate::engine::ops::cuda_kernels::launch::PTX,
-            )?;
+            let partial = func!(x, "argmax_partial")?;
             let mut b = partial.builder();
             b.arg(&values);
             candle_core::builder_arg!(b, int(n));
@@ -127,11 +123,7 @@ mod imp {
             b.arg(&pidx);
             // SAFETY: arguments match the kernel's signature; the partial buffers hold `parts` entries.
             unsafe { b.launch(threads) }.w()?;
-            let last = dev.get_or_load_custom_func(
-                "argmax_final_f32",
-                "metal_candle_fused",
-                crate::engine::ops::cuda_kernels::launch::PTX,
-            )?;
+            let last = func!(x, "argmax_final")?;
             let mut b = last.builder();
             b.arg(&pmax);
             b.arg(&pidx);
