@@ -219,11 +219,11 @@ fn stepped_logits(
     positions: usize,
 ) -> (Vec<Vec<f32>>, usize) {
     use metal_candle::engine::model::decode_graph::DecodeSteps;
-    let mut decoder = DecodeSteps::new(model, graphs);
+    let mut decoder = DecodeSteps::new(model, positions, graphs);
     let mut cache = KvCache::new(model.config.num_layers);
     let (mut ids, mut out) = (PROMPT.to_vec(), Vec::new());
     for step in 0..=steps {
-        let logits = decoder.next_logits(model, &ids, &mut cache, positions).unwrap();
+        let logits = decoder.next_logits(model, &ids, &mut cache).unwrap();
         out.push(logits.flatten_all().unwrap().to_vec1::<f32>().unwrap());
         ids.push(((step * 7919 + 13) % model.config.vocab_size) as u32);
     }

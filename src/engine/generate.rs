@@ -83,8 +83,7 @@ pub fn generate(
     let context = model.config.max_position_embeddings;
     check_request(req, context)?;
     let mut cache = KvCache::new(model.config.num_layers);
-    let mut steps = DecodeSteps::for_generation(model);
-    let positions = (req.prompt_ids.len() + req.max_new_tokens).min(context);
+    let mut steps = DecodeSteps::for_generation(model, (req.prompt_ids.len() + req.max_new_tokens).min(context));
     let mut sampler = Sampler::new(req.sampling.clone());
     let mut decoder = StreamDecoder::new(tokenizer);
     let mut stops = StopStringFilter::new(&req.stop_strings);
@@ -93,7 +92,7 @@ pub fn generate(
     let mut stop_reason = StopReason::MaxTokens;
 
     let started = Instant::now();
-    let mut logits = steps.next_logits(model, &req.prompt_ids, &mut cache, positions)?;
+    let mut logits = steps.next_logits(model, &req.prompt_ids, &mut cache)?;
     let mut prefill_secs = 0.0;
     let mut decode_started = Instant::now();
 
@@ -128,7 +127,7 @@ pub fn generate(
             stop_reason = StopReason::ContextFull;
             break;
         }
-        logits = steps.next_logits(model, &all_ids, &mut cache, positions)?;
+        logits = steps.next_logits(model, &all_ids, &mut cache)?;
     }
     if stop_reason != StopReason::StopString && stop_reason != StopReason::Cancelled {
         let mut tail = decoder.finish()?.map(|p| stops.push(&p).0).unwrap_or_default();

@@ -19,6 +19,8 @@ use candle_core::{DType, Tensor};
 
 /// Decoding steps for one generation (one KV cache).
 pub struct DecodeSteps {
+    /// How many positions this generation can reach: the cache is grown to hold them before a capture.
+    positions: usize,
     state: State,
     replays: usize,
     fallback: Option<String>,
@@ -46,15 +48,16 @@ struct CapturedStep {
 }
 
 impl DecodeSteps {
-    /// Steps for `model`; with `graphs`, captured on CUDA when the model's step allows it.
-    pub fn new(model: &Transformer, graphs: bool) -> Self {
+    /// Steps for `model` over a generation that reaches `positions` positions; with `graphs`, captured on CUDA
+    /// when the model's step allows it.
+    pub fn new(model: &Transformer, positions: usize, graphs: bool) -> Self {
         let graphed = graphs && cuda_graph::supported(model.device()) && model.decode_step_stays_on_device();
-        Self { state: if graphed { State::Warm } else { State::Eager }, replays: 0, fallback: None }
+        Self { positions, state: if graphed { State::Warm } else { State::Eager }, replays: 0, fallback: None }
     }
 
     /// Steps as the runtime options ask (graphs unless `--no-cuda-graphs`).
-    pub fn for_generation(model: &Transformer) -> Self {
-        Self::new(model, crate::engine::runtime::options().cuda_graphs)
+    pub fn for_generation(model: &Transformer, positions: usize) -> Self {
+        Self::new(model, positions, crate::engine::runtime::options().cuda_graphs)
     }
 
     /// Tokens decoded so far by launching a captured graph (the capture's own launch included).
@@ -68,15 +71,8 @@ impl DecodeSteps {
     }
 
     /// Logits (1, vocab) f32 of the last of `ids` (one sequence), after running those `cache` does not hold
-    /// yet. `positions`: how many positions this generation can reach (the cache is grown to hold them before
-    /// a capture). The returned tensor of a replayed step is overwritten by the next replay: read it first.
-    pub fn next_logits(
-        &mut self,
-        model: &Transformer,
-        ids: &[u32],
-        cache: &mut KvCache,
-        positions: usize,
-    ) -> Result<Tensor> {
+    /// yet. The returned tensor of a replayed step is overwritten by the next replay: read it first.
+    pub fn next_logits(&mut self, model: &Transformer, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
         let pos = cache.len();
         if let State::Replay(step) = &self.state {
             if pos < step.capacity && ids.len() == pos + 1 {
@@ -101,7 +97,7 @@ impl DecodeSteps {
                 self.state = State::Capture;
                 Ok(logits)
             }
-            State::Capture => match CapturedStep::capture(model, ids[pos], cache, positions) {
+            State::Capture => match CapturedStep::capture(model, ids[pos], cache, self.positions) {
                 Ok(step) => {
                     let logits = step.logits.clone();
                     self.state = State::Replay(step);

@@ -6,11 +6,10 @@
 //! - [`silu_mul_halves`]: SwiGLU on a fused gate|up product.
 //! - [`kv_write`]: rotate the new keys and write keys and values into the layer's cache in place.
 //! - [`attention`]: one query per head against the cache, rotating the query on the way in.
-//!
 //! - [`argmax`]: the index of the largest of a row of f32 logits (greedy sampling reads back one id).
 //!
-//! The cache write and the attention take the token's position either as a number or, for a step captured in a CUDA graph
-//! (model/decode_graph.rs) and replayed at every position, from a one-element u32 tensor on the device.
+//! The cache write and the attention take the token's position either as a number or, for a step captured in a
+//! CUDA graph (model/decode_graph.rs) and replayed at every position, from a one-element u32 tensor on the device.
 //!
 //! Only f32 and bf16 on CUDA; [`available`] says when a caller may use them. Launch plumbing: cuda_kernels.rs.
 
