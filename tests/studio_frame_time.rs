@@ -12,6 +12,7 @@ use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::studio::app::{studio_train_defaults, Page, Prefs, StudioApp, StudioOptions};
+use metal_candle::studio::training_panel::RunStatus;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -98,4 +99,13 @@ fn frames_stay_short_while_training_streams_events() {
     assert!(steps > 20, "the run streamed only {steps} steps in 10 s");
     let drain_max = report["event_drain"]["max_ms"].as_f64().unwrap();
     assert!(drain_max < 100.0, "draining events took {drain_max} ms in one frame");
+
+    // Close as the window does: the run stops after its step and saves. Returning with the run still inside
+    // the engine would let the process's exit handlers free what it uses (a crash after the test passed).
+    let app = h.state_mut().as_mut().unwrap();
+    assert!(app.stop_jobs_and_wait(Duration::from_secs(60)), "the run did not stop within 60 s of closing");
+    let status = &app.training_panel.status;
+    assert_eq!(*status, RunStatus::Finished { stopped_early: true }, "log: {:?}", app.training_panel.log);
+    let run = app.training_panel.run.as_ref().unwrap();
+    assert!(!run.checkpoints.is_empty(), "closing saved no checkpoint");
 }

@@ -509,6 +509,26 @@ impl StudioApp {
             self.frames.cpu_ms.push(s * 1e3);
         }
     }
+
+    /// Ask running jobs to stop (training saves its last step) and wait for them, up to `limit`: the
+    /// window's exit path. A job still inside the engine when the process exits would run on while C
+    /// libraries' exit handlers free what it uses (OpenBLAS releases its buffers in `gotoblas_quit`).
+    /// Returns whether every job stopped in time.
+    pub fn stop_jobs_and_wait(&mut self, limit: Duration) -> bool {
+        self.worker.send(Command::StopTraining);
+        self.worker.send(Command::StopRankProbe);
+        let deadline = Instant::now() + limit;
+        let running = |app: &Self| app.training_panel.is_active() || app.rank_panel.running;
+        while running(self) && Instant::now() < deadline {
+            let mut events = Vec::new();
+            self.worker.drain(DRAIN_BUDGET, DRAIN_MAX_EVENTS, |e| events.push(e));
+            for e in events {
+                self.handle_event(e);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        !running(self)
+    }
 }
 
 impl eframe::App for StudioApp {
@@ -534,20 +554,7 @@ impl eframe::App for StudioApp {
     }
 
     fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
-        // Ask running jobs to stop (training saves its last step), and wait for them, up to a limit: a job
-        // still inside the engine when the process exits would run on while C libraries' exit handlers free
-        // what it uses (OpenBLAS releases its buffers in `gotoblas_quit`).
-        self.worker.send(Command::StopTraining);
-        self.worker.send(Command::StopRankProbe);
-        let deadline = Instant::now() + EXIT_WAIT;
-        while (self.training_panel.is_active() || self.rank_panel.running) && Instant::now() < deadline {
-            let mut events = Vec::new();
-            self.worker.drain(DRAIN_BUDGET, DRAIN_MAX_EVENTS, |e| events.push(e));
-            for e in events {
-                self.handle_event(e);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.stop_jobs_and_wait(EXIT_WAIT);
     }
 }
 
