@@ -195,16 +195,25 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     let (q, kv) = ((model.attention_heads * model.head_dim) as u64, (model.kv_heads * model.head_dim) as u64);
     // The backward runs from the top down to the lowest adapted layer.
     let trained_layers = adapted_layers(model.layers, config.lora.layers).len() as u64;
-    // One layer's tape per token: the layer input, the mid residual, both norms' outputs, q, k, v, the
-    // attention output, gate, up and their product; then the attention probabilities; then per adapted
-    // linear x·A (rank) and, with dropout, the mask (in-features).
+    // One layer's tape per token: the layer input, the mid residual, q, k, v, the attention output, gate and
+    // up; the inputs of adapted linears only (a frozen product's input gradient needs no input): the
+    // attention norm's output (q|k|v), the MLP norm's output (gate|up), the SwiGLU product (down); then the
+    // attention probabilities; then per adapted linear x·A (rank) and, with dropout, the mask (in-features).
     let targets = model.targets_of(&config.lora).unwrap_or_else(|_| config.lora.targets.clone());
     let adapted_linears: Vec<&(String, usize, usize)> =
         model.linear_shapes.iter().filter(|(name, _, _)| targets.contains_name(name)).collect();
+    let adapted = |names: &[&str]| adapted_linears.iter().any(|(name, _, _)| names.contains(&name.as_str()));
+    let kept_inputs = [
+        (adapted(&["q_proj", "k_proj", "v_proj", "qkv_proj"]), h),
+        (adapted(&["gate_proj", "up_proj", "gate_up_proj"]), h),
+        (adapted(&["down_proj"]), i),
+    ];
+    let inputs_per_token: u64 = kept_inputs.iter().filter(|(kept, _)| *kept).map(|(_, width)| width).sum();
     let rank = config.lora.rank as u64;
     let lora_per_token: u64 =
         adapted_linears.iter().map(|(_, i, _)| rank + if config.lora.dropout > 0.0 { *i as u64 } else { 0 }).sum();
-    let tape_per_token = 4 * h + 2 * q + 2 * kv + 3 * i + model.attention_heads as u64 * t + lora_per_token;
+    let tape_per_token =
+        2 * h + 2 * q + 2 * kv + 2 * i + inputs_per_token + model.attention_heads as u64 * t + lora_per_token;
     let layer_tape = tokens * tape_per_token * bytes;
     let activations_bytes =
         if checkpointing { trained_layers * tokens * h * bytes + layer_tape } else { trained_layers * layer_tape };

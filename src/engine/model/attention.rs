@@ -49,7 +49,6 @@ pub struct Attention {
 
 /// What the attention backward needs from its training forward.
 pub struct AttentionTape {
-    normed_in: Tensor,
     /// q/k before their norms: per head (b, heads, t, d), or the projections (rows, heads * d) when the norms
     /// span them.
     q_pre_norm: Option<Tensor>,
@@ -211,7 +210,6 @@ impl Attention {
         let attn = attn.reshape((b * t, self.num_heads * self.head_dim))?;
         let (out, o_tape) = self.o_proj.forward_train(&attn, ctx.dropout)?;
         let tape = AttentionTape {
-            normed_in: normed_in.clone(),
             q_pre_norm: h.q_pre_norm,
             k_pre_norm: h.k_pre_norm,
             q,
@@ -237,7 +235,7 @@ impl Attention {
     ) -> Result<Option<Tensor>> {
         let (b, t, d) = (ctx.batch, ctx.seq_len, self.head_dim);
         let (heads, kv_heads) = (self.num_heads, self.num_kv_heads);
-        let d_attn = Linear::input_grad(self.o_proj.backward(&tape.attn, &tape.o, d_out, grads, InputGrad::New)?)?;
+        let d_attn = Linear::input_grad(self.o_proj.backward(&tape.o, d_out, grads, InputGrad::New)?)?;
         let (d_q, d_k, d_v) = match &tape.scores {
             Scores::Fused(lse) => {
                 let (q, k, v) = (&tape.q, &tape.k, &tape.v);
@@ -265,7 +263,7 @@ impl Attention {
         let rows = |g: Tensor, n: usize| -> Result<Tensor> { Ok(g.transpose(1, 2)?.reshape((b * t, n * d))?) };
         let (d_q, d_k, d_v) = (rows(d_q, heads)?, rows(d_k, kv_heads)?, rows(d_v, kv_heads)?);
         let (d_q, d_k) = if self.qk_norm_over_projection { norm_backward(d_q, d_k)? } else { (d_q, d_k) };
-        self.qkv.backward(&tape.normed_in, &tape.qkv, &[d_q, d_k, d_v], grads, need_input_grad)
+        self.qkv.backward(&tape.qkv, &[d_q, d_k, d_v], grads, need_input_grad)
     }
 
     /// Gradients (dq (b, heads, t, d), dk, dv (b, kv_heads, t, d)) of the composed attention from its saved

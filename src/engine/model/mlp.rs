@@ -27,10 +27,8 @@ pub struct Mlp {
 
 /// What the MLP backward needs from its training forward.
 pub struct MlpTape {
-    normed_in: Tensor,
     gate: Tensor,
     up: Tensor,
-    gated: Tensor,
     /// The gate|up group's tapes.
     gate_up_tapes: Vec<LinearTape>,
     down: LinearTape,
@@ -68,20 +66,19 @@ impl Mlp {
         let [gate, up] = two(gate_up)?;
         let gated = self.gate(&gate, &up)?;
         let (down, down_tape) = self.down_proj.forward_train(&gated, ctx.dropout)?;
-        let tape = MlpTape { normed_in: normed_in.clone(), gate, up, gated, gate_up_tapes, down: down_tape };
+        let tape = MlpTape { gate, up, gate_up_tapes, down: down_tape };
         Ok((down, tape))
     }
 
     /// Given the gradient of the block's output, accumulate its adapters' gradients and return the gradient
     /// of its input.
     pub(super) fn backward(&self, tape: &MlpTape, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
-        let d_gated =
-            Linear::input_grad(self.down_proj.backward(&tape.gated, &tape.down, d_out, grads, InputGrad::New)?)?;
+        let d_gated = Linear::input_grad(self.down_proj.backward(&tape.down, d_out, grads, InputGrad::New)?)?;
         let (d_gate, d_up) = match self.activation {
             MlpActivation::Silu => ops::silu_mul_backward(&tape.gate, &tape.up, &d_gated)?,
             MlpActivation::GeluTanh => ops::gelu_tanh_mul_backward(&tape.gate, &tape.up, &d_gated)?,
         };
-        let d_in = self.gate_up.backward(&tape.normed_in, &tape.gate_up_tapes, &[d_gate, d_up], grads, true)?;
+        let d_in = self.gate_up.backward(&tape.gate_up_tapes, &[d_gate, d_up], grads, true)?;
         Ok(Linear::input_grad(d_in)?)
     }
 

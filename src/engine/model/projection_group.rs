@@ -85,7 +85,6 @@ impl ProjectionGroup {
     /// (the sum over linears; None when `need_input_grad` is false).
     pub(super) fn backward(
         &self,
-        x: &Tensor,
         tapes: &[LinearTape],
         d_parts: &[Tensor],
         grads: &mut Gradients,
@@ -106,7 +105,7 @@ impl ProjectionGroup {
                 (true, None) => InputGrad::New,
                 (true, Some(so_far)) => InputGrad::AddTo(so_far),
             };
-            sum = linear.backward(x, tape, dy, grads, input_grad)?;
+            sum = linear.backward(tape, dy, grads, input_grad)?;
             if need_input_grad {
                 sum = Some(Linear::input_grad(sum)?);
             }

@@ -32,7 +32,7 @@ use candle_core::Tensor;
 pub fn linear_forward_backward(projection: &Linear, x: &Tensor) -> candle_core::Result<(Tensor, Tensor, Gradients)> {
     let (y, tape) = projection.forward_train(x, true)?;
     let mut grads = Gradients::default();
-    let dx = projection.backward(x, &tape, &y.ones_like()?, &mut grads, InputGrad::New)?;
+    let dx = projection.backward(&tape, &y.ones_like()?, &mut grads, InputGrad::New)?;
     let dx = dx.ok_or_else(|| candle_core::Error::Msg("missing input gradient".into()))?;
     Ok((y, dx, grads))
 }
