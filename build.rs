@@ -6,6 +6,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/fused.cu");
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_attention.cuh");
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/gemv.cuh");
+    println!("cargo:rerun-if-changed=src/engine/ops/cuda/heads.cuh");
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_attention_mma.cuh");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {

@@ -1,7 +1,8 @@
 //! The fused CUDA attention (`ops::fused_attention` and its backward) against Candle's autograd through the
 //! composed attention (repeated KV heads, additive mask, softmax) in f64 on the CPU: the output and dQ, dK, dV
 //! for causal, grouped-query and sliding-window attention, head sizes 16 to 128, lengths that are not a multiple
-//! of the kernels' tiles, in f32, bf16 and f16; and the prefill over a strided KV-cache view at an offset.
+//! of the kernels' tiles, in f32, bf16 and f16; the prefill over a strided KV-cache view at an offset; and the
+//! split of projections into rotated heads and back.
 //! Built with `--features cuda`; skipped without a GPU. Run on a lent GPU machine.
 #![cfg(feature = "cuda")]
 
@@ -130,5 +131,42 @@ fn fused_prefill_over_a_strided_cache_matches_the_full_attention() {
         let error = relative(&out, &want);
         eprintln!("prefill at 60, window {window:?}: relative error {error:.1e}");
         assert!(error < 1e-5);
+    }
+}
+
+/// The split into heads with the rotary embedding (`ops::split_heads`, one kernel on CUDA) and its gradient's way
+/// back (`ops::merge_heads_backward`) against the composed path on the CPU (a transpose and Candle's rope), with
+/// and without rotation, one batch and several, in f32 and bf16.
+#[test]
+fn split_heads_with_rope_and_its_backward_match_the_composed_path() {
+    let Ok(gpu) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    for (b, t, n, d) in [(1, 5, 3, 64), (2, 37, 4, 128), (3, 16, 2, 16)] {
+        let x = Tensor::randn(0f32, 1.0, (b * t, n * d), &Device::Cpu).unwrap();
+        let dy = Tensor::randn(0f32, 1.0, (b, n, t, d), &Device::Cpu).unwrap();
+        let angles = Tensor::randn(0f32, 3.0, (t, d / 2), &Device::Cpu).unwrap();
+        let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+        for (dtype, tolerance) in [(DType::F32, 1e-6), (DType::BF16, 1.6e-2)] {
+            // Inputs rounded to `dtype` first, so both sides see the same values.
+            let round = |x: &Tensor| x.to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap();
+            let (x, dy, cos, sin) = (round(&x), round(&dy), round(&cos), round(&sin));
+            let on_gpu = |x: &Tensor| x.to_dtype(dtype).unwrap().to_device(&gpu).unwrap();
+            let (gx, gdy, gcos, gsin) = (on_gpu(&x), on_gpu(&dy), on_gpu(&cos), on_gpu(&sin));
+            for rotate in [true, false] {
+                let (rope, grope) = if rotate { (Some((&cos, &sin)), Some((&gcos, &gsin))) } else { (None, None) };
+                let want = ops::split_heads(&x, (b, t, n, d), rope).unwrap();
+                let got = ops::split_heads(&gx, (b, t, n, d), grope).unwrap();
+                assert_eq!(got.dims(), [b, n, t, d]);
+                let err = relative(&got, &want);
+                assert!(err <= tolerance, "split {dtype:?} rotate {rotate} ({b}, {t}, {n}, {d}): {err:e}");
+                let want = ops::merge_heads_backward(&dy, rope).unwrap();
+                let got = ops::merge_heads_backward(&gdy, grope).unwrap();
+                assert_eq!(got.dims(), [b * t, n * d]);
+                let err = relative(&got, &want);
+                assert!(err <= tolerance, "merge {dtype:?} rotate {rotate} ({b}, {t}, {n}, {d}): {err:e}");
+            }
+        }
     }
 }

@@ -129,20 +129,22 @@ impl Attention {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
         }
-        let split =
-            |y: Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous()?) };
-        let (mut q, mut k, v) = (split(q, self.num_heads)?, split(k, self.num_kv_heads)?, split(v, self.num_kv_heads)?);
-        if let Some((qn, kn)) = norms.filter(|_| !self.qk_norm_over_projection) {
-            q_pre_norm = Some(q.clone());
-            k_pre_norm = Some(k.clone());
-            q = qn.forward(&q)?;
-            k = kn.forward(&k)?;
-        }
-        if !self.use_rope {
+        let rope = self.use_rope.then_some((cos, sin));
+        let split = |y: &Tensor, n: usize, rope| ops::split_heads(y, (b, t, n, d), rope);
+        let v = split(&v, self.num_kv_heads, None)?;
+        let Some((qn, kn)) = norms.filter(|_| !self.qk_norm_over_projection) else {
+            // The split and the rotation in one pass where the fused kernel runs.
+            let (q, k) = (split(&q, self.num_heads, rope)?, split(&k, self.num_kv_heads, rope)?);
             return Ok(Heads { q, k, v, q_pre_norm, k_pre_norm });
-        }
-        let q = ops::rope(&q, cos, sin)?;
-        let k = ops::rope(&k, cos, sin)?.contiguous()?;
+        };
+        // Per-head norms sit between the split and the rotation.
+        let (q, k) = (split(&q, self.num_heads, None)?, split(&k, self.num_kv_heads, None)?);
+        let (q_normed, k_normed) = (qn.forward(&q)?, kn.forward(&k)?);
+        let (q_pre_norm, k_pre_norm) = (Some(q), Some(k));
+        let (q, k) = match rope {
+            Some((cos, sin)) => (ops::rope(&q_normed, cos, sin)?, ops::rope(&k_normed, cos, sin)?.contiguous()?),
+            None => (q_normed, k_normed),
+        };
         Ok(Heads { q, k, v, q_pre_norm, k_pre_norm })
     }
 
@@ -233,8 +235,7 @@ impl Attention {
         grads: &mut Gradients,
         need_input_grad: bool,
     ) -> Result<Option<Tensor>> {
-        let (b, t, d) = (ctx.batch, ctx.seq_len, self.head_dim);
-        let (heads, kv_heads) = (self.num_heads, self.num_kv_heads);
+        let (b, t) = (ctx.batch, ctx.seq_len);
         let d_attn = Linear::input_grad(self.o_proj.backward(&tape.o, d_out, grads, InputGrad::New)?)?;
         let (d_q, d_k, d_v) = match &tape.scores {
             Scores::Fused(lse) => {
@@ -244,11 +245,7 @@ impl Attention {
             Scores::Probs(probs) => self.composed_backward(tape, probs, &d_attn, (b, t))?,
         };
         let (cos, sin, _) = ctx.attention(self.local);
-        let (d_q, d_k) = if self.use_rope {
-            (ops::rope_backward(&d_q, cos, sin)?, ops::rope_backward(&d_k, cos, sin)?)
-        } else {
-            (d_q, d_k)
-        };
+        let rope = self.use_rope.then_some((cos, sin));
         // Per-head norms sit after the split into heads, whole-projection norms before it.
         let norms = self.q_norm.as_ref().zip(self.k_norm.as_ref());
         let norm_backward = |d_q: Tensor, d_k: Tensor| -> Result<(Tensor, Tensor)> {
@@ -259,10 +256,19 @@ impl Attention {
                 _ => Ok((d_q, d_k)),
             }
         };
-        let (d_q, d_k) = if self.qk_norm_over_projection { (d_q, d_k) } else { norm_backward(d_q, d_k)? };
-        let rows = |g: Tensor, n: usize| -> Result<Tensor> { Ok(g.transpose(1, 2)?.reshape((b * t, n * d))?) };
-        let (d_q, d_k, d_v) = (rows(d_q, heads)?, rows(d_k, kv_heads)?, rows(d_v, kv_heads)?);
-        let (d_q, d_k) = if self.qk_norm_over_projection { norm_backward(d_q, d_k)? } else { (d_q, d_k) };
+        let merge = |g: &Tensor, rope| ops::merge_heads_backward(g, rope);
+        let d_v = merge(&d_v, None)?;
+        let (d_q, d_k) = if norms.is_some() && !self.qk_norm_over_projection {
+            let (d_q, d_k) = match rope {
+                Some((cos, sin)) => (ops::rope_backward(&d_q, cos, sin)?, ops::rope_backward(&d_k, cos, sin)?),
+                None => (d_q, d_k),
+            };
+            let (d_q, d_k) = norm_backward(d_q, d_k)?;
+            (merge(&d_q, None)?, merge(&d_k, None)?)
+        } else {
+            // The rotation back and the merge of the heads in one pass where the fused kernel runs.
+            norm_backward(merge(&d_q, rope)?, merge(&d_k, rope)?)?
+        };
         self.qkv.backward(&tape.qkv, &[d_q, d_k, d_v], grads, need_input_grad)
     }
 

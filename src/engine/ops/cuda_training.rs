@@ -1,5 +1,5 @@
 //! Fused CUDA kernels for the hand-written training pass (src/engine/ops/cuda/fused.cu): attention
-//! probabilities, the SwiGLU gate, scattering the head's row gradients back, and the input gradients of RMS
+//! probabilities, the split into heads with the rotary embedding (and back), the SwiGLU gate, scattering the head's row gradients back, and the input gradients of RMS
 //! norm, softmax and the SwiGLU gate. Composed from Candle ops
 //! each is 5-15 launches and, in bf16, f32 copies of (tokens x width) or (heads x T x T) tensors; here one
 //! pass. f32 and bf16 on CUDA ([`super::cuda_kernels::available`]); the callers in ops/ compose otherwise.
@@ -32,6 +32,22 @@ pub fn cross_entropy_rows(
     grad_scale: Option<f64>,
 ) -> Result<(Tensor, Option<Tensor>)> {
     imp::cross_entropy_rows(&logits.contiguous()?, &targets.contiguous()?, grad_scale.map(|s| s as f32))
+}
+
+/// (b * t, n * d) rows -> (b, n, t, d) heads, rotated by the rope tables (cos, sin) (t, d / 2) when given; with
+/// `backward`, (b, n, t, d) -> (b * t, n * d) rotated back (the gradient of the former). One pass either way.
+pub fn heads_rope(
+    x: &Tensor,
+    (b, t, n, d): (usize, usize, usize, usize),
+    rope: Option<(&Tensor, &Tensor)>,
+    backward: bool,
+) -> Result<Tensor> {
+    let x = x.contiguous()?;
+    let op = imp::HeadsRope { b, t, n, d, rotate: rope.is_some(), backward };
+    match rope {
+        Some((cos, sin)) => x.apply_op3_no_bwd(&cos.contiguous()?, &sin.contiguous()?, &op),
+        None => x.apply_op3_no_bwd(&x, &x, &op),
+    }
 }
 
 /// Gradients of `silu(gate) * up` with respect to gate and up.
@@ -328,6 +344,64 @@ mod imp {
         }
     }
 
+    pub struct HeadsRope {
+        pub b: usize,
+        pub t: usize,
+        pub n: usize,
+        pub d: usize,
+        pub rotate: bool,
+        pub backward: bool,
+    }
+
+    impl candle_core::CustomOp3 for HeadsRope {
+        fn name(&self) -> &'static str {
+            "heads-rope"
+        }
+
+        refuse_cpu!(CustomOp3, "heads-rope");
+
+        fn cuda_fwd(
+            &self,
+            x: &CudaStorage,
+            xl: &Layout,
+            cos: &CudaStorage,
+            cl: &Layout,
+            sin: &CudaStorage,
+            sl: &Layout,
+        ) -> Result<(CudaStorage, Shape)> {
+            let Self { b, t, n, d, rotate, backward } = *self;
+            let count = b * t * n * d;
+            if xl.shape().elem_count() != count || d % 2 != 0 {
+                bail!("heads-rope: {:?} is not {b} x {t} rows of {n} heads of {d}", xl.shape());
+            }
+            if rotate && (cl.shape().dims() != [t, d / 2] || sl.shape() != cl.shape()) {
+                bail!("heads-rope: rope tables {:?} / {:?} for {t} positions of {d}", cl.shape(), sl.shape());
+            }
+            if count == 0 {
+                bail!("heads-rope: nothing to split");
+            }
+            let dev = x.device().clone();
+            let f = func!(x, "heads_rope")?;
+            let slice = with_dtype!(x, T, {
+                let out = output::<T>(&dev, count)?;
+                let xv = view::<T>(x, xl, "rows")?;
+                let (cv, sv) = (view::<T>(cos, cl, "cos")?, view::<T>(sin, sl, "sin")?);
+                let mut lb = f.builder();
+                lb.arg(&xv);
+                lb.arg(&cv);
+                lb.arg(&sv);
+                lb.arg(&out);
+                candle_core::builder_arg!(lb, int(b), int(t), int(n), int(d), rotate as i32, backward as i32);
+                // SAFETY: arguments match the kernel's signature; `out` holds `count` elements and the tables
+                // (t, d / 2) were checked above (unread without `rotate`).
+                unsafe { lb.launch(grid_stride(count / 2)) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            let shape = if backward { Shape::from((b * t, n * d)) } else { Shape::from((b, n, t, d)) };
+            Ok((slice, shape))
+        }
+    }
+
     pub struct SiluMulBackward;
 
     impl candle_core::CustomOp3 for SiluMulBackward {
@@ -389,9 +463,19 @@ mod imp {
     pub struct RmsNormBackward {
         pub eps: f32,
     }
+    #[allow(dead_code)]
+    pub struct HeadsRope {
+        pub b: usize,
+        pub t: usize,
+        pub n: usize,
+        pub d: usize,
+        pub rotate: bool,
+        pub backward: bool,
+    }
     pub struct SiluMulBackward;
     pub struct SiluMul;
     pub struct ScatterRows;
+    cpu_only_op!(HeadsRope, CustomOp3, "heads-rope");
     cpu_only_op!(SiluMul, CustomOp2, "silu-mul");
     cpu_only_op!(ScatterRows, InplaceOp3, "scatter-rows");
     cpu_only_op!(MaskedSoftmax, CustomOp1, "masked-softmax");

@@ -28,6 +28,7 @@ mod frozen_matmul;
 mod frozen_matmul_half;
 mod gemv;
 mod head_loss;
+mod heads;
 mod matmul;
 mod metal_attention;
 mod qgemv;
@@ -38,6 +39,7 @@ pub use backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, sil
 pub use cuda_attention::Logsumexp;
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t, swiglu_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
+pub use heads::{merge_heads_backward, split_heads};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;
 pub use quantized::{dequantize, qtensor_to_device, quantize_rows, quantized_matmul, quantized_matmul_t};

@@ -63,6 +63,21 @@ __device__ __forceinline__ bool fa_visible(int pos, int j, int limit, int window
   return j < limit && j <= pos && (window <= 0 || pos - j < window);
 }
 
+// This block's (row tile, head, batch) in a grid (tiles, heads, b), numbered so that blocks are started longest
+// first across the whole grid, not only within one head: the hardware starts blocks in linear order (x fastest),
+// so with (tile, head) taken straight from (x, y) the last heads' longest causal blocks started last and ran on
+// alone at the end of the launch. `longest_last` says the longest blocks own the last row tiles (queries see
+// more keys the later they sit) rather than the first (keys are seen by more queries the earlier they sit).
+struct FaBlock {
+  int tile, head, batch;
+};
+__device__ __forceinline__ FaBlock fa_block_longest_first(bool longest_last) {
+  const int others = gridDim.y * gridDim.z;
+  const int linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const int rank = linear / others, rest = linear % others;
+  return {longest_last ? (int)gridDim.x - 1 - rank : rank, rest % (int)gridDim.y, rest / (int)gridDim.y};
+}
+
 // Grid (ceil(tq / FA_ROWS), heads, b), block FA_ROWS * D / FA_SLICE.
 template <typename T, int D>
 __device__ void flash_forward(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
@@ -70,8 +85,9 @@ __device__ void flash_forward(const T* q, const T* k, const T* v, T* out, float*
   constexpr int TPR = D / FA_SLICE;
   __shared__ __align__(16) float ks[FA_TILE][D];
   __shared__ __align__(16) float vs[FA_TILE][D];
-  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, h = blockIdx.y, bi = blockIdx.z;
-  const int first = blockIdx.x * FA_ROWS, i = first + row, pos = q_offset + i;
+  const FaBlock blk = fa_block_longest_first(true);
+  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, h = blk.head, bi = blk.batch;
+  const int first = blk.tile * FA_ROWS, i = first + row, pos = q_offset + i;
   const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
   const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
   const float c = scale * FA_LOG2E;
@@ -152,8 +168,9 @@ __device__ void flash_backward_dq(const T* q, const T* k, const T* v, const T* d
   constexpr int TPR = D / FA_SLICE;
   __shared__ __align__(16) float ks[FA_TILE][D];
   __shared__ __align__(16) float vs[FA_TILE][D];
-  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, h = blockIdx.y, bi = blockIdx.z;
-  const int first = blockIdx.x * FA_ROWS, i = first + row;
+  const FaBlock blk = fa_block_longest_first(true);
+  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, h = blk.head, bi = blk.batch;
+  const int first = blk.tile * FA_ROWS, i = first + row;
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * t * D;
   const size_t row_id = ((size_t)bi * heads + h) * t + i;
   const float c = scale * FA_LOG2E;
@@ -204,8 +221,9 @@ __device__ void flash_backward_dkv(const T* q, const T* k, const T* v, const T* 
   __shared__ __align__(16) float qs[FA_TILE][D];
   __shared__ __align__(16) float dos[FA_TILE][D];
   __shared__ float ls[FA_TILE], dls[FA_TILE];
-  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, kvh = blockIdx.y, bi = blockIdx.z;
-  const int first = blockIdx.x * FA_ROWS, j = first + row, rep = heads / kv_heads;
+  const FaBlock blk = fa_block_longest_first(false);
+  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, kvh = blk.head, bi = blk.batch;
+  const int first = blk.tile * FA_ROWS, j = first + row, rep = heads / kv_heads;
   const size_t key_id = ((size_t)bi * kv_heads + kvh) * t + j;
   const float c = scale * FA_LOG2E;
   float kr[FA_SLICE], vr[FA_SLICE], dkr[FA_SLICE], dvr[FA_SLICE];

@@ -192,7 +192,8 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
   __shared__ __align__(16) T vs[2][N][D + MMA_PAD];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   // The last rows see the most keys under the causal mask: their blocks go first, so no long block starts last.
-  const int h = blockIdx.y, bi = blockIdx.z, first = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, row0 = first + warp * 16;
+  const FaBlock blk = fa_block_longest_first(true);
+  const int h = blk.head, bi = blk.batch, first = blk.tile * FA_ROWS, row0 = first + warp * 16;
   const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
   const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
   const float c = scale * FA_LOG2E;
@@ -276,7 +277,8 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
   __shared__ __align__(16) T ks[2][N][D + MMA_PAD];
   __shared__ __align__(16) T vs[2][N][D + MMA_PAD];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  const int h = blockIdx.y, bi = blockIdx.z, first = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, row0 = first + warp * 16;
+  const FaBlock blk = fa_block_longest_first(true);
+  const int h = blk.head, bi = blk.batch, first = blk.tile * FA_ROWS, row0 = first + warp * 16;
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
   const size_t rows_base = ((size_t)bi * heads + h) * tlen;
   const float c = scale * FA_LOG2E;
@@ -339,7 +341,8 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
   __shared__ __align__(16) T dos[2][N][D + MMA_PAD];
   __shared__ float ls[2][N], dls[2][N];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  const int kvh = blockIdx.y, bi = blockIdx.z, first = blockIdx.x * FA_ROWS, key0 = first + warp * 16;
+  const FaBlock blk = fa_block_longest_first(false);
+  const int kvh = blk.head, bi = blk.batch, first = blk.tile * FA_ROWS, key0 = first + warp * 16;
   const int rep = heads / kv_heads;
   const size_t kv_base = ((size_t)bi * kv_heads + kvh) * tlen;
   const float c = scale * FA_LOG2E;

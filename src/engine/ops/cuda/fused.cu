@@ -484,6 +484,9 @@ __device__ void scatter_rows(const T* src, const uint32_t* index, T* out, int co
 INSTANTIATE_TRAINING(float, f32)
 INSTANTIATE_TRAINING(__nv_bfloat16, bf16)
 
+// ---- Splitting projections into heads with the rotary embedding, and back ----
+#include "heads.cuh"
+
 // ---- Fused (flash-style) attention: training forward and backward, prefill ----
 #include "flash_attention.cuh"
 

@@ -1,0 +1,47 @@
+//! Splitting a projection's rows into attention heads with the rotary embedding, and the gradient's way back.
+//! One pass each on CUDA (`cuda_training::heads_rope`); elsewhere a transpose and [`super::rope`] /
+//! [`super::rope_backward`], which also cover a partial rotary (tables narrower than half a head).
+
+use super::{cuda_kernels, cuda_training};
+use candle_core::{Result, Tensor};
+
+/// `x` (b, t, n * d) or (b * t, n * d) -> heads (b, n, t, d) contiguous, rotated by `rope` = (cos, sin) of the t
+/// positions when given.
+pub fn split_heads(
+    x: &Tensor,
+    (b, t, n, d): (usize, usize, usize, usize),
+    rope: Option<(&Tensor, &Tensor)>,
+) -> Result<Tensor> {
+    if fused_applies(x, t, d, rope) {
+        return cuda_training::heads_rope(x, (b, t, n, d), rope, false);
+    }
+    let heads = x.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous()?;
+    match rope {
+        Some((cos, sin)) => super::rope(&heads, cos, sin),
+        None => Ok(heads),
+    }
+}
+
+/// The gradient of [`split_heads`]: `dy` (b, n, t, d) -> (b * t, n * d), rotated back when `rope` is given.
+pub fn merge_heads_backward(dy: &Tensor, rope: Option<(&Tensor, &Tensor)>) -> Result<Tensor> {
+    let (b, n, t, d) = dy.dims4()?;
+    if fused_applies(dy, t, d, rope) {
+        return cuda_training::heads_rope(dy, (b, t, n, d), rope, true);
+    }
+    let dy = match rope {
+        Some((cos, sin)) => super::rope_backward(dy, cos, sin)?,
+        None => dy.clone(),
+    };
+    dy.transpose(1, 2)?.reshape((b * t, n * d))
+}
+
+/// The fused kernel's case: CUDA f32/bf16, and tables (t, d / 2) in the tensor's dtype (a whole-head rotary).
+fn fused_applies(x: &Tensor, t: usize, d: usize, rope: Option<(&Tensor, &Tensor)>) -> bool {
+    let tables_fit = |(cos, sin): (&Tensor, &Tensor)| {
+        cos.dims2().is_ok_and(|dims| dims == (t, d / 2))
+            && sin.shape() == cos.shape()
+            && cos.dtype() == x.dtype()
+            && sin.dtype() == x.dtype()
+    };
+    d % 2 == 0 && cuda_kernels::available(x.device(), x.dtype()) && rope.is_none_or(tables_fit)
+}
