@@ -149,6 +149,30 @@ fn bad_input_gives_clear_errors_not_panics() {
     assert!(!out.status.success() && err.contains("context"), "{err}");
 }
 
+/// `bench sample` prints one draw time per spread and refuses settings that cannot draw, saying which.
+#[test]
+fn bench_sample_times_draws_and_refuses_settings_that_draw_nothing() {
+    let out = cli(&["bench", "sample", "--vocab", "1000", "--spread", "0.1,8", "--draws", "5", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        assert_eq!(line["vocab"], 1000);
+        assert!(line["ms_per_draw"].as_f64().is_some_and(|ms| ms > 0.0), "{line}");
+    }
+    for (args, says) in [
+        (&["--temperature", "0"][..], "--temperature"),
+        (&["--spread=nan"][..], "--spread"),
+        (&["--vocab", "0"][..], "--vocab"),
+        (&["--top-p", "1.5"][..], "top-p"),
+    ] {
+        let out = cli(&[&["bench", "sample"][..], args].concat());
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success() && err.contains(says) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn smollm2_learns_the_sample_format_and_applies_it_to_a_new_country() {
     use metal_candle::engine::train::{self, LoraSettings, TrainConfig, TrainControl, TrainEvent};

@@ -7,12 +7,35 @@ use clap::{Args, Subcommand};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Prefill and decode tokens/s of greedy generation.
+    /// Prefill and decode tokens/s of generation (greedy unless --temperature is above 0).
     Generate(GenerateBenchArgs),
     /// Training step time, tokens/s and peak memory on random batches.
     Train(TrainBenchArgs),
     /// LoRA layer forward/backward times across hidden sizes and ranks, plus softmax and norms.
     Lora(LoraBenchArgs),
+    /// Time of one sampled draw over a vocabulary of random logits (the host side of sampled decoding).
+    Sample(SampleBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SampleBenchArgs {
+    /// Vocabulary size (Llama 3: 128256; SmolLM2: 49152).
+    #[arg(long, default_value_t = 128_256)]
+    pub vocab: usize,
+    /// Standard deviations of the normal logits, comma-separated (small: flat, large: peaked).
+    #[arg(long, value_delimiter = ',', default_value = "0.1,3,8")]
+    pub spread: Vec<f32>,
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f64,
+    #[arg(long, default_value_t = 0.9)]
+    pub top_p: f64,
+    /// 0 means off.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 200)]
+    pub draws: usize,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -61,6 +84,14 @@ pub struct GenerateBenchArgs {
     pub new_tokens: usize,
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
+    /// 0 means greedy (the default); above 0, tokens are sampled as `generate` samples them.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    #[arg(long, default_value_t = 0.9)]
+    pub top_p: f64,
+    /// 0 means off.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
     #[arg(long)]
     pub json: bool,
 }
@@ -70,7 +101,39 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Generate(a) => generate(&a),
         BenchCommand::Train(a) => train(&a),
         BenchCommand::Lora(a) => lora(&a),
+        BenchCommand::Sample(a) => sample(&a),
     }
+}
+
+fn sample(args: &SampleBenchArgs) -> anyhow::Result<()> {
+    let sampling = crate::engine::sampler::SamplingParams {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        ..Default::default()
+    };
+    sampling.validate(1)?;
+    if sampling.temperature <= 0.0 {
+        anyhow::bail!("--temperature must be above 0: greedy decoding draws nothing");
+    }
+    if !(1..=10_000_000).contains(&args.vocab) {
+        anyhow::bail!("--vocab must be 1 to 10,000,000, not {}", args.vocab);
+    }
+    if let Some(bad) = args.spread.iter().find(|s| !(s.is_finite() && **s >= 0.0)) {
+        anyhow::bail!("--spread must be finite and not negative, not {bad}");
+    }
+    for &spread in &args.spread {
+        let r = bench::bench_sample(args.vocab, spread, sampling.clone(), args.draws);
+        if args.json {
+            print_json(&r, "cpu", None)?;
+        } else {
+            println!(
+                "sample over {} logits (spread {spread}), temperature {}, top-p {}, top-k {}: {:.3} ms per draw ({} draws)",
+                r.vocab, r.temperature, r.top_p, r.top_k, r.ms_per_draw, r.draws
+            );
+        }
+    }
+    Ok(())
 }
 
 fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
@@ -144,15 +207,27 @@ fn lora(args: &LoraBenchArgs) -> anyhow::Result<()> {
 }
 
 fn generate(args: &GenerateBenchArgs) -> anyhow::Result<()> {
+    let sampling = crate::engine::sampler::SamplingParams {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        ..crate::engine::sampler::SamplingParams::greedy()
+    };
+    sampling.validate(args.new_tokens)?;
     let m = args.model.load()?;
-    let r = bench::bench_generate(&m, args.prompt_tokens, args.new_tokens, args.repeats)?;
+    let r = bench::bench_generate(&m, args.prompt_tokens, args.new_tokens, args.repeats, sampling)?;
     let (device, dtype) = device_and_dtype(&m);
     if args.json {
         print_json(&r, device, Some(&dtype))?;
     } else {
         println!(
-            "metal-candle generate on {device} {dtype}: prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens), best of {}",
-            r.prefill_tokens_per_sec, r.prompt_tokens, r.decode_tokens_per_sec, r.new_tokens, r.repeats
+            "metal-candle generate on {device} {dtype}: prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens, {}), best of {}",
+            r.prefill_tokens_per_sec,
+            r.prompt_tokens,
+            r.decode_tokens_per_sec,
+            r.new_tokens,
+            sampling_label(&r),
+            r.repeats
         );
         if r.graph_replays > 0 {
             println!("  {} of the last run's tokens replayed a captured CUDA graph", r.graph_replays);
@@ -162,6 +237,15 @@ fn generate(args: &GenerateBenchArgs) -> anyhow::Result<()> {
         eprintln!("note: decoding went on without a CUDA graph: {why}");
     }
     Ok(())
+}
+
+/// "greedy", or the sampling settings.
+fn sampling_label(r: &bench::GenerateBench) -> String {
+    if r.temperature <= 0.0 {
+        return "greedy".into();
+    }
+    let top_k = if r.top_k > 0 { format!(", top-k {}", r.top_k) } else { String::new() };
+    format!("sampled at temperature {}, top-p {}{top_k}", r.temperature, r.top_p)
 }
 
 fn device_and_dtype(m: &crate::engine::model::LoadedModel) -> (&'static str, String) {

@@ -14,6 +14,10 @@ pub struct GenerateBench {
     pub prefill_tokens_per_sec: f64,
     pub decode_tokens_per_sec: f64,
     pub repeats: usize,
+    /// The sampling every token went through (greedy unless asked).
+    pub temperature: f64,
+    pub top_p: f64,
+    pub top_k: usize,
     /// Tokens of the last run decoded by replaying a captured CUDA graph (0: none was used).
     pub graph_replays: usize,
     /// Why the last run stopped using a CUDA graph, when its capture failed.
@@ -35,17 +39,20 @@ pub fn synthetic_prompt(model: &LoadedModel, n: usize) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-/// Greedy generation of `new_tokens` (eos ignored) after a `prompt_tokens` prompt, after one warm-up run.
+/// Generation of `new_tokens` (eos ignored) after a `prompt_tokens` prompt, sampled as `sampling` says (greedy:
+/// [`SamplingParams::greedy`]), after one warm-up run.
 pub fn bench_generate(
     model: &LoadedModel,
     prompt_tokens: usize,
     new_tokens: usize,
     repeats: usize,
+    sampling: SamplingParams,
 ) -> Result<GenerateBench> {
+    let (temperature, top_p, top_k) = (sampling.temperature, sampling.top_p, sampling.top_k);
     let req = GenerateRequest {
         prompt_ids: synthetic_prompt(model, prompt_tokens)?,
         max_new_tokens: new_tokens,
-        sampling: SamplingParams::greedy(),
+        sampling,
         eos_token_ids: vec![],
         ignore_eos: true,
         stop_strings: vec![],
@@ -58,6 +65,9 @@ pub fn bench_generate(
         prefill_tokens_per_sec: 0.0,
         decode_tokens_per_sec: 0.0,
         repeats: repeats.max(1),
+        temperature,
+        top_p,
+        top_k,
         graph_replays: 0,
         graph_fallback: None,
     };
@@ -370,4 +380,40 @@ fn norm_and_softmax_cases(device: &candle_core::Device, repeats: usize) -> Resul
         out.push(LoraMicroResult { op: name.into(), hidden, rank: 0, forward_ms, backward_ms: Some(backward_ms) });
     }
     Ok(out)
+}
+
+/// Time of one sampled draw ([`crate::engine::sampler::Sampler::sample`]) over `vocab` random logits.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SampleBench {
+    pub vocab: usize,
+    /// Standard deviation of the normal logits: small is a flat distribution (a random-weight model's; the
+    /// top-p head is most of the vocabulary), large a peaked one.
+    pub spread: f32,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub top_k: usize,
+    pub draws: usize,
+    pub ms_per_draw: f64,
+}
+
+/// Draws `draws` tokens from copies of one row of `vocab` normal logits of standard deviation `spread`.
+pub fn bench_sample(vocab: usize, spread: f32, sampling: SamplingParams, draws: usize) -> SampleBench {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let normal = |rng: &mut rand::rngs::StdRng| {
+        let (u, v): (f32, f32) = (rng.random::<f32>().max(1e-9), rng.random());
+        (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
+    };
+    let logits: Vec<f32> = (0..vocab.max(1)).map(|_| spread * normal(&mut rng)).collect();
+    let (temperature, top_p, top_k) = (sampling.temperature, sampling.top_p, sampling.top_k);
+    let mut sampler = crate::engine::sampler::Sampler::new(sampling);
+    let previous: Vec<u32> = (0..64).collect();
+    let draws = draws.max(1);
+    let started = std::time::Instant::now();
+    for _ in 0..draws {
+        let mut row = logits.clone();
+        std::hint::black_box(sampler.sample(&mut row, &previous));
+    }
+    let ms_per_draw = started.elapsed().as_secs_f64() * 1e3 / draws as f64;
+    SampleBench { vocab: logits.len(), spread, temperature, top_p, top_k, draws, ms_per_draw }
 }

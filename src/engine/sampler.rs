@@ -104,44 +104,79 @@ impl Sampler {
         if p.temperature <= 0.0 {
             return argmax(logits);
         }
-        let candidates: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.is_finite())
-            .map(|(i, &l)| (i as u32, l / p.temperature as f32))
-            .collect();
-        if candidates.is_empty() {
-            return argmax(logits);
+        // Scaled in place (a positive factor keeps argmax's answer); non-finite logits are never drawn.
+        let temperature = p.temperature as f32;
+        for l in logits.iter_mut() {
+            *l /= temperature;
         }
         let r: f64 = self.rng.random();
-        pick(candidates, p.top_k, p.top_p, r)
+        pick(logits, p.top_k, p.top_p, r).unwrap_or_else(|| argmax(logits))
     }
 }
 
-/// The token that `r` (uniform in [0, 1)) draws from `candidates` (id, logit / temperature): the top `top_k`
-/// (0: all), then the top-p head, walked from the highest probability down. Only the head that the cut and the
-/// draw reach is sorted, grown until it suffices: sorting a whole 128k vocabulary per token took longer than a
-/// GPU decode step.
-fn pick(mut candidates: Vec<(u32, f32)>, top_k: usize, top_p: f64, r: f64) -> u32 {
-    // Highest first, ties by id: the order a stable sort by logit gives.
-    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    if top_k > 0 && top_k < candidates.len() {
+/// The weight of a token with scaled logit `l` under the largest scaled logit `max`: exp(l - max), summed in f64.
+fn weight(l: f32, max: f32) -> f64 {
+    (l - max).exp() as f64
+}
+
+/// The largest finite value (-inf when none), in sixteen independent lanes so that the pass vectorises: a fold
+/// with `f32::max` is one long dependency chain (half of a 128k-vocabulary draw's time).
+fn finite_max(values: &[f32]) -> f32 {
+    let larger = |m: f32, x: f32| if x.is_finite() && x > m { x } else { m };
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = values.chunks_exact(16);
+    let rest = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| larger(m, x));
+    for chunk in chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane = larger(*lane, x);
+        }
+    }
+    lanes.into_iter().fold(rest, larger)
+}
+
+/// Highest first, ties by id: the order a stable sort by logit gives.
+fn order(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// The token that `r` (uniform in [0, 1)) draws from `scaled` (logits / temperature): the top `top_k` (0: all),
+/// then the top-p head, walked from the highest probability down. None when no logit is finite. Only the head
+/// that the cut and the draw reach is sorted: the tokens within a margin of the largest logit (a prefix of the
+/// sorted order, ties included), the margin widened until it suffices. Sorting a whole 128k vocabulary per token
+/// took longer than a GPU decode step; so did building an (id, logit) pair per token and selecting among them.
+fn pick(scaled: &[f32], top_k: usize, top_p: f64, r: f64) -> Option<u32> {
+    let finite = scaled.iter().filter(|l| l.is_finite()).count();
+    if finite == 0 {
+        return None;
+    }
+    if top_k > 0 && top_k < finite {
+        let mut candidates: Vec<(u32, f32)> =
+            scaled.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect();
         candidates.select_nth_unstable_by(top_k - 1, order);
         candidates.truncate(top_k);
+        candidates.sort_by(order);
+        let max = candidates[0].1;
+        let total: f64 = candidates.iter().map(|&(_, l)| weight(l, max)).sum();
+        return draw(&candidates, true, max, total, top_p, r);
     }
-    let max = candidates.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
-    let total: f64 = candidates.iter().map(|(_, l)| ((l - max) as f64).exp()).sum();
-    let mut head = candidates.len().min(64);
+    let max = finite_max(scaled);
+    let total: f64 = scaled.iter().filter(|l| l.is_finite()).map(|&l| weight(l, max)).sum();
+    let mut margin = 8.0f32;
     loop {
-        if head < candidates.len() {
-            candidates.select_nth_unstable_by(head - 1, order);
+        let floor = if margin.is_finite() { max - margin } else { f32::NEG_INFINITY };
+        let mut head: Vec<(u32, f32)> = scaled
+            .iter()
+            .enumerate()
+            .filter(|(_, &l)| l.is_finite() && l >= floor)
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        head.sort_by(order);
+        let whole = head.len() == finite;
+        if let Some(token) = draw(&head, whole, max, total, top_p, r) {
+            return Some(token);
         }
-        candidates[..head].sort_by(order);
-        let whole = head == candidates.len();
-        if let Some(token) = draw(&candidates[..head], whole, max, total, top_p, r) {
-            return token;
-        }
-        head = (head * 8).min(candidates.len());
+        // e^-64 of the largest weight and below: beyond that, everything.
+        margin = if margin < 64.0 { margin * 2.0 } else { f32::INFINITY };
     }
 }
 
@@ -149,7 +184,7 @@ fn pick(mut candidates: Vec<(u32, f32)>, top_k: usize, top_p: f64, r: f64) -> u3
 /// the top-p cut: the smallest head whose probability reaches `top_p`, renormalised. None when `sorted` is not
 /// `whole` and the cut or the draw lies beyond it.
 fn draw(sorted: &[(u32, f32)], whole: bool, max: f32, total: f64, top_p: f64, r: f64) -> Option<u32> {
-    let probs: Vec<f64> = sorted.iter().map(|(_, l)| ((l - max) as f64).exp() / total).collect();
+    let probs: Vec<f64> = sorted.iter().map(|&(_, l)| weight(l, max) / total).collect();
     let kept = if top_p < 1.0 {
         let mut cumulative = 0.0;
         match probs.iter().position(|pr| {
@@ -220,24 +255,44 @@ mod tests {
     fn sorting_only_the_head_draws_what_a_full_sort_draws() {
         use rand::{Rng, SeedableRng};
         let mut rng = StdRng::seed_from_u64(11);
-        for case in 0..300 {
-            let n = [5, 70, 3000][case % 3];
-            // Peaked and flat distributions, with ties.
-            let spread = [0.5f32, 4.0, 12.0][case % 3];
-            let logits: Vec<(u32, f32)> =
-                (0..n as u32).map(|i| (i, (rng.random::<f32>() * spread * 8.0).round() / 8.0)).collect();
-            let (top_k, top_p) = ([0, 1, 10, 100][case % 4], [1.0, 0.9, 0.5, 0.999][(case / 4) % 4]);
+        for case in 0..400 {
+            let n = [5, 70, 3000, 300][case % 4];
+            // Peaked and flat distributions, with ties, spans past every margin, and logits never drawn.
+            let spread = [0.5f32, 4.0, 12.0, 40.0][case % 4];
+            let mut logits: Vec<f32> = (0..n).map(|_| (rng.random::<f32>() * spread * 8.0).round() / 8.0).collect();
+            if case % 5 == 0 {
+                logits[1] = f32::NAN;
+                logits[n - 1] = f32::NEG_INFINITY;
+            }
+            let (top_k, top_p) = ([0, 1, 10, 100][(case / 4) % 4], [1.0, 0.9, 0.5, 0.999][(case / 16) % 4]);
             let r: f64 = rng.random();
-            let mut full = logits.clone();
+            let mut full: Vec<(u32, f32)> =
+                logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect();
             full.sort_by(|a, b| b.1.total_cmp(&a.1));
             if top_k > 0 && top_k < full.len() {
                 full.truncate(top_k);
             }
             let max = full[0].1;
-            let total: f64 = full.iter().map(|(_, l)| ((l - max) as f64).exp()).sum();
+            let total: f64 = full.iter().map(|&(_, l)| weight(l, max)).sum();
             let want = draw(&full, true, max, total, top_p, r).unwrap();
-            assert_eq!(pick(logits, top_k, top_p, r), want, "case {case}: n {n} top_k {top_k} top_p {top_p}");
+            let got = pick(&logits, top_k, top_p, r).unwrap();
+            assert_eq!(got, want, "case {case}: n {n} top_k {top_k} top_p {top_p}");
         }
+        assert_eq!(pick(&[f32::NAN, f32::NEG_INFINITY], 0, 0.9, 0.5), None);
+    }
+
+    #[test]
+    fn the_largest_finite_value_skips_nan_and_infinities() {
+        let mut values: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin()).collect();
+        let want = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        values[3] = f32::NAN;
+        values[20] = f32::INFINITY;
+        values[36] = f32::NEG_INFINITY;
+        let without = values.iter().copied().filter(|v| v.is_finite()).fold(f32::NEG_INFINITY, f32::max);
+        assert!(without <= want);
+        assert_eq!(finite_max(&values), without);
+        assert_eq!(finite_max(&[f32::NAN, f32::INFINITY]), f32::NEG_INFINITY);
+        assert_eq!(finite_max(&[]), f32::NEG_INFINITY);
     }
 
     #[test]
