@@ -371,7 +371,7 @@ mod imp {
         ) -> Result<(CudaStorage, Shape)> {
             let Self { b, t, n, d, rotate, backward } = *self;
             let count = b * t * n * d;
-            if xl.shape().elem_count() != count || d % 2 != 0 {
+            if xl.shape().elem_count() != count || !d.is_multiple_of(2) {
                 bail!("heads-rope: {:?} is not {b} x {t} rows of {n} heads of {d}", xl.shape());
             }
             if rotate && (cl.shape().dims() != [t, d / 2] || sl.shape() != cl.shape()) {

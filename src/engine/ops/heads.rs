@@ -43,5 +43,5 @@ fn fused_applies(x: &Tensor, t: usize, d: usize, rope: Option<(&Tensor, &Tensor)
             && cos.dtype() == x.dtype()
             && sin.dtype() == x.dtype()
     };
-    d % 2 == 0 && cuda_kernels::available(x.device(), x.dtype()) && rope.is_none_or(tables_fit)
+    d.is_multiple_of(2) && cuda_kernels::available(x.device(), x.dtype()) && rope.is_none_or(tables_fit)
 }
