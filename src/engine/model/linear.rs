@@ -99,19 +99,26 @@ pub struct Linear {
     pub adapter_enabled: bool,
 }
 
-/// What the backward pass needs from one projection's training forward, beyond its input.
+/// What the backward pass needs from one projection's training forward: nothing for a frozen projection (its
+/// input gradient needs only the weight, so not even its input is held until the backward: with LoRA on q and v
+/// only, the MLP's inputs of every layer would otherwise stay alive, over a gigabyte at 1B x 4,096).
 pub struct LinearTape {
-    /// The input `x`, kept only when an adapter trains (its A gradient reads it): a frozen projection's input
-    /// gradient needs only the weight, so its input is not held until the backward (with LoRA on q and v
-    /// only, the MLP's inputs of every layer would otherwise stay alive, over a gigabyte at 1B x 4,096).
-    input: Option<Tensor>,
+    /// Present when an adapter trained in the forward.
+    adapter: Option<AdapterTape>,
+}
+
+/// An active adapter's part of [`LinearTape`].
+struct AdapterTape {
+    /// The projection's input `x` (the A gradient reads it).
+    input: Tensor,
     /// Dropout mask applied to the adapter's input (None without dropout).
     mask: Option<Tensor>,
-    /// `dropout(x) A` (rows, r), None when the projection has no active adapter.
-    xa: Option<Tensor>,
+    /// `dropout(x) A` (rows, r).
+    xa: Tensor,
     /// The adapter's A and B in the compute dtype, as the forward used them (the backward needs them again:
     /// in half precision each is a cast).
-    matrices: Option<(Tensor, Tensor)>,
+    a: Tensor,
+    b: Tensor,
 }
 
 impl Linear {
@@ -173,7 +180,7 @@ impl Linear {
     pub fn forward_train(&self, x: &Tensor, dropout: bool) -> Result<(Tensor, LinearTape)> {
         let y = self.base(x)?;
         let Some(adapter) = self.active_adapter() else {
-            return Ok((y, LinearTape { input: None, mask: None, xa: None, matrices: None }));
+            return Ok((y, LinearTape { adapter: None }));
         };
         let (a, b) = adapter.matrices(x.dtype())?;
         let mask = if dropout && adapter.dropout > 0.0 { Some(adapter.dropout_mask(x)?) } else { None };
@@ -183,7 +190,7 @@ impl Linear {
         };
         // `y` is the fresh frozen product: the update lands in it.
         let y = ops::matmul_add(Some(y), &xa, &b, adapter.scale)?;
-        Ok((y, LinearTape { input: Some(x.clone()), mask, xa: Some(xa), matrices: Some((a, b)) }))
+        Ok((y, LinearTape { adapter: Some(AdapterTape { input: x.clone(), mask, xa, a, b }) }))
     }
 
     /// Accumulates the adapter's gradients into `grads` and returns the input gradient as `input_grad` asks
@@ -200,20 +207,19 @@ impl Linear {
             InputGrad::New => Some(self.weight.matmul(dy, None)?),
             InputGrad::AddTo(acc) => Some(self.weight.matmul(dy, Some(acc))?),
         };
-        let (Some(adapter), Some(x), Some(xa), Some((a, b))) =
-            (self.active_adapter(), &tape.input, &tape.xa, &tape.matrices)
+        let (Some(adapter), Some(AdapterTape { input: x, mask, xa, a, b })) = (self.active_adapter(), &tape.adapter)
         else {
             return Ok(dx);
         };
         let scale = adapter.scale;
         let dxa = ops::matmul_add(None, dy, &b.t()?, scale)?; // (rows, r)
         grads.add(adapter.b.as_tensor(), &ops::matmul_add(None, &xa.t()?, dy, scale)?)?;
-        let x_in = match &tape.mask {
+        let x_in = match mask {
             Some(mask) => (x * mask)?,
             None => x.clone(),
         };
         grads.add(adapter.a.as_tensor(), &ops::matmul(&x_in.t()?, &dxa)?)?;
-        Ok(match (dx, &tape.mask) {
+        Ok(match (dx, mask) {
             (None, _) => None,
             (Some(dx), Some(mask)) => Some(ops::add(&dx, &(ops::matmul(&dxa, &a.t()?)? * mask)?)?),
             // `dx` is this pass's own product: the adapter's part is added in place.
