@@ -5,7 +5,7 @@
 //! (frozen_matmul.rs) and `ops::swiglu_matmul_t` for f32 and bf16 rows that meet the kernel's alignment;
 //! everything else, and `--no-gemv`, stays with cuBLAS. Built with the `cuda` feature only.
 
-use crate::engine::ops::cuda_kernels::launch::{func, int, output, with_dtype};
+use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
@@ -68,17 +68,13 @@ impl candle_core::CustomOp1 for SwigluGemv {
 
 fn launch(x: &CudaStorage, layout: &Layout, weight: &Tensor, gated: bool) -> Result<(CudaStorage, Shape)> {
     let (n, k) = weight.dims2()?;
-    let Some((x_start, x_end)) = layout.contiguous_offsets() else { candle_core::bail!("gemv: input not contiguous") };
     let (w_storage, w_layout) = weight.storage_and_layout();
-    let Some((w_start, w_end)) = w_layout.contiguous_offsets() else {
-        candle_core::bail!("gemv: weight not contiguous")
-    };
     let Storage::Cuda(w) = &*w_storage else { candle_core::bail!("gemv: the weight is not on the GPU") };
     let dev = x.device().clone();
     let f = func!(x, "gemv_rows")?;
     let slice = with_dtype!(x, T, {
         let out = output::<T>(&dev, n)?;
-        let (xv, wv) = (x.as_cuda_slice::<T>()?.slice(x_start..x_end), w.as_cuda_slice::<T>()?.slice(w_start..w_end));
+        let (xv, wv) = (view::<T>(x, layout, "gemv input")?, view::<T>(w, w_layout, "gemv weight")?);
         let mut b = f.builder();
         b.arg(&xv);
         b.arg(&wv);
