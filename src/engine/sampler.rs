@@ -149,9 +149,12 @@ fn pick(scaled: &[f32], top_k: usize, top_p: f64, r: f64) -> Option<u32> {
     if finite == 0 {
         return None;
     }
+    // The finite tokens at or above `floor`, as (id, scaled logit).
+    let at_least = |floor: f32| -> Vec<(u32, f32)> {
+        scaled.iter().enumerate().filter(|(_, &l)| l.is_finite() && l >= floor).map(|(i, &l)| (i as u32, l)).collect()
+    };
     if top_k > 0 && top_k < finite {
-        let mut candidates: Vec<(u32, f32)> =
-            scaled.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect();
+        let mut candidates = at_least(f32::NEG_INFINITY);
         candidates.select_nth_unstable_by(top_k - 1, order);
         candidates.truncate(top_k);
         candidates.sort_by(order);
@@ -163,13 +166,8 @@ fn pick(scaled: &[f32], top_k: usize, top_p: f64, r: f64) -> Option<u32> {
     let total: f64 = scaled.iter().filter(|l| l.is_finite()).map(|&l| weight(l, max)).sum();
     let mut margin = 8.0f32;
     loop {
-        let floor = if margin.is_finite() { max - margin } else { f32::NEG_INFINITY };
-        let mut head: Vec<(u32, f32)> = scaled
-            .iter()
-            .enumerate()
-            .filter(|(_, &l)| l.is_finite() && l >= floor)
-            .map(|(i, &l)| (i as u32, l))
-            .collect();
+        // `max` is finite: an infinite margin takes every finite token.
+        let mut head = at_least(max - margin);
         head.sort_by(order);
         let whole = head.len() == finite;
         if let Some(token) = draw(&head, whole, max, total, top_p, r) {
