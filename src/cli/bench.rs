@@ -27,11 +27,8 @@ pub struct SampleBenchArgs {
     pub spread: Vec<f32>,
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f64,
-    #[arg(long, default_value_t = 0.9)]
-    pub top_p: f64,
-    /// 0 means off.
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
+    #[command(flatten)]
+    pub cut: super::SamplingCutArgs,
     #[arg(long, default_value_t = 200)]
     pub draws: usize,
     #[arg(long)]
@@ -87,11 +84,8 @@ pub struct GenerateBenchArgs {
     /// 0 means greedy (the default); above 0, tokens are sampled as `generate` samples them.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
-    #[arg(long, default_value_t = 0.9)]
-    pub top_p: f64,
-    /// 0 means off.
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
+    #[command(flatten)]
+    pub cut: super::SamplingCutArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -106,12 +100,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
 }
 
 fn sample(args: &SampleBenchArgs) -> anyhow::Result<()> {
-    let sampling = crate::engine::sampler::SamplingParams {
-        temperature: args.temperature,
-        top_p: args.top_p,
-        top_k: args.top_k,
-        ..Default::default()
-    };
+    let sampling = args.cut.params(args.temperature, Default::default());
     sampling.validate(1)?;
     if sampling.temperature <= 0.0 {
         anyhow::bail!("--temperature must be above 0: greedy decoding draws nothing");
@@ -207,12 +196,7 @@ fn lora(args: &LoraBenchArgs) -> anyhow::Result<()> {
 }
 
 fn generate(args: &GenerateBenchArgs) -> anyhow::Result<()> {
-    let sampling = crate::engine::sampler::SamplingParams {
-        temperature: args.temperature,
-        top_p: args.top_p,
-        top_k: args.top_k,
-        ..crate::engine::sampler::SamplingParams::greedy()
-    };
+    let sampling = args.cut.params(args.temperature, crate::engine::sampler::SamplingParams::greedy());
     sampling.validate(args.new_tokens)?;
     let m = args.model.load()?;
     let r = bench::bench_generate(&m, args.prompt_tokens, args.new_tokens, args.repeats, sampling)?;

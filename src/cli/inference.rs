@@ -88,11 +88,8 @@ pub struct GenerateArgs {
     /// 0 means greedy (0 to 100).
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f64,
-    #[arg(long, default_value_t = 0.9)]
-    pub top_p: f64,
-    /// 0 means off.
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
+    #[command(flatten)]
+    pub cut: super::SamplingCutArgs,
     #[arg(long, default_value_t = 1.0)]
     pub repetition_penalty: f32,
     #[arg(long, default_value_t = 42)]
@@ -109,13 +106,8 @@ pub struct GenerateArgs {
 }
 
 pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
-    let sampling = SamplingParams {
-        temperature: args.temperature,
-        top_p: args.top_p,
-        top_k: args.top_k,
-        repetition_penalty: args.repetition_penalty,
-        seed: args.seed,
-    };
+    let rest = SamplingParams { repetition_penalty: args.repetition_penalty, seed: args.seed, ..Default::default() };
+    let sampling = args.cut.params(args.temperature, rest);
     // The engine's one sampling check, before the model loads (the chat pane runs the same).
     sampling.validate(args.max_tokens)?;
     let m = args.model.load()?;

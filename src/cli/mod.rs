@@ -167,6 +167,28 @@ pub fn load_model_showing_progress(
         .with_context(|| format!("loading model {}", path.display()))
 }
 
+/// The top-p / top-k cut of sampling, shared by `generate`, `bench generate` and `bench sample`, with the
+/// engine's defaults.
+#[derive(Debug, Clone, Args)]
+pub struct SamplingCutArgs {
+    #[arg(long, default_value_t = crate::engine::sampler::SamplingParams::default().top_p)]
+    pub top_p: f64,
+    /// 0 means off.
+    #[arg(long, default_value_t = crate::engine::sampler::SamplingParams::default().top_k)]
+    pub top_k: usize,
+}
+
+impl SamplingCutArgs {
+    /// Sampling at `temperature` with this cut, the other settings from `rest`.
+    pub fn params(
+        &self,
+        temperature: f64,
+        rest: crate::engine::sampler::SamplingParams,
+    ) -> crate::engine::sampler::SamplingParams {
+        crate::engine::sampler::SamplingParams { temperature, top_p: self.top_p, top_k: self.top_k, ..rest }
+    }
+}
+
 /// Options shared by every command that loads a model.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
