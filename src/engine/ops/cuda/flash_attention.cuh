@@ -59,8 +59,10 @@ template <int D> __device__ __forceinline__ float dot_shared(const float* mine, 
   return row_sum<D / FA_SLICE>(acc);
 }
 
+// Bitwise, not short-circuit: every term is a cheap compare, and `&&` made the compiler branch once per element
+// of a tile.
 __device__ __forceinline__ bool fa_visible(int pos, int j, int limit, int window) {
-  return j < limit && j <= pos && (window <= 0 || pos - j < window);
+  return (j < limit) & (j <= pos) & ((window <= 0) | (pos - j < window));
 }
 
 // This block's (row tile, head, batch) in a grid (tiles, heads, b), numbered so that blocks are started longest

@@ -114,6 +114,12 @@ __device__ __forceinline__ void mma_rows_async(const T* src, long long stride, i
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(row < limit ? 16 : 0));
   }
 }
+// src[index] into shared `dst` as cp.async (4 bytes), zero-filled when `ok` is false (nothing past src is read).
+__device__ __forceinline__ void cp_async_f32(float* dst, const float* src, size_t index, bool ok) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(ok ? src + index : src),
+               "r"(ok ? 4 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most `pending` committed groups are still in flight (0 or 1).
 __device__ __forceinline__ void cp_async_wait(bool pending) {
@@ -177,6 +183,17 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffff, v, 2);
 }
 
+// Whether every key j0..j1 is visible from every query position p0..p1 (the interior of the causal band, inside
+// the window): such a tile needs no per-element mask, the common case at long lengths. Bounds (rows and keys
+// inside the tensors) are the caller's part of the test.
+__device__ __forceinline__ bool fa_tile_visible(int p0, int p1, int j0, int j1, int window) {
+  return j1 <= p0 && (window <= 0 || p1 - j0 < window);
+}
+// A compile-time flag for the generic lambdas that run a tile's element loop with and without the mask.
+template <bool B> struct FaMasked {
+  static constexpr bool value = B;
+};
+
 // Keys per tile: 64 at head_dim 64, 32 at 128 (shared memory stays under 48 KiB).
 template <int D> struct MmaTile {
   static constexpr int N = D == 128 ? 32 : 64;
@@ -218,15 +235,22 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
     for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
     mma_abt<T, D, N>(qf, ks[buf], s);
     float mx[2] = {-INFINITY, -INFINITY};
+    auto scale = [&](auto masked) {
 #pragma unroll
-    for (int n = 0; n < N / 8; n++) {
+      for (int n = 0; n < N / 8; n++) {
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
-        s[n][e] = valid[r] && fa_visible(pos[r], j, tk, window) ? s[n][e] * c : -INFINITY;
-        mx[r] = fmaxf(mx[r], s[n][e]);
+        for (int e = 0; e < 4; e++) {
+          const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
+          const bool keep = !decltype(masked)::value || (valid[r] & fa_visible(pos[r], j, tk, window));
+          s[n][e] = keep ? s[n][e] * c : -INFINITY;
+          mx[r] = fmaxf(mx[r], s[n][e]);
+        }
       }
-    }
+    };
+    if (row0 + 16 <= tq && j0 + N <= tk && fa_tile_visible(pos[0], pos[0] + 15, j0, j0 + N - 1, window))
+      scale(FaMasked<false>{});
+    else
+      scale(FaMasked<true>{});
     float base[2], corr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -308,15 +332,22 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
     for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
     mma_abt<T, D, N>(qf, ks[buf], s);
     mma_abt<T, D, N>(df, vs[buf], dp);
+    auto grad = [&](auto masked) {
 #pragma unroll
-    for (int n = 0; n < N / 8; n++) {
+      for (int n = 0; n < N / 8; n++) {
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
-        const float p = row[r] < tlen && fa_visible(row[r], j, tlen, window) ? exp2f(s[n][e] * c - li[r]) : 0.f;
-        s[n][e] = p * (dp[n][e] - di[r]);
+        for (int e = 0; e < 4; e++) {
+          const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
+          const bool keep = !decltype(masked)::value || ((row[r] < tlen) & fa_visible(row[r], j, tlen, window));
+          const float p = keep ? exp2f(s[n][e] * c - li[r]) : 0.f;
+          s[n][e] = p * (dp[n][e] - di[r]);
+        }
       }
-    }
+    };
+    if (row0 + 16 <= tlen && j0 + N <= tlen && fa_tile_visible(row0, row0 + 15, j0, j0 + N - 1, window))
+      grad(FaMasked<false>{});
+    else
+      grad(FaMasked<true>{});
     mma_pb<T, D, N>(s, ks[buf], acc);
     __syncthreads();
   }
@@ -357,45 +388,55 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
   }
   const int key[2] = {key0 + g, key0 + g + 8};
   const int hi = window > 0 ? min(tlen, first + FA_ROWS - 1 + window) : tlen;
-  // The (query head of the group, query tile) pairs in order; the next pair's tiles are copied while the
-  // products run on this one.
+  // The (query head of the group, query tile) pairs in order; the next pair's tiles, logsumexps and deltas are
+  // copied (cp.async, zeros past the end) while the products run on this one.
   const int tiles = first < hi ? (hi - first + N - 1) / N : 0, steps = rep * tiles;
-  auto load = [&](int step, int buf) {
-    const int h = kvh * rep + step / tiles, i0 = first + (step % tiles) * N;
-    const size_t q_base = ((size_t)bi * heads + h) * tlen;
+  int load_head = kvh * rep, load_tile = 0;
+  auto load = [&](int buf) {
+    const int i0 = first + load_tile * N;
+    const size_t q_base = ((size_t)bi * heads + load_head) * tlen;
     mma_rows_async<T, D, N>(q + q_base * D, D, i0, tlen, qs[buf]);
-    mma_rows_async<T, D, N>(d_out + ((size_t)bi * tlen * heads + h) * D, (long long)heads * D, i0, tlen, dos[buf]);
-    cp_async_commit();
+    mma_rows_async<T, D, N>(d_out + ((size_t)bi * tlen * heads + load_head) * D, (long long)heads * D, i0, tlen,
+                            dos[buf]);
     for (int r = threadIdx.x; r < N; r += blockDim.x) {
-      ls[buf][r] = i0 + r < tlen ? lse[q_base + i0 + r] : INFINITY;
-      dls[buf][r] = i0 + r < tlen ? delta[q_base + i0 + r] : 0.f;
+      cp_async_f32(&ls[buf][r], lse, q_base + i0 + r, i0 + r < tlen);
+      cp_async_f32(&dls[buf][r], delta, q_base + i0 + r, i0 + r < tlen);
     }
+    cp_async_commit();
+    if (++load_tile == tiles) load_tile = 0, load_head++;
   };
-  if (steps > 0) load(0, 0);
-  for (int step = 0, buf = 0; step < steps; step++, buf ^= 1) {
+  if (steps > 0) load(0);
+  for (int step = 0, buf = 0, i0 = first; step < steps; step++, buf ^= 1) {
     const bool next = step + 1 < steps;
-    if (next) load(step + 1, buf ^ 1);
+    if (next) load(buf ^ 1);
     cp_async_wait(next);
     __syncthreads();
-    const int i0 = first + (step % tiles) * N;
     float s[N / 8][4], dp[N / 8][4];
 #pragma unroll
     for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
     mma_abt<T, D, N>(kf, qs[buf], s);
     mma_abt<T, D, N>(vf, dos[buf], dp);
+    auto grad = [&](auto masked) {
 #pragma unroll
-    for (int n = 0; n < N / 8; n++) {
+      for (int n = 0; n < N / 8; n++) {
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
-        const float p = i < tlen && fa_visible(i, key[r], tlen, window) ? exp2f(s[n][e] * c - ls[buf][col]) : 0.f;
-        s[n][e] = p;
-        dp[n][e] = p * (dp[n][e] - dls[buf][col]);
+        for (int e = 0; e < 4; e++) {
+          const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
+          const bool keep = !decltype(masked)::value || ((i < tlen) & fa_visible(i, key[r], tlen, window));
+          const float p = keep ? exp2f(s[n][e] * c - ls[buf][col]) : 0.f;
+          s[n][e] = p;
+          dp[n][e] = p * (dp[n][e] - dls[buf][col]);
+        }
       }
-    }
+    };
+    if (key0 + 16 <= tlen && i0 + N <= tlen && fa_tile_visible(i0, i0 + N - 1, key0, key0 + 15, window))
+      grad(FaMasked<false>{});
+    else
+      grad(FaMasked<true>{});
     mma_pb<T, D, N>(s, dos[buf], dva);
     mma_pb<T, D, N>(dp, qs[buf], dka);
     __syncthreads();
+    i0 = i0 + N < first + tiles * N ? i0 + N : first;
   }
 #pragma unroll
   for (int r = 0; r < 2; r++) {
