@@ -9,6 +9,7 @@
 // reads a tile along its columns, so no tile is ever stored transposed).
 
 #define MMA_WARPS 4
+#define MMA_THREADS (MMA_WARPS * 32)  // the block size of every kernel here
 #define MMA_PAD 8
 
 template <typename T> __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, const uint32_t* b);
@@ -49,16 +50,19 @@ template <typename T> __device__ __forceinline__ bool rows_aligned16(const T* sr
 template <typename T, int D, int R>
 __device__ __forceinline__ void mma_rows(const T* src, long long stride, int first, int limit, T (*dst)[D + MMA_PAD]) {
   constexpr int V = 16 / sizeof(T);
+  static_assert(R * D / V % MMA_THREADS == 0, "a tile is a whole number of 16-byte copies per thread");
   if (rows_aligned16(src, stride)) {
-    for (int idx = threadIdx.x; idx < R * D / V; idx += blockDim.x) {
-      const int r = idx / (D / V), c = (idx % (D / V)) * V, row = first + r;
+#pragma unroll 1
+    for (int k = 0; k < R * D / V / MMA_THREADS; k++) {
+      const int idx = threadIdx.x + k * MMA_THREADS, r = idx / (D / V), c = (idx % (D / V)) * V, row = first + r;
       *reinterpret_cast<uint4*>(&dst[r][c]) =
           row < limit ? *reinterpret_cast<const uint4*>(src + row * stride + c) : make_uint4(0u, 0u, 0u, 0u);
     }
     return;
   }
-  for (int idx = threadIdx.x; idx < R * D / 2; idx += blockDim.x) {
-    const int r = idx / (D / 2), c = (idx % (D / 2)) * 2, row = first + r;
+#pragma unroll 1
+  for (int k = 0; k < R * D / 2 / MMA_THREADS; k++) {
+    const int idx = threadIdx.x + k * MMA_THREADS, r = idx / (D / 2), c = (idx % (D / 2)) * 2, row = first + r;
     *reinterpret_cast<uint32_t*>(&dst[r][c]) = row < limit ? ld2(src + row * stride + c) : 0u;
   }
 }
@@ -107,8 +111,9 @@ __device__ __forceinline__ void mma_rows_async(const T* src, long long stride, i
     mma_rows<T, D, R>(src, stride, first, limit, dst);
     return;
   }
-  for (int idx = threadIdx.x; idx < R * D / V; idx += blockDim.x) {
-    const int r = idx / (D / V), c = (idx % (D / V)) * V, row = first + r;
+#pragma unroll 1
+  for (int k = 0; k < R * D / V / MMA_THREADS; k++) {
+    const int idx = threadIdx.x + k * MMA_THREADS, r = idx / (D / V), c = (idx % (D / V)) * V, row = first + r;
     const T* from = row < limit ? src + row * stride + c : src;
     const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(&dst[r][c]));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(row < limit ? 16 : 0));
@@ -174,6 +179,14 @@ __device__ __forceinline__ void mma_pb(const float (*p)[4], const T (*b)[D + MMA
   }
 }
 
+// 2^x on the special-function unit, subnormal results flushed to zero (probabilities below 2^-126 do not
+// matter); exp2f adds a range fix-up of three instructions per element.
+__device__ __forceinline__ float fa_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
@@ -235,28 +248,29 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
     for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
     mma_abt<T, D, N>(qf, ks[buf], s);
     float mx[2] = {-INFINITY, -INFINITY};
-    auto scale = [&](auto masked) {
+    // Scores stay unscaled until the exponent (one FMA each); masked ones become -inf.
+    auto mask = [&](auto masked) {
 #pragma unroll
       for (int n = 0; n < N / 8; n++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
           const bool keep = !decltype(masked)::value || (valid[r] & fa_visible(pos[r], j, tk, window));
-          s[n][e] = keep ? s[n][e] * c : -INFINITY;
+          if (!keep) s[n][e] = -INFINITY;
           mx[r] = fmaxf(mx[r], s[n][e]);
         }
       }
     };
     if (row0 + 16 <= tq && j0 + N <= tk && fa_tile_visible(pos[0], pos[0] + 15, j0, j0 + N - 1, window))
-      scale(FaMasked<false>{});
+      mask(FaMasked<false>{});
     else
-      scale(FaMasked<true>{});
+      mask(FaMasked<true>{});
     float base[2], corr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-      const float m_new = fmaxf(m[r], quad_max(mx[r]));
+      const float m_new = fmaxf(m[r], quad_max(mx[r]) * c);
       base[r] = m_new == -INFINITY ? 0.f : m_new;
-      corr[r] = exp2f(m[r] - base[r]);
+      corr[r] = fa_exp2(m[r] - base[r]);
       m[r] = m_new;
       l[r] *= corr[r];
     }
@@ -264,7 +278,7 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
     for (int n = 0; n < N / 8; n++) {
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        s[n][e] = exp2f(s[n][e] - base[e >> 1]);
+        s[n][e] = fa_exp2(fmaf(s[n][e], c, -base[e >> 1]));
         l[e >> 1] += s[n][e];
       }
     }
@@ -339,7 +353,7 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
         for (int e = 0; e < 4; e++) {
           const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
           const bool keep = !decltype(masked)::value || ((row[r] < tlen) & fa_visible(row[r], j, tlen, window));
-          const float p = keep ? exp2f(s[n][e] * c - li[r]) : 0.f;
+          const float p = keep ? fa_exp2(fmaf(s[n][e], c, -li[r])) : 0.f;
           s[n][e] = p * (dp[n][e] - di[r]);
         }
       }
@@ -398,7 +412,7 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
     mma_rows_async<T, D, N>(q + q_base * D, D, i0, tlen, qs[buf]);
     mma_rows_async<T, D, N>(d_out + ((size_t)bi * tlen * heads + load_head) * D, (long long)heads * D, i0, tlen,
                             dos[buf]);
-    for (int r = threadIdx.x; r < N; r += blockDim.x) {
+    for (int r = threadIdx.x; r < N; r += MMA_THREADS) {
       cp_async_f32(&ls[buf][r], lse, q_base + i0 + r, i0 + r < tlen);
       cp_async_f32(&dls[buf][r], delta, q_base + i0 + r, i0 + r < tlen);
     }
@@ -423,7 +437,7 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
         for (int e = 0; e < 4; e++) {
           const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
           const bool keep = !decltype(masked)::value || ((i < tlen) & fa_visible(i, key[r], tlen, window));
-          const float p = keep ? exp2f(s[n][e] * c - ls[buf][col]) : 0.f;
+          const float p = keep ? fa_exp2(fmaf(s[n][e], c, -ls[buf][col])) : 0.f;
           s[n][e] = p;
           dp[n][e] = p * (dp[n][e] - dls[buf][col]);
         }
