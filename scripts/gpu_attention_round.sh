@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Lent-GPU rounds for the fused CUDA attention and the training-step comparison against PyTorch, run on the device
 # machine from the repo root with a carried folder $G (default .gpu-cuda) that holds:
-#   metal-candle.xz, cuda_attention.xz, cuda_decode.xz   this build (--no-default-features --features cuda), xz'd
+#   metal-candle.xz, cuda_attention.xz, cuda_decode.xz, cuda_optimizer.xz   this build (--no-default-features --features cuda), xz'd
 #   gpu-libs.sh                ../shared/cuda/gpu-libs.sh (LD_LIBRARY_PATH to PyTorch's CUDA libraries)
 #   smollm2_tokenizer.json     a tokenizer for the random model folders
 #   liger_kernel-*.whl         Liger kernels (installed into /tmp/site; triton and torch are on the machine)
 #   bench_peft_train.py, make_smollm2_hf.py   copies of scripts/ of the same commit
 # Modes (each one device call; logs under $2, a summary in $2/round.txt, every step's output in $2/raw.tar.xz):
 #   check   the fused attention against autograd (tests/cuda_attention.rs), the fused decode and prefill against
-#           the CPU (tests/cuda_decode.rs), tiny-llama training native vs portable (f32 and bf16), and our step
+#           the CPU (tests/cuda_decode.rs), the optimizer and the head loss (tests/cuda_optimizer.rs), tiny-llama training native vs portable (f32 and bf16), and our step
 #           on the Llama-3.2-1B shape (4 x 1024, 1 x 4096; all-linear, q,v), alternating with the previous build
 #           ($G/metal-candle-prev.xz) when carried; one run with phases, one without the fused attention
 #   table SHAPE   SHAPE = 1b-4x1024 | 1b-1x4096 | smollm2-8x512: for q,v and all-linear, alternating ours,
@@ -21,7 +21,7 @@ set -uo pipefail
 MODE="$1"; DEST="$2"; SHAPE="${3:-}"; G="${G:-.gpu-cuda}"
 RAW=/tmp/round-$MODE$SHAPE; mkdir -p "$RAW" "$DEST"; LOG="$DEST/round.txt"
 unxz() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2"; chmod +x "$2"; }
-for b in metal-candle cuda_attention cuda_decode; do [ -f "$G/$b.xz" ] && unxz "$G/$b.xz" "/tmp/$b"; done
+for b in metal-candle cuda_attention cuda_decode cuda_optimizer; do [ -f "$G/$b.xz" ] && unxz "$G/$b.xz" "/tmp/$b"; done
 MC="bash $G/gpu-libs.sh /tmp/metal-candle"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$G"/liger_kernel-*.whl \
   && export PYTHONPATH=/tmp/site
@@ -56,6 +56,7 @@ case "$MODE" in
 check)
   step cuda_attention_test bash "$G/gpu-libs.sh" /tmp/cuda_attention --test-threads 1 --nocapture
   step cuda_decode_test bash "$G/gpu-libs.sh" /tmp/cuda_decode --test-threads 1
+  step cuda_optimizer_test bash "$G/gpu-libs.sh" /tmp/cuda_optimizer --test-threads 1 --nocapture
   T="--model tests/fixtures/tiny-llama --data assets/sample-chat --iters 20 --batch-size 4 --seq-len 96 --lr 1e-2 --targets all-linear --rank 4 --alpha 8 --dropout 0.1 --save-every 0 --val-every 10 --seed 0 --device cuda --json"
   for d in f32 bf16; do for k in native portable; do
     step "train_tiny_${d}_$k" $MC train $T --dtype $d --out "$(mktemp -d)" --name t --kernels $k

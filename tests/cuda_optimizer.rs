@@ -1,9 +1,11 @@
 //! The fused CUDA optimizer (AdamW in place, the gradient norm) against the composed one on the CPU: the same
 //! parameters and gradients over twelve steps with weight decay and clipping coefficients, then the parameters,
-//! both moments and the norms compared (built with `--features cuda`; skipped without a GPU).
+//! both moments and the norms compared; and the head + loss (one cross-entropy kernel per chunk of rows) against
+//! the CPU's (built with `--features cuda`; skipped without a GPU).
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
+use metal_candle::engine::ops::head_nll;
 use metal_candle::engine::train::optimizer::{clip_coefficient, grad_norm, AdamW, AdamWParams};
 
 fn max_rel_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -55,4 +57,38 @@ fn fused_adamw_and_grad_norm_match_the_composed_cpu_update() {
     // The moments moved: the test would not notice an update that never ran.
     let moved = max_rel_diff(&initial[0], on_cuda.params()[0].1.as_tensor());
     assert!(moved > 1e-3, "the parameters did not move ({moved})");
+}
+
+/// Vocabularies a multiple of eight take the kernel's 16-byte path, others its element path; a row whose target
+/// holds the largest logit and rows of tied logits check the online max-and-sum pass.
+#[test]
+fn head_loss_kernel_matches_the_cpu_in_f32_and_bf16() {
+    let Ok(cuda) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    let cpu = Device::Cpu;
+    for (rows, hidden, vocab) in [(37usize, 64usize, 4096usize), (9, 32, 1001), (3, 16, 8)] {
+        let x = Tensor::randn(0f32, 1.0, (rows, hidden), &cpu).unwrap();
+        let mut head = Tensor::randn(0f32, 0.5, (vocab, hidden), &cpu).unwrap();
+        if vocab == 8 {
+            head = head.zeros_like().unwrap(); // every logit tied at zero
+        }
+        let targets: Vec<u32> = (0..rows).map(|i| ((i * 7919) % vocab) as u32).collect();
+        let want = head_nll(&x, &head, &targets, Some(0.25)).unwrap();
+        let want_grad = want.grad_hidden.as_ref().unwrap();
+        for (dtype, tol) in [(DType::F32, 1e-4f32), (DType::BF16, 3e-2)] {
+            let on = |t: &Tensor| t.to_device(&cuda).unwrap().to_dtype(dtype).unwrap();
+            let got = head_nll(&on(&x), &on(&head), &targets, Some(0.25)).unwrap();
+            let grad = got.grad_hidden.unwrap().to_dtype(DType::F32).unwrap();
+            let nll_err = ((got.nll_sum - want.nll_sum) / want.nll_sum.abs().max(1e-9)).abs() as f32;
+            let grad_err = max_rel_diff(want_grad, &grad);
+            eprintln!(
+                "rows {rows} vocab {vocab} {dtype:?}: nll {} vs {}, grad error {grad_err:.1e}",
+                got.nll_sum, want.nll_sum
+            );
+            assert!(nll_err < tol, "nll {} vs {} ({dtype:?}, vocab {vocab})", got.nll_sum, want.nll_sum);
+            assert!(grad_err < tol, "gradient error {grad_err} ({dtype:?}, vocab {vocab})");
+        }
+    }
 }

@@ -78,6 +78,27 @@ fn apply_backward(norm: &Option<RmsNorm>, x: Option<&Tensor>, dy: Tensor) -> Res
     }
 }
 
+/// `(x + delta, norm(x + delta))` (the sum twice without a norm): the residual add and the norm after it, in one
+/// pass where a kernel does both.
+fn add_then_apply(norm: &Option<RmsNorm>, x: &Tensor, delta: &Tensor) -> Result<(Tensor, Tensor)> {
+    match norm {
+        Some(n) => n.add_forward(x, delta),
+        None => {
+            let sum = ops::add(x, delta)?;
+            Ok((sum.clone(), sum))
+        }
+    }
+}
+
+/// `addend + apply_backward(norm, x, dy)`: a residual branch's gradient joined by the one through the norm, in
+/// one pass where a kernel does both.
+fn apply_backward_add(norm: &Option<RmsNorm>, x: Option<&Tensor>, dy: Tensor, addend: &Tensor) -> Result<Tensor> {
+    match (norm, x) {
+        (Some(n), Some(x)) => n.backward_add(x, &dy, addend),
+        _ => Ok(ops::add(addend, &apply_backward(norm, x, dy)?)?),
+    }
+}
+
 /// One decoder layer: `x + post(attention(pre(x)))`, then `x + post(mlp(pre(x)))`, with the norms the
 /// family has ([`LayerNorms`]).
 #[derive(Debug, Clone)]
@@ -163,8 +184,8 @@ impl DecoderLayer {
         let normed_in = apply(&self.norms.attention_input, x)?;
         let (attn_out, attention) = self.self_attn.forward_train(&normed_in, ctx)?;
         let attn_raw = self.norms.attention_output.as_ref().map(|_| attn_out.clone());
-        let x_mid = ops::add(x, &self.residual(apply(&self.norms.attention_output, &attn_out)?)?)?;
-        let normed_mid = apply(&self.norms.mlp_input, &x_mid)?;
+        let attn_delta = self.residual(apply(&self.norms.attention_output, &attn_out)?)?;
+        let (x_mid, normed_mid) = add_then_apply(&self.norms.mlp_input, x, &attn_delta)?;
         let (down, mlp) = self.mlp.forward_train(&normed_mid, ctx)?;
         let mlp_raw = self.norms.mlp_output.as_ref().map(|_| down.clone());
         let out = ops::add(&x_mid, &self.residual(apply(&self.norms.mlp_output, &down)?)?)?;
@@ -183,14 +204,13 @@ impl DecoderLayer {
     ) -> Result<Option<Tensor>> {
         let d_down = apply_backward(&self.norms.mlp_output, tape.mlp_raw.as_ref(), self.residual(d_out.clone())?)?;
         let d_normed_mid = self.mlp.backward(&tape.mlp, &d_down, grads)?;
-        let d_mid = ops::add(d_out, &apply_backward(&self.norms.mlp_input, Some(&tape.x_mid), d_normed_mid)?)?;
+        let d_mid = apply_backward_add(&self.norms.mlp_input, Some(&tape.x_mid), d_normed_mid, d_out)?;
         let d_attn =
             apply_backward(&self.norms.attention_output, tape.attn_raw.as_ref(), self.residual(d_mid.clone())?)?;
         let Some(d_normed_in) = self.self_attn.backward(&tape.attention, &d_attn, ctx, grads, need_input_grad)? else {
             return Ok(None);
         };
-        let d_in = apply_backward(&self.norms.attention_input, Some(&tape.x), d_normed_in)?;
-        Ok(Some(ops::add(&d_mid, &d_in)?))
+        Ok(Some(apply_backward_add(&self.norms.attention_input, Some(&tape.x), d_normed_in, &d_mid)?))
     }
 
     /// A block's output scaled by the residual multiplier (the same factor scales its gradient backward).

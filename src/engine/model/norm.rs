@@ -63,6 +63,16 @@ impl RmsNorm {
         Ok(ops::rms_norm_backward(x, self.factor(), self.eps, dy)?)
     }
 
+    /// `(x + delta, forward(x + delta))`: the residual add before the norm, fused with it where a kernel does both.
+    pub fn add_forward(&self, x: &Tensor, delta: &Tensor) -> Result<(Tensor, Tensor)> {
+        Ok(ops::add_rms_norm(x, delta, self.factor(), self.eps)?)
+    }
+
+    /// `addend + backward(x, dy)`, in one pass where a kernel does both.
+    pub fn backward_add(&self, x: &Tensor, dy: &Tensor, addend: &Tensor) -> Result<Tensor> {
+        Ok(ops::rms_norm_backward_add(x, self.factor(), self.eps, dy, addend)?)
+    }
+
     /// Bytes the norm holds (the factor counted when it is a tensor of its own).
     pub fn size_in_bytes(&self) -> u64 {
         let bytes = |t: &Tensor| (t.elem_count() * t.dtype().size_in_bytes()) as u64;

@@ -20,7 +20,7 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
         return Tensor::from_vec(dx, x.shape(), x.device());
     }
     if fused_on_gpu(x) {
-        return super::cuda_training::rms_norm_backward(x, weight, eps, dy);
+        return super::cuda_residual::rms_norm_backward(x, weight, eps, dy, None);
     }
     let dtype = x.dtype();
     let (xf, gw) = (upcast(x)?, upcast(&dy.broadcast_mul(weight)?)?);
@@ -29,6 +29,15 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
     let dot = (&gw * &xhat)?.mean_keepdim(D::Minus1)?;
     let dx = (gw - xhat.broadcast_mul(&dot)?)?.broadcast_mul(&inv)?;
     dx.to_dtype(dtype)
+}
+
+/// `addend + rms_norm_backward(x, weight, eps, dy)`: a residual branch's gradient joined by the gradient through
+/// the norm on that branch, in the same pass on CUDA.
+pub fn rms_norm_backward_add(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor, addend: &Tensor) -> Result<Tensor> {
+    if fused_on_gpu(x) && addend.dtype() == x.dtype() {
+        return super::cuda_residual::rms_norm_backward(x, weight, eps, dy, Some(addend));
+    }
+    super::add(addend, &rms_norm_backward(x, weight, eps, dy)?)
 }
 
 /// Gradient of rotary embedding: the inverse rotation of the output gradient (rope with -sin), on the rotary

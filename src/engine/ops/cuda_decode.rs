@@ -36,11 +36,8 @@ pub struct DecodeShape {
     pub window: usize,
 }
 
-/// `(x + delta, rms_norm(x + delta) * weight)` for contiguous x, delta: (..., hidden).
-pub fn add_rms_norm(x: &Tensor, delta: &Tensor, weight: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
-    let both = x.contiguous()?.apply_op3_no_bwd(&delta.contiguous()?, weight, &imp::AddRmsNorm { eps: eps as f32 })?;
-    Ok((both.get(0)?, both.get(1)?))
-}
+/// `(x + delta, rms_norm(x + delta) * weight)`: the residual add and the norm after it (cuda_residual.rs).
+pub use super::cuda_residual::add_rms_norm;
 
 /// `silu(gate) * up` for `gate_up` (..., 2 * inter) holding gate then up: (..., inter).
 pub fn silu_mul_halves(gate_up: &Tensor) -> Result<Tensor> {
@@ -132,55 +129,6 @@ mod imp {
             // SAFETY: as above; one block reads the `parts` partials and writes one index.
             unsafe { b.launch(one) }.w()?;
             Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from(())))
-        }
-    }
-
-    pub struct AddRmsNorm {
-        pub eps: f32,
-    }
-
-    impl candle_core::CustomOp3 for AddRmsNorm {
-        fn name(&self) -> &'static str {
-            "add-rms-norm"
-        }
-
-        refuse_cpu!(CustomOp3, "add-rms-norm");
-
-        fn cuda_fwd(
-            &self,
-            x: &CudaStorage,
-            xl: &Layout,
-            d: &CudaStorage,
-            dl: &Layout,
-            w: &CudaStorage,
-            wl: &Layout,
-        ) -> Result<(CudaStorage, Shape)> {
-            let dims = xl.shape().dims();
-            let cols = dims[dims.len() - 1];
-            let rows = xl.shape().elem_count() / cols;
-            if dl.shape() != xl.shape() || wl.shape().elem_count() != cols {
-                bail!("add-rms-norm: shapes {:?} + {:?}, weight {:?}", xl.shape(), dl.shape(), wl.shape());
-            }
-            let dev = x.device().clone();
-            let f = func!(x, "add_rms_norm")?;
-            let slice = with_dtype!(x, T, {
-                let out = output::<T>(&dev, 2 * rows * cols)?;
-                let (xv, dv, wv) = (view::<T>(x, xl, "x")?, view::<T>(d, dl, "delta")?, view::<T>(w, wl, "weight")?);
-                let mut b = f.builder();
-                b.arg(&xv);
-                b.arg(&dv);
-                b.arg(&wv);
-                b.arg(&out);
-                candle_core::builder_arg!(b, int(rows), int(cols), self.eps);
-                let block = if cols >= 1024 { 512 } else { 128 };
-                let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
-                // SAFETY: arguments match the kernel's signature; buffers are sized above.
-                unsafe { b.launch(cfg) }.w()?;
-                CudaStorage::wrap_cuda_slice(out, dev.clone())
-            });
-            let mut out_dims = vec![2];
-            out_dims.extend_from_slice(dims);
-            Ok((slice, Shape::from(out_dims)))
         }
     }
 
@@ -380,10 +328,6 @@ mod imp {
     use crate::engine::ops::cuda_kernels::cpu_only_op;
 
     pub struct Argmax;
-    #[allow(dead_code)]
-    pub struct AddRmsNorm {
-        pub eps: f32,
-    }
     pub struct SiluMulHalves;
     #[allow(dead_code)]
     pub struct KvWrite {
@@ -396,7 +340,6 @@ mod imp {
         pub position: Option<candle_core::Tensor>,
     }
     cpu_only_op!(Argmax, CustomOp1, "argmax-row");
-    cpu_only_op!(AddRmsNorm, CustomOp3, "add-rms-norm");
     cpu_only_op!(SiluMulHalves, CustomOp1, "silu-mul-halves");
     cpu_only_op!(KvWrite, InplaceOp3, "kv-write");
     cpu_only_op!(Attention, CustomOp3, "decode-attention");

@@ -1,6 +1,7 @@
 //! Fused CUDA kernels for the hand-written training pass (src/engine/ops/cuda/fused.cu): attention
-//! probabilities, the split into heads with the rotary embedding (and back), the SwiGLU gate, scattering the head's row gradients back, and the input gradients of RMS
-//! norm, softmax and the SwiGLU gate. Composed from Candle ops
+//! probabilities, the split into heads with the rotary embedding (and back), the SwiGLU gate, scattering the
+//! head's row gradients back, the head's cross-entropy, and the input gradients of softmax and the SwiGLU gate
+//! (RMS norm's, with the residual add, in cuda_residual.rs). Composed from Candle ops
 //! each is 5-15 launches and, in bf16, f32 copies of (tokens x width) or (heads x T x T) tensors; here one
 //! pass. f32 and bf16 on CUDA ([`super::cuda_kernels::available`]); the callers in ops/ compose otherwise.
 
@@ -15,12 +16,6 @@ pub fn masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>) -> Res
 /// `scale * p * (dp - sum(dp * p))` per row: the input gradient of a scaled softmax from its output `p`.
 pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
     p.contiguous()?.apply_op2_no_bwd(&dp.contiguous()?, &imp::SoftmaxBackward { scale: scale as f32 })
-}
-
-/// Input gradient of `rms_norm(x, weight, eps)` for the output gradient `dy`.
-pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> Result<Tensor> {
-    let op = imp::RmsNormBackward { eps: eps as f32 };
-    x.contiguous()?.apply_op3_no_bwd(&dy.contiguous()?, &weight.contiguous()?, &op)
 }
 
 /// Cross-entropy of each row of `logits` (rows, vocab) against `targets` (rows, u32, on the device): the
@@ -185,50 +180,6 @@ mod imp {
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             });
             Ok((slice, pl.shape().clone()))
-        }
-    }
-
-    pub struct RmsNormBackward {
-        pub eps: f32,
-    }
-
-    impl candle_core::CustomOp3 for RmsNormBackward {
-        fn name(&self) -> &'static str {
-            "rms-norm-backward"
-        }
-
-        refuse_cpu!(CustomOp3, "rms-norm-backward");
-
-        fn cuda_fwd(
-            &self,
-            x: &CudaStorage,
-            xl: &Layout,
-            dy: &CudaStorage,
-            dl: &Layout,
-            w: &CudaStorage,
-            wl: &Layout,
-        ) -> Result<(CudaStorage, Shape)> {
-            same_shape(xl, dl, "rms-norm-backward")?;
-            let (rows, cols, cfg) = per_row(xl);
-            if wl.shape().elem_count() != cols {
-                bail!("rms-norm-backward: weight {:?} for rows of {cols}", wl.shape());
-            }
-            let dev = x.device().clone();
-            let f = func!(x, "rms_norm_backward")?;
-            let slice = with_dtype!(x, T, {
-                let out = output::<T>(&dev, rows * cols)?;
-                let (xv, dv, wv) = (view::<T>(x, xl, "x")?, view::<T>(dy, dl, "dy")?, view::<T>(w, wl, "weight")?);
-                let mut b = f.builder();
-                b.arg(&xv);
-                b.arg(&dv);
-                b.arg(&wv);
-                b.arg(&out);
-                candle_core::builder_arg!(b, int(cols), self.eps);
-                // SAFETY: arguments match the kernel's signature; buffers are sized above.
-                unsafe { b.launch(cfg) }.w()?;
-                CudaStorage::wrap_cuda_slice(out, dev.clone())
-            });
-            Ok((slice, xl.shape().clone()))
         }
     }
 
@@ -460,10 +411,6 @@ mod imp {
         pub scale: f32,
     }
     #[allow(dead_code)]
-    pub struct RmsNormBackward {
-        pub eps: f32,
-    }
-    #[allow(dead_code)]
     pub struct HeadsRope {
         pub b: usize,
         pub t: usize,
@@ -480,7 +427,6 @@ mod imp {
     cpu_only_op!(ScatterRows, InplaceOp3, "scatter-rows");
     cpu_only_op!(MaskedSoftmax, CustomOp1, "masked-softmax");
     cpu_only_op!(SoftmaxBackward, CustomOp2, "softmax-backward");
-    cpu_only_op!(RmsNormBackward, CustomOp3, "rms-norm-backward");
     cpu_only_op!(SiluMulBackward, CustomOp3, "silu-mul-backward");
 
     pub fn cross_entropy_rows(

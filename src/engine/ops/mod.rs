@@ -23,6 +23,7 @@ mod cuda_gemv;
 pub mod cuda_graph;
 mod cuda_kernels;
 pub mod cuda_optimizer;
+mod cuda_residual;
 mod cuda_training;
 mod frozen_matmul;
 mod frozen_matmul_half;
@@ -35,7 +36,10 @@ mod qgemv;
 mod quantized;
 mod quantized_head_loss;
 
-pub use backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
+pub use backward::{
+    gelu_tanh_mul_backward, rms_norm_backward, rms_norm_backward_add, rope_backward, silu_mul_backward,
+    softmax_backward,
+};
 pub use cuda_attention::Logsumexp;
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t, swiglu_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
@@ -93,6 +97,17 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     }
     let mean_sq = x.sqr()?.mean_keepdim(D::Minus1)?;
     x.broadcast_div(&(mean_sq + eps)?.sqrt()?)?.broadcast_mul(weight)
+}
+
+/// `(x + delta, rms_norm(x + delta, weight))`: a residual add and the norm that reads its sum, in one pass on
+/// CUDA (`cuda_residual.rs`), composed elsewhere.
+pub fn add_rms_norm(x: &Tensor, delta: &Tensor, weight: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+    if cuda_kernels::available(x.device(), x.dtype()) && delta.dtype() == x.dtype() && weight.dtype() == x.dtype() {
+        return cuda_residual::add_rms_norm(x, delta, weight, eps);
+    }
+    let sum = add(x, delta)?;
+    let normed = rms_norm(&sum, weight, eps)?;
+    Ok((sum, normed))
 }
 
 /// Rotary embedding, "rotate half" layout as in Hugging Face Llama. `x`: (b, heads, t, head_dim);

@@ -16,6 +16,26 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// 16 bytes of T as floats and back (the element-wise passes below move 16 bytes per load where every buffer is
+// 16-byte aligned and the length a multiple of the group, one element at a time otherwise).
+template <typename T> struct Group16 {
+  static constexpr int V = 16 / sizeof(T);
+};
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+template <typename T> __device__ __forceinline__ void load16(const T* p, float* v) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < Group16<T>::V; k++) v[k] = to_f(e[k]);
+}
+template <typename T> __device__ __forceinline__ void store16(T* p, const float* v) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < Group16<T>::V; k++) e[k] = from_f<T>(v[k]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
 // 16-byte chunks of a row that each thread keeps in registers between the two passes (decoding is bound by
 // the latency of this one-block row: one round of 16-byte loads, no re-reading of what was just stored).
 #define ADD_NORM_KEEP 2
@@ -47,13 +67,13 @@ __device__ __forceinline__ uint4 scale_chunk(uint4 s, uint4 w, float inv) {
 // Residual add then RMS norm: out[0 .. rows*cols] = x + delta (rounded to T), out[rows*cols ..] = its norm
 // times w. One block per row.
 template <typename T>
-__device__ void add_rms_norm(const T* x, const T* delta, const T* w, T* out, int rows, int cols, float eps) {
+__device__ void add_rms_norm(const T* x, const T* delta, const T* w, T* sum, T* normed, int cols, float eps) {
   __shared__ float partial[32];
   const int row = blockIdx.x;
   const T* xr = x + (size_t)row * cols;
   const T* dr = delta + (size_t)row * cols;
-  T* sum_out = out + (size_t)row * cols;
-  T* norm_out = out + (size_t)rows * cols + (size_t)row * cols;
+  T* sum_out = sum + (size_t)row * cols;
+  T* norm_out = normed + (size_t)row * cols;
   const int per = 16 / (int)sizeof(T), chunks = cols / per;
   const bool vec = cols % per == 0 && ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(dr) |
                                         reinterpret_cast<uintptr_t>(sum_out) | reinterpret_cast<uintptr_t>(norm_out) |
@@ -309,9 +329,9 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
 }
 
 #define INSTANTIATE(T, SUFFIX)                                                                                     \
-  extern "C" __global__ void add_rms_norm_##SUFFIX(const T* x, const T* delta, const T* w, T* out, int rows,     \
+  extern "C" __global__ void add_rms_norm_##SUFFIX(const T* x, const T* delta, const T* w, T* sum, T* normed,   \
                                                    int cols, float eps) {                                        \
-    add_rms_norm<T>(x, delta, w, out, rows, cols, eps);                                                          \
+    add_rms_norm<T>(x, delta, w, sum, normed, cols, eps);                                                        \
   }                                                                                                              \
   extern "C" __global__ void silu_mul_halves_##SUFFIX(const T* gu, T* out, int rows, int inter) {                \
     silu_mul_halves<T>(gu, out, rows, inter);                                                                    \
@@ -407,43 +427,112 @@ __device__ void softmax_backward(const T* p, const T* dp, T* dx, int cols, float
     dx[row * cols + i] = from_f<T>(scale * to_f(pr[i]) * (to_f(gr[i]) - dot));
 }
 
-// RMS norm's input gradient (frozen weight): inv * (g - xhat * mean(g * xhat)), g = dy * w, xhat = x * inv.
+// RMS norm's input gradient (frozen weight): inv * (g - xhat * mean(g * xhat)), g = dy * w, xhat = x * inv; with
+// `addend` non-null its row is added (the residual branch's gradient, summed in the same pass).
 template <typename T>
-__device__ void rms_norm_backward(const T* x, const T* dy, const T* w, T* dx, int cols, float eps) {
+__device__ void rms_norm_backward(const T* x, const T* dy, const T* w, const T* addend, T* dx, int cols, float eps) {
   __shared__ float scratch[32];
+  constexpr int V = Group16<T>::V;
   const size_t row = blockIdx.x;
-  const T *xr = x + row * cols, *gr = dy + row * cols;
+  const T *xr = x + row * cols, *gr = dy + row * cols, *ar = addend == nullptr ? nullptr : addend + row * cols;
+  T* out = dx + row * cols;
+  const bool wide = cols % V == 0 && aligned16(xr) && aligned16(gr) && aligned16(w) && aligned16(out) &&
+                    (ar == nullptr || aligned16(ar));
   float sq = 0.f, gx = 0.f;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-    const float v = to_f(xr[i]);
-    sq += v * v;
-    gx += to_f(gr[i]) * to_f(w[i]) * v;
+  if (wide) {
+    for (int c = threadIdx.x * V; c < cols; c += blockDim.x * V) {
+      float xv[V], gv[V], wv[V];
+      load16(xr + c, xv);
+      load16(gr + c, gv);
+      load16(w + c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        sq += xv[k] * xv[k];
+        gx += gv[k] * wv[k] * xv[k];
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+      const float v = to_f(xr[i]);
+      sq += v * v;
+      gx += to_f(gr[i]) * to_f(w[i]) * v;
+    }
   }
   sq = block_sum(sq, scratch);
   gx = block_sum(gx, scratch);
   const float inv = rsqrtf(sq / cols + eps);
   const float dot = gx * inv / cols;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-    const float g = to_f(gr[i]) * to_f(w[i]);
-    dx[row * cols + i] = from_f<T>(inv * (g - to_f(xr[i]) * inv * dot));
+  auto grad = [&](float xi, float gi, float wi, float ai) { return ai + inv * (gi * wi - xi * inv * dot); };
+  if (wide) {
+    for (int c = threadIdx.x * V; c < cols; c += blockDim.x * V) {
+      float xv[V], gv[V], wv[V], av[V];
+      load16(xr + c, xv);
+      load16(gr + c, gv);
+      load16(w + c, wv);
+      if (ar != nullptr) {
+        load16(ar + c, av);
+      } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) av[k] = 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < V; k++) av[k] = grad(xv[k], gv[k], wv[k], av[k]);
+      store16(out + c, av);
+    }
+  } else {
+    for (int i = threadIdx.x; i < cols; i += blockDim.x)
+      out[i] = from_f<T>(grad(to_f(xr[i]), to_f(gr[i]), to_f(w[i]), ar == nullptr ? 0.f : to_f(ar[i])));
   }
 }
 
 // Gradients of silu(gate) * up: out[0 .. n] = d gate, out[n .. 2n] = d up.
 template <typename T>
 __device__ void silu_mul_backward(const T* gate, const T* up, const T* dm, T* out, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const float g = to_f(gate[i]), u = to_f(up[i]), d = to_f(dm[i]);
+  auto grads = [](float g, float u, float d, float* dg, float* du) {
     const float sig = 1.f / (1.f + __expf(-g));
-    out[i] = from_f<T>(d * u * sig * (1.f + g * (1.f - sig)));
-    out[n + i] = from_f<T>(d * g * sig);
+    *dg = d * u * sig * (1.f + g * (1.f - sig));
+    *du = d * g * sig;
+  };
+  constexpr int V = Group16<T>::V;
+  const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+  if (n % V == 0 && aligned16(gate) && aligned16(up) && aligned16(dm) && aligned16(out)) {
+    for (size_t c = first * V; c < n; c += stride * V) {
+      float g[V], u[V], d[V], dg[V], du[V];
+      load16(gate + c, g);
+      load16(up + c, u);
+      load16(dm + c, d);
+#pragma unroll
+      for (int k = 0; k < V; k++) grads(g[k], u[k], d[k], &dg[k], &du[k]);
+      store16(out + c, dg);
+      store16(out + n + c, du);
+    }
+    return;
+  }
+  for (size_t i = first; i < n; i += stride) {
+    float dg, du;
+    grads(to_f(gate[i]), to_f(up[i]), to_f(dm[i]), &dg, &du);
+    out[i] = from_f<T>(dg);
+    out[n + i] = from_f<T>(du);
   }
 }
 
 // silu(gate) * up, one pass (f32 math, one rounding).
 template <typename T>
 __device__ void silu_mul(const T* gate, const T* up, T* out, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+  constexpr int V = Group16<T>::V;
+  const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+  if (n % V == 0 && aligned16(gate) && aligned16(up) && aligned16(out)) {
+    for (size_t c = first * V; c < n; c += stride * V) {
+      float g[V], u[V];
+      load16(gate + c, g);
+      load16(up + c, u);
+#pragma unroll
+      for (int k = 0; k < V; k++) g[k] = g[k] / (1.f + __expf(-g[k])) * u[k];
+      store16(out + c, g);
+    }
+    return;
+  }
+  for (size_t i = first; i < n; i += stride) {
     const float g = to_f(gate[i]);
     out[i] = from_f<T>(g / (1.f + __expf(-g)) * to_f(up[i]));
   }
@@ -466,9 +555,9 @@ __device__ void scatter_rows(const T* src, const uint32_t* index, T* out, int co
   extern "C" __global__ void softmax_backward_##SUFFIX(const T* p, const T* dp, T* dx, int cols, float scale) {  \
     softmax_backward<T>(p, dp, dx, cols, scale);                                                                 \
   }                                                                                                              \
-  extern "C" __global__ void rms_norm_backward_##SUFFIX(const T* x, const T* dy, const T* w, T* dx, int cols,   \
-                                                        float eps) {                                             \
-    rms_norm_backward<T>(x, dy, w, dx, cols, eps);                                                               \
+  extern "C" __global__ void rms_norm_backward_##SUFFIX(const T* x, const T* dy, const T* w, const T* addend,    \
+                                                        T* dx, int cols, float eps) {                            \
+    rms_norm_backward<T>(x, dy, w, addend, dx, cols, eps);                                                       \
   }                                                                                                              \
   extern "C" __global__ void silu_mul_backward_##SUFFIX(const T* gate, const T* up, const T* dm, T* out,        \
                                                         unsigned long long n) {                                  \
@@ -493,25 +582,65 @@ INSTANTIATE_TRAINING(__nv_bfloat16, bf16)
 // ---- Cross-entropy over the head's logits, one block per row ----
 // nll[row] = logsumexp(logits[row]) - logits[row][target[row]]; with dlogits non-null also
 // dlogits[row] = scale * (softmax(logits[row]) - onehot(target[row])), the head's output gradient.
+// Two passes over the row: the max and the sum of exponentials together (the sum rescaled when the max grows),
+// then the gradient; 16-byte loads and stores when the rows allow them (a 128k vocabulary in bf16 is 256 KB a
+// row, so the passes are bound by memory).
 template <typename T>
 __device__ void cross_entropy_rows(const T* logits, const uint32_t* targets, T* dlogits, float* nll, int vocab,
                                    float scale) {
   __shared__ float scratch[32];
+  constexpr int V = 16 / sizeof(T);
   const size_t row = blockIdx.x;
   const T* x = logits + row * vocab;
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, to_f(x[i]));
-  m = block_max(m, scratch);
-  float s = 0.f;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) s += __expf(to_f(x[i]) - m);
-  s = block_sum(s, scratch);
-  const float lse = m + __logf(s);
+  T* d = dlogits == nullptr ? nullptr : dlogits + row * vocab;
+  const bool wide =
+      vocab % V == 0 && ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(d)) & 15) == 0;
+  float m = -INFINITY, s = 0.f;
+  auto take = [&](const float* v, int count) {
+    float top = v[0];
+    for (int k = 1; k < count; k++) top = fmaxf(top, v[k]);
+    if (top > m) {
+      s *= __expf(m - top);
+      m = top;
+    }
+    if (m == -INFINITY) return;  // every value so far is -inf
+    for (int k = 0; k < count; k++) s += __expf(v[k] - m);
+  };
+  if (wide) {
+    for (int c = threadIdx.x; c < vocab / V; c += blockDim.x) {
+      const uint4 raw = reinterpret_cast<const uint4*>(x)[c];
+      const T* e = reinterpret_cast<const T*>(&raw);
+      float v[V];
+#pragma unroll
+      for (int k = 0; k < V; k++) v[k] = to_f(e[k]);
+      take(v, V);
+    }
+  } else {
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = to_f(x[i]);
+      take(&v, 1);
+    }
+  }
+  const float top = block_max(m, scratch);
+  s = block_sum(m == -INFINITY ? 0.f : s * __expf(m - top), scratch);
+  const float lse = top + __logf(s);
   const uint32_t target = targets[row];
   if (threadIdx.x == 0) nll[row] = lse - to_f(x[target]);
-  if (dlogits == nullptr) return;
-  T* d = dlogits + row * vocab;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-    d[i] = from_f<T>(scale * (__expf(to_f(x[i]) - lse) - (i == (int)target ? 1.f : 0.f)));
+  if (d == nullptr) return;
+  auto grad = [&](float v, int i) { return from_f<T>(scale * (__expf(v - lse) - (i == (int)target ? 1.f : 0.f))); };
+  if (wide) {
+    for (int c = threadIdx.x; c < vocab / V; c += blockDim.x) {
+      const uint4 raw = reinterpret_cast<const uint4*>(x)[c];
+      const T* e = reinterpret_cast<const T*>(&raw);
+      uint4 out;
+      T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
+      for (int k = 0; k < V; k++) o[k] = grad(to_f(e[k]), c * V + k);
+      reinterpret_cast<uint4*>(d)[c] = out;
+    }
+  } else {
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) d[i] = grad(to_f(x[i]), i);
+  }
 }
 
 extern "C" __global__ void cross_entropy_rows_f32(const float* logits, const uint32_t* targets, float* dlogits,
