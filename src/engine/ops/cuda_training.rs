@@ -343,9 +343,12 @@ mod imp {
                 lb.arg(&sv);
                 lb.arg(&out);
                 candle_core::builder_arg!(lb, int(b), int(t), int(n), int(d), rotate as i32, backward as i32);
+                // Threads for the kernel's units: 16-byte groups of pairs where the half-head splits into them.
+                let group = 16 / std::mem::size_of::<T>();
+                let units = if (d / 2) % group == 0 { count / 2 / group } else { count / 2 };
                 // SAFETY: arguments match the kernel's signature; `out` holds `count` elements and the tables
                 // (t, d / 2) were checked above (unread without `rotate`).
-                unsafe { lb.launch(grid_stride(count / 2)) }.w()?;
+                unsafe { lb.launch(grid_stride(units)) }.w()?;
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             });
             let shape = if backward { Shape::from((b * t, n * d)) } else { Shape::from((b, n, t, d)) };

@@ -42,7 +42,8 @@ pub fn linear_forward_backward(projection: &Linear, x: &Tensor) -> candle_core::
 struct PhaseTimer {
     device: candle_core::Device,
     last: Option<std::time::Instant>,
-    phases: Vec<(&'static str, f64)>,
+    /// (phase, milliseconds until the host had queued its work, milliseconds until the device finished it).
+    phases: Vec<(&'static str, f64, f64)>,
 }
 
 impl PhaseTimer {
@@ -53,16 +54,20 @@ impl PhaseTimer {
 
     fn mark(&mut self, phase: &'static str) -> candle_core::Result<()> {
         if let Some(last) = self.last {
+            let queued = last.elapsed().as_secs_f64() * 1e3;
             self.device.synchronize()?;
-            self.phases.push((phase, last.elapsed().as_secs_f64() * 1e3));
+            self.phases.push((phase, queued, last.elapsed().as_secs_f64() * 1e3));
             self.last = Some(std::time::Instant::now());
         }
         Ok(())
     }
 
+    /// Each phase's time, and how much of it the host took to queue the work: a phase whose host time is close
+    /// to its whole time is bound by launches and host work, not by the device.
     fn report(&self) {
         if self.last.is_some() {
-            let parts: Vec<String> = self.phases.iter().map(|(name, ms)| format!("{name} {ms:.1} ms")).collect();
+            let parts: Vec<String> =
+                self.phases.iter().map(|(name, host, ms)| format!("{name} {ms:.1} ms (host {host:.1})")).collect();
             eprintln!("step phases: {}", parts.join(", "));
         }
     }
