@@ -217,8 +217,34 @@ fn new_cuda() -> candle_core::Result<Device> {
         // SAFETY: nothing was allocated on this device yet, and all its work goes to one stream per thread
         // (Candle's per-thread stream), the case in which cudarc's events never synchronise anything.
         unsafe { cuda.disable_event_tracking() };
+        keep_freed_memory(cuda)?;
     }
     Ok(device)
+}
+
+/// The device's memory pool (which Candle's stream-ordered allocations come from) keeps what is freed for the
+/// next allocations instead of handing it back to the driver at every synchronisation (its default release
+/// threshold is 0). A training step frees its activations and allocates them again in the next step, and the
+/// step synchronises several times (the loss, the gradient norm), so the memory was unmapped and mapped again
+/// every step. PyTorch's caching allocator keeps its memory the same way; the process's GPU memory then stays
+/// at its peak until it exits.
+#[cfg(feature = "cuda")]
+fn keep_freed_memory(cuda: &candle_core::CudaDevice) -> candle_core::Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    use candle_core::cuda_backend::WrapErr;
+    let device = cuda.cuda_stream().context().cu_device();
+    let mut threshold = u64::MAX;
+    // SAFETY: `device` is the CUDA device this context was made for, and the release threshold attribute takes a
+    // u64.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(device).w()?;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+        .w()
+    }
 }
 
 fn new_metal() -> std::result::Result<Device, String> {
