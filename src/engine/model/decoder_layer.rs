@@ -121,6 +121,14 @@ pub struct LayerTape {
     mlp: MlpTape,
 }
 
+impl LayerTape {
+    /// The layer's input (the sum, when it came as a pair): what gradient checkpointing keeps to run the layer
+    /// again.
+    pub fn input(&self) -> &Tensor {
+        &self.x
+    }
+}
+
 impl DecoderLayer {
     pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, index: usize) -> Result<Self> {
         let prefix = format!("model.layers.{index}");
@@ -179,17 +187,28 @@ impl DecoderLayer {
         }
     }
 
-    /// Training forward: `x` (rows, hidden) -> the layer's output (rows, hidden) and its tape.
-    pub fn forward_train(&self, x: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, LayerTape)> {
-        let normed_in = apply(&self.norms.attention_input, x)?;
+    /// Training forward of the input `x + pending` (just `x` without `pending`), rows of hidden: the layer's
+    /// output as a pair `(x_mid, delta)` whose sum it is, and its tape. The last residual add is left to the next
+    /// layer (or the final norm), which does it in one pass with its input norm ([`add_then_apply`]), as the
+    /// fused decode does.
+    pub fn forward_train(
+        &self,
+        x: &Tensor,
+        pending: Option<&Tensor>,
+        ctx: &SequenceContext,
+    ) -> Result<(Tensor, Tensor, LayerTape)> {
+        let (x, normed_in) = match pending {
+            Some(delta) => add_then_apply(&self.norms.attention_input, x, delta)?,
+            None => (x.clone(), apply(&self.norms.attention_input, x)?),
+        };
         let (attn_out, attention) = self.self_attn.forward_train(&normed_in, ctx)?;
         let attn_raw = self.norms.attention_output.as_ref().map(|_| attn_out.clone());
         let attn_delta = self.residual(apply(&self.norms.attention_output, &attn_out)?)?;
-        let (x_mid, normed_mid) = add_then_apply(&self.norms.mlp_input, x, &attn_delta)?;
+        let (x_mid, normed_mid) = add_then_apply(&self.norms.mlp_input, &x, &attn_delta)?;
         let (down, mlp) = self.mlp.forward_train(&normed_mid, ctx)?;
         let mlp_raw = self.norms.mlp_output.as_ref().map(|_| down.clone());
-        let out = ops::add(&x_mid, &self.residual(apply(&self.norms.mlp_output, &down)?)?)?;
-        Ok((out, LayerTape { x: x.clone(), x_mid, attn_raw, mlp_raw, attention, mlp }))
+        let mlp_delta = self.residual(apply(&self.norms.mlp_output, &down)?)?;
+        Ok((x_mid.clone(), mlp_delta, LayerTape { x, x_mid, attn_raw, mlp_raw, attention, mlp }))
     }
 
     /// Given the gradient of the layer's output, accumulate its adapters' gradients and return the gradient

@@ -140,6 +140,15 @@ impl Transformer {
         self.norm.forward(x)
     }
 
+    /// `(x + pending, final_norm(x + pending))` (`x` itself without `pending`): the last layer's residual add in
+    /// one pass with the final norm where a kernel does both.
+    pub fn final_norm_after(&self, x: &Tensor, pending: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        match pending {
+            Some(delta) => self.norm.add_forward(x, delta),
+            None => Ok((x.clone(), self.final_norm(x)?)),
+        }
+    }
+
     /// The input gradient of [`Self::final_norm`] at `x` for the output gradient `dy`.
     pub fn final_norm_backward(&self, x: &Tensor, dy: &Tensor) -> Result<Tensor> {
         self.norm.backward(x, dy)

@@ -139,16 +139,22 @@ pub fn loss_and_gradients_with(
     let mut x = x.reshape((b * t, model.config.hidden_size))?;
     timer.mark("embed + frozen layers")?;
     let mut tapes = Vec::with_capacity(model.layers.len() - lowest);
+    // Each layer's output is a pair (x, pending) summed by the next layer in one pass with its input norm.
+    let mut pending: Option<Tensor> = None;
     for layer in &model.layers[lowest..] {
         let dropout_counter = lora::dropout_counter(model);
-        let (out, tape) = layer.forward_train(&x, &ctx)?;
-        tapes.push(if checkpointing { Saved::Input { x, dropout_counter } } else { Saved::Tape(Box::new(tape)) });
-        x = out;
+        let (mid, delta, tape) = layer.forward_train(&x, pending.as_ref(), &ctx)?;
+        tapes.push(if checkpointing {
+            Saved::Input { x: tape.input().clone(), dropout_counter }
+        } else {
+            Saved::Tape(Box::new(tape))
+        });
+        (x, pending) = (mid, Some(delta));
     }
     let counter_after_forward = lora::dropout_counter(model);
     timer.mark("layers forward")?;
 
-    let normed = model.final_norm(&x)?;
+    let (x, normed) = model.final_norm_after(&x, pending.as_ref())?;
     let source_index = Tensor::from_vec(sources, targets.len(), device)?;
     let picked = normed.index_select(&source_index, 0)?;
     let head = model.head_nll(&picked, &targets, Some(loss_scale))?;
@@ -166,7 +172,7 @@ pub fn loss_and_gradients_with(
                 if let Some(counter) = dropout_counter {
                     lora::set_dropout_counter(model, counter);
                 }
-                layer.forward_train(&x, &ctx)?.1
+                layer.forward_train(&x, None, &ctx)?.2
             }
         };
         match layer.backward(&tape, &d_x, &ctx, &mut grads, index > lowest)? {
