@@ -1,5 +1,6 @@
-//! Compiles the fused CUDA kernels (decoding and training) (src/engine/ops/cuda/fused.cu) to PTX when the `cuda` feature is
-//! on, with the same nvcc and `CUDA_COMPUTE_CAP` that Candle's own kernels use. Other builds do nothing.
+//! Compiles the fused CUDA kernels (decoding and training; src/engine/ops/cuda/fused.cu and the files it includes) to
+//! PTX when the `cuda` feature is on, with the same nvcc and `CUDA_COMPUTE_CAP` that Candle's own kernels use. Other
+//! builds do nothing.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -7,6 +8,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_attention.cuh");
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/gemv.cuh");
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/heads.cuh");
+    println!("cargo:rerun-if-changed=src/engine/ops/cuda/training.cuh");
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_attention_mma.cuh");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
