@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Lent-GPU rounds for the fused CUDA attention and the training-step comparison against PyTorch, run on the device
 # machine from the repo root with a carried folder $G (default .gpu-cuda) that holds:
-#   metal-candle.xz, cuda_attention.xz, cuda_decode.xz, cuda_optimizer.xz   this build (--no-default-features --features cuda), xz'd
+#   metal-candle.xz, cuda_attention.xz, cuda_decode.xz, cuda_optimizer.xz
+#                              this build (--no-default-features --features cuda), xz'd
 #   gpu-libs.sh                ../shared/cuda/gpu-libs.sh (LD_LIBRARY_PATH to PyTorch's CUDA libraries)
 #   smollm2_tokenizer.json     a tokenizer for the random model folders
 #   liger_kernel-*.whl         Liger kernels (installed into /tmp/site; triton and torch are on the machine)
 #   bench_peft_train.py, make_smollm2_hf.py   copies of scripts/ of the same commit
 # Modes (each one device call; logs under $2, a summary in $2/round.txt, every step's output in $2/raw.tar.xz):
 #   check   the fused attention against autograd (tests/cuda_attention.rs), the fused decode and prefill against
-#           the CPU (tests/cuda_decode.rs), the optimizer and the head loss (tests/cuda_optimizer.rs), tiny-llama training native vs portable (f32 and bf16), and our step
-#           on the Llama-3.2-1B shape (4 x 1024, 1 x 4096; all-linear, q,v), alternating with the previous build
-#           ($G/metal-candle-prev.xz) when carried; one run with phases, one without the fused attention
+#           the CPU (tests/cuda_decode.rs), the optimizer and the head loss (tests/cuda_optimizer.rs), tiny-llama
+#           training native vs portable (f32 and bf16), and our step on the Llama-3.2-1B shape (4 x 1024,
+#           1 x 4096; all-linear, q,v), alternating with the previous build ($G/metal-candle-prev.xz) when
+#           carried; one run with phases, one without the fused attention
 #   table SHAPE   SHAPE = 1b-4x1024 | 1b-1x4096 | smollm2-8x512: for q,v and all-linear, alternating ours,
 #           torch+PEFT (SDPA), torch+PEFT+Liger (SDPA) twice, then torch+PEFT eager once; 20 steps after 3
 #   decode SHAPE  SHAPE = 1b | smollm2: greedy decode of 128 + 256 tokens, ours (bf16, fused decode) against
