@@ -206,6 +206,14 @@ __device__ __forceinline__ bool fa_tile_visible(int p0, int p1, int j0, int j1, 
 template <bool B> struct FaMasked {
   static constexpr bool value = B;
 };
+// `body(FaMasked<false>)` for an interior tile, `body(FaMasked<true>)` otherwise: two compiled element loops, the
+// choice made once per tile (the same for the whole warp).
+template <typename F> __device__ __forceinline__ void fa_tile_loop(bool interior, F body) {
+  if (interior)
+    body(FaMasked<false>{});
+  else
+    body(FaMasked<true>{});
+}
 
 // Keys per tile: 64 at head_dim 64, 32 at 128 (shared memory stays under 48 KiB).
 template <int D> struct MmaTile {
@@ -261,10 +269,8 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
         }
       }
     };
-    if (row0 + 16 <= tq && j0 + N <= tk && fa_tile_visible(pos[0], pos[0] + 15, j0, j0 + N - 1, window))
-      mask(FaMasked<false>{});
-    else
-      mask(FaMasked<true>{});
+    fa_tile_loop(row0 + 16 <= tq && j0 + N <= tk && fa_tile_visible(pos[0], pos[0] + 15, j0, j0 + N - 1, window),
+                 mask);
     float base[2], corr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -358,10 +364,8 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
         }
       }
     };
-    if (row0 + 16 <= tlen && j0 + N <= tlen && fa_tile_visible(row0, row0 + 15, j0, j0 + N - 1, window))
-      grad(FaMasked<false>{});
-    else
-      grad(FaMasked<true>{});
+    fa_tile_loop(row0 + 16 <= tlen && j0 + N <= tlen && fa_tile_visible(row0, row0 + 15, j0, j0 + N - 1, window),
+                 grad);
     mma_pb<T, D, N>(s, ks[buf], acc);
     __syncthreads();
   }
@@ -443,10 +447,8 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
         }
       }
     };
-    if (key0 + 16 <= tlen && i0 + N <= tlen && fa_tile_visible(i0, i0 + N - 1, key0, key0 + 15, window))
-      grad(FaMasked<false>{});
-    else
-      grad(FaMasked<true>{});
+    fa_tile_loop(key0 + 16 <= tlen && i0 + N <= tlen && fa_tile_visible(i0, i0 + N - 1, key0, key0 + 15, window),
+                 grad);
     mma_pb<T, D, N>(s, dos[buf], dva);
     mma_pb<T, D, N>(dp, qs[buf], dka);
     __syncthreads();

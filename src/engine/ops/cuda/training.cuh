@@ -193,12 +193,11 @@ template <typename T>
 __device__ void cross_entropy_rows(const T* logits, const uint32_t* targets, T* dlogits, float* nll, int vocab,
                                    float scale) {
   __shared__ float scratch[32];
-  constexpr int V = 16 / sizeof(T);
+  constexpr int V = Group16<T>::V;
   const size_t row = blockIdx.x;
   const T* x = logits + row * vocab;
   T* d = dlogits == nullptr ? nullptr : dlogits + row * vocab;
-  const bool wide =
-      vocab % V == 0 && ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(d)) & 15) == 0;
+  const bool wide = vocab % V == 0 && aligned16(x) && aligned16(d);
   float m = -INFINITY, s = 0.f;
   auto take = [&](const float* v, int count) {
     float top = v[0];
@@ -211,12 +210,9 @@ __device__ void cross_entropy_rows(const T* logits, const uint32_t* targets, T* 
     for (int k = 0; k < count; k++) s += __expf(v[k] - m);
   };
   if (wide) {
-    for (int c = threadIdx.x; c < vocab / V; c += blockDim.x) {
-      const uint4 raw = reinterpret_cast<const uint4*>(x)[c];
-      const T* e = reinterpret_cast<const T*>(&raw);
+    for (int c = threadIdx.x * V; c < vocab; c += blockDim.x * V) {
       float v[V];
-#pragma unroll
-      for (int k = 0; k < V; k++) v[k] = to_f(e[k]);
+      load16(x + c, v);
       take(v, V);
     }
   } else {
@@ -231,19 +227,17 @@ __device__ void cross_entropy_rows(const T* logits, const uint32_t* targets, T* 
   const uint32_t target = targets[row];
   if (threadIdx.x == 0) nll[row] = lse - to_f(x[target]);
   if (d == nullptr) return;
-  auto grad = [&](float v, int i) { return from_f<T>(scale * (__expf(v - lse) - (i == (int)target ? 1.f : 0.f))); };
+  auto grad = [&](float v, int i) { return scale * (__expf(v - lse) - (i == (int)target ? 1.f : 0.f)); };
   if (wide) {
-    for (int c = threadIdx.x; c < vocab / V; c += blockDim.x) {
-      const uint4 raw = reinterpret_cast<const uint4*>(x)[c];
-      const T* e = reinterpret_cast<const T*>(&raw);
-      uint4 out;
-      T* o = reinterpret_cast<T*>(&out);
+    for (int c = threadIdx.x * V; c < vocab; c += blockDim.x * V) {
+      float v[V];
+      load16(x + c, v);
 #pragma unroll
-      for (int k = 0; k < V; k++) o[k] = grad(to_f(e[k]), c * V + k);
-      reinterpret_cast<uint4*>(d)[c] = out;
+      for (int k = 0; k < V; k++) v[k] = grad(v[k], c + k);
+      store16(d + c, v);
     }
   } else {
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) d[i] = grad(to_f(x[i]), i);
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) d[i] = from_f<T>(grad(to_f(x[i]), i));
   }
 }
 
