@@ -72,11 +72,11 @@ fn even(x: &Tensor) -> Result<Tensor> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{int, output, view, with_dtype, wrap, PTX};
+    use crate::engine::ops::cuda_kernels::launch::{int, on_cuda, output, view, with_dtype, wrap, PTX};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
-    use candle_core::{bail, CudaStorage, DType, Layout, Result, Storage, Tensor};
+    use candle_core::{bail, CudaStorage, DType, Layout, Result, Tensor};
 
     /// Rows a block owns and elements of a row per thread (FA_ROWS, FA_SLICE in the kernels).
     const ROWS: usize = 64;
@@ -89,13 +89,6 @@ mod imp {
             DType::F16 => "f16",
             other => bail!("fused attention takes f32, bf16 or f16, not {other:?}"),
         })
-    }
-
-    fn cuda<'a>(storage: &'a Storage, what: &str) -> Result<&'a CudaStorage> {
-        match storage {
-            Storage::Cuda(s) => Ok(s),
-            _ => bail!("fused attention: {what} is not on the GPU"),
-        }
     }
 
     /// A view of a strided (b, n, t, d) tensor whose rows of d are contiguous, and its batch and head strides.
@@ -137,7 +130,7 @@ mod imp {
             bail!("fused attention: {tq} queries at {q_offset} over {tk} keys ({:?}/{:?})", q.dtype(), k.dtype());
         }
         let ((qs, ql), (ks, kl), (vs, vl)) = (q.storage_and_layout(), k.storage_and_layout(), v.storage_and_layout());
-        let (qs, ks, vs) = (cuda(&qs, "q")?, cuda(&ks, "k")?, cuda(&vs, "v")?);
+        let (qs, ks, vs) = (on_cuda(&qs, "q")?, on_cuda(&ks, "k")?, on_cuda(&vs, "v")?);
         let dev = qs.device().clone();
         let f = dev.get_or_load_custom_func(
             &format!("flash_forward_d{d}_{}", suffix(q.dtype())?),
@@ -175,9 +168,9 @@ mod imp {
             bail!("fused attention backward: q {:?}, k {:?}, out {:?}", q.shape(), k.shape(), out.shape());
         }
         let guards = t.map(|x| x.storage_and_layout());
-        let st: Vec<&CudaStorage> = guards.iter().map(|(s, _)| cuda(s, "input")).collect::<Result<_>>()?;
+        let st: Vec<&CudaStorage> = guards.iter().map(|(s, _)| on_cuda(s, "input")).collect::<Result<_>>()?;
         let (ls, ll) = lse.storage_and_layout();
-        let ls = cuda(&ls, "logsumexp")?;
+        let ls = on_cuda(&ls, "logsumexp")?;
         let dev = st[0].device().clone();
         let sfx = suffix(q.dtype())?;
         let func = |name: String| dev.get_or_load_custom_func(&name, "metal_candle_fused", PTX);

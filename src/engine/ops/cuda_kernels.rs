@@ -106,6 +106,14 @@ pub(crate) mod launch {
         };
     }
 
+    /// The CUDA storage under a tensor's read guard, or an error naming `what`.
+    pub fn on_cuda<'a>(storage: &'a candle_core::Storage, what: &str) -> Result<&'a CudaStorage> {
+        match storage {
+            candle_core::Storage::Cuda(s) => Ok(s),
+            _ => bail!("fused kernel: {what} is not on the CUDA device"),
+        }
+    }
+
     pub fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout, what: &str) -> Result<CudaView<'a, T>> {
         let Some((start, end)) = layout.contiguous_offsets() else { bail!("fused kernel: {what} must be contiguous") };
         Ok(storage.as_cuda_slice::<T>()?.slice(start..end))

@@ -52,11 +52,11 @@ pub fn adamw(param: &Tensor, m: &Tensor, v: &Tensor, grad: &Tensor, s: &AdamWSca
 #[cfg(feature = "cuda")]
 mod imp {
     use super::AdamWScalars;
-    use crate::engine::ops::cuda_kernels::launch::{func, grid_stride, int, output, view, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{func, grid_stride, int, on_cuda, output, view, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
-    use candle_core::{bail, CudaStorage, Layout, Result, Storage, Tensor};
+    use candle_core::{Result, Tensor};
 
     const THREADS: usize = 256;
 
@@ -70,19 +70,11 @@ mod imp {
         LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: 0 }
     }
 
-    /// `t`'s CUDA storage and layout, under its read guard.
-    fn cuda<'a>(storage: &'a Storage, layout: &'a Layout, what: &str) -> Result<(&'a CudaStorage, &'a Layout)> {
-        match storage {
-            Storage::Cuda(s) => Ok((s, layout)),
-            _ => bail!("fused optimizer: the {what} is not on a CUDA device"),
-        }
-    }
-
     pub fn sum_squares(parts: &[Tensor]) -> Result<f64> {
         let Some(first) = parts.first() else { return Ok(0.0) };
         let slots: Vec<usize> = parts.iter().map(|t| blocks(t.elem_count())).collect();
         let (first_storage, _) = first.storage_and_layout();
-        let (first_cuda, _) = cuda(&first_storage, first.layout(), "gradient")?;
+        let first_cuda = on_cuda(&first_storage, "gradient")?;
         let dev = first_cuda.device().clone();
         let f = func!(first_cuda, "sum_squares")?;
         drop(first_storage);
@@ -90,7 +82,7 @@ mod imp {
         let mut offset = 0;
         for (t, &nblocks) in parts.iter().zip(&slots) {
             let (storage, layout) = t.storage_and_layout();
-            let (s, l) = cuda(&storage, layout, "gradient")?;
+            let (s, l) = (on_cuda(&storage, "gradient")?, layout);
             let input = view::<f32>(s, l, "gradient")?;
             let mut out = partial.slice_mut(offset..offset + nblocks);
             let mut b = f.builder();
@@ -109,10 +101,10 @@ mod imp {
         let n = param.elem_count();
         let guards = [param, m, v, grad].map(|t| t.storage_and_layout());
         let [p, m, v, g] = [
-            cuda(&guards[0].0, guards[0].1, "parameter")?,
-            cuda(&guards[1].0, guards[1].1, "first moment")?,
-            cuda(&guards[2].0, guards[2].1, "second moment")?,
-            cuda(&guards[3].0, guards[3].1, "gradient")?,
+            (on_cuda(&guards[0].0, "parameter")?, guards[0].1),
+            (on_cuda(&guards[1].0, "first moment")?, guards[1].1),
+            (on_cuda(&guards[2].0, "second moment")?, guards[2].1),
+            (on_cuda(&guards[3].0, "gradient")?, guards[3].1),
         ];
         let f = func!(p.0, "adamw")?;
         let [p, m, v, g] = [(p, "parameter"), (m, "first moment"), (v, "second moment"), (g, "gradient")]

@@ -27,11 +27,11 @@ pub fn rms_norm_backward(
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{func, int, on_cuda, output, view, with_dtype, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
-    use candle_core::{bail, CudaStorage, Result, Storage, Tensor};
+    use candle_core::{bail, Result, Tensor};
 
     /// (rows, cols) of `x` after checking that `others` share its shape and `weight` holds one row; one block per
     /// row, as many threads as the row has 16-byte groups (32 to 512).
@@ -51,13 +51,6 @@ mod imp {
             cols,
             LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 },
         ))
-    }
-
-    fn on_cuda<'a>(storage: &'a Storage, what: &str) -> Result<&'a CudaStorage> {
-        match storage {
-            Storage::Cuda(s) => Ok(s),
-            _ => bail!("{what} is not on the CUDA device"),
-        }
     }
 
     pub fn add_rms_norm(x: &Tensor, delta: &Tensor, weight: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
