@@ -1,13 +1,14 @@
 // Times the fused attention kernels (src/engine/ops/cuda/flash_attention*.cuh) alone, at the Llama-3.2-1B
-// attention shape (32 heads, 8 KV heads, head_dim 64, bf16, causal, random inputs): forward, delta, dQ and dK/dV,
-// in ms and TFLOP/s, the mean of REPS launches after one warm-up launch. A causal T x T x D product counts
+// attention shape (32 heads, 8 KV heads, head_dim 64, bf16, causal, random inputs): forward, dQ (which also writes each row's
+// delta) and dK/dV, in ms and TFLOP/s, the mean of REPS launches after one warm-up launch. A causal T x T x D product counts
 // T (T + 64) / 2 x D x 2 flops (the forward has two, dQ three, dK/dV four). With PREFIX it also writes out, lse,
 // dq, dk and dv to PREFIX-NAME.bin, so that two builds' outputs can be compared (scripts/gpu_flash_bench.sh).
 //
 // Build here (no GPU needed; the CUDA 13 toolkit of ../shared/cuda/README.md, CUDA_LIBS = the wheel's lib folder
 // that holds libcudart_static.a), from the repo root:
 //   nvcc -O3 -arch=sm_90 -std=c++17 scripts/flash_kernel_bench.cu -o flash_kernel_bench -cudart static -L$CUDA_LIBS
-// (add -DFUSED='"/other/checkout/src/engine/ops/cuda/fused.cu"' to build another version of the kernels).
+// (add -DFUSED='"/other/checkout/src/engine/ops/cuda/fused.cu"' to build another version of the kernels of the
+// same signatures: until 2026-11-24 a separate flash_delta kernel computed delta, built by that commit's copy).
 // Run on the lent GPU: flash_kernel_bench B T [REPS [PREFIX]]
 #ifndef FUSED
 #define FUSED "../src/engine/ops/cuda/fused.cu"
@@ -40,17 +41,17 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&out, nq * 2)); CK(cudaMalloc(&dq, nq * 2)); CK(cudaMalloc(&dk, nk * 2)); CK(cudaMalloc(&dv, nk * 2));
   CK(cudaMalloc(&lse, (size_t)B * H * T * 4)); CK(cudaMalloc(&delta, (size_t)B * H * T * 4));
   long long bs = (long long)KV * T * D, hs = (long long)T * D;
-  dim3 gq((T + 63) / 64, H, B), gk((T + 63) / 64, KV, B);
+  dim3 gk((T + 63) / 64, KV, B);
   const double causal = 0.5 * (double)T * (T + 64) * D * H * B * 2;  // flops of one T x T x D product, causal
-  auto fwd = [&] { flash_forward_d64_bf16<<<gq, 128>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, scale); };
-  auto dlt = [&] { long long rows = (long long)B * T * H; flash_delta_bf16<<<(rows + 7) / 8, 256>>>(out, dout, delta, rows, H, T, D); };
-  auto bdq = [&] { flash_backward_dq_d64_bf16<<<gq, 128>>>(q, k, v, dout, lse, delta, dq, H, KV, T, 0, scale); };
+  dim3 gf((T + FwdTiles<64>::ROWS - 1) / FwdTiles<64>::ROWS, H, B);
+  auto fwd = [&] { flash_forward_d64_bf16<<<gf, 128>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, scale); };
+  dim3 gd((T + DqTiles<64>::ROWS - 1) / DqTiles<64>::ROWS, H, B);
+  auto bdq = [&] { flash_backward_dq_d64_bf16<<<gd, 128>>>(q, k, v, out, dout, lse, delta, dq, H, KV, T, 0, scale); };
   auto bkv = [&] { flash_backward_dkv_d64_bf16<<<gk, 128>>>(q, k, v, dout, lse, delta, dk, dv, H, KV, T, 0, scale); };
-  fwd(); dlt(); CK(cudaDeviceSynchronize());
+  fwd(); bdq(); CK(cudaDeviceSynchronize());
   printf("shape b=%d T=%d heads=%d kv=%d D=%d\n", B, T, H, KV, D);
   float t;
   t = timeit(fwd, reps); printf("%-28s %8.3f ms %7.1f TFLOP/s\n", "forward", t, 2 * causal / t / 1e9);
-  t = timeit(dlt, reps); printf("%-28s %8.3f ms\n", "delta", t);
   t = timeit(bdq, reps); printf("%-28s %8.3f ms %7.1f TFLOP/s\n", "dq", t, 3 * causal / t / 1e9);
   t = timeit(bkv, reps); printf("%-28s %8.3f ms %7.1f TFLOP/s\n", "dkv", t, 4 * causal / t / 1e9);
   if (argc > 4) {  // dump outputs for comparison between builds
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
       std::vector<char> h(bytes); CK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
       std::string p = std::string(argv[4]) + "-" + name + ".bin"; FILE* f = fopen(p.c_str(), "wb"); fwrite(h.data(), 1, bytes, f); fclose(f);
     };
-    dump("out", out, nq * 2); dump("lse", lse, (size_t)B * H * T * 4); dump("dq", dq, nq * 2); dump("dk", dk, nk * 2); dump("dv", dv, nk * 2);
+    dump("out", out, nq * 2); dump("lse", lse, (size_t)B * H * T * 4); dump("delta", delta, (size_t)B * H * T * 4); dump("dq", dq, nq * 2); dump("dk", dk, nk * 2); dump("dv", dv, nk * 2);
   }
   return 0;
 }

@@ -102,15 +102,28 @@ mod imp {
         Ok((s.as_cuda_slice::<T>()?.slice(start..start + span), st[0] as i64, st[1] as i64))
     }
 
-    /// Blocks of ROWS rows: 4 warps on the tensor-core kernels (bf16/f16 at head_dim 64 and 128, FlashMma in
-    /// the kernels), d / SLICE threads a row on the others.
+    /// Whether the tensor-core kernels run (bf16/f16 at head_dim 64 and 128: FlashMma in the kernels).
+    fn tensor_cores(d: usize, dtype: DType) -> bool {
+        matches!(dtype, DType::BF16 | DType::F16) && matches!(d, 64 | 128)
+    }
+
+    /// Blocks of ROWS rows: 4 warps on the tensor-core kernels, d / SLICE threads a row on the others.
     fn grid(rows: usize, heads: usize, b: usize, d: usize, dtype: DType) -> LaunchConfig {
-        let tensor_cores = matches!(dtype, DType::BF16 | DType::F16) && matches!(d, 64 | 128);
         LaunchConfig {
             grid_dim: (rows.div_ceil(ROWS) as u32, heads as u32, b as u32),
-            block_dim: (if tensor_cores { 128 } else { (ROWS * d / SLICE) as u32 }, 1, 1),
+            block_dim: (if tensor_cores(d, dtype) { 128 } else { (ROWS * d / SLICE) as u32 }, 1, 1),
             shared_mem_bytes: 0,
         }
+    }
+
+    /// The forward's and dQ's grid: on the tensor cores at head_dim 64 a warp owns two tiles of 16 query rows, so
+    /// a block owns 128 rows (FwdTiles and DqTiles in the kernels); otherwise as [`grid`].
+    fn query_grid(rows: usize, heads: usize, b: usize, d: usize, dtype: DType) -> LaunchConfig {
+        let mut cfg = grid(rows, heads, b, d, dtype);
+        if tensor_cores(d, dtype) && d == 64 {
+            cfg.grid_dim.0 = rows.div_ceil(2 * ROWS) as u32;
+        }
+        cfg
     }
 
     pub fn forward(
@@ -152,7 +165,7 @@ mod imp {
             candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(tk), bs, hs, int(q_offset));
             candle_core::builder_arg!(a, int(window), scale);
             // SAFETY: arguments match the kernel's signature; every view spans what the kernel indexes.
-            unsafe { a.launch(grid(tq, heads, b, d, q.dtype())) }.w()?;
+            unsafe { a.launch(query_grid(tq, heads, b, d, q.dtype())) }.w()?;
             wrap(out, &dev, (b, tq, heads * d))
         });
         Ok((out, wrap(lse, &dev, (b, heads, tq))))
@@ -174,11 +187,9 @@ mod imp {
         let dev = st[0].device().clone();
         let sfx = suffix(q.dtype())?;
         let func = |name: String| dev.get_or_load_custom_func(&name, "metal_candle_fused", PTX);
-        let (f_delta, f_dq, f_dkv) = (
-            func(format!("flash_delta_{sfx}"))?,
-            func(format!("flash_backward_dq_d{d}_{sfx}"))?,
-            func(format!("flash_backward_dkv_d{d}_{sfx}"))?,
-        );
+        let (f_dq, f_dkv) =
+            (func(format!("flash_backward_dq_d{d}_{sfx}"))?, func(format!("flash_backward_dkv_d{d}_{sfx}"))?);
+        // rowsum(dO * O) per (b, head, query): the dQ kernel writes it, the dK/dV kernel after it reads it.
         let delta = output::<f32>(&dev, b * heads * tq)?;
         let lv = view::<f32>(ls, ll, "logsumexp")?;
         let grads = with_dtype!(st[0], T, {
@@ -187,27 +198,17 @@ mod imp {
                 .zip(st.iter().zip(&guards))
                 .map(|(what, (s, (_, l)))| view::<T>(s, l, what))
                 .collect::<Result<_>>()?;
-            let mut a = f_delta.builder();
-            a.arg(&v[3]);
-            a.arg(&v[4]);
-            a.arg(&delta);
-            candle_core::builder_arg!(a, rows as i64, int(heads), int(tq), int(d));
-            let cfg =
-                LaunchConfig { grid_dim: (rows.div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            // SAFETY: arguments match the kernel's signature; buffers are sized above.
-            unsafe { a.launch(cfg) }.w()?;
             let dq = output::<T>(&dev, b * heads * tq * d)?;
             let mut a = f_dq.builder();
-            a.arg(&v[0]);
-            a.arg(&v[1]);
-            a.arg(&v[2]);
-            a.arg(&v[4]);
+            for x in &v {
+                a.arg(x);
+            }
             a.arg(&lv);
             a.arg(&delta);
             a.arg(&dq);
             candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), scale);
-            // SAFETY: as above.
-            unsafe { a.launch(grid(tq, heads, b, d, q.dtype())) }.w()?;
+            // SAFETY: arguments match the kernel's signature; buffers are sized above.
+            unsafe { a.launch(query_grid(tq, heads, b, d, q.dtype())) }.w()?;
             let (dk, dv) = (output::<T>(&dev, b * kv_heads * tk * d)?, output::<T>(&dev, b * kv_heads * tk * d)?);
             let mut a = f_dkv.builder();
             a.arg(&v[0]);

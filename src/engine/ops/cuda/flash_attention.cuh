@@ -147,25 +147,11 @@ __device__ void flash_forward(const T* q, const T* k, const T* v, T* out, float*
   if (part == 0) lse[((size_t)bi * heads + h) * tq + i] = l > 0.f ? m + log2f(l) : INFINITY;
 }
 
-// delta = rowsum(d_out * out) per (b, head, query), f32. One warp per row of d; `rows` = b * tq * heads rows
-// walked in the (b, tq, heads) order of `out`.
-template <typename T>
-__device__ void flash_delta(const T* out, const T* d_out, float* delta, long long rows, int heads, int tq, int d) {
-  const int lane = threadIdx.x & 31;
-  const long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (r >= rows) return;
-  float acc = 0.f;
-  for (int e = lane; e < d; e += 32) acc += to_f(out[r * d + e]) * to_f(d_out[r * d + e]);
-  acc = warp_sum(acc);
-  const long long bi = r / ((long long)tq * heads), rest = r % ((long long)tq * heads);
-  const long long i = rest / heads, h = rest % heads;
-  if (lane == 0) delta[(bi * heads + h) * tq + i] = acc;
-}
-
-// dQ. Grid (ceil(tq / FA_ROWS), heads, b), block FA_ROWS * D / FA_SLICE. Training only: tq == tk, offset 0.
+// dQ, and each row's delta = rowsum(dO * O) (written to `delta` for the dK/dV kernel that runs next). Grid
+// (ceil(tq / FA_ROWS), heads, b), block FA_ROWS * D / FA_SLICE. Training only: tq == tk, offset 0.
 template <typename T, int D>
-__device__ void flash_backward_dq(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
-                                  const float* delta, T* dq, int heads, int kv_heads, int t, int window,
+__device__ void flash_backward_dq(const T* q, const T* k, const T* v, const T* out, const T* d_out,
+                                  const float* lse, float* delta, T* dq, int heads, int kv_heads, int t, int window,
                                   float scale) {
   constexpr int TPR = D / FA_SLICE;
   __shared__ __align__(16) float ks[FA_TILE][D];
@@ -179,11 +165,16 @@ __device__ void flash_backward_dq(const T* q, const T* k, const T* v, const T* d
   float qr[FA_SLICE], dor[FA_SLICE], dqr[FA_SLICE];
   float li = 0.f, di = 0.f;
   if (i < t) {
+    const size_t out_at = (((size_t)bi * t + i) * heads + h) * D + part * FA_SLICE;
     load_slice(q + row_id * D + part * FA_SLICE, qr);
-    load_slice(d_out + (((size_t)bi * t + i) * heads + h) * D + part * FA_SLICE, dor);
+    load_slice(d_out + out_at, dor);
+    load_slice(out + out_at, dqr);
     li = lse[row_id];
-    di = delta[row_id];
+#pragma unroll
+    for (int e = 0; e < FA_SLICE; e++) di = fmaf(dqr[e], dor[e], di);
   }
+  di = row_sum<TPR>(di);
+  if (i < t && part == 0) delta[row_id] = di;
 #pragma unroll
   for (int e = 0; e < FA_SLICE; e++) {
     if (i >= t) qr[e] = dor[e] = 0.f;
@@ -300,13 +291,13 @@ __device__ void flash_forward_any(const T* q, const T* k, const T* v, T* out, fl
 }
 
 template <typename T, int D>
-__device__ void flash_backward_dq_any(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
-                                      const float* delta, T* dq, int heads, int kv_heads, int t, int window,
-                                      float scale) {
+__device__ void flash_backward_dq_any(const T* q, const T* k, const T* v, const T* out, const T* d_out,
+                                      const float* lse, float* delta, T* dq, int heads, int kv_heads, int t,
+                                      int window, float scale) {
   if constexpr (FlashMma<T, D>::value)
-    flash_backward_dq_mma<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+    flash_backward_dq_mma<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
   else
-    flash_backward_dq<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+    flash_backward_dq<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
 }
 
 template <typename T, int D>
@@ -327,10 +318,10 @@ __device__ void flash_backward_dkv_any(const T* q, const T* k, const T* v, const
     flash_forward_any<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);       \
   }                                                                                                              \
   extern "C" __global__ void flash_backward_dq_d##D##_##SUFFIX(const T* q, const T* k, const T* v,             \
-                                                              const T* d_out, const float* lse,                  \
-                                                              const float* delta, T* dq, int heads,              \
-                                                              int kv_heads, int t, int window, float scale) {    \
-    flash_backward_dq_any<T, D>(q, k, v, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);             \
+                                                              const T* out, const T* d_out, const float* lse,    \
+                                                              float* delta, T* dq, int heads, int kv_heads,      \
+                                                              int t, int window, float scale) {                  \
+    flash_backward_dq_any<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);        \
   }                                                                                                              \
   extern "C" __global__ void flash_backward_dkv_d##D##_##SUFFIX(const T* q, const T* k, const T* v,            \
                                                                const T* d_out, const float* lse,                 \
@@ -340,10 +331,6 @@ __device__ void flash_backward_dkv_any(const T* q, const T* k, const T* v, const
   }
 
 #define INSTANTIATE_FLASH(T, SUFFIX)                                                                             \
-  extern "C" __global__ void flash_delta_##SUFFIX(const T* out, const T* d_out, float* delta, long long rows,    \
-                                                  int heads, int tq, int d) {                                    \
-    flash_delta<T>(out, d_out, delta, rows, heads, tq, d);                                                       \
-  }                                                                                                              \
   INSTANTIATE_FLASH_D(T, SUFFIX, 16)                                                                             \
   INSTANTIATE_FLASH_D(T, SUFFIX, 32)                                                                             \
   INSTANTIATE_FLASH_D(T, SUFFIX, 64)                                                                             \

@@ -36,6 +36,15 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// The two 16-bit values of a packed pair, in f32 (low half first).
+template <typename T> __device__ __forceinline__ float2 unpack2(uint32_t v);
+template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+template <> __device__ __forceinline__ float2 unpack2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
 template <typename T> __device__ __forceinline__ uint32_t ld2(const T* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
@@ -143,10 +152,12 @@ __device__ __forceinline__ void kv_tiles_async(const T* k, const T* v, int j0, i
   cp_async_commit();
 }
 
-// acc[N/8][4] += A (16 x D, fragments a) times B^T where B is tile rows [N][D + MMA_PAD] (row n = column n).
-// One ldmatrix gives the B fragments of two 8-column blocks.
-template <typename T, int D, int N>
-__device__ __forceinline__ void mma_abt(const uint32_t (*a)[4], const T (*b)[D + MMA_PAD], float (*acc)[4]) {
+// acc[r][N/8][4] += A_r (16 x D, fragments a[r]) times B^T for R row tiles r, where B is tile rows
+// [N][D + MMA_PAD] (row n = column n). One ldmatrix gives the B fragments of two 8-column blocks, used by all R
+// tiles: a warp with more rows reads shared memory less per product.
+template <typename T, int D, int N, int R>
+__device__ __forceinline__ void mma_abt_rows(const uint32_t (*a)[D / 16][4], const T (*b)[D + MMA_PAD],
+                                             float (*acc)[N / 8][4]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < N / 8; n += 2) {
@@ -154,29 +165,54 @@ __device__ __forceinline__ void mma_abt(const uint32_t (*a)[4], const T (*b)[D +
     for (int kk = 0; kk < D / 16; kk++) {
       uint32_t r[4];
       ldsm_x4(r, &b[n * 8 + (lane & 7) + ((lane >> 4) << 3)][kk * 16 + ((lane >> 3) & 1) * 8]);
-      mma16816<T>(acc[n], a[kk], r);
-      mma16816<T>(acc[n + 1], a[kk], r + 2);
+#pragma unroll
+      for (int t = 0; t < R; t++) {
+        mma16816<T>(acc[t][n], a[t][kk], r);
+        mma16816<T>(acc[t][n + 1], a[t][kk], r + 2);
+      }
     }
   }
 }
 
-// acc[D/8][4] += P (16 x K, accumulator layout p[K/8][4], packed to T here) times B (K x D), a row-major tile
-// b[K][D + MMA_PAD] read along its columns (ldmatrix .trans).
-template <typename T, int D, int K>
-__device__ __forceinline__ void mma_pb(const float (*p)[4], const T (*b)[D + MMA_PAD], float (*acc)[4]) {
+// acc[r][D/8][4] += P_r (16 x K, accumulator layout p[r][K/8][4], packed to T here) times B (K x D) for R row
+// tiles r, B a row-major tile b[K][D + MMA_PAD] read along its columns (ldmatrix .trans), shared by the tiles.
+template <typename T, int D, int K, int R>
+__device__ __forceinline__ void mma_pb_rows(const float (*p)[K / 8][4], const T (*b)[D + MMA_PAD],
+                                            float (*acc)[D / 8][4]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int kc = 0; kc < K / 16; kc++) {
-    const uint32_t a[4] = {pack2<T>(p[2 * kc][0], p[2 * kc][1]), pack2<T>(p[2 * kc][2], p[2 * kc][3]),
-                           pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]), pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+    uint32_t a[R][4];
+#pragma unroll
+    for (int t = 0; t < R; t++) {
+      const float(*q)[4] = p[t];
+      a[t][0] = pack2<T>(q[2 * kc][0], q[2 * kc][1]);
+      a[t][1] = pack2<T>(q[2 * kc][2], q[2 * kc][3]);
+      a[t][2] = pack2<T>(q[2 * kc + 1][0], q[2 * kc + 1][1]);
+      a[t][3] = pack2<T>(q[2 * kc + 1][2], q[2 * kc + 1][3]);
+    }
 #pragma unroll
     for (int n = 0; n < D / 8; n += 2) {
       uint32_t r[4];
       ldsm_x4_trans(r, &b[kc * 16 + (lane & 15)][n * 8 + (lane >> 4) * 8]);
-      mma16816<T>(acc[n], a, r);
-      mma16816<T>(acc[n + 1], a, r + 2);
+#pragma unroll
+      for (int t = 0; t < R; t++) {
+        mma16816<T>(acc[t][n], a[t], r);
+        mma16816<T>(acc[t][n + 1], a[t], r + 2);
+      }
     }
   }
+}
+
+// One row tile (16 rows) of the two products above.
+template <typename T, int D, int N>
+__device__ __forceinline__ void mma_abt(const uint32_t (*a)[4], const T (*b)[D + MMA_PAD], float (*acc)[4]) {
+  mma_abt_rows<T, D, N, 1>(reinterpret_cast<const uint32_t(*)[D / 16][4]>(a), b,
+                           reinterpret_cast<float(*)[N / 8][4]>(acc));
+}
+template <typename T, int D, int K>
+__device__ __forceinline__ void mma_pb(const float (*p)[4], const T (*b)[D + MMA_PAD], float (*acc)[4]) {
+  mma_pb_rows<T, D, K, 1>(reinterpret_cast<const float(*)[K / 8][4]>(p), b, reinterpret_cast<float(*)[D / 8][4]>(acc));
 }
 
 // 2^x on the special-function unit, subnormal results flushed to zero (probabilities below 2^-126 do not
@@ -220,30 +256,52 @@ template <int D> struct MmaTile {
   static constexpr int N = D == 128 ? 32 : 64;
 };
 
-// Grid (ceil(tq / FA_ROWS), heads, b), block 128.
+// Row tiles of 16 a warp owns in the forward: two at head_dim 64, so every K or V fragment read from shared
+// memory serves 32 rows (the products are otherwise bound by shared-memory reads), one at 128 (registers).
+template <int D> struct FwdTiles {
+  static constexpr int R = D == 64 ? 2 : 1;
+  static constexpr int ROWS = MMA_WARPS * 16 * R;  // rows a block owns (the grid's x: ceil(tq / ROWS))
+};
+
+// Whether any key j0..j1 is visible from some query position p0..p1 (the tile is not wholly masked for them).
+__device__ __forceinline__ bool fa_tile_any(int p0, int p1, int j0, int j1, int window) {
+  return j0 <= p1 && (window <= 0 || p0 - j1 < window);
+}
+
+// Grid (ceil(tq / FwdTiles<D>::ROWS), heads, b), block 128; a warp owns 16 * FwdTiles<D>::R query rows.
 template <typename T, int D>
 __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
                                   int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
-  constexpr int N = MmaTile<D>::N;
+  constexpr int N = MmaTile<D>::N, R = FwdTiles<D>::R, ROWS = FwdTiles<D>::ROWS;
   // Two buffers per tile: the next tile's copy is in flight while the products run on this one.
   __shared__ __align__(16) T ks[2][N][D + MMA_PAD];
   __shared__ __align__(16) T vs[2][N][D + MMA_PAD];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   // The last rows see the most keys under the causal mask: their blocks go first, so no long block starts last.
   const FaBlock blk = fa_block_longest_first(true);
-  const int h = blk.head, bi = blk.batch, first = blk.tile * FA_ROWS, row0 = first + warp * 16;
+  const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS, row0 = first + warp * 16 * R;
   const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
   const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
   const float c = scale * FA_LOG2E;
-  uint32_t qf[D / 16][4];
-  mma_a_global<T, D>(q + ((size_t)bi * heads + h) * tq * D, D, row0, tq, qf);
-  float o[D / 8][4];
+  uint32_t qf[R][D / 16][4];
+  float o[R][D / 8][4], m[R][2], l[R][2];
+  int pos[R][2];
+  bool valid[R][2];
 #pragma unroll
-  for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int pos[2] = {q_offset + row0 + g, q_offset + row0 + g + 8};
-  const bool valid[2] = {row0 + g < tq, row0 + g + 8 < tq};
-  const int hi = min(tk, q_offset + min(first + FA_ROWS, tq));
+  for (int r = 0; r < R; r++) {
+    mma_a_global<T, D>(q + ((size_t)bi * heads + h) * tq * D, D, row0 + 16 * r, tq, qf[r]);
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) o[r][n][0] = o[r][n][1] = o[r][n][2] = o[r][n][3] = 0.f;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      m[r][half] = -INFINITY;
+      l[r][half] = 0.f;
+      pos[r][half] = q_offset + row0 + 16 * r + 8 * half + g;
+      valid[r][half] = row0 + 16 * r + 8 * half + g < tq;
+    }
+  }
+  const int warp_first = q_offset + row0, warp_last = warp_first + 16 * R - 1;
+  const int hi = min(tk, q_offset + min(first + ROWS, tq));
   const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
   if (lo < hi) kv_tiles_async<T, D, N>(kb, vb, lo, tk, ks[0], vs[0]);
   for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
@@ -251,95 +309,143 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
     if (next) kv_tiles_async<T, D, N>(kb, vb, j0 + N, tk, ks[buf ^ 1], vs[buf ^ 1]);
     cp_async_wait(next);
     __syncthreads();
-    float s[N / 8][4];
+    // A tile that none of this warp's rows sees (past the causal edge of its rows, or behind their window) is
+    // skipped by the warp; the block still loads it for its other warps.
+    if (fa_tile_any(warp_first, warp_last, j0, j0 + N - 1, window)) {
+      float s[R][N / 8][4];
 #pragma unroll
-    for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    mma_abt<T, D, N>(qf, ks[buf], s);
-    float mx[2] = {-INFINITY, -INFINITY};
-    // Scores stay unscaled until the exponent (one FMA each); masked ones become -inf.
-    auto mask = [&](auto masked) {
+      for (int r = 0; r < R; r++)
 #pragma unroll
-      for (int n = 0; n < N / 8; n++) {
+        for (int n = 0; n < N / 8; n++) s[r][n][0] = s[r][n][1] = s[r][n][2] = s[r][n][3] = 0.f;
+      mma_abt_rows<T, D, N, R>(qf, ks[buf], s);
+      float mx[R][2];
+      // Scores stay unscaled until the exponent (one FMA each); masked ones become -inf.
+      auto mask = [&](auto masked) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
-          const bool keep = !decltype(masked)::value || (valid[r] & fa_visible(pos[r], j, tk, window));
-          if (!keep) s[n][e] = -INFINITY;
-          mx[r] = fmaxf(mx[r], s[n][e]);
+        for (int r = 0; r < R; r++) {
+          mx[r][0] = mx[r][1] = -INFINITY;
+#pragma unroll
+          for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const int half = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
+              const bool keep =
+                  !decltype(masked)::value || (valid[r][half] & fa_visible(pos[r][half], j, tk, window));
+              if (!keep) s[r][n][e] = -INFINITY;
+              mx[r][half] = fmaxf(mx[r][half], s[r][n][e]);
+            }
+          }
+        }
+      };
+      fa_tile_loop(row0 + 16 * R <= tq && j0 + N <= tk && fa_tile_visible(warp_first, warp_last, j0, j0 + N - 1, window),
+                   mask);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        float base[2], corr[2];
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+          const float m_new = fmaxf(m[r][half], quad_max(mx[r][half]) * c);
+          base[half] = m_new == -INFINITY ? 0.f : m_new;
+          corr[half] = fa_exp2(m[r][half] - base[half]);
+          m[r][half] = m_new;
+          l[r][half] *= corr[half];
+        }
+#pragma unroll
+        for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            s[r][n][e] = fa_exp2(fmaf(s[r][n][e], c, -base[e >> 1]));
+            l[r][e >> 1] += s[r][n][e];
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+          o[r][n][0] *= corr[0];
+          o[r][n][1] *= corr[0];
+          o[r][n][2] *= corr[1];
+          o[r][n][3] *= corr[1];
         }
       }
-    };
-    fa_tile_loop(row0 + 16 <= tq && j0 + N <= tk && fa_tile_visible(pos[0], pos[0] + 15, j0, j0 + N - 1, window),
-                 mask);
-    float base[2], corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      const float m_new = fmaxf(m[r], quad_max(mx[r]) * c);
-      base[r] = m_new == -INFINITY ? 0.f : m_new;
-      corr[r] = fa_exp2(m[r] - base[r]);
-      m[r] = m_new;
-      l[r] *= corr[r];
+      mma_pb_rows<T, D, N, R>(s, vs[buf], o);
     }
-#pragma unroll
-    for (int n = 0; n < N / 8; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        s[n][e] = fa_exp2(fmaf(s[n][e], c, -base[e >> 1]));
-        l[e >> 1] += s[n][e];
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-      o[n][0] *= corr[0];
-      o[n][1] *= corr[0];
-      o[n][2] *= corr[1];
-      o[n][3] *= corr[1];
-    }
-    mma_pb<T, D, N>(s, vs[buf], o);
     __syncthreads();
   }
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    l[r] = quad_sum(l[r]);
-    if (!valid[r]) continue;
-    const int i = row0 + g + 8 * r;
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    T* orow = out + (((size_t)bi * tq + i) * heads + h) * D;
+  for (int r = 0; r < R; r++) {
 #pragma unroll
-    for (int n = 0; n < D / 8; n++)
-      *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t) = pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (t == 0) lse[((size_t)bi * heads + h) * tq + i] = l[r] > 0.f ? m[r] + log2f(l[r]) : INFINITY;
+    for (int half = 0; half < 2; half++) {
+      const float sum = quad_sum(l[r][half]);
+      if (!valid[r][half]) continue;
+      const int i = row0 + 16 * r + 8 * half + g;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      T* orow = out + (((size_t)bi * tq + i) * heads + h) * D;
+#pragma unroll
+      for (int n = 0; n < D / 8; n++)
+        *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t) =
+            pack2<T>(o[r][n][2 * half] * inv, o[r][n][2 * half + 1] * inv);
+      if (t == 0) lse[((size_t)bi * heads + h) * tq + i] = sum > 0.f ? m[r][half] + log2f(sum) : INFINITY;
+    }
   }
 }
 
-// dQ. Grid (ceil(t / FA_ROWS), heads, b), block 128. Training: tq == tk, offset 0, k/v contiguous.
+// Row tiles of 16 a warp owns in dQ and keys per streamed tile: at head_dim 64 two row tiles (as in the forward)
+// over tiles of 32 keys, which keeps the scores, their gradient and dQ of 32 rows in registers; one row tile over
+// MmaTile's keys at 128.
+template <int D> struct DqTiles {
+  static constexpr int R = D == 64 ? 2 : 1;
+  static constexpr int N = D == 64 ? 32 : MmaTile<D>::N;
+  static constexpr int ROWS = MMA_WARPS * 16 * R;  // rows a block owns (the grid's x: ceil(tq / ROWS))
+};
+
+// dQ, and each row's delta = rowsum(dO * O) that the softmax gradient subtracts, written to `delta` for the dK/dV
+// kernel that runs next. Grid (ceil(tq / DqTiles<D>::ROWS), heads, b), block 128; a warp owns 16 * DqTiles<D>::R
+// query rows. Training: tq == tk, offset 0, k/v contiguous.
 template <typename T, int D>
-__device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
-                                      const float* delta, T* dq, int heads, int kv_heads, int tlen, int window,
-                                      float scale) {
-  constexpr int N = MmaTile<D>::N;
+__device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const T* out, const T* d_out,
+                                      const float* lse, float* delta, T* dq, int heads, int kv_heads, int tlen,
+                                      int window, float scale) {
+  constexpr int N = DqTiles<D>::N, R = DqTiles<D>::R, ROWS = DqTiles<D>::ROWS;
   __shared__ __align__(16) T ks[2][N][D + MMA_PAD];
   __shared__ __align__(16) T vs[2][N][D + MMA_PAD];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   const FaBlock blk = fa_block_longest_first(true);
-  const int h = blk.head, bi = blk.batch, first = blk.tile * FA_ROWS, row0 = first + warp * 16;
+  const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS, row0 = first + warp * 16 * R;
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
   const size_t rows_base = ((size_t)bi * heads + h) * tlen;
+  const size_t out_base = ((size_t)bi * tlen * heads + h) * D;
   const float c = scale * FA_LOG2E;
-  uint32_t qf[D / 16][4], df[D / 16][4];
-  mma_a_global<T, D>(q + rows_base * D, D, row0, tlen, qf);
-  mma_a_global<T, D>(d_out + ((size_t)bi * tlen * heads + h) * D, (long long)heads * D, row0, tlen, df);
-  float acc[D / 8][4];
+  uint32_t qf[R][D / 16][4], df[R][D / 16][4];
+  float acc[R][D / 8][4], li[R][2], di[R][2];
+  int row[R][2];
 #pragma unroll
-  for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-  float li[2], di[2];
-  const int row[2] = {row0 + g, row0 + g + 8};
+  for (int r = 0; r < R; r++) {
+    mma_a_global<T, D>(q + rows_base * D, D, row0 + 16 * r, tlen, qf[r]);
+    mma_a_global<T, D>(d_out + out_base, (long long)heads * D, row0 + 16 * r, tlen, df[r]);
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    li[r] = row[r] < tlen ? lse[rows_base + row[r]] : INFINITY;
-    di[r] = row[r] < tlen ? delta[rows_base + row[r]] : 0.f;
+    for (int n = 0; n < D / 8; n++) acc[r][n][0] = acc[r][n][1] = acc[r][n][2] = acc[r][n][3] = 0.f;
+    // The delta of rows g and g + 8 from O in dO's fragment layout (registers 0 and 2 of a fragment hold row
+    // g, 1 and 3 row g + 8), summed over the quad's four column pairs.
+    uint32_t of[D / 16][4];
+    mma_a_global<T, D>(out + out_base, (long long)heads * D, row0 + 16 * r, tlen, of);
+    di[r][0] = di[r][1] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float2 o = unpack2<T>(of[kk][e]), d = unpack2<T>(df[r][kk][e]);
+        di[r][e & 1] = fmaf(o.x, d.x, fmaf(o.y, d.y, di[r][e & 1]));
+      }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      row[r][half] = row0 + 16 * r + 8 * half + g;
+      di[r][half] = quad_sum(di[r][half]);
+      li[r][half] = row[r][half] < tlen ? lse[rows_base + row[r][half]] : INFINITY;
+      if (t == 0 && row[r][half] < tlen) delta[rows_base + row[r][half]] = di[r][half];
+    }
   }
-  const int hi = min(tlen, first + FA_ROWS);
+  const int warp_last = row0 + 16 * R - 1;
+  const int hi = min(tlen, first + ROWS);
   const int lo = window > 0 ? max(0, first - window + 1) : 0;
   if (lo < hi) kv_tiles_async<T, D, N>(k + kv_base, v + kv_base, lo, tlen, ks[0], vs[0]);
   for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
@@ -347,35 +453,49 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
     if (next) kv_tiles_async<T, D, N>(k + kv_base, v + kv_base, j0 + N, tlen, ks[buf ^ 1], vs[buf ^ 1]);
     cp_async_wait(next);
     __syncthreads();
-    float s[N / 8][4], dp[N / 8][4];
+    // A tile that none of this warp's rows sees is skipped by the warp (see the forward).
+    if (fa_tile_any(row0, warp_last, j0, j0 + N - 1, window)) {
+      float s[R][N / 8][4], dp[R][N / 8][4];
 #pragma unroll
-    for (int n = 0; n < N / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-    mma_abt<T, D, N>(qf, ks[buf], s);
-    mma_abt<T, D, N>(df, vs[buf], dp);
-    auto grad = [&](auto masked) {
+      for (int r = 0; r < R; r++)
 #pragma unroll
-      for (int n = 0; n < N / 8; n++) {
+        for (int n = 0; n < N / 8; n++)
+          s[r][n][0] = s[r][n][1] = s[r][n][2] = s[r][n][3] = dp[r][n][0] = dp[r][n][1] = dp[r][n][2] =
+              dp[r][n][3] = 0.f;
+      mma_abt_rows<T, D, N, R>(qf, ks[buf], s);
+      mma_abt_rows<T, D, N, R>(df, vs[buf], dp);
+      auto grad = [&](auto masked) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int r = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
-          const bool keep = !decltype(masked)::value || ((row[r] < tlen) & fa_visible(row[r], j, tlen, window));
-          const float p = keep ? fa_exp2(fmaf(s[n][e], c, -li[r])) : 0.f;
-          s[n][e] = p * (dp[n][e] - di[r]);
+        for (int r = 0; r < R; r++) {
+#pragma unroll
+          for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const int half = e >> 1, i = row[r][half], j = j0 + n * 8 + 2 * t + (e & 1);
+              const bool keep = !decltype(masked)::value || ((i < tlen) & fa_visible(i, j, tlen, window));
+              const float p = keep ? fa_exp2(fmaf(s[r][n][e], c, -li[r][half])) : 0.f;
+              s[r][n][e] = p * (dp[r][n][e] - di[r][half]);
+            }
+          }
         }
-      }
-    };
-    fa_tile_loop(row0 + 16 <= tlen && j0 + N <= tlen && fa_tile_visible(row0, row0 + 15, j0, j0 + N - 1, window),
-                 grad);
-    mma_pb<T, D, N>(s, ks[buf], acc);
+      };
+      fa_tile_loop(row0 + 16 * R <= tlen && j0 + N <= tlen && fa_tile_visible(row0, warp_last, j0, j0 + N - 1, window),
+                   grad);
+      mma_pb_rows<T, D, N, R>(s, ks[buf], acc);
+    }
     __syncthreads();
   }
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    if (row[r] >= tlen) continue;
-    T* dst = dq + (rows_base + row[r]) * D;
+  for (int r = 0; r < R; r++) {
 #pragma unroll
-    for (int n = 0; n < D / 8; n++)
-      *reinterpret_cast<uint32_t*>(dst + n * 8 + 2 * t) = pack2<T>(acc[n][2 * r] * scale, acc[n][2 * r + 1] * scale);
+    for (int half = 0; half < 2; half++) {
+      if (row[r][half] >= tlen) continue;
+      T* dst = dq + (rows_base + row[r][half]) * D;
+#pragma unroll
+      for (int n = 0; n < D / 8; n++)
+        *reinterpret_cast<uint32_t*>(dst + n * 8 + 2 * t) =
+            pack2<T>(acc[r][n][2 * half] * scale, acc[r][n][2 * half + 1] * scale);
+    }
   }
 }
 
