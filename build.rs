@@ -11,6 +11,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/training.cuh");
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_attention_mma.cuh");
     println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_mma_ops.cuh");
+    println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_attention_wgmma.cuh");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
@@ -21,8 +22,12 @@ fn main() {
         .map(|home| std::path::PathBuf::from(home).join("bin").join("nvcc"))
         .filter(|p| p.exists())
         .unwrap_or_else(|| "nvcc".into());
+    // Compute capability 9.0 (H100, H200) gets the architecture-specific target (compute_90a): its warpgroup MMA
+    // instructions run attention kernels (flash_attention_wgmma.cuh); PTX for it loads on 9.0 devices only, which
+    // is what this build is for.
+    let arch = if cap == "90" { "compute_90a".to_string() } else { format!("compute_{cap}") };
     let status = std::process::Command::new(&nvcc)
-        .args(["-ptx", "-O3", &format!("-arch=compute_{cap}"), "src/engine/ops/cuda/fused.cu", "-o"])
+        .args(["-ptx", "-O3", &format!("-arch={arch}"), "src/engine/ops/cuda/fused.cu", "-o"])
         .arg(&out)
         .status()
         .unwrap_or_else(|e| panic!("could not run {}: {e} (the cuda feature needs nvcc)", nvcc.display()));

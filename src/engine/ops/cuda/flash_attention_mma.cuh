@@ -383,3 +383,5 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
     }
   }
 }
+
+#include "flash_attention_wgmma.cuh"
