@@ -1,20 +1,22 @@
-// Hopper warpgroup-MMA (wgmma, sm_90a) versions of the fused attention forward and dK/dV at head_dim 64, included by
-// flash_attention_mma.cuh: the contract, layouts and base-2 logsumexp of flash_attention.cuh, and the softmax of
-// flash_forward_mma. A block is one warpgroup (the 4 warps of MMA_THREADS) that owns FwdTiles<64>::ROWS = 128
-// query rows as two tiles of 64; a warp holds 16 rows of each. wgmma m64n64k16 multiplies the warpgroup's A in
-// registers (mma.m16n8k16's A fragment layout in every warp) by B read by the tensor cores straight from shared
-// memory, once per warpgroup instead of once per warp (ldmatrix), which is what bounds the mma.sync kernels.
-// Accumulators come back in mma's accumulator layout, so scores, probabilities and output stay as they are.
+// Hopper warpgroup-MMA (wgmma, sm_90a) versions of the fused attention's dQ and dK/dV at head_dim 64, included by
+// flash_attention_mma.cuh: the contract, layouts and arithmetic of flash_backward_dq_mma / flash_backward_dkv_mma
+// (outputs bit-identical), with every product on wgmma m64n64k16. A block is one warpgroup (the 4 warps of
+// MMA_THREADS); A operands sit in registers in mma.m16n8k16's A fragment layout (each warp 16 rows of a 64-row
+// tile), B is read by the tensor cores straight from shared memory, once per warpgroup instead of once per warp
+// through ldmatrix, which bounds the mma.sync kernels. Accumulators come back in mma's accumulator layout, so the
+// element-wise code is the same. (A wgmma forward measured no faster than flash_forward_mma's two row tiles per
+// warp: 0.286 against 0.285 ms at 1 x 4096, 0.099 against 0.095 at 4 x 1024; it is in the history, 4af83ee.)
 //
-// B tiles sit in shared memory in wgmma's canonical layout without swizzling: 8 x 8 "core matrices" of 16-bit
-// elements, each 8 rows of 16 contiguous bytes. The K tile (B of S = Q K^T; keys are B's N, head dims its K:
-// "K-major") keeps a key's 8-dim chunk c at (key / 8) * 1024 + c * 128 + (key % 8) * 16 bytes; the V tile (B of
-// O = P V; keys are K, dims N: "MN-major", imm-trans-b) keeps it at c * 1024 + key * 16. In both, core matrices
-// adjacent along K are 128 bytes apart (the descriptor's leading byte offset) and along N/MN 1024 apart (its
-// stride byte offset), and the k16 slice kk starts kk * 256 bytes in.
+// Streamed tiles of 64 rows x 64 elements sit in shared memory in wgmma's canonical layout without swizzling: 8 x 8
+// "core matrices" of 16-bit elements, each 8 rows of 16 contiguous bytes; row r's 8-element chunk c is at
+// (r / 8) * 1024 + c * 128 + (r % 8) * 16 bytes. Read K-major (the tile's rows are B's N, its columns B's K: S = Q
+// K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T), core matrices adjacent along K are 128 bytes apart (the
+// descriptor's leading byte offset) and along N 1024 (its stride byte offset), the k16 slice kk at kk * 256 bytes;
+// read MN-major from the same copy (the rows are B's K: dQ += dS K, dV += P^T dO, dK += dS^T Q), the two offsets
+// swap and the slice of 16 rows kc starts at kc * 2048.
 //
 // Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL: build.rs asks nvcc for compute_90a on compute capability
-// 9.0); other targets keep flash_forward_mma.
+// 9.0); other targets keep the mma.sync kernels.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA_WGMMA 1
@@ -84,14 +86,12 @@ __device__ __forceinline__ void wgmma_64x64x16<__half, 1>(float (*d)[4], const u
   WG_MMA("f16.f16");
 }
 
-// Byte offset of key `r`'s 8-element chunk `c` in a 64-key tile: K-major (the K tile) or MN-major (the V tile).
-template <bool K_MAJOR> __device__ __forceinline__ unsigned wg_chunk(int r, int c) {
-  return K_MAJOR ? ((r >> 3) << 10) | (c << 7) | ((r & 7) << 4) : (c << 10) | (r << 4);
-}
+// Byte offset of row `r`'s 8-element chunk `c` in a 64 x 64 canonical tile.
+__device__ __forceinline__ unsigned wg_chunk(int r, int c) { return ((r >> 3) << 10) | (c << 7) | ((r & 7) << 4); }
 
-// 64 rows first.. of `src` (row stride `stride`, 64 elements each) into a canonical tile (zeros past `limit`):
+// 64 rows first.. of `src` (row stride `stride`, 64 elements each) into the canonical tile (zeros past `limit`):
 // cp.async of 16 bytes when rows are 16-byte aligned (the caller commits and waits), plain 4-byte loads otherwise.
-template <typename T, bool K_MAJOR>
+template <typename T>
 __device__ __forceinline__ void wg_tile_async(const T* src, long long stride, int first, int limit, T* tile) {
   char* base = reinterpret_cast<char*>(tile);
   if (rows_aligned16(src, stride)) {
@@ -99,7 +99,7 @@ __device__ __forceinline__ void wg_tile_async(const T* src, long long stride, in
     for (int k = 0; k < 64 * 8 / MMA_THREADS; k++) {
       const int idx = threadIdx.x + k * MMA_THREADS, r = idx >> 3, c = idx & 7, row = first + r;
       const T* from = row < limit ? src + row * stride + c * 8 : src;
-      const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(base + wg_chunk<K_MAJOR>(r, c)));
+      const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(base + wg_chunk(r, c)));
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(row < limit ? 16 : 0));
     }
     return;
@@ -107,50 +107,65 @@ __device__ __forceinline__ void wg_tile_async(const T* src, long long stride, in
 #pragma unroll 1
   for (int k = 0; k < 64 * 32 / MMA_THREADS; k++) {
     const int idx = threadIdx.x + k * MMA_THREADS, r = idx >> 5, e = (idx & 31) * 2, row = first + r;
-    *reinterpret_cast<uint32_t*>(base + wg_chunk<K_MAJOR>(r, e >> 3) + (e & 7) * 2) =
+    *reinterpret_cast<uint32_t*>(base + wg_chunk(r, e >> 3) + (e & 7) * 2) =
         row < limit ? ld2(src + row * stride + e) : 0u;
   }
 }
 
-// The forward of flash_forward_mma at head_dim 64 on wgmma. Grid (ceil(tq / FwdTiles<64>::ROWS), heads, b),
-// block MMA_THREADS (one warpgroup).
+// dQ (and each row's delta) of flash_backward_dq_mma at head_dim 64 on wgmma: a block is one warpgroup owning
+// DqTiles<64>::ROWS = 128 query rows as two tiles of 64 (Q, dO as A in registers), taken one after the other over
+// each 64-key tile of K and V in shared memory: S = Q K^T and dP = dO V^T read both K-major, dQ += dS K reads K
+// MN-major. Every key tile is computed for both row tiles, also past the causal edge (masked): products under a
+// data-dependent branch make ptxas serialize them. Grid (ceil(tq / 128), heads, b), block MMA_THREADS.
 template <typename T>
-__device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
-                                    int tq, int tk, long long bs, long long hs, int q_offset, int window,
-                                    float scale) {
+__device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, const T* out, const T* d_out,
+                                        const float* lse, float* delta, T* dq, int heads, int kv_heads, int tlen,
+                                        int window, float scale) {
   constexpr int D = 64, N = 64, R = 2, ROWS = 128;
-  static_assert(FwdTiles<D>::ROWS == ROWS, "the grid's rows per block");
+  static_assert(DqTiles<D>::ROWS == ROWS, "the grid's rows per block");
   __shared__ __align__(128) T ks[2][N * D];
   __shared__ __align__(128) T vs[2][N * D];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   const FaBlock blk = fa_block_longest_first(true);
   const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS;
-  const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
-  const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
+  const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
+  const size_t rows_base = ((size_t)bi * heads + h) * tlen;
+  const size_t out_base = ((size_t)bi * tlen * heads + h) * D;
   const float c = scale * FA_LOG2E;
-  uint32_t qf[R][D / 16][4];
-  float o[R][D / 8][4], m[R][2], l[R][2];
-  int pos[R][2];
-  bool valid[R][2];
+  uint32_t qf[R][D / 16][4], df[R][D / 16][4];
+  float acc[R][D / 8][4], li[R][2], di[R][2];
+  int row[R][2];
 #pragma unroll
   for (int r = 0; r < R; r++) {
     const int row0 = first + 64 * r + 16 * warp;
-    mma_a_global<T, D>(q + ((size_t)bi * heads + h) * tq * D, D, row0, tq, qf[r]);
+    mma_a_global<T, D>(q + rows_base * D, D, row0, tlen, qf[r]);
+    mma_a_global<T, D>(d_out + out_base, (long long)heads * D, row0, tlen, df[r]);
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) o[r][n][0] = o[r][n][1] = o[r][n][2] = o[r][n][3] = 0.f;
+    for (int n = 0; n < D / 8; n++) acc[r][n][0] = acc[r][n][1] = acc[r][n][2] = acc[r][n][3] = 0.f;
+    uint32_t of[D / 16][4];
+    mma_a_global<T, D>(out + out_base, (long long)heads * D, row0, tlen, of);
+    di[r][0] = di[r][1] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float2 o = unpack2<T>(of[kk][e]), d = unpack2<T>(df[r][kk][e]);
+        di[r][e & 1] = fmaf(o.x, d.x, fmaf(o.y, d.y, di[r][e & 1]));
+      }
+    }
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-      m[r][half] = -INFINITY;
-      l[r][half] = 0.f;
-      pos[r][half] = q_offset + row0 + 8 * half + g;
-      valid[r][half] = row0 + 8 * half + g < tq;
+      row[r][half] = row0 + 8 * half + g;
+      di[r][half] = quad_sum(di[r][half]);
+      li[r][half] = row[r][half] < tlen ? lse[rows_base + row[r][half]] : INFINITY;
+      if (t == 0 && row[r][half] < tlen) delta[rows_base + row[r][half]] = di[r][half];
     }
   }
-  const int hi = min(tk, q_offset + min(first + ROWS, tq));
-  const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
+  const int hi = min(tlen, first + ROWS);
+  const int lo = window > 0 ? max(0, first - window + 1) : 0;
   auto load = [&](int j0, int buf) {
-    wg_tile_async<T, true>(kb, D, j0, tk, ks[buf]);
-    wg_tile_async<T, false>(vb, D, j0, tk, vs[buf]);
+    wg_tile_async<T>(k + kv_base, D, j0, tlen, ks[buf]);
+    wg_tile_async<T>(v + kv_base, D, j0, tlen, vs[buf]);
     cp_async_commit();
   };
   if (lo < hi) load(lo, 0);
@@ -160,101 +175,66 @@ __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, 
     cp_async_wait(next);
     wg_proxy_fence();
     __syncthreads();
-    float s[R][N / 8][4];
-    // Both tiles' scores are issued at once; each tile's softmax then runs while the tensor cores work on the other
-    // tile's product (its scores, or the first tile's P V), one commit group per product. Every tile is computed,
-    // also past the causal edge (masked): products under a data-dependent branch make ptxas serialize them.
+    const char* kt = reinterpret_cast<const char*>(ks[buf]);
+    const char* vt = reinterpret_cast<const char*>(vs[buf]);
 #pragma unroll
     for (int r = 0; r < R; r++) {
+      float s[N / 8][4], dp[N / 8][4];
       wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < D / 16; kk++)
-        wgmma_64x64x16<T, 0>(s[r], qf[r][kk], wg_desc(reinterpret_cast<const char*>(ks[buf]) + kk * 256, 128, 1024),
-                             kk > 0);
-      wg_commit();
-    }
+      for (int kk = 0; kk < D / 16; kk++) wgmma_64x64x16<T, 0>(s, qf[r][kk], wg_desc(kt + kk * 256, 128, 1024), kk > 0);
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-      // Groups still allowed in flight: the other tile's scores (r = 0), or the first tile's P V (r = 1).
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-      wg_hold(s[r]);
-      const int row0 = first + 64 * r + 16 * warp, warp_pos = q_offset + row0;
-      float mx[2] = {-INFINITY, -INFINITY};
-      auto mask = [&](auto masked) {
+      for (int kk = 0; kk < D / 16; kk++)
+        wgmma_64x64x16<T, 0>(dp, df[r][kk], wg_desc(vt + kk * 256, 128, 1024), kk > 0);
+      wg_commit();
+      wg_wait_all();
+      wg_hold(s);
+      wg_hold(dp);
+      const int row0 = first + 64 * r + 16 * warp;
+      auto grad = [&](auto masked) {
 #pragma unroll
         for (int n = 0; n < N / 8; n++) {
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            const int half = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
-            const bool keep = !decltype(masked)::value || (valid[r][half] & fa_visible(pos[r][half], j, tk, window));
-            if (!keep) s[r][n][e] = -INFINITY;
-            mx[half] = fmaxf(mx[half], s[r][n][e]);
+            const int half = e >> 1, i = row[r][half], j = j0 + n * 8 + 2 * t + (e & 1);
+            const bool keep = !decltype(masked)::value || ((i < tlen) & fa_visible(i, j, tlen, window));
+            const float p = keep ? fa_exp2(fmaf(s[n][e], c, -li[r][half])) : 0.f;
+            s[n][e] = p * (dp[n][e] - di[r][half]);
           }
         }
       };
-      fa_tile_loop(row0 + 16 <= tq && j0 + N <= tk && fa_tile_visible(warp_pos, warp_pos + 15, j0, j0 + N - 1, window),
-                   mask);
-      float base[2], corr[2];
-#pragma unroll
-      for (int half = 0; half < 2; half++) {
-        const float m_new = fmaxf(m[r][half], quad_max(mx[half]) * c);
-        base[half] = m_new == -INFINITY ? 0.f : m_new;
-        corr[half] = fa_exp2(m[r][half] - base[half]);
-        m[r][half] = m_new;
-        l[r][half] *= corr[half];
-      }
-      uint32_t p[N / 16][4];
-#pragma unroll
-      for (int n = 0; n < N / 8; n++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          s[r][n][e] = fa_exp2(fmaf(s[r][n][e], c, -base[e >> 1]));
-          l[r][e >> 1] += s[r][n][e];
-        }
-      }
+      fa_tile_loop(row0 + 16 <= tlen && j0 + N <= tlen && fa_tile_visible(row0, row0 + 15, j0, j0 + N - 1, window),
+                   grad);
+      uint32_t da[N / 16][4];
 #pragma unroll
       for (int kc = 0; kc < N / 16; kc++) {
-        p[kc][0] = pack2<T>(s[r][2 * kc][0], s[r][2 * kc][1]);
-        p[kc][1] = pack2<T>(s[r][2 * kc][2], s[r][2 * kc][3]);
-        p[kc][2] = pack2<T>(s[r][2 * kc + 1][0], s[r][2 * kc + 1][1]);
-        p[kc][3] = pack2<T>(s[r][2 * kc + 1][2], s[r][2 * kc + 1][3]);
-      }
-#pragma unroll
-      for (int n = 0; n < D / 8; n++) {
-        o[r][n][0] *= corr[0];
-        o[r][n][1] *= corr[0];
-        o[r][n][2] *= corr[1];
-        o[r][n][3] *= corr[1];
+        da[kc][0] = pack2<T>(s[2 * kc][0], s[2 * kc][1]);
+        da[kc][1] = pack2<T>(s[2 * kc][2], s[2 * kc][3]);
+        da[kc][2] = pack2<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        da[kc][3] = pack2<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
       }
       wg_fence();
 #pragma unroll
-      for (int kc = 0; kc < N / 16; kc++)
-        wgmma_64x64x16<T, 1>(o[r], p[kc], wg_desc(reinterpret_cast<const char*>(vs[buf]) + kc * 256, 128, 1024), 1);
+      for (int kc = 0; kc < N / 16; kc++) wgmma_64x64x16<T, 1>(acc[r], da[kc], wg_desc(kt + kc * 2048, 1024, 128), 1);
       wg_commit();
+      wg_wait_all();
+      wg_hold(acc[r]);
     }
-    wg_wait_all();
-#pragma unroll
-    for (int r = 0; r < R; r++) wg_hold(o[r]);
     __syncthreads();
   }
 #pragma unroll
   for (int r = 0; r < R; r++) {
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-      const float sum = quad_sum(l[r][half]);
-      if (!valid[r][half]) continue;
-      const int i = first + 64 * r + 16 * warp + 8 * half + g;
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      T* orow = out + (((size_t)bi * tq + i) * heads + h) * D;
+      if (row[r][half] >= tlen) continue;
+      T* dst = dq + (rows_base + row[r][half]) * D;
 #pragma unroll
       for (int n = 0; n < D / 8; n++)
-        *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t) =
-            pack2<T>(o[r][n][2 * half] * inv, o[r][n][2 * half + 1] * inv);
-      if (t == 0) lse[((size_t)bi * heads + h) * tq + i] = sum > 0.f ? m[r][half] + log2f(sum) : INFINITY;
+        *reinterpret_cast<uint32_t*>(dst + n * 8 + 2 * t) =
+            pack2<T>(acc[r][n][2 * half] * scale, acc[r][n][2 * half + 1] * scale);
     }
   }
 }
-
 
 // dK and dV of flash_backward_dkv_mma at head_dim 64 on wgmma: a block is one warpgroup owning 64 keys (16 a warp,
 // K and V as A in registers); the query tiles of the group's heads stream through shared memory in the canonical
@@ -290,8 +270,8 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
   auto load = [&](int buf) {
     const int i0 = first + load_tile * N;
     const size_t q_base = ((size_t)bi * heads + load_head) * tlen;
-    wg_tile_async<T, true>(q + q_base * D, D, i0, tlen, qs[buf]);
-    wg_tile_async<T, true>(d_out + ((size_t)bi * tlen * heads + load_head) * D, (long long)heads * D, i0, tlen,
+    wg_tile_async<T>(q + q_base * D, D, i0, tlen, qs[buf]);
+    wg_tile_async<T>(d_out + ((size_t)bi * tlen * heads + load_head) * D, (long long)heads * D, i0, tlen,
                            dos[buf]);
     for (int r = threadIdx.x; r < N; r += MMA_THREADS) {
       cp_async_f32(&ls[buf][r], lse, q_base + i0 + r, i0 + r < tlen);
