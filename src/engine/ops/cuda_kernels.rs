@@ -85,7 +85,35 @@ pub(crate) mod launch {
     use candle_core::cuda_backend::CudaDType;
     use candle_core::{bail, CudaStorage, DType, Layout, Result};
 
-    pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
+    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
+    /// The same kernels for compute capability 9.0 exactly (compute_90a: warpgroup MMA); empty unless the build
+    /// targets 9.0 (build.rs).
+    const PTX_SM90A: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_sm90a.ptx"));
+
+    /// The PTX of our kernels for `dev`: the sm_90a build on a compute capability 9.0 device when this build has it,
+    /// the portable one otherwise (a build for 9.0 run on a later GPU still loads). Each device's answer is kept.
+    pub fn ptx(dev: &candle_core::CudaDevice) -> &'static str {
+        if PTX_SM90A.is_empty() {
+            return PTX;
+        }
+        static SM90: std::sync::Mutex<Vec<(usize, bool)>> = std::sync::Mutex::new(Vec::new());
+        let context = dev.cuda_stream().context().clone();
+        let ordinal = context.ordinal();
+        let mut known = SM90.lock().unwrap_or_else(|e| e.into_inner());
+        let sm90 = match known.iter().find(|(o, _)| *o == ordinal) {
+            Some(&(_, sm90)) => sm90,
+            None => {
+                let sm90 = context.compute_capability().is_ok_and(|cc| cc == (9, 0));
+                known.push((ordinal, sm90));
+                sm90
+            }
+        };
+        if sm90 {
+            PTX_SM90A
+        } else {
+            PTX
+        }
+    }
 
     pub fn kernel_name(storage: &CudaStorage, name: &str) -> Result<String> {
         match storage.dtype() {
@@ -101,7 +129,7 @@ pub(crate) mod launch {
             $storage.device().get_or_load_custom_func(
                 &$crate::engine::ops::cuda_kernels::launch::kernel_name($storage, $name)?,
                 "metal_candle_fused",
-                $crate::engine::ops::cuda_kernels::launch::PTX,
+                $crate::engine::ops::cuda_kernels::launch::ptx($storage.device()),
             )
         };
     }

@@ -15,8 +15,8 @@
 // read MN-major from the same copy (the rows are B's K: dQ += dS K, dV += P^T dO, dK += dS^T Q), the two offsets
 // swap and the slice of 16 rows kc starts at kc * 2048.
 //
-// Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL: build.rs asks nvcc for compute_90a on compute capability
-// 9.0); other targets keep the mma.sync kernels.
+// Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL: build.rs also asks nvcc for compute_90a on capability
+// 9.0, and cuda_kernels::launch::ptx loads that build on 9.0 devices only); other targets keep mma.sync.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA_WGMMA 1
