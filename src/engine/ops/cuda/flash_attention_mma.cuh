@@ -185,6 +185,53 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
   }
 }
 
+// One 16-row tile of dQ's rows row0.. (query rows of head `h`: q at rows_base, O and dO at out_base, rows heads *
+// D apart): Q and dO as A fragments, and for rows g and g + 8 of the tile (row[half]) their logsumexp (li) and
+// delta = rowsum(dO * O) (di; from O in dO's fragment layout: registers 0 and 2 of a fragment hold row g, 1 and 3
+// row g + 8, summed over the quad's four column pairs), which is also written to `delta` for the dK/dV kernel.
+template <typename T, int D>
+__device__ __forceinline__ void dq_tile_setup(const T* q, const T* out, const T* d_out, const float* lse,
+                                              float* delta, size_t rows_base, size_t out_base, int heads, int tlen,
+                                              int row0, uint32_t (*qf)[4], uint32_t (*df)[4], float* li, float* di,
+                                              int* row) {
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  mma_a_global<T, D>(q + rows_base * D, D, row0, tlen, qf);
+  mma_a_global<T, D>(d_out + out_base, (long long)heads * D, row0, tlen, df);
+  uint32_t of[D / 16][4];
+  mma_a_global<T, D>(out + out_base, (long long)heads * D, row0, tlen, of);
+  di[0] = di[1] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const float2 o = unpack2<T>(of[kk][e]), d = unpack2<T>(df[kk][e]);
+      di[e & 1] = fmaf(o.x, d.x, fmaf(o.y, d.y, di[e & 1]));
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    row[half] = row0 + 8 * half + g;
+    di[half] = quad_sum(di[half]);
+    li[half] = row[half] < tlen ? lse[rows_base + row[half]] : INFINITY;
+    if (t == 0 && row[half] < tlen) delta[rows_base + row[half]] = di[half];
+  }
+}
+
+// Rows row[0], row[1] (g and g + 8 of a 16-row tile) of an accumulator acc[D/8][4], times `scale`, into `dst`'s
+// rows (D elements each) that exist.
+template <typename T, int D>
+__device__ __forceinline__ void store_tile_rows(T* dst, const int* row, int tlen, const float (*acc)[4], float scale) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    if (row[half] >= tlen) continue;
+    T* r = dst + (size_t)row[half] * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+      *reinterpret_cast<uint32_t*>(r + n * 8 + 2 * t) = pack2<T>(acc[n][2 * half] * scale, acc[n][2 * half + 1] * scale);
+  }
+}
+
 // Row tiles of 16 a warp owns in dQ and keys per streamed tile: at head_dim 64 two row tiles (as in the forward)
 // over tiles of 32 keys, which keeps the scores, their gradient and dQ of 32 rows in registers; one row tile over
 // MmaTile's keys at 128.
@@ -204,7 +251,7 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
   constexpr int N = DqTiles<D>::N, R = DqTiles<D>::R, ROWS = DqTiles<D>::ROWS;
   __shared__ __align__(16) T ks[2][N][D + MMA_PAD];
   __shared__ __align__(16) T vs[2][N][D + MMA_PAD];
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
   const FaBlock blk = fa_block_longest_first(true);
   const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS, row0 = first + warp * 16 * R;
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
@@ -216,30 +263,10 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
   int row[R][2];
 #pragma unroll
   for (int r = 0; r < R; r++) {
-    mma_a_global<T, D>(q + rows_base * D, D, row0 + 16 * r, tlen, qf[r]);
-    mma_a_global<T, D>(d_out + out_base, (long long)heads * D, row0 + 16 * r, tlen, df[r]);
+    dq_tile_setup<T, D>(q, out, d_out, lse, delta, rows_base, out_base, heads, tlen, row0 + 16 * r, qf[r], df[r], li[r],
+                        di[r], row[r]);
 #pragma unroll
     for (int n = 0; n < D / 8; n++) acc[r][n][0] = acc[r][n][1] = acc[r][n][2] = acc[r][n][3] = 0.f;
-    // The delta of rows g and g + 8 from O in dO's fragment layout (registers 0 and 2 of a fragment hold row
-    // g, 1 and 3 row g + 8), summed over the quad's four column pairs.
-    uint32_t of[D / 16][4];
-    mma_a_global<T, D>(out + out_base, (long long)heads * D, row0 + 16 * r, tlen, of);
-    di[r][0] = di[r][1] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float2 o = unpack2<T>(of[kk][e]), d = unpack2<T>(df[r][kk][e]);
-        di[r][e & 1] = fmaf(o.x, d.x, fmaf(o.y, d.y, di[r][e & 1]));
-      }
-    }
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      row[r][half] = row0 + 16 * r + 8 * half + g;
-      di[r][half] = quad_sum(di[r][half]);
-      li[r][half] = row[r][half] < tlen ? lse[rows_base + row[r][half]] : INFINITY;
-      if (t == 0 && row[r][half] < tlen) delta[rows_base + row[r][half]] = di[r][half];
-    }
   }
   const int warp_last = row0 + 16 * R - 1;
   const int hi = min(tlen, first + ROWS);
@@ -283,17 +310,7 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
     __syncthreads();
   }
 #pragma unroll
-  for (int r = 0; r < R; r++) {
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      if (row[r][half] >= tlen) continue;
-      T* dst = dq + (rows_base + row[r][half]) * D;
-#pragma unroll
-      for (int n = 0; n < D / 8; n++)
-        *reinterpret_cast<uint32_t*>(dst + n * 8 + 2 * t) =
-            pack2<T>(acc[r][n][2 * half] * scale, acc[r][n][2 * half + 1] * scale);
-    }
-  }
+  for (int r = 0; r < R; r++) store_tile_rows<T, D>(dq + rows_base * D, row[r], tlen, acc[r], scale);
 }
 
 // dK and dV summed over the group's query heads. Grid (ceil(t / FA_ROWS), kv_heads, b), block 128; a warp owns
@@ -371,17 +388,8 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
     __syncthreads();
     i0 = i0 + N < first + tiles * N ? i0 + N : first;
   }
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    if (key[r] >= tlen) continue;
-    T* dkr = dk + (kv_base + key[r]) * D;
-    T* dvr = dv + (kv_base + key[r]) * D;
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-      *reinterpret_cast<uint32_t*>(dkr + n * 8 + 2 * t) = pack2<T>(dka[n][2 * r] * scale, dka[n][2 * r + 1] * scale);
-      *reinterpret_cast<uint32_t*>(dvr + n * 8 + 2 * t) = pack2<T>(dva[n][2 * r], dva[n][2 * r + 1]);
-    }
-  }
+  store_tile_rows<T, D>(dk + kv_base * D, key, tlen, dka, scale);
+  store_tile_rows<T, D>(dv + kv_base * D, key, tlen, dva, 1.f);
 }
 
 #include "flash_attention_wgmma.cuh"

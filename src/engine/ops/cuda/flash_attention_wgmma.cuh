@@ -60,30 +60,11 @@ __device__ __forceinline__ void wg_proxy_fence() { asm volatile("fence.proxy.asy
 // d (64 x 64 over the warpgroup, [8][4] per thread in mma's accumulator layout) = A B + (accumulate ? d : 0) for
 // A (64 x 16) in registers and B (16 x 64) in shared memory at `desc`; TRANS_B 1 reads B MN-major.
 template <typename T, int TRANS_B>
-__device__ __forceinline__ void wgmma_64x64x16(float (*d)[4], const uint32_t* a, uint64_t desc, int accumulate);
-template <>
-__device__ __forceinline__ void wgmma_64x64x16<__nv_bfloat16, 0>(float (*d)[4], const uint32_t* a, uint64_t desc,
-                                                                 int accumulate) {
-  constexpr int TRANS_B = 0;
-  WG_MMA("bf16.bf16");
-}
-template <>
-__device__ __forceinline__ void wgmma_64x64x16<__nv_bfloat16, 1>(float (*d)[4], const uint32_t* a, uint64_t desc,
-                                                                 int accumulate) {
-  constexpr int TRANS_B = 1;
-  WG_MMA("bf16.bf16");
-}
-template <>
-__device__ __forceinline__ void wgmma_64x64x16<__half, 0>(float (*d)[4], const uint32_t* a, uint64_t desc,
-                                                          int accumulate) {
-  constexpr int TRANS_B = 0;
-  WG_MMA("f16.f16");
-}
-template <>
-__device__ __forceinline__ void wgmma_64x64x16<__half, 1>(float (*d)[4], const uint32_t* a, uint64_t desc,
-                                                          int accumulate) {
-  constexpr int TRANS_B = 1;
-  WG_MMA("f16.f16");
+__device__ __forceinline__ void wgmma_64x64x16(float (*d)[4], const uint32_t* a, uint64_t desc, int accumulate) {
+  if constexpr (std::is_same<T, __half>::value)
+    WG_MMA("f16.f16");
+  else
+    WG_MMA("bf16.bf16");
 }
 
 // Byte offset of row `r`'s 8-element chunk `c` in a 64 x 64 canonical tile.
@@ -125,7 +106,7 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
   static_assert(DqTiles<D>::ROWS == ROWS, "the grid's rows per block");
   __shared__ __align__(128) T ks[2][N * D];
   __shared__ __align__(128) T vs[2][N * D];
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
   const FaBlock blk = fa_block_longest_first(true);
   const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS;
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
@@ -137,29 +118,10 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
   int row[R][2];
 #pragma unroll
   for (int r = 0; r < R; r++) {
-    const int row0 = first + 64 * r + 16 * warp;
-    mma_a_global<T, D>(q + rows_base * D, D, row0, tlen, qf[r]);
-    mma_a_global<T, D>(d_out + out_base, (long long)heads * D, row0, tlen, df[r]);
+    dq_tile_setup<T, D>(q, out, d_out, lse, delta, rows_base, out_base, heads, tlen, first + 64 * r + 16 * warp, qf[r],
+                        df[r], li[r], di[r], row[r]);
 #pragma unroll
     for (int n = 0; n < D / 8; n++) acc[r][n][0] = acc[r][n][1] = acc[r][n][2] = acc[r][n][3] = 0.f;
-    uint32_t of[D / 16][4];
-    mma_a_global<T, D>(out + out_base, (long long)heads * D, row0, tlen, of);
-    di[r][0] = di[r][1] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float2 o = unpack2<T>(of[kk][e]), d = unpack2<T>(df[r][kk][e]);
-        di[r][e & 1] = fmaf(o.x, d.x, fmaf(o.y, d.y, di[r][e & 1]));
-      }
-    }
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      row[r][half] = row0 + 8 * half + g;
-      di[r][half] = quad_sum(di[r][half]);
-      li[r][half] = row[r][half] < tlen ? lse[rows_base + row[r][half]] : INFINITY;
-      if (t == 0 && row[r][half] < tlen) delta[rows_base + row[r][half]] = di[r][half];
-    }
   }
   const int hi = min(tlen, first + ROWS);
   const int lo = window > 0 ? max(0, first - window + 1) : 0;
@@ -223,17 +185,7 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
     __syncthreads();
   }
 #pragma unroll
-  for (int r = 0; r < R; r++) {
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      if (row[r][half] >= tlen) continue;
-      T* dst = dq + (rows_base + row[r][half]) * D;
-#pragma unroll
-      for (int n = 0; n < D / 8; n++)
-        *reinterpret_cast<uint32_t*>(dst + n * 8 + 2 * t) =
-            pack2<T>(acc[r][n][2 * half] * scale, acc[r][n][2 * half + 1] * scale);
-    }
-  }
+  for (int r = 0; r < R; r++) store_tile_rows<T, D>(dq + rows_base * D, row[r], tlen, acc[r], scale);
 }
 
 // dK and dV of flash_backward_dkv_mma at head_dim 64 on wgmma: a block is one warpgroup owning 64 keys (16 a warp,
@@ -340,17 +292,8 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
     __syncthreads();
     i0 = i0 + N < first + tiles * N ? i0 + N : first;
   }
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    if (key[r] >= tlen) continue;
-    T* dkr = dk + (kv_base + key[r]) * D;
-    T* dvr = dv + (kv_base + key[r]) * D;
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-      *reinterpret_cast<uint32_t*>(dkr + n * 8 + 2 * t) = pack2<T>(dka[n][2 * r] * scale, dka[n][2 * r + 1] * scale);
-      *reinterpret_cast<uint32_t*>(dvr + n * 8 + 2 * t) = pack2<T>(dva[n][2 * r], dva[n][2 * r + 1]);
-    }
-  }
+  store_tile_rows<T, D>(dk + kv_base * D, key, tlen, dka, scale);
+  store_tile_rows<T, D>(dv + kv_base * D, key, tlen, dva, 1.f);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
