@@ -232,6 +232,56 @@ __device__ __forceinline__ void store_tile_rows(T* dst, const int* row, int tlen
   }
 }
 
+// dS = P * (dP - delta) of one 16-row tile of dQ (s[N/8][4] in, dS out): query rows row[half], keys j0 + column;
+// P = 2^(s * c - lse) (li), zero where masked (MASKED: the per-element test runs; an interior tile skips it).
+template <bool MASKED, int N>
+__device__ __forceinline__ void dq_scores_to_grad(float (*s)[4], const float (*dp)[4], const int* row, const float* li,
+                                                  const float* di, int j0, int tlen, int window, float c) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int half = e >> 1, i = row[half], j = j0 + n * 8 + 2 * t + (e & 1);
+      const bool keep = !MASKED || ((i < tlen) & fa_visible(i, j, tlen, window));
+      const float p = keep ? fa_exp2(fmaf(s[n][e], c, -li[half])) : 0.f;
+      s[n][e] = p * (dp[n][e] - di[half]);
+    }
+  }
+}
+
+// The same for a 16-key tile of dK/dV (keys key[half] are the rows, queries i0 + column): s becomes P^T and dp
+// dS^T; the queries' logsumexps and deltas come from shared memory (ls, dls).
+template <bool MASKED, int N>
+__device__ __forceinline__ void dkv_scores_to_grads(float (*s)[4], float (*dp)[4], const int* key, const float* ls,
+                                                    const float* dls, int i0, int tlen, int window, float c) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
+      const bool keep = !MASKED || ((i < tlen) & fa_visible(i, key[r], tlen, window));
+      const float p = keep ? fa_exp2(fmaf(s[n][e], c, -ls[col])) : 0.f;
+      s[n][e] = p;
+      dp[n][e] = p * (dp[n][e] - dls[col]);
+    }
+  }
+}
+
+// A dK/dV block's own 16 keys of a warp (key0..): K and V as A fragments, the dK and dV accumulators zeroed.
+template <typename T, int D>
+__device__ __forceinline__ void dkv_keys_setup(const T* k, const T* v, size_t kv_base, int key0, int tlen,
+                                               uint32_t (*kf)[4], uint32_t (*vf)[4], float (*dka)[4], float (*dva)[4]) {
+  mma_a_global<T, D>(k + kv_base * D, D, key0, tlen, kf);
+  mma_a_global<T, D>(v + kv_base * D, D, key0, tlen, vf);
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.f;
+    dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.f;
+  }
+}
+
 // Row tiles of 16 a warp owns in dQ and keys per streamed tile: at head_dim 64 two row tiles (as in the forward)
 // over tiles of 32 keys, which keeps the scores, their gradient and dQ of 32 rows in registers; one row tile over
 // MmaTile's keys at 128.
@@ -251,7 +301,7 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
   constexpr int N = DqTiles<D>::N, R = DqTiles<D>::R, ROWS = DqTiles<D>::ROWS;
   __shared__ __align__(16) T ks[2][N][D + MMA_PAD];
   __shared__ __align__(16) T vs[2][N][D + MMA_PAD];
-  const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
+  const int warp = threadIdx.x >> 5;
   const FaBlock blk = fa_block_longest_first(true);
   const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS, row0 = first + warp * 16 * R;
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
@@ -290,18 +340,8 @@ __device__ void flash_backward_dq_mma(const T* q, const T* k, const T* v, const 
       mma_abt_rows<T, D, N, R>(df, vs[buf], dp);
       auto grad = [&](auto masked) {
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-#pragma unroll
-          for (int n = 0; n < N / 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              const int half = e >> 1, i = row[r][half], j = j0 + n * 8 + 2 * t + (e & 1);
-              const bool keep = !decltype(masked)::value || ((i < tlen) & fa_visible(i, j, tlen, window));
-              const float p = keep ? fa_exp2(fmaf(s[r][n][e], c, -li[r][half])) : 0.f;
-              s[r][n][e] = p * (dp[r][n][e] - di[r][half]);
-            }
-          }
-        }
+        for (int r = 0; r < R; r++)
+          dq_scores_to_grad<decltype(masked)::value, N>(s[r], dp[r], row[r], li[r], di[r], j0, tlen, window, c);
       };
       fa_tile_loop(row0 + 16 * R <= tlen && j0 + N <= tlen && fa_tile_visible(row0, warp_last, j0, j0 + N - 1, window),
                    grad);
@@ -323,21 +363,15 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
   __shared__ __align__(16) T qs[2][N][D + MMA_PAD];
   __shared__ __align__(16) T dos[2][N][D + MMA_PAD];
   __shared__ float ls[2][N], dls[2][N];
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
   const FaBlock blk = fa_block_longest_first(false);
   const int kvh = blk.head, bi = blk.batch, first = blk.tile * FA_ROWS, key0 = first + warp * 16;
   const int rep = heads / kv_heads;
   const size_t kv_base = ((size_t)bi * kv_heads + kvh) * tlen;
   const float c = scale * FA_LOG2E;
   uint32_t kf[D / 16][4], vf[D / 16][4];
-  mma_a_global<T, D>(k + kv_base * D, D, key0, tlen, kf);
-  mma_a_global<T, D>(v + kv_base * D, D, key0, tlen, vf);
   float dka[D / 8][4], dva[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; n++) {
-    dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.f;
-    dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.f;
-  }
+  dkv_keys_setup<T, D>(k, v, kv_base, key0, tlen, kf, vf, dka, dva);
   const int key[2] = {key0 + g, key0 + g + 8};
   const int hi = window > 0 ? min(tlen, first + FA_ROWS - 1 + window) : tlen;
   // The (query head of the group, query tile) pairs in order; the next pair's tiles, logsumexps and deltas are
@@ -369,17 +403,7 @@ __device__ void flash_backward_dkv_mma(const T* q, const T* k, const T* v, const
     mma_abt<T, D, N>(kf, qs[buf], s);
     mma_abt<T, D, N>(vf, dos[buf], dp);
     auto grad = [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < N / 8; n++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
-          const bool keep = !decltype(masked)::value || ((i < tlen) & fa_visible(i, key[r], tlen, window));
-          const float p = keep ? fa_exp2(fmaf(s[n][e], c, -ls[buf][col])) : 0.f;
-          s[n][e] = p;
-          dp[n][e] = p * (dp[n][e] - dls[buf][col]);
-        }
-      }
+      dkv_scores_to_grads<decltype(masked)::value, N>(s, dp, key, ls[buf], dls[buf], i0, tlen, window, c);
     };
     fa_tile_loop(key0 + 16 <= tlen && i0 + N <= tlen && fa_tile_visible(i0, i0 + N - 1, key0, key0 + 15, window),
                  grad);

@@ -106,7 +106,7 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
   static_assert(DqTiles<D>::ROWS == ROWS, "the grid's rows per block");
   __shared__ __align__(128) T ks[2][N * D];
   __shared__ __align__(128) T vs[2][N * D];
-  const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
+  const int warp = threadIdx.x >> 5;
   const FaBlock blk = fa_block_longest_first(true);
   const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS;
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * tlen * D;
@@ -154,16 +154,7 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
       wg_hold(dp);
       const int row0 = first + 64 * r + 16 * warp;
       auto grad = [&](auto masked) {
-#pragma unroll
-        for (int n = 0; n < N / 8; n++) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int half = e >> 1, i = row[r][half], j = j0 + n * 8 + 2 * t + (e & 1);
-            const bool keep = !decltype(masked)::value || ((i < tlen) & fa_visible(i, j, tlen, window));
-            const float p = keep ? fa_exp2(fmaf(s[n][e], c, -li[r][half])) : 0.f;
-            s[n][e] = p * (dp[n][e] - di[r][half]);
-          }
-        }
+        dq_scores_to_grad<decltype(masked)::value, N>(s, dp, row[r], li[r], di[r], j0, tlen, window, c);
       };
       fa_tile_loop(row0 + 16 <= tlen && j0 + N <= tlen && fa_tile_visible(row0, row0 + 15, j0, j0 + N - 1, window),
                    grad);
@@ -200,21 +191,15 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
   __shared__ __align__(128) T qs[2][N * D];
   __shared__ __align__(128) T dos[2][N * D];
   __shared__ float ls[2][N], dls[2][N];
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
   const FaBlock blk = fa_block_longest_first(false);
   const int kvh = blk.head, bi = blk.batch, first = blk.tile * FA_ROWS, key0 = first + warp * 16;
   const int rep = heads / kv_heads;
   const size_t kv_base = ((size_t)bi * kv_heads + kvh) * tlen;
   const float c = scale * FA_LOG2E;
   uint32_t kf[D / 16][4], vf[D / 16][4];
-  mma_a_global<T, D>(k + kv_base * D, D, key0, tlen, kf);
-  mma_a_global<T, D>(v + kv_base * D, D, key0, tlen, vf);
   float dka[D / 8][4], dva[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; n++) {
-    dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.f;
-    dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.f;
-  }
+  dkv_keys_setup<T, D>(k, v, kv_base, key0, tlen, kf, vf, dka, dva);
   const int key[2] = {key0 + g, key0 + g + 8};
   const int hi = window > 0 ? min(tlen, first + FA_ROWS - 1 + window) : tlen;
   const int tiles = first < hi ? (hi - first + N - 1) / N : 0, steps = rep * tiles;
@@ -252,17 +237,7 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
     wg_hold(s);
     wg_hold(dp);
     auto grad = [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < N / 8; n++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
-          const bool keep = !decltype(masked)::value || ((i < tlen) & fa_visible(i, key[r], tlen, window));
-          const float p = keep ? fa_exp2(fmaf(s[n][e], c, -ls[buf][col])) : 0.f;
-          s[n][e] = p;
-          dp[n][e] = p * (dp[n][e] - dls[buf][col]);
-        }
-      }
+      dkv_scores_to_grads<decltype(masked)::value, N>(s, dp, key, ls[buf], dls[buf], i0, tlen, window, c);
     };
     fa_tile_loop(key0 + 16 <= tlen && i0 + N <= tlen && fa_tile_visible(i0, i0 + N - 1, key0, key0 + 15, window),
                  grad);
