@@ -1,14 +1,16 @@
 // Times the fused attention kernels (src/engine/ops/cuda/flash_attention*.cuh) alone, at the Llama-3.2-1B
-// attention shape (32 heads, 8 KV heads, head_dim 64, bf16, causal, random inputs): forward, dQ (which also writes each row's
-// delta) and dK/dV, in ms and TFLOP/s, the mean of REPS launches after one warm-up launch. A causal T x T x D product counts
-// T (T + 64) / 2 x D x 2 flops (the forward has two, dQ three, dK/dV four). With PREFIX it also writes out, lse,
-// dq, dk and dv to PREFIX-NAME.bin, so that two builds' outputs can be compared (scripts/gpu_flash_bench.sh).
+// attention shape (32 heads, 8 KV heads, head_dim 64, bf16, causal, random inputs): forward, dQ (which also writes
+// each row's delta) and dK/dV, in ms and TFLOP/s, the mean of REPS launches after one warm-up launch. A causal
+// T x T x D product counts T (T + 64) / 2 x D x 2 flops (the forward has two, dQ three, dK/dV four). With PREFIX it
+// also writes out, lse, delta, dq, dk and dv to PREFIX-NAME.bin, so that two builds' outputs can be compared
+// (scripts/gpu_flash_bench.sh).
 //
 // Build here (no GPU needed; the CUDA 13 toolkit of ../shared/cuda/README.md, CUDA_LIBS = the wheel's lib folder
-// that holds libcudart_static.a), from the repo root:
-//   nvcc -O3 -arch=sm_90 -std=c++17 scripts/flash_kernel_bench.cu -o flash_kernel_bench -cudart static -L$CUDA_LIBS
-// (add -DFUSED='"/other/checkout/src/engine/ops/cuda/fused.cu"' to build another version of the kernels of the
-// same signatures: until 2026-11-24 a separate flash_delta kernel computed delta, built by that commit's copy).
+// that holds libcudart_static.a), from the scripts folder:
+//   nvcc -O3 -arch=sm_90a -std=c++17 flash_kernel_bench.cu -o flash_kernel_bench -cudart static -L$CUDA_LIBS
+// sm_90a builds the kernels an H100 runs (dQ and dK/dV on warpgroup MMA); -arch=sm_90 the portable mma.sync ones.
+// (Add -DFUSED='"/other/checkout/src/engine/ops/cuda/fused.cu"' to build another version of the kernels of the
+// same signatures: until 2026-11-24 a separate flash_delta kernel computed delta, built by that commit's copy.)
 // Run on the lent GPU: flash_kernel_bench B T [REPS [PREFIX]]
 #ifndef FUSED
 #define FUSED "../src/engine/ops/cuda/fused.cu"
