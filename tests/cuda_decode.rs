@@ -1,12 +1,13 @@
 //! The fused CUDA decode kernels against the CPU: step-by-step logits of a KV-cache decode on every tiny
-//! architecture, and with a quantized base, an active adapter and q/k norms (built with `--features cuda`;
-//! skipped without a GPU). Run on a lent GPU machine.
+//! architecture, and with a quantized base, an active adapter and q/k norms; the residual add + RMS norm kernel and
+//! the plain norm on it (built with `--features cuda`; skipped without a GPU). Run on a lent GPU machine.
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor};
 use metal_candle::engine::generate::KvCache;
 use metal_candle::engine::lora;
 use metal_candle::engine::model::{load_model, load_model_with, BaseQuant, LoadOptions};
+use metal_candle::engine::ops;
 use metal_candle::engine::train::LoraSettings;
 
 fn logits_per_step(model_dir: &str, device: &Device, dtype: DType, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
@@ -403,6 +404,32 @@ fn gpu_argmax_matches_the_cpu() {
             let want = sampler::argmax(&case);
             let got = argmax(&Tensor::from_vec(case, n, &device).unwrap()).unwrap();
             assert_eq!(got, want, "argmax of {n} values");
+        }
+    }
+}
+
+/// The add + norm kernel against the CPU, and the plain norm of the sum it returned (what gradient checkpointing
+/// recomputes from a saved layer input) giving exactly its normed rows: row widths on the kernel's 16-byte path
+/// (2048), beyond the chunks a thread keeps in registers (9216), and off it (100), in f32 and bf16.
+#[test]
+fn rms_norm_of_a_fused_sum_repeats_its_bits_and_both_match_the_cpu() {
+    let Some(gpu) = cuda_or_skip() else { return };
+    for (dtype, tolerance) in [(DType::F32, 1e-5), (DType::BF16, 1e-2)] {
+        for cols in [2048usize, 9216, 100] {
+            let x = Tensor::randn(0f32, 1.0, (5, cols), &Device::Cpu).unwrap();
+            let delta = Tensor::randn(0f32, 0.5, (5, cols), &Device::Cpu).unwrap();
+            let weight = Tensor::randn(1f32, 0.2, cols, &Device::Cpu).unwrap();
+            let on_gpu = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&gpu).unwrap();
+            let (sum, normed) = ops::add_rms_norm(&on_gpu(&x), &on_gpu(&delta), &on_gpu(&weight), 1e-5).unwrap();
+            let again = ops::rms_norm(&sum, &on_gpu(&weight), 1e-5).unwrap();
+            let bits = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(bits(&normed), bits(&again), "{dtype:?} x {cols}: the norm of the sum differs");
+            let sum_cpu = sum.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+            let want = ops::rms_norm(&sum_cpu, &weight, 1e-5).unwrap();
+            let got = normed.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+            let largest = want.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            let err = (want - got).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap() / largest;
+            assert!(err < tolerance, "{dtype:?} x {cols}: relative error {err} against the CPU");
         }
     }
 }

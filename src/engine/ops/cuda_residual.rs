@@ -2,14 +2,24 @@
 //! `(x + delta, rms_norm(x + delta) * weight)` in one pass, each result in its own buffer (the decode step and
 //! the training forward keep the sum and use the normed rows); backward, the norm's input gradient with the
 //! residual branch's gradient added in the same pass. A composed add then norm reads and writes the stream
-//! twice as often. f32 and bf16 on CUDA ([`super::cuda_kernels::available`]); `ops::add_rms_norm` and
+//! twice as often. The plain RMS norm on CUDA is the same kernels without the add (`ops::rms_norm`,
+//! `ops::rms_norm_backward`), so a norm recomputed from a saved sum gives the forward's bits. f32 and bf16 on CUDA ([`super::cuda_kernels::available`]); `ops::add_rms_norm` and
 //! `ops::rms_norm_backward` compose elsewhere.
 
 use candle_core::{Result, Tensor};
 
 /// `(x + delta, rms_norm(x + delta) * weight)` for x, delta (..., hidden) of one shape and weight (hidden).
 pub fn add_rms_norm(x: &Tensor, delta: &Tensor, weight: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
-    imp::add_rms_norm(&x.contiguous()?, &delta.contiguous()?, &weight.contiguous()?, eps as f32)
+    let (sum, normed) =
+        imp::add_rms_norm(&x.contiguous()?, Some(&delta.contiguous()?), &weight.contiguous()?, eps as f32)?;
+    let sum = sum.ok_or_else(|| candle_core::Error::Msg("add-rms-norm: the kernel wrote no sum".into()))?;
+    Ok((sum, normed))
+}
+
+/// `rms_norm(x) * weight`: the same kernel without the add, so a sum [`add_rms_norm`] returned is normed again to
+/// the same bits (gradient checkpointing recomputes a layer from its saved input sum).
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    Ok(imp::add_rms_norm(&x.contiguous()?, None, &weight.contiguous()?, eps as f32)?.1)
 }
 
 /// The input gradient of `rms_norm(x, weight, eps)` (frozen weight) for the output gradient `dy`, plus
@@ -53,28 +63,47 @@ mod imp {
         ))
     }
 
-    pub fn add_rms_norm(x: &Tensor, delta: &Tensor, weight: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
-        let (rows, cols, cfg) = rows("add-rms-norm", x, &[delta], weight)?;
-        let ((xg, xl), (dg, dl), (wg, wl)) =
-            (x.storage_and_layout(), delta.storage_and_layout(), weight.storage_and_layout());
-        let (xs, ds, ws) = (on_cuda(&xg, "x")?, on_cuda(&dg, "delta")?, on_cuda(&wg, "weight")?);
+    /// The add and norm kernel; without `delta` it norms x and returns no sum.
+    pub fn add_rms_norm(
+        x: &Tensor,
+        delta: Option<&Tensor>,
+        weight: &Tensor,
+        eps: f32,
+    ) -> Result<(Option<Tensor>, Tensor)> {
+        let others: Vec<&Tensor> = delta.into_iter().collect();
+        let (rows, cols, cfg) = rows("add-rms-norm", x, &others, weight)?;
+        let ((xg, xl), (wg, wl)) = (x.storage_and_layout(), weight.storage_and_layout());
+        let added = delta.map(|d| d.storage_and_layout());
+        let (xs, ws) = (on_cuda(&xg, "x")?, on_cuda(&wg, "weight")?);
         let dev = xs.device().clone();
         let f = func!(xs, "add_rms_norm")?;
         with_dtype!(xs, T, {
-            let (sum, normed) = (output::<T>(&dev, rows * cols)?, output::<T>(&dev, rows * cols)?);
+            let sum = if delta.is_some() { Some(output::<T>(&dev, rows * cols)?) } else { None };
+            let normed = output::<T>(&dev, rows * cols)?;
             {
-                let (xv, dv, wv) = (view::<T>(xs, xl, "x")?, view::<T>(ds, dl, "delta")?, view::<T>(ws, wl, "weight")?);
+                let (xv, wv) = (view::<T>(xs, xl, "x")?, view::<T>(ws, wl, "weight")?);
+                let dv = match &added {
+                    Some((dg, dl)) => Some(view::<T>(on_cuda(dg, "delta")?, dl, "delta")?),
+                    None => None,
+                };
+                let null = 0u64; // the kernel reads no delta and writes no sum through null pointers
                 let mut b = f.builder();
                 b.arg(&xv);
-                b.arg(&dv);
+                match &dv {
+                    Some(dv) => b.arg(dv),
+                    None => b.arg(&null),
+                };
                 b.arg(&wv);
-                b.arg(&sum);
+                match &sum {
+                    Some(sum) => b.arg(sum),
+                    None => b.arg(&null),
+                };
                 b.arg(&normed);
                 candle_core::builder_arg!(b, int(cols), eps);
-                // SAFETY: arguments match the kernel's signature; both outputs hold rows * cols elements.
+                // SAFETY: arguments match the kernel's signature; the outputs hold rows * cols elements.
                 unsafe { b.launch(cfg) }.w()?;
             }
-            Ok((wrap(sum, &dev, x.shape()), wrap(normed, &dev, x.shape())))
+            Ok((sum.map(|s| wrap(s, &dev, x.shape())), wrap(normed, &dev, x.shape())))
         })
     }
 
@@ -125,7 +154,7 @@ mod imp {
 mod imp {
     use candle_core::{bail, Result, Tensor};
 
-    pub fn add_rms_norm(_: &Tensor, _: &Tensor, _: &Tensor, _: f32) -> Result<(Tensor, Tensor)> {
+    pub fn add_rms_norm(_: &Tensor, _: Option<&Tensor>, _: &Tensor, _: f32) -> Result<(Option<Tensor>, Tensor)> {
         bail!("add-rms-norm runs on CUDA only (the fused kernels)")
     }
     pub fn rms_norm_backward(_: &Tensor, _: &Tensor, _: f32, _: &Tensor, _: Option<&Tensor>) -> Result<Tensor> {

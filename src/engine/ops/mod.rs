@@ -89,9 +89,13 @@ fn composed_in_f64(dtype: DType) -> bool {
     dtype == DType::F64
 }
 
-/// RMS norm over the last dimension, scaled by `weight`.
+/// RMS norm over the last dimension, scaled by `weight`. On CUDA the kernel of [`add_rms_norm`] without the add, so
+/// a sum that one returned norms again to the same bits.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     metal_dtypes("rms_norm", &[x, weight])?;
+    if cuda_kernels::available(x.device(), x.dtype()) && weight.dtype() == x.dtype() {
+        return cuda_residual::rms_norm(x, weight, eps);
+    }
     if !composed_in_f64(x.dtype()) {
         return candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps as f32);
     }

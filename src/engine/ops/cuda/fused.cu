@@ -54,6 +54,17 @@ __device__ __forceinline__ uint4 add_chunk(uint4 a, uint4 b, float* sq) {
   }
   return out;
 }
+// A chunk as it is, its squares added to *sq (add_chunk without the add).
+template <typename T>
+__device__ __forceinline__ uint4 square_chunk(uint4 a, float* sq) {
+  const T* at = reinterpret_cast<const T*>(&a);
+#pragma unroll
+  for (int e = 0; e < (int)(16 / sizeof(T)); e++) {
+    const float f = to_f(at[e]);
+    *sq += f * f;
+  }
+  return a;
+}
 template <typename T>
 __device__ __forceinline__ uint4 scale_chunk(uint4 s, uint4 w, float inv) {
   uint4 out;
@@ -65,15 +76,19 @@ __device__ __forceinline__ uint4 scale_chunk(uint4 s, uint4 w, float inv) {
   return out;
 }
 
-// Residual add then RMS norm: out[0 .. rows*cols] = x + delta (rounded to T), out[rows*cols ..] = its norm
-// times w. One block per row.
+// Residual add then RMS norm, one block per row: sum = x + delta (rounded to T), normed = its norm times w. Without
+// `delta` (null) the row of x is normed as it is and `sum` (then null too) is not written: the plain RMS norm, the
+// same arithmetic, so a sum normed again later gives the bits this pass gave (checkpointing's recompute).
 template <typename T>
 __device__ void add_rms_norm(const T* x, const T* delta, const T* w, T* sum, T* normed, int cols, float eps) {
   __shared__ float partial[32];
   const int row = blockIdx.x;
+  const bool add = delta != nullptr;
   const T* xr = x + (size_t)row * cols;
-  const T* dr = delta + (size_t)row * cols;
-  T* sum_out = sum + (size_t)row * cols;
+  const T* dr = add ? delta + (size_t)row * cols : nullptr;
+  T* sum_out = add ? sum + (size_t)row * cols : nullptr;
+  // What the second pass re-reads: the sum just written, or x itself.
+  const T* summed = add ? sum_out : xr;
   T* norm_out = normed + (size_t)row * cols;
   const int per = 16 / (int)sizeof(T), chunks = cols / per;
   const bool vec = cols % per == 0 && ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(dr) |
@@ -81,22 +96,28 @@ __device__ void add_rms_norm(const T* x, const T* delta, const T* w, T* sum, T* 
                                         reinterpret_cast<uintptr_t>(w)) & 15) == 0;
   const uint4 *xv = reinterpret_cast<const uint4*>(xr), *dv = reinterpret_cast<const uint4*>(dr);
   const uint4* wv = reinterpret_cast<const uint4*>(w);
+  const uint4* summed_v = reinterpret_cast<const uint4*>(summed);
   uint4* sv = reinterpret_cast<uint4*>(sum_out);
   uint4* nv = reinterpret_cast<uint4*>(norm_out);
   uint4 kept[ADD_NORM_KEEP];
   float sq = 0.f;
+  auto chunk = [&](int c) {
+    if (!add) return square_chunk<T>(xv[c], &sq);
+    const uint4 s = add_chunk<T>(xv[c], dv[c], &sq);
+    sv[c] = s;
+    return s;
+  };
   if (vec) {
 #pragma unroll
     for (int j = 0; j < ADD_NORM_KEEP; j++) {
       const int c = threadIdx.x + j * blockDim.x;
-      if (c < chunks) sv[c] = kept[j] = add_chunk<T>(xv[c], dv[c], &sq);
+      if (c < chunks) kept[j] = chunk(c);
     }
-    for (int c = threadIdx.x + ADD_NORM_KEEP * blockDim.x; c < chunks; c += blockDim.x)
-      sv[c] = add_chunk<T>(xv[c], dv[c], &sq);
+    for (int c = threadIdx.x + ADD_NORM_KEEP * blockDim.x; c < chunks; c += blockDim.x) chunk(c);
   } else {
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-      T s = from_f<T>(to_f(xr[i]) + to_f(dr[i]));
-      sum_out[i] = s;
+      const T s = add ? from_f<T>(to_f(xr[i]) + to_f(dr[i])) : xr[i];
+      if (add) sum_out[i] = s;
       float f = to_f(s);
       sq += f * f;
     }
@@ -119,9 +140,9 @@ __device__ void add_rms_norm(const T* x, const T* delta, const T* w, T* sum, T* 
       if (c < chunks) nv[c] = scale_chunk<T>(kept[j], wv[c], inv);
     }
     for (int c = threadIdx.x + ADD_NORM_KEEP * blockDim.x; c < chunks; c += blockDim.x)
-      nv[c] = scale_chunk<T>(sv[c], wv[c], inv);
+      nv[c] = scale_chunk<T>(summed_v[c], wv[c], inv);
   } else {
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) norm_out[i] = from_f<T>(to_f(sum_out[i]) * inv * to_f(w[i]));
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) norm_out[i] = from_f<T>(to_f(summed[i]) * inv * to_f(w[i]));
   }
 }
 
