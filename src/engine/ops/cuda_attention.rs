@@ -72,7 +72,7 @@ fn even(x: &Tensor) -> Result<Tensor> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{int, on_cuda, output, ptx, view, with_dtype, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{int, load, on_cuda, output, view, with_dtype, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
@@ -145,11 +145,7 @@ mod imp {
         let ((qs, ql), (ks, kl), (vs, vl)) = (q.storage_and_layout(), k.storage_and_layout(), v.storage_and_layout());
         let (qs, ks, vs) = (on_cuda(&qs, "q")?, on_cuda(&ks, "k")?, on_cuda(&vs, "v")?);
         let dev = qs.device().clone();
-        let f = dev.get_or_load_custom_func(
-            &format!("flash_forward_d{d}_{}", suffix(q.dtype())?),
-            "metal_candle_fused",
-            ptx(&dev),
-        )?;
+        let f = load!(&dev, &format!("flash_forward_d{d}_{}", suffix(q.dtype())?))?;
         let lse = output::<f32>(&dev, b * heads * tq)?;
         let out = with_dtype!(qs, T, {
             let out = output::<T>(&dev, b * tq * heads * d)?;
@@ -186,7 +182,7 @@ mod imp {
         let ls = on_cuda(&ls, "logsumexp")?;
         let dev = st[0].device().clone();
         let sfx = suffix(q.dtype())?;
-        let func = |name: String| dev.get_or_load_custom_func(&name, "metal_candle_fused", ptx(&dev));
+        let func = |name: String| load!(&dev, &name);
         let (f_dq, f_dkv) =
             (func(format!("flash_backward_dq_d{d}_{sfx}"))?, func(format!("flash_backward_dkv_d{d}_{sfx}"))?);
         // rowsum(dO * O) per (b, head, query): the dQ kernel writes it, the dK/dV kernel after it reads it.

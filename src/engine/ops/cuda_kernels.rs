@@ -123,13 +123,24 @@ pub(crate) mod launch {
         }
     }
 
-    /// The kernel `name` for `storage`'s dtype (Candle's function handle type is not nameable here).
+    /// Our kernel `name` on the CUDA device `dev`, from the module of our PTX loaded once per device (Candle's
+    /// function handle type is not nameable here, hence macros).
+    macro_rules! load {
+        ($dev:expr, $name:expr) => {
+            $dev.get_or_load_custom_func(
+                $name,
+                "metal_candle_fused",
+                $crate::engine::ops::cuda_kernels::launch::ptx($dev),
+            )
+        };
+    }
+
+    /// The kernel `name` for `storage`'s dtype.
     macro_rules! func {
         ($storage:expr, $name:literal) => {
-            $storage.device().get_or_load_custom_func(
-                &$crate::engine::ops::cuda_kernels::launch::kernel_name($storage, $name)?,
-                "metal_candle_fused",
-                $crate::engine::ops::cuda_kernels::launch::ptx($storage.device()),
+            $crate::engine::ops::cuda_kernels::launch::load!(
+                $storage.device(),
+                &$crate::engine::ops::cuda_kernels::launch::kernel_name($storage, $name)?
             )
         };
     }
@@ -198,5 +209,5 @@ pub(crate) mod launch {
         let storage = candle_core::Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone()));
         candle_core::Tensor::from_storage(storage, shape, candle_core::op::BackpropOp::none(), false)
     }
-    pub(crate) use {func, with_dtype};
+    pub(crate) use {func, load, with_dtype};
 }
