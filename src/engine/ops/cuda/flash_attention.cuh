@@ -284,6 +284,11 @@ template <> struct FlashMma<__half, 128> { static constexpr bool value = true; }
 template <typename T, int D>
 __device__ void flash_forward_any(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
                                   int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
+#ifdef FA_WGMMA
+  if constexpr (FlashMma<T, D>::value && D == 64)
+    flash_forward_wgmma<T>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
+  else
+#endif
   if constexpr (FlashMma<T, D>::value)
     flash_forward_mma<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
   else

@@ -65,6 +65,93 @@ __device__ __forceinline__ bool fa_tile_any(int p0, int p1, int j0, int j1, int 
   return j0 <= p1 && (window <= 0 || p0 - j1 < window);
 }
 
+// The forward's per-tile steps, shared by the mma.sync and wgmma kernels, on one 16-row tile's scores s[N/8][4]
+// (keys j0 + column) for rows g and g + 8 (pos[half], valid[half]). Scores stay unscaled until the exponent (one
+// FMA each); masked ones become -inf (MASKED: the per-element test runs; an interior tile skips it). mx gets each
+// row's largest score of the tile (this thread's columns).
+template <bool MASKED, int N>
+__device__ __forceinline__ void fwd_mask_max(float (*s)[4], const int* pos, const bool* valid, int j0, int tk,
+                                             int window, float* mx) {
+  const int t = threadIdx.x & 3;
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int half = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
+      const bool keep = !MASKED || (valid[half] & fa_visible(pos[half], j, tk, window));
+      if (!keep) s[n][e] = -INFINITY;
+      mx[half] = fmaxf(mx[half], s[n][e]);
+    }
+  }
+}
+// The online softmax step: the running maximum m (base 2, scaled) and sum l move to this tile, s becomes the
+// probabilities 2^(s c - m) and the output accumulator o[D/8][4] is rescaled to the new maximum.
+template <int N, int D>
+__device__ __forceinline__ void fwd_softmax_step(float (*s)[4], float (*o)[4], float* m, float* l, const float* mx,
+                                                 float c) {
+  float base[2], corr[2];
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const float m_new = fmaxf(m[half], quad_max(mx[half]) * c);
+    base[half] = m_new == -INFINITY ? 0.f : m_new;
+    corr[half] = fa_exp2(m[half] - base[half]);
+    m[half] = m_new;
+    l[half] *= corr[half];
+  }
+#pragma unroll
+  for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      s[n][e] = fa_exp2(fmaf(s[n][e], c, -base[e >> 1]));
+      l[e >> 1] += s[n][e];
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    o[n][0] *= corr[0];
+    o[n][1] *= corr[0];
+    o[n][2] *= corr[1];
+    o[n][3] *= corr[1];
+  }
+}
+// The start of a 16-row tile (query rows row0 + 8 half + g of the head's q, rows D apart): Q as A fragments, the
+// output accumulator zeroed, the running maximum and sum reset, each row's position (pos) and whether it exists.
+template <typename T, int D>
+__device__ __forceinline__ void fwd_tile_setup(const T* q, int row0, int tq, int q_offset, uint32_t (*qf)[4],
+                                               float (*o)[4], float* m, float* l, int* pos, bool* valid) {
+  const int g = (threadIdx.x & 31) >> 2;
+  mma_a_global<T, D>(q, D, row0, tq, qf);
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    m[half] = -INFINITY;
+    l[half] = 0.f;
+    pos[half] = q_offset + row0 + 8 * half + g;
+    valid[half] = row0 + 8 * half + g < tq;
+  }
+}
+// The end of a 16-row tile (query rows row0 + 8 half + g of head h, batch bi): O / l into `out` (rows heads * D
+// apart) and the base-2 logsumexp into `lse` (INFINITY for a row that saw no key).
+template <typename T, int D>
+__device__ __forceinline__ void fwd_store_tile(T* out, float* lse, const float (*o)[4], const float* m, const float* l,
+                                               const bool* valid, int row0, int bi, int h, int heads, int tq) {
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const float sum = quad_sum(l[half]);
+    if (!valid[half]) continue;
+    const int i = row0 + 8 * half + g;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    T* orow = out + (((size_t)bi * tq + i) * heads + h) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+      *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t) = pack2<T>(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
+    if (t == 0) lse[((size_t)bi * heads + h) * tq + i] = sum > 0.f ? m[half] + log2f(sum) : INFINITY;
+  }
+}
+
 // Grid (ceil(tq / FwdTiles<D>::ROWS), heads, b), block 128; a warp owns 16 * FwdTiles<D>::R query rows.
 template <typename T, int D>
 __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
@@ -73,7 +160,7 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
   // Two buffers per tile: the next tile's copy is in flight while the products run on this one.
   __shared__ __align__(16) T ks[2][N][D + MMA_PAD];
   __shared__ __align__(16) T vs[2][N][D + MMA_PAD];
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const int warp = threadIdx.x >> 5;
   // The last rows see the most keys under the causal mask: their blocks go first, so no long block starts last.
   const FaBlock blk = fa_block_longest_first(true);
   const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS, row0 = first + warp * 16 * R;
@@ -85,18 +172,9 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
   int pos[R][2];
   bool valid[R][2];
 #pragma unroll
-  for (int r = 0; r < R; r++) {
-    mma_a_global<T, D>(q + ((size_t)bi * heads + h) * tq * D, D, row0 + 16 * r, tq, qf[r]);
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) o[r][n][0] = o[r][n][1] = o[r][n][2] = o[r][n][3] = 0.f;
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      m[r][half] = -INFINITY;
-      l[r][half] = 0.f;
-      pos[r][half] = q_offset + row0 + 16 * r + 8 * half + g;
-      valid[r][half] = row0 + 16 * r + 8 * half + g < tq;
-    }
-  }
+  for (int r = 0; r < R; r++)
+    fwd_tile_setup<T, D>(q + ((size_t)bi * heads + h) * tq * D, row0 + 16 * r, tq, q_offset, qf[r], o[r], m[r], l[r],
+                         pos[r], valid[r]);
   const int warp_first = q_offset + row0, warp_last = warp_first + 16 * R - 1;
   const int hi = min(tk, q_offset + min(first + ROWS, tq));
   const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
@@ -116,73 +194,21 @@ __device__ void flash_forward_mma(const T* q, const T* k, const T* v, T* out, fl
         for (int n = 0; n < N / 8; n++) s[r][n][0] = s[r][n][1] = s[r][n][2] = s[r][n][3] = 0.f;
       mma_abt_rows<T, D, N, R>(qf, ks[buf], s);
       float mx[R][2];
-      // Scores stay unscaled until the exponent (one FMA each); masked ones become -inf.
       auto mask = [&](auto masked) {
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-          mx[r][0] = mx[r][1] = -INFINITY;
-#pragma unroll
-          for (int n = 0; n < N / 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              const int half = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
-              const bool keep =
-                  !decltype(masked)::value || (valid[r][half] & fa_visible(pos[r][half], j, tk, window));
-              if (!keep) s[r][n][e] = -INFINITY;
-              mx[r][half] = fmaxf(mx[r][half], s[r][n][e]);
-            }
-          }
-        }
+        for (int r = 0; r < R; r++)
+          fwd_mask_max<decltype(masked)::value, N>(s[r], pos[r], valid[r], j0, tk, window, mx[r]);
       };
       fa_tile_loop(row0 + 16 * R <= tq && j0 + N <= tk && fa_tile_visible(warp_first, warp_last, j0, j0 + N - 1, window),
                    mask);
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        float base[2], corr[2];
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-          const float m_new = fmaxf(m[r][half], quad_max(mx[r][half]) * c);
-          base[half] = m_new == -INFINITY ? 0.f : m_new;
-          corr[half] = fa_exp2(m[r][half] - base[half]);
-          m[r][half] = m_new;
-          l[r][half] *= corr[half];
-        }
-#pragma unroll
-        for (int n = 0; n < N / 8; n++) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            s[r][n][e] = fa_exp2(fmaf(s[r][n][e], c, -base[e >> 1]));
-            l[r][e >> 1] += s[r][n][e];
-          }
-        }
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-          o[r][n][0] *= corr[0];
-          o[r][n][1] *= corr[0];
-          o[r][n][2] *= corr[1];
-          o[r][n][3] *= corr[1];
-        }
-      }
+      for (int r = 0; r < R; r++) fwd_softmax_step<N, D>(s[r], o[r], m[r], l[r], mx[r], c);
       mma_pb_rows<T, D, N, R>(s, vs[buf], o);
     }
     __syncthreads();
   }
 #pragma unroll
-  for (int r = 0; r < R; r++) {
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      const float sum = quad_sum(l[r][half]);
-      if (!valid[r][half]) continue;
-      const int i = row0 + 16 * r + 8 * half + g;
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      T* orow = out + (((size_t)bi * tq + i) * heads + h) * D;
-#pragma unroll
-      for (int n = 0; n < D / 8; n++)
-        *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t) =
-            pack2<T>(o[r][n][2 * half] * inv, o[r][n][2 * half + 1] * inv);
-      if (t == 0) lse[((size_t)bi * heads + h) * tq + i] = sum > 0.f ? m[r][half] + log2f(sum) : INFINITY;
-    }
-  }
+  for (int r = 0; r < R; r++) fwd_store_tile<T, D>(out, lse, o[r], m[r], l[r], valid[r], row0 + 16 * r, bi, h, heads, tq);
 }
 
 // One 16-row tile of dQ's rows row0.. (query rows of head `h`: q at rows_base, O and dO at out_base, rows heads *
@@ -232,11 +258,11 @@ __device__ __forceinline__ void store_tile_rows(T* dst, const int* row, int tlen
   }
 }
 
-// dS = P * (dP - delta) of one 16-row tile of dQ (s[N/8][4] in, dS out): query rows row[half], keys j0 + column;
-// P = 2^(s * c - lse) (li), zero where masked (MASKED: the per-element test runs; an interior tile skips it).
+// P = 2^(s * c - lse) in place of the scores of one 16-row tile of dQ (s[N/8][4]): query rows row[half], keys j0 +
+// column, logsumexps li; zero where masked (MASKED: the per-element test runs; an interior tile skips it).
 template <bool MASKED, int N>
-__device__ __forceinline__ void dq_scores_to_grad(float (*s)[4], const float (*dp)[4], const int* row, const float* li,
-                                                  const float* di, int j0, int tlen, int window, float c) {
+__device__ __forceinline__ void dq_scores_to_probs(float (*s)[4], const int* row, const float* li, int j0, int tlen,
+                                                   int window, float c) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int n = 0; n < N / 8; n++) {
@@ -244,17 +270,31 @@ __device__ __forceinline__ void dq_scores_to_grad(float (*s)[4], const float (*d
     for (int e = 0; e < 4; e++) {
       const int half = e >> 1, i = row[half], j = j0 + n * 8 + 2 * t + (e & 1);
       const bool keep = !MASKED || ((i < tlen) & fa_visible(i, j, tlen, window));
-      const float p = keep ? fa_exp2(fmaf(s[n][e], c, -li[half])) : 0.f;
-      s[n][e] = p * (dp[n][e] - di[half]);
+      s[n][e] = keep ? fa_exp2(fmaf(s[n][e], c, -li[half])) : 0.f;
     }
   }
 }
-
-// The same for a 16-key tile of dK/dV (keys key[half] are the rows, queries i0 + column): s becomes P^T and dp
-// dS^T; the queries' logsumexps and deltas come from shared memory (ls, dls).
+// dS = P * (dP - delta) in place of P (rows' deltas di).
+template <int N>
+__device__ __forceinline__ void dq_probs_to_grad(float (*s)[4], const float (*dp)[4], const float* di) {
+#pragma unroll
+  for (int n = 0; n < N / 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) s[n][e] = s[n][e] * (dp[n][e] - di[e >> 1]);
+}
+// Both: the scores of a dQ tile to dS.
 template <bool MASKED, int N>
-__device__ __forceinline__ void dkv_scores_to_grads(float (*s)[4], float (*dp)[4], const int* key, const float* ls,
-                                                    const float* dls, int i0, int tlen, int window, float c) {
+__device__ __forceinline__ void dq_scores_to_grad(float (*s)[4], const float (*dp)[4], const int* row, const float* li,
+                                                  const float* di, int j0, int tlen, int window, float c) {
+  dq_scores_to_probs<MASKED, N>(s, row, li, j0, tlen, window, c);
+  dq_probs_to_grad<N>(s, dp, di);
+}
+
+// The same for a 16-key tile of dK/dV (keys key[half] are the rows, queries i0 + column): s becomes P^T, with the
+// queries' logsumexps from shared memory (ls) ...
+template <bool MASKED, int N>
+__device__ __forceinline__ void dkv_scores_to_probs(float (*s)[4], const int* key, const float* ls, int i0, int tlen,
+                                                    int window, float c) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int n = 0; n < N / 8; n++) {
@@ -262,11 +302,24 @@ __device__ __forceinline__ void dkv_scores_to_grads(float (*s)[4], float (*dp)[4
     for (int e = 0; e < 4; e++) {
       const int r = e >> 1, col = n * 8 + 2 * t + (e & 1), i = i0 + col;
       const bool keep = !MASKED || ((i < tlen) & fa_visible(i, key[r], tlen, window));
-      const float p = keep ? fa_exp2(fmaf(s[n][e], c, -ls[col])) : 0.f;
-      s[n][e] = p;
-      dp[n][e] = p * (dp[n][e] - dls[col]);
+      s[n][e] = keep ? fa_exp2(fmaf(s[n][e], c, -ls[col])) : 0.f;
     }
   }
+}
+// ... and dp becomes dS^T = P^T * (dP^T - delta), the queries' deltas from shared memory (dls).
+template <int N>
+__device__ __forceinline__ void dkv_probs_to_grad(const float (*s)[4], float (*dp)[4], const float* dls) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < N / 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dp[n][e] = s[n][e] * (dp[n][e] - dls[n * 8 + 2 * t + (e & 1)]);
+}
+template <bool MASKED, int N>
+__device__ __forceinline__ void dkv_scores_to_grads(float (*s)[4], float (*dp)[4], const int* key, const float* ls,
+                                                    const float* dls, int i0, int tlen, int window, float c) {
+  dkv_scores_to_probs<MASKED, N>(s, key, ls, i0, tlen, window, c);
+  dkv_probs_to_grad<N>(s, dp, dls);
 }
 
 // A dK/dV block's own 16 keys of a warp (key0..): K and V as A fragments, the dK and dV accumulators zeroed.

@@ -1,19 +1,19 @@
-// Hopper warpgroup-MMA (wgmma, sm_90a) versions of the fused attention's dQ and dK/dV at head_dim 64, included by
-// flash_attention_mma.cuh: the contract, layouts and arithmetic of flash_backward_dq_mma / flash_backward_dkv_mma
-// (outputs bit-identical), with every product on wgmma m64n64k16. A block is one warpgroup (the 4 warps of
-// MMA_THREADS); A operands sit in registers in mma.m16n8k16's A fragment layout (each warp 16 rows of a 64-row
-// tile), B is read by the tensor cores straight from shared memory, once per warpgroup instead of once per warp
-// through ldmatrix, which bounds the mma.sync kernels. Accumulators come back in mma's accumulator layout, so the
-// element-wise code is the same. (A wgmma forward measured no faster than flash_forward_mma's two row tiles per
-// warp: 0.286 against 0.285 ms at 1 x 4096, 0.099 against 0.095 at 4 x 1024; it is in the history, 4af83ee.)
+// Hopper warpgroup-MMA (wgmma, sm_90a) versions of the fused attention's forward, dQ and dK/dV at head_dim 64,
+// included by flash_attention_mma.cuh: the contract, layouts and arithmetic of flash_forward_mma /
+// flash_backward_dq_mma / flash_backward_dkv_mma (outputs bit-identical), with every product on wgmma m64n64k16.
+// A block is one warpgroup (the 4 warps of MMA_THREADS); A operands sit in registers in mma.m16n8k16's A fragment
+// layout (each warp 16 rows of a 64-row tile), B is read by the tensor cores straight from shared memory, once per
+// warpgroup instead of once per warp through ldmatrix, which bounds the mma.sync kernels. Accumulators come back
+// in mma's accumulator layout, so the element-wise code is shared. Products go out in several commit groups so
+// the element-wise work on one product's result overlaps the next product (wg_wait<N>).
 //
-// Streamed tiles of 64 rows x 64 elements sit in shared memory in wgmma's canonical layout without swizzling: 8 x 8
-// "core matrices" of 16-bit elements, each 8 rows of 16 contiguous bytes; row r's 8-element chunk c is at
-// (r / 8) * 1024 + c * 128 + (r % 8) * 16 bytes. Read K-major (the tile's rows are B's N, its columns B's K: S = Q
-// K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T), core matrices adjacent along K are 128 bytes apart (the
-// descriptor's leading byte offset) and along N 1024 (its stride byte offset), the k16 slice kk at kk * 256 bytes;
-// read MN-major from the same copy (the rows are B's K: dQ += dS K, dV += P^T dO, dK += dS^T Q), the two offsets
-// swap and the slice of 16 rows kc starts at kc * 2048.
+// Streamed tiles of 64 rows x 64 elements sit in shared memory in wgmma's 128-byte swizzled layout: rows of 128
+// bytes, row r's 16-byte chunk c at r * 128 + (c ^ (r % 8)) * 16, the tile 1024-byte aligned. (The non-swizzled
+// canonical layout measured 14-19% slower in dQ and dK/dV: the tensor cores' reads of it conflict in banks.) Read
+// K-major (the tile's rows are B's N, its columns B's K: S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T), the
+// k16 slice kk starts 32 bytes into the rows; read MN-major from the same copy (the rows are B's K: O += P V, dQ +=
+// dS K, dV += P^T dO, dK += dS^T Q), the slice of 16 rows kc starts at kc * 2048; 8-row groups are 1024 bytes
+// apart in both (wg_desc_k, wg_desc_mn).
 //
 // Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL: build.rs also asks nvcc for compute_90a on capability
 // 9.0, and cuda_kernels::launch::ptx loads that build on 9.0 devices only); other targets keep mma.sync.
@@ -21,15 +21,43 @@
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA_WGMMA 1
 
-// A shared-memory matrix descriptor (no swizzling) for the tile at `tile`.
+// A shared-memory matrix descriptor with 128-byte swizzling (layout type 1 in bits 62-63) for the tile at `tile`.
 __device__ __forceinline__ uint64_t wg_desc(const void* tile, unsigned lead_bytes, unsigned stride_bytes) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(tile));
-  return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32);
+  return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32) |
+         (1ull << 62);
 }
+// B read K-major from a 64 x 64 tile (its rows are B's N, its columns B's K), the k16 slice kk: 32 bytes into each
+// 128-byte row (the hardware applies the swizzle to the address), 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t wg_desc_k(const char* tile, int kk) { return wg_desc(tile + kk * 32, 16, 1024); }
+// B read MN-major from the same tile (its rows are B's K, its columns B's N), the slice of 16 rows kc: 2048 bytes
+// in; 8-row groups 1024 bytes apart (the one 64-element swizzle atom along N needs no lead offset).
+__device__ __forceinline__ uint64_t wg_desc_mn(const char* tile, int kc) { return wg_desc(tile + kc * 2048, 8192, 1024); }
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Wait until at most `N` of the most recently committed groups are in flight (groups finish in order).
+template <int N> __device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the A operands `a` of products still in flight in their registers until here (the compiler sees an asm
+// statement read them at issue and could otherwise reuse the registers before the tensor cores are done).
+template <int K> __device__ __forceinline__ void wg_keep(const uint32_t (*a)[4]) {
+#pragma unroll
+  for (int k = 0; k < K; k++) asm volatile("" ::"r"(a[k][0]), "r"(a[k][1]), "r"(a[k][2]), "r"(a[k][3]) : "memory");
+}
+// An accumulator tile (N/8 x 4 f32 in mma's layout) packed to 16 bits as the A operand of a product over its N
+// columns (N/16 k16 slices).
+template <typename T, int N> __device__ __forceinline__ void wg_pack_a(const float (*s)[4], uint32_t (*a)[4]) {
+#pragma unroll
+  for (int kc = 0; kc < N / 16; kc++) {
+    a[kc][0] = pack2<T>(s[2 * kc][0], s[2 * kc][1]);
+    a[kc][1] = pack2<T>(s[2 * kc][2], s[2 * kc][3]);
+    a[kc][2] = pack2<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+    a[kc][3] = pack2<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+  }
+}
 // Tells the compiler an accumulator's registers changed behind its back (after wg_wait_all), so no read of them
 // is moved across the wait.
 __device__ __forceinline__ void wg_hold(float (*d)[4]) {
@@ -67,10 +95,11 @@ __device__ __forceinline__ void wgmma_64x64x16(float (*d)[4], const uint32_t* a,
     WG_MMA("bf16.bf16");
 }
 
-// Byte offset of row `r`'s 8-element chunk `c` in a 64 x 64 canonical tile.
-__device__ __forceinline__ unsigned wg_chunk(int r, int c) { return ((r >> 3) << 10) | (c << 7) | ((r & 7) << 4); }
+// Byte offset of row `r`'s 8-element chunk `c` in a 64 x 64 tile with 128-byte swizzling: rows of 128 bytes, the
+// chunks of row r permuted by r % 8 (so the 8 rows of a group read or written at one column hit distinct banks).
+__device__ __forceinline__ unsigned wg_chunk(int r, int c) { return (r << 7) | ((c ^ (r & 7)) << 4); }
 
-// 64 rows first.. of `src` (row stride `stride`, 64 elements each) into the canonical tile (zeros past `limit`):
+// 64 rows first.. of `src` (row stride `stride`, 64 elements each) into the swizzled tile (zeros past `limit`):
 // cp.async of 16 bytes when rows are 16-byte aligned (the caller commits and waits), plain 4-byte loads otherwise.
 template <typename T>
 __device__ __forceinline__ void wg_tile_async(const T* src, long long stride, int first, int limit, T* tile) {
@@ -93,6 +122,91 @@ __device__ __forceinline__ void wg_tile_async(const T* src, long long stride, in
   }
 }
 
+// The forward of flash_forward_mma at head_dim 64 on wgmma: a block is one warpgroup owning FwdTiles<64>::ROWS =
+// 128 query rows as two tiles of 64 (Q as A in registers). Both tiles' scores are issued at once, each as its own
+// group; each tile's softmax then runs while the tensor cores work on the other tile's scores or the first tile's
+// P V. Every key tile is computed, also past the causal edge (masked): products under a data-dependent branch make
+// ptxas serialize them. Grid (ceil(tq / 128), heads, b), block MMA_THREADS.
+template <typename T>
+__device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
+                                    int tq, int tk, long long bs, long long hs, int q_offset, int window,
+                                    float scale) {
+  constexpr int D = 64, N = 64, R = 2, ROWS = 128;
+  static_assert(FwdTiles<D>::ROWS == ROWS, "the grid's rows per block");
+  __shared__ __align__(1024) T ks[2][N * D];
+  __shared__ __align__(1024) T vs[2][N * D];
+  const int warp = threadIdx.x >> 5;
+  const FaBlock blk = fa_block_longest_first(true);
+  const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS;
+  const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
+  const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
+  const float c = scale * FA_LOG2E;
+  uint32_t qf[R][D / 16][4];
+  float o[R][D / 8][4], m[R][2], l[R][2];
+  int pos[R][2];
+  bool valid[R][2];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+    fwd_tile_setup<T, D>(q + ((size_t)bi * heads + h) * tq * D, first + 64 * r + 16 * warp, tq, q_offset, qf[r], o[r],
+                         m[r], l[r], pos[r], valid[r]);
+  const int hi = min(tk, q_offset + min(first + ROWS, tq));
+  const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
+  auto load = [&](int j0, int buf) {
+    wg_tile_async<T>(kb, D, j0, tk, ks[buf]);
+    wg_tile_async<T>(vb, D, j0, tk, vs[buf]);
+    cp_async_commit();
+  };
+  if (lo < hi) load(lo, 0);
+  for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
+    const bool next = j0 + N < hi;
+    if (next) load(j0 + N, buf ^ 1);
+    cp_async_wait(next);
+    wg_proxy_fence();
+    __syncthreads();
+    const char* kt = reinterpret_cast<const char*>(ks[buf]);
+    const char* vt = reinterpret_cast<const char*>(vs[buf]);
+    float s[R][N / 8][4];
+    uint32_t pa[R][N / 16][4];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) wgmma_64x64x16<T, 0>(s[r], qf[r][kk], wg_desc_k(kt, kk), kk > 0);
+      wg_commit();
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      // Groups still allowed in flight: the other tile's scores (r = 0), or the first tile's P V (r = 1).
+      wg_wait<1>();
+      wg_hold(s[r]);
+      if (r > 0) wg_keep<N / 16>(pa[r - 1]);
+      const int row0 = first + 64 * r + 16 * warp, warp_pos = q_offset + row0;
+      float mx[2];
+      auto mask = [&](auto masked) {
+        fwd_mask_max<decltype(masked)::value, N>(s[r], pos[r], valid[r], j0, tk, window, mx);
+      };
+      fa_tile_loop(row0 + 16 <= tq && j0 + N <= tk && fa_tile_visible(warp_pos, warp_pos + 15, j0, j0 + N - 1, window),
+                   mask);
+      fwd_softmax_step<N, D>(s[r], o[r], m[r], l[r], mx, c);
+      wg_pack_a<T, N>(s[r], pa[r]);
+      wg_fence();
+#pragma unroll
+      for (int kc = 0; kc < N / 16; kc++) wgmma_64x64x16<T, 1>(o[r], pa[r][kc], wg_desc_mn(vt, kc), 1);
+      wg_commit();
+    }
+    wg_wait<0>();
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      wg_hold(o[r]);
+      wg_keep<N / 16>(pa[r]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < R; r++)
+    fwd_store_tile<T, D>(out, lse, o[r], m[r], l[r], valid[r], first + 64 * r + 16 * warp, bi, h, heads, tq);
+}
+
 // dQ (and each row's delta) of flash_backward_dq_mma at head_dim 64 on wgmma: a block is one warpgroup owning
 // DqTiles<64>::ROWS = 128 query rows as two tiles of 64 (Q, dO as A in registers), taken one after the other over
 // each 64-key tile of K and V in shared memory: S = Q K^T and dP = dO V^T read both K-major, dQ += dS K reads K
@@ -104,8 +218,8 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
                                         int window, float scale) {
   constexpr int D = 64, N = 64, R = 2, ROWS = 128;
   static_assert(DqTiles<D>::ROWS == ROWS, "the grid's rows per block");
-  __shared__ __align__(128) T ks[2][N * D];
-  __shared__ __align__(128) T vs[2][N * D];
+  __shared__ __align__(1024) T ks[2][N * D];
+  __shared__ __align__(1024) T vs[2][N * D];
   const int warp = threadIdx.x >> 5;
   const FaBlock blk = fa_block_longest_first(true);
   const int h = blk.head, bi = blk.batch, first = blk.tile * ROWS;
@@ -139,39 +253,42 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
     __syncthreads();
     const char* kt = reinterpret_cast<const char*>(ks[buf]);
     const char* vt = reinterpret_cast<const char*>(vs[buf]);
+    // Row tile r's S and dP go out as two groups: P is computed while dP is still on the tensor cores; tile r's
+    // dQ product is still running while tile r + 1's S and dP are issued (its A operand kept in registers).
+    uint32_t da[R][N / 16][4];
 #pragma unroll
     for (int r = 0; r < R; r++) {
       float s[N / 8][4], dp[N / 8][4];
       wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) wgmma_64x64x16<T, 0>(s, qf[r][kk], wg_desc(kt + kk * 256, 128, 1024), kk > 0);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++)
-        wgmma_64x64x16<T, 0>(dp, df[r][kk], wg_desc(vt + kk * 256, 128, 1024), kk > 0);
+      for (int kk = 0; kk < D / 16; kk++) wgmma_64x64x16<T, 0>(s, qf[r][kk], wg_desc_k(kt, kk), kk > 0);
       wg_commit();
-      wg_wait_all();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) wgmma_64x64x16<T, 0>(dp, df[r][kk], wg_desc_k(vt, kk), kk > 0);
+      wg_commit();
+      wg_wait<1>();
       wg_hold(s);
-      wg_hold(dp);
       const int row0 = first + 64 * r + 16 * warp;
-      auto grad = [&](auto masked) {
-        dq_scores_to_grad<decltype(masked)::value, N>(s, dp, row[r], li[r], di[r], j0, tlen, window, c);
+      auto probs = [&](auto masked) {
+        dq_scores_to_probs<decltype(masked)::value, N>(s, row[r], li[r], j0, tlen, window, c);
       };
       fa_tile_loop(row0 + 16 <= tlen && j0 + N <= tlen && fa_tile_visible(row0, row0 + 15, j0, j0 + N - 1, window),
-                   grad);
-      uint32_t da[N / 16][4];
-#pragma unroll
-      for (int kc = 0; kc < N / 16; kc++) {
-        da[kc][0] = pack2<T>(s[2 * kc][0], s[2 * kc][1]);
-        da[kc][1] = pack2<T>(s[2 * kc][2], s[2 * kc][3]);
-        da[kc][2] = pack2<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-        da[kc][3] = pack2<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-      }
+                   probs);
+      wg_wait<0>();
+      wg_hold(dp);
+      if (r > 0) wg_keep<N / 16>(da[r - 1]);
+      dq_probs_to_grad<N>(s, dp, di[r]);
+      wg_pack_a<T, N>(s, da[r]);
       wg_fence();
 #pragma unroll
-      for (int kc = 0; kc < N / 16; kc++) wgmma_64x64x16<T, 1>(acc[r], da[kc], wg_desc(kt + kc * 2048, 1024, 128), 1);
+      for (int kc = 0; kc < N / 16; kc++) wgmma_64x64x16<T, 1>(acc[r], da[r][kc], wg_desc_mn(kt, kc), 1);
       wg_commit();
-      wg_wait_all();
+    }
+    wg_wait<0>();
+#pragma unroll
+    for (int r = 0; r < R; r++) {
       wg_hold(acc[r]);
+      wg_keep<N / 16>(da[r]);
     }
     __syncthreads();
   }
@@ -180,7 +297,7 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
 }
 
 // dK and dV of flash_backward_dkv_mma at head_dim 64 on wgmma: a block is one warpgroup owning 64 keys (16 a warp,
-// K and V as A in registers); the query tiles of the group's heads stream through shared memory in the canonical
+// K and V as A in registers); the query tiles of the group's heads stream through shared memory in the swizzled
 // layout, read K-major by S^T = K Q^T and dP^T = V dO^T and MN-major (the same tile, the two strides swapped) by
 // dV += P^T dO and dK += dS^T Q. Grid (ceil(t / 64), kv_heads, b), block MMA_THREADS.
 template <typename T>
@@ -188,8 +305,8 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
                                          const float* delta, T* dk, T* dv, int heads, int kv_heads, int tlen,
                                          int window, float scale) {
   constexpr int D = 64, N = 64;
-  __shared__ __align__(128) T qs[2][N * D];
-  __shared__ __align__(128) T dos[2][N * D];
+  __shared__ __align__(1024) T qs[2][N * D];
+  __shared__ __align__(1024) T dos[2][N * D];
   __shared__ float ls[2][N], dls[2][N];
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
   const FaBlock blk = fa_block_longest_first(false);
@@ -226,44 +343,43 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
     __syncthreads();
     const char* qt = reinterpret_cast<const char*>(qs[buf]);
     const char* dot = reinterpret_cast<const char*>(dos[buf]);
+    // S^T and dP^T go out as two groups: P^T is computed while dP^T is on the tensor cores, and dV's product runs
+    // while dS^T is computed.
     float s[N / 8][4], dp[N / 8][4];
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) wgmma_64x64x16<T, 0>(s, kf[kk], wg_desc(qt + kk * 256, 128, 1024), kk > 0);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) wgmma_64x64x16<T, 0>(dp, vf[kk], wg_desc(dot + kk * 256, 128, 1024), kk > 0);
+    for (int kk = 0; kk < D / 16; kk++) wgmma_64x64x16<T, 0>(s, kf[kk], wg_desc_k(qt, kk), kk > 0);
     wg_commit();
-    wg_wait_all();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) wgmma_64x64x16<T, 0>(dp, vf[kk], wg_desc_k(dot, kk), kk > 0);
+    wg_commit();
+    wg_wait<1>();
     wg_hold(s);
-    wg_hold(dp);
-    auto grad = [&](auto masked) {
-      dkv_scores_to_grads<decltype(masked)::value, N>(s, dp, key, ls[buf], dls[buf], i0, tlen, window, c);
+    auto probs = [&](auto masked) {
+      dkv_scores_to_probs<decltype(masked)::value, N>(s, key, ls[buf], i0, tlen, window, c);
     };
     fa_tile_loop(key0 + 16 <= tlen && i0 + N <= tlen && fa_tile_visible(i0, i0 + N - 1, key0, key0 + 15, window),
-                 grad);
+                 probs);
     uint32_t pa[N / 16][4], da[N / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < N / 16; kc++) {
-      pa[kc][0] = pack2<T>(s[2 * kc][0], s[2 * kc][1]);
-      pa[kc][1] = pack2<T>(s[2 * kc][2], s[2 * kc][3]);
-      pa[kc][2] = pack2<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-      pa[kc][3] = pack2<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-      da[kc][0] = pack2<T>(dp[2 * kc][0], dp[2 * kc][1]);
-      da[kc][1] = pack2<T>(dp[2 * kc][2], dp[2 * kc][3]);
-      da[kc][2] = pack2<T>(dp[2 * kc + 1][0], dp[2 * kc + 1][1]);
-      da[kc][3] = pack2<T>(dp[2 * kc + 1][2], dp[2 * kc + 1][3]);
-    }
-    // The query slice kc (16 queries: two 8-row core-matrix groups, 2048 bytes in) as B read MN-major: K-adjacent
-    // core matrices (the next 8 queries) 1024 bytes apart, MN-adjacent (the next 8 dims) 128.
+    wg_pack_a<T, N>(s, pa);
+    // The query slice kc (16 queries) of dO and Q as B, read MN-major.
     wg_fence();
 #pragma unroll
-    for (int kc = 0; kc < N / 16; kc++) wgmma_64x64x16<T, 1>(dva, pa[kc], wg_desc(dot + kc * 2048, 1024, 128), 1);
-#pragma unroll
-    for (int kc = 0; kc < N / 16; kc++) wgmma_64x64x16<T, 1>(dka, da[kc], wg_desc(qt + kc * 2048, 1024, 128), 1);
+    for (int kc = 0; kc < N / 16; kc++) wgmma_64x64x16<T, 1>(dva, pa[kc], wg_desc_mn(dot, kc), 1);
     wg_commit();
-    wg_wait_all();
+    wg_wait<1>();
+    wg_hold(dp);
+    dkv_probs_to_grad<N>(s, dp, dls[buf]);
+    wg_pack_a<T, N>(dp, da);
+    wg_fence();
+#pragma unroll
+    for (int kc = 0; kc < N / 16; kc++) wgmma_64x64x16<T, 1>(dka, da[kc], wg_desc_mn(qt, kc), 1);
+    wg_commit();
+    wg_wait<0>();
     wg_hold(dva);
     wg_hold(dka);
+    wg_keep<N / 16>(pa);
+    wg_keep<N / 16>(da);
     __syncthreads();
     i0 = i0 + N < first + tiles * N ? i0 + N : first;
   }
