@@ -4,14 +4,8 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=src/engine/ops/cuda/fused.cu");
-    println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_attention.cuh");
-    println!("cargo:rerun-if-changed=src/engine/ops/cuda/gemv.cuh");
-    println!("cargo:rerun-if-changed=src/engine/ops/cuda/heads.cuh");
-    println!("cargo:rerun-if-changed=src/engine/ops/cuda/training.cuh");
-    println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_attention_mma.cuh");
-    println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_mma_ops.cuh");
-    println!("cargo:rerun-if-changed=src/engine/ops/cuda/flash_attention_wgmma.cuh");
+    // The kernels: fused.cu and every file it includes.
+    println!("cargo:rerun-if-changed=src/engine/ops/cuda");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;

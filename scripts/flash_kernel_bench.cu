@@ -1,5 +1,6 @@
 // Times the fused attention kernels (src/engine/ops/cuda/flash_attention*.cuh) alone, at the Llama-3.2-1B
-// attention shape (32 heads, 8 KV heads, head_dim 64, bf16, causal, random inputs): forward, dQ (which also writes
+// attention shape (32 heads, 8 KV heads, head_dim 64, bf16, causal, random inputs; HEAD_DIM=128 in the environment
+// for Llama-3.1-8B's: head_dim 128, the same heads): forward, dQ (which also writes
 // each row's delta) and dK/dV, in ms and TFLOP/s, the mean of REPS launches after one warm-up launch. A causal
 // T x T x D product counts T (T + 64) / 2 x D x 2 flops (the forward has two, dQ three, dK/dV four). With PREFIX it
 // also writes out, lse, delta, dq, dk and dv to PREFIX-NAME.bin, so that two builds' outputs can be compared
@@ -36,7 +37,8 @@ template <typename F> static float timeit(F f, int reps) {
 }
 int main(int argc, char** argv) {
   int B = argc > 1 ? atoi(argv[1]) : 1, T = argc > 2 ? atoi(argv[2]) : 4096, reps = argc > 3 ? atoi(argv[3]) : 20;
-  const int H = 32, KV = 8, D = 64; const float scale = 0.125f;
+  const int H = 32, KV = 8, D = getenv("HEAD_DIM") && atoi(getenv("HEAD_DIM")) == 128 ? 128 : 64;
+  const float scale = 1.f / sqrtf((float)D);
   size_t nq = (size_t)B * H * T * D, nk = (size_t)B * KV * T * D;
   bf *q = rnd(nq, 1.f, 1), *k = rnd(nk, 1.f, 2), *v = rnd(nk, 1.f, 3), *dout = rnd(nq, 1.f, 4);
   bf *out, *dq, *dk, *dv; float *lse, *delta;
@@ -45,11 +47,27 @@ int main(int argc, char** argv) {
   long long bs = (long long)KV * T * D, hs = (long long)T * D;
   dim3 gk((T + 63) / 64, KV, B);
   const double causal = 0.5 * (double)T * (T + 64) * D * H * B * 2;  // flops of one T x T x D product, causal
-  dim3 gf((T + FwdTiles<64>::ROWS - 1) / FwdTiles<64>::ROWS, H, B);
-  auto fwd = [&] { flash_forward_d64_bf16<<<gf, 128>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, scale); };
-  dim3 gd((T + DqTiles<64>::ROWS - 1) / DqTiles<64>::ROWS, H, B);
-  auto bdq = [&] { flash_backward_dq_d64_bf16<<<gd, 128>>>(q, k, v, out, dout, lse, delta, dq, H, KV, T, 0, scale); };
-  auto bkv = [&] { flash_backward_dkv_d64_bf16<<<gk, 128>>>(q, k, v, dout, lse, delta, dk, dv, H, KV, T, 0, scale); };
+  const int fr = D == 64 ? FwdTiles<64>::ROWS : FwdTiles<128>::ROWS, qr = D == 64 ? DqTiles<64>::ROWS : DqTiles<128>::ROWS;
+  dim3 gf((T + fr - 1) / fr, H, B), gd((T + qr - 1) / qr, H, B);
+  auto fwd = [&] {
+    if (D == 64) flash_forward_d64_bf16<<<gf, 128>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, scale);
+    else flash_forward_d128_bf16<<<gf, 128>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, scale);
+  };
+  auto bdq = [&] {
+    if (D == 64) flash_backward_dq_d64_bf16<<<gd, 128>>>(q, k, v, out, dout, lse, delta, dq, H, KV, T, 0, scale);
+    else flash_backward_dq_d128_bf16<<<gd, 128>>>(q, k, v, out, dout, lse, delta, dq, H, KV, T, 0, scale);
+  };
+  // The sm_90a head_dim 128 dK/dV kernel takes dynamic shared memory (builds of the kernels before it: none).
+#ifdef FA_WG_DKV128_SMEM
+  const int dkv128_smem = FA_WG_DKV128_SMEM;
+  CK(cudaFuncSetAttribute(flash_backward_dkv_d128_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, dkv128_smem));
+#else
+  const int dkv128_smem = 0;
+#endif
+  auto bkv = [&] {
+    if (D == 64) flash_backward_dkv_d64_bf16<<<gk, 128>>>(q, k, v, dout, lse, delta, dk, dv, H, KV, T, 0, scale);
+    else flash_backward_dkv_d128_bf16<<<gk, 128, dkv128_smem>>>(q, k, v, dout, lse, delta, dk, dv, H, KV, T, 0, scale);
+  };
   fwd(); bdq(); CK(cudaDeviceSynchronize());
   printf("shape b=%d T=%d heads=%d kv=%d D=%d\n", B, T, H, KV, D);
   float t;

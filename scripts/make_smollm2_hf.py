@@ -13,7 +13,8 @@ to encode a synthetic prompt). Used where the 98 MB GGUF can't travel, e.g. to a
 
 --shape llama-3.2-1b writes Llama-3.2-1B's shape instead (hidden 2048, 16 layers, 32 heads, 8 KV heads,
 head_dim 64, intermediate 8192, vocab 128256, tied embeddings, rope_theta 5e5 without the llama3 rope
-scaling, which changes no shape); --dtype bf16 halves the file (2.5 GB for the 1B shape).
+scaling, which changes no shape); --shape llama-3.2-3b Llama-3.2-3B's (hidden 3072, 28 layers, 24 heads, 8 KV
+heads, head_dim 128, the rest as 1B); --dtype bf16 halves the file (2.5 GB for the 1B shape, 6.4 GB for 3B).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--tokenizer", type=Path, default=None, help="tokenizer.json to copy into the folder")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--shape", choices=["smollm2-135m", "llama-3.2-1b"], default="smollm2-135m")
+    ap.add_argument("--shape", choices=["smollm2-135m", "llama-3.2-1b", "llama-3.2-3b"], default="smollm2-135m")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     args = ap.parse_args()
 
@@ -42,10 +43,11 @@ def main() -> None:
                              num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0),
         "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                              num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0),
+        "llama-3.2-3b": dict(vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+                             num_attention_heads=24, num_key_value_heads=8, rope_theta=500000.0, head_dim=128),
     }[args.shape]
     cfg = LlamaConfig(
-        **shape,
-        head_dim=64,
+        **{"head_dim": 64, **shape},
         hidden_act="silu",
         max_position_embeddings=8192,
         rms_norm_eps=1e-5,

@@ -4,7 +4,8 @@
 //!
 //! Causal, grouped-query (dK/dV summed over the heads of a group), sliding window; head_dim 16, 32, 64 or
 //! 128; f32, bf16 and f16 storage with f32 accumulation. bf16/f16 at head_dim 64 and 128 run on tensor cores
-//! (flash_attention_mma.cuh); f32 and the small heads on f32 FMAs (exact to rounding). [`applies`] says when; `ops::fused_attention` composes
+//! (flash_attention_mma.cuh; on an H100/H200 warpgroup MMA, flash_attention_wgmma.cuh); f32 and the small heads
+//! on f32 FMAs (exact to rounding). [`applies`] says when; `ops::fused_attention` composes
 //! otherwise.
 
 use candle_core::{DType, Device, Result, Tensor};
@@ -72,7 +73,7 @@ fn even(x: &Tensor) -> Result<Tensor> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{int, load, on_cuda, output, view, with_dtype, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{int, load, on_cuda, output, sm90a, view, with_dtype, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
@@ -81,6 +82,10 @@ mod imp {
     /// Rows a block owns and elements of a row per thread (FA_ROWS, FA_SLICE in the kernels).
     const ROWS: usize = 64;
     const SLICE: usize = 16;
+    /// Dynamic shared memory of the head_dim 128 dK/dV kernel in the sm_90a build (FA_WG_DKV128_SMEM in
+    /// flash_attention_wgmma.cuh: its K and V tiles sit in shared memory, over the 48 KiB a static allocation may
+    /// take).
+    const WGMMA_DKV128_SMEM: u32 = 67_584;
 
     fn suffix(dtype: DType) -> Result<&'static str> {
         Ok(match dtype {
@@ -216,8 +221,15 @@ mod imp {
             a.arg(&dk);
             a.arg(&dv);
             candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), scale);
-            // SAFETY: as above.
-            unsafe { a.launch(grid(tk, kv_heads, b, d, q.dtype())) }.w()?;
+            let mut cfg = grid(tk, kv_heads, b, d, q.dtype());
+            if d == 128 && tensor_cores(d, q.dtype()) && sm90a(&dev) {
+                use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute_enum as Attr;
+                let bytes = WGMMA_DKV128_SMEM as i32;
+                f_dkv.set_attribute(Attr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes).w()?;
+                cfg.shared_mem_bytes = WGMMA_DKV128_SMEM;
+            }
+            // SAFETY: as above (and the dynamic shared memory the sm_90a head_dim 128 kernel indexes is given).
+            unsafe { a.launch(cfg) }.w()?;
             let kv_shape = (b, kv_heads, tk, d);
             (wrap(dq, &dev, (b, heads, tq, d)), wrap(dk, &dev, kv_shape), wrap(dv, &dev, kv_shape))
         });

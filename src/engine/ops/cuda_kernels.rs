@@ -90,25 +90,29 @@ pub(crate) mod launch {
     /// targets 9.0 (build.rs).
     const PTX_SM90A: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_sm90a.ptx"));
 
-    /// The PTX of our kernels for `dev`: the sm_90a build on a compute capability 9.0 device when this build has it,
-    /// the portable one otherwise (a build for 9.0 run on a later GPU still loads). Each device's answer is kept.
-    pub fn ptx(dev: &candle_core::CudaDevice) -> &'static str {
+    /// Whether `dev` runs the sm_90a build of our kernels: a compute capability 9.0 device, and this build has it
+    /// (a build for 9.0 run on a later GPU loads the portable one). Each device's answer is kept.
+    pub fn sm90a(dev: &candle_core::CudaDevice) -> bool {
         if PTX_SM90A.is_empty() {
-            return PTX;
+            return false;
         }
         static SM90: std::sync::Mutex<Vec<(usize, bool)>> = std::sync::Mutex::new(Vec::new());
         let context = dev.cuda_stream().context().clone();
         let ordinal = context.ordinal();
         let mut known = SM90.lock().unwrap_or_else(|e| e.into_inner());
-        let sm90 = match known.iter().find(|(o, _)| *o == ordinal) {
+        match known.iter().find(|(o, _)| *o == ordinal) {
             Some(&(_, sm90)) => sm90,
             None => {
                 let sm90 = context.compute_capability().is_ok_and(|cc| cc == (9, 0));
                 known.push((ordinal, sm90));
                 sm90
             }
-        };
-        if sm90 {
+        }
+    }
+
+    /// The PTX of our kernels for `dev` (see [`sm90a`]).
+    pub fn ptx(dev: &candle_core::CudaDevice) -> &'static str {
+        if sm90a(dev) {
             PTX_SM90A
         } else {
             PTX

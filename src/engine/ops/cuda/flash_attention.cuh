@@ -285,8 +285,8 @@ template <typename T, int D>
 __device__ void flash_forward_any(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
                                   int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
 #ifdef FA_WGMMA
-  if constexpr (FlashMma<T, D>::value && D == 64)
-    flash_forward_wgmma<T>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
+  if constexpr (FlashMma<T, D>::value)
+    flash_forward_wgmma<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
   else
 #endif
   if constexpr (FlashMma<T, D>::value)
@@ -300,8 +300,8 @@ __device__ void flash_backward_dq_any(const T* q, const T* k, const T* v, const 
                                       const float* lse, float* delta, T* dq, int heads, int kv_heads, int t,
                                       int window, float scale) {
 #ifdef FA_WGMMA
-  if constexpr (FlashMma<T, D>::value && D == 64)
-    flash_backward_dq_wgmma<T>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+  if constexpr (FlashMma<T, D>::value)
+    flash_backward_dq_wgmma<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
   else
 #endif
   if constexpr (FlashMma<T, D>::value)
@@ -315,8 +315,8 @@ __device__ void flash_backward_dkv_any(const T* q, const T* k, const T* v, const
                                        const float* delta, T* dk, T* dv, int heads, int kv_heads, int t, int window,
                                        float scale) {
 #ifdef FA_WGMMA
-  if constexpr (FlashMma<T, D>::value && D == 64)
-    flash_backward_dkv_wgmma<T>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);
+  if constexpr (FlashMma<T, D>::value)
+    flash_backward_dkv_wgmma<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);
   else
 #endif
   if constexpr (FlashMma<T, D>::value)
