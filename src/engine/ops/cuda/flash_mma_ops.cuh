@@ -107,21 +107,27 @@ __device__ __forceinline__ void mma_a_global(const T* src, long long stride, int
 
 // The same copy as mma_rows, issued as cp.async (16 bytes each, zero-filled past `limit`) so it overlaps the
 // products on the previous tile; the caller commits the group and waits for it (cp_async_wait) before a
-// __syncthreads. Rows that are not 16-byte aligned take mma_rows' plain loads instead (done at once).
+// __syncthreads. Rows that are not 16-byte aligned take mma_rows' plain loads instead (done at once). A thread
+// copies chunk threadIdx.x % (D / 8) of every (MMA_THREADS / (D / 8))-th row, unrolled (the copy runs every step
+// of the kernels; a loop's index arithmetic was a large share of their instructions).
 template <typename T, int D, int R>
 __device__ __forceinline__ void mma_rows_async(const T* src, long long stride, int first, int limit,
                                                T (*dst)[D + MMA_PAD]) {
-  constexpr int V = 16 / sizeof(T);
+  constexpr int V = 16 / sizeof(T), C = D / V, STEP = MMA_THREADS / C;
+  static_assert(R % STEP == 0, "a tile is a whole number of passes");
   if (!rows_aligned16(src, stride)) {
     mma_rows<T, D, R>(src, stride, first, limit, dst);
     return;
   }
-#pragma unroll 1
-  for (int k = 0; k < R * D / V / MMA_THREADS; k++) {
-    const int idx = threadIdx.x + k * MMA_THREADS, r = idx / (D / V), c = (idx % (D / V)) * V, row = first + r;
-    const T* from = row < limit ? src + row * stride + c : src;
-    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(&dst[r][c]));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(row < limit ? 16 : 0));
+  const unsigned r0 = threadIdx.x / C, c = (threadIdx.x % C) * V;
+  const unsigned to0 = static_cast<unsigned>(__cvta_generic_to_shared(&dst[r0][c]));
+  const T* from0 = src + (long long)(first + (int)r0) * stride + c;
+#pragma unroll
+  for (int k = 0; k < R / STEP; k++) {
+    const bool in = first + (int)r0 + k * STEP < limit;
+    const T* from = in ? from0 + (long long)k * STEP * stride : src;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to0 + k * STEP * (D + MMA_PAD) * (unsigned)sizeof(T)),
+                 "l"(from), "r"(in ? 16 : 0));
   }
 }
 // src[index] into shared `dst` as cp.async (4 bytes), zero-filled when `ok` is false (nothing past src is read).
