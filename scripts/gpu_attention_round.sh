@@ -13,7 +13,8 @@
 #           training native vs portable (f32 and bf16), and our step on the Llama-3.2-1B shape (4 x 1024,
 #           1 x 4096; all-linear, q,v), alternating with the previous build ($G/metal-candle-prev.xz) when
 #           carried; one run with phases, one without the fused attention
-#   table SHAPE   SHAPE = 1b-4x1024 | 1b-1x4096 | smollm2-8x512: for q,v and all-linear, alternating ours,
+#   table SHAPE   SHAPE = 1b-4x1024 | 1b-1x4096 | smollm2-8x512 | 3b-4x1024 | 3b-1x4096 (Llama-3.2-3B's shape,
+#           head_dim 128): for q,v and all-linear, alternating ours,
 #           torch+PEFT (SDPA), torch+PEFT+Liger (SDPA) twice, then torch+PEFT eager once; 20 steps after 3
 #   decode SHAPE  SHAPE = 1b | smollm2: greedy decode of 128 + 256 tokens, ours (bf16, fused decode) against
 #           transformers generate (bf16, SDPA), alternating, ROUNDS (default 2) times
@@ -39,10 +40,11 @@ step() {
 }
 echo "# gpu_attention_round $MODE $SHAPE $(date -u +%FT%TZ)" >"$LOG"
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv >>"$LOG"
-make_model() {  # $1 smollm2 | 1b
+make_model() {  # $1 smollm2 | 1b | 3b
   case "$1" in
     smollm2) [ -d /tmp/smollm2 ] || step make_smollm2 python3 "$G/make_smollm2_hf.py" --out /tmp/smollm2 --tokenizer "$G/smollm2_tokenizer.json" ;;
     1b) [ -d /tmp/llama1b ] || step make_llama1b python3 "$G/make_smollm2_hf.py" --out /tmp/llama1b --shape llama-3.2-1b --dtype bf16 --tokenizer "$G/smollm2_tokenizer.json" ;;
+    3b) [ -d /tmp/llama3b ] || step make_llama3b python3 "$G/make_smollm2_hf.py" --out /tmp/llama3b --shape llama-3.2-3b --dtype bf16 --tokenizer "$G/smollm2_tokenizer.json" ;;
   esac
 }
 ours() {  # name model batch seq targets [extra flags]
@@ -97,6 +99,8 @@ table)
     1b-4x1024) make_model 1b; M=/tmp/llama1b; B=4; T=1024 ;;
     1b-1x4096) make_model 1b; M=/tmp/llama1b; B=1; T=4096 ;;
     smollm2-8x512) make_model smollm2; M=/tmp/smollm2; B=8; T=512 ;;
+    3b-1x4096) make_model 3b; M=/tmp/llama3b; B=1; T=4096 ;;
+    3b-4x1024) make_model 3b; M=/tmp/llama3b; B=4; T=1024 ;;
     *) echo "unknown shape $SHAPE" >>"$LOG"; exit 2 ;;
   esac
   # ROUNDS (default 2), TARGETS (default "q_proj,v_proj $ALL") and EAGER (default 1) trim a table to fit a call.

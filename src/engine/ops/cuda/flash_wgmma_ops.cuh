@@ -18,13 +18,15 @@ __device__ __forceinline__ uint64_t wg_desc(const void* tile, unsigned lead_byte
   return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32) |
          (1ull << 62);
 }
-// B read K-major from a tile of ROWS rows, the k16 slice kk (the hardware applies the swizzle to the address).
+// B read K-major from a tile of ROWS rows, the k16 slice kk (the hardware applies the swizzle to the address). The
+// slice's offset is added to the tile's descriptor (the address field holds bytes / 16 and shared memory is under
+// 256 KiB, so it never carries), which leaves one descriptor per tile to compute and a constant add per product.
 template <int ROWS> __device__ __forceinline__ uint64_t wg_desc_k(const char* tile, int kk) {
-  return wg_desc(tile + (kk >> 2) * ROWS * 128 + (kk & 3) * 32, 16, 1024);
+  return wg_desc(tile, 16, 1024) + (((kk >> 2) * ROWS * 128 + (kk & 3) * 32) >> 4);
 }
 // B read MN-major from a tile of ROWS rows, the slice of 16 rows kc.
 template <int ROWS> __device__ __forceinline__ uint64_t wg_desc_mn(const char* tile, int kc) {
-  return wg_desc(tile + kc * 2048, ROWS * 128, 1024);
+  return wg_desc(tile, ROWS * 128, 1024) + ((kc * 2048) >> 4);
 }
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
