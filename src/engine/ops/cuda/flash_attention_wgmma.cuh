@@ -50,18 +50,11 @@ __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, 
                          m[r], l[r], pos[r], valid[r]);
   const int hi = min(tk, q_offset + min(first + ROWS, tq));
   const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
-  auto load = [&](int j0, int buf) {
-    wg_tile_async<T, N, D>(kb, D, j0, tk, ks[buf]);
-    wg_tile_async<T, N, D>(vb, D, j0, tk, vs[buf]);
-    cp_async_commit();
-  };
-  if (lo < hi) load(lo, 0);
+  if (lo < hi) wg_kv_tiles_async<T, N, D>(kb, vb, lo, tk, ks[0], vs[0]);
   for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
     const bool next = j0 + N < hi;
-    if (next) load(j0 + N, buf ^ 1);
-    cp_async_wait(next);
-    wg_proxy_fence();
-    __syncthreads();
+    if (next) wg_kv_tiles_async<T, N, D>(kb, vb, j0 + N, tk, ks[buf ^ 1], vs[buf ^ 1]);
+    wg_tiles_ready(next);
     const char* kt = reinterpret_cast<const char*>(ks[buf]);
     const char* vt = reinterpret_cast<const char*>(vs[buf]);
     float s[R][N / 8][4];
@@ -69,8 +62,7 @@ __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, 
 #pragma unroll
     for (int r = 0; r < R; r++) {
       wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) wgmma_64xn<T, N, 0>(s[r], qf[r][kk], wg_desc_k<N>(kt, kk), kk > 0);
+      wg_abt<T, N, D>(s[r], qf[r], kt);
       wg_commit();
     }
 #pragma unroll
@@ -87,18 +79,9 @@ __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, 
       fa_tile_loop(row0 + 16 <= tq && j0 + N <= tk && fa_tile_visible(warp_pos, warp_pos + 15, j0, j0 + N - 1, window),
                    mask);
       fwd_softmax_step<N, D>(s[r], o[r], m[r], l[r], mx, c);
-      wg_pack_a<T, N>(s[r], pa[r]);
-      wg_fence();
-#pragma unroll
-      for (int kc = 0; kc < N / 16; kc++) wgmma_64xn<T, D, 1>(o[r], pa[r][kc], wg_desc_mn<N>(vt, kc), 1);
-      wg_commit();
+      wg_pb_group<T, N, D>(o[r], s[r], pa[r], vt);
     }
-    wg_wait<0>();
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      wg_hold<D>(o[r]);
-      wg_keep<N / 16>(pa[r]);
-    }
+    wg_drain<R, N, D>(o, pa);
     __syncthreads();
   }
 #pragma unroll
@@ -139,18 +122,11 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
   }
   const int hi = min(tlen, first + ROWS);
   const int lo = window > 0 ? max(0, first - window + 1) : 0;
-  auto load = [&](int j0, int buf) {
-    wg_tile_async<T, N, D>(k + kv_base, D, j0, tlen, ks[buf]);
-    wg_tile_async<T, N, D>(v + kv_base, D, j0, tlen, vs[buf]);
-    cp_async_commit();
-  };
-  if (lo < hi) load(lo, 0);
+  if (lo < hi) wg_kv_tiles_async<T, N, D>(k + kv_base, v + kv_base, lo, tlen, ks[0], vs[0]);
   for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
     const bool next = j0 + N < hi;
-    if (next) load(j0 + N, buf ^ 1);
-    cp_async_wait(next);
-    wg_proxy_fence();
-    __syncthreads();
+    if (next) wg_kv_tiles_async<T, N, D>(k + kv_base, v + kv_base, j0 + N, tlen, ks[buf ^ 1], vs[buf ^ 1]);
+    wg_tiles_ready(next);
     const char* kt = reinterpret_cast<const char*>(ks[buf]);
     const char* vt = reinterpret_cast<const char*>(vs[buf]);
     // Row tile r's S and dP go out as two groups: P is computed while dP is still on the tensor cores; tile r's
@@ -160,11 +136,9 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
     for (int r = 0; r < R; r++) {
       float s[N / 8][4], dp[N / 8][4];
       wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) wgmma_64xn<T, N, 0>(s, qf[r][kk], wg_desc_k<N>(kt, kk), kk > 0);
+      wg_abt<T, N, D>(s, qf[r], kt);
       wg_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) wgmma_64xn<T, N, 0>(dp, df[r][kk], wg_desc_k<N>(vt, kk), kk > 0);
+      wg_abt<T, N, D>(dp, df[r], vt);
       wg_commit();
       wg_wait<1>();
       wg_hold<N>(s);
@@ -178,18 +152,9 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
       wg_hold<N>(dp);
       if (r > 0) wg_keep<N / 16>(da[r - 1]);
       dq_probs_to_grad<N>(s, dp, di[r]);
-      wg_pack_a<T, N>(s, da[r]);
-      wg_fence();
-#pragma unroll
-      for (int kc = 0; kc < N / 16; kc++) wgmma_64xn<T, D, 1>(acc[r], da[r][kc], wg_desc_mn<N>(kt, kc), 1);
-      wg_commit();
+      wg_pb_group<T, N, D>(acc[r], s, da[r], kt);
     }
-    wg_wait<0>();
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      wg_hold<D>(acc[r]);
-      wg_keep<N / 16>(da[r]);
-    }
+    wg_drain<R, N, D>(acc, da);
     __syncthreads();
   }
 #pragma unroll
@@ -264,9 +229,7 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
   for (int step = 0, buf = 0, i0 = first; step < steps; step++, buf ^= 1) {
     const bool next = step + 1 < steps;
     if (next) load(buf ^ 1);
-    cp_async_wait(next);
-    wg_proxy_fence();
-    __syncthreads();
+    wg_tiles_ready(next);
     const char* qt = reinterpret_cast<const char*>(sm->q[buf]);
     const char* dot = reinterpret_cast<const char*>(sm->d_out[buf]);
     // S^T and dP^T go out as two groups: P^T is computed while dP^T is on the tensor cores, and dV's product runs
@@ -281,11 +244,9 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) wgmma_64x32_ss<T>(dp, wg_desc_k<64>(vt, kk), wg_desc_k<N>(dot, kk), kk > 0);
     } else {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) wgmma_64xn<T, N, 0>(s, kf[kk], wg_desc_k<N>(qt, kk), kk > 0);
+      wg_abt<T, N, D>(s, kf, qt);
       wg_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) wgmma_64xn<T, N, 0>(dp, vf[kk], wg_desc_k<N>(dot, kk), kk > 0);
+      wg_abt<T, N, D>(dp, vf, dot);
     }
     wg_commit();
     wg_wait<1>();
@@ -296,20 +257,11 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
     fa_tile_loop(key0 + 16 <= tlen && i0 + N <= tlen && fa_tile_visible(i0, i0 + N - 1, key0, key0 + 15, window),
                  probs);
     uint32_t pa[N / 16][4], da[N / 16][4];
-    wg_pack_a<T, N>(s, pa);
-    // The query slice kc (16 queries) of dO and Q as B, read MN-major.
-    wg_fence();
-#pragma unroll
-    for (int kc = 0; kc < N / 16; kc++) wgmma_64xn<T, D, 1>(dva, pa[kc], wg_desc_mn<N>(dot, kc), 1);
-    wg_commit();
+    wg_pb_group<T, N, D>(dva, s, pa, dot);  // dO and Q are B here, read MN-major
     wg_wait<1>();
     wg_hold<N>(dp);
     dkv_probs_to_grad<N>(s, dp, sm->delta[buf]);
-    wg_pack_a<T, N>(dp, da);
-    wg_fence();
-#pragma unroll
-    for (int kc = 0; kc < N / 16; kc++) wgmma_64xn<T, D, 1>(dka, da[kc], wg_desc_mn<N>(qt, kc), 1);
-    wg_commit();
+    wg_pb_group<T, N, D>(dka, dp, da, qt);
     wg_wait<0>();
     wg_hold<D>(dva);
     wg_hold<D>(dka);

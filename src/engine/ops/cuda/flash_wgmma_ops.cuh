@@ -149,6 +149,42 @@ __device__ __forceinline__ void wgmma_64xn(float (*d)[4], const uint32_t* a, uin
   }
 }
 
+// The two products of the kernels, issued (the caller fences before and commits after): S = A B^T, for A (64 x D)
+// in registers (a[D/16][4]) and B^T the N rows of `tile` read K-major ...
+template <typename T, int N, int D>
+__device__ __forceinline__ void wg_abt(float (*s)[4], const uint32_t (*a)[4], const char* tile) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) wgmma_64xn<T, N, 0>(s, a[kk], wg_desc_k<N>(tile, kk), kk > 0);
+}
+// ... and acc += P B, for P (64 x N) in registers (p[N/16][4], a packed accumulator) and B the N rows of `tile`
+// (D wide) read MN-major.
+template <typename T, int N, int D>
+__device__ __forceinline__ void wg_pb(float (*acc)[4], const uint32_t (*p)[4], const char* tile) {
+#pragma unroll
+  for (int kc = 0; kc < N / 16; kc++) wgmma_64xn<T, D, 1>(acc, p[kc], wg_desc_mn<N>(tile, kc), 1);
+}
+
+// P (an accumulator, f32) packed into `a`, then acc += P B (as wg_pb) issued as its own commit group; `a` stays
+// untouched until that group is waited for (wg_keep after the wait).
+template <typename T, int N, int D>
+__device__ __forceinline__ void wg_pb_group(float (*acc)[4], const float (*p)[4], uint32_t (*a)[4], const char* tile) {
+  wg_pack_a<T, N>(p, a);
+  wg_fence();
+  wg_pb<T, N, D>(acc, a, tile);
+  wg_commit();
+}
+// Waits for every group in flight, then marks R accumulators (D wide) changed and their A operands (N/16 slices)
+// free: the end of a step whose products on R row tiles were still running.
+template <int R, int N, int D>
+__device__ __forceinline__ void wg_drain(float (*acc)[D / 8][4], const uint32_t (*a)[N / 16][4]) {
+  wg_wait<0>();
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    wg_hold<D>(acc[r]);
+    wg_keep<N / 16>(a[r]);
+  }
+}
+
 // The same product with A (64 x 16) also read from shared memory, K-major, at `desc_a` (N = 32, B K-major).
 template <typename T>
 __device__ __forceinline__ void wgmma_64x32_ss(float (*d)[4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
@@ -199,4 +235,19 @@ __device__ __forceinline__ void wg_tile_async(const T* src, long long stride, in
     *reinterpret_cast<uint32_t*>(base + wg_chunk<ROWS>(r, e >> 3) + (e & 7) * 2) =
         row < limit ? ld2(src + row * stride + e) : 0u;
   }
+}
+
+// The tiles of K and V starting at key `j0` (rows of D, contiguous) into ks, vs as one committed cp.async group.
+template <typename T, int N, int D>
+__device__ __forceinline__ void wg_kv_tiles_async(const T* k, const T* v, int j0, int limit, T* ks, T* vs) {
+  wg_tile_async<T, N, D>(k, D, j0, limit, ks);
+  wg_tile_async<T, N, D>(v, D, j0, limit, vs);
+  cp_async_commit();
+}
+// The streamed tiles in use are in shared memory and visible to the tensor cores: at most `pending` (0 or 1)
+// cp.async groups still in flight (the next tiles'), the copies made visible to wgmma, the block synchronised.
+__device__ __forceinline__ void wg_tiles_ready(bool pending) {
+  cp_async_wait(pending);
+  wg_proxy_fence();
+  __syncthreads();
 }
