@@ -108,29 +108,34 @@ fn fused_attention_matches_autograd_of_the_composed_attention() {
 }
 
 /// Prefill after a cached prefix: `tq` new queries at positions `start..` over a strided KV-cache view match
-/// the same rows of the full causal attention.
+/// the same rows of the full causal attention: the f32 kernel at head_dim 32 and the tensor-core kernels (wgmma on
+/// an H100) at 64 and 128.
 #[test]
 fn fused_prefill_over_a_strided_cache_matches_the_full_attention() {
     let Ok(gpu) = Device::new_cuda(0) else {
         eprintln!("no CUDA device: skipped");
         return;
     };
-    for window in [None, Some(9)] {
-        let c = Case { b: 2, heads: 4, kv: 2, t: 67, d: 32, window };
-        let [q, k, v, d_out] = inputs(c, DType::F32);
-        let want = reference(&q, &k, &v, &d_out, c)[0].narrow(1, 60, 7).unwrap();
-        let f32_gpu = |x: &Tensor| x.to_dtype(DType::F32).unwrap().to_device(&gpu).unwrap();
-        // A cache buffer of capacity 80 holding 67 positions: rows of d contiguous, heads 80 rows apart.
-        let cache = |x: &Tensor| {
-            let pad = Tensor::zeros((c.b, c.kv, 13, c.d), DType::F64, &Device::Cpu).unwrap();
-            f32_gpu(&Tensor::cat(&[x, &pad], 2).unwrap()).narrow(2, 0, c.t).unwrap()
-        };
-        let q_new = f32_gpu(&q.narrow(2, 60, 7).unwrap());
-        let scale = 1.0 / (c.d as f64).sqrt();
-        let (out, _) = ops::fused_attention(&q_new, &cache(&k), &cache(&v), scale, 60, window).unwrap().unwrap();
-        let error = relative(&out, &want);
-        eprintln!("prefill at 60, window {window:?}: relative error {error:.1e}");
-        assert!(error < 1e-5);
+    let kinds =
+        [(32, DType::F32, 1e-5), (64, DType::BF16, 1.5e-2), (128, DType::BF16, 1.5e-2), (128, DType::F16, 2e-3)];
+    for (d, dtype, tolerance) in kinds {
+        for window in [None, Some(9)] {
+            let c = Case { b: 2, heads: 4, kv: 2, t: 67, d, window };
+            let [q, k, v, d_out] = inputs(c, dtype);
+            let want = reference(&q, &k, &v, &d_out, c)[0].narrow(1, 60, 7).unwrap();
+            let on_gpu = |x: &Tensor| x.to_dtype(dtype).unwrap().to_device(&gpu).unwrap();
+            // A cache buffer of capacity 80 holding 67 positions: rows of d contiguous, heads 80 rows apart.
+            let cache = |x: &Tensor| {
+                let pad = Tensor::zeros((c.b, c.kv, 13, c.d), DType::F64, &Device::Cpu).unwrap();
+                on_gpu(&Tensor::cat(&[x, &pad], 2).unwrap()).narrow(2, 0, c.t).unwrap()
+            };
+            let q_new = on_gpu(&q.narrow(2, 60, 7).unwrap());
+            let scale = 1.0 / (c.d as f64).sqrt();
+            let (out, _) = ops::fused_attention(&q_new, &cache(&k), &cache(&v), scale, 60, window).unwrap().unwrap();
+            let error = relative(&out, &want);
+            eprintln!("prefill at 60, head_dim {d} {dtype:?}, window {window:?}: relative error {error:.1e}");
+            assert!(error < tolerance, "head_dim {d} {dtype:?} window {window:?}: {error} over {tolerance}");
+        }
     }
 }
 
