@@ -1,8 +1,8 @@
 // Hopper warpgroup-MMA (wgmma, sm_90a) versions of the fused attention kernels, included by
 // flash_attention_mma.cuh: the contract, layouts and arithmetic of flash_forward_mma / flash_backward_dq_mma /
-// flash_backward_dkv_mma (outputs bit-identical), with every product on wgmma (flash_wgmma_ops.cuh): the forward
-// and dQ at head_dim 64 and 128, dK/dV at 64 (at 128 its K, V, dK and dV would not fit one warpgroup's registers;
-// it keeps mma.sync). A block is one warpgroup (the 4 warps of MMA_THREADS); A operands sit in registers in
+// flash_backward_dkv_mma (outputs bit-identical), with every product on wgmma (flash_wgmma_ops.cuh), at head_dim
+// 64 and 128 (dK/dV at 128 reads K and V from shared memory: with dK and dV they would not fit one warpgroup's
+// registers). A block is one warpgroup (the 4 warps of MMA_THREADS); A operands sit in registers in
 // mma.m16n8k16's A fragment layout (each warp 16 rows of a 64-row tile), B is read by the tensor cores straight
 // from shared memory, once per warpgroup instead of once per warp through ldmatrix, which bounds the mma.sync
 // kernels. Accumulators come back in mma's accumulator layout, so the element-wise code is shared. Products go
