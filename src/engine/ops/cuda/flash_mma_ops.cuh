@@ -105,11 +105,27 @@ __device__ __forceinline__ void mma_a_global(const T* src, long long stride, int
   }
 }
 
-// The same copy as mma_rows, issued as cp.async (16 bytes each, zero-filled past `limit`) so it overlaps the
-// products on the previous tile; the caller commits the group and waits for it (cp_async_wait) before a
-// __syncthreads. Rows that are not 16-byte aligned take mma_rows' plain loads instead (done at once). A thread
-// copies chunk threadIdx.x % (D / 8) of every (MMA_THREADS / (D / 8))-th row, unrolled (the copy runs every step
-// of the kernels; a loop's index arithmetic was a large share of their instructions).
+// One thread's part of a tile copy as cp.async of 16 bytes (zero-filled past `limit`; the caller commits and
+// waits): the 16 bytes from element col of rows first + r0 + k * STEP of `src` (row stride
+// `stride`), k < PASSES, to shared addresses to0 + k * to_step. Unrolled, each offset computed once: the copy runs
+// every step of the attention kernels, and a loop's index arithmetic was about a fifth of their instructions.
+template <typename T, int STEP, int PASSES>
+__device__ __forceinline__ void cp_async_rows(const T* src, long long stride, int first, int limit, unsigned r0,
+                                              unsigned col, unsigned to0, unsigned to_step) {
+  const T* from0 = src + (long long)(first + (int)r0) * stride + col;
+#pragma unroll
+  for (int k = 0; k < PASSES; k++) {
+    const bool in = first + (int)r0 + k * STEP < limit;
+    const T* from = in ? from0 + (long long)k * STEP * stride : src;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to0 + k * to_step), "l"(from),
+                 "r"(in ? 16 : 0));
+  }
+}
+
+// The same copy as mma_rows, issued as cp.async (cp_async_rows) so it overlaps the products on the previous tile;
+// the caller commits the group and waits for it (cp_async_wait) before a __syncthreads. Rows that are not 16-byte
+// aligned take mma_rows' plain loads instead (done at once). A thread copies chunk threadIdx.x % (D / 8) of every
+// (MMA_THREADS / (D / 8))-th row.
 template <typename T, int D, int R>
 __device__ __forceinline__ void mma_rows_async(const T* src, long long stride, int first, int limit,
                                                T (*dst)[D + MMA_PAD]) {
@@ -121,14 +137,7 @@ __device__ __forceinline__ void mma_rows_async(const T* src, long long stride, i
   }
   const unsigned r0 = threadIdx.x / C, c = (threadIdx.x % C) * V;
   const unsigned to0 = static_cast<unsigned>(__cvta_generic_to_shared(&dst[r0][c]));
-  const T* from0 = src + (long long)(first + (int)r0) * stride + c;
-#pragma unroll
-  for (int k = 0; k < R / STEP; k++) {
-    const bool in = first + (int)r0 + k * STEP < limit;
-    const T* from = in ? from0 + (long long)k * STEP * stride : src;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to0 + k * STEP * (D + MMA_PAD) * (unsigned)sizeof(T)),
-                 "l"(from), "r"(in ? 16 : 0));
-  }
+  cp_async_rows<T, STEP, R / STEP>(src, stride, first, limit, r0, c, to0, STEP * (D + MMA_PAD) * (unsigned)sizeof(T));
 }
 // src[index] into shared `dst` as cp.async (4 bytes), zero-filled when `ok` is false (nothing past src is read).
 __device__ __forceinline__ void cp_async_f32(float* dst, const float* src, size_t index, bool ok) {

@@ -207,9 +207,8 @@ template <int ROWS> __device__ __forceinline__ unsigned wg_chunk(unsigned r, uns
 
 // ROWS rows first.. of `src` (row stride `stride`, D elements each) into the swizzled tile (zeros past `limit`):
 // cp.async of 16 bytes when rows are 16-byte aligned (the caller commits and waits), plain 4-byte loads otherwise.
-// A thread copies chunk threadIdx.x % C of rows threadIdx.x / C + k * (MMA_THREADS / C): a whole number of 8-row
-// groups apart, so its chunks share one swizzle and sit k * 128 * MMA_THREADS / C bytes apart (unrolled: the loop
-// runs every step of the kernels and its index arithmetic was a fifth of their instructions).
+// A thread copies chunk threadIdx.x % C of rows threadIdx.x / C + k * (MMA_THREADS / C) (cp_async_rows): a whole
+// number of 8-row groups apart, so its chunks share one swizzle and sit k * 128 * MMA_THREADS / C bytes apart.
 template <typename T, int ROWS, int D>
 __device__ __forceinline__ void wg_tile_async(const T* src, long long stride, int first, int limit, T* tile) {
   constexpr int C = D / 8, STEP = MMA_THREADS / C;  // 16-byte chunks a row; rows between a thread's chunks
@@ -218,14 +217,7 @@ __device__ __forceinline__ void wg_tile_async(const T* src, long long stride, in
   if (rows_aligned16(src, stride)) {
     const unsigned r0 = threadIdx.x / C, c = threadIdx.x % C;
     const unsigned to0 = static_cast<unsigned>(__cvta_generic_to_shared(base + wg_chunk<ROWS>(r0, c)));
-    const T* from0 = src + (long long)(first + (int)r0) * stride + c * 8;
-#pragma unroll
-    for (int k = 0; k < ROWS / STEP; k++) {
-      const bool in = first + (int)r0 + k * STEP < limit;
-      const T* from = in ? from0 + (long long)k * STEP * stride : src;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to0 + k * STEP * 128), "l"(from),
-                   "r"(in ? 16 : 0));
-    }
+    cp_async_rows<T, STEP, ROWS / STEP>(src, stride, first, limit, r0, c * 8, to0, STEP * 128);
     return;
   }
 #pragma unroll 1
