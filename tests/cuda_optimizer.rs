@@ -1,12 +1,13 @@
-//! The fused CUDA optimizer (AdamW in place, the gradient norm) against the composed one on the CPU: the same
-//! parameters and gradients over twelve steps with weight decay and clipping coefficients, then the parameters,
-//! both moments and the norms compared; and the head + loss (one cross-entropy kernel per chunk of rows) against
+//! The fused CUDA optimizer (multi-tensor AdamW in place, the gradient norm, clipping and the skip of a non-finite
+//! step, all on the device) against the composed one on the CPU: the same parameters and gradients over twelve
+//! steps with weight decay and clipping, then the parameters, both moments, the norms and losses compared; a
+//! non-finite loss or gradient leaves everything as it was; and the head + loss (one cross-entropy kernel per chunk of rows) against
 //! the CPU's (built with `--features cuda`; skipped without a GPU).
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
-use metal_candle::engine::ops::head_nll;
-use metal_candle::engine::train::optimizer::{clip_coefficient, grad_norm, AdamW, AdamWParams};
+use metal_candle::engine::ops::{head_nll, Scalar};
+use metal_candle::engine::train::optimizer::{grad_norm, AdamW, AdamWParams};
 
 /// A (rows, cols) f32 tensor on the CPU of uniform values with standard deviation `std`, the same for a `seed` in
 /// every run (Candle's CPU RNG cannot be seeded; a tolerance on random draws would fail now and then).
@@ -32,7 +33,9 @@ fn fused_adamw_and_grad_norm_match_the_composed_cpu_update() {
         return;
     };
     let cpu = Device::Cpu;
-    let shapes = [(8usize, 2048usize), (512, 8), (8, 96), (1, 3)];
+    // 30 parameters: two launches of the multi-tensor kernels (24 per launch), lengths from 3 to 65,536.
+    let base = [(8usize, 2048usize), (512, 8), (8, 96), (1, 3), (8192, 8)];
+    let shapes: Vec<(usize, usize)> = (0..30).map(|i| base[i % base.len()]).collect();
     let initial: Vec<Tensor> = shapes.iter().zip(0..).map(|(&s, i)| seeded(s, 0.1, i)).collect();
     let params = |device: &Device| -> Vec<(String, Var)> {
         initial
@@ -43,19 +46,23 @@ fn fused_adamw_and_grad_norm_match_the_composed_cpu_update() {
     };
     let hp = AdamWParams { weight_decay: 0.01, ..AdamWParams::default() };
     let (mut on_cpu, mut on_cuda) = (AdamW::new(params(&cpu), hp).unwrap(), AdamW::new(params(&cuda), hp).unwrap());
-    for step in 0..12 {
+    for step in 0..12u64 {
         let grads: Vec<Tensor> = shapes.iter().zip(0..).map(|(&s, i)| seeded(s, 1.0, 100 * (step + 1) + i)).collect();
         let grads_cuda: Vec<Tensor> = grads.iter().map(|g| g.to_device(&cuda).unwrap()).collect();
-        let (norm_cpu, norm_cuda) = (grad_norm(&grads).unwrap(), grad_norm(&grads_cuda).unwrap());
-        assert!((norm_cpu - norm_cuda).abs() <= 1e-5 * norm_cpu, "step {step}: norm {norm_cpu} vs {norm_cuda}");
-        let max_norm = if step % 2 == 0 { Some(norm_cpu * 0.5) } else { None };
-        let scale = clip_coefficient(norm_cpu, max_norm);
-        on_cpu.step(&grads, 1e-2, scale).unwrap();
-        on_cuda.step(&grads_cuda, 1e-2, scale).unwrap();
+        let norm = grad_norm(&grads).unwrap();
+        // Clipping on every other step, and a loss that the CUDA step keeps on the device.
+        let max_norm = if step % 2 == 0 { Some(norm * 0.5) } else { None };
+        let loss = 2.5 + step as f64;
+        let device_loss = Scalar::device_sum(&[Tensor::new(loss as f32, &cuda).unwrap()]).unwrap();
+        let a = on_cpu.guarded_step(&grads, 1e-2, max_norm, &Scalar::Host(loss)).unwrap();
+        let b = on_cuda.guarded_step(&grads_cuda, 1e-2, max_norm, &device_loss).unwrap();
+        assert!(a.applied && b.applied, "step {step}: {a:?} {b:?}");
+        assert!((a.grad_norm - b.grad_norm).abs() <= 1e-5 * a.grad_norm, "step {step}: norm {a:?} vs {b:?}");
+        assert!((a.loss - b.loss).abs() <= 1e-6 * a.loss, "step {step}: loss {a:?} vs {b:?}");
     }
+    assert_eq!((on_cpu.step, on_cuda.step), (12, 12));
     for ((name, a), (_, b)) in on_cpu.params().iter().zip(on_cuda.params()) {
         let d = max_rel_diff(a.as_tensor(), b.as_tensor());
-        println!("{name}: max relative difference {d:.2e}");
         assert!(d <= 2e-5, "{name}: {d}");
     }
     let (state_cpu, state_cuda) = (on_cpu.state_tensors(), on_cuda.state_tensors());
@@ -65,8 +72,43 @@ fn fused_adamw_and_grad_norm_match_the_composed_cpu_update() {
         assert_eq!(a.dtype(), DType::F32);
     }
     // The moments moved: the test would not notice an update that never ran.
-    let moved = max_rel_diff(&initial[0], on_cuda.params()[0].1.as_tensor());
-    assert!(moved > 1e-3, "the parameters did not move ({moved})");
+    for (i, (_, p)) in on_cuda.params().iter().enumerate() {
+        let moved = max_rel_diff(&initial[i], p.as_tensor());
+        assert!(moved > 1e-3, "parameter {i} did not move ({moved})");
+    }
+}
+
+/// A step whose loss or gradient norm is not finite changes nothing, on the device as on the host, and says so.
+#[test]
+fn fused_step_skips_a_non_finite_loss_or_gradient() {
+    let Ok(cuda) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    let initial = seeded((8, 64), 0.1, 1);
+    let mut opt = AdamW::new(
+        vec![("p".into(), Var::from_tensor(&initial.to_device(&cuda).unwrap()).unwrap())],
+        AdamWParams::default(),
+    )
+    .unwrap();
+    let grad = seeded((8, 64), 1.0, 2).to_device(&cuda).unwrap();
+    let mut bad_grad = seeded((8, 64), 1.0, 2).to_vec2::<f32>().unwrap();
+    bad_grad[3][5] = f32::NAN;
+    let bad_grad = Tensor::new(bad_grad, &cuda).unwrap();
+    let on_device = |v: f32| Scalar::device_sum(&[Tensor::new(v, &cuda).unwrap()]).unwrap();
+    for (what, g, loss) in [
+        ("infinite loss", &grad, on_device(f32::INFINITY)),
+        ("NaN loss", &grad, on_device(f32::NAN)),
+        ("NaN gradient", &bad_grad, on_device(1.0)),
+    ] {
+        let out = opt.guarded_step(std::slice::from_ref(g), 1e-2, Some(1.0), &loss).unwrap();
+        assert!(!out.applied, "{what}: {out:?}");
+        assert_eq!(opt.step, 0, "{what}");
+        assert_eq!(max_rel_diff(&initial, opt.params()[0].1.as_tensor()), 0.0, "{what}: the parameter changed");
+    }
+    let out = opt.guarded_step(std::slice::from_ref(&grad), 1e-2, Some(1.0), &on_device(1.0)).unwrap();
+    assert!(out.applied && opt.step == 1, "{out:?}");
+    assert!(max_rel_diff(&initial, opt.params()[0].1.as_tensor()) > 1e-3);
 }
 
 /// Vocabularies a multiple of eight take the kernel's 16-byte path, others its element path; a row whose target
@@ -91,13 +133,11 @@ fn head_loss_kernel_matches_the_cpu_in_f32_and_bf16() {
             let on = |t: &Tensor| t.to_device(&cuda).unwrap().to_dtype(dtype).unwrap();
             let got = head_nll(&on(&x), &on(&head), &targets, Some(0.25)).unwrap();
             let grad = got.grad_hidden.unwrap().to_dtype(DType::F32).unwrap();
-            let nll_err = ((got.nll_sum - want.nll_sum) / want.nll_sum.abs().max(1e-9)).abs() as f32;
+            let (got_nll, want_nll) = (got.nll_sum.value().unwrap(), want.nll_sum.value().unwrap());
+            let nll_err = ((got_nll - want_nll) / want_nll.abs().max(1e-9)).abs() as f32;
             let grad_err = max_rel_diff(want_grad, &grad);
-            eprintln!(
-                "rows {rows} vocab {vocab} {dtype:?}: nll {} vs {}, grad error {grad_err:.1e}",
-                got.nll_sum, want.nll_sum
-            );
-            assert!(nll_err < tol, "nll {} vs {} ({dtype:?}, vocab {vocab})", got.nll_sum, want.nll_sum);
+            eprintln!("rows {rows} vocab {vocab} {dtype:?}: nll {got_nll} vs {want_nll}, grad error {grad_err:.1e}");
+            assert!(nll_err < tol, "nll {got_nll} vs {want_nll} ({dtype:?}, vocab {vocab})");
             assert!(grad_err < tol, "gradient error {grad_err} ({dtype:?}, vocab {vocab})");
         }
     }

@@ -213,12 +213,12 @@ impl Linear {
         };
         let scale = adapter.scale;
         let dxa = ops::matmul_add(None, dy, &b.t()?, scale)?; // (rows, r)
-        grads.add(adapter.b.as_tensor(), &ops::matmul_add(None, &xa.t()?, dy, scale)?)?;
+        grads.add(adapter.b.as_tensor(), &ops::matmul_f32(&xa.t()?, dy, scale)?)?;
         let x_in = match mask {
             Some(mask) => (x * mask)?,
             None => x.clone(),
         };
-        grads.add(adapter.a.as_tensor(), &ops::matmul(&x_in.t()?, &dxa)?)?;
+        grads.add(adapter.a.as_tensor(), &ops::matmul_f32(&x_in.t()?, &dxa, 1.0)?)?;
         Ok(match (dx, mask) {
             (None, _) => None,
             (Some(dx), Some(mask)) => Some(ops::add(&dx, &(ops::matmul(&dxa, &a.t()?)? * mask)?)?),

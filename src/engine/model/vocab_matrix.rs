@@ -186,7 +186,7 @@ impl VocabMatrix {
                 None => ops::head_nll(hidden, w, targets, grad_scale),
                 Some(out) => {
                     out.extend(ops::head_token_nll(hidden, w, targets)?);
-                    Ok(HeadLoss { nll_sum: out.iter().sum(), grad_hidden: None })
+                    Ok(HeadLoss { nll_sum: ops::Scalar::Host(out.iter().sum()), grad_hidden: None })
                 }
             },
             Self::Quantized { blocks, rows_per_block, .. } => {

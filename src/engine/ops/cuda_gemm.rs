@@ -25,7 +25,15 @@ pub fn takes(acc: Option<&Tensor>, a: &Tensor, b: &Tensor) -> bool {
 /// `acc + alpha * a b` written into `acc` (which the caller owns alone: no other tensor may share its storage),
 /// or `alpha * a b` in a new tensor. Callers check [`takes`] first.
 pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
-    imp::matmul_add(acc, a, b, alpha)
+    let dtype = a.dtype();
+    imp::matmul_add(acc, a, b, alpha, dtype)
+}
+
+/// `alpha * a b` in a new f32 tensor whatever the operands' float dtype (cuBLAS accumulates in f32 and writes it
+/// as is): an adapter's gradient, which is kept in f32, without a product in the operands' dtype and a cast pass.
+/// Callers check [`takes`] first (without an accumulator).
+pub fn matmul_f32(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+    imp::matmul_add(None, a, b, alpha, DType::F32)
 }
 
 /// (transposed, leading dimension) of a 2-D matrix stored row-major or as the transposed view of one.
@@ -71,7 +79,8 @@ mod imp {
         })
     }
 
-    pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+    /// `acc + alpha * a b` (acc of `out_dtype`), or `alpha * a b` in a new `out_dtype` tensor.
+    pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64, out_dtype: DType) -> Result<Tensor> {
         let ((m, k), (_, n)) = (a.dims2()?, b.dims2()?);
         let (Some((a_t, lda)), Some((b_t, ldb))) = (operand(a), operand(b)) else {
             bail!("matmul_add: operands {:?} x {:?} are not plain or transposed matrices", a.layout(), b.layout())
@@ -85,15 +94,18 @@ mod imp {
         let (beta, c) = match acc {
             Some(c) => (1f32, c),
             // beta = 0: cuBLAS never reads C, so it needs no zeros.
+            None if out_dtype == DType::F32 => (0f32, wrap(output::<f32>(&dev, m * n)?, &dev, (m, n))),
             None => (0f32, with_dtype!(a_s, T, { wrap(output::<T>(&dev, m * n)?, &dev, (m, n)) })),
         };
-        let dtype = data_type(a.dtype())?;
+        if c.dtype() != out_dtype {
+            bail!("matmul_add: a {:?} accumulator for a {out_dtype:?} product", c.dtype());
+        }
+        let (dtype, c_dtype) = (data_type(a.dtype())?, data_type(out_dtype)?);
         let (c_guard, _) = c.storage_and_layout();
         let Storage::Cuda(c_s) = &*c_guard else { bail!("matmul_add: the accumulator is not on the CUDA device") };
         let stream = dev.cuda_stream();
-        let (pa, pb, pc) = with_dtype!(a_s, T, {
-            (address::<T>(a_s, a, &stream)?, address::<T>(b_s, b, &stream)?, address::<T>(c_s, &c, &stream)?)
-        });
+        let (pa, pb) = with_dtype!(a_s, T, { (address::<T>(a_s, a, &stream)?, address::<T>(b_s, b, &stream)?) });
+        let pc = with_dtype!(c_s, T, { address::<T>(c_s, &c, &stream)? });
         let op = |t: bool| if t { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
         let alpha = alpha as f32;
         let blas = dev.cublas_handle();
@@ -117,7 +129,7 @@ mod imp {
                 lda as i32,
                 (&beta) as *const f32 as *const _,
                 pc as *mut _,
-                dtype,
+                c_dtype,
                 n as i32,
                 sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
@@ -133,7 +145,7 @@ mod imp {
 mod imp {
     use candle_core::{bail, Result, Tensor};
 
-    pub fn matmul_add(_: Option<Tensor>, _: &Tensor, _: &Tensor, _: f64) -> Result<Tensor> {
+    pub fn matmul_add(_: Option<Tensor>, _: &Tensor, _: &Tensor, _: f64, _: candle_core::DType) -> Result<Tensor> {
         bail!("matmul_add with scalars runs on CUDA only")
     }
 }

@@ -1,9 +1,12 @@
-//! Fused CUDA kernels for the optimizer step (src/engine/ops/cuda/fused.cu): AdamW on one parameter in place
-//! (one launch where the composed update was about fifteen: moments, bias corrections, square root, decay) and
-//! the squared sums behind the global gradient norm (one launch per gradient, partial sums per block added on
-//! the host in a fixed order, so the norm does not vary between runs). At the 1B shape with adapters on every
-//! linear that is 224 parameters: the composed step launched about 3,600 small kernels, 35 ms of host time.
-//! f32 tensors on CUDA with the native kernels only ([`available`]); `train/optimizer.rs` composes otherwise.
+//! Fused CUDA kernels for the optimizer step (src/engine/ops/cuda/fused.cu), all queued without a read back: the
+//! squared sums behind the global gradient norm, a one-block guard that adds them in a fixed order (the norm does
+//! not vary between runs), turns the norm into the clipping coefficient and checks the loss and the norm are
+//! finite, then AdamW on every parameter in place, which reads the coefficient and does nothing when the guard
+//! said skip. Each kernel takes up to 24 tensors per launch (their addresses passed by value), so the step is a
+//! handful of launches whatever the number of adapters: at the 1B shape with adapters on every linear that is 224
+//! parameters, where one launch per parameter and a read back of the norm in the middle left the GPU waiting on
+//! the host. f32 tensors on CUDA with the native kernels only ([`available`]); `train/optimizer.rs` composes
+//! otherwise.
 
 use candle_core::{DType, Result, Tensor};
 
@@ -19,122 +22,161 @@ pub struct AdamWScalars {
     /// `1 - beta1^t` and `1 - beta2^t`.
     pub bias1: f32,
     pub bias2: f32,
-    /// The clipping coefficient the gradient is multiplied by (1 without clipping).
-    pub grad_scale: f32,
 }
+
+/// One parameter of a guarded step: the parameter, its two moments and its gradient (all f32, contiguous, the same
+/// length; the first three each with storage of their own, written in place).
+pub struct ParamSlot<'a> {
+    pub param: &'a Tensor,
+    pub m: &'a Tensor,
+    pub v: &'a Tensor,
+    pub grad: &'a Tensor,
+}
+
+/// What the guard decided, on the device: `[loss, squared gradient norm, clipping coefficient, skipped (0 or 1)]`
+/// as f64, to read once the step is queued.
+pub struct StepStats(pub Tensor);
 
 /// Whether the fused optimizer kernels take `t`: f32 on CUDA, native kernels.
 pub fn available(t: &Tensor) -> bool {
     t.dtype() == DType::F32 && super::cuda_kernels::available(t.device(), DType::F32)
 }
 
-/// The sum of the squares of every element of `parts` (each f32 and contiguous, on one CUDA device).
-pub fn sum_squares(parts: &[Tensor]) -> Result<f64> {
-    imp::sum_squares(parts)
-}
-
-/// One AdamW step in place on `param` and its moments `m`, `v` (f32, contiguous, each with its own storage)
-/// for the gradient `grad`.
-pub fn adamw(param: &Tensor, m: &Tensor, v: &Tensor, grad: &Tensor, s: &AdamWScalars) -> Result<()> {
-    let n = param.elem_count();
-    for (t, what) in [(m, "first moment"), (v, "second moment"), (grad, "gradient")] {
-        if t.elem_count() != n || !t.is_contiguous() || !available(t) {
-            candle_core::bail!(
-                "fused AdamW: the {what} {:?} does not match the parameter {:?}",
-                t.shape(),
-                param.shape()
-            );
+/// Queue one guarded AdamW step over `slots`: the gradient norm, the clipping coefficient for `max_norm` (None: no
+/// clipping), the skip when `loss` (an f32 scalar on the same device) or the norm is not finite, and the update.
+pub fn guarded_adamw(slots: &[ParamSlot], loss: &Tensor, max_norm: Option<f64>, s: &AdamWScalars) -> Result<StepStats> {
+    for (i, slot) in slots.iter().enumerate() {
+        let n = slot.param.elem_count();
+        for (t, what) in [(slot.m, "first moment"), (slot.v, "second moment"), (slot.grad, "gradient")] {
+            if t.elem_count() != n || !t.is_contiguous() || !available(t) {
+                candle_core::bail!(
+                    "fused AdamW: the {what} {:?} of parameter {i} does not match the parameter {:?}",
+                    t.shape(),
+                    slot.param.shape()
+                );
+            }
+        }
+        if !slot.param.is_contiguous() || !available(slot.param) {
+            candle_core::bail!("fused AdamW: parameter {i} is not a contiguous f32 tensor on the GPU");
         }
     }
-    imp::adamw(param, m, v, grad, s)
+    if loss.elem_count() != 1 || !available(loss) {
+        candle_core::bail!("fused AdamW: the loss must be one f32 value on the GPU, not {:?}", loss.shape());
+    }
+    imp::guarded_adamw(slots, loss, max_norm, s).map(StepStats)
 }
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use super::AdamWScalars;
-    use crate::engine::ops::cuda_kernels::launch::{func, grid_stride, int, on_cuda, output, view, wrap};
+    use super::{AdamWScalars, ParamSlot};
+    use crate::engine::ops::cuda_kernels::launch::{load, on_cuda, output, wrap};
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{Result, Tensor};
 
-    const THREADS: usize = 256;
+    /// OPT_TENSORS and OPT_BLOCKS of fused.cu.
+    const TENSORS: usize = 24;
+    const BLOCKS: usize = 64;
 
-    /// Blocks (each writing one partial sum) for a gradient of `n` elements: enough to fill the GPU at the sizes
-    /// of LoRA factors, few partials to read back.
-    fn blocks(n: usize) -> usize {
-        n.div_ceil(THREADS).clamp(1, 64)
+    /// fused.cu's OptChunk: the addresses of up to [`TENSORS`] parameters, moments and gradients, and their lengths.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct OptChunk {
+        p: [u64; TENSORS],
+        m: [u64; TENSORS],
+        v: [u64; TENSORS],
+        g: [u64; TENSORS],
+        n: [i32; TENSORS],
     }
 
-    fn cfg(blocks: usize) -> LaunchConfig {
-        LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: 0 }
+    // SAFETY: a plain-old-data struct laid out as the kernels' C struct.
+    unsafe impl DeviceRepr for OptChunk {}
+
+    /// The device address of `t`'s first element (f32).
+    fn address(t: &Tensor, what: &str) -> Result<u64> {
+        let (storage, layout) = t.storage_and_layout();
+        let cuda = on_cuda(&storage, what)?;
+        let slice = cuda.as_cuda_slice::<f32>()?;
+        let stream = cuda.device().cuda_stream();
+        let (ptr, _sync) = slice.device_ptr(&stream);
+        Ok(ptr + (layout.start_offset() * std::mem::size_of::<f32>()) as u64)
     }
 
-    pub fn sum_squares(parts: &[Tensor]) -> Result<f64> {
-        let Some(first) = parts.first() else { return Ok(0.0) };
-        let slots: Vec<usize> = parts.iter().map(|t| blocks(t.elem_count())).collect();
-        let (first_storage, _) = first.storage_and_layout();
-        let first_cuda = on_cuda(&first_storage, "gradient")?;
-        let dev = first_cuda.device().clone();
-        let f = func!(first_cuda, "sum_squares")?;
-        drop(first_storage);
-        let mut partial = output::<f32>(&dev, slots.iter().sum())?;
-        let mut offset = 0;
-        for (t, &nblocks) in parts.iter().zip(&slots) {
-            let (storage, layout) = t.storage_and_layout();
-            let (s, l) = (on_cuda(&storage, "gradient")?, layout);
-            let input = view::<f32>(s, l, "gradient")?;
-            let mut out = partial.slice_mut(offset..offset + nblocks);
-            let mut b = f.builder();
-            b.arg(&input);
-            candle_core::builder_arg!(b, int(t.elem_count()));
-            b.arg(&mut out);
-            // SAFETY: arguments match the kernel's signature; `out` holds one slot per block.
-            unsafe { b.launch(cfg(nblocks)) }.w()?;
-            offset += nblocks;
+    fn chunk(slots: &[ParamSlot]) -> Result<OptChunk> {
+        let mut c = OptChunk { p: [0; TENSORS], m: [0; TENSORS], v: [0; TENSORS], g: [0; TENSORS], n: [0; TENSORS] };
+        for (i, s) in slots.iter().enumerate() {
+            c.p[i] = address(s.param, "parameter")?;
+            c.m[i] = address(s.m, "first moment")?;
+            c.v[i] = address(s.v, "second moment")?;
+            c.g[i] = address(s.grad, "gradient")?;
+            c.n[i] = i32::try_from(s.param.elem_count())
+                .map_err(|_| candle_core::Error::Msg("fused AdamW: a parameter over 2^31 elements".into()))?;
         }
-        let values = wrap(partial, &dev, offset).to_vec1::<f32>()?;
-        Ok(values.iter().map(|&v| v as f64).sum())
+        Ok(c)
     }
 
-    pub fn adamw(param: &Tensor, m: &Tensor, v: &Tensor, grad: &Tensor, s: &AdamWScalars) -> Result<()> {
-        let n = param.elem_count();
-        let guards = [param, m, v, grad].map(|t| t.storage_and_layout());
-        let [p, m, v, g] = [
-            (on_cuda(&guards[0].0, "parameter")?, guards[0].1),
-            (on_cuda(&guards[1].0, "first moment")?, guards[1].1),
-            (on_cuda(&guards[2].0, "second moment")?, guards[2].1),
-            (on_cuda(&guards[3].0, "gradient")?, guards[3].1),
-        ];
-        let f = func!(p.0, "adamw")?;
-        let [p, m, v, g] = [(p, "parameter"), (m, "first moment"), (v, "second moment"), (g, "gradient")]
-            .map(|((s, l), what)| view::<f32>(s, l, what));
-        let (p, m, v, g) = (p?, m?, v?, g?);
-        let mut b = f.builder();
-        // The kernel writes p, m and v through these views: each is its own allocation (AdamW owns the moments,
-        // the parameter is a Var), so nothing else reads the values being replaced.
-        b.arg(&p);
-        b.arg(&m);
-        b.arg(&v);
-        b.arg(&g);
-        candle_core::builder_arg!(b, int(n), s.lr, s.beta1, s.beta2, s.eps, s.decay, s.bias1, s.bias2, s.grad_scale);
-        // SAFETY: arguments match the kernel's signature; all four views hold `n` f32 values.
-        unsafe { b.launch(grid_stride(n)) }.w()?;
-        Ok(())
+    fn cfg(blocks: usize, tensors: usize) -> LaunchConfig {
+        LaunchConfig { grid_dim: (blocks as u32, tensors as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    pub fn guarded_adamw(
+        slots: &[ParamSlot],
+        loss: &Tensor,
+        max_norm: Option<f64>,
+        s: &AdamWScalars,
+    ) -> Result<Tensor> {
+        let (loss_storage, loss_layout) = loss.storage_and_layout();
+        let loss_cuda = on_cuda(&loss_storage, "loss")?;
+        let dev = loss_cuda.device().clone();
+        let loss_view = crate::engine::ops::cuda_kernels::launch::view::<f32>(loss_cuda, loss_layout, "loss")?;
+        let chunks = slots.chunks(TENSORS).map(chunk).collect::<Result<Vec<_>>>()?;
+        let count = slots.len() * BLOCKS;
+        let mut partial = output::<f32>(&dev, count.max(1))?;
+        let squares = load!(&dev, "sum_squares_f32")?;
+        for (k, (c, part)) in chunks.iter().zip(slots.chunks(TENSORS)).enumerate() {
+            let first = (k * TENSORS) as i32;
+            let mut b = squares.builder();
+            b.arg(c);
+            b.arg(&first);
+            b.arg(&mut partial);
+            // SAFETY: arguments match the kernel's signature; `partial` holds BLOCKS slots per parameter.
+            unsafe { b.launch(cfg(BLOCKS, part.len())) }.w()?;
+        }
+        let mut stats = output::<f64>(&dev, 4)?;
+        let max_norm = max_norm.map_or(0f32, |m| m as f32);
+        let count = count as i32;
+        let guard = load!(&dev, "optimizer_guard")?;
+        let mut b = guard.builder();
+        b.arg(&partial);
+        b.arg(&count);
+        b.arg(&loss_view);
+        b.arg(&max_norm);
+        b.arg(&mut stats);
+        // SAFETY: arguments match the kernel's signature; one block of 256 reads `count` partials, writes 4 stats.
+        unsafe { b.launch(cfg(1, 1)) }.w()?;
+        let adamw = load!(&dev, "adamw_f32")?;
+        for (c, part) in chunks.iter().zip(slots.chunks(TENSORS)) {
+            let mut b = adamw.builder();
+            b.arg(c);
+            candle_core::builder_arg!(b, s.lr, s.beta1, s.beta2, s.eps, s.decay, s.bias1, s.bias2);
+            b.arg(&stats);
+            // SAFETY: arguments match the kernel's signature; the chunk's addresses point at live f32 buffers of
+            // its lengths, and the parameter and moments are each their own allocation (AdamW owns the moments,
+            // the parameter is a Var), so nothing else reads the values being replaced.
+            unsafe { b.launch(cfg(BLOCKS, part.len())) }.w()?;
+        }
+        Ok(wrap(stats, &dev, 4))
     }
 }
 
-/// Without CUDA the ops exist but refuse to run; [`available`] is false, so callers never reach them.
+/// Without CUDA the op exists but refuses to run; [`available`] is false, so callers never reach it.
 #[cfg(not(feature = "cuda"))]
 mod imp {
-    use super::AdamWScalars;
+    use super::{AdamWScalars, ParamSlot};
     use candle_core::{bail, Result, Tensor};
 
-    pub fn sum_squares(_: &[Tensor]) -> Result<f64> {
-        bail!("the fused gradient norm runs on CUDA only")
-    }
-
-    pub fn adamw(_: &Tensor, _: &Tensor, _: &Tensor, _: &Tensor, _: &AdamWScalars) -> Result<()> {
+    pub fn guarded_adamw(_: &[ParamSlot], _: &Tensor, _: Option<f64>, _: &AdamWScalars) -> Result<Tensor> {
         bail!("the fused AdamW runs on CUDA only")
     }
 }

@@ -20,13 +20,15 @@ pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
 
 /// Cross-entropy of each row of `logits` (rows, vocab) against `targets` (rows, u32, on the device): the
 /// negative log-likelihood per row (rows, f32) and, with `grad_scale`, the logits' gradient
-/// `grad_scale * (softmax - onehot)` in the logits' dtype. One pass per row; no f32 copy of the logits.
+/// `grad_scale * (softmax - onehot)` in the logits' dtype, written over the logits (a chunk of a 128k vocabulary
+/// is hundreds of megabytes: no second buffer) and returned as the same tensor. The caller hands over logits that
+/// nothing else reads (a fresh product). One pass per row; no f32 copy of the logits.
 pub fn cross_entropy_rows(
-    logits: &Tensor,
+    logits: Tensor,
     targets: &Tensor,
     grad_scale: Option<f64>,
 ) -> Result<(Tensor, Option<Tensor>)> {
-    imp::cross_entropy_rows(&logits.contiguous()?, &targets.contiguous()?, grad_scale.map(|s| s as f32))
+    imp::cross_entropy_rows(logits.contiguous()?, &targets.contiguous()?, grad_scale.map(|s| s as f32))
 }
 
 /// (b * t, n * d) rows -> (b, n, t, d) heads, rotated by the rope tables (cos, sin) (t, d / 2) when given; with
@@ -184,7 +186,7 @@ mod imp {
     }
 
     pub fn cross_entropy_rows(
-        logits: &Tensor,
+        logits: Tensor,
         targets: &Tensor,
         scale: Option<f32>,
     ) -> Result<(Tensor, Option<Tensor>)> {
@@ -192,32 +194,35 @@ mod imp {
         if targets.dims1()? != rows || targets.dtype() != candle_core::DType::U32 {
             bail!("cross-entropy: {:?} targets for logits {:?}", targets.shape(), logits.shape());
         }
-        let ((ls, ll), (ts, tl)) = (logits.storage_and_layout(), targets.storage_and_layout());
-        let (candle_core::Storage::Cuda(ls), candle_core::Storage::Cuda(ts)) = (&*ls, &*ts) else {
-            bail!("cross-entropy: logits and targets must be on the GPU")
-        };
-        let dev = ls.device().clone();
-        let f = func!(ls, "cross_entropy_rows")?;
-        let nll = output::<f32>(&dev, rows)?;
-        let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
-        let grad = with_dtype!(ls, T, {
-            let (x, t) = (view::<T>(ls, ll, "logits")?, view::<u32>(ts, tl, "targets")?);
-            let grad = scale.map(|_| output::<T>(&dev, rows * vocab)).transpose()?;
-            let mut b = f.builder();
-            b.arg(&x);
-            b.arg(&t);
-            let null: u64 = 0;
-            match &grad {
-                Some(g) => b.arg(g),
-                None => b.arg(&null),
+        let nll = {
+            let ((ls, ll), (ts, tl)) = (logits.storage_and_layout(), targets.storage_and_layout());
+            let (candle_core::Storage::Cuda(ls), candle_core::Storage::Cuda(ts)) = (&*ls, &*ts) else {
+                bail!("cross-entropy: logits and targets must be on the GPU")
             };
-            b.arg(&nll);
-            candle_core::builder_arg!(b, int(vocab), scale.unwrap_or(0.0));
-            // SAFETY: arguments match the kernel's signature; buffers are sized above.
-            unsafe { b.launch(cfg) }.w()?;
-            grad.map(|g| wrap(g, &dev, (rows, vocab)))
-        });
-        Ok((wrap(nll, &dev, rows), grad))
+            let dev = ls.device().clone();
+            let f = func!(ls, "cross_entropy_rows")?;
+            let nll = output::<f32>(&dev, rows)?;
+            let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+            with_dtype!(ls, T, {
+                let (x, t) = (view::<T>(ls, ll, "logits")?, view::<u32>(ts, tl, "targets")?);
+                let mut b = f.builder();
+                b.arg(&x);
+                b.arg(&t);
+                let null: u64 = 0;
+                // The gradient goes over the logits (the caller's tensor, which nothing else reads).
+                match scale {
+                    Some(_) => b.arg(&x),
+                    None => b.arg(&null),
+                };
+                b.arg(&nll);
+                candle_core::builder_arg!(b, int(vocab), scale.unwrap_or(0.0));
+                // SAFETY: arguments match the kernel's signature; `nll` holds one value per row, and the kernel may
+                // write its gradient over the logits (each element read before it is written, by the same thread).
+                unsafe { b.launch(cfg) }.w()?;
+            });
+            wrap(nll, &dev, rows)
+        };
+        Ok((nll, scale.map(|_| logits)))
     }
 
     pub struct SiluMul;
@@ -433,7 +438,7 @@ mod imp {
     cpu_only_op!(SiluMulBackward, CustomOp3, "silu-mul-backward");
 
     pub fn cross_entropy_rows(
-        _: &candle_core::Tensor,
+        _: candle_core::Tensor,
         _: &candle_core::Tensor,
         _: Option<f32>,
     ) -> candle_core::Result<(candle_core::Tensor, Option<candle_core::Tensor>)> {

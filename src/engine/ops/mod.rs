@@ -35,6 +35,7 @@ mod metal_attention;
 mod qgemv;
 mod quantized;
 mod quantized_head_loss;
+mod scalar;
 
 pub use backward::{
     gelu_tanh_mul_backward, rms_norm_backward, rms_norm_backward_add, rope_backward, silu_mul_backward,
@@ -47,6 +48,7 @@ pub use heads::{merge_heads_backward, split_heads};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;
 pub use quantized::{dequantize, qtensor_to_device, quantize_rows, quantized_matmul, quantized_matmul_t};
+pub use scalar::{sum_to_host, Scalar};
 
 /// Values of a frozen weight made dense in f32 at once for a CPU product: 2^24 (64 MB). An 8B model's MLP weight
 /// (14336 x 4096, 235 MB in f32) would otherwise add itself whole to the step's peak, several times per layer.
@@ -196,18 +198,6 @@ pub fn fused_attention_backward(
     window: Option<usize>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     cuda_attention::backward(q, k, v, out, lse, d_out, scale, window.unwrap_or(0))
-}
-
-/// The sum of scalar tensors (losses, squared norms) reduced on their device and read to the host once:
-/// in f32 on a GPU (Metal has no f64), in f64 when the tensors already are.
-pub fn sum_to_host(parts: &[Tensor]) -> Result<f64> {
-    let Some(first) = parts.first() else { return Ok(0.0) };
-    metal_dtypes("sum_to_host", &parts.iter().collect::<Vec<_>>())?;
-    let total = Tensor::stack(parts, 0)?.sum_all()?;
-    if first.dtype() == DType::F64 {
-        return total.to_scalar::<f64>();
-    }
-    Ok(total.to_dtype(DType::F32)?.to_scalar::<f32>()? as f64)
 }
 
 /// Whether our CPU f32 kernels take this tensor (never in the portable graph).
@@ -407,6 +397,16 @@ pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Re
     }
 }
 
+/// `alpha * a b` in f32 whatever the operands' dtype: an adapter's gradient (kept in f32). On CUDA one cuBLAS call
+/// writes the f32 accumulators as they are (no product rounded to the operands' half precision, no cast pass);
+/// elsewhere the product, scaled, then converted.
+pub fn matmul_f32(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+    if cuda_gemm::takes(None, a, b) {
+        return cuda_gemm::matmul_f32(a, b, alpha);
+    }
+    matmul_add(None, a, b, alpha)?.to_dtype(DType::F32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,14 +506,5 @@ mod tests {
         assert!(max_diff(&y, &x.broadcast_matmul(&w.t().unwrap()).unwrap()) < 1e-5);
         let back = frozen_matmul(&y, &w).unwrap();
         assert!(max_diff(&back, &y.broadcast_matmul(&w).unwrap()) < 1e-4);
-    }
-
-    #[test]
-    fn sums_reach_the_host_once_in_the_tensors_precision() {
-        let dev = Device::Cpu;
-        let parts = [Tensor::new(1.5f32, &dev).unwrap(), Tensor::new(2.25f32, &dev).unwrap()];
-        assert_eq!(sum_to_host(&parts).unwrap(), 3.75);
-        assert_eq!(sum_to_host(&[Tensor::new(1e-12f64, &dev).unwrap()]).unwrap(), 1e-12);
-        assert_eq!(sum_to_host(&[]).unwrap(), 0.0);
     }
 }

@@ -75,8 +75,8 @@ impl PhaseTimer {
 
 /// One batch's loss and gradients.
 pub struct BatchGradients {
-    /// Sum over target tokens of their negative log-likelihood.
-    pub nll_sum: f64,
+    /// Sum over target tokens of their negative log-likelihood (on the device on CUDA: see [`ops::Scalar`]).
+    pub nll_sum: ops::Scalar,
     pub target_tokens: usize,
     /// Gradients of `loss_scale * nll_sum`.
     pub grads: Gradients,
@@ -126,7 +126,7 @@ pub fn loss_and_gradients_with(
     let (sources, targets) = loss::target_positions(batch);
     let mut grads = Gradients::default();
     if targets.is_empty() {
-        return Ok(BatchGradients { nll_sum: 0.0, target_tokens: 0, grads });
+        return Ok(BatchGradients { nll_sum: ops::Scalar::Host(0.0), target_tokens: 0, grads });
     }
     let lowest = lowest_adapted_layer(model)?;
     let mut timer = PhaseTimer::new(device);

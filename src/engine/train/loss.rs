@@ -37,5 +37,5 @@ pub fn batch_nll_sum(model: &Transformer, batch: &Batch) -> Result<(f64, usize)>
     let hidden = model.forward_hidden(&input, 0, None)?.reshape((b * t, model.config.hidden_size))?;
     let picked = hidden.index_select(&Tensor::from_vec(sources, n, device)?, 0)?;
     let loss = model.head_nll(&picked, &targets, None)?;
-    Ok((loss.nll_sum, n))
+    Ok((loss.nll_sum.value()?, n))
 }

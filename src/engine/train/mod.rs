@@ -132,11 +132,11 @@ impl StepRunner {
         lora::seed_dropout(&self.model, self.seed, self.optimizer.step);
         let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
         let denom = target_tokens.max(1) as f64;
-        let mut loss_sum = 0f64;
+        let mut losses = Vec::with_capacity(batches.len());
         let mut accumulated = crate::engine::model::Gradients::default();
         for batch in batches {
             let out = backprop::loss_and_gradients_with(&self.model, batch, 1.0 / denom, true, self.checkpointing)?;
-            loss_sum += out.nll_sum / denom;
+            losses.push(out.nll_sum);
             accumulated.merge(out.grads)?;
         }
         let grads: Vec<Tensor> = self
@@ -145,12 +145,10 @@ impl StepRunner {
             .iter()
             .map(|(_, v)| accumulated.get(v.as_tensor()).cloned().map(Ok).unwrap_or_else(|| v.zeros_like()))
             .collect::<candle_core::Result<_>>()?;
-        let norm = optimizer::grad_norm(&grads)?;
-        if !loss_sum.is_finite() || !norm.is_finite() {
-            return Ok((if loss_sum.is_finite() { f64::NAN } else { loss_sum }, norm));
-        }
-        self.optimizer.step(&grads, lr, optimizer::clip_coefficient(norm, self.max_grad_norm))?;
-        Ok((loss_sum, norm))
+        let loss = crate::engine::ops::Scalar::scaled_sum(&losses, 1.0 / denom)?;
+        let outcome = self.optimizer.guarded_step(&grads, lr, self.max_grad_norm, &loss)?;
+        let loss = if outcome.applied || !outcome.loss.is_finite() { outcome.loss } else { f64::NAN };
+        Ok((loss, outcome.grad_norm))
     }
 }
 

@@ -1,8 +1,10 @@
 //! AdamW over the adapter parameters, as torch.optim.AdamW computes it, with state that can be saved and
-//! restored exactly (first and second moments, step count), plus global gradient-norm clipping. On CUDA with f32
-//! adapters the update and the norm run as fused kernels (`ops::cuda_optimizer`), with the same arithmetic.
+//! restored exactly (first and second moments, step count), plus global gradient-norm clipping and the skip of a
+//! step whose loss or norm is not finite. On CUDA with f32 adapters the norm, the clipping, the skip and the update
+//! run as fused kernels on the device (`ops::cuda_optimizer`), with the same arithmetic.
 
-use crate::engine::ops::cuda_optimizer::{self, AdamWScalars};
+use crate::engine::ops::cuda_optimizer::{self, AdamWScalars, ParamSlot};
+use crate::engine::ops::Scalar;
 use crate::engine::Result;
 use candle_core::{Tensor, Var};
 use std::collections::HashMap;
@@ -44,35 +46,76 @@ impl AdamW {
         &self.params
     }
 
-    /// Apply one update with learning rate `lr` and the given gradients (same order as the params), each
-    /// multiplied by `grad_scale` first (the clipping coefficient, [`clip_coefficient`]).
-    pub fn step(&mut self, grads: &[Tensor], lr: f64, grad_scale: f64) -> Result<()> {
+    /// One optimizer step as a training step takes it: the global gradient norm, the gradients clipped to
+    /// `max_norm` (torch's clip_grad_norm_), and no update at all when `loss` (the step's mean loss) or the norm is
+    /// not finite, in which case the step count stays. On CUDA with f32 adapters all of it is queued on the device
+    /// (`ops::cuda_optimizer`) and read back once, at the end; elsewhere the norm is read first and the update
+    /// composed.
+    pub fn guarded_step(
+        &mut self,
+        grads: &[Tensor],
+        lr: f64,
+        max_norm: Option<f64>,
+        loss: &Scalar,
+    ) -> Result<StepOutcome> {
+        let fused = !grads.is_empty()
+            && self
+                .params
+                .iter()
+                .zip(grads)
+                .all(|((_, p), g)| cuda_optimizer::available(p) && cuda_optimizer::available(g));
+        if fused {
+            let scalars = self.next_scalars(lr);
+            let device = self.params[0].1.device().clone();
+            let grads = grads.iter().map(|g| g.contiguous()).collect::<candle_core::Result<Vec<_>>>()?;
+            let slots: Vec<ParamSlot> = (0..self.params.len())
+                .map(|i| ParamSlot {
+                    param: self.params[i].1.as_tensor(),
+                    m: &self.m[i],
+                    v: &self.v[i],
+                    grad: &grads[i],
+                })
+                .collect();
+            let stats = cuda_optimizer::guarded_adamw(&slots, &loss.on_device(&device)?, max_norm, &scalars)?;
+            let [loss, sum_squares, _, skipped] = stats.0.to_vec1::<f64>()?[..] else {
+                return Err(crate::engine::Error::Training("the optimizer's guard gave no statistics".into()));
+            };
+            let applied = skipped == 0.0;
+            if !applied {
+                self.step -= 1;
+            }
+            return Ok(StepOutcome { loss, grad_norm: sum_squares.sqrt(), applied });
+        }
+        let (loss, norm) = (loss.value()?, grad_norm(grads)?);
+        if !loss.is_finite() || !norm.is_finite() {
+            return Ok(StepOutcome { loss, grad_norm: norm, applied: false });
+        }
+        self.step += 1;
+        self.composed_update(grads, lr, clip_coefficient(norm, max_norm))?;
+        Ok(StepOutcome { loss, grad_norm: norm, applied: true })
+    }
+
+    /// Count the step and give its scalars (bias corrections for the new step count).
+    fn next_scalars(&mut self, lr: f64) -> AdamWScalars {
         self.step += 1;
         let t = self.step as i32;
         let (b1, b2) = (self.hp.beta1, self.hp.beta2);
-        let bias1 = 1.0 - b1.powi(t);
-        let bias2 = 1.0 - b2.powi(t);
-        let fused = self
-            .params
-            .iter()
-            .zip(grads)
-            .all(|((_, p), g)| cuda_optimizer::available(p) && cuda_optimizer::available(g));
-        if fused {
-            let scalars = AdamWScalars {
-                lr: lr as f32,
-                beta1: b1 as f32,
-                beta2: b2 as f32,
-                eps: self.hp.eps as f32,
-                decay: (1.0 - lr * self.hp.weight_decay) as f32,
-                bias1: bias1 as f32,
-                bias2: bias2 as f32,
-                grad_scale: grad_scale as f32,
-            };
-            for (i, (_, p)) in self.params.iter().enumerate() {
-                cuda_optimizer::adamw(p.as_tensor(), &self.m[i], &self.v[i], &grads[i].contiguous()?, &scalars)?;
-            }
-            return Ok(());
+        AdamWScalars {
+            lr: lr as f32,
+            beta1: b1 as f32,
+            beta2: b2 as f32,
+            eps: self.hp.eps as f32,
+            decay: (1.0 - lr * self.hp.weight_decay) as f32,
+            bias1: (1.0 - b1.powi(t)) as f32,
+            bias2: (1.0 - b2.powi(t)) as f32,
         }
+    }
+
+    /// The update of step `self.step` in Candle ops, each gradient multiplied by `grad_scale` first (the clipping
+    /// coefficient).
+    fn composed_update(&mut self, grads: &[Tensor], lr: f64, grad_scale: f64) -> Result<()> {
+        let (b1, b2) = (self.hp.beta1, self.hp.beta2);
+        let (bias1, bias2) = (1.0 - b1.powi(self.step as i32), 1.0 - b2.powi(self.step as i32));
         for (i, (_, p)) in self.params.iter().enumerate() {
             let g = &grads[i].detach();
             let g = &if grad_scale != 1.0 { (g * grad_scale)? } else { g.clone() };
@@ -124,11 +167,19 @@ impl AdamW {
     }
 }
 
+/// What one [`AdamW::guarded_step`] did.
+#[derive(Debug, Clone, Copy)]
+pub struct StepOutcome {
+    /// The loss it was given, as read back.
+    pub loss: f64,
+    /// The global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// False when the loss or the norm was not finite and nothing changed.
+    pub applied: bool,
+}
+
 /// Global L2 norm of all gradients, reduced on the device and read once.
 pub fn grad_norm(grads: &[Tensor]) -> Result<f64> {
-    if !grads.is_empty() && grads.iter().all(|g| cuda_optimizer::available(g) && g.is_contiguous()) {
-        return Ok(cuda_optimizer::sum_squares(grads)?.sqrt());
-    }
     let squares = grads.iter().map(|g| g.sqr()?.sum_all()).collect::<candle_core::Result<Vec<_>>>()?;
     Ok(crate::engine::ops::sum_to_host(&squares)?.sqrt())
 }

@@ -424,13 +424,71 @@ extern "C" __global__ void argmax_final_f32(const float* pmax, const unsigned* p
 // ---- Fused (flash-style) attention: training forward and backward, prefill ----
 #include "flash_attention.cuh"
 
-// ---- The optimizer: AdamW in place and the gradient norm's partial sums (src/engine/ops/cuda_optimizer.rs) ----
+// ---- The optimizer: multi-tensor AdamW in place, the gradient norm and the step's guard, all on the device
+// (src/engine/ops/cuda_optimizer.rs) ----
 
-// One AdamW step on an f32 parameter in place, with the arithmetic of train/optimizer.rs: the gradient times
-// `gscale` (the clipping coefficient, 1 without clipping), the moments, then p * decay - lr * m_hat / (sqrt(v_hat)
-// + eps), decay = 1 - lr * weight_decay.
-extern "C" __global__ void adamw_f32(float* p, float* m, float* v, const float* g, int n, float lr, float b1, float b2,
-                                     float eps, float decay, float bias1, float bias2, float gscale) {
+// Up to OPT_TENSORS parameters per launch, their addresses passed by value (blockIdx.y picks one), OPT_BLOCKS
+// blocks of 256 threads each.
+#define OPT_TENSORS 24
+#define OPT_BLOCKS 64
+struct OptChunk {
+  float* p[OPT_TENSORS];
+  float* m[OPT_TENSORS];
+  float* v[OPT_TENSORS];
+  const float* g[OPT_TENSORS];
+  int n[OPT_TENSORS];
+};
+
+// The squares of gradient y of the chunk, one partial sum per block into partial[(first + y) * OPT_BLOCKS + x].
+extern "C" __global__ void sum_squares_f32(OptChunk c, int first, float* partial) {
+  __shared__ float scratch[32];
+  const float* g = c.g[blockIdx.y];
+  const int n = c.n[blockIdx.y];
+  float s = 0.f;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) s += g[i] * g[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) partial[(first + blockIdx.y) * OPT_BLOCKS + blockIdx.x] = s;
+}
+
+// One block of 256: stats = [loss, squared gradient norm, clipping coefficient, skipped]. The partials are added in
+// double in a fixed order, so the norm is the same in every run. The coefficient is torch's clip_grad_norm_ (as
+// train/optimizer.rs clip_coefficient): max_norm / (norm + 1e-6) when below 1; max_norm <= 0 turns clipping off. A
+// non-finite loss or norm sets skipped, and the update kernels then change nothing.
+extern "C" __global__ void optimizer_guard(const float* partial, int count, const float* loss, float max_norm,
+                                           double* stats) {
+  __shared__ double scratch[256];
+  double s = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) s += (double)partial[i];
+  scratch[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) scratch[threadIdx.x] += scratch[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const double sumsq = scratch[0], l = (double)loss[0];
+    double coef = 1.0;
+    if (max_norm > 0.f) {
+      const double c = (double)max_norm / (sqrt(sumsq) + 1e-6);
+      if (c < 1.0) coef = c;
+    }
+    stats[0] = l;
+    stats[1] = sumsq;
+    stats[2] = coef;
+    stats[3] = isfinite(l) && isfinite(sumsq) ? 0.0 : 1.0;
+  }
+}
+
+// One AdamW step on the chunk's f32 parameters in place, with the arithmetic of train/optimizer.rs: the gradient
+// times the guard's clipping coefficient, the moments, then p * decay - lr * m_hat / (sqrt(v_hat) + eps), decay =
+// 1 - lr * weight_decay. Nothing when the guard skipped the step.
+extern "C" __global__ void adamw_f32(OptChunk c, float lr, float b1, float b2, float eps, float decay, float bias1,
+                                     float bias2, const double* stats) {
+  if (stats[3] != 0.0) return;
+  const float gscale = (float)stats[2];
+  const int t = blockIdx.y, n = c.n[t];
+  float *p = c.p[t], *m = c.m[t], *v = c.v[t];
+  const float* g = c.g[t];
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const float gi = g[i] * gscale;
     const float mi = m[i] * b1 + gi * (1.f - b1);
@@ -440,14 +498,4 @@ extern "C" __global__ void adamw_f32(float* p, float* m, float* v, const float* 
     m[i] = mi;
     v[i] = vi;
   }
-}
-
-// Sums of squares of `n` f32 values, one per block into partial[blockIdx.x] (the host adds them in order, so
-// the norm is the same in every run). Block 256.
-extern "C" __global__ void sum_squares_f32(const float* g, int n, float* partial) {
-  __shared__ float scratch[32];
-  float s = 0.f;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) s += g[i] * g[i];
-  s = block_sum(s, scratch);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }

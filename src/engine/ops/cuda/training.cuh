@@ -188,7 +188,8 @@ INSTANTIATE_TRAINING(__nv_bfloat16, bf16)
 // dlogits[row] = scale * (softmax(logits[row]) - onehot(target[row])), the head's output gradient.
 // Two passes over the row: the max and the sum of exponentials together (the sum rescaled when the max grows),
 // then the gradient; 16-byte loads and stores when the rows allow them (a 128k vocabulary in bf16 is 256 KB a
-// row, so the passes are bound by memory).
+// row, so the passes are bound by memory). dlogits may be logits itself (the gradient replaces the logits): each
+// element is read and then written by the same thread, and the target's logit is read before the first barrier.
 template <typename T>
 __device__ void cross_entropy_rows(const T* logits, const uint32_t* targets, T* dlogits, float* nll, int vocab,
                                    float scale) {
@@ -198,6 +199,8 @@ __device__ void cross_entropy_rows(const T* logits, const uint32_t* targets, T* 
   const T* x = logits + row * vocab;
   T* d = dlogits == nullptr ? nullptr : dlogits + row * vocab;
   const bool wide = vocab % V == 0 && aligned16(x) && aligned16(d);
+  const uint32_t target = targets[row];
+  const float target_logit = threadIdx.x == 0 ? to_f(x[target]) : 0.f;
   float m = -INFINITY, s = 0.f;
   auto take = [&](const float* v, int count) {
     float top = v[0];
@@ -224,8 +227,7 @@ __device__ void cross_entropy_rows(const T* logits, const uint32_t* targets, T* 
   const float top = block_max(m, scratch);
   s = block_sum(m == -INFINITY ? 0.f : s * __expf(m - top), scratch);
   const float lse = top + __logf(s);
-  const uint32_t target = targets[row];
-  if (threadIdx.x == 0) nll[row] = lse - to_f(x[target]);
+  if (threadIdx.x == 0) nll[row] = lse - target_logit;
   if (d == nullptr) return;
   auto grad = [&](float v, int i) { return scale * (__expf(v - lse) - (i == (int)target ? 1.f : 0.f)); };
   if (wide) {
