@@ -111,8 +111,8 @@ const F64_ALLOWED: [(&str, &str); 5] = [
     ("model/safetensors_reader.rs", "\"F64\" => DType::F64,"),
     ("ops/mod.rs", "match tensors.iter().find(|t| matches!(t.dtype(), DType::F64)) {"),
     ("ops/mod.rs", "dtype == DType::F64"),
-    ("ops/mod.rs", "if first.dtype() == DType::F64 {"),
-    ("ops/mod.rs", "return total.to_scalar::<f64>();"),
+    ("ops/scalar.rs", "if first.dtype() == DType::F64 {"),
+    ("ops/scalar.rs", "return total.to_scalar::<f64>();"),
 ];
 
 #[test]
