@@ -1,12 +1,13 @@
 //! The fused CUDA optimizer (multi-tensor AdamW in place, the gradient norm, clipping and the skip of a non-finite
 //! step, all on the device) against the composed one on the CPU: the same parameters and gradients over twelve
 //! steps with weight decay and clipping, then the parameters, both moments, the norms and losses compared; a
-//! non-finite loss or gradient leaves everything as it was; and the head + loss (one cross-entropy kernel per chunk of rows) against
-//! the CPU's (built with `--features cuda`; skipped without a GPU).
+//! non-finite loss or gradient leaves everything as it was; the head + loss (one cross-entropy kernel per chunk of
+//! rows) against the CPU's; and adapter dropout masks drawn on the GPU equal to the CPU's, element for element (built
+//! with `--features cuda`; skipped without a GPU).
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
-use metal_candle::engine::ops::{head_nll, Scalar};
+use metal_candle::engine::ops::{dropout_mask, head_nll, Scalar};
 use metal_candle::engine::train::optimizer::{grad_norm, AdamW, AdamWParams};
 
 /// A (rows, cols) f32 tensor on the CPU of uniform values with standard deviation `std`, the same for a `seed` in
@@ -139,6 +140,39 @@ fn head_loss_kernel_matches_the_cpu_in_f32_and_bf16() {
             eprintln!("rows {rows} vocab {vocab} {dtype:?}: nll {got_nll} vs {want_nll}, grad error {grad_err:.1e}");
             assert!(nll_err < tol, "nll {got_nll} vs {want_nll} ({dtype:?}, vocab {vocab})");
             assert!(grad_err < tol, "gradient error {grad_err} ({dtype:?}, vocab {vocab})");
+        }
+    }
+}
+
+/// A mask is a function of its seed alone: the GPU's kernel and the CPU's chunks draw the same, in f32 and bf16, for
+/// lengths that are not multiples of anything.
+#[test]
+fn dropout_masks_drawn_on_the_gpu_equal_the_cpus() {
+    let Ok(cuda) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    for (shape, dropout, seed) in [((4096usize, 2048usize), 0.05f32, 3u64), ((37, 1001), 0.5, 99), ((1, 3), 0.1, 7)] {
+        for dtype in [DType::F32, DType::BF16] {
+            let on = |device: &Device| -> Vec<f32> {
+                let mask = dropout_mask(seed, dropout, &shape.into(), dtype, device).unwrap();
+                assert_eq!(mask.dtype(), dtype);
+                mask.to_dtype(DType::F32)
+                    .unwrap()
+                    .to_device(&Device::Cpu)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap()
+            };
+            let (cpu, gpu) = (on(&Device::Cpu), on(&cuda));
+            let differ = cpu.iter().zip(&gpu).filter(|(a, b)| a != b).count();
+            assert_eq!(differ, 0, "{shape:?} {dtype:?} dropout {dropout}: {differ} elements differ");
+            let kept = cpu.iter().filter(|&&v| v != 0.0).count() as f64 / cpu.len() as f64;
+            if cpu.len() > 10_000 {
+                assert!((kept - (1.0 - dropout as f64)).abs() < 0.01, "{shape:?}: kept {kept}");
+            }
         }
     }
 }

@@ -49,6 +49,9 @@ pub struct TrainBenchArgs {
     pub alpha: Option<f64>,
     #[arg(long, default_value = "q_proj,v_proj")]
     pub targets: crate::engine::lora::Targets,
+    /// Adapter dropout probability (0: none), as `train --dropout`.
+    #[arg(long, default_value_t = 0.0)]
+    pub dropout: f32,
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
     #[arg(long, default_value_t = 1)]
@@ -131,6 +134,7 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
         rank: args.rank,
         alpha: args.alpha.unwrap_or(2.0 * args.rank as f64),
         targets: args.targets.clone(),
+        dropout: args.dropout,
         ..Default::default()
     };
     // The same memory rules as `train`: the estimate, auto checkpointing decided against the budget.
@@ -141,6 +145,7 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
         checkpointing: args.checkpointing,
         ..Default::default()
     };
+    config.validate()?;
     let shape = crate::engine::estimate::ModelShape::of_model(&m.model);
     let budget = crate::engine::device::memory_budget_bytes(m.model.device());
     let budget_name = crate::engine::device::memory_budget_name(m.model.device());

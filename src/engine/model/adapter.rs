@@ -5,7 +5,6 @@
 //! Attaching, detaching and counting adapters on a model is `engine::lora`.
 
 use candle_core::{DType, Tensor, Var};
-use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -46,14 +45,10 @@ impl LoraAdapter {
     }
 
     /// The next dropout mask for an input like `x`: 0 or 1/keep per element, drawn from the shared seeded
-    /// counter (so a training pass and a reference pass that draw in the same order get identical masks).
-    /// Candle's CPU RNG cannot be seeded, hence our own.
+    /// counter (so a training pass and a reference pass that draw in the same order get identical masks), where
+    /// `x` is (on the GPU with CUDA; see `ops::dropout_mask`).
     pub fn dropout_mask(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let seed = self.dropout_seed.fetch_add(1, Ordering::Relaxed);
-        let mut rng = StdRng::seed_from_u64(seed);
-        let keep = 1.0 - self.dropout;
-        let mask: Vec<f32> =
-            (0..x.elem_count()).map(|_| if rng.random::<f32>() < keep { 1.0 / keep } else { 0.0 }).collect();
-        Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())
+        crate::engine::ops::dropout_mask(seed, self.dropout, x.shape(), x.dtype(), x.device())
     }
 }

@@ -251,3 +251,27 @@ extern "C" __global__ void cross_entropy_rows_bf16(const __nv_bfloat16* logits, 
                                                    __nv_bfloat16* dlogits, float* nll, int vocab, float scale) {
   cross_entropy_rows<__nv_bfloat16>(logits, targets, dlogits, nll, vocab, scale);
 }
+
+// Adapter dropout masks (ops/dropout.rs draws the same on the CPU, with the same integer arithmetic): element i is
+// `scale` when the top 24 bits of splitmix64's output i + 1 from `base` fall below `threshold`, else 0.
+__device__ __forceinline__ unsigned long long dropout_mix(unsigned long long z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+template <typename T>
+__device__ void dropout_mask(unsigned long long base, unsigned threshold, float scale, unsigned long long n, T* out) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    const unsigned long long z = dropout_mix(base + (i + 1) * 0x9E3779B97F4A7C15ull);
+    out[i] = from_f<T>((unsigned)(z >> 40) < threshold ? scale : 0.f);
+  }
+}
+extern "C" __global__ void dropout_mask_f32(unsigned long long base, unsigned threshold, float scale,
+                                            unsigned long long n, float* out) {
+  dropout_mask<float>(base, threshold, scale, n, out);
+}
+extern "C" __global__ void dropout_mask_bf16(unsigned long long base, unsigned threshold, float scale,
+                                             unsigned long long n, __nv_bfloat16* out) {
+  dropout_mask<__nv_bfloat16>(base, threshold, scale, n, out);
+}

@@ -1,0 +1,73 @@
+//! Adapter dropout masks from a counter-based generator: element `i` of the mask drawn with `seed` is kept when the
+//! top 24 bits of output `i + 1` of splitmix64 started at `mix(seed)` fall below `keep * 2^24`, and is then
+//! `1 / keep`, else 0.
+//! Every element is a pure function of (seed, i), so the mask is the same whichever device or thread draws it: the
+//! CUDA kernel (`dropout_mask_*` in ops/cuda/training.cuh, the same integer arithmetic) writes it where it is used,
+//! the CPU fills it in parallel chunks. A sequential RNG on the host made a mask cost ~4 ns an element plus its copy
+//! to the device: at 1 x 4,096 tokens with adapters on q and v of a 1B model, 268 million draws and a gigabyte
+//! copied every step, seconds where the step itself takes tens of milliseconds.
+
+use candle_core::{DType, Device, Result, Shape, Tensor};
+
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// splitmix64's finaliser (the ops/cuda/training.cuh `dropout_mix` does the same).
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The kept-below threshold on 24 bits for a keep probability.
+fn threshold(keep: f32) -> u32 {
+    (keep as f64 * (1u64 << 24) as f64).round().clamp(0.0, (1u64 << 24) as f64) as u32
+}
+
+/// Whether element `i` of the mask whose generator starts at `base` is kept.
+fn kept(base: u64, i: u64, threshold: u32) -> bool {
+    ((mix(base.wrapping_add(i.wrapping_add(1).wrapping_mul(GOLDEN))) >> 40) as u32) < threshold
+}
+
+/// The dropout mask of `shape` for drop probability `dropout` (0 < dropout < 1) and mask seed `seed`: 0 or
+/// `1 / (1 - dropout)` per element, in `dtype` on `device`.
+pub fn dropout_mask(seed: u64, dropout: f32, shape: &Shape, dtype: DType, device: &Device) -> Result<Tensor> {
+    let keep = 1.0 - dropout;
+    let (base, threshold, scale) = (mix(seed), threshold(keep), 1.0 / keep);
+    if super::cuda_kernels::available(device, dtype) {
+        return super::cuda_training::dropout_mask(base, threshold, scale, shape, dtype, device);
+    }
+    let n = shape.elem_count();
+    let mask = crate::engine::cpu_pool::new_f32(n, crate::engine::cpu_pool::ELEMENTS_PER_TASK, |chunk, out| {
+        let start = (chunk * crate::engine::cpu_pool::ELEMENTS_PER_TASK) as u64;
+        for (k, v) in out.iter_mut().enumerate() {
+            *v = if kept(base, start + k as u64, threshold) { scale } else { 0.0 };
+        }
+    });
+    Tensor::from_vec(mask, shape, device)?.to_dtype(dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_keep_their_share_scale_the_kept_and_differ_by_seed() {
+        let shape = Shape::from((300, 1000));
+        let a: Vec<f32> =
+            dropout_mask(7, 0.1, &shape, DType::F32, &Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let kept_share = a.iter().filter(|&&v| v != 0.0).count() as f64 / a.len() as f64;
+        assert!((kept_share - 0.9).abs() < 0.003, "{kept_share}");
+        assert!(a.iter().all(|&v| v == 0.0 || v == 1.0 / 0.9));
+        let again: Vec<f32> =
+            dropout_mask(7, 0.1, &shape, DType::F32, &Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(a, again, "a mask is a function of its seed");
+        let b: Vec<f32> =
+            dropout_mask(8, 0.1, &shape, DType::F32, &Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let same = a.iter().zip(&b).filter(|(x, y)| (**x == 0.0) == (**y == 0.0)).count() as f64 / a.len() as f64;
+        // Independent masks agree where both keep or both drop: 0.9^2 + 0.1^2 = 0.82 of the elements.
+        assert!((same - 0.82).abs() < 0.005, "{same}");
+        // Neighbouring elements are not correlated: the pairs (keep, keep) come out at 0.81 too.
+        let pairs = a.windows(2).filter(|w| w[0] != 0.0 && w[1] != 0.0).count() as f64 / (a.len() - 1) as f64;
+        assert!((pairs - 0.81).abs() < 0.005, "{pairs}");
+    }
+}
