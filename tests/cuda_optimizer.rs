@@ -7,7 +7,7 @@
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
-use metal_candle::engine::ops::{dropout_mask, head_nll, Scalar};
+use metal_candle::engine::ops::{head_nll, Dropout, Scalar};
 use metal_candle::engine::train::optimizer::{grad_norm, AdamW, AdamWParams};
 
 /// A (rows, cols) f32 tensor on the CPU of uniform values with standard deviation `std`, the same for a `seed` in
@@ -145,34 +145,37 @@ fn head_loss_kernel_matches_the_cpu_in_f32_and_bf16() {
 }
 
 /// A mask is a function of its seed alone: the GPU's kernel and the CPU's chunks draw the same, in f32 and bf16, for
-/// lengths that are not multiples of anything.
+/// lengths that are not multiples of anything; and the GPU's one-pass `apply` (the mask never written) equals the
+/// product with the mask.
 #[test]
 fn dropout_masks_drawn_on_the_gpu_equal_the_cpus() {
     let Ok(cuda) = Device::new_cuda(0) else {
         eprintln!("no CUDA device: skipped");
         return;
     };
-    for (shape, dropout, seed) in [((4096usize, 2048usize), 0.05f32, 3u64), ((37, 1001), 0.5, 99), ((1, 3), 0.1, 7)] {
+    let host = |t: &Tensor| -> Vec<f32> {
+        t.to_dtype(DType::F32).unwrap().to_device(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    };
+    for (shape, p, seed) in [((4096usize, 2048usize), 0.05f32, 3u64), ((37, 1001), 0.5, 99), ((1, 3), 0.1, 7)] {
+        let drop = Dropout { seed, p };
         for dtype in [DType::F32, DType::BF16] {
-            let on = |device: &Device| -> Vec<f32> {
-                let mask = dropout_mask(seed, dropout, &shape.into(), dtype, device).unwrap();
-                assert_eq!(mask.dtype(), dtype);
-                mask.to_dtype(DType::F32)
-                    .unwrap()
-                    .to_device(&Device::Cpu)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1()
-                    .unwrap()
-            };
+            let on = |device: &Device| drop.mask(&shape.into(), dtype, device).unwrap();
             let (cpu, gpu) = (on(&Device::Cpu), on(&cuda));
-            let differ = cpu.iter().zip(&gpu).filter(|(a, b)| a != b).count();
-            assert_eq!(differ, 0, "{shape:?} {dtype:?} dropout {dropout}: {differ} elements differ");
+            assert_eq!(gpu.dtype(), dtype);
+            let (cpu, gpu_values) = (host(&cpu), host(&gpu));
+            let differ = cpu.iter().zip(&gpu_values).filter(|(a, b)| a != b).count();
+            assert_eq!(differ, 0, "{shape:?} {dtype:?} dropout {p}: {differ} mask elements differ");
             let kept = cpu.iter().filter(|&&v| v != 0.0).count() as f64 / cpu.len() as f64;
             if cpu.len() > 10_000 {
-                assert!((kept - (1.0 - dropout as f64)).abs() < 0.01, "{shape:?}: kept {kept}");
+                assert!((kept - (1.0 - p as f64)).abs() < 0.01, "{shape:?}: kept {kept}");
             }
+            let x = seeded(shape, 1.0, seed).to_device(&cuda).unwrap().to_dtype(dtype).unwrap();
+            let (applied, product) = (host(&drop.apply(&x).unwrap()), host(&(&x * &gpu).unwrap()));
+            let differ = applied.iter().zip(&product).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differ, 0,
+                "{shape:?} {dtype:?}: apply differs from the product with the mask in {differ} elements"
+            );
         }
     }
 }

@@ -114,7 +114,7 @@ fn linear(l: &Linear, x: &Tensor) -> R<Tensor> {
         y = y.broadcast_add(bias)?;
     }
     let Some(adapter) = l.active_adapter() else { return Ok(y) };
-    let x_in = if adapter.dropout > 0.0 { (x * adapter.dropout_mask(x)?)? } else { x.clone() };
+    let x_in = if adapter.dropout > 0.0 { adapter.next_dropout().apply(x)? } else { x.clone() };
     let (a, b) = (adapter.a.as_tensor().to_dtype(x.dtype())?, adapter.b.as_tensor().to_dtype(x.dtype())?);
     y + (x_in.matmul(&a)?.matmul(&b)? * adapter.scale)?
 }

@@ -44,11 +44,9 @@ impl LoraAdapter {
         y + update.reshape(y.shape())?
     }
 
-    /// The next dropout mask for an input like `x`: 0 or 1/keep per element, drawn from the shared seeded
-    /// counter (so a training pass and a reference pass that draw in the same order get identical masks), where
-    /// `x` is (on the GPU with CUDA; see `ops::dropout_mask`).
-    pub fn dropout_mask(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let seed = self.dropout_seed.fetch_add(1, Ordering::Relaxed);
-        crate::engine::ops::dropout_mask(seed, self.dropout, x.shape(), x.dtype(), x.device())
+    /// The next dropout mask, drawn from the shared seeded counter (so a training pass and a reference pass that
+    /// draw in the same order get identical masks): its seed, applied with `Dropout::apply`.
+    pub fn next_dropout(&self) -> crate::engine::ops::Dropout {
+        crate::engine::ops::Dropout { seed: self.dropout_seed.fetch_add(1, Ordering::Relaxed), p: self.dropout }
     }
 }

@@ -111,8 +111,8 @@ pub struct LinearTape {
 struct AdapterTape {
     /// The projection's input `x` (the A gradient reads it).
     input: Tensor,
-    /// Dropout mask applied to the adapter's input (None without dropout).
-    mask: Option<Tensor>,
+    /// The dropout mask applied to the adapter's input, by its seed (None without dropout).
+    mask: Option<ops::Dropout>,
     /// `dropout(x) A` (rows, r).
     xa: Tensor,
     /// The adapter's A and B in the compute dtype, as the forward used them (the backward needs them again:
@@ -183,9 +183,9 @@ impl Linear {
             return Ok((y, LinearTape { adapter: None }));
         };
         let (a, b) = adapter.matrices(x.dtype())?;
-        let mask = if dropout && adapter.dropout > 0.0 { Some(adapter.dropout_mask(x)?) } else { None };
+        let mask = (dropout && adapter.dropout > 0.0).then(|| adapter.next_dropout());
         let xa = match &mask {
-            Some(mask) => ops::matmul(&(x * mask)?, &a)?,
+            Some(mask) => ops::matmul(&mask.apply(x)?, &a)?,
             None => ops::matmul(x, &a)?,
         };
         // `y` is the fresh frozen product: the update lands in it.
@@ -215,13 +215,13 @@ impl Linear {
         let dxa = ops::matmul_add(None, dy, &b.t()?, scale)?; // (rows, r)
         grads.add(adapter.b.as_tensor(), &ops::matmul_f32(&xa.t()?, dy, scale)?)?;
         let x_in = match mask {
-            Some(mask) => (x * mask)?,
+            Some(mask) => mask.apply(x)?,
             None => x.clone(),
         };
         grads.add(adapter.a.as_tensor(), &ops::matmul_f32(&x_in.t()?, &dxa, 1.0)?)?;
         Ok(match (dx, mask) {
             (None, _) => None,
-            (Some(dx), Some(mask)) => Some(ops::add(&dx, &(ops::matmul(&dxa, &a.t()?)? * mask)?)?),
+            (Some(dx), Some(mask)) => Some(ops::add(&dx, &mask.apply(&ops::matmul(&dxa, &a.t()?)?)?)?),
             // `dx` is this pass's own product: the adapter's part is added in place.
             (Some(dx), None) => Some(ops::matmul_add(Some(dx), &dxa, &a.t()?, 1.0)?),
         })

@@ -83,6 +83,11 @@ pub fn dropout_mask(
     imp::dropout_mask(base, threshold, scale, shape, dtype, device)
 }
 
+/// `x` times the dropout mask of [`dropout_mask`]'s arguments, the mask never written (one pass).
+pub fn dropout_apply(x: &Tensor, base: u64, threshold: u32, scale: f32) -> Result<Tensor> {
+    x.contiguous()?.apply_op1_no_bwd(&imp::DropoutApply { base, threshold, scale })
+}
+
 #[cfg(feature = "cuda")]
 mod imp {
     use crate::engine::ops::cuda_kernels::launch::{func, grid_stride, int, load, output, view, with_dtype, wrap};
@@ -310,6 +315,38 @@ mod imp {
         }
     }
 
+    pub struct DropoutApply {
+        pub base: u64,
+        pub threshold: u32,
+        pub scale: f32,
+    }
+
+    impl candle_core::CustomOp1 for DropoutApply {
+        fn name(&self) -> &'static str {
+            "dropout-apply"
+        }
+
+        refuse_cpu!(CustomOp1, "dropout-apply");
+
+        fn cuda_fwd(&self, x: &CudaStorage, xl: &Layout) -> Result<(CudaStorage, Shape)> {
+            let n = xl.shape().elem_count();
+            let dev = x.device().clone();
+            let f = func!(x, "dropout_apply")?;
+            let slice = with_dtype!(x, T, {
+                let out = output::<T>(&dev, n.max(1))?;
+                let xv = view::<T>(x, xl, "input")?;
+                let mut b = f.builder();
+                b.arg(&xv);
+                b.arg(&out);
+                candle_core::builder_arg!(b, n as u64, self.base, self.threshold, self.scale);
+                // SAFETY: arguments match the kernel's signature; `out` holds the n values it writes.
+                unsafe { b.launch(grid_stride(n)) }.w()?;
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            Ok((slice, xl.shape().clone()))
+        }
+    }
+
     pub struct ScatterRows;
 
     impl candle_core::InplaceOp3 for ScatterRows {
@@ -485,6 +522,13 @@ mod imp {
     pub struct SiluMulBackward;
     pub struct SiluMul;
     pub struct ScatterRows;
+    #[allow(dead_code)]
+    pub struct DropoutApply {
+        pub base: u64,
+        pub threshold: u32,
+        pub scale: f32,
+    }
+    cpu_only_op!(DropoutApply, CustomOp1, "dropout-apply");
     cpu_only_op!(HeadsRope, CustomOp3, "heads-rope");
     cpu_only_op!(SiluMul, CustomOp2, "silu-mul");
     cpu_only_op!(ScatterRows, InplaceOp3, "scatter-rows");

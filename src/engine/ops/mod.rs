@@ -43,7 +43,7 @@ pub use backward::{
     softmax_backward,
 };
 pub use cuda_attention::Logsumexp;
-pub use dropout::dropout_mask;
+pub use dropout::Dropout;
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t, swiglu_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use heads::{merge_heads_backward, split_heads};

@@ -275,3 +275,23 @@ extern "C" __global__ void dropout_mask_bf16(unsigned long long base, unsigned t
                                              unsigned long long n, __nv_bfloat16* out) {
   dropout_mask<__nv_bfloat16>(base, threshold, scale, n, out);
 }
+// x times its dropout mask (the mask of dropout_mask, never written): kept elements times `scale` as rounded to T,
+// which is what multiplying by the mask tensor gives; dropped ones 0.
+template <typename T>
+__device__ void dropout_apply(const T* x, T* out, unsigned long long n, unsigned long long base, unsigned threshold,
+                              float scale) {
+  const float s = to_f(from_f<T>(scale));
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    const unsigned long long z = dropout_mix(base + (i + 1) * 0x9E3779B97F4A7C15ull);
+    out[i] = from_f<T>((unsigned)(z >> 40) < threshold ? to_f(x[i]) * s : 0.f);
+  }
+}
+extern "C" __global__ void dropout_apply_f32(const float* x, float* out, unsigned long long n, unsigned long long base,
+                                             unsigned threshold, float scale) {
+  dropout_apply<float>(x, out, n, base, threshold, scale);
+}
+extern "C" __global__ void dropout_apply_bf16(const __nv_bfloat16* x, __nv_bfloat16* out, unsigned long long n,
+                                              unsigned long long base, unsigned threshold, float scale) {
+  dropout_apply<__nv_bfloat16>(x, out, n, base, threshold, scale);
+}
