@@ -209,7 +209,7 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     // up; the inputs of adapted linears only (a frozen product's input gradient needs no input): the
     // attention norm's output (q|k|v), the MLP norm's output (gate|up), the SwiGLU product (down); then the
     // attention probabilities (heads x T per token), or with the fused kernels one f32 logsumexp per head; then
-    // per adapted linear x·A (rank) and, with dropout, the mask (in-features).
+    // per adapted linear x·A (rank) (a dropout mask is kept as its seed and drawn again in the backward).
     let targets = model.targets_of(&config.lora).unwrap_or_else(|_| config.lora.targets.clone());
     let adapted_linears: Vec<&(String, usize, usize)> =
         model.linear_shapes.iter().filter(|(name, _, _)| targets.contains_name(name)).collect();
@@ -221,8 +221,7 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     ];
     let inputs_per_token: u64 = kept_inputs.iter().filter(|(kept, _)| *kept).map(|(_, width)| width).sum();
     let rank = config.lora.rank as u64;
-    let lora_per_token: u64 =
-        adapted_linears.iter().map(|(_, i, _)| rank + if config.lora.dropout > 0.0 { *i as u64 } else { 0 }).sum();
+    let lora_per_token: u64 = rank * adapted_linears.len() as u64;
     let heads = model.attention_heads as u64;
     let (probs_per_token, lse_bytes_per_token) = if model.fused_attention { (0, heads * 4) } else { (heads * t, 0) };
     let tape_per_token = 2 * h + 2 * q + 2 * kv + 2 * i + inputs_per_token + probs_per_token + lora_per_token;

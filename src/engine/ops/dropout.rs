@@ -78,16 +78,21 @@ mod tests {
     #[test]
     fn masks_keep_their_share_scale_the_kept_and_differ_by_seed() {
         let shape = Shape::from((300, 1000));
-        let a: Vec<f32> =
-            dropout_mask(7, 0.1, &shape, DType::F32, &Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let mask = |seed| -> Vec<f32> {
+            let m = Dropout { seed, p: 0.1 }.mask(&shape, DType::F32, &Device::Cpu).unwrap();
+            m.flatten_all().unwrap().to_vec1().unwrap()
+        };
+        let a = mask(7);
         let kept_share = a.iter().filter(|&&v| v != 0.0).count() as f64 / a.len() as f64;
         assert!((kept_share - 0.9).abs() < 0.003, "{kept_share}");
         assert!(a.iter().all(|&v| v == 0.0 || v == 1.0 / 0.9));
-        let again: Vec<f32> =
-            dropout_mask(7, 0.1, &shape, DType::F32, &Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        assert_eq!(a, again, "a mask is a function of its seed");
-        let b: Vec<f32> =
-            dropout_mask(8, 0.1, &shape, DType::F32, &Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(a, mask(7), "a mask is a function of its seed");
+        let b = mask(8);
+        // The product with the mask is what `apply` gives off CUDA.
+        let x = Tensor::ones(shape.clone(), DType::F32, &Device::Cpu).unwrap();
+        let applied: Vec<f32> =
+            Dropout { seed: 7, p: 0.1 }.apply(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(applied, a);
         let same = a.iter().zip(&b).filter(|(x, y)| (**x == 0.0) == (**y == 0.0)).count() as f64 / a.len() as f64;
         // Independent masks agree where both keep or both drop: 0.9^2 + 0.1^2 = 0.82 of the elements.
         assert!((same - 0.82).abs() < 0.005, "{same}");
