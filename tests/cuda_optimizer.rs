@@ -2,8 +2,8 @@
 //! step, all on the device) against the composed one on the CPU: the same parameters and gradients over twelve
 //! steps with weight decay and clipping, then the parameters, both moments, the norms and losses compared; a
 //! non-finite loss or gradient leaves everything as it was; the head + loss (one cross-entropy kernel per chunk of
-//! rows) against the CPU's; and adapter dropout masks drawn on the GPU equal to the CPU's, element for element (built
-//! with `--features cuda`; skipped without a GPU).
+//! rows) against the CPU's; and adapter dropout applied on the GPU equal to the CPU's masks, element for element
+//! (built with `--features cuda`; skipped without a GPU).
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -144,11 +144,11 @@ fn head_loss_kernel_matches_the_cpu_in_f32_and_bf16() {
     }
 }
 
-/// A mask is a function of its seed alone: the GPU's kernel and the CPU's chunks draw the same, in f32 and bf16, for
-/// lengths that are not multiples of anything; and the GPU's one-pass `apply` (the mask never written) equals the
-/// product with the mask.
+/// A mask is a function of its seed alone: the GPU's one-pass `apply` (the mask never written) equals the input
+/// times the mask the CPU draws, in f32 and bf16, for lengths that are not multiples of anything. The input has no
+/// zeros, so every kept or dropped element of the GPU's mask is checked against the CPU's.
 #[test]
-fn dropout_masks_drawn_on_the_gpu_equal_the_cpus() {
+fn dropout_applied_on_the_gpu_equals_the_cpus_mask() {
     let Ok(cuda) = Device::new_cuda(0) else {
         eprintln!("no CUDA device: skipped");
         return;
@@ -159,22 +159,25 @@ fn dropout_masks_drawn_on_the_gpu_equal_the_cpus() {
     for (shape, p, seed) in [((4096usize, 2048usize), 0.05f32, 3u64), ((37, 1001), 0.5, 99), ((1, 3), 0.1, 7)] {
         let drop = Dropout { seed, p };
         for dtype in [DType::F32, DType::BF16] {
-            let on = |device: &Device| drop.mask(&shape.into(), dtype, device).unwrap();
-            let (cpu, gpu) = (on(&Device::Cpu), on(&cuda));
-            assert_eq!(gpu.dtype(), dtype);
-            let (cpu, gpu_values) = (host(&cpu), host(&gpu));
-            let differ = cpu.iter().zip(&gpu_values).filter(|(a, b)| a != b).count();
-            assert_eq!(differ, 0, "{shape:?} {dtype:?} dropout {p}: {differ} mask elements differ");
-            let kept = cpu.iter().filter(|&&v| v != 0.0).count() as f64 / cpu.len() as f64;
-            if cpu.len() > 10_000 {
+            let mask = drop.mask(&shape.into(), dtype, &Device::Cpu).unwrap();
+            assert_eq!(mask.dtype(), dtype);
+            let mask_values = host(&mask);
+            let kept = mask_values.iter().filter(|&&v| v != 0.0).count() as f64 / mask_values.len() as f64;
+            if mask_values.len() > 10_000 {
                 assert!((kept - (1.0 - p as f64)).abs() < 0.01, "{shape:?}: kept {kept}");
             }
-            let x = seeded(shape, 1.0, seed).to_device(&cuda).unwrap().to_dtype(dtype).unwrap();
-            let (applied, product) = (host(&drop.apply(&x).unwrap()), host(&(&x * &gpu).unwrap()));
+            let x = (seeded(shape, 1.0, seed).abs().unwrap() + 0.5)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+                .to_device(&cuda)
+                .unwrap();
+            let applied = host(&drop.apply(&x).unwrap());
+            let product = host(&(&x * &mask.to_device(&cuda).unwrap()).unwrap());
             let differ = applied.iter().zip(&product).filter(|(a, b)| a != b).count();
             assert_eq!(
                 differ, 0,
-                "{shape:?} {dtype:?}: apply differs from the product with the mask in {differ} elements"
+                "{shape:?} {dtype:?} dropout {p}: apply differs from the CPU's mask in {differ} elements"
             );
         }
     }

@@ -69,7 +69,7 @@ pub fn guarded_adamw(slots: &[ParamSlot], loss: &Tensor, max_norm: Option<f64>, 
 #[cfg(feature = "cuda")]
 mod imp {
     use super::{AdamWScalars, ParamSlot};
-    use crate::engine::ops::cuda_kernels::launch::{load, on_cuda, output, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{load, on_cuda, output, view, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
@@ -129,7 +129,7 @@ mod imp {
         let (loss_storage, loss_layout) = loss.storage_and_layout();
         let loss_cuda = on_cuda(&loss_storage, "loss")?;
         let dev = loss_cuda.device().clone();
-        let loss_view = crate::engine::ops::cuda_kernels::launch::view::<f32>(loss_cuda, loss_layout, "loss")?;
+        let loss_view = view::<f32>(loss_cuda, loss_layout, "loss")?;
         let chunks = slots.chunks(TENSORS).map(chunk).collect::<Result<Vec<_>>>()?;
         let count = slots.len() * BLOCKS;
         let mut partial = output::<f32>(&dev, count.max(1))?;

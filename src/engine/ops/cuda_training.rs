@@ -70,30 +70,18 @@ pub fn scatter_rows(src: &Tensor, index: &Tensor, rows: usize) -> Result<Tensor>
     Ok(out)
 }
 
-/// An adapter dropout mask (`ops::dropout`'s generator from `base`, kept below `threshold`, kept values `scale`) of
-/// `shape` in `dtype`, written on the device.
-pub fn dropout_mask(
-    base: u64,
-    threshold: u32,
-    scale: f32,
-    shape: &candle_core::Shape,
-    dtype: candle_core::DType,
-    device: &candle_core::Device,
-) -> Result<Tensor> {
-    imp::dropout_mask(base, threshold, scale, shape, dtype, device)
-}
-
-/// `x` times the dropout mask of [`dropout_mask`]'s arguments, the mask never written (one pass).
+/// `x` times the dropout mask of `ops::dropout`'s generator from `base` (kept below `threshold`, kept values
+/// `scale`), the mask never written (one pass).
 pub fn dropout_apply(x: &Tensor, base: u64, threshold: u32, scale: f32) -> Result<Tensor> {
     x.contiguous()?.apply_op1_no_bwd(&imp::DropoutApply { base, threshold, scale })
 }
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{func, grid_stride, int, load, output, view, with_dtype, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{func, grid_stride, int, output, view, with_dtype, wrap};
     use crate::engine::ops::cuda_kernels::refuse_cpu;
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{bail, CudaStorage, Layout, Result, Shape, Tensor};
 
@@ -109,48 +97,6 @@ mod imp {
             bail!("{what}: shapes {:?} and {:?} differ", a.shape(), b.shape());
         }
         Ok(())
-    }
-
-    pub fn dropout_mask(
-        base: u64,
-        threshold: u32,
-        scale: f32,
-        shape: &Shape,
-        dtype: candle_core::DType,
-        device: &candle_core::Device,
-    ) -> Result<Tensor> {
-        let dev = device.as_cuda_device()?;
-        let n = shape.elem_count();
-        let name = match dtype {
-            candle_core::DType::F32 => "dropout_mask_f32",
-            candle_core::DType::BF16 => "dropout_mask_bf16",
-            other => bail!("dropout masks on the GPU are f32 or bf16, not {other:?}"),
-        };
-        let f = load!(dev, name)?;
-        fn run<T: candle_core::cuda_backend::CudaDType + DeviceRepr>(
-            f: &candle_core::cuda_backend::cudarc::driver::CudaFunction,
-            dev: &candle_core::CudaDevice,
-            (base, threshold, scale, n): (u64, u32, f32, usize),
-            shape: &Shape,
-        ) -> Result<Tensor> {
-            let out = output::<T>(dev, n.max(1))?;
-            let stream = dev.cuda_stream();
-            let mut b = stream.launch_builder(f);
-            let n64 = n as u64;
-            b.arg(&base);
-            b.arg(&threshold);
-            b.arg(&scale);
-            b.arg(&n64);
-            b.arg(&out);
-            // SAFETY: arguments match the kernel's signature; `out` holds the n values it writes.
-            unsafe { b.launch(grid_stride(n)) }.w()?;
-            Ok(wrap(out, dev, shape.clone()))
-        }
-        let args = (base, threshold, scale, n);
-        match dtype {
-            candle_core::DType::BF16 => run::<half::bf16>(&f, dev, args, shape),
-            _ => run::<f32>(&f, dev, args, shape),
-        }
     }
 
     pub struct MaskedSoftmax {
@@ -542,16 +488,5 @@ mod imp {
         _: Option<f32>,
     ) -> candle_core::Result<(candle_core::Tensor, Option<candle_core::Tensor>)> {
         candle_core::bail!("cross-entropy rows run on CUDA only (the fused kernels)")
-    }
-
-    pub fn dropout_mask(
-        _: u64,
-        _: u32,
-        _: f32,
-        _: &candle_core::Shape,
-        _: candle_core::DType,
-        _: &candle_core::Device,
-    ) -> candle_core::Result<candle_core::Tensor> {
-        candle_core::bail!("dropout masks are drawn on the GPU with CUDA only")
     }
 }

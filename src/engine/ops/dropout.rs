@@ -1,12 +1,12 @@
 //! Adapter dropout masks from a counter-based generator: element `i` of the mask drawn with `seed` is kept when the
 //! top 24 bits of output `i + 1` of splitmix64 started at `mix(seed)` fall below `keep * 2^24`, and is then
-//! `1 / keep`, else 0.
-//! Every element is a pure function of (seed, i), so the mask is the same whichever device or thread draws it: the
-//! CUDA kernel (`dropout_mask_*` in ops/cuda/training.cuh, the same integer arithmetic) writes it where it is used,
-//! the CPU fills it in parallel chunks. A training tape keeps the mask's seed ([`Dropout`]), not the mask: CUDA
-//! applies it without ever writing it (`dropout_apply_*`), so a dropped input costs one pass and no memory. A sequential RNG on the host made a mask cost ~4 ns an element plus its copy
-//! to the device: at 1 x 4,096 tokens with adapters on q and v of a 1B model, 268 million draws and a gigabyte
-//! copied every step, seconds where the step itself takes tens of milliseconds.
+//! `1 / keep`, else 0. Every element is a pure function of (seed, i), so whichever device or thread draws it draws
+//! the same: on CUDA `dropout_apply_*` (ops/cuda/training.cuh, the same integer arithmetic) multiplies an input by
+//! its mask in one pass without ever writing the mask; elsewhere the CPU fills the mask in parallel chunks and the
+//! input is multiplied by it. A training tape keeps the mask's seed ([`Dropout`]), not the mask. A sequential RNG on
+//! the host made a mask cost ~5 ns an element plus its copy to the device: at 1 x 4,096 tokens with adapters on q
+//! and v of a 1B model, 268 million draws and a gigabyte copied every step, seconds where the step itself takes
+//! tens of milliseconds.
 
 use candle_core::{DType, Device, Result, Shape, Tensor};
 
@@ -44,12 +44,10 @@ impl Dropout {
         (mix(self.seed), threshold(keep), 1.0 / keep)
     }
 
-    /// The mask of `shape`: 0 or `1 / (1 - p)` per element, in `dtype` on `device`.
+    /// The mask of `shape`: 0 or `1 / (1 - p)` per element, in `dtype` on `device` (drawn on the CPU; on CUDA
+    /// [`Self::apply`] never needs it).
     pub fn mask(&self, shape: &Shape, dtype: DType, device: &Device) -> Result<Tensor> {
         let (base, threshold, scale) = self.parts();
-        if super::cuda_kernels::available(device, dtype) {
-            return super::cuda_training::dropout_mask(base, threshold, scale, shape, dtype, device);
-        }
         let n = shape.elem_count();
         let mask = crate::engine::cpu_pool::new_f32(n, crate::engine::cpu_pool::ELEMENTS_PER_TASK, |chunk, out| {
             let start = (chunk * crate::engine::cpu_pool::ELEMENTS_PER_TASK) as u64;

@@ -65,7 +65,16 @@ impl AdamW {
                 .zip(grads)
                 .all(|((_, p), g)| cuda_optimizer::available(p) && cuda_optimizer::available(g));
         if fused {
-            let scalars = self.next_scalars(lr);
+            let (bias1, bias2) = self.count_step();
+            let scalars = AdamWScalars {
+                lr: lr as f32,
+                beta1: self.hp.beta1 as f32,
+                beta2: self.hp.beta2 as f32,
+                eps: self.hp.eps as f32,
+                decay: (1.0 - lr * self.hp.weight_decay) as f32,
+                bias1: bias1 as f32,
+                bias2: bias2 as f32,
+            };
             let device = self.params[0].1.device().clone();
             let grads = grads.iter().map(|g| g.contiguous()).collect::<candle_core::Result<Vec<_>>>()?;
             let slots: Vec<ParamSlot> = (0..self.params.len())
@@ -90,32 +99,28 @@ impl AdamW {
         if !loss.is_finite() || !norm.is_finite() {
             return Ok(StepOutcome { loss, grad_norm: norm, applied: false });
         }
-        self.step += 1;
-        self.composed_update(grads, lr, clip_coefficient(norm, max_norm))?;
+        let bias = self.count_step();
+        self.composed_update(grads, lr, clip_coefficient(norm, max_norm), bias)?;
         Ok(StepOutcome { loss, grad_norm: norm, applied: true })
     }
 
-    /// Count the step and give its scalars (bias corrections for the new step count).
-    fn next_scalars(&mut self, lr: f64) -> AdamWScalars {
+    /// Count a step and give its bias corrections `(1 - beta1^t, 1 - beta2^t)` for the new count `t`.
+    fn count_step(&mut self) -> (f64, f64) {
         self.step += 1;
         let t = self.step as i32;
-        let (b1, b2) = (self.hp.beta1, self.hp.beta2);
-        AdamWScalars {
-            lr: lr as f32,
-            beta1: b1 as f32,
-            beta2: b2 as f32,
-            eps: self.hp.eps as f32,
-            decay: (1.0 - lr * self.hp.weight_decay) as f32,
-            bias1: (1.0 - b1.powi(t)) as f32,
-            bias2: (1.0 - b2.powi(t)) as f32,
-        }
+        (1.0 - self.hp.beta1.powi(t), 1.0 - self.hp.beta2.powi(t))
     }
 
-    /// The update of step `self.step` in Candle ops, each gradient multiplied by `grad_scale` first (the clipping
-    /// coefficient).
-    fn composed_update(&mut self, grads: &[Tensor], lr: f64, grad_scale: f64) -> Result<()> {
+    /// The update in Candle ops with the step's bias corrections, each gradient multiplied by `grad_scale` first
+    /// (the clipping coefficient).
+    fn composed_update(
+        &mut self,
+        grads: &[Tensor],
+        lr: f64,
+        grad_scale: f64,
+        (bias1, bias2): (f64, f64),
+    ) -> Result<()> {
         let (b1, b2) = (self.hp.beta1, self.hp.beta2);
-        let (bias1, bias2) = (1.0 - b1.powi(self.step as i32), 1.0 - b2.powi(self.step as i32));
         for (i, (_, p)) in self.params.iter().enumerate() {
             let g = &grads[i].detach();
             let g = &if grad_scale != 1.0 { (g * grad_scale)? } else { g.clone() };
@@ -137,7 +142,7 @@ impl AdamW {
 
     /// Moments keyed `<name>.exp_avg` / `<name>.exp_avg_sq`, for saving. They share storage with the optimizer's
     /// own (no copy per checkpoint): the fused update writes the moments in place, so use them before the next
-    /// [`Self::step`], as the checkpoint writer does.
+    /// [`Self::guarded_step`], as the checkpoint writer does.
     pub fn state_tensors(&self) -> HashMap<String, Tensor> {
         let mut out = HashMap::new();
         for (i, (name, _)) in self.params.iter().enumerate() {

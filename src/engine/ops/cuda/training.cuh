@@ -252,31 +252,15 @@ extern "C" __global__ void cross_entropy_rows_bf16(const __nv_bfloat16* logits, 
   cross_entropy_rows<__nv_bfloat16>(logits, targets, dlogits, nll, vocab, scale);
 }
 
-// Adapter dropout masks (ops/dropout.rs draws the same on the CPU, with the same integer arithmetic): element i is
-// `scale` when the top 24 bits of splitmix64's output i + 1 from `base` fall below `threshold`, else 0.
+// Adapter dropout (ops/dropout.rs draws the same masks on the CPU, with the same integer arithmetic): element i of a
+// mask is kept when the top 24 bits of splitmix64's output i + 1 from `base` fall below `threshold`.
 __device__ __forceinline__ unsigned long long dropout_mix(unsigned long long z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-template <typename T>
-__device__ void dropout_mask(unsigned long long base, unsigned threshold, float scale, unsigned long long n, T* out) {
-  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-       i += (unsigned long long)gridDim.x * blockDim.x) {
-    const unsigned long long z = dropout_mix(base + (i + 1) * 0x9E3779B97F4A7C15ull);
-    out[i] = from_f<T>((unsigned)(z >> 40) < threshold ? scale : 0.f);
-  }
-}
-extern "C" __global__ void dropout_mask_f32(unsigned long long base, unsigned threshold, float scale,
-                                            unsigned long long n, float* out) {
-  dropout_mask<float>(base, threshold, scale, n, out);
-}
-extern "C" __global__ void dropout_mask_bf16(unsigned long long base, unsigned threshold, float scale,
-                                             unsigned long long n, __nv_bfloat16* out) {
-  dropout_mask<__nv_bfloat16>(base, threshold, scale, n, out);
-}
-// x times its dropout mask (the mask of dropout_mask, never written): kept elements times `scale` as rounded to T,
-// which is what multiplying by the mask tensor gives; dropped ones 0.
+// x times its dropout mask, the mask never written: kept elements times `scale` as rounded to T, which is what
+// multiplying by the mask tensor gives; dropped ones 0.
 template <typename T>
 __device__ void dropout_apply(const T* x, T* out, unsigned long long n, unsigned long long base, unsigned threshold,
                               float scale) {
