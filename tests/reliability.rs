@@ -126,15 +126,29 @@ fn killed_at_random_points_during_saves_the_run_resumes_to_the_uninterrupted_wei
             load_checkpoint(&ckpt);
         }
     }
+    // The newest checkpoint resumes to the end (a finished run's resume trains nothing) and tidies up.
     let (_, newest) = newest_checkpoint(&run_dir).unwrap();
-    if !newest.ends_with("checkpoint-24") {
-        let out = with(resume_command(&newest), &["--json"]).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    }
+    let out = with(resume_command(&newest), &["--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(no_leftovers(&run_dir), "interrupted saves were cleaned up");
     let resumed = load_checkpoint(&run_dir.join("checkpoint-24"));
     assert!(same_tensors(&reference, &resumed), "resumed weights differ from the uninterrupted run (seed {seed})");
     assert!(started.elapsed() < Duration::from_secs(60), "keep this test quick");
+}
+
+#[test]
+fn resuming_a_finished_run_rewrites_nothing() {
+    // A kill during such a rewrite once left a half-saved copy next to the finished checkpoint.
+    let dir = tempfile::tempdir().unwrap();
+    let out = with(train_command(dir.path(), "done"), &["--iters", "3", "--save-every", "1"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let last = dir.path().join("done/checkpoint-3");
+    let state = || std::fs::read(last.join("trainer_state.json")).unwrap();
+    let modified = || std::fs::metadata(last.join("adapter_model.safetensors")).unwrap().modified().unwrap();
+    let before = (state(), modified());
+    let out = resume_command(&last).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(before == (state(), modified()), "checkpoint-3 was saved again");
 }
 
 #[test]

@@ -233,7 +233,9 @@ impl<'a> Trainer<'a> {
         let mut batches = plan.iter_from(state.cursor)?;
         let mut clock = StepClock::new(state.step, elapsed_before);
         let mut stopped_early = false;
-        let mut last_saved_step = None;
+        // A resumed run starts from a checkpoint in this folder: it is saved already and is not rewritten
+        // (resuming a finished run changes nothing on disk).
+        let mut last_saved_step = (state.step > 0).then_some(state.step);
         while state.step < total_steps {
             if control.stop_requested() {
                 stopped_early = true;
@@ -337,12 +339,11 @@ impl<'a> Trainer<'a> {
         let lr = lr_at(self.config, state.step, total_steps);
         let (loss, grad_norm) = self.runner.step(&batches, lr)?;
         if !loss.is_finite() {
-            let last_saved = last_saved_step.or((state.step > 0).then_some(state.step));
             return Err(Error::Training(format!(
                 "the loss became {loss} at step {}; nothing was saved from this step (last checkpoint: {}). \
                  Lower the learning rate or check the data",
                 state.step + 1,
-                last_saved.map(|s| format!("step {s}")).unwrap_or("none".into())
+                last_saved_step.map(|s| format!("step {s}")).unwrap_or("none".into())
             )));
         }
         state.step += 1;
