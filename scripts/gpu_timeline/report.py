@@ -83,13 +83,12 @@ def main():
     chosen = steps[-args.steps:]
     spans, busys, host_late, launch, between, counts = [], [], [], [], [], []
     gaps = []
-    kinds = Counter()
     for a, b in chosen:
         ops = gpu[a : b + 1]
         span = ops[-1][1] - ops[0][0]
         busy, late, dev = 0, 0, 0
         end = ops[0][0]
-        for i, (s, e, kind, corr, name, _) in enumerate(ops):
+        for i, (s, e, _, corr, name, _) in enumerate(ops):
             if s > end:
                 gap = s - end
                 submitted = api.get(corr, (None, None, None))[1]
@@ -102,7 +101,6 @@ def main():
                 gaps.append((gap, host, ops[i - 1][4], name))
             busy += max(0, e - max(s, end))
             end = max(end, e)
-            kinds[kind] += 1
         spans.append(span)
         busys.append(busy)
         host_late.append(late)

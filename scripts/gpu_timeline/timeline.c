@@ -12,7 +12,6 @@
 #include <cupti.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 static FILE *out;
 static const size_t BUFFER = 8u << 20;
