@@ -81,8 +81,13 @@ fn check(gpu: &Device, c: Case, dtype: DType, tolerance: f64) {
     assert!(errors.iter().all(|e| *e < tolerance), "{c:?} {dtype:?}: {errors:?} over {tolerance}");
 }
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 9] = [
     Case { b: 2, heads: 4, kv: 4, t: 67, d: 64, window: None },
+    // Many key blocks per query tile at head_dim 64 (the single-pass backward hands dQ's sums from block to
+    // block): causal, a window over several blocks, and a window of one (only the diagonal block contributes).
+    Case { b: 2, heads: 8, kv: 2, t: 700, d: 64, window: None },
+    Case { b: 1, heads: 4, kv: 1, t: 517, d: 64, window: Some(130) },
+    Case { b: 1, heads: 2, kv: 2, t: 300, d: 64, window: Some(1) },
     Case { b: 1, heads: 8, kv: 2, t: 130, d: 128, window: None },
     Case { b: 2, heads: 4, kv: 2, t: 100, d: 32, window: Some(17) },
     Case { b: 3, heads: 4, kv: 2, t: 5, d: 16, window: None },
@@ -104,6 +109,36 @@ fn fused_attention_matches_autograd_of_the_composed_attention() {
     for c in CASES {
         check(&gpu, c, DType::BF16, 1.5e-2);
         check(&gpu, c, DType::F16, 2e-3);
+    }
+}
+
+/// The backward gives the same bits on every run (dQ's sums over key blocks are added in a fixed order), at the
+/// shape of the 1B model's attention, where hundreds of blocks run at once.
+#[test]
+fn fused_attention_backward_is_deterministic() {
+    let Ok(gpu) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    let c = Case { b: 1, heads: 32, kv: 8, t: 2048, d: 64, window: None };
+    let [q, k, v, d_out] = inputs(c, DType::BF16).map(|x| x.to_dtype(DType::BF16).unwrap().to_device(&gpu).unwrap());
+    let scale = 1.0 / 8.0;
+    let (out, lse) = ops::fused_attention(&q, &k, &v, scale, 0, None).unwrap().expect("fused attention applies");
+    let rows = (c.t, c.heads * c.d);
+    let (out, d_out) = (out.reshape(rows).unwrap(), d_out.reshape(rows).unwrap());
+    let bits = |x: &Tensor| x.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
+    let run = || {
+        let (dq, dk, dv) = ops::fused_attention_backward(&q, &k, &v, &out, &lse, &d_out, scale, None).unwrap();
+        [bits(&dq), bits(&dk), bits(&dv)]
+    };
+    let first = run();
+    assert!(first[0].iter().any(|x| *x != 0.0), "dq is all zeros");
+    for _ in 0..4 {
+        let again = run();
+        for (name, (a, b)) in ["dq", "dk", "dv"].iter().zip(first.iter().zip(&again)) {
+            let differ = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            assert_eq!(differ, 0, "{name}: {differ} elements differ between two runs of the same backward");
+        }
     }
 }
 

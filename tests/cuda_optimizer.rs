@@ -113,7 +113,8 @@ fn fused_step_skips_a_non_finite_loss_or_gradient() {
 }
 
 /// Vocabularies a multiple of eight take the kernel's 16-byte path, others its element path; a row whose target
-/// holds the largest logit and rows of tied logits check the online max-and-sum pass.
+/// holds the largest logit and rows of tied logits check the online max-and-sum pass; a thousand rows, the
+/// chunk sizes of real heads.
 #[test]
 fn head_loss_kernel_matches_the_cpu_in_f32_and_bf16() {
     let Ok(cuda) = Device::new_cuda(0) else {
@@ -121,7 +122,9 @@ fn head_loss_kernel_matches_the_cpu_in_f32_and_bf16() {
         return;
     };
     let cpu = Device::Cpu;
-    for (rows, hidden, vocab) in [(37usize, 64usize, 4096usize), (9, 32, 1001), (3, 16, 8)] {
+    for (rows, hidden, vocab) in
+        [(37usize, 64usize, 4096usize), (9, 32, 1001), (3, 16, 8), (1100, 16, 4096), (300, 8, 999)]
+    {
         let x = Tensor::randn(0f32, 1.0, (rows, hidden), &cpu).unwrap();
         let mut head = Tensor::randn(0f32, 0.5, (vocab, hidden), &cpu).unwrap();
         if vocab == 8 {
