@@ -403,3 +403,36 @@ fn rank_probe_runs_equal_budget_trainings_per_rank() {
     let err = metal_candle::engine::bench::rank_probe(&base, &cfg, &[2], 2_000, &control, &mut |_| {}).unwrap_err();
     assert!(matches!(err, metal_candle::engine::Error::Cancelled));
 }
+
+/// A training pass's batched cast of the adapters (`lora::ComputeCopies`): while it is held every adapter's
+/// product reads copies equal, bit for bit, to its own cast of the f32 master weights; dropping it empties them, so
+/// an update made after the pass (the optimizer's) is what the next product sees.
+#[test]
+fn prepared_compute_copies_equal_the_adapters_casts_and_end_with_the_pass() {
+    let mut m = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::BF16).unwrap();
+    let settings = LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
+    let params = lora::attach_new_adapters(&mut m.model, &settings, 5).unwrap();
+    for p in &params {
+        p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
+    }
+    let bits = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let adapters =
+        || m.model.linears().into_iter().filter_map(|(_, _, l)| l.adapter.clone()).collect::<Vec<lora::LoraAdapter>>();
+    {
+        let _copies = lora::ComputeCopies::prepare(&m.model, DType::BF16).unwrap();
+        for adapter in adapters() {
+            assert!(adapter.compute.lock().unwrap().is_some(), "an active adapter without its prepared copy");
+            let (a, b) = adapter.matrices(DType::BF16).unwrap();
+            assert_eq!(bits(&a), bits(&adapter.a.as_tensor().to_dtype(DType::BF16).unwrap()));
+            assert_eq!(bits(&b), bits(&adapter.b.as_tensor().to_dtype(DType::BF16).unwrap()));
+        }
+    }
+    let first = &params[0];
+    first.a.set(&Tensor::ones(first.a.shape(), DType::F32, &Device::Cpu).unwrap()).unwrap();
+    for adapter in adapters() {
+        assert!(adapter.compute.lock().unwrap().is_none(), "a copy outlived its pass");
+    }
+    let adapter = adapters().into_iter().find(|a| a.a.as_tensor().id() == first.a.as_tensor().id()).unwrap();
+    let (a, _) = adapter.matrices(DType::BF16).unwrap();
+    assert!(bits(&a).iter().all(|x| *x == 1.0), "the product did not see the update made after the pass");
+}

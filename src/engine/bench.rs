@@ -316,6 +316,7 @@ fn lora_projection_cases(device: &candle_core::Device, repeats: usize) -> Result
             scale: 2.0,
             dropout: 0.0,
             dropout_seed: Default::default(),
+            compute: Default::default(),
         });
         let forward_ms = time_ms(repeats, || sync(&projection.forward(&x)?))?;
         // The training step's hand-written pass: output, input gradient and both adapter gradients.

@@ -302,6 +302,7 @@ pub fn attach_new_adapters(model: &mut Transformer, settings: &LoraSettings, see
             scale: settings.scale(),
             dropout: settings.dropout,
             dropout_seed: dropout_seed.clone(),
+            compute: Default::default(),
         });
         params.push(AdapterParam { layer, module, a, b });
     }
@@ -334,12 +335,57 @@ pub fn attach_adapter(
             }
             let a = Var::from_tensor(&a.to_dtype(DType::F32)?.to_device(&device)?)?;
             let b = Var::from_tensor(&b.to_dtype(DType::F32)?.to_device(&device)?)?;
-            linear.adapter =
-                Some(LoraAdapter { a: a.clone(), b: b.clone(), scale, dropout: 0.0, dropout_seed: Default::default() });
+            linear.adapter = Some(LoraAdapter {
+                a: a.clone(),
+                b: b.clone(),
+                scale,
+                dropout: 0.0,
+                dropout_seed: Default::default(),
+                compute: Default::default(),
+            });
             return Ok(AdapterParam { layer, module: m, a, b });
         }
     }
     Err(Error::InvalidSetting(format!("the model has no layer {layer} module {module}")))
+}
+
+/// The active adapters' A and B cast to the compute dtype once for a training step, in one batched cast
+/// (`ops::cast_many`: on CUDA a launch per 24 matrices instead of one per matrix), where each adapter's product
+/// then finds them ([`LoraAdapter::matrices`]). Hold it over the step's forward and backward only: dropping it
+/// empties every adapter's copy, so an optimizer update is never hidden behind a stale one.
+pub struct ComputeCopies {
+    slots: Vec<crate::engine::model::adapter::ComputeSlot>,
+}
+
+impl ComputeCopies {
+    /// Copies for `model`'s active adapters in `dtype` (none needed when the adapters already are `dtype`).
+    pub fn prepare(model: &Transformer, dtype: DType) -> Result<Self> {
+        let linears = model.linears();
+        let adapters: Vec<&LoraAdapter> = linears.iter().filter_map(|(_, _, l)| l.active_adapter()).collect();
+        if adapters.iter().all(|a| a.a.dtype() == dtype && a.b.dtype() == dtype) {
+            return Ok(Self { slots: Vec::new() });
+        }
+        let sources: Vec<Tensor> =
+            adapters.iter().flat_map(|a| [a.a.as_tensor().detach(), a.b.as_tensor().detach()]).collect();
+        let cast = crate::engine::ops::cast_many(&sources.iter().collect::<Vec<_>>(), dtype)?;
+        let copies = Self { slots: adapters.iter().map(|a| a.compute.clone()).collect() };
+        for (slot, pair) in copies.slots.iter().zip(cast.chunks_exact(2)) {
+            if let Ok(mut slot) = slot.lock() {
+                *slot = Some((pair[0].clone(), pair[1].clone()));
+            }
+        }
+        Ok(copies)
+    }
+}
+
+impl Drop for ComputeCopies {
+    fn drop(&mut self) {
+        for slot in &self.slots {
+            if let Ok(mut slot) = slot.lock() {
+                *slot = None;
+            }
+        }
+    }
 }
 
 /// Make the dropout masks of optimizer step `step` a pure function of (seed, step): all adapters share one

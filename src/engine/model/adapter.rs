@@ -1,12 +1,17 @@
 //! The LoRA adapter layer: a low-rank update `scale * x A B` added to a frozen linear ([`super::linear`]).
 //! A and B are stored in the layout fastest for the forward pass, A as (in, r) and B as (r, out), so the
 //! update is two plain products with no transposes; PEFT's (r, in) / (out, r) layout is converted on save and
-//! load (checkpoint.rs). Adapters are kept in f32 (master weights) and cast to the compute dtype when used.
+//! load (checkpoint.rs). Adapters are kept in f32 (master weights) and cast to the compute dtype when used: for a
+//! training step all at once, ahead of it (`lora::ComputeCopies`, which fills [`LoraAdapter::compute`]), otherwise
+//! each when its product runs.
 //! Attaching, detaching and counting adapters on a model is `engine::lora`.
 
 use candle_core::{DType, Tensor, Var};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// An adapter's A and B already cast to the compute dtype, while a training step runs (see the module docs).
+pub type ComputeSlot = Arc<Mutex<Option<(Tensor, Tensor)>>>;
 
 /// One adapter on one linear.
 #[derive(Debug, Clone)]
@@ -19,6 +24,8 @@ pub struct LoraAdapter {
     pub dropout: f32,
     /// Seeds the dropout mask; the trainer bumps it each step so masks are reproducible on resume.
     pub dropout_seed: Arc<AtomicU64>,
+    /// A and B in the compute dtype for the training step under way; empty outside one.
+    pub compute: ComputeSlot,
 }
 
 impl LoraAdapter {
@@ -26,8 +33,13 @@ impl LoraAdapter {
         self.a.dims()[1]
     }
 
-    /// A and B in the compute dtype `dtype` (cast from the f32 master weights when it differs).
+    /// A and B in the compute dtype `dtype`: the step's copies when a training step prepared them, else cast from
+    /// the f32 master weights when it differs.
     pub fn matrices(&self, dtype: DType) -> candle_core::Result<(Tensor, Tensor)> {
+        let prepared = self.compute.lock().ok().and_then(|slot| slot.clone());
+        if let Some((a, b)) = prepared.filter(|(a, _)| a.dtype() == dtype) {
+            return Ok((a, b));
+        }
         let (a, b) = (self.a.as_tensor().detach(), self.b.as_tensor().detach());
         if a.dtype() == dtype {
             return Ok((a, b));

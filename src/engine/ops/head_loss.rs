@@ -222,7 +222,7 @@ mod tests {
         assert_eq!(device_chunk_rows(1 << 20, 1 << 24), 1);
         for vocab in [32_000, 49_152, 128_256, 151_936, 256_000] {
             let rows = device_chunk_rows(1 << 27, vocab);
-            assert!(rows * vocab <= 1 << 27 && rows % GPU_TILE_ROWS == 0, "{vocab}: {rows} rows");
+            assert!(rows * vocab <= 1 << 27 && rows.is_multiple_of(GPU_TILE_ROWS), "{vocab}: {rows} rows");
         }
     }
 

@@ -16,6 +16,7 @@ mod backward;
 mod cpu_kernels;
 mod cross_entropy;
 mod cuda_attention;
+mod cuda_cast;
 pub mod cuda_decode;
 mod cuda_gemm;
 #[cfg(feature = "cuda")]
@@ -43,6 +44,7 @@ pub use backward::{
     softmax_backward,
 };
 pub use cuda_attention::Logsumexp;
+pub use cuda_cast::cast_many;
 pub use dropout::Dropout;
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t, swiglu_matmul_t};
 pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};

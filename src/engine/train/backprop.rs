@@ -129,6 +129,8 @@ pub fn loss_and_gradients_with(
         return Ok(BatchGradients { nll_sum: ops::Scalar::Host(0.0), target_tokens: 0, grads });
     }
     let lowest = lowest_adapted_layer(model)?;
+    // The adapters in the compute dtype for this pass, cast together (emptied when it returns).
+    let _copies = lora::ComputeCopies::prepare(model, model.dtype())?;
     let mut timer = PhaseTimer::new(device);
     let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
     let mut x = model.embed(&input, 0)?;

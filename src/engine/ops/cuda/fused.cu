@@ -499,3 +499,19 @@ extern "C" __global__ void adamw_f32(OptChunk c, float lr, float b1, float b2, f
     v[i] = vi;
   }
 }
+
+// ---- Many f32 tensors cast to the compute dtype in one launch (src/engine/ops/cuda_cast.rs): the adapters' A and
+// B for a training step, where a cast per matrix was two launches per adapter ----
+struct CastChunk {
+  const float* src[OPT_TENSORS];
+  void* dst[OPT_TENSORS];
+  int n[OPT_TENSORS];
+};
+template <typename T> __device__ void cast_many(const CastChunk& c) {
+  const int t = blockIdx.y, n = c.n[t];
+  const float* src = c.src[t];
+  T* dst = static_cast<T*>(c.dst[t]);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = from_f<T>(src[i]);
+}
+extern "C" __global__ void cast_many_f32_bf16(CastChunk c) { cast_many<__nv_bfloat16>(c); }
+extern "C" __global__ void cast_many_f32_f16(CastChunk c) { cast_many<__half>(c); }
