@@ -20,14 +20,12 @@ pub fn cast_many(tensors: &[&Tensor], dtype: DType) -> Result<Vec<Tensor>> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{load, on_cuda, output, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{load, on_cuda, output, wrap, MULTI_TENSORS as TENSORS};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
     use candle_core::{bail, DType, Result, Tensor};
 
-    /// OPT_TENSORS of fused.cu: tensors per launch.
-    const TENSORS: usize = 24;
     /// Blocks of 256 threads per tensor (an adapter matrix is a few thousand to a few hundred thousand elements).
     const BLOCKS: u32 = 16;
 

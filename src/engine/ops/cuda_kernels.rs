@@ -162,6 +162,10 @@ pub(crate) mod launch {
         Ok(storage.as_cuda_slice::<T>()?.slice(start..end))
     }
 
+    /// OPT_TENSORS of fused.cu: tensors a multi-tensor kernel (the optimizer's, the batched cast) takes per launch,
+    /// their addresses passed by value.
+    pub const MULTI_TENSORS: usize = 24;
+
     pub fn int(v: usize) -> i32 {
         v as i32
     }

@@ -69,14 +69,13 @@ pub fn guarded_adamw(slots: &[ParamSlot], loss: &Tensor, max_norm: Option<f64>, 
 #[cfg(feature = "cuda")]
 mod imp {
     use super::{AdamWScalars, ParamSlot};
-    use crate::engine::ops::cuda_kernels::launch::{load, on_cuda, output, view, wrap};
+    use crate::engine::ops::cuda_kernels::launch::{load, on_cuda, output, view, wrap, MULTI_TENSORS as TENSORS};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{Result, Tensor};
 
-    /// OPT_TENSORS and OPT_BLOCKS of fused.cu.
-    const TENSORS: usize = 24;
+    /// OPT_BLOCKS of fused.cu.
     const BLOCKS: usize = 64;
 
     /// fused.cu's OptChunk: the addresses of up to [`TENSORS`] parameters, moments and gradients, and their lengths.
