@@ -349,10 +349,10 @@ pub fn attach_adapter(
     Err(Error::InvalidSetting(format!("the model has no layer {layer} module {module}")))
 }
 
-/// The active adapters' A and B cast to the compute dtype once for a training step, in one batched cast
-/// (`ops::cast_many`: on CUDA a launch per 24 matrices instead of one per matrix), where each adapter's product
-/// then finds them ([`LoraAdapter::matrices`]). Hold it over the step's forward and backward only: dropping it
-/// empties every adapter's copy, so an optimizer update is never hidden behind a stale one.
+/// The active adapters' A and B cast to the compute dtype once for a training pass (one batch's forward and
+/// backward), in one batched cast (`ops::cast_many`: on CUDA a launch per 24 matrices instead of one per matrix),
+/// where each adapter's product then finds them ([`LoraAdapter::matrices`]). Hold it over the pass only: dropping
+/// it empties every adapter's copy, so an optimizer update is never hidden behind a stale one.
 pub struct ComputeCopies {
     slots: Vec<crate::engine::model::adapter::ComputeSlot>,
 }
