@@ -50,7 +50,7 @@ impl AdamW {
     /// `max_norm` (torch's clip_grad_norm_), and no update at all when `loss` (the step's mean loss) or the norm is
     /// not finite, in which case the step count stays. On CUDA with f32 adapters all of it is queued on the device
     /// (`ops::cuda_optimizer`) and read back once, at the end; elsewhere the norm is read first and the update
-    /// composed.
+    /// composed. [`AdamW::queue_guarded_step`] and [`AdamW::finish_step`] split it where the read happens.
     pub fn guarded_step(
         &mut self,
         grads: &[Tensor],
@@ -58,6 +58,20 @@ impl AdamW {
         max_norm: Option<f64>,
         loss: &Scalar,
     ) -> Result<StepOutcome> {
+        let queued = self.queue_guarded_step(grads, lr, max_norm, loss)?;
+        self.finish_step(queued)
+    }
+
+    /// [`AdamW::guarded_step`] up to its read back: on CUDA the step is queued and its statistics stay on the
+    /// device, so the caller can let go of the gradients (their memory is freed in stream order, behind the
+    /// update) before [`AdamW::finish_step`] waits for the GPU; elsewhere the step is done here.
+    pub fn queue_guarded_step(
+        &mut self,
+        grads: &[Tensor],
+        lr: f64,
+        max_norm: Option<f64>,
+        loss: &Scalar,
+    ) -> Result<QueuedStep> {
         let fused = !grads.is_empty()
             && self
                 .params
@@ -86,22 +100,32 @@ impl AdamW {
                 })
                 .collect();
             let stats = cuda_optimizer::guarded_adamw(&slots, &loss.on_device(&device)?, max_norm, &scalars)?;
-            let [loss, sum_squares, _, skipped] = stats.0.to_vec1::<f64>()?[..] else {
-                return Err(crate::engine::Error::Training("the optimizer's guard gave no statistics".into()));
-            };
-            let applied = skipped == 0.0;
-            if !applied {
-                self.step -= 1;
-            }
-            return Ok(StepOutcome { loss, grad_norm: sum_squares.sqrt(), applied });
+            return Ok(QueuedStep::OnDevice(stats));
         }
         let (loss, norm) = (loss.value()?, grad_norm(grads)?);
         if !loss.is_finite() || !norm.is_finite() {
-            return Ok(StepOutcome { loss, grad_norm: norm, applied: false });
+            return Ok(QueuedStep::Done(StepOutcome { loss, grad_norm: norm, applied: false }));
         }
         let bias = self.count_step();
         self.composed_update(grads, lr, clip_coefficient(norm, max_norm), bias)?;
-        Ok(StepOutcome { loss, grad_norm: norm, applied: true })
+        Ok(QueuedStep::Done(StepOutcome { loss, grad_norm: norm, applied: true }))
+    }
+
+    /// The outcome of a queued step: on CUDA its statistics read back (the one wait of a training step), and the
+    /// step count taken back when the device skipped the update.
+    pub fn finish_step(&mut self, queued: QueuedStep) -> Result<StepOutcome> {
+        let stats = match queued {
+            QueuedStep::Done(outcome) => return Ok(outcome),
+            QueuedStep::OnDevice(stats) => stats,
+        };
+        let [loss, sum_squares, _, skipped] = stats.0.to_vec1::<f64>()?[..] else {
+            return Err(crate::engine::Error::Training("the optimizer's guard gave no statistics".into()));
+        };
+        let applied = skipped == 0.0;
+        if !applied {
+            self.step -= 1;
+        }
+        Ok(StepOutcome { loss, grad_norm: sum_squares.sqrt(), applied })
     }
 
     /// Count a step and give its bias corrections `(1 - beta1^t, 1 - beta2^t)` for the new count `t`.
@@ -170,6 +194,14 @@ impl AdamW {
         self.step = step;
         Ok(())
     }
+}
+
+/// A step from [`AdamW::queue_guarded_step`], for [`AdamW::finish_step`].
+pub enum QueuedStep {
+    /// Queued on the device; its guard's statistics not yet read.
+    OnDevice(cuda_optimizer::StepStats),
+    /// Already done (the composed path reads the norm before it updates).
+    Done(StepOutcome),
 }
 
 /// What one [`AdamW::guarded_step`] did.
