@@ -20,7 +20,9 @@ pub fn cast_many(tensors: &[&Tensor], dtype: DType) -> Result<Vec<Tensor>> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{load, on_cuda, output, wrap, MULTI_TENSORS as TENSORS};
+    use crate::engine::ops::cuda_kernels::launch::{
+        device_address, load, on_cuda, output, wrap, MULTI_TENSORS as TENSORS,
+    };
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
@@ -69,11 +71,8 @@ mod imp {
             let (out_ptr, _out_sync) = out.device_ptr(&stream);
             for (group, group_offsets) in tensors.chunks(TENSORS).zip(offsets.chunks(TENSORS)) {
                 let mut c = CastChunk { src: [0; TENSORS], dst: [0; TENSORS], n: [0; TENSORS] };
-                let guards: Vec<_> = group.iter().map(|t| t.storage_and_layout()).collect();
-                for (i, ((t, (s, l)), &at)) in group.iter().zip(&guards).zip(group_offsets).enumerate() {
-                    let slice = on_cuda(s, "cast source")?.as_cuda_slice::<f32>()?;
-                    let (ptr, _sync) = slice.device_ptr(&stream);
-                    c.src[i] = ptr + (l.start_offset() * std::mem::size_of::<f32>()) as u64;
+                for (i, (t, &at)) in group.iter().zip(group_offsets).enumerate() {
+                    c.src[i] = device_address::<f32>(t, "cast source")?;
                     c.dst[i] = out_ptr + (at * std::mem::size_of::<T>()) as u64;
                     c.n[i] = i32::try_from(t.elem_count())
                         .map_err(|_| candle_core::Error::Msg("cast_many: a tensor over 2^31 elements".into()))?;

@@ -85,7 +85,7 @@ mod imp {
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
-    use candle_core::{bail, CudaStorage, Layout, Result, Shape, Storage, Tensor};
+    use candle_core::{bail, CudaStorage, Layout, Result, Shape, Tensor};
 
     use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype};
 
@@ -187,16 +187,11 @@ mod imp {
     /// The device address of a position tensor (see `kv_write`), or 0 (null: the kernel takes `pos`). The
     /// tensor outlives every launch that reads it: the op holds a clone, and a captured graph's owner keeps it.
     fn position_address(position: Option<&Tensor>) -> Result<u64> {
-        use candle_core::cuda_backend::cudarc::driver::DevicePtr;
         let Some(position) = position else { return Ok(0) };
         if position.dtype() != candle_core::DType::U32 || position.elem_count() != 1 {
             bail!("fused decode: the position must be one u32, not {:?} {:?}", position.dtype(), position.shape());
         }
-        let (storage, layout) = position.storage_and_layout();
-        let Storage::Cuda(storage) = &*storage else { bail!("fused decode: the position tensor is not on the GPU") };
-        let slice = storage.as_cuda_slice::<u32>()?;
-        let (address, _sync) = slice.device_ptr(slice.stream());
-        Ok(address + 4 * layout.start_offset() as u64)
+        crate::engine::ops::cuda_kernels::launch::device_address::<u32>(position, "the fused decode's position")
     }
 
     pub struct KvWrite {

@@ -162,6 +162,17 @@ pub(crate) mod launch {
         Ok(storage.as_cuda_slice::<T>()?.slice(start..end))
     }
 
+    /// The device address of `t`'s first element, its storage of element type `T` (`what` names it in errors):
+    /// for kernels that take addresses by value (the multi-tensor kernels' chunks, the decode's position). The
+    /// address stays valid while `t` lives.
+    pub fn device_address<T: CudaDType>(t: &candle_core::Tensor, what: &str) -> Result<u64> {
+        use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+        let (storage, layout) = t.storage_and_layout();
+        let slice = on_cuda(&storage, what)?.as_cuda_slice::<T>()?;
+        let (ptr, _sync) = slice.device_ptr(slice.stream());
+        Ok(ptr + (layout.start_offset() * std::mem::size_of::<T>()) as u64)
+    }
+
     /// OPT_TENSORS of fused.cu: tensors a multi-tensor kernel (the optimizer's, the batched cast) takes per launch,
     /// their addresses passed by value.
     pub const MULTI_TENSORS: usize = 24;

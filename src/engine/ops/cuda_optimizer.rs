@@ -69,9 +69,11 @@ pub fn guarded_adamw(slots: &[ParamSlot], loss: &Tensor, max_norm: Option<f64>, 
 #[cfg(feature = "cuda")]
 mod imp {
     use super::{AdamWScalars, ParamSlot};
-    use crate::engine::ops::cuda_kernels::launch::{load, on_cuda, output, view, wrap, MULTI_TENSORS as TENSORS};
+    use crate::engine::ops::cuda_kernels::launch::{
+        device_address, load, on_cuda, output, view, wrap, MULTI_TENSORS as TENSORS,
+    };
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{Result, Tensor};
 
@@ -92,23 +94,13 @@ mod imp {
     // SAFETY: a plain-old-data struct laid out as the kernels' C struct.
     unsafe impl DeviceRepr for OptChunk {}
 
-    /// The device address of `t`'s first element (f32).
-    fn address(t: &Tensor, what: &str) -> Result<u64> {
-        let (storage, layout) = t.storage_and_layout();
-        let cuda = on_cuda(&storage, what)?;
-        let slice = cuda.as_cuda_slice::<f32>()?;
-        let stream = cuda.device().cuda_stream();
-        let (ptr, _sync) = slice.device_ptr(&stream);
-        Ok(ptr + (layout.start_offset() * std::mem::size_of::<f32>()) as u64)
-    }
-
     fn chunk(slots: &[ParamSlot]) -> Result<OptChunk> {
         let mut c = OptChunk { p: [0; TENSORS], m: [0; TENSORS], v: [0; TENSORS], g: [0; TENSORS], n: [0; TENSORS] };
         for (i, s) in slots.iter().enumerate() {
-            c.p[i] = address(s.param, "parameter")?;
-            c.m[i] = address(s.m, "first moment")?;
-            c.v[i] = address(s.v, "second moment")?;
-            c.g[i] = address(s.grad, "gradient")?;
+            c.p[i] = device_address::<f32>(s.param, "parameter")?;
+            c.m[i] = device_address::<f32>(s.m, "first moment")?;
+            c.v[i] = device_address::<f32>(s.v, "second moment")?;
+            c.g[i] = device_address::<f32>(s.grad, "gradient")?;
             c.n[i] = i32::try_from(s.param.elem_count())
                 .map_err(|_| candle_core::Error::Msg("fused AdamW: a parameter over 2^31 elements".into()))?;
         }
