@@ -2,9 +2,9 @@
 //! step, all on the device) against the composed one on the CPU: the same parameters and gradients over twelve
 //! steps with weight decay and clipping, then the parameters, both moments, the norms and losses compared; a
 //! non-finite loss or gradient leaves everything as it was; the head + loss (one cross-entropy kernel per chunk of
-//! rows) against the CPU's; adapter dropout applied on the GPU equal to the CPU's masks, element for element; and
-//! the batched cast of the adapters equal to each one's own cast (built with `--features cuda`; skipped without a
-//! GPU).
+//! rows) against the CPU's; adapter dropout applied on the GPU equal to the CPU's masks, element for element; the
+//! batched cast of the adapters equal to each one's own cast; and training steps begun ahead of the previous step's
+//! read equal to steps taken one by one (built with `--features cuda`; skipped without a GPU).
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -211,5 +211,71 @@ fn batched_cast_equals_each_tensors_own_cast() {
             let bits = |x: &Tensor| x.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
             assert_eq!(bits(got), bits(&t.to_dtype(dtype).unwrap()), "tensor {i} ({dtype:?})");
         }
+    }
+}
+
+#[test]
+fn steps_begun_ahead_equal_steps_taken_one_by_one() {
+    // The trainer and the benchmark begin step N+1 (its passes queued behind step N's update) before they read
+    // step N. On the GPU that must train exactly as steps taken one at a time: the same losses, norms and adapters,
+    // bit for bit, with dropout (seeded per step) and the fused update.
+    use metal_candle::engine::bench::random_batch;
+    use metal_candle::engine::lora;
+    use metal_candle::engine::train::{LoraSettings, StepRunner};
+    let Ok(cuda) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    let base =
+        metal_candle::engine::model::load_model(std::path::Path::new("tests/fixtures/tiny-llama"), &cuda, DType::BF16)
+            .unwrap();
+    let settings = LoraSettings {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.1,
+        targets: "all-linear".parse().unwrap(),
+        ..Default::default()
+    };
+    let new_runner = || {
+        let mut model = base.model.clone();
+        lora::detach_adapters(&mut model);
+        let params = lora::attach_new_adapters(&mut model, &settings, 3).unwrap();
+        StepRunner::new(model, &params, 0.01, Some(1.0), 7).unwrap()
+    };
+    let batch = |i: usize| [random_batch(base.config.vocab_size, 2, 40, 50 + i as u64)];
+    let lr = |i: usize| 2e-3 * (1.0 + i as f64);
+    let steps = 6;
+    // A few milliseconds of GPU work queued before each update keeps the GPU behind the host, so a read that did
+    // not wait for its step's copy would see the previous step's values (or, on the first step, none).
+    let busy = Tensor::ones((4096, 4096), DType::F32, &cuda).unwrap();
+    let keep_gpu_busy = || drop(busy.matmul(&busy).unwrap());
+    let mut one_by_one = new_runner();
+    let sequential: Vec<(f64, f64)> = (0..steps)
+        .map(|i| {
+            let begun = one_by_one.begin(&batch(i)).unwrap();
+            keep_gpu_busy();
+            let queued = one_by_one.queue_update(begun, lr(i)).unwrap();
+            one_by_one.finish(queued).unwrap()
+        })
+        .collect();
+    let mut overlapped = new_runner();
+    let mut ahead = Some(overlapped.begin(&batch(0)).unwrap());
+    let mut pipelined = Vec::new();
+    for i in 0..steps {
+        keep_gpu_busy();
+        let queued = overlapped.queue_update(ahead.take().unwrap(), lr(i)).unwrap();
+        if i + 1 < steps {
+            ahead = Some(overlapped.begin(&batch(i + 1)).unwrap());
+        }
+        pipelined.push(overlapped.finish(queued).unwrap());
+    }
+    assert_eq!(pipelined, sequential, "(loss, norm) per step");
+    // Each step read is its own: finite, and the losses of six different batches all differ.
+    assert!(sequential.iter().all(|(loss, norm)| loss.is_finite() && *loss > 0.0 && *norm > 0.0), "{sequential:?}");
+    let mut losses: Vec<u64> = sequential.iter().map(|(loss, _)| loss.to_bits()).collect();
+    losses.dedup();
+    assert_eq!(losses.len(), steps, "a step read the previous step's statistics: {sequential:?}");
+    for ((name, a), (_, b)) in one_by_one.optimizer.params().iter().zip(overlapped.optimizer.params()) {
+        assert_eq!(max_rel_diff(a.as_tensor(), b.as_tensor()), 0.0, "{name}");
     }
 }

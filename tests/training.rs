@@ -299,6 +299,43 @@ fn resume_reproduces_an_uninterrupted_run() {
 }
 
 #[test]
+fn a_stop_while_the_next_step_is_begun_saves_the_last_finished_step() {
+    // The trainer begins step N+1 before it reads step N. A stop asked for on step 3's event finds step 4 begun:
+    // it must be dropped unapplied, the final checkpoint must be step 3's (weights and data position), and a
+    // resume from it must continue exactly as the uninterrupted run.
+    let dir = tempfile::tempdir().unwrap();
+    let mut full = tiny_config(dir.path(), "full", 7);
+    full.lora.dropout = 0.1;
+    let (full_events, r) = run(&full);
+    r.unwrap();
+    let mut part = tiny_config(dir.path(), "part", 7);
+    part.lora.dropout = 0.1;
+    let base = load_model(&part.model, &Device::Cpu, DType::F32).unwrap();
+    let control = TrainControl::default();
+    let c2 = control.clone();
+    let mut first_half = Vec::new();
+    let run_dir = train::run_training(&part, &base, &control, &mut |e| {
+        if matches!(e, TrainEvent::Step { step: 3, .. }) {
+            c2.request_stop();
+        }
+        first_half.push(e);
+    })
+    .unwrap();
+    assert!(matches!(first_half.last(), Some(TrainEvent::Finished { step: 3, stopped_early: true, .. })));
+    assert_eq!(step_losses(&first_half).len(), 3);
+    let resume = TrainConfig { resume: Some(run_dir.join("checkpoint-3")), ..part.clone() };
+    let (second_half, r) = run(&resume);
+    r.unwrap();
+    let full_losses = step_losses(&full_events);
+    let resumed = step_losses(&second_half);
+    assert_eq!(resumed.iter().map(|l| l.0).collect::<Vec<_>>(), vec![4, 5, 6, 7]);
+    for (step, loss) in &resumed {
+        let (_, expected) = full_losses[step - 1];
+        assert!((loss - expected).abs() < 1e-6, "step {step}: resumed {loss} vs uninterrupted {expected}");
+    }
+}
+
+#[test]
 fn nan_loss_stops_the_run_and_keeps_the_last_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiny_config(dir.path(), "nan", 2);

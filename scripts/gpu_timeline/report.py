@@ -3,12 +3,14 @@
 
 Steps are the stretches of GPU work between two reads back to the host (a device-to-host copy followed by an idle
 GPU for more than --step-gap-us): both our bench and PyTorch's read the loss at the end of a step and synchronise.
+With --every-read, each device-to-host copy ends a step, idle or not: since the seventeenth session our trainer and
+bench begin the next step before they read the last, so the GPU no longer idles at the read.
 For the last --steps steps it prints: the GPU span of a step, the time the GPU was busy, and its idle time split
 into gaps where the host was late (the next operation was not yet submitted when the GPU ran dry) and gaps where
 it was submitted in time (the GPU's own launch latency between dependent operations), with the largest gaps and
 what surrounds them.
 
-    python3 report.py timeline.tsv [--steps 10] [--step-gap-us 100] [--top 12]
+    python3 report.py timeline.tsv [--steps 10] [--step-gap-us 100 | --every-read] [--top 12]
     python3 report.py timeline.tsv --by-kernel N   GPU time by kernel name over the whole run, divided by N (the
                                                   number of steps run), for a process that reads back mid-step
                                                   (PyTorch + Liger does), where the step split above does not hold
@@ -41,11 +43,12 @@ def short(name, width=60):
 
 
 def steps_of(gpu, gap_ns):
-    """Index ranges [a, b] of GPU operations, each ending with a device-to-host copy followed by an idle gap."""
+    """Index ranges [a, b] of GPU operations, each ending with a device-to-host copy followed by an idle gap of more
+    than gap_ns (any gap when gap_ns < 0)."""
     bounds, first = [], 0
     for i, (s, e, kind, _, name, _) in enumerate(gpu):
         nxt = gpu[i + 1][0] if i + 1 < len(gpu) else None
-        if kind == "M" and name == "memcpy-2" and (nxt is None or nxt - e > gap_ns):
+        if kind == "M" and name == "memcpy-2" and (nxt is None or gap_ns < 0 or nxt - e > gap_ns):
             bounds.append((first, i))
             first = i + 1
     return bounds
@@ -69,6 +72,7 @@ def main():
     ap.add_argument("timeline")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--step-gap-us", type=float, default=100.0)
+    ap.add_argument("--every-read", action="store_true", help="each device-to-host copy ends a step")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--by-kernel", type=int, default=0, metavar="STEPS")
     args = ap.parse_args()
@@ -76,7 +80,7 @@ def main():
     if args.by_kernel:
         by_kernel(gpu, args.by_kernel, args.top)
         return
-    steps = steps_of(gpu, int(args.step_gap_us * 1000))
+    steps = steps_of(gpu, -1 if args.every_read else int(args.step_gap_us * 1000))
     if len(steps) < 2:
         print(f"{args.timeline}: found {len(steps)} steps; nothing to report")
         return

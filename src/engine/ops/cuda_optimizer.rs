@@ -33,9 +33,28 @@ pub struct ParamSlot<'a> {
     pub grad: &'a Tensor,
 }
 
-/// What the guard decided, on the device: `[loss, squared gradient norm, clipping coefficient, skipped (0 or 1)]`
-/// as f64, to read once the step is queued.
-pub struct StepStats(pub Tensor);
+/// What the guard decided: `[loss, squared gradient norm, clipping coefficient, skipped (0 or 1)]` as f64, copied
+/// into page-locked host memory right behind the update. Reading it waits for that copy only, not for work queued
+/// after the step (the next step's passes, begun before this one is read): a read of the device's values would
+/// queue behind that work and wait for it.
+pub struct StepStats(HostStats);
+
+impl StepStats {
+    /// Wait for the step's update and read its statistics; gives the host memory back for the next step.
+    pub fn read(self) -> Result<([f64; 4], HostStats)> {
+        let values = self.0 .0.read()?;
+        Ok((values, self.0))
+    }
+}
+
+/// Page-locked host memory for one step's [`StepStats`], reused from step to step (allocating it is slow).
+pub struct HostStats(imp::Pinned);
+
+impl HostStats {
+    pub fn new(device: &candle_core::Device) -> Result<Self> {
+        imp::Pinned::new(device).map(Self)
+    }
+}
 
 /// Whether the fused optimizer kernels take `t`: f32 on CUDA, native kernels.
 pub fn available(t: &Tensor) -> bool {
@@ -43,8 +62,15 @@ pub fn available(t: &Tensor) -> bool {
 }
 
 /// Queue one guarded AdamW step over `slots`: the gradient norm, the clipping coefficient for `max_norm` (None: no
-/// clipping), the skip when `loss` (an f32 scalar on the same device) or the norm is not finite, and the update.
-pub fn guarded_adamw(slots: &[ParamSlot], loss: &Tensor, max_norm: Option<f64>, s: &AdamWScalars) -> Result<StepStats> {
+/// clipping), the skip when `loss` (an f32 scalar on the same device) or the norm is not finite, the update, and
+/// the copy of its statistics into `host`.
+pub fn guarded_adamw(
+    slots: &[ParamSlot],
+    loss: &Tensor,
+    max_norm: Option<f64>,
+    s: &AdamWScalars,
+    mut host: HostStats,
+) -> Result<StepStats> {
     for (i, slot) in slots.iter().enumerate() {
         let n = slot.param.elem_count();
         for (t, what) in [(slot.m, "first moment"), (slot.v, "second moment"), (slot.grad, "gradient")] {
@@ -63,19 +89,52 @@ pub fn guarded_adamw(slots: &[ParamSlot], loss: &Tensor, max_norm: Option<f64>, 
     if loss.elem_count() != 1 || !available(loss) {
         candle_core::bail!("fused AdamW: the loss must be one f32 value on the GPU, not {:?}", loss.shape());
     }
-    imp::guarded_adamw(slots, loss, max_norm, s).map(StepStats)
+    imp::guarded_adamw(slots, loss, max_norm, s, &mut host.0)?;
+    Ok(StepStats(host))
 }
 
 #[cfg(feature = "cuda")]
 mod imp {
     use super::{AdamWScalars, ParamSlot};
     use crate::engine::ops::cuda_kernels::launch::{
-        device_address, load, on_cuda, output, view, wrap, MULTI_TENSORS as TENSORS,
+        device_address, load, on_cuda, output, view, MULTI_TENSORS as TENSORS,
     };
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::sys::CUevent_flags;
+    use candle_core::cuda_backend::cudarc::driver::{
+        CudaEvent, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    };
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{Result, Tensor};
+
+    /// Four f64 of page-locked host memory and an event recorded behind the copy into them. The event is our own:
+    /// cudarc's pinned memory records its event only when it manages stream synchronization, which Candle turns off.
+    pub struct Pinned {
+        memory: PinnedHostSlice<f64>,
+        copied: CudaEvent,
+    }
+
+    impl Pinned {
+        pub fn new(device: &candle_core::Device) -> Result<Self> {
+            let candle_core::Device::Cuda(dev) = device else {
+                candle_core::bail!("the fused AdamW's statistics need a CUDA device")
+            };
+            let context = dev.cuda_stream().context().clone();
+            // Flags 0: cached memory the host reads (write-combined memory is slow to read).
+            // SAFETY: every value is written by the copy `guarded_adamw` queues before any read.
+            let memory = unsafe { context.alloc_pinned_with_flags::<f64>(4, 0) }.w()?;
+            // Blocking: the trainer's thread sleeps while it waits instead of spinning a core.
+            let copied = context.new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC)).w()?;
+            Ok(Self { memory, copied })
+        }
+
+        /// Wait for the last copy into this memory and read it.
+        pub fn read(&self) -> Result<[f64; 4]> {
+            self.copied.synchronize().w()?;
+            let values = self.memory.as_slice().w()?;
+            Ok([values[0], values[1], values[2], values[3]])
+        }
+    }
 
     /// OPT_BLOCKS of fused.cu.
     const BLOCKS: usize = 64;
@@ -116,7 +175,8 @@ mod imp {
         loss: &Tensor,
         max_norm: Option<f64>,
         s: &AdamWScalars,
-    ) -> Result<Tensor> {
+        host: &mut Pinned,
+    ) -> Result<()> {
         let (loss_storage, loss_layout) = loss.storage_and_layout();
         let loss_cuda = on_cuda(&loss_storage, "loss")?;
         let dev = loss_cuda.device().clone();
@@ -157,7 +217,10 @@ mod imp {
             // the parameter is a Var), so nothing else reads the values being replaced.
             unsafe { b.launch(cfg(BLOCKS, part.len())) }.w()?;
         }
-        Ok(wrap(stats, &dev, 4))
+        // Queued behind the update; the event marks the copy's end.
+        let stream = dev.cuda_stream();
+        stream.memcpy_dtoh(&stats, &mut host.memory).w()?;
+        host.copied.record(&stream).w()
     }
 }
 
@@ -167,7 +230,19 @@ mod imp {
     use super::{AdamWScalars, ParamSlot};
     use candle_core::{bail, Result, Tensor};
 
-    pub fn guarded_adamw(_: &[ParamSlot], _: &Tensor, _: Option<f64>, _: &AdamWScalars) -> Result<Tensor> {
+    pub struct Pinned;
+
+    impl Pinned {
+        pub fn new(_: &candle_core::Device) -> Result<Self> {
+            bail!("the fused AdamW runs on CUDA only")
+        }
+
+        pub fn read(&self) -> Result<[f64; 4]> {
+            bail!("the fused AdamW runs on CUDA only")
+        }
+    }
+
+    pub fn guarded_adamw(_: &[ParamSlot], _: &Tensor, _: Option<f64>, _: &AdamWScalars, _: &mut Pinned) -> Result<()> {
         bail!("the fused AdamW runs on CUDA only")
     }
 }

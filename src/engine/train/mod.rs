@@ -12,10 +12,12 @@ mod recorder;
 pub mod resume;
 pub mod run_folder;
 pub mod run_lock;
+mod step_runner;
 pub mod validate;
 
 pub use config::{lr_at, Checkpointing, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
 pub use events::{TrainControl, TrainEvent};
+pub use step_runner::{BegunStep, QueuedUpdate, StepRunner};
 
 use crate::engine::checkpoint::{self, TrainerState};
 use crate::engine::data::{self, BatchOptions, BatchPlan, DataOptions, PreparedDataset, TokenizeSpec};
@@ -23,8 +25,6 @@ use crate::engine::lora::{self, AdapterParam};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::LoadedModel;
 use crate::engine::{Error, Result};
-use candle_core::Tensor;
-use optimizer::{AdamW, AdamWParams};
 use recorder::Recorder;
 use run_lock::RunLock;
 use std::path::{Path, PathBuf};
@@ -92,68 +92,6 @@ pub fn plan_batches(config: &TrainConfig, train_lengths: Vec<usize>) -> Result<(
         },
     )?;
     Ok((plan, micro_batches.div_ceil(config.grad_accum)))
-}
-
-/// One optimizer step over a list of micro-batches: forward/backward with gradient accumulation, global
-/// norm clipping, AdamW. Shared by the trainer, the rank explorer and the training benchmark.
-pub struct StepRunner {
-    pub model: Transformer,
-    pub optimizer: AdamW,
-    pub max_grad_norm: Option<f64>,
-    /// Base of the per-step dropout seeds, so a resumed run draws the same masks.
-    pub seed: u64,
-    /// Gradient checkpointing (off unless set; see backprop.rs).
-    pub checkpointing: bool,
-}
-
-impl StepRunner {
-    /// Wrap a model whose adapters are `params`.
-    pub fn new(
-        model: Transformer,
-        params: &[AdapterParam],
-        weight_decay: f64,
-        max_grad_norm: Option<f64>,
-        seed: u64,
-    ) -> Result<Self> {
-        let named: Vec<(String, candle_core::Var)> = params
-            .iter()
-            .flat_map(|p| {
-                let prefix = checkpoint::peft_prefix(p.layer, p.module);
-                [(format!("{prefix}.lora_A"), p.a.clone()), (format!("{prefix}.lora_B"), p.b.clone())]
-            })
-            .collect();
-        let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
-        Ok(Self { model, optimizer, max_grad_norm, seed, checkpointing: false })
-    }
-
-    /// Returns (mean loss per target token over all micro-batches, gradient norm before clipping). A
-    /// non-finite loss or norm skips the update and is returned as is.
-    pub fn step(&mut self, batches: &[data::Batch], lr: f64) -> Result<(f64, f64)> {
-        lora::seed_dropout(&self.model, self.seed, self.optimizer.step);
-        let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
-        let denom = target_tokens.max(1) as f64;
-        let mut losses = Vec::with_capacity(batches.len());
-        let mut accumulated = crate::engine::model::Gradients::default();
-        for batch in batches {
-            let out = backprop::loss_and_gradients_with(&self.model, batch, 1.0 / denom, true, self.checkpointing)?;
-            losses.push(out.nll_sum);
-            accumulated.merge(out.grads)?;
-        }
-        let grads: Vec<Tensor> = self
-            .optimizer
-            .params()
-            .iter()
-            .map(|(_, v)| accumulated.get(v.as_tensor()).cloned().map(Ok).unwrap_or_else(|| v.zeros_like()))
-            .collect::<candle_core::Result<_>>()?;
-        let loss = crate::engine::ops::Scalar::scaled_sum(&losses, 1.0 / denom)?;
-        let queued = self.optimizer.queue_guarded_step(&grads, lr, self.max_grad_norm, &loss)?;
-        // The gradients go while the GPU still runs the step (stream-ordered frees, behind the update): freed
-        // after the read, their ~70 frees were a quarter of a millisecond of idle GPU between steps at 1B.
-        drop((grads, accumulated));
-        let outcome = self.optimizer.finish_step(queued)?;
-        let loss = if outcome.applied || !outcome.loss.is_finite() { outcome.loss } else { f64::NAN };
-        Ok((loss, outcome.grad_norm))
-    }
 }
 
 struct Trainer<'a> {
@@ -240,6 +178,9 @@ impl<'a> Trainer<'a> {
         // A resumed run starts from a checkpoint in this folder: it is saved already and is not rewritten
         // (resuming a finished run changes nothing on disk).
         let mut last_saved_step = (state.step > 0).then_some(state.step);
+        // A step begun before the previous one was read (see `step_runner`): only its passes are queued, so
+        // dropping it (a stop, an error) applies nothing of it.
+        let mut ahead: Option<TrainerStep> = None;
         while state.step < total_steps {
             if control.stop_requested() {
                 stopped_early = true;
@@ -250,15 +191,33 @@ impl<'a> Trainer<'a> {
                 clock.restart_window();
                 continue;
             }
-            let micro: Vec<_> = (0..cfg.grad_accum).filter_map(|_| batches.next()).collect();
-            let Some(last) = micro.last() else { break };
-            state.cursor = last.next;
-            let indices: Vec<&[usize]> = micro.iter().map(|b| b.indices.as_slice()).collect();
-            rec.send(self.step(&indices, &mut state, total_steps, &mut clock, last_saved_step)?)?;
-            if cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < total_steps {
+            let current = match ahead.take() {
+                Some(begun) => begun,
+                None => match self.begin_step(&mut batches)? {
+                    Some(begun) => begun,
+                    None => break,
+                },
+            };
+            let lr = lr_at(cfg, state.step, total_steps);
+            let queued = self.runner.queue_update(current.begun, lr)?;
+            // The next step is begun before this one is read, unless something must see this step's weights
+            // (an evaluation, a checkpoint) or the run ends or waits after it.
+            let this_step = state.step + 1;
+            let look_ahead = this_step < total_steps
+                && !self.eval_due(this_step, total_steps)
+                && !self.save_due(this_step, total_steps)
+                && !control.stop_requested()
+                && !control.is_paused();
+            let next_step = if look_ahead { self.begin_step(&mut batches) } else { Ok(None) };
+            let (loss, grad_norm) = self.runner.finish(queued)?;
+            let progress = StepProgress { loss, grad_norm, lr, cursor: current.cursor, tokens: current.tokens };
+            rec.send(self.record_step(progress, &mut state, total_steps, &mut clock, last_saved_step)?)?;
+            // A failure to begin the next step is reported after this step's event.
+            ahead = next_step?;
+            if self.eval_due(state.step, total_steps) {
                 state.val_loss = self.evaluate(state.step, rec)?;
             }
-            if cfg.save_every > 0 && state.step % cfg.save_every == 0 && state.step < total_steps {
+            if self.save_due(state.step, total_steps) {
                 state.elapsed_secs = clock.elapsed_secs();
                 self.save(&mut state, rec)?;
                 last_saved_step = Some(state.step);
@@ -326,22 +285,42 @@ impl<'a> Trainer<'a> {
         }
     }
 
-    /// One optimizer step over the micro-batches `indices`: updates `state` and returns its Step event, or an
-    /// error when the loss stops being finite (nothing from this step is applied or saved).
-    fn step(
+    /// Collate the next optimizer step's micro-batches and begin it (None when the plan is done).
+    fn begin_step(&mut self, batches: &mut data::BatchIter<'_>) -> Result<Option<TrainerStep>> {
+        let micro: Vec<_> = (0..self.config.grad_accum).filter_map(|_| batches.next()).collect();
+        let Some(last) = micro.last() else { return Ok(None) };
+        let collated = micro
+            .iter()
+            .map(|b| data::collate(&self.data.train.examples, &b.indices, self.pad_id))
+            .collect::<Result<Vec<_>>>()?;
+        let tokens = StepTokens {
+            trained: collated.iter().map(|b| b.lengths.iter().sum::<usize>()).sum(),
+            padded: collated.iter().map(|b| b.batch_size * b.seq_len).sum(),
+        };
+        Ok(Some(TrainerStep { begun: self.runner.begin(&collated)?, cursor: last.next.clone(), tokens }))
+    }
+
+    /// Whether an evaluation runs after `step` (not after the last: the run's end evaluates).
+    fn eval_due(&self, step: usize, total_steps: usize) -> bool {
+        self.config.val_every > 0 && step % self.config.val_every == 0 && step < total_steps
+    }
+
+    /// Whether a checkpoint is saved after `step` (not after the last: the run's end saves).
+    fn save_due(&self, step: usize, total_steps: usize) -> bool {
+        self.config.save_every > 0 && step % self.config.save_every == 0 && step < total_steps
+    }
+
+    /// Count a finished step into `state` and return its Step event, or an error when the loss stopped being
+    /// finite (nothing from that step was applied or saved).
+    fn record_step(
         &mut self,
-        indices: &[&[usize]],
+        progress: StepProgress,
         state: &mut TrainerState,
         total_steps: usize,
         clock: &mut StepClock,
         last_saved_step: Option<usize>,
     ) -> Result<TrainEvent> {
-        let batches = indices
-            .iter()
-            .map(|i| data::collate(&self.data.train.examples, i, self.pad_id))
-            .collect::<Result<Vec<_>>>()?;
-        let lr = lr_at(self.config, state.step, total_steps);
-        let (loss, grad_norm) = self.runner.step(&batches, lr)?;
+        let StepProgress { loss, grad_norm, lr, cursor, tokens } = progress;
         if !loss.is_finite() {
             return Err(Error::Training(format!(
                 "the loss became {loss} at step {}; nothing was saved from this step (last checkpoint: {}). \
@@ -351,10 +330,10 @@ impl<'a> Trainer<'a> {
             )));
         }
         state.step += 1;
+        state.cursor = cursor;
         state.train_loss = Some(loss);
-        state.trained_tokens += batches.iter().map(|b| b.lengths.iter().sum::<usize>()).sum::<usize>();
-        let padded_tokens: usize = batches.iter().map(|b| b.batch_size * b.seq_len).sum();
-        let (tokens_per_sec, elapsed_secs, eta_secs) = clock.record(padded_tokens, state.step, total_steps);
+        state.trained_tokens += tokens.trained;
+        let (tokens_per_sec, elapsed_secs, eta_secs) = clock.record(tokens.padded, state.step, total_steps);
         Ok(TrainEvent::Step {
             step: state.step,
             total_steps,
@@ -396,6 +375,29 @@ impl<'a> Trainer<'a> {
         )?;
         rec.send(TrainEvent::CheckpointSaved { step: state.step, path })
     }
+}
+
+/// An optimizer step of the trainer, begun: its passes queued, and what it will count once it is read.
+struct TrainerStep {
+    begun: BegunStep,
+    /// The data position after its batches (what a checkpoint after it stores).
+    cursor: data::DataCursor,
+    tokens: StepTokens,
+}
+
+/// Tokens of a step's micro-batches: real ones (trained) and with padding (throughput).
+struct StepTokens {
+    trained: usize,
+    padded: usize,
+}
+
+/// A step as read back, for [`Trainer::record_step`].
+struct StepProgress {
+    loss: f64,
+    grad_norm: f64,
+    lr: f64,
+    cursor: data::DataCursor,
+    tokens: StepTokens,
 }
 
 /// Emit Paused, sleep until resumed or stopped, emit Resumed.

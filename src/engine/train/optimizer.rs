@@ -32,6 +32,8 @@ pub struct AdamW {
     /// Completed optimizer steps.
     pub step: usize,
     hp: AdamWParams,
+    /// Host memory for the fused step's statistics, kept for the next step once read.
+    spare_stats: Option<cuda_optimizer::HostStats>,
 }
 
 impl AdamW {
@@ -39,7 +41,7 @@ impl AdamW {
         // Two allocations, not clones: the fused update writes each moment in place.
         let zeros = || params.iter().map(|(_, p)| p.zeros_like()).collect::<candle_core::Result<Vec<_>>>();
         let (m, v) = (zeros()?, zeros()?);
-        Ok(Self { params, m, v, step: 0, hp })
+        Ok(Self { params, m, v, step: 0, hp, spare_stats: None })
     }
 
     pub fn params(&self) -> &[(String, Var)] {
@@ -99,7 +101,11 @@ impl AdamW {
                     grad: &grads[i],
                 })
                 .collect();
-            let stats = cuda_optimizer::guarded_adamw(&slots, &loss.on_device(&device)?, max_norm, &scalars)?;
+            let host = match self.spare_stats.take() {
+                Some(host) => host,
+                None => cuda_optimizer::HostStats::new(&device)?,
+            };
+            let stats = cuda_optimizer::guarded_adamw(&slots, &loss.on_device(&device)?, max_norm, &scalars, host)?;
             return Ok(QueuedStep::OnDevice(stats));
         }
         let (loss, norm) = (loss.value()?, grad_norm(grads)?);
@@ -118,9 +124,8 @@ impl AdamW {
             QueuedStep::Done(outcome) => return Ok(outcome),
             QueuedStep::OnDevice(stats) => stats,
         };
-        let [loss, sum_squares, _, skipped] = stats.0.to_vec1::<f64>()?[..] else {
-            return Err(crate::engine::Error::Training("the optimizer's guard gave no statistics".into()));
-        };
+        let ([loss, sum_squares, _, skipped], host) = stats.read()?;
+        self.spare_stats = Some(host);
         let applied = skipped == 0.0;
         if !applied {
             self.step -= 1;
