@@ -9,7 +9,8 @@
 // Build here (no GPU needed; the CUDA 13 toolkit of ../shared/cuda/README.md, CUDA_LIBS = the wheel's lib folder
 // that holds libcudart_static.a), from the scripts folder:
 //   nvcc -O3 -arch=sm_90a -std=c++17 flash_kernel_bench.cu -o flash_kernel_bench -cudart static -L$CUDA_LIBS
-// sm_90a builds the kernels an H100 runs (dQ and dK/dV on warpgroup MMA); -arch=sm_90 the portable mma.sync ones.
+// sm_90a builds the kernels an H100 runs (warpgroup MMA); -arch=sm_90 the portable mma.sync ones (run it with
+// MMA_SYNC=1 in the environment, so the grids are mma.sync's).
 // (Add -DFUSED='"/other/checkout/src/engine/ops/cuda/fused.cu"' to build another version of the kernels of the
 // same signatures: until 2026-11-24 a separate flash_delta kernel computed delta, built by that commit's copy.)
 // Run on the lent GPU: flash_kernel_bench B T [REPS [PREFIX]]
@@ -47,7 +48,13 @@ int main(int argc, char** argv) {
   long long bs = (long long)KV * T * D, hs = (long long)T * D;
   dim3 gk((T + 63) / 64, KV, B);
   const double causal = 0.5 * (double)T * (T + 64) * D * H * B * 2;  // flops of one T x T x D product, causal
-  const int fr = D == 64 ? FwdTiles<64>::ROWS : FwdTiles<128>::ROWS, qr = D == 64 ? DqTiles<64>::ROWS : DqTiles<128>::ROWS;
+  // Rows a block owns: the sm_90a kernels' (R_WGMMA) on a 9.0 device of an sm_90a build, mma.sync's (R_MMA) else;
+  // as cuda_attention.rs's query_grid (this host code cannot see which device build runs).
+  int major = 0;
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  const bool wg = major == 9 && getenv("MMA_SYNC") == nullptr;  // MMA_SYNC=1 for a -arch=sm_90 build
+  const int fr = 64 * (wg ? FwdTiles<64>::R_WGMMA : D == 64 ? FwdTiles<64>::R_MMA : FwdTiles<128>::R_MMA);
+  const int qr = 64 * (wg ? DqTiles<64>::R_WGMMA : D == 64 ? DqTiles<64>::R_MMA : DqTiles<128>::R_MMA);
   dim3 gf((T + fr - 1) / fr, H, B), gd((T + qr - 1) / qr, H, B);
   auto fwd = [&] {
     if (D == 64) flash_forward_d64_bf16<<<gf, 128>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, scale);

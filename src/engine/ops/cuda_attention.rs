@@ -77,7 +77,7 @@ mod imp {
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
-    use candle_core::{bail, CudaStorage, DType, Layout, Result, Tensor};
+    use candle_core::{bail, CudaDevice, CudaStorage, DType, Layout, Result, Tensor};
 
     /// Rows a block owns and elements of a row per thread (FA_ROWS, FA_SLICE in the kernels).
     const ROWS: usize = 64;
@@ -121,11 +121,12 @@ mod imp {
         }
     }
 
-    /// The forward's and dQ's grid: on the tensor cores at head_dim 64 a warp owns two tiles of 16 query rows, so
-    /// a block owns 128 rows (FwdTiles and DqTiles in the kernels); otherwise as [`grid`].
-    fn query_grid(rows: usize, heads: usize, b: usize, d: usize, dtype: DType) -> LaunchConfig {
+    /// The forward's and dQ's grid: on the mma.sync tensor-core kernels at head_dim 64 a warp owns two tiles of 16
+    /// query rows, so a block owns 128 rows (R_MMA of FwdTiles and DqTiles in the kernels); otherwise, and on the
+    /// sm_90a (wgmma) kernels, as [`grid`].
+    fn query_grid(dev: &CudaDevice, rows: usize, heads: usize, b: usize, d: usize, dtype: DType) -> LaunchConfig {
         let mut cfg = grid(rows, heads, b, d, dtype);
-        if tensor_cores(d, dtype) && d == 64 {
+        if tensor_cores(d, dtype) && d == 64 && !sm90a(dev) {
             cfg.grid_dim.0 = rows.div_ceil(2 * ROWS) as u32;
         }
         cfg
@@ -166,7 +167,7 @@ mod imp {
             candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(tk), bs, hs, int(q_offset));
             candle_core::builder_arg!(a, int(window), scale);
             // SAFETY: arguments match the kernel's signature; every view spans what the kernel indexes.
-            unsafe { a.launch(query_grid(tq, heads, b, d, q.dtype())) }.w()?;
+            unsafe { a.launch(query_grid(&dev, tq, heads, b, d, q.dtype())) }.w()?;
             wrap(out, &dev, (b, tq, heads * d))
         });
         Ok((out, wrap(lse, &dev, (b, heads, tq))))
@@ -209,7 +210,7 @@ mod imp {
             a.arg(&dq);
             candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), scale);
             // SAFETY: arguments match the kernel's signature; buffers are sized above.
-            unsafe { a.launch(query_grid(tq, heads, b, d, q.dtype())) }.w()?;
+            unsafe { a.launch(query_grid(&dev, tq, heads, b, d, q.dtype())) }.w()?;
             let (dk, dv) = (output::<T>(&dev, b * kv_heads * tk * d)?, output::<T>(&dev, b * kv_heads * tk * d)?);
             let mut a = f_dkv.builder();
             a.arg(&v[0]);
