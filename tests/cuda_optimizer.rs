@@ -3,8 +3,9 @@
 //! steps with weight decay and clipping, then the parameters, both moments, the norms and losses compared; a
 //! non-finite loss or gradient leaves everything as it was; the head + loss (one cross-entropy kernel per chunk of
 //! rows) against the CPU's; adapter dropout applied on the GPU equal to the CPU's masks, element for element; the
-//! batched cast of the adapters equal to each one's own cast; and training steps begun ahead of the previous step's
-//! read equal to steps taken one by one (built with `--features cuda`; skipped without a GPU).
+//! batched cast of the adapters equal to each one's own cast; training steps begun ahead of the previous step's
+//! read equal to steps taken one by one; and gathered rows equal to index_select (built with `--features cuda`;
+//! skipped without a GPU).
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -277,5 +278,29 @@ fn steps_begun_ahead_equal_steps_taken_one_by_one() {
     assert_eq!(losses.len(), steps, "a step read the previous step's statistics: {sequential:?}");
     for ((name, a), (_, b)) in one_by_one.optimizer.params().iter().zip(overlapped.optimizer.params()) {
         assert_eq!(max_rel_diff(a.as_tensor(), b.as_tensor()), 0.0, "{name}");
+    }
+}
+
+#[test]
+fn gathered_rows_equal_index_select() {
+    // The embedding's lookup and the head's target rows: 16-byte copies where the rows allow them (2048 and 64
+    // columns; the table a view one row in), element copies where they do not (37 columns), against Candle's
+    // index_select.
+    let Ok(cuda) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    let ids: Vec<u32> = (0..300u32).map(|i| (i * 7919) % 1000).collect();
+    let index = Tensor::new(ids.as_slice(), &cuda).unwrap();
+    for dtype in [DType::F32, DType::BF16] {
+        for (cols, offset) in [(2048, 0), (37, 0), (64, 3)] {
+            let table =
+                seeded((1001, cols + offset), 1.0, cols as u64).to_device(&cuda).unwrap().to_dtype(dtype).unwrap();
+            let table = table.narrow(1, offset, cols).unwrap().narrow(0, 1, 1000).unwrap();
+            let got = ops::gather_rows(&table, &index).unwrap();
+            let want = table.contiguous().unwrap().index_select(&index, 0).unwrap();
+            assert_eq!(got.dims(), &[300, cols]);
+            assert_eq!(max_rel_diff(&got.to_dtype(DType::F32).unwrap(), &want.to_dtype(DType::F32).unwrap()), 0.0);
+        }
     }
 }

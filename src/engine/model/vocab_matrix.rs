@@ -123,7 +123,7 @@ impl VocabMatrix {
     /// Rows `ids` (n) as an (n, hidden) tensor in the compute dtype: the embedding lookup.
     pub fn rows(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         let (blocks, rows_per_block, hidden, dtype) = match self {
-            Self::Dense(w) => return w.index_select(ids, 0),
+            Self::Dense(w) => return crate::engine::ops::gather_rows(w, ids),
             Self::Quantized { blocks, rows_per_block, hidden, dtype, .. } => (blocks, *rows_per_block, *hidden, *dtype),
         };
         let wanted = ids.to_dtype(DType::U32)?.flatten_all()?.to_vec1::<u32>()?;

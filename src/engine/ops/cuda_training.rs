@@ -70,6 +70,13 @@ pub fn scatter_rows(src: &Tensor, index: &Tensor, rows: usize) -> Result<Tensor>
     Ok(out)
 }
 
+/// Row `index[i]` of `src` (rows, cols) as row i of the result (n, cols); `index` (n) u32 on the device. Candle's
+/// index_select moves an element per thread; this moves 16 bytes (the embedding's lookup and the head's target
+/// rows at 1 x 4096 in bf16: 73 -> ~12 us each).
+pub fn gather_rows(src: &Tensor, index: &Tensor) -> Result<Tensor> {
+    src.contiguous()?.apply_op2_no_bwd(&index.contiguous()?, &imp::GatherRows)
+}
+
 /// `x` times the dropout mask of `ops::dropout`'s generator from `base` (kept below `threshold`, kept values
 /// `scale`), the mask never written (one pass).
 pub fn dropout_apply(x: &Tensor, base: u64, threshold: u32, scale: f32) -> Result<Tensor> {
@@ -258,6 +265,41 @@ mod imp {
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             });
             Ok((slice, gl.shape().clone()))
+        }
+    }
+
+    pub struct GatherRows;
+
+    impl candle_core::CustomOp2 for GatherRows {
+        fn name(&self) -> &'static str {
+            "gather-rows"
+        }
+
+        refuse_cpu!(CustomOp2, "gather-rows");
+
+        fn cuda_fwd(&self, s: &CudaStorage, sl: &Layout, i: &CudaStorage, il: &Layout) -> Result<(CudaStorage, Shape)> {
+            let (rows, cols) = sl.shape().dims2()?;
+            let n = il.shape().dims1()?;
+            let dev = s.device().clone();
+            let f = func!(s, "gather_rows")?;
+            let idx = view::<u32>(i, il, "index")?;
+            let slice = with_dtype!(s, T, {
+                let out = output::<T>(&dev, n * cols)?;
+                if n > 0 {
+                    let sv = view::<T>(s, sl, "source rows")?;
+                    let mut b = f.builder();
+                    b.arg(&sv);
+                    b.arg(&idx);
+                    b.arg(&out);
+                    candle_core::builder_arg!(b, int(cols), rows as u32);
+                    let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                    // SAFETY: arguments match the kernel's signature; `out` holds n rows, and the kernel stops on an
+                    // index past `rows`.
+                    unsafe { b.launch(cfg) }.w()?;
+                }
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            });
+            Ok((slice, Shape::from((n, cols))))
         }
     }
 
@@ -468,6 +510,7 @@ mod imp {
     pub struct SiluMulBackward;
     pub struct SiluMul;
     pub struct ScatterRows;
+    pub struct GatherRows;
     #[allow(dead_code)]
     pub struct DropoutApply {
         pub base: u64,
@@ -478,6 +521,7 @@ mod imp {
     cpu_only_op!(HeadsRope, CustomOp3, "heads-rope");
     cpu_only_op!(SiluMul, CustomOp2, "silu-mul");
     cpu_only_op!(ScatterRows, InplaceOp3, "scatter-rows");
+    cpu_only_op!(GatherRows, CustomOp2, "gather-rows");
     cpu_only_op!(MaskedSoftmax, CustomOp1, "masked-softmax");
     cpu_only_op!(SoftmaxBackward, CustomOp2, "softmax-backward");
     cpu_only_op!(SiluMulBackward, CustomOp3, "silu-mul-backward");

@@ -158,7 +158,7 @@ pub fn loss_and_gradients_with(
 
     let (x, normed) = model.final_norm_after(&x, pending.as_ref())?;
     let source_index = Tensor::from_vec(sources, targets.len(), device)?;
-    let picked = normed.index_select(&source_index, 0)?;
+    let picked = ops::gather_rows(&normed, &source_index)?;
     let head = model.head_nll(&picked, &targets, Some(loss_scale))?;
     let d_picked = head.grad_hidden.ok_or_else(|| candle_core::Error::Msg("head loss without gradient".into()))?;
     let d_normed = ops::scatter_rows(&d_picked, &source_index, normed.dim(0)?)?;

@@ -148,13 +148,34 @@ __device__ void silu_mul(const T* gate, const T* up, T* out, size_t n) {
   }
 }
 
+// One row of `cols` elements copied by the block's threads: 16 bytes at a time when both rows allow it.
+template <typename T>
+__device__ __forceinline__ void copy_row(const T* from, T* to, int cols) {
+  constexpr int V = 16 / sizeof(T);
+  if (cols % V == 0 && aligned16(from) && aligned16(to)) {
+    const uint4* f = reinterpret_cast<const uint4*>(from);
+    uint4* t = reinterpret_cast<uint4*>(to);
+    for (int i = threadIdx.x; i < cols / V; i += blockDim.x) t[i] = f[i];
+    return;
+  }
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) to[i] = from[i];
+}
+
 // Row i of src (n rows of `cols`) into row index[i] of out, which holds zeros elsewhere (the indices are distinct:
 // the positions that have a target). Grid (n), block 256.
 template <typename T>
 __device__ void scatter_rows(const T* src, const uint32_t* index, T* out, int cols) {
-  const T* from = src + (size_t)blockIdx.x * cols;
-  T* to = out + (size_t)index[blockIdx.x] * cols;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) to[i] = from[i];
+  copy_row(src + (size_t)blockIdx.x * cols, out + (size_t)index[blockIdx.x] * cols, cols);
+}
+
+// Row index[i] of src (`rows` rows of `cols`) into row i of out: the embedding's lookup, the head's target
+// positions. An index past the rows stops the kernel (a device assert, as Candle's index_select). Grid (n),
+// block 256.
+template <typename T>
+__device__ void gather_rows(const T* src, const uint32_t* index, T* out, int cols, unsigned int rows) {
+  const unsigned int row = index[blockIdx.x];
+  assert(row < rows);
+  copy_row(src + (size_t)row * cols, out + (size_t)blockIdx.x * cols, cols);
 }
 
 #define INSTANTIATE_TRAINING(T, SUFFIX)                                                                          \
@@ -178,6 +199,10 @@ __device__ void scatter_rows(const T* src, const uint32_t* index, T* out, int co
   }                                                                                                              \
   extern "C" __global__ void scatter_rows_##SUFFIX(const T* src, const uint32_t* index, T* out, int cols) {      \
     scatter_rows<T>(src, index, out, cols);                                                                      \
+  }                                                                                                              \
+  extern "C" __global__ void gather_rows_##SUFFIX(const T* src, const uint32_t* index, T* out, int cols,         \
+                                                  unsigned int rows) {                                           \
+    gather_rows<T>(src, index, out, cols, rows);                                                                 \
   }
 
 INSTANTIATE_TRAINING(float, f32)
