@@ -297,17 +297,17 @@ impl<'a> Trainer<'a> {
             trained: collated.iter().map(|b| b.lengths.iter().sum::<usize>()).sum(),
             padded: collated.iter().map(|b| b.batch_size * b.seq_len).sum(),
         };
-        Ok(Some(TrainerStep { begun: self.runner.begin(&collated)?, cursor: last.next.clone(), tokens }))
+        Ok(Some(TrainerStep { begun: self.runner.begin(&collated)?, cursor: last.next, tokens }))
     }
 
     /// Whether an evaluation runs after `step` (not after the last: the run's end evaluates).
     fn eval_due(&self, step: usize, total_steps: usize) -> bool {
-        self.config.val_every > 0 && step % self.config.val_every == 0 && step < total_steps
+        self.config.val_every > 0 && step.is_multiple_of(self.config.val_every) && step < total_steps
     }
 
     /// Whether a checkpoint is saved after `step` (not after the last: the run's end saves).
     fn save_due(&self, step: usize, total_steps: usize) -> bool {
-        self.config.save_every > 0 && step % self.config.save_every == 0 && step < total_steps
+        self.config.save_every > 0 && step.is_multiple_of(self.config.save_every) && step < total_steps
     }
 
     /// Count a finished step into `state` and return its Step event, or an error when the loss stopped being

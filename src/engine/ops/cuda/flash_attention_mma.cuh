@@ -53,13 +53,14 @@ template <int D> struct MmaTile {
   static constexpr int N = D == 128 ? 32 : 64;
 };
 
-// Row tiles of 16 a warp owns in the forward. On mma.sync two at head_dim 64, so every K or V fragment read from
-// shared memory serves 32 rows (the products are otherwise bound by shared-memory reads), one at 128 (registers).
-// On wgmma (sm_90a) one: the tensor cores read K and V from shared memory once per warpgroup whatever the rows, and
-// one 64-row tile takes 128 registers a thread where two took 223, so four blocks share an SM instead of two and
-// one block's softmax runs while another's products do (1 x 4096 at the 1B shape: 0.215 -> 0.193 ms).
-// ROWS is the grid's row blocks (cuda_attention.rs: query_grid); host code picks R_MMA or R_WGMMA itself.
-template <int D> struct FwdTiles {
+// Row tiles of 16 a warp owns in the forward and in dQ. On mma.sync two at head_dim 64, so every K or V fragment read
+// from shared memory serves 32 rows (the products are otherwise bound by shared-memory reads), one at 128
+// (registers). On wgmma (sm_90a) one: the tensor cores read K and V from shared memory once per warpgroup whatever
+// the rows, and one 64-row tile takes 128 (forward) and 157 (dQ) registers a thread where two took 223 and 242, so
+// four and three blocks share an SM instead of two, one block's softmax running while another's products do (1 x
+// 4096 at the 1B shape: forward 0.216 -> 0.192 ms, dQ 0.243 -> 0.219). ROWS sizes the grid (cuda_attention.rs:
+// query_grid); host code picks R_MMA or R_WGMMA itself (it cannot see which device build runs).
+template <int D> struct QueryTiles {
   static constexpr int R_MMA = D == 64 ? 2 : 1, R_WGMMA = 1;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static constexpr int R = R_WGMMA;
@@ -68,6 +69,7 @@ template <int D> struct FwdTiles {
 #endif
   static constexpr int ROWS = MMA_WARPS * 16 * R;  // rows a block owns (the grid's x: ceil(tq / ROWS))
 };
+template <int D> struct FwdTiles : QueryTiles<D> {};
 
 // Whether any key j0..j1 is visible from some query position p0..p1 (the tile is not wholly masked for them).
 __device__ __forceinline__ bool fa_tile_any(int p0, int p1, int j0, int j1, int window) {
@@ -344,19 +346,10 @@ __device__ __forceinline__ void dkv_keys_setup(const T* k, const T* v, size_t kv
   }
 }
 
-// Row tiles of 16 a warp owns in dQ and keys per streamed tile: at head_dim 64 two row tiles on mma.sync (as in the
-// forward) over tiles of 32 keys, which keeps the scores, their gradient and dQ of 32 rows in registers; one row
-// tile over MmaTile's keys at 128. On wgmma one row tile, as in the forward (157 registers, not 242: three blocks an
-// SM; 0.242 -> 0.219 ms at 1 x 4096).
-template <int D> struct DqTiles {
-  static constexpr int R_MMA = D == 64 ? 2 : 1, R_WGMMA = 1;
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static constexpr int R = R_WGMMA;
-#else
-  static constexpr int R = R_MMA;
-#endif
+// dQ's row tiles (QueryTiles) and keys per streamed tile: at head_dim 64 tiles of 32 keys, which keeps the scores,
+// their gradient and dQ of two row tiles in registers on mma.sync; MmaTile's keys at 128.
+template <int D> struct DqTiles : QueryTiles<D> {
   static constexpr int N = D == 64 ? 32 : MmaTile<D>::N;
-  static constexpr int ROWS = MMA_WARPS * 16 * R;  // rows a block owns (the grid's x: ceil(tq / ROWS))
 };
 
 // dQ, and each row's delta = rowsum(dO * O) that the softmax gradient subtracts, written to `delta` for the dK/dV

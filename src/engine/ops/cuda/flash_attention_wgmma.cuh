@@ -25,7 +25,8 @@
 // The forward of flash_forward_mma on wgmma: a block is one warpgroup owning FwdTiles<D>::ROWS query rows as
 // FwdTiles<D>::R tiles of 64 (Q as A in registers), over tiles of MmaTile<D>::N keys. All tiles' scores are issued
 // at once, each as its own group; each tile's softmax then runs while the tensor cores work on a later tile's
-// scores or an earlier tile's P V. Grid (ceil(tq / FwdTiles<D>::ROWS), heads, b), block MMA_THREADS.
+// scores or an earlier tile's P V. R is 1 (QueryTiles): the overlap comes from the blocks that share an SM.
+// Grid (ceil(tq / FwdTiles<D>::ROWS), heads, b), block MMA_THREADS.
 template <typename T, int D>
 __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
                                     int tq, int tk, long long bs, long long hs, int q_offset, int window,
@@ -90,10 +91,11 @@ __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, 
 }
 
 // dQ (and each row's delta) of flash_backward_dq_mma at head_dim 64 on wgmma: a block is one warpgroup owning
-// DqTiles<64>::ROWS = 128 query rows as two tiles of 64 (Q, dO as A in registers), taken one after the other over
-// each 64-key tile of K and V in shared memory: S = Q K^T and dP = dO V^T read both K-major, dQ += dS K reads K
-// MN-major. Every key tile is computed for both row tiles, also past the causal edge (masked): products under a
-// data-dependent branch make ptxas serialize them. Grid (ceil(tq / 128), heads, b), block MMA_THREADS.
+// DqTiles<64>::ROWS query rows as DqTiles<64>::R tiles of 64 (one: see QueryTiles; Q, dO as A in registers), taken
+// one after the other over each 64-key tile of K and V in shared memory: S = Q K^T and dP = dO V^T read both
+// K-major, dQ += dS K reads K MN-major. Every key tile is computed for every row tile, also past the causal edge
+// (masked): products under a data-dependent branch make ptxas serialize them. Grid (ceil(tq / DqTiles<64>::ROWS),
+// heads, b), block MMA_THREADS.
 template <typename T, int D>
 __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, const T* out, const T* d_out,
                                         const float* lse, float* delta, T* dq, int heads, int kv_heads, int tlen,

@@ -3,6 +3,7 @@
 // norm (cuda_residual.rs), the optimizer (cuda_optimizer.rs), and through the included files the training pass's
 // element-wise blocks (training.cuh), the head split (heads.cuh) and the flash attention (flash_attention*.cuh).
 // Compiled to PTX by build.rs when the `cuda` feature is on. Math is in f32 for every storage type.
+#include <assert.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
 
