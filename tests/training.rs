@@ -46,6 +46,33 @@ fn run(cfg: &TrainConfig) -> (Vec<TrainEvent>, metal_candle::engine::Result<std:
     (events, result)
 }
 
+/// Run `cfg`, asking the run to stop (as the studio's Stop does) when an event matches `stop_at`.
+fn run_stopping_at(
+    cfg: &TrainConfig,
+    stop_at: impl Fn(&TrainEvent) -> bool,
+) -> (Vec<TrainEvent>, metal_candle::engine::Result<std::path::PathBuf>) {
+    let base = load_model(&cfg.model, &Device::Cpu, DType::F32).unwrap();
+    let control = TrainControl::default();
+    let asker = control.clone();
+    let mut events = Vec::new();
+    let result = train::run_training(cfg, &base, &control, &mut |e| {
+        if stop_at(&e) {
+            asker.request_stop();
+        }
+        events.push(e);
+    });
+    (events, result)
+}
+
+/// Each step of a resumed run has the loss the uninterrupted run had at that step.
+fn assert_resumed_losses_match(uninterrupted: &[TrainEvent], resumed: &[(usize, f64)]) {
+    let full_losses = step_losses(uninterrupted);
+    for (step, loss) in resumed {
+        let (_, expected) = full_losses[step - 1];
+        assert!((loss - expected).abs() < 1e-6, "step {step}: resumed {loss} vs uninterrupted {expected}");
+    }
+}
+
 fn step_losses(events: &[TrainEvent]) -> Vec<(usize, f64)> {
     events
         .iter()
@@ -265,28 +292,15 @@ fn resume_reproduces_an_uninterrupted_run() {
     part.lora.dropout = 0.1;
     part.save_every = 4;
     // Stop the second run right after its step-4 checkpoint, as a crash would.
-    let base = load_model(&part.model, &Device::Cpu, DType::F32).unwrap();
-    let control = TrainControl::default();
-    let c2 = control.clone();
-    let mut first_half = Vec::new();
-    let _ = train::run_training(&part, &base, &control, &mut |e| {
-        if matches!(e, TrainEvent::CheckpointSaved { step: 4, .. }) {
-            c2.request_stop();
-        }
-        first_half.push(e);
-    });
+    let _ = run_stopping_at(&part, |e| matches!(e, TrainEvent::CheckpointSaved { step: 4, .. }));
     let run_dir = dir.path().join("part");
     // Simulate a crash: drop the checkpoint the stop wrote after step 4 if it went further, keep checkpoint-4.
     let resume = TrainConfig { resume: Some(run_dir.join("checkpoint-4")), ..part.clone() };
     let (second_half, r) = run(&resume);
     r.unwrap();
-    let full_losses = step_losses(&full_events);
     let resumed: Vec<(usize, f64)> = step_losses(&second_half);
     assert_eq!(resumed.first().map(|l| l.0), Some(5), "resume continues at step 5");
-    for (step, loss) in &resumed {
-        let (_, expected) = full_losses[step - 1];
-        assert!((loss - expected).abs() < 1e-6, "step {step}: resumed {loss} vs uninterrupted {expected}");
-    }
+    assert_resumed_losses_match(&full_events, &resumed);
     // metrics.jsonl continues: steps 1..=8 once each.
     let steps: Vec<usize> = metal_candle::engine::train::run_folder::read_metrics(&run_dir)
         .iter()
@@ -310,29 +324,16 @@ fn a_stop_while_the_next_step_is_begun_saves_the_last_finished_step() {
     r.unwrap();
     let mut part = tiny_config(dir.path(), "part", 7);
     part.lora.dropout = 0.1;
-    let base = load_model(&part.model, &Device::Cpu, DType::F32).unwrap();
-    let control = TrainControl::default();
-    let c2 = control.clone();
-    let mut first_half = Vec::new();
-    let run_dir = train::run_training(&part, &base, &control, &mut |e| {
-        if matches!(e, TrainEvent::Step { step: 3, .. }) {
-            c2.request_stop();
-        }
-        first_half.push(e);
-    })
-    .unwrap();
+    let (first_half, r) = run_stopping_at(&part, |e| matches!(e, TrainEvent::Step { step: 3, .. }));
+    let run_dir = r.unwrap();
     assert!(matches!(first_half.last(), Some(TrainEvent::Finished { step: 3, stopped_early: true, .. })));
     assert_eq!(step_losses(&first_half).len(), 3);
     let resume = TrainConfig { resume: Some(run_dir.join("checkpoint-3")), ..part.clone() };
     let (second_half, r) = run(&resume);
     r.unwrap();
-    let full_losses = step_losses(&full_events);
     let resumed = step_losses(&second_half);
     assert_eq!(resumed.iter().map(|l| l.0).collect::<Vec<_>>(), vec![4, 5, 6, 7]);
-    for (step, loss) in &resumed {
-        let (_, expected) = full_losses[step - 1];
-        assert!((loss - expected).abs() < 1e-6, "step {step}: resumed {loss} vs uninterrupted {expected}");
-    }
+    assert_resumed_losses_match(&full_events, &resumed);
 }
 
 #[test]
