@@ -72,7 +72,7 @@ pub fn scatter_rows(src: &Tensor, index: &Tensor, rows: usize) -> Result<Tensor>
 
 /// Row `index[i]` of `src` (rows, cols) as row i of the result (n, cols); `index` (n) u32 on the device. Candle's
 /// index_select moves an element per thread; this moves 16 bytes (the embedding's lookup and the head's target
-/// rows at 1 x 4096 in bf16: 73 -> ~12 us each).
+/// rows at 1 x 4096 in bf16: 73 -> 11 us each on the lent H100).
 pub fn gather_rows(src: &Tensor, index: &Tensor) -> Result<Tensor> {
     src.contiguous()?.apply_op2_no_bwd(&index.contiguous()?, &imp::GatherRows)
 }
@@ -92,11 +92,16 @@ mod imp {
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{bail, CudaStorage, Layout, Result, Shape, Tensor};
 
-    /// One block of 256 threads per row of `cols`.
+    /// One block of 256 threads for each of `rows` rows.
+    fn block_per_row(rows: usize) -> LaunchConfig {
+        LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    /// [`block_per_row`] over the rows of `cols` (the last dimension) of `layout`: (rows, cols, launch).
     fn per_row(layout: &Layout) -> (usize, usize, LaunchConfig) {
         let cols = layout.shape().dims().last().copied().unwrap_or(1).max(1);
         let rows = layout.shape().elem_count() / cols;
-        (rows, cols, LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 })
+        (rows, cols, block_per_row(rows))
     }
 
     fn same_shape(a: &Layout, b: &Layout, what: &str) -> Result<()> {
@@ -292,10 +297,9 @@ mod imp {
                     b.arg(&idx);
                     b.arg(&out);
                     candle_core::builder_arg!(b, int(cols), rows as u32);
-                    let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
                     // SAFETY: arguments match the kernel's signature; `out` holds n rows, and the kernel stops on an
                     // index past `rows`.
-                    unsafe { b.launch(cfg) }.w()?;
+                    unsafe { b.launch(block_per_row(n)) }.w()?;
                 }
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             });
@@ -371,10 +375,9 @@ mod imp {
                 b.arg(&idx);
                 b.arg(&mut ov);
                 candle_core::builder_arg!(b, int(cols));
-                let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
                 // SAFETY: arguments match the kernel's signature; every index is a row of `out` (the caller's
                 // positions within the batch).
-                unsafe { b.launch(cfg) }.w()?;
+                unsafe { b.launch(block_per_row(n)) }.w()?;
             });
             Ok(())
         }

@@ -64,9 +64,10 @@ impl AdamW {
         self.finish_step(queued)
     }
 
-    /// [`AdamW::guarded_step`] up to its read back: on CUDA the step is queued and its statistics stay on the
-    /// device, so the caller can let go of the gradients (their memory is freed in stream order, behind the
-    /// update) before [`AdamW::finish_step`] waits for the GPU; elsewhere the step is done here.
+    /// [`AdamW::guarded_step`] up to its read back: on CUDA the step is queued, with the copy of its statistics
+    /// into host memory right behind the update, so the caller can let go of the gradients (their memory is freed
+    /// in stream order, behind the update) and queue more work before [`AdamW::finish_step`] waits for that copy;
+    /// elsewhere the step is done here.
     pub fn queue_guarded_step(
         &mut self,
         grads: &[Tensor],
