@@ -3,6 +3,7 @@
 
 mod bench;
 mod data;
+pub mod hub;
 mod inference;
 mod runtime;
 mod train;
@@ -81,6 +82,9 @@ pub enum Command {
     /// List the models on this machine (the studio's scan): the Hugging Face cache, ./models and --dir folders,
     /// each with its family, or why it cannot be run.
     Models(ModelsArgs),
+    /// The Hugging Face Hub: search, download into the shared cache, store a token.
+    #[command(subcommand)]
+    Hub(hub::HubCommand),
 }
 
 #[derive(Debug, Args)]
@@ -192,7 +196,8 @@ impl SamplingCutArgs {
 /// Options shared by every command that loads a model.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// A Hugging Face model folder or a .gguf file.
+    /// A Hugging Face model folder, a .gguf file, or a Hub repo id (ORG/NAME[@REVISION][:QUANT]), read from the
+    /// cache or downloaded.
     #[arg(long)]
     pub model: std::path::PathBuf,
     /// A LoRA adapter folder (ours or PEFT's) to apply.
@@ -218,7 +223,8 @@ impl ModelArgs {
         let placement = crate::engine::device::setup(self.device, self.dtype)?;
         print_placement_notes(&placement);
         let options = crate::engine::model::LoadOptions { quantize: self.quantize };
-        let model = load_model_showing_progress(&self.model, &placement, &options)?;
+        let source = hub::resolve_path(&self.model, crate::engine::hub::RepoKind::Model)?;
+        let model = load_model_showing_progress(&source.path, &placement, &options)?;
         let mut model = model;
         if let Some(adapter) = &self.adapter {
             if let Some(warning) = crate::engine::checkpoint::base_mismatch(adapter, &model)? {
@@ -263,6 +269,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Bench(b)) => bench::run(b),
         Some(Command::Doctor(a)) => doctor(&a),
         Some(Command::Models(a)) => models(&a),
+        Some(Command::Hub(c)) => hub::run(c),
     }
 }
 

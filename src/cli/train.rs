@@ -174,8 +174,36 @@ impl TrainArgs {
     }
 }
 
+/// `ORG/NAME@COMMIT[:FILE]`: exactly what a run recorded, for a resume on a machine without that path.
+fn origin_spec(origin: &crate::engine::hub::HubOrigin) -> PathBuf {
+    let file = origin.file.as_ref().map_or(String::new(), |f| format!(":{f}"));
+    PathBuf::from(format!("{}@{}{file}", origin.repo, origin.commit))
+}
+
+/// Model and dataset given as Hub repo ids become cache paths, their origins recorded for run.json and the
+/// adapter's `base_model_name_or_path`. A recorded origin stands in for a recorded path that is not here.
+fn resolve_sources(config: &mut TrainConfig) -> anyhow::Result<()> {
+    use crate::engine::hub::RepoKind;
+    for (kind, path, source) in [
+        (RepoKind::Model, &mut config.model, &mut config.model_source),
+        (RepoKind::Dataset, &mut config.data, &mut config.data_source),
+    ] {
+        let wanted = match source.as_ref().filter(|_| !path.exists()) {
+            Some(origin) => origin_spec(origin),
+            None => path.clone(),
+        };
+        let resolved = super::hub::resolve_path(&wanted, kind)?;
+        if resolved.origin.is_some() {
+            *path = resolved.path;
+            *source = resolved.origin;
+        }
+    }
+    Ok(())
+}
+
 pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     let mut config = args.to_config()?;
+    resolve_sources(&mut config)?;
     let placement = crate::engine::device::setup(config.device, config.dtype)?;
     super::print_placement_notes(&placement);
     let options = LoadOptions { quantize: config.quantize };
@@ -328,7 +356,7 @@ pub struct ExportArgs {
 
 pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
     let model = match (&args.model, &args.checkpoint) {
-        (Some(m), _) => m.clone(),
+        (Some(m), _) => super::hub::resolve_path(m, crate::engine::hub::RepoKind::Model)?.path,
         (None, None) => anyhow::bail!("pass --checkpoint, or --model to export the base model alone"),
         (None, Some(checkpoint)) => {
             let run_json = checkpoint.parent().map(|p| p.join(crate::engine::train::run_folder::RUN_CONFIG));

@@ -75,6 +75,9 @@ pub enum Error {
     Cancelled,
 
     #[error(transparent)]
+    Hub(#[from] super::hub::HubError),
+
+    #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }
 
@@ -104,6 +107,7 @@ impl Error {
             Error::Training(_) => ErrorKind::Training,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Candle(_) => ErrorKind::Compute,
+            Error::Hub(_) => ErrorKind::Hub,
         }
     }
 
@@ -151,6 +155,8 @@ pub enum ErrorKind {
     Cancelled,
     /// A tensor operation failed.
     Compute,
+    /// The Hugging Face Hub or its cache: not found, gated, offline, network, corrupt download.
+    Hub,
     /// A bug: a panic or a thread that could not start.
     Internal,
 }
@@ -172,6 +178,7 @@ impl ErrorKind {
             ErrorKind::Training => "training error",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Compute => "compute error",
+            ErrorKind::Hub => "Hugging Face Hub",
             ErrorKind::Internal => "internal error",
         }
     }

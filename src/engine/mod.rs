@@ -13,6 +13,7 @@ pub mod error;
 pub mod estimate;
 pub mod export;
 pub mod generate;
+pub mod hub;
 pub mod lora;
 pub mod model;
 pub mod ops;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod hub_server;
 pub mod reference;
 
 use std::path::PathBuf;

@@ -99,11 +99,11 @@ fn peft_type_lora() -> String {
 impl PeftAdapterConfig {
     /// The config of an adapter trained with `settings` on a model of `num_layers` layers; `settings.targets`
     /// as resolved for the model's family (`TrainConfig::for_model`), so `target_modules` names its linears.
-    pub fn for_settings(settings: &LoraSettings, num_layers: usize, base_model: &Path) -> Result<Self> {
+    pub fn for_settings(settings: &LoraSettings, num_layers: usize, base_model: &str) -> Result<Self> {
         let layers = settings.layers.map(|_| lora::adapted_layers(num_layers, settings.layers).collect());
         Ok(Self {
             alpha_pattern: Default::default(),
-            base_model_name_or_path: Some(base_model.to_string_lossy().into_owned()),
+            base_model_name_or_path: Some(base_model.to_string()),
             bias: bias_none(),
             fan_in_fan_out: false,
             inference_mode: true,
@@ -156,7 +156,7 @@ impl PeftAdapterConfig {
     /// Refuse to resume the checkpoint in `dir` (whose config this is) with LoRA settings that differ from the
     /// ones it was trained with: they cannot change mid-run, and new checkpoints would record them falsely.
     pub fn check_resume(&self, settings: &LoraSettings, num_layers: usize, dir: &Path) -> Result<()> {
-        let wanted = Self::for_settings(settings, num_layers, Path::new(""))?;
+        let wanted = Self::for_settings(settings, num_layers, "")?;
         let all_layers = || Some((0..num_layers).collect::<Vec<_>>());
         let layers = |l: &Option<Vec<usize>>| json(&l.clone().or_else(all_layers));
         let differs = [

@@ -82,6 +82,13 @@ impl std::str::FromStr for Checkpointing {
 pub struct TrainConfig {
     pub model: PathBuf,
     pub data: PathBuf,
+    /// The Hub repo `model` was downloaded from (id, revision, commit), when it was: recorded in run.json and
+    /// named as the PEFT adapter's `base_model_name_or_path`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_source: Option<crate::engine::hub::HubOrigin>,
+    /// The Hub repo `data` was downloaded from, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_source: Option<crate::engine::hub::HubOrigin>,
     /// Runs folder; the run lives in `out/<run_name>/`.
     pub out: PathBuf,
     pub run_name: Option<String>,
@@ -126,6 +133,8 @@ impl Default for TrainConfig {
         Self {
             model: PathBuf::new(),
             data: PathBuf::new(),
+            model_source: None,
+            data_source: None,
             out: PathBuf::from("runs"),
             run_name: None,
             lora: LoraSettings::default(),
@@ -164,6 +173,15 @@ pub struct ModelLimits {
 }
 
 impl TrainConfig {
+    /// What a PEFT adapter names as its base: the Hub repo id when the model came from the Hub (PEFT and
+    /// transformers resolve it), else the local path.
+    pub fn base_model_name(&self) -> String {
+        match &self.model_source {
+            Some(origin) => origin.repo.clone(),
+            None => self.model.to_string_lossy().into_owned(),
+        }
+    }
+
     /// This configuration for a model of `model`'s family: LoRA targets as the family names its linears
     /// ([`Targets::for_model`]), so run.json and the adapter config record what is really adapted.
     pub fn for_model(&self, model: &crate::engine::model::ModelConfig) -> crate::engine::Result<Self> {

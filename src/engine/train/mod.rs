@@ -134,7 +134,7 @@ impl<'a> Trainer<'a> {
             None => lora::attach_new_adapters(&mut model, &config.lora, config.seed)?,
         };
         let adapter_config =
-            checkpoint::PeftAdapterConfig::for_settings(&config.lora, model.config.num_layers, &config.model)?;
+            checkpoint::PeftAdapterConfig::for_settings(&config.lora, model.config.num_layers, &config.base_model_name())?;
         let base_record = checkpoint::BaseRecord::new(&config.model, fingerprints.base.clone());
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let mut runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
