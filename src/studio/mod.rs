@@ -4,6 +4,7 @@
 //! - `app`: the eframe app, persisted preferences, event routing, navigation;
 //! - one file per page: `model_panel`, `dataset_panel`, `settings_panel`, `training_panel`,
 //!   `checkpoints_panel`, `chat_panel`, `rank_panel`;
+//! - `hub_panel`: the model page's Hugging Face search and the download card both data and model pages show;
 //! - `widgets`: plots, progress, the token view, formatting; `file_picker`: native dialogs off the UI thread.
 //!
 //! Rules (settings validation, parameter and memory estimates, dataset reports) are the engine's; panels call
@@ -14,6 +15,7 @@ pub mod chat_panel;
 pub mod checkpoints_panel;
 pub mod dataset_panel;
 pub mod file_picker;
+pub mod hub_panel;
 pub mod model_panel;
 pub mod rank_panel;
 pub mod reveal;

@@ -17,6 +17,8 @@ use std::path::PathBuf;
 /// State of the model page that is not persisted.
 #[derive(Default)]
 pub struct ModelPanel {
+    /// "Find on Hugging Face".
+    pub hub: super::hub_panel::HubPanel,
     picker: PanelPicker,
     found: Vec<FoundModel>,
     scanning: bool,
@@ -45,10 +47,12 @@ impl ModelPanel {
 
     fn rescan(&mut self, ctx: &mut PanelCtx<'_>) {
         self.scanning = true;
+        // ./models of wherever the studio was started, the folders the user added, and recently opened models.
         let mut extra = vec![PathBuf::from("models")];
         extra.extend(ctx.prefs.model_dirs.iter().cloned());
+        extra.extend(ctx.prefs.recent_models.iter().filter(|p| p.exists()).cloned());
         ctx.actions.push(Action::Send(crate::worker::Command::ScanModels {
-            hf_cache: crate::worker::default_hf_cache_dir(),
+            hf_cache: Some(ctx.hub.settings.cache_dir.clone()),
             extra_dirs: extra,
         }));
     }
@@ -63,6 +67,7 @@ impl ModelPanel {
         );
         egui::ScrollArea::vertical().id_salt("model-page").auto_shrink([false; 2]).show(ui, |ui| {
             self.open_row_ui(ui, ctx);
+            super::hub_panel::download_card_ui(ui, ctx, crate::engine::hub::RepoKind::Model);
             ui.add_space(8.0);
             if let Some(quantize) = status_ui(ui, ctx.model, ctx.prefs) {
                 // The proposal the memory card made: reload the same model with a quantized base.
@@ -71,6 +76,8 @@ impl ModelPanel {
                     ctx.actions.push(Action::LoadModel(m.path.clone()));
                 }
             }
+            ui.add_space(8.0);
+            self.hub.ui(ui, ctx);
             ui.add_space(8.0);
             self.found_ui(ui, ctx);
         });
@@ -111,7 +118,7 @@ impl ModelPanel {
                         .on_hover_text("Load the weights on the worker; the window stays responsive.")
                         .clicked();
                     let edit = egui::TextEdit::singleline(&mut ctx.prefs.model_path)
-                        .hint_text("/path/to/model-folder or model.gguf")
+                        .hint_text("/path/to/model-folder, model.gguf, or ORG/NAME from Hugging Face")
                         .desired_width(ui.available_width());
                     let response = ui.add(edit).labelled_by(label.id);
                     let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
@@ -160,10 +167,8 @@ impl ModelPanel {
         });
         ui.label(
             RichText::new(format!(
-                "Hugging Face cache: {} · plus ./models",
-                crate::worker::default_hf_cache_dir()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "unknown".into())
+                "Hugging Face cache: {} · plus ./models, your folders and recent models",
+                ctx.hub.settings.cache_dir.display()
             ))
             .weak()
             .small(),
@@ -173,7 +178,7 @@ impl ModelPanel {
                 RichText::new(if self.scanning {
                     "Scanning…"
                 } else {
-                    "No models found. Download one with the Hugging Face CLI, or run scripts/fetch_smollm2.sh."
+                    "No models found yet. Find one on Hugging Face above, or open a folder or .gguf file."
                 })
                 .weak(),
             );

@@ -11,6 +11,8 @@ pub(super) struct Dispatcher {
     pub(super) training: Option<TrainControl>,
     pub(super) probe: Option<TrainControl>,
     pub(super) generations: HashMap<u64, Arc<AtomicBool>>,
+    /// The cancel flag of the running Hub download.
+    pub(super) download: Option<Arc<AtomicBool>>,
 }
 
 impl Dispatcher {
@@ -24,6 +26,7 @@ impl Dispatcher {
                 Msg::GenerationEnded { id } => {
                     self.generations.remove(&id);
                 }
+                Msg::DownloadEnded => self.download = None,
                 Msg::Shutdown => break,
             }
         }
@@ -40,6 +43,7 @@ impl Dispatcher {
         for flag in self.generations.values() {
             flag.store(true, Ordering::SeqCst);
         }
+        self.cancel_download();
     }
 
     fn base_for(&self, path: &std::path::Path) -> Option<Arc<LoadedModel>> {
@@ -110,6 +114,9 @@ impl Dispatcher {
                 }
             }
             Command::LoraMicroBench { repeats } => self.micro_bench(repeats),
+            Command::HubSearch { settings, kind, query } => self.hub_search(settings, kind, query),
+            Command::HubDownload { settings, kind, spec } => self.hub_download(settings, kind, spec),
+            Command::CancelHubDownload => self.cancel_download(),
         }
     }
 
@@ -208,7 +215,7 @@ impl Dispatcher {
 
     /// Run `body` on its own thread and send the event it returns; an error (or a panic) becomes the event
     /// `on_error` makes of it. `body` may send progress events of its own through the outbox it is given.
-    fn spawn_fallible<F>(
+    pub(super) fn spawn_fallible<F>(
         &self,
         name: &str,
         on_error: F,

@@ -13,6 +13,7 @@
 //! This module knows nothing of egui: the studio passes a waker that calls `Context::request_repaint`.
 
 mod dispatcher;
+mod hub_jobs;
 mod jobs;
 mod scan;
 mod types;
@@ -103,6 +104,20 @@ pub enum Command {
     LoraMicroBench {
         repeats: usize,
     },
+    /// Search the Hub for models or datasets.
+    HubSearch {
+        settings: crate::engine::hub::HubSettings,
+        kind: crate::engine::hub::RepoKind,
+        query: String,
+    },
+    /// Fetch a repo id (`ORG/NAME[@REV][:QUANT]`) into the cache, or find it there; one download at a time.
+    HubDownload {
+        settings: crate::engine::hub::HubSettings,
+        kind: crate::engine::hub::RepoKind,
+        spec: String,
+    },
+    /// Stop the running download; what arrived stays for a resume.
+    CancelHubDownload,
 }
 
 /// Which column of the chat a generation belongs to.
@@ -214,6 +229,35 @@ pub enum Event {
     MicroBenchFailed {
         error: ErrorInfo,
     },
+    HubSearchResults {
+        query: String,
+        hits: Vec<crate::engine::hub::SearchHit>,
+    },
+    HubSearchFailed {
+        query: String,
+        error: ErrorInfo,
+    },
+    /// How far the download of `spec` is, about ten times a second.
+    HubDownloadProgress {
+        spec: String,
+        progress: crate::engine::hub::DownloadProgress,
+    },
+    /// `spec` is in the cache at `path` (a snapshot folder, or the chosen GGUF file).
+    HubDownloadFinished {
+        spec: String,
+        kind: crate::engine::hub::RepoKind,
+        path: PathBuf,
+        origin: Option<crate::engine::hub::HubOrigin>,
+        /// Why the cache was used without the network, if so.
+        note: Option<String>,
+    },
+    HubDownloadFailed {
+        spec: String,
+        kind: crate::engine::hub::RepoKind,
+        error: ErrorInfo,
+        /// Stopped by the user: what arrived is kept and a new download resumes it.
+        cancelled: bool,
+    },
 }
 
 /// Messages the dispatcher reads: front-end commands plus notes from its own job threads.
@@ -223,6 +267,7 @@ enum Msg {
     TrainingEnded,
     ProbeEnded,
     GenerationEnded { id: u64 },
+    DownloadEnded,
     Shutdown,
 }
 
@@ -245,6 +290,7 @@ impl Worker {
             training: None,
             probe: None,
             generations: HashMap::new(),
+            download: None,
         };
         let spawned = std::thread::Builder::new().name("mc-dispatcher".into()).spawn(move || dispatcher.run(cmd_rx));
         if let Err(e) = spawned {

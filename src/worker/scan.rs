@@ -11,16 +11,11 @@ const MAX_DEPTH: usize = 5;
 /// Entries looked at per root before giving up, so a huge folder cannot stall the scan.
 const MAX_ENTRIES: usize = 50_000;
 
-/// `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`.
+/// The Hugging Face cache of this process's environment, by the rules `huggingface_hub` uses
+/// (`engine::hub::HubSettings::from_env`: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
+/// `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`).
 pub fn default_hf_cache_dir() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HF_HUB_CACHE").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    if let Some(p) = std::env::var_os("HF_HOME").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p).join("hub"));
-    }
-    let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"))?;
-    Some(PathBuf::from(home).join(".cache").join("huggingface").join("hub"))
+    Some(crate::engine::hub::HubSettings::from_env(|name| std::env::var(name).ok()).cache_dir)
 }
 
 /// Every model under the cache and the extra folders, sorted by name, without duplicates.

@@ -5,12 +5,14 @@
 use super::chat_panel::{ChatMode, ChatPanel};
 use super::checkpoints_panel::CheckpointsPanel;
 use super::dataset_panel::{DatasetPanel, InspectKey};
+use super::hub_panel::{DownloadState, FailedDownload, HubStatus};
 use super::model_panel::ModelPanel;
 use super::rank_panel::RankPanel;
 use super::settings_panel::{ready_config, SettingsPanel};
 use super::training_panel::TrainingPanel;
 use super::widgets::{self, palette, Tone};
 use crate::engine::device::{DTypeChoice, DeviceChoice};
+use crate::engine::hub::RepoKind;
 use crate::engine::sampler::SamplingParams;
 use crate::engine::train::TrainConfig;
 use crate::worker::{display_name, Command, DatasetReport, Event, ModelSummary, Worker};
@@ -58,6 +60,11 @@ pub enum Action {
     OpenInChat { checkpoint: PathBuf, base_model: PathBuf },
     ResumeFrom { checkpoint: PathBuf, config: Option<Box<TrainConfig>> },
     UseRank(usize),
+    /// Fetch a repo id into the Hugging Face cache, then load it (a model) or open it (a dataset).
+    Download { spec: String, kind: crate::engine::hub::RepoKind },
+    CancelDownload,
+    /// Store a Hub token where `huggingface_hub` keeps it.
+    SaveToken(String),
 }
 
 /// What every page gets: the preferences to edit, the model status to read, and a queue for actions.
@@ -65,6 +72,8 @@ pub struct PanelCtx<'a> {
     pub prefs: &'a mut Prefs,
     pub model: &'a ModelStatus,
     pub dataset: Option<&'a DatasetReport>,
+    /// The Hub settings, the running download and where Hub models and datasets came from.
+    pub hub: &'a HubStatus,
     pub training_active: bool,
     /// The folder of the run in progress, if any.
     pub active_run: Option<PathBuf>,
@@ -92,6 +101,8 @@ pub struct StudioOptions {
     pub measure_out: Option<PathBuf>,
     /// Remember preferences between launches.
     pub persist: bool,
+    /// Hub settings (endpoint, cache, token); None: from the environment, as `huggingface_hub` reads it.
+    pub hub: Option<crate::engine::hub::HubSettings>,
 }
 
 /// A short message in the corner.
@@ -107,6 +118,7 @@ pub struct StudioApp {
     /// The Help window: the system report (`metal-candle doctor`'s text) once the worker has gathered it.
     help: chrome::HelpWindow,
     pub model: ModelStatus,
+    pub hub: HubStatus,
     pub model_panel: ModelPanel,
     pub dataset_panel: DatasetPanel,
     pub settings_panel: SettingsPanel,
@@ -137,6 +149,9 @@ impl StudioApp {
             worker,
             help: chrome::HelpWindow::default(),
             model: ModelStatus::default(),
+            hub: HubStatus::new(options.hub.clone().unwrap_or_else(|| {
+                crate::engine::hub::HubSettings::from_env(|name| std::env::var(name).ok())
+            })),
             model_panel: ModelPanel::default(),
             dataset_panel: DatasetPanel::default(),
             settings_panel: SettingsPanel::default(),
@@ -277,6 +292,38 @@ impl StudioApp {
             Event::RankProbeFailed { error } => self.rank_panel.on_failed(error),
             Event::MicroBenchFinished(r) => self.rank_panel.on_micro(r),
             Event::MicroBenchFailed { error } => self.rank_panel.on_micro_failed(error.message),
+            Event::HubSearchResults { query, hits } => self.model_panel.hub.on_results(query, hits),
+            Event::HubSearchFailed { query, error } => self.model_panel.hub.on_failed(query, error.message),
+            Event::HubDownloadProgress { spec, progress } => {
+                if let Some(d) = self.hub.download.as_mut().filter(|d| d.spec == spec) {
+                    d.progress = Some(progress);
+                }
+            }
+            Event::HubDownloadFinished { spec, kind, path, origin, note } => {
+                self.hub.download = None;
+                if let Some(note) = note {
+                    self.toast(Tone::Info, note);
+                }
+                self.toast(Tone::Ok, format!("{spec} is in the cache"));
+                use crate::engine::hub::RepoKind;
+                let slot = origin.map(|o| (path.clone(), o));
+                match kind {
+                    RepoKind::Model => {
+                        self.hub.model_origin = slot;
+                        self.actions.push(Action::LoadModel(path));
+                    }
+                    RepoKind::Dataset => {
+                        self.hub.data_origin = slot;
+                        self.actions.push(Action::OpenDataset(path));
+                    }
+                }
+            }
+            Event::HubDownloadFailed { spec, kind, error, cancelled } => {
+                self.hub.download = None;
+                let tone = if cancelled { Tone::Info } else { Tone::Error };
+                self.toast(tone, if cancelled { format!("Download of {spec} cancelled") } else { format!("Download of {spec} failed") });
+                self.hub.failed = Some(FailedDownload { spec, kind, message: error.message, cancelled });
+            }
         }
     }
 
@@ -318,6 +365,44 @@ impl StudioApp {
         match action {
             Action::Send(c) => self.worker.send(c),
             Action::Goto(p) => self.prefs.page = p,
+            Action::LoadModel(path) if is_repo_id(&path) => {
+                self.actions.push(Action::Download { spec: path.display().to_string(), kind: RepoKind::Model })
+            }
+            Action::OpenDataset(path) if is_repo_id(&path) => {
+                self.actions.push(Action::Download { spec: path.display().to_string(), kind: RepoKind::Dataset })
+            }
+            Action::Download { spec, kind } => {
+                if self.hub.download.is_some() {
+                    self.toast(Tone::Warn, "Another download is running; wait for it or cancel it");
+                    return;
+                }
+                self.hub.failed = None;
+                self.hub.download =
+                    Some(DownloadState { spec: spec.clone(), kind, progress: None, started: Instant::now(), cancelling: false });
+                if kind == RepoKind::Model {
+                    self.prefs.model_path = spec.clone();
+                } else {
+                    self.prefs.dataset_input = spec.clone();
+                }
+                self.worker.send(Command::HubDownload { settings: self.hub.settings.clone(), kind, spec });
+            }
+            Action::CancelDownload => {
+                if let Some(d) = &mut self.hub.download {
+                    d.cancelling = true;
+                    self.worker.send(Command::CancelHubDownload);
+                }
+            }
+            Action::SaveToken(text) => match crate::engine::hub::Token::new(&text) {
+                Some(token) => match crate::engine::hub::save_token(&self.hub.settings.token_path, &token) {
+                    Ok(()) => {
+                        self.hub.settings.token = Some(token);
+                        let path = self.hub.settings.token_path.display().to_string();
+                        self.toast(Tone::Ok, format!("Token saved to {path}"));
+                    }
+                    Err(e) => self.toast(Tone::Error, format!("Could not save the token: {e}")),
+                },
+                None => self.toast(Tone::Warn, "The token is empty"),
+            },
             Action::LoadModel(path) => {
                 self.prefs.model_path = path.display().to_string();
                 self.model.loading = Some((path.clone(), Instant::now()));
@@ -337,7 +422,10 @@ impl StudioApp {
             }
             Action::StartTraining => {
                 match ready_config(&self.prefs, self.model.loaded.as_ref(), self.prefs.dataset.as_ref()) {
-                    Ok(config) => {
+                    Ok(mut config) => {
+                        // Runs on Hub models and datasets record where they came from (run.json, PEFT's base).
+                        config.model_source = self.hub.origin_of(RepoKind::Model, &config.model);
+                        config.data_source = self.hub.origin_of(RepoKind::Dataset, &config.data);
                         self.training_panel.on_start_requested(&config);
                         self.worker.send(Command::StartTraining(Box::new(config)));
                         // A resume happens once; the next Start begins a fresh run.
@@ -430,7 +518,11 @@ impl StudioApp {
         );
         self.measurement_tick(&ctx);
         // Time-based text (spinners, "loading 3.2 s") needs a slow tick even when no event arrives.
-        if self.model.loading.is_some() || self.training_panel.is_active() || self.chat_panel.is_generating() {
+        if self.model.loading.is_some()
+            || self.hub.download.is_some()
+            || self.training_panel.is_active()
+            || self.chat_panel.is_generating()
+        {
             ctx.request_repaint_after(Duration::from_millis(500));
         }
     }
@@ -447,6 +539,7 @@ impl StudioApp {
             prefs: &mut self.prefs,
             model: &self.model,
             dataset: report.as_ref(),
+            hub: &self.hub,
             training_active: self.training_panel.is_active(),
             active_run: self
                 .training_panel
@@ -556,6 +649,11 @@ impl eframe::App for StudioApp {
     fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
         self.stop_jobs_and_wait(EXIT_WAIT);
     }
+}
+
+/// A model or dataset value that names a Hub repo rather than something on disk (a path that exists wins).
+fn is_repo_id(path: &Path) -> bool {
+    !path.exists() && crate::engine::hub::looks_like_repo_id(&path.to_string_lossy())
 }
 
 /// How long closing the window waits for running jobs to stop.
