@@ -303,8 +303,11 @@ fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     // Repo info: /api/{collection}/{id...}/revision/{rev}
     if let Some(rest) = path.strip_prefix("/api/") {
         let (collection, rest) = rest.split_once('/').unwrap_or((rest, ""));
-        let Some((id, revision)) = rest.rsplit_once("/revision/") else {
-            return error(&mut stream, 404, "", "unknown endpoint", head_only);
+        // `/tree/{rev}`: the file listing huggingface_hub's snapshot_download reads (one page, no Link header).
+        let (id, revision, tree) = match (rest.rsplit_once("/revision/"), rest.split_once("/tree/")) {
+            (Some((id, rev)), _) => (id, rev, false),
+            (None, Some((id, rev))) => (id, rev.split('/').next().unwrap_or(rev), true),
+            _ => return error(&mut stream, 404, "", "unknown endpoint", head_only),
         };
         let Some(repo) = state.repos.iter().find(|r| r.collection == collection && r.id == id) else {
             return error(&mut stream, 404, "RepoNotFound", "Repository not found", head_only);
@@ -315,7 +318,7 @@ fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         if !knows_revision(repo, revision) {
             return error(&mut stream, 404, "RevisionNotFound", "Invalid rev id", head_only);
         }
-        let body = serde_json::to_vec(&info(repo)).unwrap();
+        let body = serde_json::to_vec(&if tree { tree_listing(repo) } else { info(repo) }).unwrap();
         return respond(&mut stream, 200, &[("Content-Type".into(), "application/json".into())], &body, head_only);
     }
     // Files: [/datasets]/{id}/resolve/{rev}/{path}
@@ -431,6 +434,27 @@ fn info(repo: &FakeRepo) -> serde_json::Value {
         "siblings": siblings, "lastModified": "2026-11-01T00:00:00.000Z", "createdAt": "2026-11-01T00:00:00.000Z",
         "cardData": { "license": repo.license },
     })
+}
+
+fn tree_listing(repo: &FakeRepo) -> serde_json::Value {
+    let mut entries = Vec::new();
+    let mut folders = std::collections::BTreeSet::new();
+    for f in &repo.files {
+        let mut parent = f.path.as_str();
+        while let Some((dir, _)) = parent.rsplit_once('/') {
+            folders.insert(dir.to_string());
+            parent = dir;
+        }
+        let mut e = serde_json::json!({ "type": "file", "oid": f.etag(), "size": f.data.len(), "path": f.path });
+        if f.lfs {
+            e["lfs"] = serde_json::json!({ "oid": f.etag(), "size": f.data.len(), "pointerSize": 134 });
+        }
+        entries.push(e);
+    }
+    for dir in folders {
+        entries.push(serde_json::json!({ "type": "directory", "oid": "0".repeat(40), "size": 0, "path": dir }));
+    }
+    serde_json::Value::Array(entries)
 }
 
 fn search_item(repo: &FakeRepo) -> serde_json::Value {
