@@ -341,11 +341,7 @@ fn server_errors_are_retried_then_reported() {
 #[test]
 fn corrupt_bytes_and_hostile_listings_are_refused() {
     let mut hostile = FakeRepo::new("models", "org/evil", vec![]).file("config.json", b"{}".to_vec());
-    hostile.files.push(common::hub_server::FakeFile {
-        path: "../../../../escaped.json".into(),
-        data: std::sync::Arc::new(b"{}".to_vec()),
-        lfs: false,
-    });
+    hostile.files.push(common::hub_server::FakeFile::new("../../../../escaped.json", b"{}".to_vec()));
     let server = HubServer::start(vec![big_repo(), hostile], None);
     let cache = tempfile::tempdir().unwrap();
     let client = HubClient::new(settings(&server, cache.path()));

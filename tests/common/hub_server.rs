@@ -21,15 +21,27 @@ pub struct FakeFile {
     pub data: Arc<Vec<u8>>,
     /// Stored in LFS: its ETag is the sha256 and the Hub sends `X-Linked-*` headers.
     pub lfs: bool,
+    sha256: String,
 }
 
 impl FakeFile {
+    /// A file stored in LFS when large or binary, as the Hub's .gitattributes does.
+    pub fn new(path: &str, data: Vec<u8>) -> Self {
+        let lfs = is_lfs(path, data.len());
+        Self::with_lfs(path, data, lfs)
+    }
+
+    pub fn with_lfs(path: &str, data: Vec<u8>, lfs: bool) -> Self {
+        let sha256 = hex(&Sha256::digest(&data));
+        Self { path: path.into(), data: Arc::new(data), lfs, sha256 }
+    }
+
+    /// The sha256 for LFS files; a 40-digit id standing for the git blob id otherwise.
     pub fn etag(&self) -> String {
-        let sha = hex(&Sha256::digest(self.data.as_slice()));
         if self.lfs {
-            sha
+            self.sha256.clone()
         } else {
-            sha[..40].to_string()
+            self.sha256[..40].to_string()
         }
     }
 }
@@ -62,7 +74,7 @@ impl FakeRepo {
         h.update(id.as_bytes());
         for f in &files {
             h.update(f.path.as_bytes());
-            h.update(f.data.as_slice());
+            h.update(f.sha256.as_bytes());
         }
         let commit = hex(&h.finalize())[..40].to_string();
         Self {
@@ -93,9 +105,8 @@ impl FakeRepo {
     }
 
     pub fn file(mut self, path: &str, data: Vec<u8>) -> Self {
-        let lfs = is_lfs(path, data.len());
         self.files.retain(|f| f.path != path);
-        self.files.push(FakeFile { path: path.into(), data: Arc::new(data), lfs });
+        self.files.push(FakeFile::new(path, data));
         self
     }
 }
@@ -112,8 +123,7 @@ fn collect(dir: &Path, prefix: &str, out: &mut Vec<FakeFile>) {
         if path.is_dir() {
             collect(&path, &rel, out);
         } else {
-            let data = std::fs::read(&path).unwrap();
-            out.push(FakeFile { lfs: is_lfs(&rel, data.len()), path: rel, data: Arc::new(data) });
+            out.push(FakeFile::new(&rel, std::fs::read(&path).unwrap()));
         }
     }
 }
@@ -373,12 +383,11 @@ fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     if head_only {
         return respond(&mut stream, status, &headers, b"", true);
     }
-    let mut body: Vec<u8> = file.data[start..].to_vec();
-    if faults.corrupt.lock().unwrap().as_deref() == Some(file.path.as_str()) {
-        for b in body.iter_mut() {
-            *b ^= 0x5a;
-        }
-    }
+    let body: std::borrow::Cow<[u8]> = if faults.corrupt.lock().unwrap().as_deref() == Some(file.path.as_str()) {
+        file.data[start..].iter().map(|b| b ^ 0x5a).collect::<Vec<u8>>().into()
+    } else {
+        (&file.data[start..]).into()
+    };
     let cut = {
         let mut cut = faults.cut.lock().unwrap();
         match cut.as_ref() {
