@@ -6,6 +6,8 @@ against the local Hub stand-in; HF_ENDPOINT names it).
                                                        scan_cache_dir sees no problem, transformers (if installed)
                                                        loads the model offline
   check_hub_interop.py download CACHE REPO             huggingface_hub downloads REPO into CACHE; prints the folder
+  check_hub_interop.py peft-base CACHE CHECKPOINT      PEFT (if installed) loads our adapter with the base its
+                                                       base_model_name_or_path names, from CACHE offline
 
 Prints one JSON object on stdout.
 """
@@ -51,10 +53,24 @@ def download(cache, repo):
     return {"huggingface_hub": hf.__version__, "snapshot": path}
 
 
+def peft_base(cache, checkpoint):
+    try:
+        import peft
+        import torch  # noqa: F401
+    except ImportError:
+        return {"peft": None}
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    model = peft.AutoPeftModelForCausalLM.from_pretrained(checkpoint, cache_dir=cache, local_files_only=True)
+    return {"peft": peft.__version__, "base": model.peft_config["default"].base_model_name_or_path,
+            "model_type": model.base_model.model.config.model_type}
+
+
 def main():
     mode = sys.argv[1]
     if mode == "read-ours":
         result = read_ours(*sys.argv[2:5])
+    elif mode == "peft-base":
+        result = peft_base(*sys.argv[2:4])
     elif mode == "download":
         result = download(*sys.argv[2:4])
     else:

@@ -56,6 +56,24 @@ fn huggingface_hub_and_we_read_each_others_downloads() {
     if !seen["transformers"].is_null() {
         assert_eq!(seen["transformers"]["model_type"], "llama");
     }
+    // An adapter trained on the repo id names it as its base, and PEFT (when installed) finds that base offline.
+    let runs = tempfile::tempdir().unwrap();
+    let out = ours(&server, cache.path())
+        .args(["train", "--model", "org/tiny-llama", "--data"])
+        .arg(common::cli::sample_data())
+        .arg("--out")
+        .arg(runs.path())
+        .args(["--name", "r", "--device", "cpu", "--iters", "1", "--seq-len", "48", "--batch-size", "2", "--rank", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let checkpoint = runs.path().join("r/checkpoint-1");
+    let peft = python(&server, &["peft-base", cache_str, checkpoint.to_str().unwrap()]);
+    eprintln!("PEFT on our adapter: {peft}");
+    if !peft["peft"].is_null() {
+        assert_eq!(peft["base"], "org/tiny-llama");
+        assert_eq!(peft["model_type"], "llama");
+    }
 
     // Theirs -> ours, offline.
     let theirs = python(&server, &["download", cache_str, "org/tiny-qwen2"]);
