@@ -235,10 +235,8 @@ fn smollm2_q4_1_gguf_keeps_its_types_generates_like_the_dequantized_load_and_tra
     assert_eq!(kept.model.base_storage(), "q4_1 x 210");
     let dense = load_model(&path, &Device::Cpu, DType::F32).unwrap();
     assert!(kept.model.base_weights_bytes() * 4 < dense.model.base_weights_bytes() * 2, "about half the bytes");
-    let messages = [metal_candle::engine::model::chat_template::ChatMessage {
-        role: "user".into(),
-        content: "What is the capital of France?".into(),
-    }];
+    let messages =
+        [metal_candle::engine::model::chat_template::ChatMessage::new("user", "What is the capital of France?")];
     let prompt = dense.encode_chat(&messages).unwrap();
     let greedy = serde_json::json!({ "prompt_ids": prompt, "max_new_tokens": 8 });
     let (ids, dense_ids) = (greedy_ids(&kept, &greedy), greedy_ids(&dense, &greedy));

@@ -14,9 +14,17 @@ pub struct TrainArgs {
     /// A Hugging Face model folder or a .gguf file.
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// A .jsonl file or a folder with train/valid/test.jsonl.
+    /// A .jsonl, .json or .parquet file, or a folder of them (train/valid/test.jsonl, a Hugging Face dataset
+    /// repo's data/train-00000-of-00001.parquet, ...).
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// How dataset rows are read: auto detects each file's format (recorded in run.json, kept on --resume).
+    #[arg(long, value_name = "auto|chat|sharegpt|alpaca|completions|text")]
+    pub format: Option<crate::engine::data::FormatChoice>,
+    /// Read dataset columns as a format's fields, e.g. prompt=question,completion=answer or
+    /// conversations=dialog (recorded in run.json, kept on --resume).
+    #[arg(long, value_name = "FIELD=COLUMN,...")]
+    pub columns: Option<crate::engine::data::ColumnMap>,
     /// Runs folder; the run is written to OUT/<name>/.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -121,6 +129,8 @@ impl TrainArgs {
         }
         set!(c.model, self.model);
         set!(c.data, self.data);
+        set!(c.data_format, self.format);
+        set!(c.data_columns, self.columns);
         set!(c.out, self.out);
         if self.name.is_some() {
             c.run_name = self.name.clone();

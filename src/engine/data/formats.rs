@@ -1,33 +1,48 @@
-//! Dataset rows: the three JSONL formats (chat, completions, text), per-file format detection from the first
-//! valid row, and line-by-line validation that says exactly what is wrong with a row and where.
+//! What a dataset row is: the five row formats a file may be written in ([`DatasetFormat`]), the format a user
+//! may name instead of detection ([`FormatChoice`]), validated rows ([`Row`], with the file position each came
+//! from) and what is wrong with a row and where ([`RowProblem`]).
+//!
+//! Reading rows is elsewhere: `rows.rs` validates one row of a format, `detect.rs` finds a file's format, and
+//! `files/` reads JSONL, JSON and parquet files.
 
 use crate::engine::model::chat_template::ChatMessage;
-use crate::engine::{Error, Result};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
-use std::path::{Path, PathBuf};
+use serde_json::Value;
+use std::path::PathBuf;
 
-/// The roles a chat row may use. Templates differ on anything else, so we refuse it up front.
-pub const CHAT_ROLES: [&str; 3] = ["system", "user", "assistant"];
+/// The roles a chat row may use. Templates differ on anything else, so we refuse it up front. `tool` turns
+/// (and assistant turns with `tool_calls`) are accepted here and checked against the model's chat template
+/// when the row is tokenized.
+pub const CHAT_ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
 
-/// How the rows of one file are written. Detected per file from its first valid row.
+/// How the rows of one file are written: detected per file from the keys of its first row that has a
+/// format's keys, or named by the user. run.json and metrics record these names, so they never change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DatasetFormat {
-    /// `{"messages": [{"role": ..., "content": ...}, ...]}`
+    /// `{"messages": [{"role": ..., "content": ...}, ...]}`, optionally with `tools` and tool-call turns.
     Chat,
     /// `{"prompt": ..., "completion": ...}`
     Completions,
     /// `{"text": ...}`
     Text,
+    /// `{"conversations": [{"from": "human" | "gpt" | "system", "value": ...}, ...]}`
+    ShareGpt,
+    /// `{"instruction": ..., "input": ... (optional), "output": ...}`
+    Alpaca,
 }
 
 impl DatasetFormat {
+    /// Every format, in the order detection reports candidates.
+    pub const ALL: [DatasetFormat; 5] = [Self::Chat, Self::ShareGpt, Self::Alpaca, Self::Completions, Self::Text];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Chat => "chat",
             Self::Completions => "completions",
             Self::Text => "text",
+            Self::ShareGpt => "sharegpt",
+            Self::Alpaca => "alpaca",
         }
     }
 
@@ -37,20 +52,35 @@ impl DatasetFormat {
             Self::Chat => "`messages`",
             Self::Completions => "`prompt`/`completion`",
             Self::Text => "`text`",
+            Self::ShareGpt => "`conversations`",
+            Self::Alpaca => "`instruction`/`output`",
         }
     }
 
-    /// The format a JSON object's keys point to; `messages` wins over the others.
-    fn of_object(obj: &Map<String, Value>) -> Option<Self> {
-        if obj.contains_key("messages") {
-            Some(Self::Chat)
-        } else if obj.contains_key("prompt") || obj.contains_key("completion") {
-            Some(Self::Completions)
-        } else if obj.contains_key("text") {
-            Some(Self::Text)
-        } else {
-            None
+    /// The columns a row of this format must have: a row with all of them (not null) has the format's keys.
+    pub fn required_columns(self) -> &'static [&'static str] {
+        match self {
+            Self::Chat => &["messages"],
+            Self::Completions => &["prompt", "completion"],
+            Self::Text => &["text"],
+            Self::ShareGpt => &["conversations"],
+            Self::Alpaca => &["instruction", "output"],
         }
+    }
+
+    /// The columns a row of this format may have besides the required ones.
+    pub fn optional_columns(self) -> &'static [&'static str] {
+        match self {
+            Self::Chat => &["tools"],
+            Self::ShareGpt => &["system", "tools"],
+            Self::Alpaca => &["input", "system"],
+            Self::Completions | Self::Text => &[],
+        }
+    }
+
+    /// Required then optional columns: what a column mapping may name for this format.
+    pub fn columns(self) -> impl Iterator<Item = &'static str> {
+        self.required_columns().iter().chain(self.optional_columns()).copied()
     }
 }
 
@@ -60,350 +90,200 @@ impl std::fmt::Display for DatasetFormat {
     }
 }
 
-/// One validated dataset row.
+impl std::str::FromStr for DatasetFormat {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("unknown dataset format `{s}`; use {}", Self::ALL.map(|f| f.name()).join(", ")))
+    }
+}
+
+/// Which format the rows are read as: detected per file (`auto`), or the one named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatChoice {
+    #[default]
+    Auto,
+    Chat,
+    ShareGpt,
+    Alpaca,
+    Completions,
+    Text,
+}
+
+impl FormatChoice {
+    /// Every choice, `auto` first (the dataset page's list).
+    pub const ALL: [FormatChoice; 6] =
+        [Self::Auto, Self::Chat, Self::ShareGpt, Self::Alpaca, Self::Completions, Self::Text];
+
+    /// The named format; `None` for `auto`.
+    pub fn format(self) -> Option<DatasetFormat> {
+        match self {
+            Self::Auto => None,
+            Self::Chat => Some(DatasetFormat::Chat),
+            Self::ShareGpt => Some(DatasetFormat::ShareGpt),
+            Self::Alpaca => Some(DatasetFormat::Alpaca),
+            Self::Completions => Some(DatasetFormat::Completions),
+            Self::Text => Some(DatasetFormat::Text),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.format().map_or("auto", DatasetFormat::name)
+    }
+}
+
+impl From<DatasetFormat> for FormatChoice {
+    fn from(format: DatasetFormat) -> Self {
+        match format {
+            DatasetFormat::Chat => Self::Chat,
+            DatasetFormat::ShareGpt => Self::ShareGpt,
+            DatasetFormat::Alpaca => Self::Alpaca,
+            DatasetFormat::Completions => Self::Completions,
+            DatasetFormat::Text => Self::Text,
+        }
+    }
+}
+
+impl std::fmt::Display for FormatChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for FormatChoice {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("unknown dataset format `{s}`; use {}", Self::ALL.map(|c| c.name()).join(", ")))
+    }
+}
+
+/// A conversation with the tools its assistant may call (`tools` as transformers' `apply_chat_template` takes
+/// them: JSON schemas).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Conversation {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Option<Vec<Value>>,
+}
+
+impl Conversation {
+    /// Whether rendering this conversation needs a template that knows tools.
+    pub fn uses_tools(&self) -> bool {
+        self.tools.as_ref().is_some_and(|t| !t.is_empty()) || self.messages.iter().any(ChatMessage::uses_tools)
+    }
+}
+
+impl From<Vec<ChatMessage>> for Conversation {
+    fn from(messages: Vec<ChatMessage>) -> Self {
+        Self { messages, tools: None }
+    }
+}
+
+/// One validated dataset row. ShareGPT and Alpaca rows become chat rows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Row {
-    Chat(Vec<ChatMessage>),
+    Chat(Conversation),
     Completion { prompt: String, completion: String },
     Text(String),
 }
 
 impl Row {
-    pub fn format(&self) -> DatasetFormat {
-        match self {
-            Self::Chat(_) => DatasetFormat::Chat,
-            Self::Completion { .. } => DatasetFormat::Completions,
-            Self::Text(_) => DatasetFormat::Text,
-        }
-    }
-
     /// The conversation a chat or completions row stands for (a completion is a user + assistant exchange);
     /// `None` for text rows.
-    pub fn to_messages(&self) -> Option<Vec<ChatMessage>> {
+    pub fn to_conversation(&self) -> Option<Conversation> {
         match self {
-            Self::Chat(messages) => Some(messages.clone()),
-            Self::Completion { prompt, completion } => {
-                Some(vec![ChatMessage::new("user", prompt.clone()), ChatMessage::new("assistant", completion.clone())])
-            }
+            Self::Chat(conversation) => Some(conversation.clone()),
+            Self::Completion { prompt, completion } => Some(
+                vec![ChatMessage::new("user", prompt.clone()), ChatMessage::new("assistant", completion.clone())]
+                    .into(),
+            ),
             Self::Text(_) => None,
         }
     }
 }
 
-/// What is wrong with one line of a dataset file (`line` is 1-based).
+/// How positions in a file are counted: JSONL lines (1-based, blank lines included), or row indices (1-based)
+/// of a JSON array or a parquet file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowUnit {
+    #[default]
+    Line,
+    Row,
+}
+
+impl RowUnit {
+    /// "line" or "row", for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Line => "line",
+            Self::Row => "row",
+        }
+    }
+
+    /// Where position `n` of `path` is, as messages write it: `data.jsonl:17` or `data.parquet: row 17`.
+    pub fn locate(self, path: &std::path::Path, n: usize) -> String {
+        match self {
+            Self::Line => format!("{}:{n}", path.display()),
+            Self::Row => format!("{}: row {n}", path.display()),
+        }
+    }
+}
+
+/// What is wrong with one row of a dataset file (`line` is 1-based: a JSONL line, or a row index where `unit`
+/// says `row`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RowProblem {
     pub path: PathBuf,
     pub line: usize,
     pub message: String,
+    #[serde(default)]
+    pub unit: RowUnit,
 }
 
 impl std::fmt::Display for RowProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}: {}", self.path.display(), self.line, self.message)
+        write!(f, "{}: {}", self.unit.locate(&self.path, self.line), self.message)
     }
 }
 
-/// A valid row with the line it came from.
+/// A valid row with where it came from: `line` is its position in its file (see [`RowUnit`]), `file` the
+/// index of that file among its split's files (0 for a split of one file).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourcedRow {
     pub line: usize,
     pub row: Row,
-}
-
-/// Everything read from one JSONL file: the valid rows, the problems, and the detected format.
-#[derive(Debug, Clone)]
-pub struct ParsedFile {
-    pub path: PathBuf,
-    /// `None` when no row of the file is valid (or the file is empty).
-    pub format: Option<DatasetFormat>,
-    /// The line the format was detected from (0 when `format` is `None`).
-    pub format_line: usize,
-    pub rows: Vec<SourcedRow>,
-    pub problems: Vec<RowProblem>,
-    pub blank_lines: usize,
-}
-
-impl ParsedFile {
-    /// Lines that held something (valid or not).
-    pub fn non_blank_lines(&self) -> usize {
-        self.rows.len() + self.problems.len()
-    }
-}
-
-/// The largest dataset file read (4 GiB): far beyond what fits a LoRA run, small enough to refuse a wrong
-/// path before it exhausts memory.
-pub const MAX_DATASET_BYTES: u64 = 4 << 30;
-
-/// Read and validate a JSONL file. Only I/O, a file that is not a regular one or is over
-/// [`MAX_DATASET_BYTES`], and invalid UTF-8 (named by line) fail here; bad rows become [`RowProblem`]s.
-pub fn read_jsonl(path: &Path) -> Result<ParsedFile> {
-    let bytes = read_bounded(path, MAX_DATASET_BYTES)?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        let valid = e.utf8_error().valid_up_to();
-        let line = 1 + e.as_bytes()[..valid].iter().filter(|b| **b == b'\n').count();
-        Error::Dataset {
-            path: path.to_path_buf(),
-            line,
-            message: format!("invalid UTF-8 at byte {valid}; save the file as UTF-8"),
-        }
-    })?;
-    Ok(parse_jsonl(path, &text))
-}
-
-/// A regular file of at most `limit` bytes, read whole. Devices, pipes and larger files are refused before
-/// reading (`/dev/zero` would otherwise fill memory); the size is checked again while reading.
-pub(super) fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-    let refuse = |what: String| Error::Data(format!("{}: {what}", path.display()));
-    if !meta.is_file() {
-        return Err(refuse("not a regular file; a dataset is a .jsonl file or a folder of them".into()));
-    }
-    let too_big = || refuse(format!("larger than the {} GiB a dataset file may be", limit >> 30));
-    if meta.len() > limit {
-        return Err(too_big());
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
-    if bytes.len() as u64 > limit {
-        return Err(too_big());
-    }
-    Ok(bytes)
-}
-
-/// Validate JSONL `text` as if read from `path`. Blank lines are skipped; every other line must be a row of
-/// the file's format, which is taken from the first row that is valid on its own.
-pub fn parse_jsonl(path: &Path, text: &str) -> ParsedFile {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut blank_lines = 0;
-    // (line, parsed value or the JSON error message)
-    let mut values: Vec<(usize, std::result::Result<Value, String>)> = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        if raw.trim().is_empty() {
-            blank_lines += 1;
-            continue;
-        }
-        values.push((i + 1, serde_json::from_str::<Value>(raw).map_err(|e| json_error_message(&e))));
-    }
-
-    let detected = values.iter().find_map(|(line, value)| {
-        let obj = value.as_ref().ok()?.as_object()?;
-        let format = DatasetFormat::of_object(obj)?;
-        parse_as(obj, format).ok().map(|_| (format, *line))
-    });
-
-    let mut rows = Vec::new();
-    let mut problems = Vec::new();
-    for (line, value) in values {
-        match check_row(value, detected) {
-            Ok(row) => rows.push(SourcedRow { line, row }),
-            Err(message) => problems.push(RowProblem { path: path.to_path_buf(), line, message }),
-        }
-    }
-    ParsedFile {
-        path: path.to_path_buf(),
-        format: detected.map(|(f, _)| f),
-        format_line: detected.map(|(_, l)| l).unwrap_or(0),
-        rows,
-        problems,
-        blank_lines,
-    }
-}
-
-/// One line against the file's format (if one was found).
-fn check_row(
-    value: std::result::Result<Value, String>,
-    file_format: Option<(DatasetFormat, usize)>,
-) -> std::result::Result<Row, String> {
-    let value = value?;
-    let obj = value.as_object().ok_or_else(|| format!("expected a JSON object, found {}", kind(&value)))?;
-    let own = DatasetFormat::of_object(obj);
-    match (own, file_format) {
-        (None, None) => Err(format!("no `messages`, `prompt`/`completion` or `text` field; found {}", key_list(obj))),
-        (None, Some((format, at))) => Err(format!(
-            "missing field {} (the file is in {format} format, detected from line {at}); found {}",
-            format.fields(),
-            key_list(obj)
-        )),
-        (Some(own), Some((format, at))) if own != format => Err(format!(
-            "mixed formats: this row is {own} ({}) but the file is {format} ({}), detected from line {at}",
-            own.fields(),
-            format.fields()
-        )),
-        (Some(own), _) => parse_as(obj, own),
-    }
-}
-
-/// Validate an object as a row of `format`.
-fn parse_as(obj: &Map<String, Value>, format: DatasetFormat) -> std::result::Result<Row, String> {
-    match format {
-        DatasetFormat::Chat => parse_chat(obj),
-        DatasetFormat::Completions => {
-            let prompt = string_field(obj, "prompt")?;
-            let completion = string_field(obj, "completion")?;
-            if completion.trim().is_empty() {
-                return Err("`completion` is empty, so there is nothing to train on".into());
-            }
-            Ok(Row::Completion { prompt, completion })
-        }
-        DatasetFormat::Text => {
-            let text = string_field(obj, "text")?;
-            if text.trim().is_empty() {
-                return Err("`text` is empty".into());
-            }
-            Ok(Row::Text(text))
-        }
-    }
-}
-
-fn parse_chat(obj: &Map<String, Value>) -> std::result::Result<Row, String> {
-    let messages = obj.get("messages").ok_or("missing field `messages`")?;
-    let list = messages.as_array().ok_or_else(|| {
-        format!("`messages` must be a list of {{\"role\", \"content\"}} objects, found {}", kind(messages))
-    })?;
-    if list.is_empty() {
-        return Err("empty conversation: `messages` is an empty list".into());
-    }
-    let mut out = Vec::with_capacity(list.len());
-    for (i, m) in list.iter().enumerate() {
-        let m = m
-            .as_object()
-            .ok_or_else(|| format!("messages[{i}] must be an object with `role` and `content`, found {}", kind(m)))?;
-        let role = match m.get("role") {
-            None => return Err(format!("messages[{i}] has no `role`")),
-            Some(Value::String(r)) => r.clone(),
-            Some(other) => return Err(format!("messages[{i}].role must be a string, found {}", kind(other))),
-        };
-        if !CHAT_ROLES.contains(&role.as_str()) {
-            return Err(format!("messages[{i}] has unknown role `{role}`; expected one of {}", CHAT_ROLES.join(", ")));
-        }
-        let content = match m.get("content") {
-            None => return Err(format!("messages[{i}] ({role}) has no `content`")),
-            Some(Value::String(c)) => c.clone(),
-            Some(other) => return Err(format!("messages[{i}].content must be a string, found {}", kind(other))),
-        };
-        out.push(ChatMessage { role, content });
-    }
-    if !out.iter().any(|m| m.role == "assistant") {
-        return Err("the conversation has no assistant message, so there is nothing to train on".into());
-    }
-    Ok(Row::Chat(out))
-}
-
-fn string_field(obj: &Map<String, Value>, name: &str) -> std::result::Result<String, String> {
-    match obj.get(name) {
-        None => Err(format!("missing field `{name}`")),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(other) => Err(format!("`{name}` must be a string, found {}", kind(other))),
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn key_list(obj: &Map<String, Value>) -> String {
-    if obj.is_empty() {
-        return "an empty object".into();
-    }
-    let mut keys: Vec<String> = obj.keys().take(8).map(|k| format!("`{k}`")).collect();
-    if obj.len() > 8 {
-        keys.push(format!("and {} more", obj.len() - 8));
-    }
-    format!("keys {}", keys.join(", "))
-}
-
-/// serde's message without its "at line 1 column N" tail (each line is parsed alone), with the column first.
-fn json_error_message(e: &serde_json::Error) -> String {
-    let full = e.to_string();
-    let message = match full.rfind(" at line ") {
-        Some(pos) => &full[..pos],
-        None => full.as_str(),
-    };
-    format!("invalid JSON at column {}: {message}", e.column())
+    pub file: usize,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> ParsedFile {
-        parse_jsonl(Path::new("data.jsonl"), text)
-    }
-
-    fn only_problem(text: &str) -> String {
-        let p = parse(text);
-        assert_eq!(p.problems.len(), 1, "{:?}", p.problems);
-        p.problems[0].message.clone()
-    }
-
     #[test]
-    fn detects_each_format() {
-        let chat = parse(r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]}"#);
-        assert_eq!(chat.format, Some(DatasetFormat::Chat));
-        assert_eq!(chat.rows.len(), 1);
-        let comp = parse("{\"prompt\":\"a\",\"completion\":\"b\"}\n\n{\"prompt\":\"\",\"completion\":\"c\"}\n");
-        assert_eq!(comp.format, Some(DatasetFormat::Completions));
-        assert_eq!((comp.rows.len(), comp.blank_lines), (2, 1));
-        assert_eq!(comp.rows[1].line, 3);
-        let text = parse("{\"text\":\"hello world\",\"id\":7}");
-        assert_eq!(text.format, Some(DatasetFormat::Text));
-        assert_eq!(text.rows[0].row, Row::Text("hello world".into()));
-    }
-
-    #[test]
-    fn format_comes_from_the_first_valid_row() {
-        let p = parse("{\"text\": 5}\n{\"prompt\":\"a\",\"completion\":\"b\"}\n{\"text\":\"x\"}\n");
-        assert_eq!(p.format, Some(DatasetFormat::Completions));
-        assert_eq!(p.format_line, 2);
-        let lines: Vec<usize> = p.problems.iter().map(|p| p.line).collect();
-        assert_eq!(lines, vec![1, 3]);
-        assert!(p.problems[1].message.contains("mixed formats"), "{}", p.problems[1].message);
-        assert!(p.problems[1].message.contains("line 2"), "{}", p.problems[1].message);
-    }
-
-    #[test]
-    fn problems_say_what_is_wrong() {
-        let good = r#"{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]}"#;
-        let cases = [
-            ("{\"messages\": [", "invalid JSON at column"),
-            ("[1, 2]", "expected a JSON object, found a list"),
-            ("{\"other\": 1}", "missing field `messages`"),
-            ("{\"messages\": \"hi\"}", "found a string"),
-            ("{\"messages\": []}", "empty conversation"),
-            ("{\"messages\": [{\"content\": \"x\"}]}", "messages[0] has no `role`"),
-            ("{\"messages\": [{\"role\": \"user\"}]}", "messages[0] (user) has no `content`"),
-            (
-                "{\"messages\": [{\"role\": \"user\", \"content\": 3}]}",
-                "messages[0].content must be a string, found a number",
-            ),
-            ("{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}]}", "unknown role `bot`"),
-            ("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", "no assistant message"),
-            ("{\"text\": \"x\"}", "mixed formats"),
-        ];
-        for (bad, expected) in cases {
-            let message = only_problem(&format!("{good}\n{bad}\n"));
-            assert!(message.contains(expected), "{bad}: {message}");
+    fn names_round_trip_and_stay_what_run_json_records() {
+        for f in DatasetFormat::ALL {
+            assert_eq!(f.name().parse::<DatasetFormat>(), Ok(f));
+            assert_eq!(serde_json::to_value(f).unwrap(), serde_json::json!(f.name()));
+            assert_eq!(FormatChoice::from(f).format(), Some(f));
         }
-        let p = parse(&format!("{good}\n{{\"messages\": [}}\n"));
-        assert_eq!(p.problems[0].line, 2);
-        assert!(p.problems[0].to_string().starts_with("data.jsonl:2: invalid JSON at column 15"), "{}", p.problems[0]);
+        assert_eq!(serde_json::to_value(DatasetFormat::Completions).unwrap(), "completions");
+        assert_eq!("auto".parse::<FormatChoice>(), Ok(FormatChoice::Auto));
+        let err = "csv".parse::<FormatChoice>().unwrap_err();
+        assert!(err.contains("auto, chat, sharegpt, alpaca, completions, text"), "{err}");
     }
 
     #[test]
-    fn a_file_without_any_valid_row_reports_every_line() {
-        let p = parse("{\"a\":1}\nnot json\n");
-        assert_eq!(p.format, None);
-        assert_eq!(p.problems.len(), 2);
-        assert!(p.problems[0].message.contains("no `messages`, `prompt`/`completion` or `text` field"));
+    fn problems_name_lines_or_rows() {
+        let p = |unit| RowProblem { path: "d/x".into(), line: 17, message: "bad".into(), unit };
+        assert_eq!(p(RowUnit::Line).to_string(), "d/x:17: bad");
+        assert_eq!(p(RowUnit::Row).to_string(), "d/x: row 17: bad");
+        let old: RowProblem = serde_json::from_str(r#"{"path":"a","line":2,"message":"m"}"#).unwrap();
+        assert_eq!(old.unit, RowUnit::Line);
     }
 }

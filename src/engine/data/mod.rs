@@ -1,24 +1,39 @@
-//! Datasets for LoRA training: reading and validating JSONL ([`formats`]), splitting into train / valid /
-//! test, templating and prompt masking ([`tokenize`]), batching with a resumable cursor ([`batches`]), and
-//! the [`DatasetSummary`] the studio and CLI show before a run.
+//! Datasets for LoRA training: finding a dataset's split files ([`layout`]: mlx-lm's train/valid/test.jsonl
+//! and Hugging Face dataset repos' conventions), reading JSONL, JSON and parquet files ([`files`]), the row
+//! formats (chat, ShareGPT, Alpaca, prompt/completion, text: [`formats`], [`rows`]) detected per file or named
+//! by the user with columns mapped ([`detect`], [`columns`]), splits put together from their files
+//! ([`splits`]), templating and prompt masking ([`tokenize`]), batching with a resumable cursor ([`batches`]),
+//! and the [`DatasetSummary`] the studio and CLI show before a run.
 //!
-//! Input is a single `.jsonl` file or a folder with `train.jsonl` and optional `valid.jsonl` / `test.jsonl`
-//! (mlx-lm's layout). Without a validation file a seeded fraction of the training rows is held out.
+//! Without a validation split a seeded fraction of the training rows is held out.
 
 pub mod batches;
+pub mod columns;
+pub mod detect;
 pub mod eos_doctor;
+pub mod files;
 pub mod fingerprint;
 pub mod formats;
+pub mod layout;
 pub mod report;
+pub mod rows;
+pub mod splits;
 pub mod summary;
 pub mod tokenize;
+pub mod tool_support;
 
 pub use batches::{
     collate, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
 };
+pub use columns::{ColumnMap, ReadOptions};
+pub use detect::{Detection, ParsedFile};
+pub use files::jsonl::parse_jsonl;
+pub use files::{read_file, FileKind, MAX_DATASET_BYTES};
 pub use fingerprint::dataset_fingerprint;
-pub use formats::{parse_jsonl, read_jsonl, DatasetFormat, ParsedFile, Row, RowProblem, SourcedRow};
-pub use report::{inspect_dataset, DatasetReport, PreviewRow, SplitReport, TokenStats};
+pub use formats::{Conversation, DatasetFormat, FormatChoice, Row, RowProblem, RowUnit, SourcedRow};
+pub use layout::{dataset_layout, DatasetLayout, SplitFiles};
+pub use report::{inspect_dataset, inspect_dataset_with, DatasetReport, PreviewRow, SplitReport, TokenStats};
+pub use splits::{read_split, RawSplit, ReadSplit, SourceFile};
 pub use summary::{length_histogram, DatasetSummary, LengthHistogram, SplitSummary};
 pub use tokenize::{chat_prompt_ids, preview_example, preview_row, tokenize_row, Cut, Example, TokenizeSpec};
 
@@ -30,7 +45,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct DataOptions {
-    /// Fraction of training rows held out for validation when there is no `valid.jsonl`; 0 holds out none.
+    /// Fraction of training rows held out for validation when there is no validation split; 0 holds out none.
     pub valid_fraction: f64,
     /// Skip bad rows (and count them) instead of refusing the dataset.
     pub skip_invalid_rows: bool,
@@ -42,6 +57,8 @@ pub struct DataOptions {
     pub train_on_prompt: bool,
     /// How many problems errors and summaries list.
     pub max_listed_problems: usize,
+    /// The row format (detected, or named) and the column mapping.
+    pub read: ReadOptions,
 }
 
 impl Default for DataOptions {
@@ -53,6 +70,7 @@ impl Default for DataOptions {
             max_seq_len: 2048,
             train_on_prompt: false,
             max_listed_problems: 10,
+            read: ReadOptions::default(),
         }
     }
 }
@@ -83,19 +101,6 @@ impl std::fmt::Display for SplitName {
     }
 }
 
-/// The valid rows of one split, before tokenization.
-#[derive(Debug, Clone)]
-pub struct RawSplit {
-    pub name: SplitName,
-    /// The file the rows came from (`train.jsonl` for a held-out validation split).
-    pub path: PathBuf,
-    pub format: Option<DatasetFormat>,
-    pub rows: Vec<SourcedRow>,
-    /// Bad rows skipped under `skip_invalid_rows`.
-    pub skipped_rows: usize,
-    pub carved_from_train: bool,
-}
-
 /// A dataset read and validated, not yet tokenized: enough to check a file without loading a model.
 #[derive(Debug, Clone)]
 pub struct RawDataset {
@@ -109,7 +114,8 @@ pub struct RawDataset {
 }
 
 /// Read, validate and split a dataset. Bad rows fail the load (listing the first few with their lines)
-/// unless `skip_invalid_rows` is set.
+/// unless `skip_invalid_rows` is set; an ambiguous format, a split of mixed formats and a column mapping
+/// naming a missing column always fail it.
 pub fn load_raw_dataset(path: &Path, options: &DataOptions) -> Result<RawDataset> {
     if !(0.0..1.0).contains(&options.valid_fraction) {
         return Err(Error::InvalidSetting(format!(
@@ -117,103 +123,106 @@ pub fn load_raw_dataset(path: &Path, options: &DataOptions) -> Result<RawDataset
             options.valid_fraction
         )));
     }
-    let files = dataset_files(path)?;
-    let file_of = |name: SplitName| files.iter().find(|(s, _)| *s == name).map(|(_, p)| read_jsonl(p)).transpose();
-    let train_file = read_jsonl(&files[0].1)?;
-    let valid_file = file_of(SplitName::Valid)?;
-    let test_file = file_of(SplitName::Test)?;
+    options.read.validate()?;
+    let layout = dataset_layout(path)?;
+    let read =
+        |split: SplitName| layout.files_of(split).map(|files| read_split(split, files, &options.read)).transpose();
+    let train_split = read(SplitName::Train)?
+        .ok_or_else(|| Error::Data(format!("{}: the dataset has no train split", path.display())))?;
+    let valid_split = read(SplitName::Valid)?;
+    let test_split = read(SplitName::Test)?;
+    for split in [Some(&train_split), valid_split.as_ref(), test_split.as_ref()].into_iter().flatten() {
+        if let Some(refusal) = split.refusal() {
+            return Err(refusal);
+        }
+    }
 
-    let problems: Vec<RowProblem> = [Some(&train_file), valid_file.as_ref(), test_file.as_ref()]
+    let problems: Vec<RowProblem> = [Some(&train_split), valid_split.as_ref(), test_split.as_ref()]
         .into_iter()
         .flatten()
-        .flat_map(|f| f.problems.iter().cloned())
+        .flat_map(|s| s.problems().cloned())
         .collect();
     if !options.skip_invalid_rows {
         check_problems(&problems, options.max_listed_problems)?;
     }
-    if train_file.rows.is_empty() {
-        return Err(no_rows_error(&train_file));
+    if train_split.rows() == 0 {
+        return Err(no_rows_error(&train_split));
     }
 
     let mut notes = Vec::new();
-    let mut train = raw_split(SplitName::Train, train_file);
-    let valid = match valid_file {
-        Some(file) if !file.rows.is_empty() => Some(raw_split(SplitName::Valid, file)),
-        Some(file) => {
-            notes.push(format!("{} has no valid rows; holding out validation rows from training", file.path.display()));
+    if !layout.ignored.is_empty() {
+        let names: Vec<String> = layout.ignored.iter().take(5).map(|p| p.display().to_string()).collect();
+        notes.push(format!(
+            "ignored {} data file{} that no split takes: {}{}",
+            layout.ignored.len(),
+            if layout.ignored.len() == 1 { "" } else { "s" },
+            names.join(", "),
+            if layout.ignored.len() > 5 { ", ..." } else { "" }
+        ));
+    }
+    let mut train = train_split.into_raw();
+    let valid = match valid_split.map(ReadSplit::into_raw) {
+        Some(split) if !split.rows.is_empty() => Some(split),
+        Some(split) => {
+            notes
+                .push(format!("{} has no valid rows; holding out validation rows from training", split.path.display()));
             carve_valid(&mut train, options, &mut notes)
         }
         None => carve_valid(&mut train, options, &mut notes),
     };
-    let test = test_file.map(|f| raw_split(SplitName::Test, f));
+    let test = test_split.map(ReadSplit::into_raw);
+    if train.format != Some(DatasetFormat::Chat) || !options.read.is_default() || train.files.len() > 1 {
+        notes.push(reading_note(&train, &options.read));
+    }
     if !problems.is_empty() {
         notes.push(format!("skipped {} invalid rows", problems.len()));
     }
     Ok(RawDataset { source: path.to_path_buf(), train, valid, test, problems, notes })
 }
 
-/// The files of a dataset: a single `.jsonl` file is the training split; a folder holds `train.jsonl` and
-/// optionally `valid.jsonl` and `test.jsonl` (mlx-lm's layout). Training file first.
-pub fn dataset_files(path: &Path) -> Result<Vec<(SplitName, PathBuf)>> {
-    if !path.exists() {
-        return Err(Error::MissingFile {
-            path: path.to_path_buf(),
-            what: "expected a .jsonl file or a folder with train.jsonl (and optional valid.jsonl, test.jsonl)".into(),
-        });
+/// "train split: alpaca (detected from row 1), 2 files, columns prompt=question": how the rows were read.
+fn reading_note(train: &RawSplit, read: &ReadOptions) -> String {
+    let unit = train.files.first().map(|f| f.unit).unwrap_or_default();
+    let mut note = format!("train split: {}", train.detection.describe(unit));
+    if train.files.len() > 1 {
+        note.push_str(&format!(", {} files", train.files.len()));
     }
-    if !path.is_dir() {
-        return Ok(vec![(SplitName::Train, path.to_path_buf())]);
+    if !read.columns.is_empty() {
+        note.push_str(&format!(", columns {}", read.columns));
     }
-    let train = path.join("train.jsonl");
-    if !train.is_file() {
-        return Err(Error::MissingFile {
-            path: train,
-            what: "a dataset folder needs train.jsonl (valid.jsonl and test.jsonl are optional)".into(),
-        });
-    }
-    let mut files = vec![(SplitName::Train, train)];
-    for split in [SplitName::Valid, SplitName::Test] {
-        let p = path.join(format!("{}.jsonl", split.as_str()));
-        if p.is_file() {
-            files.push((split, p));
-        }
-    }
-    Ok(files)
+    note
 }
 
-fn raw_split(name: SplitName, file: ParsedFile) -> RawSplit {
-    RawSplit {
-        name,
-        skipped_rows: file.problems.len(),
-        path: file.path,
-        format: file.format,
-        rows: file.rows,
-        carved_from_train: false,
+/// The files of a dataset, split by split (see [`layout`]); the training split first.
+pub fn dataset_files(path: &Path) -> Result<Vec<SplitFiles>> {
+    Ok(dataset_layout(path)?.splits)
+}
+
+fn no_rows_error(split: &ReadSplit) -> Error {
+    match split.problems().next() {
+        None => Error::Dataset {
+            path: splits::first_path(split).to_path_buf(),
+            line: 1,
+            message: "the dataset is empty: no rows, only blank lines or nothing at all".to_string(),
+        },
+        Some(first) => splits::problem_error(&RowProblem {
+            message: format!(
+                "no valid rows: all {} rows are invalid and were skipped; the first: {} {}: {}",
+                split.problems().count(),
+                first.unit.name(),
+                first.line,
+                first.message
+            ),
+            ..first.clone()
+        }),
     }
-}
-
-fn no_rows_error(file: &ParsedFile) -> Error {
-    let message = match file.problems.first() {
-        None => "the dataset is empty: no rows, only blank lines or nothing at all".to_string(),
-        Some(first) => format!(
-            "no valid rows: all {} rows are invalid and were skipped; the first: line {}: {}",
-            file.problems.len(),
-            first.line,
-            first.message
-        ),
-    };
-    Error::Dataset { path: file.path.clone(), line: first_line(file), message }
-}
-
-fn first_line(file: &ParsedFile) -> usize {
-    file.problems.first().map(|p| p.line).unwrap_or(1)
 }
 
 /// The error for bad rows: one problem as a structured error, several as a list with the total count.
 fn check_problems(problems: &[RowProblem], max_listed: usize) -> Result<()> {
     match problems {
         [] => Ok(()),
-        [one] => Err(Error::Dataset { path: one.path.clone(), line: one.line, message: one.message.clone() }),
+        [one] => Err(splits::problem_error(one)),
         many => {
             let listed = max_listed.max(1).min(many.len());
             let mut message = format!("{} invalid dataset rows:", many.len());
@@ -233,11 +242,11 @@ fn check_problems(problems: &[RowProblem], max_listed: usize) -> Result<()> {
 fn carve_valid(train: &mut RawSplit, options: &DataOptions, notes: &mut Vec<String>) -> Option<RawSplit> {
     let n = train.rows.len();
     if options.valid_fraction <= 0.0 {
-        notes.push("no validation split: there is no valid.jsonl and valid_fraction is 0".into());
+        notes.push("no validation split: there is no validation file and valid_fraction is 0".into());
         return None;
     }
     if n < 2 {
-        notes.push("no validation split: there is no valid.jsonl and only one training row".into());
+        notes.push("no validation split: there is no validation file and only one training row".into());
         return None;
     }
     let count = ((n as f64 * options.valid_fraction).round() as usize).clamp(1, n - 1);
@@ -252,7 +261,7 @@ fn carve_valid(train: &mut RawSplit, options: &DataOptions, notes: &mut Vec<Stri
         std::mem::take(&mut train.rows).into_iter().zip(held_out).partition(|(_, held)| *held);
     train.rows = train_rows.into_iter().map(|(r, _)| r).collect();
     notes.push(format!(
-        "no valid.jsonl: held out {count} of {n} rows of {} for validation (valid_fraction {}, seed {})",
+        "no validation file: held out {count} of {n} rows of {} for validation (valid_fraction {}, seed {})",
         train.path.display(),
         options.valid_fraction,
         options.seed
@@ -260,7 +269,9 @@ fn carve_valid(train: &mut RawSplit, options: &DataOptions, notes: &mut Vec<Stri
     Some(RawSplit {
         name: SplitName::Valid,
         path: train.path.clone(),
+        files: train.files.clone(),
         format: train.format,
+        detection: train.detection.clone(),
         rows: valid_rows.into_iter().map(|(r, _)| r).collect(),
         skipped_rows: 0,
         carved_from_train: true,
@@ -369,6 +380,7 @@ fn tokenize_split(
     let mut summary = SplitSummary {
         name: split.name,
         path: split.path.clone(),
+        files: split.files.iter().map(|f| f.path.clone()).collect(),
         format: split.format,
         carved_from_train: split.carved_from_train,
         rows: split.rows.len(),
@@ -398,7 +410,7 @@ fn tokenize_split(
             }
             Err(e) => {
                 summary.skipped_rows += 1;
-                problems.push(RowProblem { path: split.path.clone(), line: sourced.line, message: e.to_string() });
+                problems.push(split.problem(sourced, e.to_string()));
             }
         }
     }

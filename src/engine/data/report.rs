@@ -1,9 +1,14 @@
-//! The dataset report the studio's dataset page and the CLI show before a run: each file's rows, format and
-//! problems, and with a model loaded, token lengths under its tokenizer and chat template, how many rows
+//! The dataset report the studio's dataset page and the CLI show before a run: each split's files, detected
+//! format (or why there is none: ambiguous, unknown, mixed), columns, rows and problems, the column mapping
+//! used, and with a model loaded, token lengths under its tokenizer and chat template, how many rows
 //! `max_seq_len` cuts or drops (the trainer's own rule, [`super::Example::cut`]) and a templated preview.
-//! It reads files the way training does ([`super::dataset_files`], [`super::read_jsonl`]).
+//! It reads files the way training does ([`super::dataset_layout`], [`super::read_split`]).
 
-use super::{dataset_files, read_jsonl, tokenize, DatasetFormat, ParsedFile, Row, RowProblem, SplitName, TokenizeSpec};
+use super::columns::ReadOptions;
+use super::detect::Detection;
+use super::formats::RowUnit;
+use super::splits::RawSplit;
+use super::{dataset_layout, read_split, tokenize, DatasetFormat, Row, RowProblem, SplitName, TokenizeSpec};
 use crate::engine::data::eos_doctor::{self, StopWarning};
 use crate::engine::model::LoadedModel;
 use crate::engine::Result;
@@ -12,16 +17,32 @@ use std::path::{Path, PathBuf};
 /// Rows tokenized for the length statistics; larger datasets are sampled from the start.
 pub const MAX_STAT_ROWS: usize = 20_000;
 
-/// One split (file) of a dataset.
+/// One split of a dataset: its files, how their rows read, and what is wrong with them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SplitReport {
     pub split: SplitName,
+    /// The split's (first) file.
     pub path: PathBuf,
-    /// None when no row is valid.
+    /// Every file of the split, in the order read (shards of one split are concatenated).
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
+    /// None when no row is valid, or the format is ambiguous, unknown or mixed.
     pub format: Option<DatasetFormat>,
+    /// How the format was found, or why there is none.
+    #[serde(default)]
+    pub detection: Detection,
+    /// The columns of the split's (first) file, as written (before any mapping).
+    #[serde(default)]
+    pub columns: Vec<String>,
+    /// How the split's positions count (lines of JSONL; rows of JSON arrays and parquet).
+    #[serde(default)]
+    pub unit: RowUnit,
     pub rows: usize,
     pub blank_lines: usize,
     pub problems: Vec<RowProblem>,
+    /// Why training would refuse the split as a whole (an ambiguous format, files in different formats).
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 /// Token statistics of the training split under a model's tokenizer and chat template.
@@ -52,7 +73,10 @@ impl TokenStats {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PreviewRow {
     pub split: SplitName,
+    /// The row's position in its file (a line for JSONL, see `unit`).
     pub line: usize,
+    #[serde(default)]
+    pub unit: RowUnit,
     pub tokens: usize,
     pub truncated: bool,
     pub pieces: Vec<(String, bool)>,
@@ -62,7 +86,13 @@ pub struct PreviewRow {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DatasetReport {
     pub path: PathBuf,
+    /// How the rows were read: the format asked for (`auto`: detected per file) and the column mapping.
+    #[serde(default)]
+    pub read: ReadOptions,
     pub splits: Vec<SplitReport>,
+    /// Data files in the folder that no split takes.
+    #[serde(default)]
+    pub ignored: Vec<PathBuf>,
     /// None until a model (its tokenizer and template) is loaded.
     pub tokens: Option<TokenStats>,
     pub preview: Vec<PreviewRow>,
@@ -83,9 +113,14 @@ impl DatasetReport {
     pub fn rows(&self, split: SplitName) -> usize {
         self.splits.iter().filter(|s| s.split == split).map(|s| s.rows).sum()
     }
+
+    /// The first split whose format a user has to name (ambiguous or unknown) or whose files disagree.
+    pub fn needs_choice(&self) -> Option<&SplitReport> {
+        self.splits.iter().find(|s| s.detection.needs_choice() || s.error.is_some())
+    }
 }
 
-/// Read and check a dataset; with `model`, also tokenize it for statistics and a preview of `preview_rows` rows.
+/// [`inspect_dataset_with`] with formats detected and no column mapping.
 pub fn inspect_dataset(
     path: &Path,
     model: Option<&LoadedModel>,
@@ -93,42 +128,69 @@ pub fn inspect_dataset(
     train_on_prompt: bool,
     preview_rows: usize,
 ) -> Result<DatasetReport> {
-    let mut report = DatasetReport { path: path.to_path_buf(), ..Default::default() };
-    let mut parsed = Vec::new();
-    for (split, file) in dataset_files(path)? {
-        let p = read_jsonl(&file)?;
+    inspect_dataset_with(path, &ReadOptions::default(), model, max_seq_len, train_on_prompt, preview_rows)
+}
+
+/// Read and check a dataset as `read` says; with `model`, also tokenize it for statistics and a preview of
+/// `preview_rows` rows. An ambiguous or mixed split is reported (with its error), not refused; a column
+/// mapping that names a column a file lacks is refused.
+pub fn inspect_dataset_with(
+    path: &Path,
+    read: &ReadOptions,
+    model: Option<&LoadedModel>,
+    max_seq_len: usize,
+    train_on_prompt: bool,
+    preview_rows: usize,
+) -> Result<DatasetReport> {
+    read.validate()?;
+    let layout = dataset_layout(path)?;
+    let mut report = DatasetReport { path: path.to_path_buf(), read: read.clone(), ..Default::default() };
+    report.ignored = layout.ignored.clone();
+    let mut raw = Vec::new();
+    for files in &layout.splits {
+        let split = read_split(files.split, &files.files, read)?;
+        let error = split.refusal().map(|e| e.to_string());
         report.splits.push(SplitReport {
-            split,
-            path: file,
-            format: p.format,
-            rows: p.rows.len(),
-            blank_lines: p.blank_lines,
-            problems: p.problems.clone(),
+            split: files.split,
+            path: files.files.first().cloned().unwrap_or_default(),
+            files: files.files.clone(),
+            format: split.format(),
+            detection: split.detection.clone(),
+            columns: split.columns().to_vec(),
+            unit: split.files.first().map(|f| f.unit).unwrap_or_default(),
+            rows: split.rows(),
+            blank_lines: split.blank_lines(),
+            problems: split.problems().cloned().collect(),
+            error: error.clone(),
         });
-        parsed.push((split, p));
+        if error.is_none() {
+            raw.push(split.into_raw());
+        }
     }
-    if !parsed.iter().any(|(s, _)| *s == SplitName::Valid) {
-        report.notes.push("no valid.jsonl: training holds out a fraction of the training rows for validation".into());
+    if !layout.splits.iter().any(|s| s.split == SplitName::Valid) {
+        report
+            .notes
+            .push("no validation split: training holds out a fraction of the training rows for validation".into());
     }
     let Some(model) = model else {
         report.notes.push("load a model to see token counts, the length histogram and the templated preview".into());
         return Ok(report);
     };
     report.tokenizer_model = Some(model.source.path().to_path_buf());
-    if model.chat_template.is_none() && parsed.iter().any(|(_, p)| p.format != Some(DatasetFormat::Text)) {
+    if model.chat_template.is_none() && raw.iter().any(|s| s.format != Some(DatasetFormat::Text)) {
         report.notes.push(tokenize::FALLBACK_TEMPLATE_NOTE.into());
     }
     // Lengths before truncation, so the histogram can show what a shorter max_seq_len would cut.
     let full = TokenizeSpec::for_model(model, usize::MAX / 2, train_on_prompt);
-    if let Some((_, train)) = parsed.first() {
+    if let Some(train) = raw.first().filter(|s| s.name == SplitName::Train) {
         if train.rows.len() > MAX_STAT_ROWS {
             report.notes.push(format!("token statistics from the first {MAX_STAT_ROWS} of {} rows", train.rows.len()));
         }
         report.tokens = Some(token_stats(train, &full, max_seq_len));
     }
-    report.warnings = stop_warnings(&parsed, &full, model);
+    report.warnings = stop_warnings(&raw, &full, model);
     let cut = TokenizeSpec { max_seq_len: max_seq_len.max(2), ..full };
-    report.preview = preview_rows_of(&parsed, &cut, model, preview_rows);
+    report.preview = preview_rows_of(&raw, &cut, model, preview_rows);
     Ok(report)
 }
 
@@ -136,15 +198,15 @@ pub fn inspect_dataset(
 const DOCTOR_ROWS: usize = 200;
 
 /// The doctor's warnings for the model and the first [`DOCTOR_ROWS`] training rows, tokenized untruncated.
-fn stop_warnings(parsed: &[(SplitName, ParsedFile)], full: &TokenizeSpec<'_>, model: &LoadedModel) -> Vec<StopWarning> {
-    let rows = parsed.first().map(|(_, p)| p.rows.as_slice()).unwrap_or_default();
+fn stop_warnings(splits: &[RawSplit], full: &TokenizeSpec<'_>, model: &LoadedModel) -> Vec<StopWarning> {
+    let rows = splits.iter().find(|s| s.name == SplitName::Train).map(|s| s.rows.as_slice()).unwrap_or_default();
     let examples: Vec<_> =
         rows.iter().take(DOCTOR_ROWS).filter_map(|r| tokenize::tokenize_row(&r.row, full).ok()).collect();
     eos_doctor::check_training(model, &examples)
 }
 
 /// Lengths, truncation and target counts of (up to [`MAX_STAT_ROWS`]) training rows.
-fn token_stats(train: &ParsedFile, full: &TokenizeSpec<'_>, max_seq_len: usize) -> TokenStats {
+fn token_stats(train: &RawSplit, full: &TokenizeSpec<'_>, max_seq_len: usize) -> TokenStats {
     let mut stats = TokenStats { max_seq_len, ..Default::default() };
     for sourced in train.rows.iter().take(MAX_STAT_ROWS) {
         match tokenize::tokenize_row(&sourced.row, full) {
@@ -157,25 +219,19 @@ fn token_stats(train: &ParsedFile, full: &TokenizeSpec<'_>, max_seq_len: usize) 
                 stats.target_tokens += cut.target_tokens;
                 stats.dropped += usize::from(cut.dropped());
             }
-            Err(e) => {
-                stats.failures.push(RowProblem { path: train.path.clone(), line: sourced.line, message: e.to_string() })
-            }
+            Err(e) => stats.failures.push(train.problem(sourced, e.to_string())),
         }
     }
     stats
 }
 
 /// The first `limit` rows that tokenize, as trained/masked pieces.
-fn preview_rows_of(
-    parsed: &[(SplitName, ParsedFile)],
-    spec: &TokenizeSpec<'_>,
-    model: &LoadedModel,
-    limit: usize,
-) -> Vec<PreviewRow> {
-    let rows = parsed.iter().flat_map(|(split, file)| file.rows.iter().map(move |r| (*split, r)));
+fn preview_rows_of(splits: &[RawSplit], spec: &TokenizeSpec<'_>, model: &LoadedModel, limit: usize) -> Vec<PreviewRow> {
+    let rows = splits.iter().flat_map(|split| split.rows.iter().map(move |r| (split, r)));
     rows.filter_map(|(split, sourced)| {
         let (tokens, truncated, pieces) = preview(&sourced.row, spec, model).ok()?;
-        Some(PreviewRow { split, line: sourced.line, tokens, truncated, pieces })
+        let unit = split.file_of(sourced).unit;
+        Some(PreviewRow { split: split.name, line: sourced.line, unit, tokens, truncated, pieces })
     })
     .take(limit)
     .collect()

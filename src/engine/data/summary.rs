@@ -10,7 +10,11 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SplitSummary {
     pub name: SplitName,
+    /// The (first) file of the split.
     pub path: PathBuf,
+    /// Every file of the split, in the order read (shards of one split).
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
     pub format: Option<DatasetFormat>,
     pub carved_from_train: bool,
     /// Valid rows read into this split.

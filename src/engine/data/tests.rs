@@ -209,12 +209,15 @@ fn smollm2_masks_both_replies() {
     }
     let model = crate::engine::model::load_model(&path, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap();
     let spec = TokenizeSpec::for_model(&model, 512, false);
-    let row = Row::Chat(vec![
-        ChatMessage::new("user", "Capital of France?"),
-        ChatMessage::new("assistant", "Paris."),
-        ChatMessage::new("user", "And of Italy?"),
-        ChatMessage::new("assistant", "Rome."),
-    ]);
+    let row = Row::Chat(
+        vec![
+            ChatMessage::new("user", "Capital of France?"),
+            ChatMessage::new("assistant", "Paris."),
+            ChatMessage::new("user", "And of Italy?"),
+            ChatMessage::new("assistant", "Rome."),
+        ]
+        .into(),
+    );
     let pieces = preview_row(&row, &spec).unwrap();
     let trained: String = pieces.iter().filter(|(_, t)| *t).map(|(p, _)| p.as_str()).collect();
     println!("{pieces:?}");

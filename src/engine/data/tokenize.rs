@@ -6,8 +6,11 @@
 //! occupies the text between `render(messages[..i], add_generation_prompt = true)` and
 //! `render(messages[..=i], false)`. The full conversation is tokenized once and a token is trained when its
 //! character offsets overlap a span, so tokenization matches what the model sees at inference time.
+//!
+//! A conversation with tools renders them through the template (`tools`, `tool_calls`, `tool` turns) after
+//! [`super::tool_support`] has checked that the template really writes them.
 
-use super::formats::Row;
+use super::formats::{Conversation, Row};
 use crate::engine::model::chat_template::{ChatMessage, ChatTemplate};
 use crate::engine::model::tokenizer::TextTokenizer;
 use crate::engine::model::LoadedModel;
@@ -112,9 +115,14 @@ impl<'a> TokenizeSpec<'a> {
             .unwrap_or_default()
     }
 
-    fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+    fn render(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         match self.chat_template {
-            Some(t) => t.render(messages, add_generation_prompt),
+            Some(t) => t.render_with_tools(messages, tools, add_generation_prompt),
             None => Ok(fallback_render(messages, add_generation_prompt, &self.eos_text())),
         }
     }
@@ -127,7 +135,7 @@ pub fn chat_prompt_ids(model: &LoadedModel, messages: &[ChatMessage]) -> Result<
     if model.chat_template.is_some() {
         return model.encode_chat(messages);
     }
-    let text = TokenizeSpec::for_model(model, usize::MAX / 2, false).render(messages, true)?;
+    let text = TokenizeSpec::for_model(model, usize::MAX / 2, false).render(messages, None, true)?;
     model.tokenizer.encode(&text, true)
 }
 
@@ -179,8 +187,9 @@ pub fn tokenize_row(row: &Row, spec: &TokenizeSpec<'_>) -> Result<Example> {
             (ids, mask)
         }
         Row::Chat(_) | Row::Completion { .. } => {
-            let messages = row.to_messages().unwrap_or_default();
-            let (ids, offsets, spans) = tokenize_chat(&messages, spec)?;
+            let conversation = row.to_conversation().unwrap_or_default();
+            super::tool_support::check_tool_support(&conversation, spec.chat_template)?;
+            let (ids, offsets, spans) = tokenize_chat(&conversation, spec)?;
             let mask = if spec.train_on_prompt {
                 vec![true; ids.len()]
             } else {
@@ -206,8 +215,8 @@ type ChatTokens = (Vec<u32>, Vec<(usize, usize)>, Vec<Range<usize>>);
 
 /// Render and tokenize a conversation: ids, each token's byte offsets in the rendered text, and the byte
 /// spans of the assistant turns.
-fn tokenize_chat(messages: &[ChatMessage], spec: &TokenizeSpec<'_>) -> Result<ChatTokens> {
-    let (text, spans) = assistant_spans(messages, spec)?;
+fn tokenize_chat(conversation: &Conversation, spec: &TokenizeSpec<'_>) -> Result<ChatTokens> {
+    let (text, spans) = assistant_spans(conversation, spec)?;
     // A real template writes BOS itself when the model wants one (transformers tokenizes its output without
     // special tokens); the fallback format relies on the post-processor for BOS.
     let add_special_tokens = spec.uses_fallback_template();
@@ -221,21 +230,22 @@ fn tokenize_chat(messages: &[ChatMessage], spec: &TokenizeSpec<'_>) -> Result<Ch
 
 /// The rendered conversation and the byte span of each assistant turn in it (content through the
 /// end-of-turn marker, trailing whitespace excluded).
-pub fn assistant_spans(messages: &[ChatMessage], spec: &TokenizeSpec<'_>) -> Result<(String, Vec<Range<usize>>)> {
-    let full = spec.render(messages, false)?;
+pub fn assistant_spans(conversation: &Conversation, spec: &TokenizeSpec<'_>) -> Result<(String, Vec<Range<usize>>)> {
+    let (messages, tools) = (conversation.messages.as_slice(), conversation.tools.as_deref());
+    let full = spec.render(messages, tools, false)?;
     let mut spans: Vec<Range<usize>> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         if message.role != "assistant" {
             continue;
         }
         let turn = spans.len() + 1;
-        let before = match spec.render(&messages[..i], true) {
+        let before = match spec.render(&messages[..i], tools, true) {
             Ok(text) => text,
             // Many templates cannot render an empty conversation; a leading assistant turn starts at 0.
             Err(_) if i == 0 => String::new(),
             Err(e) => return Err(e),
         };
-        let through = spec.render(&messages[..=i], false)?;
+        let through = spec.render(&messages[..=i], tools, false)?;
         if !full.starts_with(&before) || !through.starts_with(&before) {
             return Err(inconsistent_template(turn));
         }
@@ -358,13 +368,16 @@ pub(crate) mod tests {
     }
 
     fn two_turns() -> Row {
-        Row::Chat(vec![
-            ChatMessage::new("system", "Be brief."),
-            ChatMessage::new("user", "Hi"),
-            ChatMessage::new("assistant", "Hello!"),
-            ChatMessage::new("user", "Bye"),
-            ChatMessage::new("assistant", "Ciao é"),
-        ])
+        Row::Chat(
+            vec![
+                ChatMessage::new("system", "Be brief."),
+                ChatMessage::new("user", "Hi"),
+                ChatMessage::new("assistant", "Hello!"),
+                ChatMessage::new("user", "Bye"),
+                ChatMessage::new("assistant", "Ciao é"),
+            ]
+            .into(),
+        )
     }
 
     /// The trained text, with untrained stretches collapsed to `|`.

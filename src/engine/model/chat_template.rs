@@ -14,16 +14,32 @@ use crate::engine::{Error, Result};
 use std::path::Path;
 pub use strftime::DateTime;
 
-/// One chat message.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+/// One chat message. The tool fields follow transformers' message dicts (`tool_calls` on an assistant turn,
+/// `tool_call_id` / `name` on a `tool` turn) and are left out of what the template sees when absent, as a
+/// plain `{"role", "content"}` dict would be.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// `[{"type": "function", "function": {"name", "arguments"}}]` on an assistant turn that calls tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// On a `tool` turn: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// On a `tool` turn: the tool that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into() }
+        Self { role: role.into(), content: content.into(), ..Self::default() }
+    }
+
+    /// Whether the message takes part in tool use: a `tool` turn or a turn with tool calls.
+    pub fn uses_tools(&self) -> bool {
+        self.role == "tool" || self.tool_calls.as_ref().is_some_and(|c| !c.is_empty())
     }
 }
 
@@ -130,17 +146,31 @@ impl ChatTemplate {
     /// Render a conversation; `add_generation_prompt` opens the assistant's turn. A render that runs out of
     /// fuel or output room is an error naming the template's file.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// [`Self::render`] with the tool definitions a conversation may call (`tools` in transformers'
+    /// `apply_chat_template`: JSON schemas, `{"type": "function", "function": {...}}`). Without tools the
+    /// template sees no `tools` variable at all, exactly as before tools were supported.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let template = self.env.get_template("chat").map_err(|e| Error::ChatTemplate(e.to_string()))?;
         let mut out = CappedWriter { bytes: Vec::new(), full: false };
-        let rendered = template.render_captured_to(
-            minijinja::context! {
-                messages => messages,
-                add_generation_prompt => add_generation_prompt,
-                bos_token => self.bos_token,
-                eos_token => self.eos_token,
-            },
-            &mut out,
-        );
+        let base = minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token,
+            eos_token => self.eos_token,
+        };
+        let context = match tools {
+            Some(tools) => minijinja::context! { tools => tools, ..base },
+            None => base,
+        };
+        let rendered = template.render_captured_to(context, &mut out);
         match rendered {
             Ok(_) => String::from_utf8(out.bytes).map_err(|e| Error::ChatTemplate(format!("{}: {e}", self.origin))),
             Err(_) if out.full => Err(Error::ChatTemplate(format!(

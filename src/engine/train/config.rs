@@ -120,6 +120,11 @@ pub struct TrainConfig {
     pub checkpointing: Checkpointing,
     pub skip_invalid_rows: bool,
     pub train_on_prompt: bool,
+    /// How dataset rows are read: `auto` detects each file's format, or one of chat, sharegpt, alpaca,
+    /// completions, text (`--format`). Recorded so a resume reads the data the same way.
+    pub data_format: crate::engine::data::FormatChoice,
+    /// Dataset columns read as a format's fields, `{"prompt": "question"}` (`--columns prompt=question`).
+    pub data_columns: crate::engine::data::ColumnMap,
     /// Continue from this checkpoint folder.
     pub resume: Option<PathBuf>,
     /// On resume, continue on a base model other than the one the checkpoint was trained on (its fingerprint
@@ -158,6 +163,8 @@ impl Default for TrainConfig {
             checkpointing: Checkpointing::Off,
             skip_invalid_rows: false,
             train_on_prompt: false,
+            data_format: crate::engine::data::FormatChoice::Auto,
+            data_columns: crate::engine::data::ColumnMap::default(),
             resume: None,
             force_base: false,
         }
@@ -173,6 +180,11 @@ pub struct ModelLimits {
 }
 
 impl TrainConfig {
+    /// How the run reads its dataset's rows (`data_format`, `data_columns`).
+    pub fn read_options(&self) -> crate::engine::data::ReadOptions {
+        crate::engine::data::ReadOptions { format: self.data_format, columns: self.data_columns.clone() }
+    }
+
     /// What a PEFT adapter names as its base: the Hub repo id when the model came from the Hub (PEFT and
     /// transformers resolve it), else the local path.
     pub fn base_model_name(&self) -> String {

@@ -55,6 +55,7 @@ pub fn prepare_data(config: &TrainConfig, model: &LoadedModel) -> Result<Prepare
         seed: config.seed,
         max_seq_len: config.seq_len,
         train_on_prompt: config.train_on_prompt,
+        read: config.read_options(),
         ..Default::default()
     };
     let spec = TokenizeSpec::for_model(model, config.seq_len, config.train_on_prompt);

@@ -54,6 +54,7 @@ impl TrainConfig {
         self.validate_lora()?;
         self.validate_optimizer()?;
         self.validate_length()?;
+        self.read_options().validate()?;
         if let Some(name) = &self.run_name {
             super::run_folder::validate_run_name(name)?;
         }
