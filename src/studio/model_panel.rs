@@ -274,9 +274,12 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &mut super::app::Prefs) -
             ui.set_width(ui.available_width());
             ui.horizontal(|ui| {
                 widgets::status_dot_ui(ui, palette::OK);
-                ui.label(RichText::new(m.name()).strong().size(16.0));
+                // Hub names are long (ORG/NAME/file.gguf): cut them to the column, the full path is below.
+                ui.add(egui::Label::new(RichText::new(m.name()).strong().size(16.0)).truncate())
+                    .on_hover_text(m.name());
             });
-            ui.label(RichText::new(m.path.display().to_string()).weak().small());
+            ui.add(egui::Label::new(RichText::new(m.path.display().to_string()).weak().small()).truncate())
+                .on_hover_text(m.path.display().to_string());
             ui.add_space(4.0);
             egui::Grid::new("model-facts").num_columns(2).spacing([18.0, 4.0]).show(ui, |ui| {
                 let row = |ui: &mut Ui, k: &str, v: String| {

@@ -101,6 +101,9 @@ impl FakeRepo {
             let v: serde_json::Value = serde_json::from_slice(&cfg.data).unwrap_or_default();
             repo.architecture = v.get("model_type").and_then(|m| m.as_str()).map(str::to_string);
         }
+        if let Some(gguf) = repo.files.iter().find(|f| f.path.ends_with(".gguf")) {
+            repo.architecture = repo.architecture.clone().or_else(|| gguf_architecture(&gguf.data));
+        }
         repo
     }
 
@@ -109,6 +112,16 @@ impl FakeRepo {
         self.files.push(FakeFile::new(path, data));
         self
     }
+}
+
+/// `general.architecture` of a GGUF file, as the Hub's `gguf` field reports it: the key, a u32 type (8, a
+/// string), a u64 length and the text.
+fn gguf_architecture(data: &[u8]) -> Option<String> {
+    let key = b"general.architecture";
+    let head = &data[..data.len().min(1 << 20)];
+    let at = head.windows(key.len()).position(|w| w == key)? + key.len() + 4;
+    let len = u64::from_le_bytes(head.get(at..at + 8)?.try_into().ok()?) as usize;
+    String::from_utf8(head.get(at + 8..at + 8 + len)?.to_vec()).ok()
 }
 
 fn is_lfs(path: &str, len: usize) -> bool {
@@ -248,7 +261,13 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
     Some(Request { method, path: path.to_string(), query, headers })
 }
 
-fn respond(stream: &mut TcpStream, status: u16, headers: &[(String, String)], body: &[u8], head_only: bool) -> std::io::Result<()> {
+fn respond(
+    stream: &mut TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+    head_only: bool,
+) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         206 => "Partial Content",
@@ -297,12 +316,16 @@ fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     let path = percent_decode(&request.path, false);
     let authorized = |repo: &FakeRepo| {
         !repo.gated
-            || state.token.as_ref().is_some_and(|t| request.headers.get("authorization") == Some(&format!("Bearer {t}")))
+            || state
+                .token
+                .as_ref()
+                .is_some_and(|t| request.headers.get("authorization") == Some(&format!("Bearer {t}")))
     };
     // Search: /api/models?search=...
     if let Some(collection) = path.strip_prefix("/api/").filter(|c| *c == "models" || *c == "datasets") {
         let q = request.query.get("search").and_then(|v| v.first()).cloned().unwrap_or_default().to_lowercase();
-        let limit: usize = request.query.get("limit").and_then(|v| v.first()).and_then(|l| l.parse().ok()).unwrap_or(20);
+        let limit: usize =
+            request.query.get("limit").and_then(|v| v.first()).and_then(|l| l.parse().ok()).unwrap_or(20);
         let mut hits: Vec<&FakeRepo> =
             state.repos.iter().filter(|r| r.collection == collection && r.id.to_lowercase().contains(&q)).collect();
         hits.sort_by_key(|r| std::cmp::Reverse(r.downloads));
@@ -364,10 +387,7 @@ fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         headers.push(("X-Linked-Etag".into(), format!("\"{etag}\"")));
         headers.push(("X-Linked-Size".into(), total.to_string()));
     }
-    let start = range
-        .strip_prefix("bytes=")
-        .and_then(|r| r.split('-').next())
-        .and_then(|s| s.parse::<usize>().ok());
+    let start = range.strip_prefix("bytes=").and_then(|r| r.split('-').next()).and_then(|s| s.parse::<usize>().ok());
     let (status, start) = match start {
         Some(s) if s >= total && total > 0 => {
             headers.push(("Content-Range".into(), format!("bytes */{total}")));

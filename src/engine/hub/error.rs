@@ -27,7 +27,7 @@ pub enum HubError {
     #[error("the token was refused by {endpoint} (401): it is invalid or expired; create a new one at {endpoint}/settings/tokens")]
     BadToken { endpoint: String },
 
-    #[error("`{repo}` is not in the Hugging Face cache at {cache} and HF_HUB_OFFLINE is set; unset it to download, or download it on a machine that is online")]
+    #[error("`{repo}` is not in the Hugging Face cache at {cache} and HF_HUB_OFFLINE is set (and no local file or folder of that name exists); unset HF_HUB_OFFLINE to download it")]
     Offline { repo: String, cache: PathBuf },
 
     #[error("{url}: the server answered {status} {attempts}; try again later")]

@@ -71,7 +71,17 @@ pub fn resolve(
         }
         return Ok(Resolved { path: local.to_path_buf(), origin: None, cache_note: None });
     }
+    let text = spec;
     let spec = RepoSpec::parse(spec)?;
+    // A typo in a local path reads as a repo id too: say, in a network failure, that no such path exists.
+    let not_local = |e: Error| match e {
+        Error::Hub(HubError::Network { url, message, attempts }) => Error::Hub(HubError::Network {
+            url,
+            message: format!("{message}; and no local file or folder `{text}` exists"),
+            attempts,
+        }),
+        other => other,
+    };
     let request = SnapshotRequest {
         kind,
         repo: spec.repo.clone(),
@@ -80,9 +90,10 @@ pub fn resolve(
     };
     let (wanted, gguf_file) = match kind {
         RepoKind::Dataset => (Wanted::Data, None),
-        RepoKind::Model => model_files(client, &request, spec.quant.as_deref(), cancel)?,
+        RepoKind::Model => model_files(client, &request, spec.quant.as_deref(), cancel).map_err(not_local)?,
     };
-    let snapshot = download_snapshot(client, &request, &|f| wanted.accepts(f, gguf_file.as_deref()), on_progress, cancel)?;
+    let snapshot = download_snapshot(client, &request, &|f| wanted.accepts(f, gguf_file.as_deref()), on_progress, cancel)
+        .map_err(not_local)?;
     let path = match &gguf_file {
         Some(file) => snapshot.path.join(file),
         None => snapshot.path.clone(),
