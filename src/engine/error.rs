@@ -75,7 +75,7 @@ pub enum Error {
     Cancelled,
 
     #[error(transparent)]
-    Hub(#[from] super::hub::HubError),
+    Hub(#[from] super::hub_error::HubError),
 
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

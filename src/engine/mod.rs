@@ -14,6 +14,7 @@ pub mod estimate;
 pub mod export;
 pub mod generate;
 pub mod hub;
+pub mod hub_error;
 pub mod lora;
 pub mod model;
 pub mod ops;

@@ -5,7 +5,6 @@
 use super::chat_panel::{ChatMode, ChatPanel};
 use super::checkpoints_panel::CheckpointsPanel;
 use super::dataset_panel::{DatasetPanel, InspectKey};
-use super::hub_panel::{DownloadState, FailedDownload, HubStatus};
 use super::model_panel::ModelPanel;
 use super::rank_panel::RankPanel;
 use super::settings_panel::{ready_config, SettingsPanel};
@@ -24,11 +23,13 @@ use std::time::{Duration, Instant};
 mod chrome;
 mod dropped_path;
 mod frame_stats;
+mod hub_status;
 mod prefs;
 
 use dropped_path::first_gguf;
 pub use dropped_path::{classify_drop, Dropped};
 pub use frame_stats::FrameStats;
+pub use hub_status::{DownloadState, FailedDownload, HubStatus};
 use prefs::remember;
 pub use prefs::{studio_train_defaults, ChatPrefs, Page, Prefs, RankPrefs};
 
@@ -415,6 +416,11 @@ impl StudioApp {
                 });
             }
             Action::OpenDataset(path) => {
+                if self.prefs.dataset.as_ref().is_some_and(|d| !crate::worker::same_path(d, &path)) {
+                    // A format and column mapping belong to the dataset they were picked for.
+                    self.prefs.train.data_format = Default::default();
+                    self.prefs.train.data_columns = Default::default();
+                }
                 self.prefs.dataset_input = path.display().to_string();
                 remember(&mut self.prefs.recent_datasets, &path);
                 self.dataset_panel.invalidate(&path);

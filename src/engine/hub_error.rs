@@ -1,5 +1,6 @@
-//! What can go wrong talking to the Hub or its cache, worded for the user: which repo, which file, what to do.
-//! The token never appears in any message.
+//! What can go wrong talking to the Hugging Face Hub or its cache (`engine::hub`), worded for the user: which repo,
+//! which file, what to do. The token never appears in any message. Its own file beside `error.rs`, which wraps it,
+//! so `error` does not depend on `hub` (and through it on `model`).
 
 use std::path::PathBuf;
 
