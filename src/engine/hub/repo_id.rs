@@ -101,7 +101,7 @@ impl RepoSpec {
         let text = text.trim();
         let text = text.strip_prefix("hf.co/").or_else(|| text.strip_prefix("https://huggingface.co/")).unwrap_or(text);
         let (rest, quant) = match text.rsplit_once(':') {
-            Some((rest, quant)) if !quant.is_empty() => (rest, Some(quant.to_string())),
+            Some((rest, quant)) if !quant.is_empty() && !quant.contains(['/', '\\']) => (rest, Some(quant.to_string())),
             _ => (text, None),
         };
         let (id, revision) = match rest.split_once('@') {
@@ -155,5 +155,6 @@ mod tests {
         assert!(!looks_like_repo_id("models/x.gguf"));
         assert!(!looks_like_repo_id("./a/b"));
         assert!(!looks_like_repo_id("name"));
+        assert!(!looks_like_repo_id("C:/models/x"));
     }
 }

@@ -43,6 +43,11 @@ pub fn search(
     limit: usize,
     cancel: &AtomicBool,
 ) -> Result<Vec<SearchHit>> {
+    if client.settings.offline {
+        return Err(crate::engine::Error::InvalidSetting(
+            "HF_HUB_OFFLINE is set: searching the Hub needs the network (`metal-candle models` lists what is cached)".into(),
+        ));
+    }
     let mut url = format!(
         "{}/api/{}?search={}&limit={}&sort=downloads&direction=-1",
         client.settings.endpoint,
