@@ -185,7 +185,7 @@ fn multimodal_gemma3_folders_load_their_text_tower() {
         }
         let tuned_lp = score(&tuned.model, &ids).unwrap();
         use metal_candle::engine::checkpoint::{save_peft_adapter, PeftAdapterConfig};
-        let adapter_config = PeftAdapterConfig::for_settings(&settings, tuned.config.num_layers, dir.path()).unwrap();
+        let adapter_config = PeftAdapterConfig::for_settings(&settings, tuned.config.num_layers, &dir.path().to_string_lossy()).unwrap();
         save_peft_adapter(&ckpt, &params, &adapter_config).unwrap();
         let out = dir.path().join("merged");
         use metal_candle::engine::export::{export, ExportFormat};

@@ -158,7 +158,7 @@ fn adapter_config_round_trips_and_writes_what_it_always_wrote() {
         .unwrap();
     let targets = "all-linear".parse::<metal_candle::engine::lora::Targets>().unwrap().for_model(&llama).unwrap();
     let settings = LoraSettings { rank: 4, alpha: 8.0, targets, ..Default::default() };
-    let cfg = PeftAdapterConfig::for_settings(&settings, 2, Path::new("tests/fixtures/tiny-llama")).unwrap();
+    let cfg = PeftAdapterConfig::for_settings(&settings, 2, "tests/fixtures/tiny-llama").unwrap();
     // Byte for byte the adapter_config.json the previous release wrote for these settings (a PEFT-loadable file).
     let before = std::fs::read_to_string(fixture("ours-tiny-llama-adapter/adapter_config.json")).unwrap();
     assert_eq!(serde_json::to_string_pretty(&cfg).unwrap().trim(), before.trim());
@@ -166,7 +166,7 @@ fn adapter_config_round_trips_and_writes_what_it_always_wrote() {
     cfg.write(dir.path()).unwrap();
     assert_eq!(PeftAdapterConfig::read(dir.path()).unwrap(), cfg);
     let last = LoraSettings { layers: Some(1), dropout: 0.1, use_rslora: true, ..settings };
-    let cfg = PeftAdapterConfig::for_settings(&last, 2, Path::new("m")).unwrap();
+    let cfg = PeftAdapterConfig::for_settings(&last, 2, "m").unwrap();
     cfg.write(dir.path()).unwrap();
     let text = std::fs::read_to_string(dir.path().join("adapter_config.json")).unwrap();
     assert!(text.contains("\"lora_dropout\": 0.1,") && text.contains("\"layers_to_transform\": [\n    1\n  ]"));
