@@ -522,3 +522,53 @@ fn load_progress_arrives_and_the_memory_card_fixes_a_run_that_does_not_fit() {
     assert_eq!(app(&h).prefs.train.checkpointing, Checkpointing::On, "one click applies the fix");
     assert!(h.query_by_label_contains("it would swap or fail").is_none(), "the run fits now");
 }
+
+#[test]
+fn the_dataset_page_shows_the_detected_format_and_maps_columns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let datasets = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/datasets");
+    let mut h = harness(test_prefs(&tmp.path().join("runs"), 2));
+
+    // A Hub dataset repo: two train shards and a test shard, detected as chat.
+    open_dataset(&mut h, &datasets.join("hub"));
+    h.step();
+    assert!(h.query_by_label("data/train-00000-of-00002.parquet + 1 more").is_some(), "the split's files");
+    assert_eq!(h.query_all_by_label("chat (detected from row 1)").count(), 2, "train and test");
+    assert!(h.query_by_label_contains("Format: train: chat (detected from row 1)").is_some());
+
+    // question/answer columns: no known format until the user maps them.
+    open_dataset(&mut h, &datasets.join("qa.jsonl"));
+    h.step();
+    assert!(h.query_by_label("unknown").is_some());
+    assert!(h
+        .query_by_label_contains("No known format in the train split: its columns are answer, question")
+        .is_some());
+    click(&mut h, "completions");
+    assert_eq!(app(&h).prefs.train.data_format, metal_candle::engine::data::FormatChoice::Completions);
+    assert!(h.query_by_label_contains("Map prompt and completion: the file has no column of that name").is_some());
+    for (field, column) in [("prompt =", "question"), ("completion =", "answer")] {
+        click(&mut h, field);
+        click(&mut h, column);
+    }
+    let columns = &app(&h).prefs.train.data_columns;
+    assert_eq!(columns.to_string(), "completion=answer,prompt=question");
+    assert!(h
+        .query_by_label("Training reads the rows as: completions with columns completion=answer,prompt=question")
+        .is_some());
+    assert!(h.query_by_label_contains("--format completions --columns completion=answer,prompt=question").is_some());
+    // The run the studio would start reads the rows that way.
+    let config = app(&h).prefs.train.read_options();
+    let raw = metal_candle::engine::data::load_raw_dataset(
+        &datasets.join("qa.jsonl"),
+        &metal_candle::engine::data::DataOptions { read: config, ..Default::default() },
+    )
+    .unwrap();
+    assert_eq!(raw.train.rows.len() + raw.valid.map_or(0, |v| v.rows.len()), 3);
+
+    // Another dataset starts from detection again.
+    open_dataset(&mut h, &datasets.join("ambiguous.jsonl"));
+    h.step();
+    assert!(app(&h).prefs.train.read_options().is_default());
+    assert!(h.query_by_label_contains("columns of several formats (alpaca, text)").is_some());
+    assert!(h.query_by_label("alpaca (candidate)").is_some());
+}

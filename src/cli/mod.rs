@@ -37,7 +37,8 @@ pub struct StudioArgs {
     /// Open this model in the studio: a Hugging Face model folder or a .gguf file.
     #[arg(long)]
     pub model: Option<std::path::PathBuf>,
-    /// Open this dataset in the studio: a .jsonl file or a folder with train.jsonl.
+    /// Open this dataset in the studio: a .jsonl, .json or .parquet file, or a folder of them (train.jsonl, a
+    /// Hub dataset's data/train-*.parquet, ...).
     #[arg(long)]
     pub data: Option<std::path::PathBuf>,
     /// Runs folder (default: the remembered one, or ./runs).
@@ -70,7 +71,8 @@ pub enum Command {
     Score(inference::ScoreArgs),
     /// LoRA fine-tuning; writes a run folder with checkpoints and metrics.
     Train(Box<train::TrainArgs>),
-    /// Check a dataset: rows and problems, and with --model token lengths and truncation (the dataset page's report).
+    /// Check a dataset: each split's files, detected format, columns, rows and problems, and with --model token
+    /// lengths and truncation (the dataset page's report).
     Data(data::DataArgs),
     /// Export a checkpoint: PEFT or mlx-lm adapter, merged model folder, GGUF (merged, quantized), llama.cpp LoRA GGUF, Ollama folder.
     Export(train::ExportArgs),

@@ -1,11 +1,13 @@
-//! The dataset page: pick a `.jsonl` file or a folder with train/valid/test files; see the detected format,
-//! rows per split, every invalid row with its line number, a preview of rows rendered through the chat template
-//! with trained and masked tokens coloured differently, and a token-length histogram against the maximum
-//! sequence length.
+//! The dataset page: pick a `.jsonl`, `.json` or `.parquet` file or a folder of them (train/valid/test files, a
+//! Hugging Face dataset repo's `data/` shards); see each split's files and detected format, pick the format and
+//! map columns when detection cannot decide ([`super::dataset_reading`]), rows per split, every invalid row with
+//! its line or row number, a preview of rows rendered through the chat template with trained and masked tokens
+//! coloured differently, and a token-length histogram against the maximum sequence length.
 
 use super::app::{Action, PanelCtx};
 use super::file_picker::{PanelPicker, PickKind};
 use super::widgets::{self, banner_ui, card_ui, fmt_count, palette, recent_paths_ui, section_ui, Tone};
+use crate::engine::data::ReadOptions;
 use crate::worker::{DatasetReport, LengthHistogram, TokenStats};
 use egui::{RichText, Ui};
 use egui_plot::{Bar, BarChart, Legend, Plot, VLine};
@@ -88,7 +90,7 @@ impl DatasetPanel {
         widgets::page_header_ui(
             ui,
             "Training data",
-            "JSONL rows in chat ({\"messages\": [...]}), completions ({\"prompt\", \"completion\"}) or text ({\"text\"}) format; a folder may hold train/valid/test.jsonl.",
+            "JSONL, JSON or parquet rows in chat ({\"messages\"}), ShareGPT ({\"conversations\"}), Alpaca ({\"instruction\", \"output\"}), completions ({\"prompt\", \"completion\"}) or text ({\"text\"}) format; a folder may hold train/valid/test files or a Hub dataset's data/ shards.",
         );
         egui::ScrollArea::vertical().id_salt("dataset-page").auto_shrink([false; 2]).show(ui, |ui| {
             self.open_row_ui(ui, ctx);
@@ -103,12 +105,15 @@ impl DatasetPanel {
                 banner_ui(ui, Tone::Error, format!("Cannot read {}:\n{message}", path.display()));
             }
             if let Some(report) = &self.report {
-                report_ui(ui, report, self.histogram.as_ref());
+                let mut read = ctx.prefs.train.read_options();
+                report_ui(ui, report, self.histogram.as_ref(), &mut read);
+                ctx.prefs.train.data_format = read.format;
+                ctx.prefs.train.data_columns = read.columns;
             } else if self.error.is_none() && self.inspecting.is_none() {
                 banner_ui(
                     ui,
                     Tone::Info,
-                    "No dataset yet. Pick a .jsonl file or a folder; the bundled sample is assets/sample-chat.",
+                    "No dataset yet. Pick a .jsonl, .json or .parquet file or a folder; the bundled sample is assets/sample-chat.",
                 );
             }
         });
@@ -130,14 +135,14 @@ impl DatasetPanel {
                     let picking = self.picker.is_open();
                     if ui
                         .add_enabled(!picking, egui::Button::new("Open folder…"))
-                        .on_hover_text("Pick a folder with train.jsonl")
+                        .on_hover_text("Pick a folder with train.jsonl, train.parquet or data/train-*.parquet")
                         .clicked()
                     {
                         self.picker.open(ui, PickKind::DatasetFolder, &ctx.prefs.dataset_input);
                     }
                     if ui
-                        .add_enabled(!picking, egui::Button::new("Open .jsonl…"))
-                        .on_hover_text("Pick a JSONL file")
+                        .add_enabled(!picking, egui::Button::new("Open file…"))
+                        .on_hover_text("Pick a .jsonl, .json or .parquet file")
                         .clicked()
                     {
                         self.picker.open(ui, PickKind::DatasetFile, &ctx.prefs.dataset_input);
@@ -148,7 +153,7 @@ impl DatasetPanel {
                     let response = ui
                         .add(
                             egui::TextEdit::singleline(&mut ctx.prefs.dataset_input)
-                                .hint_text("/path/to/data.jsonl or a folder with train.jsonl")
+                                .hint_text("/path/to/data.jsonl, a .parquet file or a dataset folder")
                                 .desired_width(ui.available_width()),
                         )
                         .labelled_by(label.id);
@@ -181,8 +186,9 @@ pub fn short_path(p: &Path) -> String {
     }
 }
 
-fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&LengthHistogram>) {
+fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&LengthHistogram>, read: &mut ReadOptions) {
     splits_ui(ui, report);
+    super::dataset_reading::reading_ui(ui, report, read);
     problems_ui(ui, report);
     match &report.tokens {
         Some(t) => {
@@ -201,21 +207,28 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&LengthHistogram>
     preview_ui(ui, report);
 }
 
-/// One row per split file: format, rows, blank lines, problems; then the report's notes.
+/// One row per split: its files, format (or why there is none), rows, blank lines, problems; then the
+/// report's notes.
 fn splits_ui(ui: &mut Ui, report: &DatasetReport) {
     section_ui(ui, "Splits");
     card_ui(ui, |ui| {
         ui.set_width(ui.available_width());
         egui::Grid::new("splits").num_columns(6).striped(true).spacing([20.0, 4.0]).show(ui, |ui| {
-            for h in ["Split", "File", "Format", "Rows", "Blank lines", "Problems"] {
+            for h in ["Split", "Files", "Format", "Rows", "Blank lines", "Problems"] {
                 ui.label(RichText::new(h).strong());
             }
             ui.end_row();
             for s in &report.splits {
                 ui.label(s.split.as_str());
-                ui.label(s.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default())
-                    .on_hover_text(s.path.display().to_string());
-                ui.label(s.format.map_or("unknown", |f| f.name()));
+                let first = short_path(&s.path);
+                let files = match s.files.len() {
+                    0 | 1 => first,
+                    n => format!("{first} + {} more", n - 1),
+                };
+                let all: Vec<String> = s.files.iter().map(|f| f.display().to_string()).collect();
+                ui.label(files).on_hover_text(all.join("\n"));
+                let tone = if s.detection.format().is_some() { palette::OK } else { palette::WARN };
+                ui.label(RichText::new(s.detection.describe(s.unit)).color(tone));
                 ui.label(s.rows.to_string());
                 ui.label(s.blank_lines.to_string());
                 if s.problems.is_empty() {
@@ -226,6 +239,15 @@ fn splits_ui(ui: &mut Ui, report: &DatasetReport) {
                 ui.end_row();
             }
         });
+        for s in &report.splits {
+            if let Some(error) = &s.error {
+                ui.label(RichText::new(error).color(palette::ERROR));
+            }
+        }
+        if !report.ignored.is_empty() {
+            let names: Vec<String> = report.ignored.iter().map(|p| short_path(p)).collect();
+            ui.label(RichText::new(format!("· not in any split: {}", names.join(", "))).weak());
+        }
         for note in &report.notes {
             ui.label(RichText::new(format!("· {note}")).weak());
         }
@@ -255,10 +277,11 @@ fn problems_ui(ui: &mut Ui, report: &DatasetReport) {
         );
         egui::ScrollArea::vertical().id_salt("problems").max_height(220.0).show(ui, |ui| {
             for s in &report.splits {
-                let file = s.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
                 for problem in s.problems.iter().take(500) {
+                    let file = problem.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+                    let at = problem.unit.locate(std::path::Path::new(&file), problem.line);
                     ui.horizontal_wrapped(|ui| {
-                        ui.label(RichText::new(format!("{file}:{}", problem.line)).monospace().color(palette::ERROR));
+                        ui.label(RichText::new(at).monospace().color(palette::ERROR));
                         ui.add(egui::Label::new(problem.message.as_str()).wrap());
                     });
                 }
@@ -300,12 +323,7 @@ fn token_stats_ui(ui: &mut Ui, t: &TokenStats, hist: Option<&LengthHistogram>) {
             banner_ui(
                 ui,
                 Tone::Warn,
-                format!(
-                    "{} rows could not be templated, e.g. line {}: {}",
-                    t.failures.len(),
-                    t.failures[0].line,
-                    t.failures[0].message
-                ),
+                format!("{} rows could not be templated, e.g. {}", t.failures.len(), t.failures[0]),
             );
         }
         if let Some(h) = hist {
@@ -324,8 +342,9 @@ fn preview_ui(ui: &mut Ui, report: &DatasetReport) {
                 ui.set_width(ui.available_width());
                 ui.label(
                     RichText::new(format!(
-                        "{} · line {} · {} tokens{}",
+                        "{} · {} {} · {} tokens{}",
                         row.split,
+                        row.unit.name(),
                         row.line,
                         row.tokens,
                         if row.truncated { " (truncated)" } else { "" }

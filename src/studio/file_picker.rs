@@ -12,9 +12,9 @@ pub enum PickKind {
     ModelFile,
     /// A Hugging Face model folder.
     ModelFolder,
-    /// A `.jsonl` file.
+    /// A dataset file: `.jsonl`, `.json` or `.parquet`.
     DatasetFile,
-    /// A dataset folder (train.jsonl, valid.jsonl, ...).
+    /// A dataset folder (train.jsonl, valid.jsonl, a Hub dataset's data/ shards, ...).
     DatasetFolder,
     /// Any folder (export destination, runs folder).
     Folder,
@@ -78,9 +78,9 @@ fn pick_blocking(kind: PickKind, start_dir: Option<PathBuf>) -> PickOutcome {
         PickKind::ModelFile => dialog.set_title("Open a GGUF model").add_filter("GGUF model", &["gguf"]).pick_file(),
         PickKind::ModelFolder => dialog.set_title("Open a Hugging Face model folder").pick_folder(),
         PickKind::DatasetFile => {
-            dialog.set_title("Open a JSONL dataset").add_filter("JSON Lines", &["jsonl"]).pick_file()
+            dialog.set_title("Open a dataset file").add_filter("Datasets", &["jsonl", "json", "parquet"]).pick_file()
         }
-        PickKind::DatasetFolder => dialog.set_title("Open a dataset folder (train.jsonl, valid.jsonl)").pick_folder(),
+        PickKind::DatasetFolder => dialog.set_title("Open a dataset folder (train.jsonl, data/train-*.parquet, ...)").pick_folder(),
         PickKind::Folder => dialog.set_title("Choose a folder").pick_folder(),
     };
     match picked {

@@ -14,6 +14,7 @@ pub mod app;
 pub mod chat_panel;
 pub mod checkpoints_panel;
 pub mod dataset_panel;
+pub mod dataset_reading;
 pub mod file_picker;
 pub mod hub_panel;
 pub mod model_panel;

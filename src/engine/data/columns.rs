@@ -156,6 +156,21 @@ impl ReadOptions {
         self.columns.iter().find(|(_, column)| !columns.iter().any(|c| c == column))
     }
 
+    /// With a named format: its required fields that are neither mapped nor a column of the file (`columns`
+    /// as written). Empty under `auto`, or when `columns` is empty (nothing to check against).
+    pub fn unmapped_fields(&self, columns: &[String]) -> Vec<&'static str> {
+        let Some(format) = self.format.format() else { return Vec::new() };
+        if columns.is_empty() {
+            return Vec::new();
+        }
+        format
+            .required_columns()
+            .iter()
+            .copied()
+            .filter(|field| self.columns.get(field).is_none() && !columns.iter().any(|c| c == field))
+            .collect()
+    }
+
     /// "auto" or "alpaca", then the mapping: what reports print.
     pub fn describe(&self) -> String {
         if self.columns.is_empty() {
@@ -204,5 +219,17 @@ mod tests {
         assert!(err.contains("d/train.parquet") && err.contains("prompt=questoin"), "{err}");
         assert!(err.contains("its columns: question, answer"), "{err}");
         assert!(read.check_columns(Path::new("x"), &[]).is_ok());
+    }
+
+    #[test]
+    fn a_named_format_needs_its_fields_mapped_or_present() {
+        let columns = vec!["question".to_string(), "answer".to_string()];
+        let mut read = ReadOptions { format: FormatChoice::Completions, ..Default::default() };
+        assert_eq!(read.unmapped_fields(&columns), ["prompt", "completion"]);
+        read.columns.set("prompt", "question");
+        assert_eq!(read.unmapped_fields(&columns), ["completion"]);
+        read.columns.set("completion", "answer");
+        assert!(read.unmapped_fields(&columns).is_empty());
+        assert!(ReadOptions::default().unmapped_fields(&columns).is_empty());
     }
 }

@@ -225,7 +225,7 @@ impl StudioApp {
         painter.text(
             screen.center(),
             egui::Align2::CENTER_CENTER,
-            "Drop a model (.gguf or folder) or a dataset (.jsonl or folder)",
+            "Drop a model (.gguf or folder) or a dataset (.jsonl, .json, .parquet or folder)",
             egui::FontId::proportional(22.0),
             egui::Color32::WHITE,
         );

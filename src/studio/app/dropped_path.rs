@@ -1,5 +1,6 @@
 //! Paths dropped on the studio's window or found at start: which are models and which are datasets.
 
+use crate::engine::data::FileKind;
 use std::path::{Path, PathBuf};
 
 /// What a dropped path is.
@@ -10,21 +11,23 @@ pub enum Dropped {
 }
 
 /// Whether a path dropped on the window is a model (a folder with config.json, a .gguf, a config.json) or a
-/// dataset (a folder with train.jsonl, a .jsonl); None for anything else.
+/// dataset (a .jsonl, .json or .parquet file, or a folder holding such files at its top or in `data/`, as
+/// dataset folders and Hub dataset repos do); None for anything else.
 pub fn classify_drop(path: &Path) -> Option<Dropped> {
     if path.is_dir() {
         if path.join("config.json").is_file() {
             return Some(Dropped::Model);
         }
-        if path.join("train.jsonl").is_file() {
-            return Some(Dropped::Dataset);
-        }
-        return None;
+        let holds_data = |dir: &Path| {
+            std::fs::read_dir(dir)
+                .is_ok_and(|entries| entries.flatten().any(|e| e.path().is_file() && FileKind::of(&e.path()).is_some()))
+        };
+        return (holds_data(path) || holds_data(&path.join("data"))).then_some(Dropped::Dataset);
     }
     match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
         Some("gguf") => Some(Dropped::Model),
-        Some("jsonl") => Some(Dropped::Dataset),
         _ if path.file_name().is_some_and(|n| n == "config.json") => Some(Dropped::Model),
+        _ if FileKind::of(path).is_some() => Some(Dropped::Dataset),
         _ => None,
     }
 }

@@ -31,4 +31,11 @@ fn drops_are_classified() {
     assert_eq!(classify_drop(dir.path()), Some(Dropped::Dataset));
     assert_eq!(classify_drop(Path::new("/x/model.GGUF")), Some(Dropped::Model));
     assert_eq!(classify_drop(Path::new("/x/readme.md")), None);
+    assert_eq!(classify_drop(Path::new("/x/train.parquet")), Some(Dropped::Dataset));
+    let hub = tempfile::tempdir().unwrap();
+    std::fs::create_dir(hub.path().join("data")).unwrap();
+    std::fs::write(hub.path().join("README.md"), "").unwrap();
+    assert_eq!(classify_drop(hub.path()), None, "a folder without data files");
+    std::fs::write(hub.path().join("data/train-00000-of-00001.parquet"), "").unwrap();
+    assert_eq!(classify_drop(hub.path()), Some(Dropped::Dataset), "a Hub dataset repo");
 }
