@@ -102,6 +102,23 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::edit_distance;
+    use crate::engine::train::TrainConfig;
+
+    #[test]
+    fn dataset_reading_settings_come_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.toml");
+        std::fs::write(
+            &path,
+            "data_format = \"completions\"\ndata_columns = { prompt = \"question\", completion = \"answer\" }\n",
+        )
+        .unwrap();
+        let c = TrainConfig::from_toml_file(&path).unwrap();
+        assert_eq!(c.read_options().describe(), "completions with columns completion=answer,prompt=question");
+        std::fs::write(&path, "data_format = \"csv\"\n").unwrap();
+        let err = TrainConfig::from_toml_file(&path).unwrap_err().to_string();
+        assert!(err.contains("data_format") || err.contains("csv"), "{err}");
+    }
 
     #[test]
     fn edit_distance_counts_edits() {
