@@ -1,7 +1,7 @@
 //! JSON files as the Hugging Face `json` loader takes them: an array of rows (positions are 1-based indices in
 //! the array), an object holding one list of rows (`{"data": [...]}`, other fields such as a version ignored),
 //! or JSON Lines saved under a `.json` name (read as JSONL, positions are lines). A lone object that is itself
-//! a row (it has a format's keys) is a one-line JSONL file.
+//! a row (it has a format's keys) is a file of one row, however it is laid out.
 
 use super::{jsonl, read_bounded, utf8_text, MAX_DATASET_BYTES};
 use crate::engine::data::columns::ReadOptions;
@@ -33,7 +33,10 @@ pub fn parse_json(path: &Path, text: &str, read: &ReadOptions) -> Result<ParsedF
                 let mut mapped = obj.clone();
                 read.columns.apply(&mut mapped);
                 if !formats_of(&mapped).is_empty() {
-                    return jsonl::parse_jsonl(path, text, read);
+                    // One row (pretty-printed, perhaps): a file of one row.
+                    let mut collector = RowCollector::new(path, RowUnit::Row, read);
+                    collector.push(1, Ok(Value::Object(obj)));
+                    return collector.finish();
                 }
                 let lists: Vec<String> = obj.iter().filter(|(_, v)| v.is_array()).map(|(k, _)| k.clone()).collect();
                 match lists.as_slice() {
@@ -94,7 +97,7 @@ mod tests {
         assert_eq!((wrapped.format, wrapped.rows.len()), (Some(DatasetFormat::Completions), 1));
         let lines = parse("{\"text\": \"a\"}\n{\"text\": \"b\"}\n").unwrap();
         assert_eq!((lines.unit, lines.rows.len()), (RowUnit::Line, 2));
-        let one = parse(r#"{"messages": [{"role": "assistant", "content": "hi"}]}"#).unwrap();
+        let one = parse("{\n  \"messages\": [\n    {\"role\": \"assistant\", \"content\": \"hi\"}\n  ]\n}\n").unwrap();
         assert_eq!((one.format, one.rows.len()), (Some(DatasetFormat::Chat), 1));
         assert_eq!(parse("  ").unwrap().rows.len(), 0);
     }
