@@ -65,7 +65,12 @@ fn step_until(h: &mut StudioHarness, what: &str, secs: u64, cond: impl Fn(&Studi
 }
 
 fn click_button(h: &mut StudioHarness, label: &str) {
-    h.get_by_role_and_label(Role::Button, label).click();
+    // Long pages scroll: bring the button into view first, as a user would. The click goes through accesskit, as a
+    // screen reader's would: toasts in the window's corner can sit over a button the pointer would hit.
+    h.get_by_role_and_label(Role::Button, label).scroll_to_me();
+    h.step();
+    h.step();
+    h.get_by_role_and_label(Role::Button, label).click_accesskit();
     h.step();
     h.step();
 }
@@ -124,6 +129,15 @@ fn search_pick_download_cancel_resume_and_load() {
             && a.dataset_panel.report.is_some()
             && !a.dataset_panel.is_inspecting()
     });
+
+    // The dataset page searches datasets too; "Download and open" opens the pick (here already cached).
+    app_mut(&mut h).dataset_panel.hub.0.query = "sample".into();
+    click_button(&mut h, "Search");
+    step_until(&mut h, "dataset search results", 30, |a| !a.dataset_panel.hub.0.hits.is_empty());
+    assert!(app(&h).model_panel.hub.hits.iter().all(|hit| hit.id != "org/sample-chat"), "searches stay on their page");
+    h.step();
+    click_button(&mut h, "Download and open");
+    step_until(&mut h, "the dataset to reopen", 30, |a| a.hub.download.is_none() && a.hub.data_origin.is_some());
 
     // Training from the studio records both origins in run.json.
     app_mut(&mut h).prefs.page = Page::Training;

@@ -31,6 +31,8 @@ pub struct DatasetPanel {
     inspecting: Option<(InspectKey, Instant)>,
     last_key: Option<InspectKey>,
     histogram: Option<LengthHistogram>,
+    /// "Find a dataset on Hugging Face".
+    pub hub: super::hub_panel::DatasetSearch,
 }
 
 impl DatasetPanel {
@@ -94,6 +96,7 @@ impl DatasetPanel {
         );
         egui::ScrollArea::vertical().id_salt("dataset-page").auto_shrink([false; 2]).show(ui, |ui| {
             self.open_row_ui(ui, ctx);
+            super::hub_panel::download_card_ui(ui, ctx, crate::engine::hub::RepoKind::Dataset);
             ui.add_space(8.0);
             if let Some((key, started)) = &self.inspecting {
                 ui.horizontal(|ui| {
@@ -113,9 +116,11 @@ impl DatasetPanel {
                 banner_ui(
                     ui,
                     Tone::Info,
-                    "No dataset yet. Pick a .jsonl, .json or .parquet file or a folder; the bundled sample is assets/sample-chat.",
+                    "No dataset yet. Pick a .jsonl, .json or .parquet file or a folder, find one on Hugging Face below, or type its ORG/NAME; the bundled sample is assets/sample-chat.",
                 );
             }
+            ui.add_space(8.0);
+            self.hub.0.ui(ui, ctx);
         });
     }
 

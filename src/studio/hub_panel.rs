@@ -2,7 +2,8 @@
 //! gated flag, size and whether our loader reads its architecture, pick a GGUF repo's quant file, then download
 //! it with a real progress bar (bytes of the total, speed, time left) that can be cancelled and resumed; the model
 //! loads when it is done. A token for gated repos is entered once and stored where `huggingface_hub` keeps it.
-//! The download card is shared with the dataset page (a typed dataset repo id downloads the same way).
+//! The dataset page has the same search for datasets ("Download and open"), and shares the download card (a typed
+//! dataset repo id downloads the same way).
 
 use super::app::{Action, PanelCtx};
 use super::widgets::{banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, section_ui, Tone};
@@ -10,9 +11,10 @@ use crate::engine::hub::{pick_gguf, GgufChoice, RepoKind, SearchHit};
 use crate::worker::Command;
 use egui::{RichText, Ui};
 
-/// The search box and its results.
+/// The search box and its results, for models (the model page) or datasets (the dataset page).
 #[derive(Default)]
 pub struct HubPanel {
+    kind: RepoKind,
     pub query: String,
     searching: Option<String>,
     pub hits: Vec<SearchHit>,
@@ -24,6 +26,11 @@ pub struct HubPanel {
 }
 
 impl HubPanel {
+    /// A search for `kind` repositories.
+    pub fn for_kind(kind: RepoKind) -> Self {
+        Self { kind, ..Self::default() }
+    }
+
     pub fn on_results(&mut self, query: String, hits: Vec<SearchHit>) {
         if self.searching.as_deref() == Some(query.as_str()) {
             self.searching = None;
@@ -52,13 +59,25 @@ impl HubPanel {
         self.searching = Some(query.clone());
         ctx.actions.push(Action::Send(Command::HubSearch {
             settings: ctx.hub.settings.clone(),
-            kind: RepoKind::Model,
+            kind: self.kind,
             query,
         }));
     }
 
     pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
-        section_ui(ui, "Find on Hugging Face");
+        let (title, hint, typed) = match self.kind {
+            RepoKind::Model => (
+                "Find on Hugging Face",
+                "e.g. SmolLM2, Qwen2.5 0.5B Instruct, Llama-3.2-1B GGUF",
+                "Or type ORG/NAME (ORG/NAME:Q4_K_M for one GGUF file) in the path above.",
+            ),
+            RepoKind::Dataset => (
+                "Find a dataset on Hugging Face",
+                "e.g. alpaca, sharegpt, gsm8k",
+                "Or type ORG/NAME in the path above. JSONL, JSON and parquet files are fetched.",
+            ),
+        };
+        section_ui(ui, title);
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
             ui.horizontal(|ui| {
@@ -70,7 +89,7 @@ impl HubPanel {
                         ui.spinner();
                     }
                     let edit = egui::TextEdit::singleline(&mut self.query)
-                        .hint_text("e.g. SmolLM2, Qwen2.5 0.5B Instruct, Llama-3.2-1B GGUF")
+                        .hint_text(hint)
                         .desired_width(ui.available_width());
                     let response = ui.add(edit).labelled_by(label.id);
                     let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
@@ -81,7 +100,7 @@ impl HubPanel {
             });
             ui.label(
                 RichText::new(format!(
-                    "From {} into {}. Or type ORG/NAME (ORG/NAME:Q4_K_M for one GGUF file) in the path above.",
+                    "From {} into {}. {typed}",
                     ctx.hub.settings.endpoint,
                     ctx.hub.settings.cache_dir.display()
                 ))
@@ -92,7 +111,9 @@ impl HubPanel {
                 banner_ui(ui, Tone::Error, e.clone());
             }
             self.results_ui(ui, ctx);
-            self.token_ui(ui, ctx);
+            if self.kind == RepoKind::Model {
+                self.token_ui(ui, ctx);
+            }
         });
     }
 
@@ -102,6 +123,9 @@ impl HubPanel {
                 ui.label(RichText::new(format!("Nothing on the Hub matches “{q}”.")).weak());
             }
             return;
+        }
+        if self.kind == RepoKind::Dataset {
+            return self.dataset_results_ui(ui, ctx);
         }
         let downloading = ctx.hub.download.is_some();
         let hits = std::mem::take(&mut self.hits);
@@ -159,6 +183,35 @@ impl HubPanel {
         self.hits = hits;
     }
 
+    fn dataset_results_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        let downloading = ctx.hub.download.is_some();
+        egui::Grid::new("hub-dataset-hits").num_columns(6).striped(true).spacing([14.0, 6.0]).show(ui, |ui| {
+            for title in ["Dataset", "Downloads", "Likes", "License", "Size", ""] {
+                ui.label(RichText::new(title).strong());
+            }
+            ui.end_row();
+            for hit in &self.hits {
+                ui.horizontal(|ui| {
+                    ui.label(&hit.id);
+                    if hit.gated {
+                        ui.label(RichText::new("gated").small().color(palette::WARN));
+                    }
+                });
+                ui.label(fmt_count(hit.downloads as usize));
+                ui.label(fmt_count(hit.likes as usize));
+                ui.label(hit.license.as_deref().unwrap_or("—"));
+                ui.label(hit.size_bytes.map_or("—".into(), fmt_bytes));
+                let button = ui
+                    .add_enabled(!downloading, egui::Button::new("Download and open"))
+                    .on_disabled_hover_text("Another download is running");
+                if button.clicked() {
+                    ctx.actions.push(Action::Download { spec: hit.id.clone(), kind: RepoKind::Dataset });
+                }
+                ui.end_row();
+            }
+        });
+    }
+
     /// For a GGUF repo, a choice of its quant files (Q4_K_M-like by default); `None` for other repos.
     fn gguf_picker_ui(&mut self, ui: &mut Ui, hit: &SearchHit) -> Option<GgufChoice> {
         if hit.weights != "gguf" || hit.gguf_files.is_empty() {
@@ -202,6 +255,15 @@ impl HubPanel {
                 RichText::new(if has { "token set" } else { "no token: public repositories only" }).weak().small(),
             );
         });
+    }
+}
+
+/// The dataset page's search: a [`HubPanel`] for datasets.
+pub struct DatasetSearch(pub HubPanel);
+
+impl Default for DatasetSearch {
+    fn default() -> Self {
+        Self(HubPanel::for_kind(RepoKind::Dataset))
     }
 }
 

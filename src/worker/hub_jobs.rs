@@ -17,11 +17,11 @@ impl Dispatcher {
         let fail_query = query.clone();
         self.spawn_fallible(
             "mc-hub-search",
-            move |error| Event::HubSearchFailed { query: fail_query.clone(), error },
+            move |error| Event::HubSearchFailed { kind, query: fail_query.clone(), error },
             move |_| {
                 let client = HubClient::new(settings);
                 let hits = hub::search(&client, kind, &query, 30, &AtomicBool::new(false))?;
-                Ok(Event::HubSearchResults { query, hits })
+                Ok(Event::HubSearchResults { kind, query, hits })
             },
         );
     }

@@ -230,10 +230,12 @@ pub enum Event {
         error: ErrorInfo,
     },
     HubSearchResults {
+        kind: crate::engine::hub::RepoKind,
         query: String,
         hits: Vec<crate::engine::hub::SearchHit>,
     },
     HubSearchFailed {
+        kind: crate::engine::hub::RepoKind,
         query: String,
         error: ErrorInfo,
     },

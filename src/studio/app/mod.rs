@@ -293,8 +293,8 @@ impl StudioApp {
             Event::RankProbeFailed { error } => self.rank_panel.on_failed(error),
             Event::MicroBenchFinished(r) => self.rank_panel.on_micro(r),
             Event::MicroBenchFailed { error } => self.rank_panel.on_micro_failed(error.message),
-            Event::HubSearchResults { query, hits } => self.model_panel.hub.on_results(query, hits),
-            Event::HubSearchFailed { query, error } => self.model_panel.hub.on_failed(query, error.message),
+            Event::HubSearchResults { kind, query, hits } => self.hub_search_panel(kind).on_results(query, hits),
+            Event::HubSearchFailed { kind, query, error } => self.hub_search_panel(kind).on_failed(query, error.message),
             Event::HubDownloadProgress { spec, progress } => {
                 if let Some(d) = self.hub.download.as_mut().filter(|d| d.spec == spec) {
                     d.progress = Some(progress);
@@ -480,6 +480,14 @@ impl StudioApp {
                     format!("LoRA rank set to {rank} (scale is now {:.2})", self.prefs.train.lora.scale()),
                 );
             }
+        }
+    }
+
+    /// The search box a Hub search of `kind` belongs to: the model page's or the dataset page's.
+    fn hub_search_panel(&mut self, kind: RepoKind) -> &mut super::hub_panel::HubPanel {
+        match kind {
+            RepoKind::Model => &mut self.model_panel.hub,
+            RepoKind::Dataset => &mut self.dataset_panel.hub.0,
         }
     }
 
