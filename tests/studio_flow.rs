@@ -6,8 +6,11 @@
 
 #![cfg(feature = "studio")]
 
+mod common;
+
+use common::studio::{app, app_mut, step_until, StudioHarness};
+
 use egui_kittest::kittest::Queryable;
-use egui_kittest::Harness;
 use metal_candle::engine::data::SplitName;
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::studio::app::{studio_train_defaults, Page, Prefs, StudioApp, StudioOptions};
@@ -15,7 +18,6 @@ use metal_candle::studio::training_panel::RunStatus;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-type StudioHarness = Harness<'static, Option<StudioApp>>;
 
 fn fixture_model() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama")
@@ -64,47 +66,13 @@ fn test_prefs(runs: &Path, iters: usize) -> Prefs {
     prefs
 }
 
-/// A harness whose app is built on the harness's own context in the first frame. A missing glyph in the
-/// studio's own text fails the test; chats with the random fixture model emit arbitrary bytes, so those tests
-/// allow them (`model_text`).
 fn harness_with(prefs: Prefs, model_text: bool) -> StudioHarness {
     let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
-    let mut builder = Harness::builder().with_size(egui::vec2(1360.0, 860.0));
-    if model_text {
-        builder = builder.allow_missing_glyphs();
-    }
-    builder.build_ui_state(
-        move |ui, state: &mut Option<StudioApp>| {
-            let app = state.get_or_insert_with(|| StudioApp::new(ui.ctx(), prefs.clone(), options.clone()));
-            app.ui_root(ui);
-        },
-        None,
-    )
+    common::studio::build(prefs, options, 860.0, model_text)
 }
 
 fn harness(prefs: Prefs) -> StudioHarness {
     harness_with(prefs, false)
-}
-
-fn app(h: &StudioHarness) -> &StudioApp {
-    h.state().as_ref().expect("the app is built in the first frame")
-}
-
-fn app_mut(h: &mut StudioHarness) -> &mut StudioApp {
-    h.state_mut().as_mut().expect("the app is built in the first frame")
-}
-
-/// Step frames until `cond` holds, failing after `secs` seconds.
-fn step_until(h: &mut StudioHarness, what: &str, secs: u64, cond: impl Fn(&StudioApp) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        h.step();
-        if cond(app(h)) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn click(h: &mut StudioHarness, label: &str) {

@@ -7,17 +7,15 @@
 mod common;
 
 use common::hub_server::{FakeRepo, HubServer};
+use common::studio::{app, app_mut, step_until, StudioHarness};
 use egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
-use egui_kittest::Harness;
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::engine::hub::{HubSettings, RepoKind};
-use metal_candle::studio::app::{studio_train_defaults, Page, Prefs, StudioApp, StudioOptions};
+use metal_candle::studio::app::{studio_train_defaults, Page, Prefs, StudioOptions};
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-
-type StudioHarness = Harness<'static, Option<StudioApp>>;
+use std::time::Duration;
 
 fn harness(server: &HubServer, cache: &Path, runs: &Path) -> StudioHarness {
     let mut settings = HubSettings::from_env(|_| None);
@@ -35,33 +33,7 @@ fn harness(server: &HubServer, cache: &Path, runs: &Path) -> StudioHarness {
     prefs.train.val_every = 0;
     prefs.train.save_every = 0;
     let options = StudioOptions { discover_defaults: false, persist: false, hub: Some(settings), ..Default::default() };
-    Harness::builder().with_size(egui::vec2(1360.0, 900.0)).build_ui_state(
-        move |ui, state: &mut Option<StudioApp>| {
-            let app = state.get_or_insert_with(|| StudioApp::new(ui.ctx(), prefs.clone(), options.clone()));
-            app.ui_root(ui);
-        },
-        None,
-    )
-}
-
-fn app(h: &StudioHarness) -> &StudioApp {
-    h.state().as_ref().expect("built in the first frame")
-}
-
-fn app_mut(h: &mut StudioHarness) -> &mut StudioApp {
-    h.state_mut().as_mut().expect("built in the first frame")
-}
-
-fn step_until(h: &mut StudioHarness, what: &str, secs: u64, cond: impl Fn(&StudioApp) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        h.step();
-        if cond(app(h)) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    common::studio::build(prefs, options, 900.0, false)
 }
 
 fn click_button(h: &mut StudioHarness, label: &str) {

@@ -4,6 +4,8 @@
 pub mod cli;
 pub mod hub_server;
 pub mod reference;
+#[cfg(feature = "studio")]
+pub mod studio;
 
 use std::path::PathBuf;
 
