@@ -38,7 +38,8 @@ pub struct SearchArgs {
 
 #[derive(Debug, Args)]
 pub struct DownloadArgs {
-    /// ORG/NAME (`:QUANT` picks one file of a GGUF repo, e.g. `:Q4_K_M`).
+    /// ORG/NAME: every file of the repository, as `hf download` does (free disk space is checked first);
+    /// `ORG/NAME:QUANT` takes one file of a GGUF repo (e.g. `:Q4_K_M`), --include narrows by glob.
     pub repo: String,
     /// A dataset repository.
     #[arg(long)]
