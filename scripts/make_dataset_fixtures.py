@@ -16,7 +16,8 @@ read values, never bytes). Layout:
     equivalent/*.jsonl    the same rows as chat JSONL (text rows as text JSONL): what each must tokenize like
     hub/                  a Hub dataset repo: README.md, data/train-0000{0,1}-of-00002.parquet, data/test-00000-of-00001.parquet
     array.json            a JSON array of alpaca rows
-    ambiguous.jsonl       Alpaca columns beside a `text` column (as tatsu-lab/alpaca has them)
+    alpaca_text.jsonl     Alpaca columns beside a rendered `text` column (as tatsu-lab/alpaca has them): alpaca
+    ambiguous.jsonl       Alpaca columns beside prompt/completion columns: two formats, never guessed
     qa.jsonl              `question` / `answer` columns: no known format until mapped
     malformed.parquet     completions whose row 2 has an empty completion
     mixed/                a train split of two files in different formats
@@ -100,7 +101,8 @@ def main():
     write_parquet(hub / "data/test-00000-of-00001.parquet", pa.table({"messages": [chat("Capital of Spain?", "Madrid.")]}))
     write_jsonl(OUT / "equivalent/hub-train.jsonl", [{"messages": row} for row in shard_rows])
 
-    write_jsonl(OUT / "ambiguous.jsonl", [dict(r, text=f"### Instruction:\n{r['instruction']}\n\n### Response:\n{r['output']}") for r in alpaca])
+    write_jsonl(OUT / "alpaca_text.jsonl", [dict(r, text=f"### Instruction:\n{r['instruction']}\n\n### Response:\n{r['output']}") for r in alpaca])
+    write_jsonl(OUT / "ambiguous.jsonl", [dict(r, prompt=r["instruction"], completion=r["output"]) for r in alpaca])
     write_jsonl(OUT / "qa.jsonl", [{"question": q, "answer": a} for q, a in QA])
 
     malformed = [dict(completions[0]), {"prompt": "Nothing to learn here.", "completion": ""}, dict(completions[2])]

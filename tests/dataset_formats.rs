@@ -97,10 +97,18 @@ fn bad_data_is_refused_naming_the_file_and_the_row() {
 
     let ambiguous = error_of(&datasets("ambiguous.jsonl"), ReadOptions::default());
     assert!(ambiguous.contains("ambiguous.jsonl:1: ambiguous format"), "{ambiguous}");
-    assert!(ambiguous.contains("alpaca (`instruction`/`output`) and text (`text`)"), "{ambiguous}");
     assert!(
-        ambiguous.contains("columns: input, instruction, output, text") && ambiguous.contains("--format alpaca|text")
+        ambiguous.contains("alpaca (`instruction`/`output`) and completions (`prompt`/`completion`)"),
+        "{ambiguous}"
     );
+    assert!(
+        ambiguous.contains("columns: completion, input, instruction, output, prompt")
+            && ambiguous.contains("--format alpaca|completions"),
+        "{ambiguous}"
+    );
+    // tatsu-lab/alpaca's shape: a rendered `text` beside the Alpaca columns reads as Alpaca.
+    let raw = load_raw_dataset(&datasets("alpaca_text.jsonl"), &options(ReadOptions::default())).unwrap();
+    assert_eq!((raw.train.detection, raw.train.rows.len()), (Detection::Detected { format: DatasetFormat::Alpaca, row: 1 }, 3));
     let as_alpaca = ReadOptions { format: FormatChoice::Alpaca, ..Default::default() };
     let raw = load_raw_dataset(&datasets("ambiguous.jsonl"), &options(as_alpaca)).unwrap();
     assert_eq!((raw.train.detection, raw.train.rows.len()), (Detection::Chosen { format: DatasetFormat::Alpaca }, 3));
@@ -150,8 +158,8 @@ fn the_report_shows_formats_files_columns_and_the_mapping() {
     let ambiguous =
         inspect_dataset_with(&datasets("ambiguous.jsonl"), &ReadOptions::default(), None, 256, false, 0).unwrap();
     let split = ambiguous.needs_choice().unwrap();
-    assert_eq!(split.detection.describe(split.unit), "ambiguous: alpaca or text (line 1)");
-    assert!(split.error.as_deref().is_some_and(|e| e.contains("--format alpaca|text")));
+    assert_eq!(split.detection.describe(split.unit), "ambiguous: alpaca or completions (line 1)");
+    assert!(split.error.as_deref().is_some_and(|e| e.contains("--format alpaca|completions")));
 
     let out = Command::new(env!("CARGO_BIN_EXE_metal-candle"))
         .args(["data", "--json", "--columns", "prompt=question,completion=answer", "--data"])

@@ -3,9 +3,10 @@
 //! with the others. Every file type (`files/`) feeds its rows through [`RowCollector`], so JSONL, JSON
 //! and parquet files are detected, mapped and validated by the same rules.
 //!
-//! A row with the keys of several formats (`messages` and `instruction`, or Alpaca's columns beside a `text`
-//! column) is never guessed: the file is [`Detection::Ambiguous`], listing the candidates, and a user names
-//! the format (`--format`, the dataset page). Rows are held back only until the format is known (at most
+//! A row with the keys of several formats (`messages` and `instruction`, or Alpaca's beside prompt/completion) is
+//! never guessed: the file is [`Detection::Ambiguous`], listing the candidates, and a user names the format
+//! (`--format`, the dataset page). A `text` column beside a structured format's columns is not a second format
+//! (it is the row rendered, as in tatsu-lab/alpaca): the structured format is detected. Rows are held back only until the format is known (at most
 //! [`DETECT_WINDOW`] of them), so a large file streams.
 
 use super::columns::ReadOptions;
@@ -54,7 +55,7 @@ impl Detection {
         }
     }
 
-    /// "alpaca (detected from row 1)", "ambiguous: alpaca or text (row 1)", ...: what reports print.
+    /// "alpaca (detected from row 1)", "ambiguous: alpaca or completions (row 1)", ...: what reports print.
     pub fn describe(&self, unit: RowUnit) -> String {
         match self {
             Self::Chosen { format } => format!("{format} (chosen)"),
@@ -380,20 +381,24 @@ mod tests {
 
     #[test]
     fn ambiguous_rows_are_not_guessed() {
-        let row = json!({"instruction": "i", "output": "o", "text": "### Instruction: i"});
+        let row = json!({"instruction": "i", "output": "o", "prompt": "p", "completion": "c"});
         let p = auto(&[json!({"id": 1}), row.clone(), row]);
         assert_eq!(
             p.detection,
-            Detection::Ambiguous { candidates: vec![DatasetFormat::Alpaca, DatasetFormat::Text], row: 2 }
+            Detection::Ambiguous { candidates: vec![DatasetFormat::Alpaca, DatasetFormat::Completions], row: 2 }
         );
         assert_eq!((p.format, p.rows.len(), p.unread_rows), (None, 0, 3));
-        assert_eq!(p.columns, vec!["id", "instruction", "output", "text"]);
+        assert_eq!(p.columns, vec!["id", "completion", "instruction", "output", "prompt"]);
         let err = p.refusal().unwrap().to_string();
         assert!(err.starts_with("d.json: row 2: ambiguous format"), "{err}");
         assert!(
-            err.contains("alpaca (`instruction`/`output`) and text (`text`)") && err.contains("--format alpaca|text"),
+            err.contains("alpaca (`instruction`/`output`) and completions (`prompt`/`completion`)")
+                && err.contains("--format alpaca|completions"),
             "{err}"
         );
+        // A rendered `text` beside Alpaca's columns (tatsu-lab/alpaca) is not a second format.
+        let p = auto(&[json!({"instruction": "i", "output": "o", "text": "### Instruction: i"})]);
+        assert_eq!(p.detection, Detection::Detected { format: DatasetFormat::Alpaca, row: 1 });
 
         let chosen = ReadOptions { format: FormatChoice::Alpaca, ..Default::default() };
         let p = collect(&[json!({"instruction": "i", "output": "o", "text": "t"})], &chosen).unwrap();
