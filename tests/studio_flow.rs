@@ -517,6 +517,8 @@ fn the_dataset_page_shows_the_detected_format_and_maps_columns() {
     for (field, column) in [("prompt =", "question"), ("completion =", "answer")] {
         click(&mut h, field);
         click(&mut h, column);
+        // Each choice reads the rows again with it; the page keeps its card while that runs.
+        step_until(&mut h, "the rows read with the mapping", 30, |a| !a.dataset_panel.is_inspecting());
     }
     let columns = &app(&h).prefs.train.data_columns;
     assert_eq!(columns.to_string(), "completion=answer,prompt=question");
@@ -537,6 +539,6 @@ fn the_dataset_page_shows_the_detected_format_and_maps_columns() {
     open_dataset(&mut h, &datasets.join("ambiguous.jsonl"));
     h.step();
     assert!(app(&h).prefs.train.read_options().is_default());
-    assert!(h.query_by_label_contains("columns of several formats (alpaca, text)").is_some());
+    assert!(h.query_by_label_contains("columns of several formats (alpaca, completions)").is_some());
     assert!(h.query_by_label("alpaca (candidate)").is_some());
 }

@@ -18,6 +18,8 @@ use std::time::Instant;
 #[derive(Debug, Clone, PartialEq)]
 pub struct InspectKey {
     pub path: PathBuf,
+    /// The format and column mapping chosen on the page (a new choice reads the rows again).
+    pub read: crate::engine::data::ReadOptions,
     pub max_seq_len: usize,
     pub train_on_prompt: bool,
     pub model: Option<PathBuf>,
@@ -54,8 +56,12 @@ impl DatasetPanel {
 
     pub fn on_failed(&mut self, path: PathBuf, message: String) {
         self.inspecting = None;
-        self.report = None;
-        self.histogram = None;
+        // The last report of the same dataset stays under the error: its format card is where a mapping that
+        // failed is changed again.
+        if self.report.as_ref().is_some_and(|r| r.path != path) {
+            self.report = None;
+            self.histogram = None;
+        }
         self.error = Some((path, message));
     }
 
@@ -68,6 +74,7 @@ impl DatasetPanel {
         self.last_key = Some(key.clone());
         actions.push(Action::Send(crate::worker::Command::InspectDataset {
             path: key.path.clone(),
+            read: key.read.clone(),
             max_seq_len: key.max_seq_len,
             train_on_prompt: key.train_on_prompt,
             preview_rows: 6,

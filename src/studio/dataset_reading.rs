@@ -155,15 +155,17 @@ fn status_ui(ui: &mut Ui, report: &DatasetReport, read: &ReadOptions, columns: &
             ui.label(RichText::new(format!("Training reads the rows as: {}", read.describe())).color(palette::OK));
         }
     }
-    if *read != report.read {
-        ui.label(
-            RichText::new(format!(
-                "The splits above were checked as {}; training applies the choice here (the CLI: --format {}{}).",
-                report.read.describe(),
-                read.format,
-                if read.columns.is_empty() { String::new() } else { format!(" --columns {}", read.columns) }
-            ))
-            .weak(),
+    if !read.is_default() || *read != report.read {
+        let cli = format!(
+            "--format {}{}",
+            read.format,
+            if read.columns.is_empty() { String::new() } else { format!(" --columns {}", read.columns) }
         );
+        let text = if *read == report.read {
+            format!("The splits above were read this way (the CLI: {cli}).")
+        } else {
+            format!("Reading the rows again as {} (the CLI: {cli})…", read.describe())
+        };
+        ui.label(RichText::new(text).weak());
     }
 }

@@ -54,8 +54,8 @@ impl Dispatcher {
     fn command(&mut self, command: Command) {
         match command {
             Command::LoadModel { path, device, dtype, quantize } => self.load_model(path, (device, dtype, quantize)),
-            Command::InspectDataset { path, max_seq_len, train_on_prompt, preview_rows } => {
-                self.inspect_dataset(path, max_seq_len, train_on_prompt, preview_rows)
+            Command::InspectDataset { path, read, max_seq_len, train_on_prompt, preview_rows } => {
+                self.inspect_dataset(path, read, max_seq_len, train_on_prompt, preview_rows)
             }
             Command::ScanModels { hf_cache, extra_dirs } => self.scan_models(hf_cache, extra_dirs),
             Command::StartTraining(config) => self.start_training(*config),
@@ -133,15 +133,23 @@ impl Dispatcher {
         );
     }
 
-    fn inspect_dataset(&self, path: PathBuf, max_seq_len: usize, train_on_prompt: bool, preview_rows: usize) {
+    fn inspect_dataset(
+        &self,
+        path: PathBuf,
+        read: crate::engine::data::ReadOptions,
+        max_seq_len: usize,
+        train_on_prompt: bool,
+        preview_rows: usize,
+    ) {
         let model = self.model.as_ref().map(|(_, m)| m.clone());
         let fail_path = path.clone();
         self.spawn_fallible(
             "mc-dataset",
             move |error| Event::DatasetFailed { path: fail_path.clone(), error },
             move |_| {
-                let report = crate::engine::data::inspect_dataset(
+                let report = crate::engine::data::inspect_dataset_with(
                     &path,
+                    &read,
                     model.as_deref(),
                     max_seq_len,
                     train_on_prompt,

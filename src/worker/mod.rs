@@ -58,6 +58,8 @@ pub enum Command {
     /// Validate a dataset file or folder; with a loaded model, also tokenize it for statistics and a preview.
     InspectDataset {
         path: PathBuf,
+        /// The format and column mapping to read it with (auto-detection by default).
+        read: crate::engine::data::ReadOptions,
         max_seq_len: usize,
         train_on_prompt: bool,
         preview_rows: usize,

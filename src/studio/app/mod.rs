@@ -330,8 +330,10 @@ impl StudioApp {
 
     /// Follow-ups that depend on the state events left behind.
     fn after_events(&mut self) {
+        let read = self.prefs.train.read_options();
         let key = self.prefs.dataset.clone().map(|path| InspectKey {
             path,
+            read,
             max_seq_len: self.prefs.train.seq_len,
             train_on_prompt: self.prefs.train.train_on_prompt,
             model: self.model.loaded.as_ref().map(|m| m.path.clone()),
