@@ -5,6 +5,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 bash "$ROOT/scripts/fetch_smollm2.sh" >/dev/null
-if ! "$PY" -c "import huggingface_hub" 2>/dev/null; then
-  "$PY" -m pip install --quiet "huggingface_hub>=1.0" >&2
+# huggingface_hub from the Python on PATH when it has it, else in a virtual environment of our own (.venv-test/,
+# which tests/hub_interop.rs uses), so a system Python that refuses pip installs (PEP 668) is left alone.
+if ! "$PY" -c "import huggingface_hub" 2>/dev/null && ! "$ROOT/.venv-test/bin/python" -c "import huggingface_hub" 2>/dev/null; then
+  "$PY" -m venv "$ROOT/.venv-test" >&2
+  "$ROOT/.venv-test/bin/python" -m pip install --quiet "huggingface_hub>=1.0" >&2
 fi

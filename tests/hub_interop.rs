@@ -11,7 +11,7 @@ use std::process::Command;
 
 fn python(server: &HubServer, args: &[&str]) -> serde_json::Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check_hub_interop.py");
-    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+    let out = Command::new(python_program())
         .arg(script)
         .args(args)
         .env("HF_ENDPOINT", &server.url)
@@ -26,6 +26,19 @@ fn python(server: &HubServer, args: &[&str]) -> serde_json::Value {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(text.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// `$PYTHON`, else the virtual environment `scripts/test_setup.sh` makes when the system Python lacks
+/// huggingface_hub, else `python3`.
+fn python_program() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("PYTHON") {
+        return p.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-test/bin/python");
+    if venv.exists() {
+        return venv;
+    }
+    "python3".into()
 }
 
 fn ours(server: &HubServer, cache: &Path) -> Command {
