@@ -24,6 +24,7 @@ fn export(format: ExportFormat, quant: GgufQuant, out: &Path, ckpt: Option<PathB
         out: out.to_path_buf(),
         base_model: fixture("tiny-llama"),
         allow_other_base: false,
+        overwrite: false,
     };
     let mut steps = 0;
     let outcome = export_with(&req, &mut |_| steps += 1).unwrap();
@@ -148,6 +149,7 @@ fn adapter_formats_refuse_a_missing_checkpoint_and_quant_names_are_checked() {
         out: dir.path().join("x.gguf"),
         base_model: fixture("tiny-llama"),
         allow_other_base: false,
+        overwrite: false,
     };
     let err = export_with(&req, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("needs a checkpoint"), "{err}");

@@ -19,6 +19,7 @@ fn request(format: ExportFormat, ckpt: Option<PathBuf>, out: PathBuf) -> ExportR
         out,
         base_model: fixture("tiny-llama"),
         allow_other_base: false,
+        overwrite: false,
     }
 }
 

@@ -131,6 +131,7 @@ fn our_gguf_export_of_each_family_matches_llama_cpp_naming_keys_and_data() {
             out: out.clone(),
             base_model: fixture(family),
             allow_other_base: false,
+            overwrite: false,
         };
         export_with(&req, &mut |_| {}).unwrap();
         let reference = fixture("gguf").join(format!("{reference}.gguf"));

@@ -187,7 +187,9 @@ fn multimodal_gemma3_folders_load_their_text_tower() {
         use metal_candle::engine::checkpoint::{save_peft_adapter, PeftAdapterConfig};
         let adapter_config = PeftAdapterConfig::for_settings(&settings, tuned.config.num_layers, &dir.path().to_string_lossy()).unwrap();
         save_peft_adapter(&ckpt, &params, &adapter_config).unwrap();
-        let out = dir.path().join("merged");
+        // Beside the base model, not inside it: an export never writes into its base.
+        let out_dir = tempfile::tempdir().unwrap();
+        let out = out_dir.path().join("merged");
         use metal_candle::engine::export::{export, ExportFormat};
         export(&ckpt, ExportFormat::Merged, &out, dir.path()).unwrap();
         let merged: serde_json::Value =

@@ -259,6 +259,7 @@ fn write_failures_keep_their_kind_through_the_worker() {
         quant: Default::default(),
         out: target,
         base_model: fixture("tiny-llama"),
+        overwrite: false,
     });
     match next_event(&w, |e| matches!(e, Event::ActionFailed { .. } | Event::ExportFinished { .. })) {
         Event::ActionFailed { error, .. } => {

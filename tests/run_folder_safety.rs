@@ -159,3 +159,92 @@ fn a_dataset_that_is_not_a_regular_file_is_refused_before_reading() {
     assert!(err.contains("/dev/zero") && err.contains("not a regular file"), "{err}");
     assert!(!dir.path().join("zero").exists());
 }
+
+#[test]
+fn a_resume_from_an_earlier_checkpoint_branches_and_leaves_the_later_ones_alone() {
+    let out = tempfile::tempdir().unwrap();
+    let (_, result) = train(&config(out.path(), "r", 4), &mut |_| {});
+    let run_dir = result.unwrap();
+    let before = snapshot(&run_dir);
+    let resume = TrainConfig { resume: Some(run_dir.join("checkpoint-2")), ..config(out.path(), "r", 6) };
+    let (events, result) = train(&resume, &mut |_| {});
+    let branch = result.unwrap();
+    assert_eq!(branch, out.path().join("r-from-2"));
+    let mut after = snapshot(&run_dir);
+    // The parent's lock file is untouched too; only the branch was written.
+    after.retain(|(p, _)| !p.ends_with(".lock"));
+    let mut kept = before.clone();
+    kept.retain(|(p, _)| !p.ends_with(".lock"));
+    assert_unchanged(&kept, &after, "the parent of a branched resume");
+    assert!(branch.join("checkpoint-6").is_dir() && !branch.join("checkpoint-2").exists());
+    let manifest = train::run_folder::RunManifest::read(&branch).unwrap();
+    let origin = manifest.branched_from.expect("run.json names its parent");
+    assert_eq!((origin.run.as_path(), origin.step), (run_dir.as_path(), 2));
+    let notes = events.iter().find_map(|e| match e {
+        TrainEvent::Started { notes, .. } => Some(notes.join("\n")),
+        _ => None,
+    });
+    assert!(notes.unwrap_or_default().contains("already has checkpoint-4 after checkpoint-2"));
+    // The branch's metrics start with the parent's up to step 2.
+    let steps: Vec<usize> =
+        train::run_folder::read_metrics(&branch).iter().filter_map(train::run_folder::event_step).collect();
+    assert!(steps.first().is_some_and(|s| *s <= 2) && steps.contains(&6), "{steps:?}");
+    // A resume from the latest checkpoint continues in place.
+    let (_, result) = train(&TrainConfig { resume: Some(branch.join("checkpoint-6")), ..config(out.path(), "r", 8) }, &mut |_| {});
+    assert_eq!(result.unwrap(), branch);
+}
+
+#[test]
+fn a_new_run_refuses_a_folder_holding_checkpoints_without_run_json() {
+    let out = tempfile::tempdir().unwrap();
+    let (_, result) = train(&config(out.path(), "r", 2), &mut |_| {});
+    let run_dir = result.unwrap();
+    std::fs::remove_file(run_dir.join("run.json")).unwrap();
+    let before = snapshot(&run_dir);
+    let (_, result) = train(&config(out.path(), "r", 2), &mut |_| {});
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("checkpoint-2") && err.contains("no run.json") && err.contains("--name"), "{err}");
+    assert_unchanged(&before, &snapshot(&run_dir), "a refused run in a folder of foreign checkpoints");
+}
+
+#[test]
+fn exports_refuse_their_own_inputs_and_existing_outputs() {
+    use metal_candle::engine::export::{export_with, ExportFormat, ExportRequest, GgufQuant};
+    let out = tempfile::tempdir().unwrap();
+    let (_, result) = train(&config(out.path(), "r", 4), &mut |_| {});
+    let run_dir = result.unwrap();
+    let base_copy = out.path().join("base");
+    std::fs::create_dir_all(&base_copy).unwrap();
+    for f in std::fs::read_dir(fixture("tiny-llama")).unwrap().flatten() {
+        std::fs::copy(f.path(), base_copy.join(f.file_name())).unwrap();
+    }
+    let request = |format: ExportFormat, to: PathBuf, overwrite: bool| ExportRequest {
+        checkpoint: Some(run_dir.join("checkpoint-2")),
+        format,
+        quant: GgufQuant::Q8_0,
+        out: to,
+        base_model: base_copy.clone(),
+        allow_other_base: false,
+        overwrite,
+    };
+    let before = (snapshot(&run_dir), snapshot(&base_copy));
+    for (format, to) in [
+        (ExportFormat::Merged, base_copy.clone()),
+        (ExportFormat::Peft, run_dir.join("checkpoint-2")),
+        (ExportFormat::Peft, run_dir.join("checkpoint-4")),
+        (ExportFormat::Peft, run_dir.clone()),
+        (ExportFormat::Gguf, run_dir.join("run.json")),
+        (ExportFormat::Gguf, base_copy.join("model.safetensors")),
+    ] {
+        let err = export_with(&request(format, to.clone(), true), &mut |_| {}).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Setting, "{}: {err}", to.display());
+    }
+    assert_unchanged(&before.0, &snapshot(&run_dir), "a run after refused exports");
+    assert_unchanged(&before.1, &snapshot(&base_copy), "a base after refused exports");
+    // The run's exports/ folder is free; a second export there needs --overwrite.
+    let target = run_dir.join("exports/checkpoint-2-peft");
+    export_with(&request(ExportFormat::Peft, target.clone(), false), &mut |_| {}).unwrap();
+    let err = export_with(&request(ExportFormat::Peft, target.clone(), false), &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("already exists; pass --overwrite"), "{err}");
+    export_with(&request(ExportFormat::Peft, target, true), &mut |_| {}).unwrap();
+}

@@ -362,6 +362,9 @@ pub struct ExportArgs {
     /// Export onto a base model the adapter was not trained on (its fingerprint differs).
     #[arg(long)]
     pub force_base: bool,
+    /// Replace an existing --out (a file, or a folder that is not empty).
+    #[arg(long)]
+    pub overwrite: bool,
 }
 
 pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
@@ -383,6 +386,7 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
         out: args.out.clone(),
         base_model: model,
         allow_other_base: args.force_base,
+        overwrite: args.overwrite,
     };
     for warning in crate::engine::export::export_stop_warnings(&request)? {
         eprintln!("warning: {warning}");

@@ -22,6 +22,8 @@ struct ExportDialog {
     format: ExportFormat,
     quant: GgufQuant,
     out: String,
+    /// Replace an existing output (the CLI's --overwrite).
+    replace: bool,
 }
 
 #[derive(Default)]
@@ -368,6 +370,11 @@ impl CheckpointsPanel {
                     let l = ui.label(if dialog.format.writes_file() { "Output file" } else { "Output folder" });
                     ui.add(egui::TextEdit::singleline(&mut dialog.out).desired_width(320.0)).labelled_by(l.id);
                 });
+                let exists = std::fs::symlink_metadata(dialog.out.trim()).is_ok();
+                if exists || dialog.replace {
+                    ui.checkbox(&mut dialog.replace, "Replace it: the output already exists")
+                        .on_hover_text("Without this, an export never writes over an existing file or folder");
+                }
                 if matches!(dialog.format, ExportFormat::Merged | ExportFormat::Gguf | ExportFormat::Ollama) {
                     ui.label(RichText::new(format!("base model: {}", dialog.base_model.display())).weak().small());
                 }
@@ -381,6 +388,7 @@ impl CheckpointsPanel {
                             quant: dialog.quant,
                             out: PathBuf::from(dialog.out.trim()),
                             base_model: dialog.base_model.clone(),
+                            overwrite: dialog.replace,
                         }));
                         keep = false;
                     }
@@ -525,6 +533,7 @@ fn checkpoint_table_ui(ui: &mut Ui, run: &RunInfo, exporting: &[PathBuf], traini
                             format: ExportFormat::Peft,
                             quant: GgufQuant::default(),
                             out: default_export_dir(&c.path, ExportFormat::Peft).display().to_string(),
+                            replace: false,
                         });
                     }
                     if ui

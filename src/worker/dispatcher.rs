@@ -79,7 +79,7 @@ impl Dispatcher {
             Command::Diagnose => self.diagnose(),
             Command::ListRuns { runs_dir } => self.list_runs(runs_dir),
             Command::DeleteCheckpoint { path } => self.delete_checkpoint(path),
-            Command::ExportCheckpoint { checkpoint, format, quant, out, base_model } => {
+            Command::ExportCheckpoint { checkpoint, format, quant, out, base_model, overwrite } => {
                 let what = format!("export {}", checkpoint.display());
                 let request = crate::engine::export::ExportRequest {
                     checkpoint: Some(checkpoint),
@@ -88,6 +88,7 @@ impl Dispatcher {
                     out,
                     base_model,
                     allow_other_base: false,
+                    overwrite,
                 };
                 self.spawn_fallible(
                     "mc-export",

@@ -94,6 +94,8 @@ pub enum Command {
         quant: GgufQuant,
         out: PathBuf,
         base_model: PathBuf,
+        /// Replace an existing output.
+        overwrite: bool,
     },
     /// Equal-budget probe trainings at each rank.
     RankProbe {

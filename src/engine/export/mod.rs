@@ -12,6 +12,7 @@ pub mod gguf_quant;
 pub mod gguf_writer;
 mod merged_tensors;
 mod ollama;
+mod output_guard;
 mod safetensors_stream;
 
 pub use gguf_quant::GgufQuant;
@@ -41,6 +42,9 @@ pub struct ExportRequest {
     /// Export onto a base the adapter was not trained on (`--force-base`); refused otherwise, see
     /// [`checkpoint::base_mismatch`].
     pub allow_other_base: bool,
+    /// Replace an existing output (`--overwrite`); an existing file or non-empty folder is refused otherwise.
+    /// Outputs on the export's own inputs or a run's files are refused either way ([`output_guard`]).
+    pub overwrite: bool,
 }
 
 /// How far an export has got: `done` of `total` tensors written, `what` is being written now.
@@ -81,6 +85,7 @@ pub fn export_onto(
         out: out.to_path_buf(),
         base_model: base_model.to_path_buf(),
         allow_other_base,
+        overwrite: false,
     };
     Ok(export_with(&request, &mut |_| {})?.path)
 }
@@ -93,6 +98,7 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
             return Err(Error::MissingFile { path: ckpt.join(ADAPTER_CONFIG), what: "not a checkpoint folder".into() });
         }
     }
+    output_guard::check_output(req)?;
     let (out, base) = (req.out.as_path(), req.base_model.as_path());
     let size_bytes = match (req.format, ckpt) {
         (ExportFormat::Gguf, _) => {

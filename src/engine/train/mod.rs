@@ -10,6 +10,7 @@ pub mod loss;
 pub mod optimizer;
 mod recorder;
 pub mod resume;
+pub mod branch;
 pub mod run_folder;
 pub mod run_lock;
 mod step_runner;
@@ -122,7 +123,7 @@ impl<'a> Trainer<'a> {
         // A clone shares the frozen weights with `base` (tensors are reference counted).
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);
-        let (run_dir, resume) = run_dir_of(config)?;
+        let (run_dir, resume, branch) = run_dir_of(config)?;
         let mut forced_base = false;
         let params = match &resume {
             Some(ckpt) => {
@@ -146,7 +147,10 @@ impl<'a> Trainer<'a> {
         // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.
         let start = trainer.initial_state(resume.as_deref(), &plan, total_steps)?;
         let resume_step = resume.as_ref().map(|_| start.0.step);
-        rec.attach(claim_run_dir(config, &trainer.run_dir, resume_step, &fingerprints)?);
+        rec.attach(claim_run_dir(config, &trainer.run_dir, resume_step, branch.as_ref(), &fingerprints)?);
+        if let Some(branch) = &branch {
+            trainer.notes.push(branch::note(branch, &trainer.run_dir));
+        }
         if let Some(ckpt) = &resume {
             let step = start.0.step;
             trainer.notes.extend(resume::record_resume(
@@ -467,8 +471,9 @@ pub fn validation_loss(
     Ok(total / count.max(1) as f64)
 }
 
-/// The run folder a config trains in, and the checkpoint it resumes from. Touches nothing.
-fn run_dir_of(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
+/// The run folder a config trains in, the checkpoint it resumes from, and the branch when later checkpoints
+/// follow that one in its run (never replaced: the run continues in a new folder). Touches nothing.
+fn run_dir_of(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>, Option<branch::Branch>)> {
     if let Some(ckpt) = &config.resume {
         if !ckpt.join(checkpoint::TRAINER_STATE).exists() {
             return Err(Error::MissingFile {
@@ -476,11 +481,15 @@ fn run_dir_of(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>)> {
                 what: "resuming needs a checkpoint folder written by `train`".into(),
             });
         }
+        if let Some(branch) = branch::branch_for(ckpt) {
+            branch::check_parent_free(&branch)?;
+            return Ok((branch::branch_dir(&branch), Some(ckpt.clone()), Some(branch)));
+        }
         let run_dir = ckpt.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        return Ok((run_dir, Some(ckpt.clone())));
+        return Ok((run_dir, Some(ckpt.clone()), None));
     }
     let name = config.run_name.clone().unwrap_or_else(default_run_name);
-    Ok((config.out.join(name), None))
+    Ok((config.out.join(name), None, None))
 }
 
 /// Claim the run folder for this process (creating it for a new run), then prepare it: a new run writes
@@ -490,8 +499,12 @@ fn claim_run_dir(
     config: &TrainConfig,
     run_dir: &Path,
     resume_step: Option<usize>,
+    branch: Option<&branch::Branch>,
     fingerprints: &resume::Fingerprints,
 ) -> Result<RunLock> {
+    if resume_step.is_none() {
+        refuse_foreign_checkpoints(run_dir)?;
+    }
     let lock = RunLock::claim(run_dir)?;
     let has_manifest = run_dir.join(run_folder::RUN_CONFIG).exists();
     if resume_step.is_none() && has_manifest {
@@ -501,7 +514,9 @@ fn claim_run_dir(
         )));
     }
     lock.clean_leftovers()?;
-    if !has_manifest {
+    if let Some(branch) = branch.filter(|_| !has_manifest) {
+        branch::start_branch(branch, run_dir)?;
+    } else if !has_manifest {
         let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let manifest = run_folder::RunManifest {
             base_fingerprint: Some(fingerprints.base.clone()),
@@ -514,6 +529,26 @@ fn claim_run_dir(
         run_folder::truncate_metrics(run_dir, step)?;
     }
     Ok(lock)
+}
+
+/// A new run never starts in a folder that holds checkpoints or metrics without a run.json (a copied or half
+/// deleted run): they would be overwritten and mixed into the new run. Checked before the folder is claimed.
+fn refuse_foreign_checkpoints(run_dir: &Path) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(run_dir) else { return Ok(()) };
+    let found: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("checkpoint-") || n == run_folder::METRICS)
+        .collect();
+    if found.is_empty() || run_dir.join(run_folder::RUN_CONFIG).exists() {
+        return Ok(());
+    }
+    Err(Error::InvalidSetting(format!(
+        "{} holds {} but no run.json; a new run there would write over them: pick another name (--name), or move \
+         them away",
+        run_dir.display(),
+        found.join(", ")
+    )))
 }
 
 /// `run-YYYYMMDD-HHMMSS` in UTC.

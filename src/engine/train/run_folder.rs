@@ -65,6 +65,16 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
+/// Where a branched run came from (recorded in its run.json; see `train::branch`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BranchOrigin {
+    /// The parent run folder.
+    pub run: PathBuf,
+    /// The checkpoint the branch resumed from.
+    pub checkpoint: PathBuf,
+    pub step: usize,
+}
+
 /// The version [`RunManifest::write`] writes. Files from releases before versioning have no `version` field
 /// and read as version 0; their layout is the same.
 pub const RUN_MANIFEST_VERSION: u32 = 1;
@@ -93,6 +103,9 @@ pub struct RunManifest {
     /// always describe the latest start.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resumes: Vec<super::resume::ResumeRecord>,
+    /// The run and checkpoint this run branched from (a resume from a checkpoint that later ones followed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branched_from: Option<BranchOrigin>,
 }
 
 impl RunManifest {
@@ -109,6 +122,7 @@ impl RunManifest {
             base_fingerprint: None,
             dataset_fingerprint: None,
             resumes: Vec::new(),
+            branched_from: None,
         }
     }
 
@@ -184,8 +198,13 @@ pub fn append_metric(run_dir: &Path, event: &TrainEvent) -> Result<()> {
     line.push('\n');
     let mut f =
         std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| Error::write(&path, e))?;
-    // One write for the whole line, so a failure cannot leave half an event glued to the next one.
-    f.write_all(line.as_bytes()).map_err(|e| Error::write(&path, e))
+    // A short write (a full disk) must not leave half an event for the next one to be glued to: cut the file back
+    // to where this line began.
+    let before = f.metadata().map_err(|e| Error::write(&path, e))?.len();
+    f.write_all(line.as_bytes()).map_err(|e| {
+        let _ = f.set_len(before);
+        Error::write(&path, e)
+    })
 }
 
 /// Every event in a run's `metrics.jsonl` (unreadable lines are skipped).
