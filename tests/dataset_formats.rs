@@ -108,7 +108,10 @@ fn bad_data_is_refused_naming_the_file_and_the_row() {
     );
     // tatsu-lab/alpaca's shape: a rendered `text` beside the Alpaca columns reads as Alpaca.
     let raw = load_raw_dataset(&datasets("alpaca_text.jsonl"), &options(ReadOptions::default())).unwrap();
-    assert_eq!((raw.train.detection, raw.train.rows.len()), (Detection::Detected { format: DatasetFormat::Alpaca, row: 1 }, 3));
+    assert_eq!(
+        (raw.train.detection, raw.train.rows.len()),
+        (Detection::Detected { format: DatasetFormat::Alpaca, row: 1 }, 3)
+    );
     let as_alpaca = ReadOptions { format: FormatChoice::Alpaca, ..Default::default() };
     let raw = load_raw_dataset(&datasets("ambiguous.jsonl"), &options(as_alpaca)).unwrap();
     assert_eq!((raw.train.detection, raw.train.rows.len()), (Detection::Chosen { format: DatasetFormat::Alpaca }, 3));

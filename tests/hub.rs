@@ -35,11 +35,18 @@ fn model_repo() -> FakeRepo {
 }
 
 fn big_repo() -> FakeRepo {
-    FakeRepo::new("models", "org/big", vec![]).file("weights.bin", big_bytes(3 << 20)).file("config.json", b"{}".to_vec())
+    FakeRepo::new("models", "org/big", vec![])
+        .file("weights.bin", big_bytes(3 << 20))
+        .file("config.json", b"{}".to_vec())
 }
 
 fn request(id: &str) -> SnapshotRequest {
-    SnapshotRequest { kind: RepoKind::Model, repo: hub::RepoId::parse(id).unwrap(), revision: "main".into(), include: vec![] }
+    SnapshotRequest {
+        kind: RepoKind::Model,
+        repo: hub::RepoId::parse(id).unwrap(),
+        revision: "main".into(),
+        include: vec![],
+    }
 }
 
 fn download(client: &HubClient, id: &str) -> metal_candle::engine::Result<hub::Snapshot> {
@@ -73,8 +80,14 @@ fn a_snapshot_lands_in_the_cache_layout_huggingface_hub_uses() {
     let cache = tempfile::tempdir().unwrap();
     let client = HubClient::new(settings(&server, cache.path()));
     let mut last = DownloadProgress::default();
-    let snap = hub::download_snapshot(&client, &request("org/tiny-llama"), &|_| true, &mut |p| last = p.clone(), &AtomicBool::new(false))
-        .unwrap();
+    let snap = hub::download_snapshot(
+        &client,
+        &request("org/tiny-llama"),
+        &|_| true,
+        &mut |p| last = p.clone(),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
     let repo_dir = cache.path().join("models--org--tiny-llama");
     assert_eq!(std::fs::read_to_string(repo_dir.join("refs/main")).unwrap(), snap.commit);
     assert_eq!(snap.path, repo_dir.join("snapshots").join(&snap.commit));
@@ -152,7 +165,8 @@ fn repo_ids_work_as_model_and_data_arguments_and_runs_record_them() {
     let server = HubServer::start(vec![model_repo(), quantized, data], None);
     let cache = tempfile::tempdir().unwrap();
     // info on a repo id downloads it; the last stdout line of `hub download` is the snapshot folder.
-    let out = cli(&server, cache.path()).args(["info", "--model", "org/tiny-llama", "--device", "cpu"]).output().unwrap();
+    let out =
+        cli(&server, cache.path()).args(["info", "--model", "org/tiny-llama", "--device", "cpu"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("llama"));
     let out = cli(&server, cache.path()).args(["hub", "download", "org/tiny-llama"]).output().unwrap();
@@ -170,7 +184,20 @@ fn repo_ids_work_as_model_and_data_arguments_and_runs_record_them() {
     let out = cli(&server, cache.path())
         .args(["train", "--model", "org/tiny-llama", "--data", "org/sample-chat", "--out"])
         .arg(runs.path())
-        .args(["--name", "hub", "--device", "cpu", "--iters", "2", "--seq-len", "64", "--batch-size", "2", "--rank", "2"])
+        .args([
+            "--name",
+            "hub",
+            "--device",
+            "cpu",
+            "--iters",
+            "2",
+            "--seq-len",
+            "64",
+            "--batch-size",
+            "2",
+            "--rank",
+            "2",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -192,7 +219,11 @@ fn repo_ids_work_as_model_and_data_arguments_and_runs_record_them() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = cli(&server, cache.path()).env("HF_HUB_OFFLINE", "1").args(["info", "--model", "org/elsewhere"]).output().unwrap();
+    let out = cli(&server, cache.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["info", "--model", "org/elsewhere"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("org/elsewhere") && err.contains("HF_HUB_OFFLINE"), "{err}");
     // A local folder wins over a repo id of the same name.
@@ -200,7 +231,11 @@ fn repo_ids_work_as_model_and_data_arguments_and_runs_record_them() {
     let shadow = local.path().join("org/tiny-llama");
     std::fs::create_dir_all(shadow.parent().unwrap()).unwrap();
     std::fs::write(&shadow, b"not a model").unwrap();
-    let out = cli(&server, cache.path()).current_dir(local.path()).args(["info", "--model", "org/tiny-llama"]).output().unwrap();
+    let out = cli(&server, cache.path())
+        .current_dir(local.path())
+        .args(["info", "--model", "org/tiny-llama"])
+        .output()
+        .unwrap();
     assert!(!out.status.success(), "the local file was read, not the repo");
 }
 
@@ -211,7 +246,10 @@ fn a_cut_connection_resumes_from_what_arrived() {
     let client = HubClient::new(settings(&server, cache.path()));
     *server.faults.cut.lock().unwrap() = Some(("weights.bin".into(), 1_000_000));
     let snap = download(&client, "org/big").unwrap();
-    assert_eq!(sha256_hex(&snap.path.join("weights.bin")), common::hub_server::hex(&Sha256::digest(big_bytes(3 << 20))));
+    assert_eq!(
+        sha256_hex(&snap.path.join("weights.bin")),
+        common::hub_server::hex(&Sha256::digest(big_bytes(3 << 20)))
+    );
     let log = server.requests();
     assert!(log.iter().any(|l| l.ends_with("weights.bin bytes=1000000-")), "{log:?}");
     // Across processes: a partial file left behind is resumed, not fetched again.
@@ -303,7 +341,10 @@ fn gated_repos_need_a_token_and_say_where_to_get_access() {
     let mut s = settings(&server, cache.path());
     let e = hub_error(download(&HubClient::new(s.clone()), "org/tiny-llama"));
     let text = e.to_string();
-    assert!(text.contains("gated") && text.contains(&format!("{}/org/tiny-llama", server.url)) && text.contains("no token"), "{text}");
+    assert!(
+        text.contains("gated") && text.contains(&format!("{}/org/tiny-llama", server.url)) && text.contains("no token"),
+        "{text}"
+    );
     s.token = hub::Token::new("hf_wrong");
     let text = hub_error(download(&HubClient::new(s.clone()), "org/tiny-llama")).to_string();
     assert!(text.contains("not been granted") && !text.contains("hf_wrong"), "{text}");
@@ -313,7 +354,8 @@ fn gated_repos_need_a_token_and_say_where_to_get_access() {
     let cache2 = tempfile::tempdir().unwrap();
     let out = cli(&server, cache2.path()).args(["hub", "download", "org/tiny-llama"]).output().unwrap();
     assert!(!out.status.success());
-    let mut login = cli(&server, cache2.path()).args(["hub", "login"]).stdin(std::process::Stdio::piped()).spawn().unwrap();
+    let mut login =
+        cli(&server, cache2.path()).args(["hub", "login"]).stdin(std::process::Stdio::piped()).spawn().unwrap();
     use std::io::Write;
     login.stdin.take().unwrap().write_all(b"hf_right\n").unwrap();
     assert!(login.wait().unwrap().success());
@@ -409,11 +451,17 @@ fn cancelling_keeps_the_partial_file_for_a_resume() {
     let cache = tempfile::tempdir().unwrap();
     let client = HubClient::new(settings(&server, cache.path()));
     let cancel = AtomicBool::new(false);
-    let result = hub::download_snapshot(&client, &request("org/big"), &|_| true, &mut |p| {
-        if p.bytes_done > 500_000 {
-            cancel.store(true, Ordering::SeqCst);
-        }
-    }, &cancel);
+    let result = hub::download_snapshot(
+        &client,
+        &request("org/big"),
+        &|_| true,
+        &mut |p| {
+            if p.bytes_done > 500_000 {
+                cancel.store(true, Ordering::SeqCst);
+            }
+        },
+        &cancel,
+    );
     assert!(matches!(result, Err(Error::Cancelled)), "{result:?}");
     let partials: Vec<_> = walk(&cache.path().join("models--org--big/blobs"))
         .into_iter()

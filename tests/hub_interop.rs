@@ -103,5 +103,8 @@ fn huggingface_hub_and_we_read_each_others_downloads() {
     let ours_json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(ours_json["path"].as_str().unwrap(), their_snapshot, "the same snapshot folder");
     assert_eq!(ours_json["bytes_fetched"], 0, "nothing fetched again");
-    assert!(server.requests()[requests_before..].iter().all(|r| !r.contains("/resolve/")), "only the listing was asked");
+    assert!(
+        server.requests()[requests_before..].iter().all(|r| !r.contains("/resolve/")),
+        "only the listing was asked"
+    );
 }

@@ -185,7 +185,8 @@ fn multimodal_gemma3_folders_load_their_text_tower() {
         }
         let tuned_lp = score(&tuned.model, &ids).unwrap();
         use metal_candle::engine::checkpoint::{save_peft_adapter, PeftAdapterConfig};
-        let adapter_config = PeftAdapterConfig::for_settings(&settings, tuned.config.num_layers, &dir.path().to_string_lossy()).unwrap();
+        let adapter_config =
+            PeftAdapterConfig::for_settings(&settings, tuned.config.num_layers, &dir.path().to_string_lossy()).unwrap();
         save_peft_adapter(&ckpt, &params, &adapter_config).unwrap();
         // Beside the base model, not inside it: an export never writes into its base.
         let out_dir = tempfile::tempdir().unwrap();

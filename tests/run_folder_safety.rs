@@ -190,7 +190,8 @@ fn a_resume_from_an_earlier_checkpoint_branches_and_leaves_the_later_ones_alone(
         train::run_folder::read_metrics(&branch).iter().filter_map(train::run_folder::event_step).collect();
     assert!(steps.first().is_some_and(|s| *s <= 2) && steps.contains(&6), "{steps:?}");
     // A resume from the latest checkpoint continues in place.
-    let (_, result) = train(&TrainConfig { resume: Some(branch.join("checkpoint-6")), ..config(out.path(), "r", 8) }, &mut |_| {});
+    let (_, result) =
+        train(&TrainConfig { resume: Some(branch.join("checkpoint-6")), ..config(out.path(), "r", 8) }, &mut |_| {});
     assert_eq!(result.unwrap(), branch);
 }
 

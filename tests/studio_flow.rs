@@ -18,7 +18,6 @@ use metal_candle::studio::training_panel::RunStatus;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-
 fn fixture_model() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama")
 }

@@ -116,8 +116,11 @@ fn search_pick_download_cancel_resume_and_load() {
     h.step();
     let runs = tmp.path().join("runs");
     h.get_by_label("Start training").click();
-    step_until(&mut h, "the run to finish", 120, |a| !a.training_panel.is_active() && a.training_panel.steps_received > 0);
-    let run_json = std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.path().join("run.json")).find(|p| p.exists()).unwrap();
+    step_until(&mut h, "the run to finish", 120, |a| {
+        !a.training_panel.is_active() && a.training_panel.steps_received > 0
+    });
+    let run_json =
+        std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.path().join("run.json")).find(|p| p.exists()).unwrap();
     let run: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run_json).unwrap()).unwrap();
     assert_eq!(run["config"]["model_source"]["repo"], "org/tiny-llama");
     assert_eq!(run["config"]["data_source"]["repo"], "org/sample-chat");

@@ -54,8 +54,7 @@ pub fn data(args: &DataArgs) -> anyhow::Result<()> {
     let read = ReadOptions { format: args.format, columns: args.columns.clone().unwrap_or_default() };
     // A Hub dataset id (ORG/NAME) is read from its cached snapshot, downloaded when missing.
     let path = super::hub::resolve_path(&args.data, crate::engine::hub::RepoKind::Dataset)?.path;
-    let report =
-        inspect_dataset_with(&path, &read, model.as_ref(), args.seq_len, args.train_on_prompt, args.preview)?;
+    let report = inspect_dataset_with(&path, &read, model.as_ref(), args.seq_len, args.train_on_prompt, args.preview)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -91,7 +91,10 @@ fn search(args: &SearchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&hits)?);
         return Ok(());
     }
-    println!("{:<52} {:>10} {:>6} {:<12} {:>10}  {:<14} notes", "id", "downloads", "likes", "license", "size", "architecture");
+    println!(
+        "{:<52} {:>10} {:>6} {:<12} {:>10}  {:<14} notes",
+        "id", "downloads", "likes", "license", "size", "architecture"
+    );
     for h in &hits {
         let size = h.size_bytes.map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0));
         let arch = h.architecture.as_deref().unwrap_or("-");
@@ -105,12 +108,21 @@ fn search(args: &SearchArgs) -> anyhow::Result<()> {
             notes.push("gated".into());
         }
         if !h.gguf_files.is_empty() {
-            let quants: Vec<&str> =
-                h.gguf_files.iter().map(|g| if g.quant.is_empty() { g.file.as_str() } else { g.quant.as_str() }).collect();
+            let quants: Vec<&str> = h
+                .gguf_files
+                .iter()
+                .map(|g| if g.quant.is_empty() { g.file.as_str() } else { g.quant.as_str() })
+                .collect();
             notes.push(format!("GGUF: {}", quants.join(" ")));
         }
         let license = h.license.as_deref().unwrap_or("-");
-        println!("{:<52} {:>10} {:>6} {license:<12} {size:>10}  {arch:<14} {}", h.id, h.downloads, h.likes, notes.join("; "));
+        println!(
+            "{:<52} {:>10} {:>6} {license:<12} {size:>10}  {arch:<14} {}",
+            h.id,
+            h.downloads,
+            h.likes,
+            notes.join("; ")
+        );
     }
     if hits.is_empty() {
         println!("(nothing matches `{}`)", args.query);

@@ -80,7 +80,9 @@ fn pick_blocking(kind: PickKind, start_dir: Option<PathBuf>) -> PickOutcome {
         PickKind::DatasetFile => {
             dialog.set_title("Open a dataset file").add_filter("Datasets", &["jsonl", "json", "parquet"]).pick_file()
         }
-        PickKind::DatasetFolder => dialog.set_title("Open a dataset folder (train.jsonl, data/train-*.parquet, ...)").pick_folder(),
+        PickKind::DatasetFolder => {
+            dialog.set_title("Open a dataset folder (train.jsonl, data/train-*.parquet, ...)").pick_folder()
+        }
         PickKind::Folder => dialog.set_title("Choose a folder").pick_folder(),
     };
     match picked {

@@ -84,13 +84,13 @@ impl HubPanel {
                 let label = ui.label("Search");
                 let busy = self.searching.is_some();
                 ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                    let clicked = ui.add_enabled(!busy && !self.query.trim().is_empty(), egui::Button::new("Search")).clicked();
+                    let clicked =
+                        ui.add_enabled(!busy && !self.query.trim().is_empty(), egui::Button::new("Search")).clicked();
                     if busy {
                         ui.spinner();
                     }
-                    let edit = egui::TextEdit::singleline(&mut self.query)
-                        .hint_text(hint)
-                        .desired_width(ui.available_width());
+                    let edit =
+                        egui::TextEdit::singleline(&mut self.query).hint_text(hint).desired_width(ui.available_width());
                     let response = ui.add(edit).labelled_by(label.id);
                     let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
                     if clicked || (enter && !busy) {

@@ -28,13 +28,17 @@ impl Dispatcher {
 
     pub(super) fn hub_download(&mut self, settings: HubSettings, kind: RepoKind, spec: String) {
         if self.download.is_some() {
-            let error = ErrorInfo::new(crate::engine::ErrorKind::Setting, "another download is running; wait for it or cancel it");
+            let error = ErrorInfo::new(
+                crate::engine::ErrorKind::Setting,
+                "another download is running; wait for it or cancel it",
+            );
             self.out.send(Event::HubDownloadFailed { spec, kind, error, cancelled: false });
             return;
         }
         let cancel = Arc::new(AtomicBool::new(false));
         self.download = Some(cancel.clone());
-        let (out, inbox, guard_inbox, fail_spec) = (self.out.clone(), self.inbox.clone(), self.inbox.clone(), spec.clone());
+        let (out, inbox, guard_inbox, fail_spec) =
+            (self.out.clone(), self.inbox.clone(), self.inbox.clone(), spec.clone());
         super::dispatcher::spawn_job(
             "mc-hub-download",
             self.out.clone(),

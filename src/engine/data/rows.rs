@@ -44,8 +44,10 @@ pub fn parse_as(obj: &Map<String, Value>, format: DatasetFormat) -> RowResult {
 /// The formats whose required columns an object has (not null): one for a clear row, several for an
 /// ambiguous one, none for a row of no known format.
 pub fn formats_of(obj: &Map<String, Value>) -> Vec<DatasetFormat> {
-    let mut formats: Vec<DatasetFormat> =
-        DatasetFormat::ALL.into_iter().filter(|f| f.required_columns().iter().all(|c| present(obj, c).is_some())).collect();
+    let mut formats: Vec<DatasetFormat> = DatasetFormat::ALL
+        .into_iter()
+        .filter(|f| f.required_columns().iter().all(|c| present(obj, c).is_some()))
+        .collect();
     // A `text` column beside a structured format's columns is that row rendered (tatsu-lab/alpaca has one): the
     // structured columns say more, so they win; `--format text` still reads the text.
     if formats.len() > 1 {
@@ -468,7 +470,10 @@ mod tests {
     fn formats_of_a_row_and_rows_of_no_format() {
         let obj = |v: Value| v.as_object().unwrap().clone();
         assert_eq!(formats_of(&obj(json!({"messages": [], "prompt": "p"}))), vec![DatasetFormat::Chat]);
-        assert_eq!(formats_of(&obj(json!({"instruction": "i", "output": "o", "text": "t"}))), vec![DatasetFormat::Alpaca]);
+        assert_eq!(
+            formats_of(&obj(json!({"instruction": "i", "output": "o", "text": "t"}))),
+            vec![DatasetFormat::Alpaca]
+        );
         assert_eq!(
             formats_of(&obj(json!({"instruction": "i", "output": "o", "prompt": "p", "completion": "c"}))),
             vec![DatasetFormat::Alpaca, DatasetFormat::Completions]

@@ -12,11 +12,8 @@ use std::path::{Component, Path, PathBuf};
 
 /// `path` made absolute and free of `.`/`..` and symlinks as far as it exists (the rest appended as written).
 pub fn resolved(path: &Path) -> PathBuf {
-    let absolute = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir().unwrap_or_default().join(path)
-    };
+    let absolute =
+        if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().unwrap_or_default().join(path) };
     let mut existing = absolute.clone();
     let mut rest = Vec::new();
     while !existing.exists() {

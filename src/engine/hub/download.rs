@@ -78,7 +78,8 @@ fn lock_blob(path: &Path, cancel: &AtomicBool) -> Result<File> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| Error::write(parent, e))?;
     }
-    let file = OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(|e| Error::write(path, e))?;
+    let file =
+        OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(|e| Error::write(path, e))?;
     loop {
         match file.try_lock() {
             Ok(()) => return Ok(file),
@@ -90,7 +91,8 @@ fn lock_blob(path: &Path, cancel: &AtomicBool) -> Result<File> {
 
 fn write_error(path: &Path, e: std::io::Error) -> Error {
     let full = e.raw_os_error() == Some(libc::ENOSPC);
-    let message = if full { format!("{e}; the disk is full (the partial download is kept and resumes)") } else { e.to_string() };
+    let message =
+        if full { format!("{e}; the disk is full (the partial download is kept and resumes)") } else { e.to_string() };
     Error::write(path, message)
 }
 
@@ -135,7 +137,11 @@ fn fetch_blob(client: &HubClient, job: &FileJob, on_bytes: &mut dyn FnMut(u64), 
                     .and_then(|r| r.split('-').next())
                     .and_then(|s| s.parse::<u64>().ok());
                 if start != Some(have) {
-                    return Err(HubError::Protocol { url, message: format!("asked for bytes from {have}, got {start:?}") }.into());
+                    return Err(HubError::Protocol {
+                        url,
+                        message: format!("asked for bytes from {have}, got {start:?}"),
+                    }
+                    .into());
                 }
             }
             416 if job.size.is_none() => break,
@@ -194,7 +200,9 @@ fn fetch_blob(client: &HubClient, job: &FileJob, on_bytes: &mut dyn FnMut(u64), 
                 failures += 1;
                 if failures >= attempts {
                     let message = cut.unwrap_or_else(|| format!("the connection closed at byte {have}"));
-                    return Err(HubError::Network { url, message, attempts: format!("after {failures} attempts") }.into());
+                    return Err(
+                        HubError::Network { url, message, attempts: format!("after {failures} attempts") }.into()
+                    );
                 }
                 sleep_unless_cancelled(wait, cancel)?;
                 wait = (wait * 2).min(Duration::from_secs(8));

@@ -18,10 +18,10 @@ mod search;
 mod settings;
 mod snapshot;
 
+pub use crate::engine::hub_error::HubError;
 pub use api::{repo_info, LfsInfo, RepoInfo, Sibling};
 pub use cache::{is_commit_hash, RepoCache};
 pub use disk::available_bytes;
-pub use crate::engine::hub_error::HubError;
 pub use gguf_files::{gguf_choices, pick as pick_gguf, quant_of, GgufChoice};
 pub use http::HubClient;
 pub use repo_id::{looks_like_repo_id, RepoId, RepoKind, RepoSpec};

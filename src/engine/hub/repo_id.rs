@@ -124,9 +124,8 @@ impl RepoSpec {
 /// a model or dataset file would have. Callers first check that no local path of that name exists.
 pub fn looks_like_repo_id(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
-    let file_like = [".gguf", ".json", ".jsonl", ".parquet", ".safetensors", ".csv", ".txt"]
-        .iter()
-        .any(|ext| lower.ends_with(ext));
+    let file_like =
+        [".gguf", ".json", ".jsonl", ".parquet", ".safetensors", ".csv", ".txt"].iter().any(|ext| lower.ends_with(ext));
     text.contains('/') && !text.starts_with(['.', '/', '~']) && !file_like && RepoSpec::parse(text).is_ok()
 }
 

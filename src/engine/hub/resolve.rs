@@ -43,7 +43,10 @@ pub fn is_model_file(path: &str) -> bool {
         return false;
     }
     let lower = path.to_ascii_lowercase();
-    lower.ends_with(".json") || lower.ends_with(".safetensors") || lower.ends_with(".jinja") || lower == "tokenizer.model"
+    lower.ends_with(".json")
+        || lower.ends_with(".safetensors")
+        || lower.ends_with(".jinja")
+        || lower == "tokenizer.model"
 }
 
 /// The files of a dataset repository we read.
@@ -92,8 +95,9 @@ pub fn resolve(
         RepoKind::Dataset => (Wanted::Data, None),
         RepoKind::Model => model_files(client, &request, spec.quant.as_deref(), cancel).map_err(not_local)?,
     };
-    let snapshot = download_snapshot(client, &request, &|f| wanted.accepts(f, gguf_file.as_deref()), on_progress, cancel)
-        .map_err(not_local)?;
+    let snapshot =
+        download_snapshot(client, &request, &|f| wanted.accepts(f, gguf_file.as_deref()), on_progress, cancel)
+            .map_err(not_local)?;
     let path = match &gguf_file {
         Some(file) => snapshot.path.join(file),
         None => snapshot.path.clone(),
@@ -156,17 +160,22 @@ fn model_files(
         if !choice.supported {
             return Err(HubError::NothingToLoad {
                 repo: request.repo.to_string(),
-                message: format!("{} is {}, a type the GGUF reader has no kernels for; pick a Q*/K-quant file", choice.file, choice.quant),
+                message: format!(
+                    "{} is {}, a type the GGUF reader has no kernels for; pick a Q*/K-quant file",
+                    choice.file, choice.quant
+                ),
             }
             .into());
         }
         return Ok((Wanted::Gguf, Some(choice.file.clone())));
     }
-    let offered: Vec<String> = choices.iter().map(|c| if c.quant.is_empty() { c.file.clone() } else { c.quant.clone() }).collect();
+    let offered: Vec<String> =
+        choices.iter().map(|c| if c.quant.is_empty() { c.file.clone() } else { c.quant.clone() }).collect();
     let message = match quant {
         Some(q) if !choices.is_empty() => format!("no GGUF file for `{q}`; it offers {}", offered.join(", ")),
         _ if files.iter().any(|(f, _)| f.ends_with(".bin") || f.ends_with(".pth")) => {
-            "it has only PyTorch .bin/.pth weights, which are not read; pick a repository with safetensors or GGUF".into()
+            "it has only PyTorch .bin/.pth weights, which are not read; pick a repository with safetensors or GGUF"
+                .into()
         }
         _ => "it has neither config.json with safetensors weights nor a single-file GGUF".into(),
     };

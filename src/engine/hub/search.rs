@@ -45,7 +45,8 @@ pub fn search(
 ) -> Result<Vec<SearchHit>> {
     if client.settings.offline {
         return Err(crate::engine::Error::InvalidSetting(
-            "HF_HUB_OFFLINE is set: searching the Hub needs the network (`metal-candle models` lists what is cached)".into(),
+            "HF_HUB_OFFLINE is set: searching the Hub needs the network (`metal-candle models` lists what is cached)"
+                .into(),
         ));
     }
     let mut url = format!(
@@ -71,7 +72,8 @@ pub fn search(
 fn hit_of(item: &Value) -> Option<SearchHit> {
     let id = item.get("id").or_else(|| item.get("modelId"))?.as_str()?.to_string();
     let number = |key: &str| item.get(key).and_then(Value::as_u64);
-    let tags: Vec<&str> = item.get("tags").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let tags: Vec<&str> =
+        item.get("tags").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
     let license = item
         .pointer("/cardData/license")
         .and_then(Value::as_str)

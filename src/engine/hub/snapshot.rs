@@ -141,11 +141,10 @@ pub fn download_snapshot(
         Err(note) => {
             return match cached_snapshot(&cache, &request.revision, &accept) {
                 Some(snapshot) => Ok(Snapshot { cache_note: Some(note), ..snapshot }),
-                None => Err(HubError::Offline {
-                    repo: request.repo.to_string(),
-                    cache: client.settings.cache_dir.clone(),
+                None => {
+                    Err(HubError::Offline { repo: request.repo.to_string(), cache: client.settings.cache_dir.clone() }
+                        .into())
                 }
-                .into()),
             };
         }
     };
@@ -161,7 +160,8 @@ pub fn download_snapshot(
     // Each file's blob name and size: from the listing, else from a HEAD of the file.
     let mut plan = Vec::with_capacity(siblings.len());
     for s in &siblings {
-        let target = Target { kind: request.kind, repo: &request.repo, revision: &request.revision, file: Some(&s.rfilename) };
+        let target =
+            Target { kind: request.kind, repo: &request.repo, revision: &request.revision, file: Some(&s.rfilename) };
         let (etag, size) = match (s.etag(), s.byte_size()) {
             (Some(etag), Some(size)) => (etag.to_string(), Some(size)),
             _ => head_metadata(client, &target, &info.sha, &s.rfilename, cancel)?,
@@ -249,8 +249,11 @@ fn check_names(file: &str, etag: &str, repo: &RepoId) -> Result<()> {
         || file.split('/').any(|part| part.is_empty() || part == "." || part == "..");
     let bad_etag = etag.is_empty() || !etag.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if bad_path || bad_etag {
-        let what = if bad_path { format!("an unsafe file path `{file}`") } else { format!("an unsafe blob name `{etag}`") };
-        return Err(HubError::Protocol { url: repo.to_string(), message: format!("the listing has {what}; refused") }.into());
+        let what =
+            if bad_path { format!("an unsafe file path `{file}`") } else { format!("an unsafe blob name `{etag}`") };
+        return Err(
+            HubError::Protocol { url: repo.to_string(), message: format!("the listing has {what}; refused") }.into()
+        );
     }
     Ok(())
 }

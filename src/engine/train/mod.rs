@@ -3,6 +3,7 @@
 //! everything as [`TrainEvent`]s. It never touches a UI: callers pass an `emit` callback.
 
 pub mod backprop;
+pub mod branch;
 pub mod config;
 pub mod config_file;
 pub mod events;
@@ -10,7 +11,6 @@ pub mod loss;
 pub mod optimizer;
 mod recorder;
 pub mod resume;
-pub mod branch;
 pub mod run_folder;
 pub mod run_lock;
 mod step_runner;
@@ -135,8 +135,11 @@ impl<'a> Trainer<'a> {
             }
             None => lora::attach_new_adapters(&mut model, &config.lora, config.seed)?,
         };
-        let adapter_config =
-            checkpoint::PeftAdapterConfig::for_settings(&config.lora, model.config.num_layers, &config.base_model_name())?;
+        let adapter_config = checkpoint::PeftAdapterConfig::for_settings(
+            &config.lora,
+            model.config.num_layers,
+            &config.base_model_name(),
+        )?;
         let base_record = checkpoint::BaseRecord::new(&config.model, fingerprints.base.clone());
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let mut runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;

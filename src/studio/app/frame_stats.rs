@@ -1,5 +1,7 @@
-//! Frame-time bookkeeping for `--measure-frames` and the status bar.
+//! Frame-time bookkeeping for `--measure-frames` and the status bar, and the app's recording of it.
 
+use super::StudioApp;
+use crate::worker::Command;
 use std::time::Instant;
 
 /// Frame-time bookkeeping: the studio's own UI time per frame, eframe's CPU time per frame, and how long
@@ -63,5 +65,50 @@ impl FrameStats {
             report["eframe_cpu"] = summary(&self.cpu_ms);
         }
         report
+    }
+}
+
+impl StudioApp {
+    /// Start and finish the `--measure-frames` recording.
+    pub(super) fn measurement_tick(&mut self, ctx: &egui::Context) {
+        let Some(secs) = self.options.measure_frames_secs else { return };
+        if self.measurement_done {
+            return;
+        }
+        ctx.request_repaint();
+        match self.frames.recording_since {
+            None if self.training_panel.steps_received > 0 => {
+                self.frames.recording_since = Some(Instant::now());
+                self.frames.steps_at_start = self.training_panel.steps_received;
+            }
+            Some(t) if t.elapsed().as_secs_f64() >= secs => {
+                self.measurement_done = true;
+                let mut report = self.frames.report(self.training_panel.steps_received);
+                if let Some(m) = &self.model.loaded {
+                    report["model"] = serde_json::json!(m.name());
+                    report["device"] = serde_json::json!(m.device);
+                }
+                report["training_status"] = serde_json::json!(self.training_panel.status.label());
+                let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+                match &self.options.measure_out {
+                    Some(p) => {
+                        if let Err(e) = std::fs::write(p, &text) {
+                            eprintln!("cannot write {}: {e}", p.display());
+                        }
+                    }
+                    None => println!("{text}"),
+                }
+                self.worker.send(Command::StopTraining);
+                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            }
+            _ => {}
+        }
+    }
+
+    /// eframe's measure of the previous frame's CPU time (UI plus tessellation), for the frame report.
+    pub fn record_cpu_usage(&mut self, cpu_secs: Option<f32>) {
+        if let (Some(s), Some(_)) = (cpu_secs, self.frames.recording_since) {
+            self.frames.cpu_ms.push(s * 1e3);
+        }
     }
 }

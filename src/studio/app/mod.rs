@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 mod chrome;
 mod dropped_path;
 mod frame_stats;
+mod hub_flow;
 mod hub_status;
 mod prefs;
 
@@ -58,11 +59,20 @@ pub enum Action {
     OpenDataset(PathBuf),
     StartTraining,
     RefreshRuns,
-    OpenInChat { checkpoint: PathBuf, base_model: PathBuf },
-    ResumeFrom { checkpoint: PathBuf, config: Option<Box<TrainConfig>> },
+    OpenInChat {
+        checkpoint: PathBuf,
+        base_model: PathBuf,
+    },
+    ResumeFrom {
+        checkpoint: PathBuf,
+        config: Option<Box<TrainConfig>>,
+    },
     UseRank(usize),
     /// Fetch a repo id into the Hugging Face cache, then load it (a model) or open it (a dataset).
-    Download { spec: String, kind: crate::engine::hub::RepoKind },
+    Download {
+        spec: String,
+        kind: crate::engine::hub::RepoKind,
+    },
     CancelDownload,
     /// Store a Hub token where `huggingface_hub` keeps it.
     SaveToken(String),
@@ -150,9 +160,12 @@ impl StudioApp {
             worker,
             help: chrome::HelpWindow::default(),
             model: ModelStatus::default(),
-            hub: HubStatus::new(options.hub.clone().unwrap_or_else(|| {
-                crate::engine::hub::HubSettings::from_env(|name| std::env::var(name).ok())
-            })),
+            hub: HubStatus::new(
+                options
+                    .hub
+                    .clone()
+                    .unwrap_or_else(|| crate::engine::hub::HubSettings::from_env(|name| std::env::var(name).ok())),
+            ),
             model_panel: ModelPanel::default(),
             dataset_panel: DatasetPanel::default(),
             settings_panel: SettingsPanel::default(),
@@ -293,38 +306,11 @@ impl StudioApp {
             Event::RankProbeFailed { error } => self.rank_panel.on_failed(error),
             Event::MicroBenchFinished(r) => self.rank_panel.on_micro(r),
             Event::MicroBenchFailed { error } => self.rank_panel.on_micro_failed(error.message),
-            Event::HubSearchResults { kind, query, hits } => self.hub_search_panel(kind).on_results(query, hits),
-            Event::HubSearchFailed { kind, query, error } => self.hub_search_panel(kind).on_failed(query, error.message),
-            Event::HubDownloadProgress { spec, progress } => {
-                if let Some(d) = self.hub.download.as_mut().filter(|d| d.spec == spec) {
-                    d.progress = Some(progress);
-                }
-            }
-            Event::HubDownloadFinished { spec, kind, path, origin, note } => {
-                self.hub.download = None;
-                if let Some(note) = note {
-                    self.toast(Tone::Info, note);
-                }
-                self.toast(Tone::Ok, format!("{spec} is in the cache"));
-                use crate::engine::hub::RepoKind;
-                let slot = origin.map(|o| (path.clone(), o));
-                match kind {
-                    RepoKind::Model => {
-                        self.hub.model_origin = slot;
-                        self.actions.push(Action::LoadModel(path));
-                    }
-                    RepoKind::Dataset => {
-                        self.hub.data_origin = slot;
-                        self.actions.push(Action::OpenDataset(path));
-                    }
-                }
-            }
-            Event::HubDownloadFailed { spec, kind, error, cancelled } => {
-                self.hub.download = None;
-                let tone = if cancelled { Tone::Info } else { Tone::Error };
-                self.toast(tone, if cancelled { format!("Download of {spec} cancelled") } else { format!("Download of {spec} failed") });
-                self.hub.failed = Some(FailedDownload { spec, kind, message: error.message, cancelled });
-            }
+            e @ (Event::HubSearchResults { .. }
+            | Event::HubSearchFailed { .. }
+            | Event::HubDownloadProgress { .. }
+            | Event::HubDownloadFinished { .. }
+            | Event::HubDownloadFailed { .. }) => self.on_hub_event(e),
         }
     }
 
@@ -374,38 +360,7 @@ impl StudioApp {
             Action::OpenDataset(path) if is_repo_id(&path) => {
                 self.actions.push(Action::Download { spec: path.display().to_string(), kind: RepoKind::Dataset })
             }
-            Action::Download { spec, kind } => {
-                if self.hub.download.is_some() {
-                    self.toast(Tone::Warn, "Another download is running; wait for it or cancel it");
-                    return;
-                }
-                self.hub.failed = None;
-                self.hub.download =
-                    Some(DownloadState { spec: spec.clone(), kind, progress: None, started: Instant::now(), cancelling: false });
-                if kind == RepoKind::Model {
-                    self.prefs.model_path = spec.clone();
-                } else {
-                    self.prefs.dataset_input = spec.clone();
-                }
-                self.worker.send(Command::HubDownload { settings: self.hub.settings.clone(), kind, spec });
-            }
-            Action::CancelDownload => {
-                if let Some(d) = &mut self.hub.download {
-                    d.cancelling = true;
-                    self.worker.send(Command::CancelHubDownload);
-                }
-            }
-            Action::SaveToken(text) => match crate::engine::hub::Token::new(&text) {
-                Some(token) => match crate::engine::hub::save_token(&self.hub.settings.token_path, &token) {
-                    Ok(()) => {
-                        self.hub.settings.token = Some(token);
-                        let path = self.hub.settings.token_path.display().to_string();
-                        self.toast(Tone::Ok, format!("Token saved to {path}"));
-                    }
-                    Err(e) => self.toast(Tone::Error, format!("Could not save the token: {e}")),
-                },
-                None => self.toast(Tone::Warn, "The token is empty"),
-            },
+            a @ (Action::Download { .. } | Action::CancelDownload | Action::SaveToken(_)) => self.run_hub_action(a),
             Action::LoadModel(path) => {
                 self.prefs.model_path = path.display().to_string();
                 self.model.loading = Some((path.clone(), Instant::now()));
@@ -485,15 +440,7 @@ impl StudioApp {
         }
     }
 
-    /// The search box a Hub search of `kind` belongs to: the model page's or the dataset page's.
-    fn hub_search_panel(&mut self, kind: RepoKind) -> &mut super::hub_panel::HubPanel {
-        match kind {
-            RepoKind::Model => &mut self.model_panel.hub,
-            RepoKind::Dataset => &mut self.dataset_panel.hub.0,
-        }
-    }
-
-    fn toast(&mut self, tone: Tone, text: impl Into<String>) {
+    pub(super) fn toast(&mut self, tone: Tone, text: impl Into<String>) {
         self.toasts.push(Toast { tone, text: text.into(), shown: Instant::now() });
         if self.toasts.len() > 4 {
             self.toasts.remove(0);
@@ -573,49 +520,6 @@ impl StudioApp {
             Page::Checkpoints => self.checkpoints_panel.ui(ui, &mut ctx),
             Page::Chat => self.chat_panel.ui(ui, &mut ctx, &refs),
             Page::Ranks => self.rank_panel.ui(ui, &mut ctx),
-        }
-    }
-
-    /// Start and finish the `--measure-frames` recording.
-    fn measurement_tick(&mut self, ctx: &egui::Context) {
-        let Some(secs) = self.options.measure_frames_secs else { return };
-        if self.measurement_done {
-            return;
-        }
-        ctx.request_repaint();
-        match self.frames.recording_since {
-            None if self.training_panel.steps_received > 0 => {
-                self.frames.recording_since = Some(Instant::now());
-                self.frames.steps_at_start = self.training_panel.steps_received;
-            }
-            Some(t) if t.elapsed().as_secs_f64() >= secs => {
-                self.measurement_done = true;
-                let mut report = self.frames.report(self.training_panel.steps_received);
-                if let Some(m) = &self.model.loaded {
-                    report["model"] = serde_json::json!(m.name());
-                    report["device"] = serde_json::json!(m.device);
-                }
-                report["training_status"] = serde_json::json!(self.training_panel.status.label());
-                let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-                match &self.options.measure_out {
-                    Some(p) => {
-                        if let Err(e) = std::fs::write(p, &text) {
-                            eprintln!("cannot write {}: {e}", p.display());
-                        }
-                    }
-                    None => println!("{text}"),
-                }
-                self.worker.send(Command::StopTraining);
-                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
-            }
-            _ => {}
-        }
-    }
-
-    /// eframe's measure of the previous frame's CPU time (UI plus tessellation), for the frame report.
-    pub fn record_cpu_usage(&mut self, cpu_secs: Option<f32>) {
-        if let (Some(s), Some(_)) = (cpu_secs, self.frames.recording_since) {
-            self.frames.cpu_ms.push(s * 1e3);
         }
     }
 
