@@ -3,9 +3,10 @@
 //! repo brings its config, tokenizer, chat template and safetensors (no PyTorch `.bin`, no `original/` copies);
 //! a GGUF repo brings one quantized file. A dataset repo brings its data files.
 
+use super::api::RepoInfo;
 use super::gguf_files::{gguf_choices, pick};
 use super::repo_id::looks_like_repo_id;
-use super::snapshot::{cached_snapshot, download_snapshot, info_or_cache, DownloadProgress, SnapshotRequest};
+use super::snapshot::{cached_snapshot, check_globs, fetch_snapshot, info_or_cache, DownloadProgress, SnapshotRequest};
 use super::{HubClient, HubError, RepoCache, RepoKind, RepoSpec};
 use crate::engine::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -91,13 +92,15 @@ pub fn resolve(
         revision: spec.revision().to_string(),
         include: include.to_vec(),
     };
+    check_globs(&request.include)?;
+    // One listing serves both the choice of files and their download.
+    let listing = info_or_cache(client, &request, cancel).map_err(not_local)?;
     let (wanted, gguf_file) = match kind {
         RepoKind::Dataset => (Wanted::Data, None),
-        RepoKind::Model => model_files(client, &request, spec.quant.as_deref(), cancel).map_err(not_local)?,
+        RepoKind::Model => model_files(client, &request, &listing, spec.quant.as_deref())?,
     };
-    let snapshot =
-        download_snapshot(client, &request, &|f| wanted.accepts(f, gguf_file.as_deref()), on_progress, cancel)
-            .map_err(not_local)?;
+    let accept = |f: &str| wanted.accepts(f, gguf_file.as_deref());
+    let snapshot = fetch_snapshot(client, &request, listing, &accept, on_progress, cancel).map_err(not_local)?;
     let path = match &gguf_file {
         Some(file) => snapshot.path.join(file),
         None => snapshot.path.clone(),
@@ -136,10 +139,10 @@ impl Wanted {
 fn model_files(
     client: &HubClient,
     request: &SnapshotRequest,
+    listing: &std::result::Result<RepoInfo, String>,
     quant: Option<&str>,
-    cancel: &AtomicBool,
 ) -> Result<(Wanted, Option<String>)> {
-    let files: Vec<(String, Option<u64>)> = match info_or_cache(client, request, cancel)? {
+    let files: Vec<(String, Option<u64>)> = match listing {
         Ok(info) => info.siblings.iter().map(|s| (s.rfilename.clone(), s.byte_size())).collect(),
         Err(_) => {
             let cache = RepoCache::new(&client.settings.cache_dir, request.kind, &request.repo);

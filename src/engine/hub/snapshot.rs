@@ -134,9 +134,23 @@ pub fn download_snapshot(
     cancel: &AtomicBool,
 ) -> Result<Snapshot> {
     check_globs(&request.include)?;
+    let listing = info_or_cache(client, request, cancel)?;
+    fetch_snapshot(client, request, listing, wanted, on_progress, cancel)
+}
+
+/// [`download_snapshot`] with the listing already asked for ([`info_or_cache`]): the files of `listing` that the
+/// globs and `wanted` accept, or the cached snapshot when the listing is a reason to use the cache.
+pub fn fetch_snapshot(
+    client: &HubClient,
+    request: &SnapshotRequest,
+    listing: std::result::Result<RepoInfo, String>,
+    wanted: &dyn Fn(&str) -> bool,
+    on_progress: &mut dyn FnMut(&DownloadProgress),
+    cancel: &AtomicBool,
+) -> Result<Snapshot> {
     let cache = RepoCache::new(&client.settings.cache_dir, request.kind, &request.repo);
     let accept = |f: &str| matches_globs(&request.include, f) && wanted(f);
-    let info = match info_or_cache(client, request, cancel)? {
+    let info = match listing {
         Ok(info) => info,
         Err(note) => {
             return match cached_snapshot(&cache, &request.revision, &accept) {
