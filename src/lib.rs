@@ -10,3 +10,7 @@ pub mod stop_signals;
 #[cfg(feature = "studio")]
 pub mod studio;
 pub mod worker;
+
+/// The system allocator with per-thread budgets for untrusted code (see `engine::memory_budget`).
+#[global_allocator]
+static ALLOCATOR: engine::memory_budget::BudgetedAlloc = engine::memory_budget::BudgetedAlloc;

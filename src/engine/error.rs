@@ -15,6 +15,11 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A path that is there but cannot be read as the file it should be: a folder, a FIFO, a device, a link
+    /// that loops, or a file larger than its kind may be.
+    #[error("cannot read {path}: {message}")]
+    Unreadable { path: PathBuf, message: String },
+
     /// Writing a file or folder failed (full disk, read-only folder, ...): never worded as a read.
     #[error("cannot write {path}: {message}")]
     Write { path: PathBuf, message: String },
@@ -89,7 +94,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::MissingFile { .. } => ErrorKind::MissingFile,
-            Error::Io { .. } => ErrorKind::Read,
+            Error::Io { .. } | Error::Unreadable { .. } => ErrorKind::Read,
             Error::Write { .. } | Error::RunFolderLost { .. } => ErrorKind::Write,
             Error::RunInUse { .. } => ErrorKind::Setting,
             Error::Json { .. } => ErrorKind::Format,
@@ -216,9 +221,10 @@ impl std::fmt::Display for ErrorInfo {
     }
 }
 
-/// Read a whole file as a string, with the path in the error.
+/// Read a whole small file (a config, a settings file, a template) as a string, with the path in the
+/// error; only a regular file of at most [`MAX_SMALL_FILE_BYTES`](super::input_file::MAX_SMALL_FILE_BYTES).
 pub fn read_to_string(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+    super::input_file::read_regular_text(path, super::input_file::MAX_SMALL_FILE_BYTES)
 }
 
 /// Read and parse a JSON file, with the path in the error.

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod hostile_files;
 pub mod hub_server;
 pub mod reference;
 #[cfg(feature = "studio")]

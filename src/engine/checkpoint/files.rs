@@ -1,5 +1,6 @@
 //! Atomic file writes and safetensors I/O for checkpoints and run folders.
 
+use crate::engine::model::safetensors_reader::SafetensorsReader;
 use crate::engine::{Error, Result};
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
@@ -86,11 +87,19 @@ pub fn make_world_readable(path: &Path) -> Result<()> {
 
 /// Read a safetensors file; `what` names it in the error when it is missing ("adapter weights", ...).
 pub(crate) fn read_safetensors(path: &Path, what: &str) -> Result<HashMap<String, Tensor>> {
-    if !path.exists() {
+    if crate::engine::input_file::optional_file(path)?.is_none() {
         return Err(Error::MissingFile { path: path.to_path_buf(), what: what.into() });
     }
-    candle_core::safetensors::load(path, &Device::Cpu)
-        .map_err(|e| Error::CorruptWeights { path: path.to_path_buf(), message: e.to_string() })
+    // The model reader's checks (a regular file, no repeated names or shared bytes, floats without NaN).
+    let reader = SafetensorsReader::open(&[path.to_path_buf()], None)?;
+    let names: Vec<String> = reader.names().map(str::to_string).collect();
+    let mut tensors = HashMap::with_capacity(names.len());
+    for name in names {
+        if let Some(tensor) = reader.load(&name)? {
+            tensors.insert(name, tensor);
+        }
+    }
+    Ok(tensors)
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -56,7 +56,10 @@ const NOT_DATA: [&str; 4] = ["dataset_info.json", "dataset_infos.json", "dataset
 
 /// The splits of a dataset path: a file is the train split; a folder is laid out as the module docs say.
 pub fn dataset_layout(path: &Path) -> Result<DatasetLayout> {
-    if !path.exists() {
+    if std::fs::symlink_metadata(path).is_ok() {
+        // There, but perhaps a looping or dangling link: say which.
+        std::fs::metadata(path).map_err(|e| crate::engine::input_file::describe_io(path, e))?;
+    } else {
         return Err(Error::MissingFile {
             path: path.to_path_buf(),
             what: "expected a .jsonl, .json or .parquet file, or a folder of them (train.jsonl, \
@@ -96,6 +99,19 @@ pub fn dataset_layout(path: &Path) -> Result<DatasetLayout> {
         }
         layout.ignored = found.into_iter().filter(|p| !named.iter().any(|(_, n)| n == p)).collect();
     }
+    let has_train = layout.splits.first().is_some_and(|first| first.split == SplitName::Train);
+    if let Some(folder) =
+        ["train.jsonl", "train.json", "train.parquet"].map(|n| path.join(n)).into_iter().find(|p| p.is_dir())
+    {
+        if !has_train {
+            return Err(Error::Unreadable {
+                path: folder,
+                message: "is a folder, not a file: the train split is a .jsonl, .json or .parquet file (or \
+                          data/train-00000-of-00001.parquet)"
+                    .into(),
+            });
+        }
+    }
     match layout.splits.first() {
         Some(first) if first.split == SplitName::Train => Ok(layout),
         Some(_) => Err(Error::MissingFile {
@@ -126,7 +142,12 @@ fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) -> Result<()> {
         }
         let path = entry.path();
         // `metadata` follows symlinks: a Hub snapshot's files are links into its blobs folder.
-        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        let meta = match std::fs::metadata(&path) {
+            Ok(meta) => meta,
+            // A data file's name on a looping or dangling link: say so rather than leave the split out.
+            Err(e) if FileKind::of(&path).is_some() => return Err(crate::engine::input_file::describe_io(&path, e)),
+            Err(_) => continue,
+        };
         if meta.is_dir() {
             if depth + 1 < MAX_DEPTH {
                 walk(&path, depth + 1, found)?;

@@ -16,7 +16,7 @@ use crate::engine::model::gguf::{
 };
 use crate::engine::model::{ModelConfig, ModelInfo, ModelSource};
 use crate::engine::{Error, Result};
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::Value;
 
 /// A metadata list in writing order.
 pub type Metadata = Vec<(String, MetaValue)>;
@@ -125,9 +125,7 @@ pub fn stop_ids(meta: &Metadata) -> Vec<u32> {
 
 /// Every `tokenizer.*` key of the source GGUF file, in key order.
 fn copied_tokenizer_metadata(path: &std::path::Path) -> Result<Metadata> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let content = Content::read(&mut std::io::BufReader::new(file))
-        .map_err(|e| Error::CorruptWeights { path: path.to_path_buf(), message: e.to_string() })?;
+    let (content, _) = crate::engine::model::gguf::open_gguf(path)?;
     let mut keys: Vec<&String> = content.metadata.keys().filter(|k| k.starts_with("tokenizer.")).collect();
     keys.sort();
     Ok(keys.into_iter().map(|k| (k.clone(), from_candle_value(&content.metadata[k]))).collect())

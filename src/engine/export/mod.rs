@@ -20,6 +20,7 @@ pub use ollama::OLLAMA_GGUF;
 
 use crate::engine::checkpoint::{self, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
 use crate::engine::data::eos_doctor::{self, StopFacts, StopWarning};
+use crate::engine::input_file::{optional_file, read_regular};
 use crate::engine::model::transformer::{hf_linear_name, module_group};
 use crate::engine::model::{load_model, load_model_info, LoadedModel, ModelInfo, ModelSource};
 use crate::engine::{Error, Result};
@@ -196,10 +197,11 @@ fn export_adapter_folder(
     match format {
         ExportFormat::Peft => {
             for name in [ADAPTER_CONFIG, ADAPTER_WEIGHTS, checkpoint::BASE_MODEL_FILE] {
-                if name == checkpoint::BASE_MODEL_FILE && !ckpt.join(name).exists() {
+                let from = ckpt.join(name);
+                if name == checkpoint::BASE_MODEL_FILE && optional_file(&from)?.is_none() {
                     continue;
                 }
-                let bytes = std::fs::read(ckpt.join(name)).map_err(|e| Error::io(ckpt.join(name), e))?;
+                let bytes = read_regular(&from, u64::MAX)?;
                 checkpoint::write_atomic(&out.join(name), &bytes)?;
             }
         }
@@ -365,8 +367,8 @@ const MODEL_FILES: [&str; 5] = [
 fn copy_model_files(src: &Path, out: &Path, names: &[&str]) -> Result<()> {
     for name in names {
         let from = src.join(name);
-        if from.exists() {
-            let bytes = std::fs::read(&from).map_err(|e| Error::io(&from, e))?;
+        if optional_file(&from)?.is_some() {
+            let bytes = read_regular(&from, u64::MAX)?;
             checkpoint::write_atomic(&out.join(name), &bytes)?;
         }
     }

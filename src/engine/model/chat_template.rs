@@ -46,12 +46,19 @@ impl ChatMessage {
 /// Instructions one render may execute: real templates need a few thousand per message.
 pub const TEMPLATE_FUEL: u64 = 20_000_000;
 
-/// Longest text one render may produce.
-pub const MAX_RENDER_BYTES: usize = 64 * 1024 * 1024;
+/// Longest text one render may produce: 8 MiB is about two million tokens, past any context we run, and
+/// what the tokenizer then holds for it stays in the hundreds of MB.
+pub const MAX_RENDER_BYTES: usize = 8 * 1024 * 1024;
+
+/// Memory one render may hold at once (its values and output); real renders need a few MB.
+pub const RENDER_MEMORY_BYTES: usize = 128 * 1024 * 1024;
+
+/// Longest `strftime_now` format a template may pass (real ones are a dozen characters).
+const MAX_STRFTIME_FORMAT: usize = 256;
 
 /// A compiled chat template plus the special-token strings it may reference.
 pub struct ChatTemplate {
-    env: minijinja::Environment<'static>,
+    env: std::sync::Arc<minijinja::Environment<'static>>,
     pub source: String,
     /// Where the template came from, for errors: a file (tokenizer_config.json, chat_template.jinja) or a
     /// GGUF's metadata key.
@@ -118,11 +125,11 @@ impl ChatTemplate {
         env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", |format: String| DateTime::now_utc().strftime(&format));
+        env.add_function("strftime_now", |format: String| strftime_now(DateTime::now_utc(), &format));
         env.add_template_owned("chat", rewrite_generation_tags(&source))
             .map_err(|e| Error::ChatTemplate(format!("the template does not compile: {e}")))?;
         Ok(Self {
-            env,
+            env: std::sync::Arc::new(env),
             source,
             origin: "the chat template".into(),
             bos_token: bos_token.unwrap_or_default(),
@@ -139,7 +146,8 @@ impl ChatTemplate {
     /// Render `strftime_now` at a fixed moment instead of the current UTC time: reference renders made on
     /// another day (the fixtures record theirs) stay comparable.
     pub fn with_today(mut self, today: DateTime) -> Self {
-        self.env.add_function("strftime_now", move |format: String| today.strftime(&format));
+        std::sync::Arc::make_mut(&mut self.env)
+            .add_function("strftime_now", move |format: String| strftime_now(today, &format));
         self
     }
 
@@ -158,19 +166,39 @@ impl ChatTemplate {
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let template = self.env.get_template("chat").map_err(|e| Error::ChatTemplate(e.to_string()))?;
-        let mut out = CappedWriter { bytes: Vec::new(), full: false };
-        let base = minijinja::context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token,
-            eos_token => self.eos_token,
+        let env = self.env.clone();
+        let (messages, tools) = (messages.to_vec(), tools.map(<[_]>::to_vec));
+        let (bos_token, eos_token) = (self.bos_token.clone(), self.eos_token.clone());
+        let job = move || {
+            let mut out = CappedWriter { bytes: Vec::new(), full: false };
+            let template = match env.get_template("chat") {
+                Ok(t) => t,
+                Err(e) => return (Err(e), out),
+            };
+            let base = minijinja::context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => bos_token,
+                eos_token => eos_token,
+            };
+            let context = match tools {
+                Some(tools) => minijinja::context! { tools => tools, ..base },
+                None => base,
+            };
+            let rendered = template.render_captured_to(context, &mut out).map(|_| ());
+            (rendered, out)
         };
-        let context = match tools {
-            Some(tools) => minijinja::context! { tools => tools, ..base },
-            None => base,
-        };
-        let rendered = template.render_captured_to(context, &mut out);
+        let (rendered, out) = crate::engine::memory_budget::run_with_budget(RENDER_MEMORY_BYTES, job).map_err(|e| {
+            Error::ChatTemplate(match e {
+                crate::engine::memory_budget::BudgetError::MemoryExceeded { limit_bytes } => format!(
+                    "{}: the chat template asked for more than {} MB of memory while rendering; the template is \
+                     broken or hostile",
+                    self.origin,
+                    limit_bytes >> 20
+                ),
+                other => format!("{}: the chat template could not be rendered ({other:?})", self.origin),
+            })
+        })?;
         match rendered {
             Ok(_) => String::from_utf8(out.bytes).map_err(|e| Error::ChatTemplate(format!("{}: {e}", self.origin))),
             Err(_) if out.full => Err(Error::ChatTemplate(format!(
@@ -194,6 +222,17 @@ impl ChatTemplate {
             }
         }
     }
+}
+
+/// `strftime_now(format)` with the format's length bounded (each directive expands to a few dozen bytes).
+fn strftime_now(today: DateTime, format: &str) -> std::result::Result<String, minijinja::Error> {
+    if format.len() > MAX_STRFTIME_FORMAT {
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!("strftime_now's format is {} characters; at most {MAX_STRFTIME_FORMAT} are allowed", format.len()),
+        ));
+    }
+    Ok(today.strftime(format))
 }
 
 /// Collects rendered text up to [`MAX_RENDER_BYTES`], then refuses more.
@@ -230,7 +269,7 @@ pub fn token_string(value: Option<&serde_json::Value>) -> Option<String> {
 /// `chat_template` (a string, or a list of named templates of which we take "default").
 pub fn find_template_source(folder: &Path, tokenizer_config: Option<&serde_json::Value>) -> Result<Option<String>> {
     let jinja = folder.join("chat_template.jinja");
-    if jinja.exists() {
+    if crate::engine::input_file::optional_file(&jinja)?.is_some() {
         return crate::engine::error::read_to_string(&jinja).map(Some);
     }
     let Some(value) = tokenizer_config.and_then(|c| c.get("chat_template")) else {
@@ -264,7 +303,7 @@ mod tests {
 
     #[test]
     fn a_runaway_template_fails_fast_naming_its_file() {
-        let looping = "{% for i in range(100000) %}{% for j in range(100000) %}{{ j }}{% endfor %}{% endfor %}";
+        let looping = "{% for i in range(100000) %}{% for j in range(100000) %}{% set k = j %}{% endfor %}{% endfor %}";
         let t = ChatTemplate::new(looping.into(), None, None).unwrap().with_origin("m/tokenizer_config.json");
         let started = std::time::Instant::now();
         let err = t.render(&[ChatMessage::new("user", "hi")], true).unwrap_err().to_string();
@@ -274,6 +313,26 @@ mod tests {
         let t = ChatTemplate::new(huge.into(), None, None).unwrap().with_origin("m/chat_template.jinja");
         let err = t.render(&[ChatMessage::new("user", "hi")], true).unwrap_err().to_string();
         assert!(err.contains("m/chat_template.jinja") && err.contains("MB"), "{err}");
+    }
+
+    /// Steps and output are bounded, and so is memory: templates that ask for terabytes in a few steps fail
+    /// with an error naming the file instead of aborting the process.
+    #[test]
+    fn templates_that_ask_for_huge_memory_fail_naming_their_file() {
+        let hostile = [
+            ("{{ 'x' | indent(100000000000) }}", "memory"),
+            ("{% set ns = namespace(s='y' * 1000000) %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "memory"),
+            ("{% set ns = namespace(s='z' * 100000000) %}{% set ns.l = [ns.s, ns.s ~ 'a', ns.s ~ 'b', ns.s ~ 'c'] %}", "memory"),
+            ("{{ strftime_now('%A' * 10000000) }}", "strftime_now"),
+        ];
+        for (source, word) in hostile {
+            let t = ChatTemplate::new(source.into(), None, None).unwrap().with_origin("evil/chat_template.jinja");
+            let err = t.render(&[ChatMessage::new("user", "hi")], true).unwrap_err().to_string();
+            assert!(err.contains("evil/chat_template.jinja") && err.contains(word), "{source}: {err}");
+        }
+        // A normal render still works afterwards.
+        let t = ChatTemplate::new(CHATML.into(), None, None).unwrap();
+        assert!(t.render(&[ChatMessage::new("user", "hi")], true).unwrap().contains("hi"));
     }
 
     #[test]

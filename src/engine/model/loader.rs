@@ -8,6 +8,7 @@ use super::safetensors_reader::LoadProgressFn;
 use super::safetensors_weights::Weights;
 use super::tokenizer::TextTokenizer;
 use super::transformer::Transformer;
+use crate::engine::input_file::optional_file;
 use crate::engine::{Error, Result};
 use candle_core::{DType, Device};
 use std::path::{Path, PathBuf};
@@ -24,15 +25,16 @@ pub enum ModelSource {
 impl ModelSource {
     /// Classify a path the user gave us: a folder, a `.gguf` file, or a `config.json` inside a folder.
     pub fn detect(path: &Path) -> Result<Self> {
-        if !path.exists() {
-            return Err(Error::MissingFile {
-                path: path.to_path_buf(),
-                what: "expected a Hugging Face model folder or a .gguf file".into(),
-            });
-        }
-        if path.is_dir() {
+        let meta = std::fs::metadata(path).map_err(|e| match crate::engine::input_file::describe_io(path, e) {
+            Error::MissingFile { path, .. } if std::fs::symlink_metadata(&path).is_err() => {
+                Error::MissingFile { path, what: "expected a Hugging Face model folder or a .gguf file".into() }
+            }
+            other => other,
+        })?;
+        if meta.is_dir() {
             return Ok(Self::HfFolder(path.to_path_buf()));
         }
+        crate::engine::input_file::regular_file_metadata(path)?;
         let is_gguf = path.extension().map(|e| e.eq_ignore_ascii_case("gguf")).unwrap_or(false);
         if is_gguf {
             return Ok(Self::Gguf(path.to_path_buf()));
@@ -214,7 +216,7 @@ fn with_weights(info: ModelInfo, model: Transformer) -> LoadedModel {
 
 fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
     let config_path = folder.join("config.json");
-    if !config_path.exists() {
+    if optional_file(&config_path)?.is_none() {
         return Err(Error::MissingFile {
             path: config_path,
             what: "a Hugging Face model folder needs config.json".into(),
@@ -226,17 +228,13 @@ fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
     let inner = TextTokenizer::from_file(&tokenizer_path)?;
     let tokenizer_config: Option<serde_json::Value> = {
         let p = folder.join("tokenizer_config.json");
-        if p.exists() {
-            Some(crate::engine::error::read_json(&p)?)
-        } else {
-            None
-        }
+        optional_file(&p)?.map(crate::engine::error::read_json).transpose()?
     };
     let bos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("bos_token")));
     let eos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("eos_token")));
     let tokenizer = TextTokenizer::new(inner, bos.clone(), eos.clone());
     let template_file = match folder.join("chat_template.jinja") {
-        jinja if jinja.exists() => jinja,
+        jinja if optional_file(&jinja)?.is_some() => jinja,
         _ => folder.join("tokenizer_config.json"),
     };
     let chat_template = find_template_source(folder, tokenizer_config.as_ref())?
@@ -245,11 +243,19 @@ fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
 
     let mut eos_token_ids = config.eos_token_ids.clone();
     let generation_config = folder.join("generation_config.json");
-    if generation_config.exists() {
+    if optional_file(&generation_config)?.is_some() {
         let value: serde_json::Value = crate::engine::error::read_json(&generation_config)?;
         if let Some(e) = value.get("eos_token_id") {
             if let Ok(ids) = serde_json::from_value::<OneOrMany>(e.clone()) {
-                eos_token_ids.extend(ids.to_vec());
+                let ids = ids.to_vec();
+                if let Some(id) = ids.iter().find(|id| **id as usize >= config.vocab_size) {
+                    return Err(Error::BadConfig {
+                        path: generation_config,
+                        field: "eos_token_id".into(),
+                        message: format!("token id {id} is past the vocabulary of {} tokens", config.vocab_size),
+                    });
+                }
+                eos_token_ids.extend(ids);
             }
         }
     }

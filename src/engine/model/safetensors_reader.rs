@@ -81,9 +81,19 @@ impl SafetensorsReader {
         let mut files = Vec::new();
         let mut entries = HashMap::new();
         for (index, path) in paths.iter().enumerate() {
-            let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            let mut file = crate::engine::input_file::open_regular(path, u64::MAX)?;
             let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
             for (name, entry) in read_header(path, &mut file, size, index)? {
+                if let Some(earlier) = entries.get(&name) {
+                    let earlier: &Entry = earlier;
+                    return Err(corrupt(
+                        path,
+                        format!(
+                            "tensor `{name}` is also in {}; a tensor must be stored once",
+                            paths[earlier.file].display()
+                        ),
+                    ));
+                }
                 entries.insert(name, entry);
             }
             files.push((path.clone(), Mutex::new(file)));
@@ -124,6 +134,15 @@ impl SafetensorsReader {
     pub fn load_rows(&self, name: &str, start: usize, rows: usize) -> Result<Option<Tensor>> {
         let Some(entry) = self.entries.get(name) else { return Ok(None) };
         let (path, file) = &self.files[entry.file];
+        if !entry.dtype.is_float() {
+            return Err(corrupt(
+                path,
+                format!(
+                    "tensor `{name}` is stored as {:?}, not as floating point; weights are F32, F16 or BF16",
+                    entry.dtype
+                ),
+            ));
+        }
         let total_rows = entry.shape.first().copied().unwrap_or(1);
         if start + rows > total_rows {
             return Err(corrupt(path, format!("tensor `{name}`: rows {start}..{} of {total_rows}", start + rows)));
@@ -138,6 +157,13 @@ impl SafetensorsReader {
             let mut file = file.lock().map_err(|_| corrupt(path, "a reader thread panicked"))?;
             file.seek(SeekFrom::Start(entry.start + row_bytes * start as u64)).map_err(|e| Error::io(path, e))?;
             file.read_exact(&mut bytes).map_err(|e| Error::io(path, e))?;
+        }
+        if let Some(at) = first_non_finite(&bytes, entry.dtype) {
+            let row = start + at / (entry.shape.iter().skip(1).product::<usize>().max(1));
+            return Err(corrupt(
+                path,
+                format!("tensor `{name}` holds NaN or infinite values (first in row {row}); the file is damaged"),
+            ));
         }
         let tensor = Tensor::from_raw_buffer(&bytes, entry.dtype, &shape, &Device::Cpu)
             .map_err(|e| corrupt(path, format!("tensor `{name}`: {e}")))?;
@@ -168,11 +194,15 @@ fn read_header(path: &Path, file: &mut std::fs::File, size: u64, index: usize) -
     }
     let mut header = vec![0u8; header_len as usize];
     file.read_exact(&mut header).map_err(|e| Error::io(path, e))?;
-    let header: serde_json::Map<String, serde_json::Value> =
+    let header: KeysInOrder =
         serde_json::from_slice(&header).map_err(|e| not_safetensors(&format!("header is not JSON: {e}")))?;
     let data_start = 8 + header_len;
-    let mut out = Vec::new();
-    for (name, info) in header {
+    let mut out: Vec<(String, Entry)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (name, info) in header.0 {
+        if !seen.insert(name.clone()) {
+            return Err(corrupt(path, format!("tensor `{name}` is named twice in the header")));
+        }
         if name == "__metadata__" {
             continue;
         }
@@ -194,8 +224,11 @@ fn read_header(path: &Path, file: &mut std::fs::File, size: u64, index: usize) -
         let shape: Vec<usize> =
             numbers("shape").ok_or_else(|| bad("no shape".into()))?.into_iter().map(|d| d as usize).collect();
         let offsets = numbers("data_offsets").filter(|o| o.len() == 2).ok_or_else(|| bad("no data_offsets".into()))?;
-        let (start, end) = (data_start + offsets[0], data_start + offsets[1]);
-        let expected = shape.iter().product::<usize>() as u64 * dtype.size_in_bytes() as u64;
+        let (start, end) = (data_start.saturating_add(offsets[0]), data_start.saturating_add(offsets[1]));
+        let expected = shape
+            .iter()
+            .try_fold(dtype.size_in_bytes() as u64, |acc, &d| acc.checked_mul(d as u64))
+            .ok_or_else(|| bad(format!("shape {shape:?} is impossibly large")))?;
         if end < start || end - start != expected || end > size {
             return Err(bad(format!(
                 "bytes {start}..{end} do not hold shape {shape:?} of {dtype:?} in a file of {size} bytes (truncated?)"
@@ -203,7 +236,70 @@ fn read_header(path: &Path, file: &mut std::fs::File, size: u64, index: usize) -
         }
         out.push((name, Entry { file: index, dtype, shape, start, end }));
     }
+    refuse_overlaps(path, &out)?;
     Ok(out)
+}
+
+/// Two tensors sharing bytes would load one's values as the other's: refused, naming both.
+fn refuse_overlaps(path: &Path, entries: &[(String, Entry)]) -> Result<()> {
+    let mut spans: Vec<(u64, u64, &str)> =
+        entries.iter().filter(|(_, e)| e.end > e.start).map(|(n, e)| (e.start, e.end, n.as_str())).collect();
+    spans.sort_unstable();
+    for pair in spans.windows(2) {
+        let ((_, end, first), (start, _, second)) = (pair[0], pair[1]);
+        if start < end {
+            return Err(corrupt(path, format!("tensors `{first}` and `{second}` share bytes; the header is damaged")));
+        }
+    }
+    Ok(())
+}
+
+/// The index of the first NaN or infinite value in `bytes` of a float `dtype`, if any. Branch-free over
+/// chunks so that it runs at memory speed; the rare damaged chunk is then searched element by element.
+pub(crate) fn first_non_finite(bytes: &[u8], dtype: DType) -> Option<usize> {
+    fn scan<const N: usize>(bytes: &[u8], exponent: u64) -> Option<usize> {
+        let word = |c: &[u8]| c.iter().rev().fold(0u64, |acc, b| (acc << 8) | *b as u64);
+        let bad = |c: &[u8]| word(c) & exponent == exponent;
+        let chunk_bytes = N * 256;
+        for (k, chunk) in bytes.chunks(chunk_bytes).enumerate() {
+            if chunk.chunks_exact(N).fold(false, |any, c| any | bad(c)) {
+                let at = chunk.chunks_exact(N).position(bad)?;
+                return Some(k * 256 + at);
+            }
+        }
+        None
+    }
+    match dtype {
+        DType::F32 => scan::<4>(bytes, 0x7F80_0000),
+        DType::F16 => scan::<2>(bytes, 0x7C00),
+        DType::BF16 => scan::<2>(bytes, 0x7F80),
+        DType::F64 => scan::<8>(bytes, 0x7FF0_0000_0000_0000),
+        _ => None,
+    }
+}
+
+/// A JSON object's entries in file order, duplicates kept (serde_json's map keeps only the last of a
+/// repeated key, which would hide a tensor named twice).
+struct KeysInOrder(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for KeysInOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = KeysInOrder;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<KeysInOrder, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(KeysInOrder(entries))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
 }
 
 #[cfg(test)]

@@ -239,9 +239,10 @@ impl Weights {
 pub(crate) fn weight_files(folder: &Path) -> Result<Vec<PathBuf>> {
     let single = folder.join("model.safetensors");
     let index = folder.join("model.safetensors.index.json");
-    if single.exists() {
+    use crate::engine::input_file::optional_file;
+    if optional_file(&single)?.is_some() {
         Ok(vec![single])
-    } else if index.exists() {
+    } else if optional_file(&index)?.is_some() {
         shard_paths(&index)
     } else {
         Err(Error::MissingFile {
@@ -258,11 +259,26 @@ fn shard_paths(index: &Path) -> Result<Vec<PathBuf>> {
         .and_then(|m| m.as_object())
         .ok_or_else(|| Error::Json { path: index.to_path_buf(), message: "no `weight_map` object".into() })?;
     let folder = index.parent().unwrap_or(Path::new("."));
-    let mut files: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|f| folder.join(f)).collect();
+    let mut files = Vec::new();
+    for (tensor, file) in map {
+        let name = file.as_str().ok_or_else(|| Error::Json {
+            path: index.to_path_buf(),
+            message: format!("weight_map[\"{tensor}\"] is {file}, not a file name"),
+        })?;
+        let inside = Path::new(name).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside || name.is_empty() {
+            return Err(Error::BadConfig {
+                path: index.to_path_buf(),
+                field: format!("weight_map[\"{tensor}\"]"),
+                message: format!("`{name}` leaves the model folder; shards must be inside it"),
+            });
+        }
+        files.push(folder.join(name));
+    }
     files.sort();
     files.dedup();
     for f in &files {
-        if !f.exists() {
+        if crate::engine::input_file::optional_file(f)?.is_none() {
             return Err(Error::MissingFile { path: f.clone(), what: format!("shard listed in {}", index.display()) });
         }
     }

@@ -19,13 +19,15 @@ impl TextTokenizer {
 
     /// Load `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<tokenizers::Tokenizer> {
-        if !path.exists() {
+        use crate::engine::input_file::{optional_file, read_regular, MAX_TOKENIZER_BYTES};
+        if optional_file(path)?.is_none() {
             return Err(Error::MissingFile {
                 path: path.to_path_buf(),
                 what: "the model folder needs a tokenizer.json".into(),
             });
         }
-        tokenizers::Tokenizer::from_file(path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+        let bytes = read_regular(path, MAX_TOKENIZER_BYTES)?;
+        tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
     }
 
     /// Token ids for `text`; `add_special_tokens` applies the post-processor (BOS and the like).

@@ -51,18 +51,11 @@ pub fn read_file(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
 /// A regular file of at most `limit` bytes, opened. Devices, pipes and larger files are refused before
 /// reading (`/dev/zero` would otherwise fill memory).
 pub(crate) fn open_bounded(path: &Path, limit: u64) -> Result<std::fs::File> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() {
-        return Err(refuse(
-            path,
-            "not a regular file; a dataset is a .jsonl, .json or .parquet file or a folder of them",
-        ));
-    }
+    let meta = crate::engine::input_file::regular_file_metadata(path)?;
     if meta.len() > limit {
         return Err(too_big(path, limit));
     }
-    Ok(file)
+    crate::engine::input_file::open_regular(path, limit)
 }
 
 /// [`open_bounded`], read whole; the size is checked again while reading.

@@ -5,8 +5,10 @@ use crate::engine::{Error, Result};
 use serde::Deserialize;
 use std::path::Path;
 
+mod bounds;
 mod families;
 
+pub use bounds::{check_config_bounds, MAX_CONTEXT_POSITIONS};
 pub use families::LongRopeScaling;
 
 /// The Llama-family variants we implement.
@@ -435,7 +437,11 @@ impl RawConfig {
                 1.0 / (head_dim as f64).sqrt()
             },
         };
-        self.with_family_blocks(config, path)
+        // Bounded before the family's blocks too: they build per-layer lists.
+        check_config_bounds(&config, path, &|field| field.to_string())?;
+        let config = self.with_family_blocks(config, path)?;
+        check_config_bounds(&config, path, &|field| field.to_string())?;
+        Ok(config)
     }
 
     fn resolve_rope(
@@ -453,6 +459,15 @@ impl RawConfig {
         let Some(scaling) = scaling else {
             return Ok((theta, None));
         };
+        if !scaling.is_object() {
+            return Err(Error::BadConfig {
+                path: path.to_path_buf(),
+                field: "rope_scaling".into(),
+                message: format!(
+                    "{scaling} is not an object like {{\"rope_type\": \"linear\", \"factor\": 2.0}} or null"
+                ),
+            });
+        }
         let kind =
             scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|v| v.as_str()).unwrap_or("default");
         let num = |field: &str| -> Result<f64> {

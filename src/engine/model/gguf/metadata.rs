@@ -230,7 +230,11 @@ pub(super) fn resolve_config(
         residual_multiplier: 1.0,
         logits_scaling: 1.0,
     };
-    with_family_blocks(meta, arch, rope_tensors, config)
+    // Bounded before the family's blocks too: they build per-layer lists.
+    crate::engine::model::config::check_config_bounds(&config, meta.path, &|field| gguf_key(arch, field))?;
+    let config = with_family_blocks(meta, arch, rope_tensors, config)?;
+    crate::engine::model::config::check_config_bounds(&config, meta.path, &|field| gguf_key(arch, field))?;
+    Ok(config)
 }
 
 /// `rope.scaling.type = linear` (or the older `rope.scale_linear`); any other scaling type is refused.
@@ -298,4 +302,25 @@ pub(crate) fn llama3_rope_factors(s: &Llama3RopeScaling, theta: f64, head_dim: u
             }
         })
         .collect()
+}
+
+/// The GGUF metadata key behind a config.json field name, for errors about a GGUF file.
+fn gguf_key(arch: &GgufArch, field: &str) -> String {
+    let key = match field {
+        "max_position_embeddings" => "context_length",
+        "num_hidden_layers" => "block_count",
+        "hidden_size" => "embedding_length",
+        "intermediate_size" => "feed_forward_length",
+        "num_attention_heads" => "attention.head_count",
+        "num_key_value_heads" => "attention.head_count_kv",
+        "head_dim" => "attention.key_length",
+        "rope_theta" => "rope.freq_base",
+        "rms_norm_eps" => "attention.layer_norm_rms_epsilon",
+        "rope_scaling.factor" => "rope.scaling.factor",
+        "vocab_size" => return "tokenizer.ggml.tokens".into(),
+        "bos_token_id" => return "tokenizer.ggml.bos_token_id".into(),
+        "eos_token_id" => return "tokenizer.ggml.eos_token_id".into(),
+        other => return other.into(),
+    };
+    arch.key(key)
 }

@@ -33,12 +33,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 
 use arch::{norm_weight_shift, permutes_qk};
 use families::{ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT};
+use header_check::guarded;
+pub(crate) use header_check::open_gguf;
 pub(crate) use metadata::llama3_rope_factors;
 use metadata::{check_architecture, resolve_config, Metadata, ROPE_FREQS};
 use names::hf_tensor_name_in;
@@ -47,6 +48,7 @@ use tokenizers::Tokenizer;
 
 pub mod arch;
 mod families;
+mod header_check;
 mod metadata;
 pub mod names;
 #[cfg(test)]
@@ -104,9 +106,7 @@ pub fn load_gguf_with(
 /// The family of a GGUF file from its header alone (`general.architecture` and the recorded model name), without
 /// reading tensors or building the tokenizer; an unsupported architecture is an error naming the supported ones.
 pub fn gguf_family(path: &Path) -> Result<crate::engine::model::config::Architecture> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut reader = BufReader::new(file);
-    let content = guarded(path, "cannot read the GGUF header", || Content::read(&mut reader))?;
+    let (content, _) = open_gguf(path)?;
     Ok(check_architecture(&Metadata { path, map: &content.metadata })?.architecture)
 }
 
@@ -132,11 +132,7 @@ pub struct GgufTensorReader {
 impl GgufTensorReader {
     /// Read the header and resolve the config; no tensor data is read but the rope factors.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        let mut reader = BufReader::new(file);
-        let content = guarded(path, "cannot read the GGUF header", || Content::read(&mut reader))?;
-        check_tensor_extents(path, &content, file_size)?;
+        let (content, mut reader) = open_gguf(path)?;
         let meta = Metadata { path, map: &content.metadata };
         let arch = check_architecture(&meta)?;
         let vocab = GgufVocab::from_metadata(&meta)?;
@@ -222,57 +218,6 @@ fn qk_heads(gguf_name: &str, cfg: &ModelConfig) -> Option<usize> {
 
 fn corrupt(path: &Path, message: impl Into<String>) -> Error {
     Error::CorruptWeights { path: path.to_path_buf(), message: message.into() }
-}
-
-/// Run a candle GGUF read, turning both its errors and any panic on malformed data into `CorruptWeights`.
-/// candle validates lengths, but a crafted file (say `general.alignment = 0`) can still make it panic.
-fn guarded<T>(path: &Path, what: &str, read: impl FnOnce() -> candle_core::Result<T>) -> Result<T> {
-    match std::panic::catch_unwind(AssertUnwindSafe(read)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(corrupt(path, format!("{what}: {}", without_backtrace(&e)))),
-        Err(_) => Err(corrupt(path, format!("{what}: the GGUF reader failed on malformed data"))),
-    }
-}
-
-/// candle appends a backtrace to its errors when `RUST_BACKTRACE` is set; a user-facing message wants none.
-fn without_backtrace(e: &candle_core::Error) -> &candle_core::Error {
-    match e {
-        candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(inner),
-        other => other,
-    }
-}
-
-/// Check, before reading any tensor data, that every tensor lies inside the file: a truncated download is
-/// reported at once, with the file size, instead of after minutes of dequantizing.
-fn check_tensor_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
-    let mut needed_bytes = 0u64;
-    for (name, info) in &content.tensor_infos {
-        let end = tensor_size_bytes(info)
-            .and_then(|bytes| content.tensor_data_offset.checked_add(info.offset)?.checked_add(bytes))
-            .ok_or_else(|| {
-                corrupt(path, format!("tensor `{name}` has an impossible shape or offset {:?}", info.shape.dims()))
-            })?;
-        needed_bytes = needed_bytes.max(end);
-    }
-    if needed_bytes > file_size {
-        return Err(corrupt(
-            path,
-            format!(
-                "the file is truncated: its tensors need {needed_bytes} bytes but it has {file_size}; re-download it"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Bytes of a tensor's data, or `None` if its shape overflows or does not fill whole quantization blocks.
-fn tensor_size_bytes(info: &TensorInfo) -> Option<u64> {
-    let elems = info.shape.dims().iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))?;
-    let block = info.ggml_dtype.block_size() as u64;
-    if block == 0 || elems % block != 0 {
-        return None;
-    }
-    (elems / block).checked_mul(info.ggml_dtype.type_size() as u64)
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -391,9 +336,14 @@ fn permute_quantized_rows(q: &QTensor, n_head: usize) -> candle_core::Result<QTe
 
 /// Read one tensor and dequantize it to f32 on the CPU.
 fn read_dequantized(path: &Path, content: &Content, name: &str, reader: &mut BufReader<File>) -> Result<Tensor> {
-    guarded(path, &format!("cannot read tensor `{name}`"), || {
+    let tensor = guarded(path, &format!("cannot read tensor `{name}`"), || {
         content.tensor(reader, name, &Device::Cpu)?.dequantize(&Device::Cpu)
-    })
+    })?;
+    // Any NaN or infinity makes the sum one (finite weights of real models sum far below f32's range).
+    if !tensor.sum_all()?.to_scalar::<f32>()?.is_finite() {
+        return Err(corrupt(path, format!("tensor `{name}` holds NaN or infinite values; the file is damaged")));
+    }
+    Ok(tensor)
 }
 
 fn read_f32_vec(
