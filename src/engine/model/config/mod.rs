@@ -6,6 +6,7 @@ use serde::Deserialize;
 use std::path::Path;
 
 mod families;
+mod hf_json;
 
 pub use families::LongRopeScaling;
 
