@@ -278,13 +278,34 @@ fn export_mlx(mut model: LoadedModel, ckpt: &Path, out: &Path, base_model: &Path
 fn export_merged(ckpt: &Path, out: &Path, base_model: &Path, allow_other_base: bool) -> Result<()> {
     let mut model = MergedTensors::open(Some(ckpt), base_model)?;
     refuse_other_base(Some(ckpt), &model.info.source, &model.info.config, allow_other_base)?;
+    // Before any weight is written: a GGUF model that its family's config.json cannot describe is refused.
+    let gguf_config = match &model.info.source {
+        ModelSource::Gguf(file) => Some(gguf_config_json(&model.info, file)?),
+        ModelSource::HfFolder(_) => None,
+    };
     let mut shapes = model.shapes();
     shapes.sort();
     safetensors_stream::write_f32_safetensors(&out.join("model.safetensors"), &shapes, |i| {
         let (name, dims) = &shapes[i];
         gguf_model::tensor_bytes(&model.tensor(name, dims)?, candle_core::quantized::GgmlDType::F32)
     })?;
-    write_model_files(&model.info, out)
+    write_model_files(&model.info, gguf_config, out)
+}
+
+/// The config.json of a merged folder made from the GGUF `file`: the family's own fields
+/// ([`ModelConfig::to_hf_config`](crate::engine::model::ModelConfig::to_hf_config), checked to resolve back to
+/// this model), with every eos id the model stops on.
+fn gguf_config_json(model: &ModelInfo, file: &Path) -> Result<serde_json::Value> {
+    let mut config = model.config.to_hf_config(file)?;
+    let eos = match model.eos_token_ids.as_slice() {
+        [] => None,
+        [one] => Some(serde_json::json!(one)),
+        many => Some(serde_json::json!(many)),
+    };
+    if let (Some(map), Some(eos)) = (config.as_object_mut(), eos) {
+        map.insert("eos_token_id".into(), eos);
+    }
+    Ok(config)
 }
 
 /// Write safetensors through a temporary file and a rename; failures are write errors naming the file.
@@ -300,7 +321,9 @@ fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
     checkpoint::make_world_readable(path)
 }
 
-fn write_model_files(model: &ModelInfo, out: &Path) -> Result<()> {
+/// config.json (`gguf_config` for a GGUF source), the tokenizer files and the generation config beside the
+/// merged weights.
+fn write_model_files(model: &ModelInfo, gguf_config: Option<serde_json::Value>, out: &Path) -> Result<()> {
     let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     match &model.source {
         ModelSource::HfFolder(src) if model.config.multimodal => {
@@ -312,27 +335,12 @@ fn write_model_files(model: &ModelInfo, out: &Path) -> Result<()> {
             copy_model_files(src, out, &["config.json"])?;
             copy_model_files(src, out, &MODEL_FILES)?;
         }
-        ModelSource::Gguf(_) => {
+        ModelSource::Gguf(file) => {
             let c = &model.config;
-            let config = serde_json::json!({
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": c.architecture.as_str(),
-                "vocab_size": c.vocab_size,
-                "hidden_size": c.hidden_size,
-                "intermediate_size": c.intermediate_size,
-                "num_hidden_layers": c.num_layers,
-                "num_attention_heads": c.num_attention_heads,
-                "num_key_value_heads": c.num_kv_heads,
-                "head_dim": c.head_dim,
-                "rms_norm_eps": c.rms_norm_eps,
-                "rope_theta": c.rope_theta,
-                "max_position_embeddings": c.max_position_embeddings,
-                "tie_word_embeddings": c.tie_word_embeddings,
-                "hidden_act": "silu",
-                "bos_token_id": c.bos_token_id,
-                "eos_token_id": model.eos_token_ids.first(),
-                "torch_dtype": "float32",
-            });
+            let config = match gguf_config {
+                Some(config) => config,
+                None => gguf_config_json(model, file)?,
+            };
             checkpoint::write_atomic(&out.join("config.json"), json(&config).as_bytes())?;
             let tok_path = out.join("tokenizer.json");
             model

@@ -7,6 +7,7 @@ use std::path::Path;
 
 mod bounds;
 mod families;
+mod hf_json;
 
 pub use bounds::{check_config_bounds, MAX_CONTEXT_POSITIONS};
 pub use families::LongRopeScaling;
