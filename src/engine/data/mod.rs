@@ -21,6 +21,7 @@ pub mod splits;
 pub mod summary;
 pub mod tokenize;
 pub mod tool_support;
+pub mod turn_order;
 
 pub use batches::{
     collate, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
