@@ -255,6 +255,7 @@ fn tokenize_chat(conversation: &Conversation, spec: &TokenizeSpec<'_>) -> Result
         .inner()
         .encode(text.as_str(), add_special_tokens)
         .map_err(|e| Error::Tokenizer(e.to_string()))?;
+    spec.tokenizer.check_ids(encoding.get_ids())?;
     Ok((encoding.get_ids().to_vec(), encoding.get_offsets().to_vec(), spans))
 }
 
