@@ -30,48 +30,49 @@ pub struct TrainArgs {
     pub out: Option<PathBuf>,
     #[arg(long)]
     pub name: Option<String>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub rank: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub alpha: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub dropout: Option<f32>,
     /// Comma-separated: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (phi3:
     /// qkv_proj,o_proj,gate_up_proj,down_proj) or all-linear (every linear the model has).
     #[arg(long)]
     pub targets: Option<crate::engine::lora::Targets>,
     /// Adapt only the last N layers.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub layers: Option<usize>,
     #[arg(long)]
     pub rslora: bool,
-    #[arg(long, conflicts_with = "epochs")]
+    #[arg(long, conflicts_with = "epochs", allow_negative_numbers = true)]
     pub iters: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub epochs: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub batch_size: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seq_len: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// constant | linear | cosine
     #[arg(long)]
     pub schedule: Option<Schedule>,
-    #[arg(long)]
+    /// Warmup steps (default: 10, or a tenth of a run of 10 steps or fewer).
+    #[arg(long, allow_negative_numbers = true)]
     pub warmup: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub grad_accum: Option<usize>,
     /// Clip the gradient norm to this (0: no clipping).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_grad_norm: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub weight_decay: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub val_every: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub save_every: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Continue from a checkpoint folder (runs/<name>/checkpoint-<step>).
     #[arg(long)]
@@ -157,7 +158,9 @@ impl TrainArgs {
         set!(c.seq_len, self.seq_len);
         set!(c.lr, self.lr);
         set!(c.schedule, self.schedule);
-        set!(c.warmup, self.warmup);
+        if self.warmup.is_some() {
+            c.warmup = self.warmup;
+        }
         set!(c.grad_accum, self.grad_accum);
         if self.max_grad_norm.is_some() {
             // 0 turns clipping off; a negative or NaN norm is left for validation to refuse.

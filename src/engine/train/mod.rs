@@ -147,6 +147,7 @@ impl<'a> Trainer<'a> {
         let notes = base.notes.iter().chain(&data.summary.notes).cloned().collect();
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes };
         let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
+        trainer.notes.extend(config.warmup_note(total_steps));
         // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.
         let start = trainer.initial_state(resume.as_deref(), &plan, total_steps)?;
         let resume_step = resume.as_ref().map(|_| start.0.step);
