@@ -149,7 +149,7 @@ fn unknown_keys_in_a_config_file_are_refused_with_the_closest_key() {
     let path = dir.path().join("ok.toml");
     std::fs::write(&path, "lr = 0.001\nwarmup = 0\n[lora]\nrank = 2\n").unwrap();
     let config = metal_candle::engine::train::TrainConfig::from_toml_file(&path).unwrap();
-    assert_eq!((config.lr, config.warmup, config.lora.rank), (0.001, 0, 2));
+    assert_eq!((config.lr, config.warmup, config.lora.rank), (0.001, Some(0), 2));
 }
 
 #[test]

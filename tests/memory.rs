@@ -98,7 +98,7 @@ fn tiny_config(out: &Path, name: &str, checkpointing: Checkpointing) -> TrainCon
         batch_size: 2,
         seq_len: 64,
         lr: 5e-3,
-        warmup: 1,
+        warmup: Some(1),
         val_every: 0,
         save_every: 0,
         checkpointing,

@@ -190,7 +190,7 @@ fn smollm2_learns_the_sample_format_and_applies_it_to_a_new_country() {
         batch_size: 4,
         seq_len: 96,
         lr: 2e-3,
-        warmup: 3,
+        warmup: Some(3),
         val_every: 0,
         save_every: 0,
         device: metal_candle::engine::device::DeviceChoice::Cpu,

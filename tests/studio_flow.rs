@@ -56,7 +56,7 @@ fn test_prefs(runs: &Path, iters: usize) -> Prefs {
     prefs.train.iters = Some(iters);
     prefs.train.batch_size = 2;
     prefs.train.seq_len = 64;
-    prefs.train.warmup = 1;
+    prefs.train.warmup = Some(1);
     prefs.train.val_every = 3;
     prefs.train.val_batches = 1;
     prefs.train.save_every = 3;

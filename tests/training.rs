@@ -31,7 +31,7 @@ fn tiny_config(out: &Path, name: &str, iters: usize) -> TrainConfig {
         batch_size: 4,
         seq_len: 96,
         lr: 5e-3,
-        warmup: 2,
+        warmup: Some(2),
         val_every: 0,
         save_every: 0,
         device: metal_candle::engine::device::DeviceChoice::Cpu,

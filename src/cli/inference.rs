@@ -1,7 +1,7 @@
 //! `info`, `generate` and `score`: the inference subcommands.
 
 use super::ModelArgs;
-use crate::engine::data::chat_prompt_ids;
+use crate::engine::data::chat_prompt;
 use crate::engine::device::device_name;
 use crate::engine::generate::{self, GenerateRequest};
 use crate::engine::model::chat_template::ChatMessage;
@@ -80,19 +80,19 @@ pub struct GenerateArgs {
     /// Wrap the prompt in the model's chat template.
     #[arg(long)]
     pub chat: bool,
-    /// System prompt (with --chat).
+    /// System prompt (needs --chat).
     #[arg(long)]
     pub system: Option<String>,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, allow_negative_numbers = true)]
     pub max_tokens: usize,
     /// 0 means greedy (0 to 100).
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
     pub temperature: f64,
     #[command(flatten)]
     pub cut: super::SamplingCutArgs,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub repetition_penalty: f32,
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = 42, allow_negative_numbers = true)]
     pub seed: u64,
     /// Keep going past end-of-sequence tokens.
     #[arg(long)]
@@ -110,6 +110,12 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
     let sampling = args.cut.params(args.temperature, rest);
     // The engine's one sampling check, before the model loads (the chat pane runs the same).
     sampling.validate(args.max_tokens)?;
+    if args.system.is_some() && !args.chat {
+        anyhow::bail!(
+            "--system is the system prompt of a chat, and without --chat the prompt is plain text with no system turn; \
+             add --chat (the prompt is then written in the model's chat template), or drop --system"
+        );
+    }
     let m = args.model.load()?;
     let prompt_ids = if args.chat {
         let mut messages = Vec::new();
@@ -117,7 +123,11 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
             messages.push(ChatMessage::new("system", system.clone()));
         }
         messages.push(ChatMessage::new("user", args.prompt.clone()));
-        chat_prompt_ids(&m, &messages)?
+        let prompt = chat_prompt(&m, &messages)?;
+        if let Some(warning) = &prompt.warning {
+            eprintln!("warning: {warning}");
+        }
+        prompt.ids
     } else {
         m.tokenizer.encode(&args.prompt, true)?
     };

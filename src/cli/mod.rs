@@ -177,10 +177,10 @@ pub fn load_model_showing_progress(
 /// engine's defaults.
 #[derive(Debug, Clone, Args)]
 pub struct SamplingCutArgs {
-    #[arg(long, default_value_t = crate::engine::sampler::SamplingParams::default().top_p)]
+    #[arg(long, default_value_t = crate::engine::sampler::SamplingParams::default().top_p, allow_negative_numbers = true)]
     pub top_p: f64,
     /// 0 means off.
-    #[arg(long, default_value_t = crate::engine::sampler::SamplingParams::default().top_k)]
+    #[arg(long, default_value_t = crate::engine::sampler::SamplingParams::default().top_k, allow_negative_numbers = true)]
     pub top_k: usize,
 }
 

@@ -80,7 +80,7 @@ impl RuntimeArgs {
 /// know about it (OpenBLAS running slow kernels it could replace).
 pub fn init(args: &RuntimeArgs) -> anyhow::Result<()> {
     crate::engine::runtime::init(args.options())?;
-    crate::engine::blas::init();
+    crate::engine::blas::init()?;
     // Only when the user has not named a core type already (then the choice is theirs).
     if std::env::var_os("OPENBLAS_CORETYPE").is_none() {
         if let Some(advice) = crate::engine::blas::core_advice() {

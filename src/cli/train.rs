@@ -3,7 +3,7 @@
 use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::export::{ExportFormat, ExportRequest, GgufQuant};
 use crate::engine::model::LoadOptions;
-use crate::engine::train::run_folder::RunManifest;
+use crate::engine::train::run_folder::{self, RunManifest};
 use crate::engine::train::{self, ModelLimits, Schedule, TrainConfig, TrainControl, TrainEvent};
 use clap::Args;
 use std::io::Write;
@@ -30,48 +30,49 @@ pub struct TrainArgs {
     pub out: Option<PathBuf>,
     #[arg(long)]
     pub name: Option<String>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub rank: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub alpha: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub dropout: Option<f32>,
     /// Comma-separated: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (phi3:
     /// qkv_proj,o_proj,gate_up_proj,down_proj) or all-linear (every linear the model has).
     #[arg(long)]
     pub targets: Option<crate::engine::lora::Targets>,
     /// Adapt only the last N layers.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub layers: Option<usize>,
     #[arg(long)]
     pub rslora: bool,
-    #[arg(long, conflicts_with = "epochs")]
+    #[arg(long, conflicts_with = "epochs", allow_negative_numbers = true)]
     pub iters: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub epochs: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub batch_size: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seq_len: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// constant | linear | cosine
     #[arg(long)]
     pub schedule: Option<Schedule>,
-    #[arg(long)]
+    /// Warmup steps (default: 10, or a tenth of a run of 10 steps or fewer).
+    #[arg(long, allow_negative_numbers = true)]
     pub warmup: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub grad_accum: Option<usize>,
     /// Clip the gradient norm to this (0: no clipping).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_grad_norm: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub weight_decay: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub val_every: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub save_every: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Continue from a checkpoint folder (runs/<name>/checkpoint-<step>).
     #[arg(long)]
@@ -113,11 +114,17 @@ impl TrainArgs {
             None => TrainConfig::default(),
         };
         if let Some(ckpt) = &self.resume {
-            let run_dir = ckpt.parent().unwrap_or(std::path::Path::new("."));
-            if run_dir.join(crate::engine::train::run_folder::RUN_CONFIG).exists() {
-                c = RunManifest::read(run_dir)?.config;
+            let ckpt = run_folder::absolute_path(ckpt)?;
+            let run_dir = run_folder::run_dir_of_checkpoint(&ckpt);
+            if run_dir.join(run_folder::RUN_CONFIG).exists() {
+                let manifest = RunManifest::read(&run_dir)?;
+                c = manifest.config.clone();
+                if self.model.is_none() {
+                    // A base that moved since is named, with the flag that points the resume at it.
+                    manifest.recorded_model(&run_dir)?;
+                }
             }
-            c.resume = Some(ckpt.clone());
+            c.resume = Some(ckpt);
         }
         c.force_base = self.force_base;
         macro_rules! set {
@@ -157,7 +164,9 @@ impl TrainArgs {
         set!(c.seq_len, self.seq_len);
         set!(c.lr, self.lr);
         set!(c.schedule, self.schedule);
-        set!(c.warmup, self.warmup);
+        if self.warmup.is_some() {
+            c.warmup = self.warmup;
+        }
         set!(c.grad_accum, self.grad_accum);
         if self.max_grad_norm.is_some() {
             // 0 turns clipping off; a negative or NaN norm is left for validation to refuse.
@@ -350,9 +359,9 @@ pub struct ExportArgs {
     /// peft | mlx-lm | merged | gguf | gguf-lora | ollama
     #[arg(long, default_value = "mlx-lm")]
     pub format: ExportFormat,
-    /// GGUF quantization for gguf and ollama: f16 | bf16 | q8_0 | q4_k_m | q5_k_m | q6_k
-    #[arg(long, default_value = "f16")]
-    pub quant: GgufQuant,
+    /// GGUF quantization for gguf and ollama (default f16): f16 | bf16 | q8_0 | q4_k_m | q5_k_m | q6_k
+    #[arg(long)]
+    pub quant: Option<GgufQuant>,
     /// A folder (peft, mlx-lm, merged, ollama) or a file (gguf, gguf-lora).
     #[arg(long)]
     pub out: PathBuf,
@@ -368,28 +377,39 @@ pub struct ExportArgs {
 }
 
 pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
+    let quant = args.format.quant_for(args.quant)?;
     let model = match (&args.model, &args.checkpoint) {
         (Some(m), _) => super::hub::resolve_path(m, crate::engine::hub::RepoKind::Model)?.path,
         (None, None) => anyhow::bail!("pass --checkpoint, or --model to export the base model alone"),
         (None, Some(checkpoint)) => {
-            let run_json = checkpoint.parent().map(|p| p.join(crate::engine::train::run_folder::RUN_CONFIG));
-            if !run_json.is_some_and(|p| p.exists()) {
+            let run_dir = run_folder::run_dir_of_checkpoint(checkpoint);
+            if !run_dir.join(run_folder::RUN_CONFIG).exists() {
                 anyhow::bail!("no run.json next to {}; pass --model", checkpoint.display());
             }
-            RunManifest::of_checkpoint(checkpoint)?.model
+            let manifest = RunManifest::read(&run_dir)?;
+            // A base that moved since is named, with the flag that points the export at it (a peft copy reads none).
+            if args.format.reads_base() {
+                manifest.recorded_model(&run_dir)?
+            } else {
+                manifest.model
+            }
         }
     };
+    let checkpoint = args.checkpoint.as_deref().map(run_folder::absolute_path).transpose()?;
     let request = ExportRequest {
-        checkpoint: args.checkpoint.clone(),
+        checkpoint,
         format: args.format,
-        quant: args.quant,
+        quant,
         out: args.out.clone(),
         base_model: model,
         allow_other_base: args.force_base,
         overwrite: args.overwrite,
     };
-    for warning in crate::engine::export::export_stop_warnings(&request)? {
-        eprintln!("warning: {warning}");
+    // The doctor reads the base model's files; a peft copy needs none, so a base that is gone does not stop it.
+    if args.format.reads_base() || request.base_model.exists() {
+        for warning in crate::engine::export::export_stop_warnings(&request)? {
+            eprintln!("warning: {warning}");
+        }
     }
     let mut last_shown = None;
     let outcome = crate::engine::export::export_with(&request, &mut |p| {
@@ -403,7 +423,7 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
         Some(c) => c.display().to_string(),
         None => format!("{} (base model)", request.base_model.display()),
     };
-    let quant = if args.format.uses_quant() { format!(", {}", args.quant) } else { String::new() };
+    let quant = if args.format.uses_quant() { format!(", {quant}") } else { String::new() };
     eprintln!(
         "exported {what} ({}{quant}) to {} ({:.1} MB)",
         args.format.as_str(),

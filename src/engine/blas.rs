@@ -60,45 +60,61 @@ struct Blas {
 unsafe impl Send for Blas {}
 unsafe impl Sync for Blas {}
 
-static BLAS: OnceLock<Option<Blas>> = OnceLock::new();
+/// The library loaded (None: Candle's GEMM), and why a library the user named could not be.
+type Loaded = (Option<Blas>, Option<String>);
+
+static BLAS: OnceLock<Loaded> = OnceLock::new();
 
 #[cfg(target_os = "linux")]
 extern "C" {
     fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    fn dlerror() -> *const c_char;
 }
 
 #[cfg(target_os = "linux")]
-fn load() -> Option<Blas> {
+fn load() -> Loaded {
     use crate::engine::runtime::BlasLibrary;
     let options = &crate::engine::runtime::options().blas;
     // An explicit library first, then Intel MKL (faster than OpenBLAS on the Intel CPUs we measured,
     // BENCHMARKS.md), then OpenBLAS.
     let candidates: Vec<String> = match &options.library {
-        BlasLibrary::Off => return None,
-        BlasLibrary::Path(path) => vec![path.to_string_lossy().into_owned()],
+        BlasLibrary::Off => return (None, None),
+        // A library the user named loads, or the reason it does not is kept for `init` to refuse.
+        BlasLibrary::Path(path) => {
+            return match open(path.to_string_lossy().into_owned(), options) {
+                Ok(blas) => (Some(blas), None),
+                Err(why) => (None, Some(why)),
+            }
+        }
         BlasLibrary::Auto => ["libmkl_rt.so.2", "libmkl_rt.so.3", "libmkl_rt.so", "libopenblas.so.0", "libopenblas.so"]
             .iter()
             .map(|s| s.to_string())
             .collect(),
     };
-    candidates.into_iter().find_map(|name| open(name, options))
+    (candidates.into_iter().find_map(|name| open(name, options).ok()), None)
 }
 
-/// `dlopen` one candidate and set its threads; None when it does not load or has no `cblas_sgemm`.
+/// `dlopen` one candidate and set its threads; why not when it does not load or has no `cblas_sgemm`.
 #[cfg(target_os = "linux")]
-fn open(name: String, options: &crate::engine::runtime::BlasOptions) -> Option<Blas> {
+fn open(name: String, options: &crate::engine::runtime::BlasOptions) -> Result<Blas, String> {
     const RTLD_NOW: c_int = 2;
-    let c_name = std::ffi::CString::new(name.clone()).ok()?;
-    // SAFETY: plain dlopen/dlsym of a C library; each symbol is cast to its documented C signature.
+    let c_name = std::ffi::CString::new(name.clone()).map_err(|_| "the name holds a NUL byte".to_string())?;
+    // SAFETY: plain dlopen/dlsym of a C library; each symbol is cast to its documented C signature; dlerror's
+    // message is copied at once, before any other dl call can replace it.
     unsafe {
         let handle = dlopen(c_name.as_ptr(), RTLD_NOW);
         if handle.is_null() {
-            return None;
+            let why = dlerror();
+            return Err(if why.is_null() {
+                "the dynamic loader could not load it".to_string()
+            } else {
+                std::ffi::CStr::from_ptr(why).to_string_lossy().into_owned()
+            });
         }
         let sym = dlsym(handle, c"cblas_sgemm".as_ptr());
         if sym.is_null() {
-            return None;
+            return Err("it loads but exports no `cblas_sgemm`: not a CBLAS library".to_string());
         }
         set_threads(handle, options);
         let core = symbol::<unsafe extern "C" fn() -> *const c_char>(handle, c"openblas_get_corename")
@@ -106,7 +122,7 @@ fn open(name: String, options: &crate::engine::runtime::BlasOptions) -> Option<B
             .filter(|p| !p.is_null())
             .map(|p| std::ffi::CStr::from_ptr(p).to_string_lossy().trim().to_string());
         let file = std::path::Path::new(&name).file_name().map(|f| f.to_string_lossy().into_owned());
-        Some(Blas {
+        Ok(Blas {
             sgemm: std::mem::transmute::<*mut c_void, SgemmFn>(sym),
             name: file.unwrap_or(name),
             core,
@@ -163,12 +179,17 @@ unsafe fn set_threads(handle: *mut c_void, options: &crate::engine::runtime::Bla
 }
 
 #[cfg(not(target_os = "linux"))]
-fn load() -> Option<Blas> {
-    None
+fn load() -> Loaded {
+    match &crate::engine::runtime::options().blas.library {
+        crate::engine::runtime::BlasLibrary::Path(_) => {
+            (None, Some("a BLAS library is loaded on Linux only; here the CPU uses Candle's GEMM".into()))
+        }
+        _ => (None, None),
+    }
 }
 
 fn blas() -> Option<&'static Blas> {
-    BLAS.get_or_init(load).as_ref()
+    BLAS.get_or_init(load).0.as_ref()
 }
 
 /// Whether matrix multiplies on the CPU go through a BLAS library.
@@ -221,9 +242,21 @@ fn best_openblas_core() -> Option<&'static str> {
 }
 
 /// Load the library now, so that its one-time start-up (and any failure to find one) happens before the first
-/// multiply rather than inside it. Call after [`runtime::init`](crate::engine::runtime::init).
-pub fn init() {
-    let _ = blas();
+/// multiply rather than inside it. Call after [`runtime::init`](crate::engine::runtime::init). A library the
+/// runtime options name (`--blas PATH`) that does not load is refused here, naming the path and why, rather
+/// than left for Candle's GEMM to stand in without a word; `auto` finding none is not an error.
+pub fn init() -> crate::engine::error::Result<()> {
+    let (_, failure) = BLAS.get_or_init(load);
+    let (Some(why), crate::engine::runtime::BlasLibrary::Path(path)) =
+        (failure, &crate::engine::runtime::options().blas.library)
+    else {
+        return Ok(());
+    };
+    Err(crate::engine::error::Error::InvalidSetting(format!(
+        "the BLAS library {} (--blas, or METAL_CANDLE_BLAS_LIB) cannot be used: {why}; name a CBLAS library \
+         such as libopenblas.so.0 or libmkl_rt.so, or use --blas auto (the first one installed) or --blas off",
+        path.display()
+    )))
 }
 
 /// Below this many rows a multiply is a matrix-vector product bound by memory bandwidth (token-by-token

@@ -31,7 +31,7 @@ pub struct Reply {
     pub pieces: usize,
     pub stats: Option<GenerationStats>,
     pub error: Option<String>,
-    /// The worker's warning that the adapter was trained on another base model.
+    /// The worker's warnings: the adapter was trained on another base model, the model has no chat template.
     pub warning: Option<String>,
     /// The adapter that produced it (None: base model).
     pub adapter: Option<PathBuf>,
@@ -107,9 +107,11 @@ impl ChatPanel {
         self.exchanges.get_mut(i)?.reply_mut(side).as_mut()
     }
 
-    pub fn on_started(&mut self, id: u64, _prompt_tokens: usize, adapter_warning: Option<String>) {
+    /// The worker's warnings on a reply that starts: the adapter's base and the model's missing chat template.
+    pub fn on_started(&mut self, id: u64, _prompt_tokens: usize, warnings: [Option<String>; 2]) {
         if let Some(r) = self.reply_for(id) {
-            r.warning = adapter_warning;
+            let warnings: Vec<String> = warnings.into_iter().flatten().collect();
+            r.warning = (!warnings.is_empty()).then(|| warnings.join("\n\n"));
         }
     }
 

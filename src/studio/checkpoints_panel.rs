@@ -439,11 +439,8 @@ fn run_settings_ui(ui: &mut Ui, run: &RunInfo) {
                 );
                 row(ui, "Targets", c.lora.targets.to_string());
                 row(ui, "Layers", c.lora.layers.map(|n| format!("last {n}")).unwrap_or_else(|| "all".into()));
-                row(
-                    ui,
-                    "Learning rate",
-                    format!("{} {:?}, warmup {}", fmt_sci(c.lr), c.schedule, c.warmup).to_lowercase(),
-                );
+                let warmup = c.warmup.map_or("auto".into(), |w: usize| w.to_string());
+                row(ui, "Learning rate", format!("{} {:?}, warmup {warmup}", fmt_sci(c.lr), c.schedule).to_lowercase());
                 row(ui, "Batch", format!("{} × {} accumulation · {} tokens", c.batch_size, c.grad_accum, c.seq_len));
                 row(
                     ui,

@@ -6,6 +6,7 @@ use super::app::{PanelCtx, Prefs};
 use super::model_panel::memory_card_ui;
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
 use crate::engine::estimate;
+use crate::engine::train::config::DEFAULT_WARMUP;
 use crate::engine::train::{lr_at, Checkpointing, Schedule, Target, Targets, TrainConfig};
 use crate::worker::{DatasetReport, ModelSummary, SplitName};
 use egui::{DragValue, RichText, Ui};
@@ -246,7 +247,14 @@ fn step_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
                     }
                 });
             ui.label("warmup");
-            ui.add(DragValue::new(&mut cfg.warmup).range(0..=100_000).suffix(" steps"));
+            let mut auto = cfg.warmup.is_none();
+            let auto_help = "10 steps, or a tenth of a run of 10 steps or fewer (the schedule below says which)";
+            if ui.checkbox(&mut auto, "fit to run").on_hover_text(auto_help).changed() {
+                cfg.warmup = (!auto).then_some(DEFAULT_WARMUP);
+            }
+            if let Some(steps) = cfg.warmup.as_mut() {
+                ui.add(DragValue::new(steps).range(0..=100_000).suffix(" steps"));
+            }
         },
     );
     row_ui(ui, "Batch size", "Examples per micro-batch. Memory grows linearly with it.", |ui| {
@@ -423,6 +431,13 @@ fn lr_preview_ui(ui: &mut Ui, cfg: &TrainConfig, total: usize) {
         .show(ui, |plot| {
             plot.line(Line::new("learning rate", points).color(palette::LR).width(2.0));
         });
+    // The trainer's own note on the warmup (cut to fit a short run, or a set warmup the run never gets past).
+    if let Some(note) = cfg.warmup_note(total) {
+        match note.strip_prefix("warning: ") {
+            Some(warning) => banner_ui(ui, Tone::Warn, warning.to_string()),
+            None => ui.label(RichText::new(note).weak()),
+        };
+    }
 }
 
 #[cfg(test)]

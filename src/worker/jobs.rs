@@ -4,7 +4,7 @@
 
 use super::{ChatSide, Event, GenerateJob, GenerationStats, ModelSummary, Msg, Outbox};
 use crate::engine::bench::RankProbeResult;
-use crate::engine::data::chat_prompt_ids;
+use crate::engine::data::{chat_prompt, ChatPrompt};
 use crate::engine::device::{device_name, setup, DTypeChoice, DeviceChoice, Placement};
 use crate::engine::estimate::ModelShape;
 use crate::engine::generate::{generate, GenerateRequest};
@@ -197,8 +197,8 @@ pub(super) fn generate_job(
             }
             _ => &base.model,
         };
-        let prompt_ids = chat_prompt_ids(base, &job.messages)?;
-        out.send(Event::GenerationStarted { id, prompt_tokens: prompt_ids.len(), adapter_warning });
+        let ChatPrompt { ids: prompt_ids, warning: template_warning } = chat_prompt(base, &job.messages)?;
+        out.send(Event::GenerationStarted { id, prompt_tokens: prompt_ids.len(), adapter_warning, template_warning });
         let request = GenerateRequest {
             prompt_ids,
             max_new_tokens: job.max_new_tokens.max(1),

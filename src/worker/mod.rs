@@ -179,6 +179,9 @@ pub enum Event {
         /// Set when the adapter was trained on another base model than the loaded one
         /// (`checkpoint::base_mismatch`); the chat pane shows it above the reply.
         adapter_warning: Option<String>,
+        /// Set when the model has no chat template and the chat is written in the plain fallback format
+        /// (`data::chat_prompt`, as `generate --chat` says it); shown above the reply too.
+        template_warning: Option<String>,
     },
     Token {
         id: u64,

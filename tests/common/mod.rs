@@ -80,7 +80,7 @@ pub fn qlora_train_config(
         batch_size: 2,
         seq_len: 64,
         lr: 1e-2,
-        warmup: 2,
+        warmup: Some(2),
         val_every: 0,
         save_every: 0,
         quantize,

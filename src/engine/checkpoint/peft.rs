@@ -235,8 +235,18 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
     let weights_path = adapter_dir.join(ADAPTER_WEIGHTS);
     let tensors = read_safetensors(&weights_path, "adapter weights")?;
     let linears: Vec<(usize, &'static str)> = model.linears().iter().map(|(l, m, _)| (*l, *m)).collect();
-    let pairs = match_adapter_tensors(&linears, &cfg, &tensors)
-        .map_err(|message| Error::Adapter { path: weights_path.clone(), message })?;
+    // An adapter that does not fit says which base it names: the likely cause is an adapter of another model.
+    let named = match cfg.base_model_name_or_path.as_deref().filter(|n| !n.trim().is_empty()) {
+        Some(name) => format!(" (its adapter_config.json names `{name}` as its base)"),
+        None => String::new(),
+    };
+    let misfit = |message: String| Error::Adapter {
+        path: weights_path.clone(),
+        message: format!(
+            "{message}; the adapter does not fit this model{named}: was it trained on another base model?"
+        ),
+    };
+    let pairs = match_adapter_tensors(&linears, &cfg, &tensors).map_err(misfit)?;
     lora::detach_adapters(model);
     let mut params = Vec::new();
     let mut targets = std::collections::BTreeSet::new();
@@ -247,7 +257,11 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
             Ok(param) => params.push(param),
             Err(e) => {
                 lora::detach_adapters(model);
-                return Err(Error::Adapter { path: weights_path, message: e.to_string() });
+                let message = match e {
+                    Error::InvalidSetting(message) => message,
+                    other => other.to_string(),
+                };
+                return Err(misfit(message));
             }
         }
         targets.insert(module.to_string());

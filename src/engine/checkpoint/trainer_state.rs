@@ -77,9 +77,28 @@ pub fn save_checkpoint(
     Ok(final_dir)
 }
 
-/// Read a checkpoint's trainer state and optimizer moments.
+/// The step a `checkpoint-<step>` folder is named for (None for a folder named otherwise).
+pub fn step_of_folder(checkpoint: &Path) -> Option<usize> {
+    checkpoint.file_name()?.to_str()?.strip_prefix("checkpoint-")?.parse().ok()
+}
+
+/// Read a checkpoint's trainer state and optimizer moments. A state whose step is not the one the folder is
+/// named for (an edited or copied `trainer_state.json`) is refused naming both: a resume from it would continue
+/// at the wrong step, data position and schedule.
 pub fn load_trainer_state(checkpoint: &Path) -> Result<(TrainerState, HashMap<String, Tensor>)> {
-    let state: TrainerState = crate::engine::error::read_json(&checkpoint.join(TRAINER_STATE))?;
+    let path = checkpoint.join(TRAINER_STATE);
+    let state: TrainerState = crate::engine::error::read_json(&path)?;
+    if let Some(named) = step_of_folder(checkpoint).filter(|&named| named != state.step) {
+        return Err(Error::InvalidSetting(format!(
+            "{} says step {} but its folder is checkpoint-{named} (saved at step {named}): the state was edited or \
+             copied from another checkpoint, and a resume would continue at the wrong step and data position; put \
+             back this checkpoint's own trainer_state.json (step {named}), or resume from checkpoint-{} if that is \
+             the step meant",
+            path.display(),
+            state.step,
+            state.step
+        )));
+    }
     let optimizer = read_safetensors(&checkpoint.join(OPTIMIZER_STATE), "the optimizer state an exact resume needs")?;
     Ok((state, optimizer))
 }

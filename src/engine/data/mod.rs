@@ -21,6 +21,7 @@ pub mod splits;
 pub mod summary;
 pub mod tokenize;
 pub mod tool_support;
+pub mod turn_order;
 
 pub use batches::{
     collate, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
@@ -35,7 +36,9 @@ pub use layout::{dataset_layout, DatasetLayout, SplitFiles};
 pub use report::{inspect_dataset, inspect_dataset_with, DatasetReport, PreviewRow, SplitReport, TokenStats};
 pub use splits::{read_split, RawSplit, ReadSplit, SourceFile};
 pub use summary::{length_histogram, DatasetSummary, LengthHistogram, SplitSummary};
-pub use tokenize::{chat_prompt_ids, preview_example, preview_row, tokenize_row, Cut, Example, TokenizeSpec};
+pub use tokenize::{
+    chat_prompt, chat_prompt_ids, preview_example, preview_row, tokenize_row, ChatPrompt, Cut, Example, TokenizeSpec,
+};
 
 use crate::engine::{Error, Result};
 use serde::{Deserialize, Serialize};

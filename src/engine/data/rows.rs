@@ -89,7 +89,9 @@ fn parse_chat(obj: &Map<String, Value>) -> RowResult {
         return Err("empty conversation: `messages` is an empty list".into());
     }
     let messages = list.iter().enumerate().map(|(i, m)| chat_message(i, m)).collect::<Result<Vec<_>, _>>()?;
-    finish_conversation(messages, tools(obj)?)
+    let tools = tools(obj)?;
+    super::turn_order::check_turn_order(&messages, |i| format!("messages[{i}]"))?;
+    finish_conversation(messages, tools)
 }
 
 fn chat_message(i: usize, m: &Value) -> Result<ChatMessage, String> {
@@ -189,7 +191,15 @@ fn parse_sharegpt(obj: &Map<String, Value>) -> RowResult {
     if messages.iter().filter(|m| m.role == "system").count() > 1 {
         return Err("two system prompts: the row's `system` column and a system turn in `conversations`".into());
     }
-    finish_conversation(messages, tools(obj)?)
+    let tools = tools(obj)?;
+    // A `system` column opens the conversation ahead of `conversations[0]`.
+    let offset = usize::from(messages.len() > list.len());
+    let at = |i: usize| match i.checked_sub(offset) {
+        Some(turn) => format!("conversations[{turn}]"),
+        None => "the `system` column".to_string(),
+    };
+    super::turn_order::check_turn_order(&messages, at)?;
+    finish_conversation(messages, tools)
 }
 
 /// Alpaca: the user turn is `instruction`, then [`ALPACA_INPUT_SEPARATOR`] and `input` when `input` is

@@ -130,13 +130,43 @@ impl<'a> TokenizeSpec<'a> {
 
 /// Prompt ids for a chat that the model should answer: the model's chat template when it has one (tokenized as
 /// transformers' `apply_chat_template` does), otherwise the plain fallback format training uses. The CLI and
-/// the studio's chat both call this, so a model is prompted the way it was trained.
+/// the studio's chat both call this (through [`chat_prompt`]), so a model is prompted the way it was trained.
 pub fn chat_prompt_ids(model: &LoadedModel, messages: &[ChatMessage]) -> Result<Vec<u32>> {
     if model.chat_template.is_some() {
         return model.encode_chat(messages);
     }
     let text = TokenizeSpec::for_model(model, usize::MAX / 2, false).render(messages, None, true)?;
     model.tokenizer.encode(&text, true)
+}
+
+/// A chat prompt ready to generate from, and what the user should be told about how it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatPrompt {
+    pub ids: Vec<u32>,
+    /// Set when the model has no chat template, so the prompt is in the plain fallback format
+    /// ([`fallback_chat_warning`]); the CLI prints it, the chat pane shows it above the reply.
+    pub warning: Option<String>,
+}
+
+/// [`chat_prompt_ids`] with the warning a front end shows: the one function `generate --chat` and the chat
+/// pane call, so both say the same when a model has no chat template.
+pub fn chat_prompt(model: &LoadedModel, messages: &[ChatMessage]) -> Result<ChatPrompt> {
+    let ids = chat_prompt_ids(model, messages)?;
+    let warning = model.chat_template.is_none().then(|| fallback_chat_warning(model.source.path()));
+    Ok(ChatPrompt { ids, warning })
+}
+
+/// What a chat with a model that has no chat template is told: the made-up format it is written in, who trains
+/// in it, and what to do instead.
+pub fn fallback_chat_warning(model: &std::path::Path) -> String {
+    format!(
+        "{} has no chat template (tokenizer_config.json `chat_template`, chat_template.jinja or GGUF \
+         `tokenizer.chat_template`), so the chat is written in metal-candle's plain fallback format (`### User\\n\
+         ...\\n\\n### Assistant\\n`): the format LoRA training uses for such a model, but not one the model itself \
+         knows. Expect poor answers unless its adapter was trained by metal-candle; for the model alone, use a plain \
+         prompt (generate without --chat) or a model with a chat template",
+        model.display()
+    )
 }
 
 /// The plain format used when a model has no chat template. Assistant turns end with the eos token so the
@@ -225,6 +255,7 @@ fn tokenize_chat(conversation: &Conversation, spec: &TokenizeSpec<'_>) -> Result
         .inner()
         .encode(text.as_str(), add_special_tokens)
         .map_err(|e| Error::Tokenizer(e.to_string()))?;
+    spec.tokenizer.check_ids(encoding.get_ids())?;
     Ok((encoding.get_ids().to_vec(), encoding.get_offsets().to_vec(), spans))
 }
 

@@ -99,6 +99,16 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
             return Err(Error::MissingFile { path: ckpt.join(ADAPTER_CONFIG), what: "not a checkpoint folder".into() });
         }
     }
+    if req.format.reads_base() && !req.base_model.exists() {
+        return Err(Error::MissingFile {
+            path: req.base_model.clone(),
+            what: format!(
+                "the base model a {} export reads is not there (moved or deleted?); pass --model <path> with where it \
+                 is now",
+                req.format.as_str()
+            ),
+        });
+    }
     output_guard::check_output(req)?;
     let (out, base) = (req.out.as_path(), req.base_model.as_path());
     let size_bytes = match (req.format, ckpt) {
@@ -443,9 +453,33 @@ impl ExportFormat {
         matches!(self, Self::Gguf | Self::GgufLora)
     }
 
+    /// Whether the export reads the base model (all but `peft`, a copy of the adapter).
+    pub fn reads_base(self) -> bool {
+        self != Self::Peft
+    }
+
     /// Whether the quantization choice applies.
     pub fn uses_quant(self) -> bool {
         matches!(self, Self::Gguf | Self::Ollama)
+    }
+
+    /// The quantization an export in this format writes: `asked` (a quantization the user named, `--quant`) or
+    /// the default; a quantization named for a format that writes no quantized GGUF is refused, not ignored.
+    pub fn quant_for(self, asked: Option<GgufQuant>) -> Result<GgufQuant> {
+        match asked {
+            Some(quant) if !self.uses_quant() => Err(Error::InvalidSetting(format!(
+                "--quant {quant} does not apply to the {} export, which {}; only gguf and ollama exports are \
+                 quantized: drop --quant, or export with --format gguf (or ollama)",
+                self.as_str(),
+                match self {
+                    Self::Peft | Self::MlxLm => "writes the adapter's own f32 weights",
+                    Self::Merged => "writes a full-precision Hugging Face folder",
+                    _ => "writes the adapter's weights as they are",
+                }
+            ))),
+            Some(quant) => Ok(quant),
+            None => Ok(GgufQuant::default()),
+        }
     }
 }
 

@@ -232,7 +232,8 @@ fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
     };
     let bos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("bos_token")));
     let eos = token_string(tokenizer_config.as_ref().and_then(|c| c.get("eos_token")));
-    let tokenizer = TextTokenizer::new(inner, bos.clone(), eos.clone());
+    let tokenizer =
+        TextTokenizer::new(inner, bos.clone(), eos.clone()).with_vocab_limit(&tokenizer_path, config.vocab_size);
     let template_file = match folder.join("chat_template.jinja") {
         jinja if optional_file(&jinja)?.is_some() => jinja,
         _ => folder.join("tokenizer_config.json"),
@@ -263,7 +264,8 @@ fn hf_folder_info(folder: &Path) -> Result<ModelInfo> {
         eos_token_ids.push(id);
     }
     dedup_in_order(&mut eos_token_ids);
-    let notes = if config.multimodal { vec![text_tower_note(None)] } else { Vec::new() };
+    let mut notes = if config.multimodal { vec![text_tower_note(None)] } else { Vec::new() };
+    notes.extend(tokenizer.vocab_note());
     Ok(ModelInfo {
         source: ModelSource::HfFolder(folder.to_path_buf()),
         config,
@@ -290,7 +292,8 @@ fn load_gguf_file(
 }
 
 fn gguf_info(file: &Path, g: super::gguf::GgufModel) -> Result<ModelInfo> {
-    let tokenizer = TextTokenizer::new(g.tokenizer, g.bos_token.clone(), g.eos_token.clone());
+    let tokenizer = TextTokenizer::new(g.tokenizer, g.bos_token.clone(), g.eos_token.clone())
+        .with_vocab_limit(file, g.config.vocab_size);
     let origin = format!("{} (GGUF metadata `tokenizer.chat_template`)", file.display());
     let chat_template = g
         .chat_template
@@ -311,13 +314,14 @@ fn gguf_info(file: &Path, g: super::gguf::GgufModel) -> Result<ModelInfo> {
         }
     }
     dedup_in_order(&mut eos_token_ids);
+    let notes = tokenizer.vocab_note().into_iter().collect();
     Ok(ModelInfo {
         source: ModelSource::Gguf(file.to_path_buf()),
         config: g.config,
         tokenizer,
         chat_template,
         eos_token_ids,
-        notes: Vec::new(),
+        notes,
     })
 }
 

@@ -2,7 +2,7 @@
 //! template needs, plus [`StreamDecoder`] for incremental detokenization that never splits a character.
 
 use crate::engine::{Error, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A loaded tokenizer with the special tokens a chat template refers to.
 #[derive(Clone)]
@@ -10,11 +10,48 @@ pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
     pub bos_token: Option<String>,
     pub eos_token: Option<String>,
+    /// The model's embedding rows and the file the tokenizer came from, once paired with a model
+    /// ([`Self::with_vocab_limit`]): ids at or past the limit are refused naming the file.
+    limit: Option<(usize, PathBuf)>,
 }
 
 impl TextTokenizer {
     pub fn new(inner: tokenizers::Tokenizer, bos_token: Option<String>, eos_token: Option<String>) -> Self {
-        Self { inner, bos_token, eos_token }
+        Self { inner, bos_token, eos_token, limit: None }
+    }
+
+    /// This tokenizer, read from `file`, for a model of `vocab_size` embedding rows: every id [`Self::encode`]
+    /// returns (and [`Self::check_ids`] is asked about) must be below it, or the embedding lookup fails deep in
+    /// the model with no file named.
+    pub fn with_vocab_limit(self, file: &Path, vocab_size: usize) -> Self {
+        Self { limit: Some((vocab_size, file.to_path_buf())), ..self }
+    }
+
+    /// A note for the model's notes when the tokenizer knows ids the model has no embedding for: text that
+    /// produces one is refused ([`Self::check_ids`]), other text works.
+    pub fn vocab_note(&self) -> Option<String> {
+        let (rows, file) = self.limit.as_ref()?;
+        let max = self.inner.get_vocab(true).into_values().max()?;
+        (max as usize >= *rows).then(|| {
+            format!(
+                "{} has token ids up to {max} but the model has {rows} embedding rows (vocab_size); text that \
+                 produces one of the ids past them is refused",
+                file.display()
+            )
+        })
+    }
+
+    /// Refuse an id past the model's embedding rows, naming the tokenizer file, the id and its token.
+    pub fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        let Some((rows, file)) = &self.limit else { return Ok(()) };
+        let Some(&id) = ids.iter().find(|&&id| id as usize >= *rows) else { return Ok(()) };
+        let token = self.inner.id_to_token(id).map(|t| format!(" (`{t}`)")).unwrap_or_default();
+        Err(Error::Tokenizer(format!(
+            "{}: the text encodes to token id {id}{token}, past the model's {rows} embedding rows (vocab_size): this \
+             tokenizer does not belong to these weights; use the model's own tokenizer file (or, if the weights do \
+             have more rows, correct vocab_size in its config)",
+            file.display()
+        )))
     }
 
     /// Load `tokenizer.json`.
@@ -33,6 +70,7 @@ impl TextTokenizer {
     /// Token ids for `text`; `add_special_tokens` applies the post-processor (BOS and the like).
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
         let enc = self.inner.encode(text, add_special_tokens).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        self.check_ids(enc.get_ids())?;
         Ok(enc.get_ids().to_vec())
     }
 

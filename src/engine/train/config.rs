@@ -100,7 +100,9 @@ pub struct TrainConfig {
     pub seq_len: usize,
     pub lr: f64,
     pub schedule: Schedule,
-    pub warmup: usize,
+    /// Warmup steps (a linear rise to `lr`); None: [`DEFAULT_WARMUP`], cut to a tenth of a run that is not longer
+    /// (see [`TrainConfig::warmup_steps`]).
+    pub warmup: Option<usize>,
     pub grad_accum: usize,
     pub max_grad_norm: Option<f64>,
     pub weight_decay: f64,
@@ -149,7 +151,7 @@ impl Default for TrainConfig {
             seq_len: 512,
             lr: 2e-4,
             schedule: Schedule::Cosine,
-            warmup: 10,
+            warmup: None,
             grad_accum: 1,
             max_grad_norm: Some(1.0),
             weight_decay: 0.0,
@@ -208,13 +210,56 @@ impl ModelLimits {
     }
 }
 
-/// Learning rate at `step` (0-based) of `total` with linear warmup.
-pub fn lr_at(cfg: &TrainConfig, step: usize, total: usize) -> f64 {
-    if cfg.warmup > 0 && step < cfg.warmup {
-        return cfg.lr * (step + 1) as f64 / cfg.warmup as f64;
+/// Warmup steps when the settings name none: ten, unless the run is not longer than that (see
+/// [`TrainConfig::warmup_steps`]).
+pub const DEFAULT_WARMUP: usize = 10;
+
+impl TrainConfig {
+    /// The warmup of a run of `total_steps`: the one set, or [`DEFAULT_WARMUP`] when that is shorter than the run,
+    /// else a tenth of the run (rounded down), so the learning rate reaches `lr` and then decays.
+    pub fn warmup_steps(&self, total_steps: usize) -> usize {
+        match self.warmup {
+            Some(steps) => steps,
+            None if DEFAULT_WARMUP < total_steps => DEFAULT_WARMUP,
+            None => total_steps / 10,
+        }
     }
-    let decay_steps = total.saturating_sub(cfg.warmup).max(1) as f64;
-    let progress = ((step - cfg.warmup.min(step)) as f64 / decay_steps).clamp(0.0, 1.0);
+
+    /// What a run of `total_steps` should say about its warmup: a note when the default was cut to fit the run,
+    /// a warning (starting "warning: ") when a warmup the user set is not shorter than the run, so the learning
+    /// rate never reaches `lr` (or only at the last step).
+    pub fn warmup_note(&self, total_steps: usize) -> Option<String> {
+        let steps = self.warmup_steps(total_steps);
+        match self.warmup {
+            None if DEFAULT_WARMUP >= total_steps => Some(format!(
+                "warmup: the default of {DEFAULT_WARMUP} warmup steps is not shorter than this run's {total_steps} \
+                 steps, so the learning rate would never reach lr {}; warming up for {steps} steps instead (a tenth \
+                 of the run); set `warmup` (--warmup) to choose",
+                self.lr
+            )),
+            Some(set) if set >= total_steps && set > 0 => {
+                let peak = self.lr * total_steps as f64 / set as f64;
+                Some(format!(
+                    "warning: warmup is {set} steps (`warmup`, --warmup) but the run has only {total_steps}: the \
+                     learning rate rises for the whole run and peaks at {peak:.3e} at its last step instead of reaching \
+                     lr {} and decaying; set warmup below {total_steps} (a tenth of the run, {}, is usual)",
+                    self.lr,
+                    total_steps / 10
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Learning rate at `step` (0-based) of `total` with linear warmup ([`TrainConfig::warmup_steps`]).
+pub fn lr_at(cfg: &TrainConfig, step: usize, total: usize) -> f64 {
+    let warmup = cfg.warmup_steps(total);
+    if warmup > 0 && step < warmup {
+        return cfg.lr * (step + 1) as f64 / warmup as f64;
+    }
+    let decay_steps = total.saturating_sub(warmup).max(1) as f64;
+    let progress = ((step - warmup.min(step)) as f64 / decay_steps).clamp(0.0, 1.0);
     match cfg.schedule {
         Schedule::Constant => cfg.lr,
         Schedule::Linear => cfg.lr * (1.0 - progress),

@@ -41,7 +41,21 @@ pub fn run_training(
     emit: &mut dyn FnMut(TrainEvent),
 ) -> Result<PathBuf> {
     let mut recorder = Recorder::new(emit);
-    let result = config.for_model(&base.config).and_then(|config| Trainer::run(&config, base, control, &mut recorder));
+    let result = config.for_model(&base.config).and_then(|mut config| {
+        // A checkpoint named relative to the working folder (`checkpoint-2` from inside its run) is made absolute,
+        // so its run folder, its later siblings (a branch) and the paths run.json records are the real ones.
+        if let Some(ckpt) = &config.resume {
+            config.resume = Some(run_folder::absolute_path(ckpt)?);
+        }
+        // run.json records where the model and data are, to be found again from any folder (a resume from inside
+        // the run folder, an export).
+        for path in [&mut config.model, &mut config.data] {
+            if path.is_relative() && path.exists() {
+                *path = run_folder::absolute_path(path)?;
+            }
+        }
+        Trainer::run(&config, base, control, &mut recorder)
+    });
     if let Err(e) = &result {
         recorder.fail(e);
     }
@@ -147,6 +161,7 @@ impl<'a> Trainer<'a> {
         let notes = base.notes.iter().chain(&data.summary.notes).cloned().collect();
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes };
         let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
+        trainer.notes.extend(config.warmup_note(total_steps));
         // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.
         let start = trainer.initial_state(resume.as_deref(), &plan, total_steps)?;
         let resume_step = resume.as_ref().map(|_| start.0.step);
@@ -488,8 +503,7 @@ fn run_dir_of(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>, Option<
             branch::check_parent_free(&branch)?;
             return Ok((branch::branch_dir(&branch), Some(ckpt.clone()), Some(branch)));
         }
-        let run_dir = ckpt.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        return Ok((run_dir, Some(ckpt.clone()), None));
+        return Ok((run_folder::run_dir_of_checkpoint(ckpt), Some(ckpt.clone()), None));
     }
     let name = config.run_name.clone().unwrap_or_else(default_run_name);
     Ok((config.out.join(name), None, None))

@@ -145,10 +145,48 @@ impl RunManifest {
 
     /// The manifest of the run a checkpoint folder belongs to (its parent folder).
     pub fn of_checkpoint(checkpoint: &Path) -> Result<Self> {
-        let run_dir = checkpoint.parent().unwrap_or(Path::new("."));
-        Self::read(run_dir)
+        Self::read(&run_dir_of_checkpoint(checkpoint))
     }
 
+    /// The base model this run recorded, refused when it is no longer there (moved or deleted) and the run did not
+    /// come from the Hub (a recorded Hub origin finds it again): the error names the recorded path, this run.json,
+    /// and `--model`, which points a resume or an export at where the model is now.
+    pub fn recorded_model(&self, run_dir: &Path) -> Result<PathBuf> {
+        if self.model.exists() || self.config.model_source.is_some() {
+            return Ok(self.model.clone());
+        }
+        let relative = if self.model.is_relative() {
+            " (a path relative to the folder the run was started from, which older releases recorded)"
+        } else {
+            ""
+        };
+        Err(Error::MissingFile {
+            path: self.model.clone(),
+            what: format!(
+                "the base model recorded in {}{relative} is not there (moved or deleted?); pass --model <path> with \
+                 where it is now",
+                run_dir.join(RUN_CONFIG).display()
+            ),
+        })
+    }
+}
+
+/// The run folder of a checkpoint: its parent, or `.` for a bare `checkpoint-N` named from inside the run
+/// folder (whose parent is the empty path).
+pub fn run_dir_of_checkpoint(checkpoint: &Path) -> PathBuf {
+    match checkpoint.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => parent.to_path_buf(),
+        None => PathBuf::from("."),
+    }
+}
+
+/// A checkpoint (or model, or dataset) path made absolute against the working folder, so its run folder and its
+/// siblings are found however it was written (`checkpoint-2` from inside the run folder has an empty parent).
+pub fn absolute_path(checkpoint: &Path) -> Result<PathBuf> {
+    std::path::absolute(checkpoint).map_err(|e| Error::io(checkpoint, e))
+}
+
+impl RunManifest {
     /// Write `run_dir/run.json` atomically.
     pub fn write(&self, run_dir: &Path) -> Result<()> {
         write_json(&run_dir.join(RUN_CONFIG), self)

@@ -85,7 +85,9 @@ impl TrainConfig {
             check(n > 0.0 && n <= 1e6, "max grad norm `max_grad_norm` (--max-grad-norm)", n, allowed)?;
         }
         let steps = format!("0 to {MAX_STEPS}");
-        check(self.warmup <= MAX_STEPS, "warmup steps `warmup` (--warmup)", self.warmup, &steps)?;
+        if let Some(warmup) = self.warmup {
+            check(warmup <= MAX_STEPS, "warmup steps `warmup` (--warmup)", warmup, &steps)?;
+        }
         check(self.val_every <= MAX_STEPS, "eval interval `val_every` (--val-every)", self.val_every, &steps)?;
         check(self.val_batches <= MAX_STEPS, "eval batches `val_batches`", self.val_batches, &steps)?;
         check(self.save_every <= MAX_STEPS, "save interval `save_every` (--save-every)", self.save_every, &steps)

@@ -275,8 +275,8 @@ impl StudioApp {
                     self.actions.push(a);
                 }
             }
-            Event::GenerationStarted { id, prompt_tokens, adapter_warning } => {
-                self.chat_panel.on_started(id, prompt_tokens, adapter_warning)
+            Event::GenerationStarted { id, prompt_tokens, adapter_warning, template_warning } => {
+                self.chat_panel.on_started(id, prompt_tokens, [adapter_warning, template_warning])
             }
             Event::Token { id, text } => self.chat_panel.on_token(id, &text),
             Event::GenerationFinished { id, stats } => self.chat_panel.on_finished(id, stats),

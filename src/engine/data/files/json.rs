@@ -97,7 +97,10 @@ mod tests {
         assert_eq!((wrapped.format, wrapped.rows.len()), (Some(DatasetFormat::Completions), 1));
         let lines = parse("{\"text\": \"a\"}\n{\"text\": \"b\"}\n").unwrap();
         assert_eq!((lines.unit, lines.rows.len()), (RowUnit::Line, 2));
-        let one = parse("{\n  \"messages\": [\n    {\"role\": \"assistant\", \"content\": \"hi\"}\n  ]\n}\n").unwrap();
+        let one = parse(
+            "{\n  \"messages\": [\n    {\"role\": \"user\", \"content\": \"hi\"},\n    {\"role\": \"assistant\", \"content\": \"hi\"}\n  ]\n}\n",
+        )
+        .unwrap();
         assert_eq!((one.format, one.rows.len()), (Some(DatasetFormat::Chat), 1));
         assert_eq!(parse("  ").unwrap().rows.len(), 0);
     }
