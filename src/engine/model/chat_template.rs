@@ -65,6 +65,8 @@ pub struct ChatTemplate {
     pub origin: String,
     bos_token: String,
     eos_token: String,
+    /// Memory one render may hold ([`RENDER_MEMORY_BYTES`] unless set).
+    memory_budget_bytes: usize,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -87,7 +89,11 @@ fn rewrite_generation_tags(source: &str) -> String {
     while let Some(start) = rest.find("{%") {
         out.push_str(&rest[..start]);
         let tag = &rest[start..];
-        let Some(end) = tag.find("%}") else { break };
+        // The closing `%}` after the opening `{%` (in `{%}` they overlap: that is no tag).
+        let Some(end) = tag[2..].find("%}").map(|e| e + 2) else {
+            rest = tag;
+            break;
+        };
         let inner = &tag[2..end];
         let (open, body) = split_modifier_front(inner);
         let (body, close) = split_modifier_back(body);
@@ -134,12 +140,21 @@ impl ChatTemplate {
             origin: "the chat template".into(),
             bos_token: bos_token.unwrap_or_default(),
             eos_token: eos_token.unwrap_or_default(),
+            memory_budget_bytes: RENDER_MEMORY_BYTES,
         })
     }
 
     /// Name where the template came from (a file path, or a GGUF's metadata key) in its errors.
     pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
         self.origin = origin.into();
+        self
+    }
+
+    /// Bound a render's memory to `bytes` instead of [`RENDER_MEMORY_BYTES`]. A render that goes over leaves
+    /// its thread parked holding at most this much (see `engine::memory_budget`), so a fuzzer that renders
+    /// thousands of hostile templates sets it small.
+    pub fn with_memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget_bytes = bytes;
         self
     }
 
@@ -188,17 +203,18 @@ impl ChatTemplate {
             let rendered = template.render_captured_to(context, &mut out).map(|_| ());
             (rendered, out)
         };
-        let (rendered, out) = crate::engine::memory_budget::run_with_budget(RENDER_MEMORY_BYTES, job).map_err(|e| {
-            Error::ChatTemplate(match e {
-                crate::engine::memory_budget::BudgetError::MemoryExceeded { limit_bytes } => format!(
-                    "{}: the chat template asked for more than {} MB of memory while rendering; the template is \
+        let (rendered, out) =
+            crate::engine::memory_budget::run_with_budget(self.memory_budget_bytes, job).map_err(|e| {
+                Error::ChatTemplate(match e {
+                    crate::engine::memory_budget::BudgetError::MemoryExceeded { limit_bytes } => format!(
+                        "{}: the chat template asked for more than {} MB of memory while rendering; the template is \
                      broken or hostile",
-                    self.origin,
-                    limit_bytes >> 20
-                ),
-                other => format!("{}: the chat template could not be rendered ({other:?})", self.origin),
-            })
-        })?;
+                        self.origin,
+                        limit_bytes >> 20
+                    ),
+                    other => format!("{}: the chat template could not be rendered ({other:?})", self.origin),
+                })
+            })?;
         match rendered {
             Ok(_) => String::from_utf8(out.bytes).map_err(|e| Error::ChatTemplate(format!("{}: {e}", self.origin))),
             Err(_) if out.full => Err(Error::ChatTemplate(format!(
@@ -333,6 +349,13 @@ mod tests {
         // A normal render still works afterwards.
         let t = ChatTemplate::new(CHATML.into(), None, None).unwrap();
         assert!(t.render(&[ChatMessage::new("user", "hi")], true).unwrap().contains("hi"));
+    }
+
+    #[test]
+    fn tags_that_overlap_or_never_close_are_left_for_the_compiler() {
+        assert_eq!(rewrite_generation_tags("a{%}b"), "a{%}b");
+        assert_eq!(rewrite_generation_tags("a {% if x"), "a {% if x");
+        assert!(ChatTemplate::new("{%}{{ x }}".into(), None, None).is_err());
     }
 
     #[test]
