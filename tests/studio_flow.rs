@@ -512,6 +512,7 @@ fn the_dataset_page_shows_the_detected_format_and_maps_columns() {
         .is_some());
     click(&mut h, "completions");
     assert_eq!(app(&h).prefs.train.data_format, metal_candle::engine::data::FormatChoice::Completions);
+    step_until(&mut h, "the rows read as completions", 30, |a| !a.dataset_panel.is_inspecting());
     assert!(h.query_by_label_contains("Map prompt and completion: the file has no column of that name").is_some());
     for (field, column) in [("prompt =", "question"), ("completion =", "answer")] {
         click(&mut h, field);

@@ -145,7 +145,7 @@ pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>> {
     let file = open_regular(path, limit)?;
     let expected = file.metadata().map(|m| m.len() as usize).unwrap_or(0);
     let mut bytes = Vec::with_capacity(expected);
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
     check_size(path, bytes.len() as u64, limit)?;
     Ok(bytes)
 }

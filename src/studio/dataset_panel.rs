@@ -105,12 +105,15 @@ impl DatasetPanel {
             self.open_row_ui(ui, ctx);
             super::hub_panel::download_card_ui(ui, ctx, crate::engine::hub::RepoKind::Dataset);
             ui.add_space(8.0);
-            if let Some((key, started)) = &self.inspecting {
-                ui.horizontal(|ui| {
+            // The status row keeps its height when idle: a card that jumps by a line whenever a read starts or
+            // ends moves what the user is about to click (a column dropdown's items, say).
+            ui.horizontal(|ui| {
+                ui.set_min_height(ui.spacing().interact_size.y);
+                if let Some((key, started)) = &self.inspecting {
                     ui.spinner();
                     ui.label(format!("Inspecting {} … {:.1} s", key.path.display(), started.elapsed().as_secs_f64()));
-                });
-            }
+                }
+            });
             if let Some((path, message)) = &self.error {
                 banner_ui(ui, Tone::Error, format!("Cannot read {}:\n{message}", path.display()));
             }
