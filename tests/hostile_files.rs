@@ -1,13 +1,13 @@
 //! Issue 40: model and data files from strangers can neither crash, hang nor fool us. Every crafted file of
 //! `common::hostile_files` (sizes that ask for terabytes, a zero alignment, FIFOs and /dev/zero where files
 //! belong, NaN weights, aliased or repeated tensors, an index escaping its folder, config numbers that cannot
-//! be right, a template that asks for unbounded memory) is refused by the CLI within seconds, with an exit
+//! be right, a template that asks for unbounded memory or renders megabytes) is refused by the CLI within seconds, with an exit
 //! code (not a signal) and a message naming the file and what is wrong.
 
 mod common;
 
 use common::fixture;
-use common::hostile_files::{hostile_folders, hostile_ggufs, hostile_template};
+use common::hostile_files::{hostile_folders, hostile_ggufs, with_template, HOSTILE_TEMPLATES};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,13 +81,16 @@ fn crafted_gguf_files_are_refused_before_any_allocation_they_ask_for() {
 }
 
 #[test]
-fn a_template_that_asks_for_unbounded_memory_fails_naming_it() {
+fn templates_that_ask_for_unbounded_memory_or_megabytes_of_prompt_fail_fast() {
     let dir = tempfile::tempdir().unwrap();
-    let model = hostile_template(dir.path());
-    let mut args = generate(&model);
-    args.push("--chat".into());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    refused(&args, &["chat_template.jinja", "memory"]);
+    for (name, template, words) in HOSTILE_TEMPLATES {
+        let mut args = generate(&with_template(dir.path(), name, template));
+        args.push("--chat".into());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let started = Instant::now();
+        refused(&args, words);
+        assert!(started.elapsed() < Duration::from_secs(10), "{name} took {:?}", started.elapsed());
+    }
 }
 
 #[cfg(unix)]

@@ -129,7 +129,7 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
         }
         prompt.ids
     } else {
-        m.tokenizer.encode(&args.prompt, true)?
+        m.encode_prompt(&args.prompt, true)?
     };
     let req = GenerateRequest {
         prompt_ids,
@@ -189,7 +189,7 @@ pub struct ScoreArgs {
 
 pub fn score(args: &ScoreArgs) -> anyhow::Result<()> {
     let m = args.model.load()?;
-    let ids = m.tokenizer.encode(&args.text, true)?;
+    let ids = m.encode_prompt(&args.text, true)?;
     let logprobs = generate::score(&m.model, &ids)?;
     let nll_mean = -logprobs.iter().map(|&x| x as f64).sum::<f64>() / logprobs.len() as f64;
     if args.json {

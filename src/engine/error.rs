@@ -58,6 +58,13 @@ pub enum Error {
     )]
     PromptTooLong { prompt_tokens: usize, context_len: usize },
 
+    /// A prompt whose text alone is longer than the context could hold, refused before tokenizing.
+    #[error(
+        "the prompt is {bytes} bytes of text, more than the model's context of {context_len} tokens can hold; \
+         shorten the prompt"
+    )]
+    PromptTooLongText { bytes: usize, context_len: usize },
+
     #[error("device error: {0}")]
     Device(String),
 
@@ -104,7 +111,7 @@ impl Error {
             | Error::MissingTensor { .. }
             | Error::Tokenizer(_)
             | Error::ChatTemplate(_) => ErrorKind::Model,
-            Error::PromptTooLong { .. } => ErrorKind::Prompt,
+            Error::PromptTooLong { .. } | Error::PromptTooLongText { .. } => ErrorKind::Prompt,
             Error::Device(_) => ErrorKind::Device,
             Error::InvalidSetting(_) => ErrorKind::Setting,
             Error::Dataset { .. } | Error::Data(_) => ErrorKind::Dataset,

@@ -180,14 +180,21 @@ pub fn hostile_folders(dir: &Path) -> Vec<HostileModel> {
     cases
 }
 
-/// A model folder whose chat template asks for unbounded memory (for `generate --chat`).
-pub fn hostile_template(dir: &Path) -> PathBuf {
-    let path = llama_copy(dir, "template-memory");
-    std::fs::write(
-        path.join("chat_template.jinja"),
+/// Chat templates for `generate --chat`: one that asks for unbounded memory, one whose output (7.8 MB) is far
+/// more text than the context holds.
+pub const HOSTILE_TEMPLATES: [(&str, &str, &[&str]); 2] = [
+    (
+        "template-memory",
         "{% set ns = namespace(s='x' * 1000000) %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
-    )
-    .unwrap();
+        &["chat_template.jinja", "memory"],
+    ),
+    ("template-megabytes", "{{ 'ab cd ' * 1300000 }}", &["7800000 bytes of text", "256 tokens"]),
+];
+
+/// A copy of tiny-llama named `name` with `template` as its chat_template.jinja.
+pub fn with_template(dir: &Path, name: &str, template: &str) -> PathBuf {
+    let path = llama_copy(dir, name);
+    std::fs::write(path.join("chat_template.jinja"), template).unwrap();
     path
 }
 

@@ -136,7 +136,7 @@ pub fn chat_prompt_ids(model: &LoadedModel, messages: &[ChatMessage]) -> Result<
         return model.encode_chat(messages);
     }
     let text = TokenizeSpec::for_model(model, usize::MAX / 2, false).render(messages, None, true)?;
-    model.tokenizer.encode(&text, true)
+    model.encode_prompt(&text, true)
 }
 
 /// A chat prompt ready to generate from, and what the user should be told about how it was written.

@@ -107,7 +107,19 @@ impl LoadedModel {
     /// `apply_chat_template(tokenize=True)` does.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
         let text = self.render_chat(messages, true)?;
-        self.tokenizer.encode(&text, false)
+        self.encode_prompt(&text, false)
+    }
+
+    /// Token ids of a prompt, refused before tokenizing when the text is longer than the context could hold
+    /// even at the vocabulary's longest token: tokenizing megabytes (a prompt pasted by mistake, a hostile
+    /// template's output) takes seconds and gigabytes only to be refused as too long afterwards.
+    pub fn encode_prompt(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let context = self.config.max_position_embeddings;
+        let max_bytes = context.saturating_mul(self.tokenizer.longest_token_bytes().max(1));
+        if text.len() > max_bytes {
+            return Err(Error::PromptTooLongText { bytes: text.len(), context_len: context });
+        }
+        self.tokenizer.encode(text, add_special_tokens)
     }
 }
 

@@ -13,11 +13,13 @@ pub struct TextTokenizer {
     /// The model's embedding rows and the file the tokenizer came from, once paired with a model
     /// ([`Self::with_vocab_limit`]): ids at or past the limit are refused naming the file.
     limit: Option<(usize, PathBuf)>,
+    /// [`Self::longest_token_bytes`], computed on first use.
+    longest_token: std::sync::OnceLock<usize>,
 }
 
 impl TextTokenizer {
     pub fn new(inner: tokenizers::Tokenizer, bos_token: Option<String>, eos_token: Option<String>) -> Self {
-        Self { inner, bos_token, eos_token, limit: None }
+        Self { inner, bos_token, eos_token, limit: None, longest_token: Default::default() }
     }
 
     /// This tokenizer, read from `file`, for a model of `vocab_size` embedding rows: every id [`Self::encode`]
@@ -85,6 +87,12 @@ impl TextTokenizer {
 
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
+    }
+
+    /// Bytes of the longest token's text in the vocabulary (a bound on what one token can cover; byte-level
+    /// and byte-fallback spellings only make it larger, which keeps it a bound).
+    pub fn longest_token_bytes(&self) -> usize {
+        *self.longest_token.get_or_init(|| self.inner.get_vocab(true).keys().map(String::len).max().unwrap_or(1))
     }
 
     pub fn vocab_size(&self) -> usize {
