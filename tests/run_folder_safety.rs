@@ -249,3 +249,47 @@ fn exports_refuse_their_own_inputs_and_existing_outputs() {
     assert!(err.to_string().contains("already exists; pass --overwrite"), "{err}");
     export_with(&request(ExportFormat::Peft, target, true), &mut |_| {}).unwrap();
 }
+
+/// A full disk in the middle of a metrics line leaves no half line: the file is cut back to the last whole
+/// event, and once there is room again the next event follows it on a line of its own. Needs a small tmpfs
+/// (root); skipped where one cannot be mounted.
+#[test]
+fn a_full_disk_mid_line_leaves_metrics_whole() {
+    use metal_candle::engine::train::run_folder::{append_metric, read_metrics};
+    use std::process::Command;
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("small");
+    std::fs::create_dir_all(&mount).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"]).arg(&mount).status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: this root cannot mount a tmpfs");
+        return;
+    }
+    let result = std::panic::catch_unwind(|| {
+        let run = mount.join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        let step = |step| TrainEvent::Paused { step };
+        append_metric(&run, &step(1)).unwrap();
+        let whole = std::fs::metadata(run.join("metrics.jsonl")).unwrap().len();
+        // Leave about 8 KB free, then try a 32 KB event.
+        let filler = mount.join("filler");
+        std::fs::write(&filler, vec![0u8; 52 << 10]).unwrap();
+        let big = TrainEvent::Failed { step: 2, message: "x".repeat(32 << 10), kind: ErrorKind::Training };
+        let err = append_metric(&run, &big).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Write, "{err}");
+        assert_eq!(std::fs::metadata(run.join("metrics.jsonl")).unwrap().len(), whole, "cut back to the last line");
+        std::fs::remove_file(&filler).unwrap();
+        append_metric(&run, &step(3)).unwrap();
+        assert_eq!(read_metrics(&run), vec![step(1), step(3)]);
+        let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+    });
+    let _ = Command::new("umount").arg(&mount).status();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}

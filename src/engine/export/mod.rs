@@ -110,8 +110,21 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
         });
     }
     output_guard::check_output(req)?;
+    let out = req.out.as_path();
+    // A folder this export creates is removed again when it fails: a refusal leaves nothing behind.
+    let created_here = std::fs::symlink_metadata(out).is_err();
+    let written = write_export(req, progress);
+    if written.is_err() && created_here && out.is_dir() {
+        let _ = std::fs::remove_dir_all(out);
+    }
+    Ok(ExportOutcome { path: out.to_path_buf(), size_bytes: written? })
+}
+
+/// The export itself, after the request was checked; the bytes written.
+fn write_export(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)) -> Result<u64> {
+    let ckpt = req.checkpoint.as_deref();
     let (out, base) = (req.out.as_path(), req.base_model.as_path());
-    let size_bytes = match (req.format, ckpt) {
+    Ok(match (req.format, ckpt) {
         (ExportFormat::Gguf, _) => {
             create_parent(out)?;
             let model = MergedTensors::open(ckpt, base)?;
@@ -134,8 +147,7 @@ pub fn export_with(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)
             export_adapter_folder(ckpt, format, out, base, req.allow_other_base)?;
             folder_size(out)
         }
-    };
-    Ok(ExportOutcome { path: out.to_path_buf(), size_bytes })
+    })
 }
 
 /// The template and end-of-sequence doctor on what `req` will write: the model's checks, and for `gguf` /
