@@ -319,7 +319,7 @@ fn a_malformed_dataset_shows_its_errors_with_line_numbers() {
     open_dataset(&mut h, &tmp.path().join("missing.jsonl"));
     assert!(app(&h).dataset_panel.error.is_some());
     h.step();
-    assert!(h.query_by_label_contains("Cannot read").is_some());
+    assert!(h.query_by_label_contains("file not found: ").is_some());
 }
 
 #[test]

@@ -115,7 +115,13 @@ impl DatasetPanel {
                 }
             });
             if let Some((path, message)) = &self.error {
-                banner_ui(ui, Tone::Error, format!("Cannot read {}:\n{message}", path.display()));
+                // Engine messages name the file already; others get it in front.
+                let text = if message.contains(&path.display().to_string()) {
+                    message.clone()
+                } else {
+                    format!("Cannot read {}:\n{message}", path.display())
+                };
+                banner_ui(ui, Tone::Error, text);
             }
             if let Some(report) = &self.report {
                 let mut read = ctx.prefs.train.read_options();
