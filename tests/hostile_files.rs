@@ -98,8 +98,7 @@ fn templates_that_ask_for_unbounded_memory_or_megabytes_of_prompt_fail_fast() {
 fn fifos_and_devices_as_dataset_or_settings_file_are_refused_without_blocking() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("train.jsonl");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    common::hostile_files::mkfifo(&fifo);
     let model = fixture("tiny-llama");
     let model = model.to_str().unwrap();
     let out = dir.path().join("runs");

@@ -64,8 +64,7 @@ fn hostile_model_files_show_their_error_and_the_studio_goes_on() {
 fn a_fifo_as_dataset_shows_an_error_without_freezing_the_page() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("train.jsonl");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    common::hostile_files::mkfifo(&fifo);
     let mut h = harness(&dir.path().join("runs"));
     app_mut(&mut h).prefs.page = Page::Dataset;
     app_mut(&mut h).prefs.dataset_input = fifo.display().to_string();

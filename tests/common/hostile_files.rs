@@ -5,7 +5,8 @@
 //! the studio test load the same cases.
 
 use super::fixture;
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::Content;
+use metal_candle::engine::export::from_candle_value;
 use metal_candle::engine::export::gguf_writer::{write_gguf, MetaValue, TensorEntry};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -83,8 +84,9 @@ fn entry<'a>(entries: &'a mut [(String, serde_json::Value)], name: &str) -> &'a 
     &mut entries.iter_mut().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no tensor {name}")).1
 }
 
+/// A named pipe at `path` (reading it blocks until a writer comes).
 #[cfg(unix)]
-fn mkfifo(path: &Path) {
+pub fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", path.display());
 }
@@ -205,24 +207,6 @@ pub struct GgufParts {
     pub data: Vec<Vec<u8>>,
 }
 
-fn meta_value(v: &Value) -> MetaValue {
-    match v {
-        Value::U8(x) => MetaValue::U8(*x),
-        Value::I8(x) => MetaValue::I8(*x),
-        Value::U16(x) => MetaValue::U16(*x),
-        Value::I16(x) => MetaValue::I16(*x),
-        Value::U32(x) => MetaValue::U32(*x),
-        Value::I32(x) => MetaValue::I32(*x),
-        Value::U64(x) => MetaValue::U64(*x),
-        Value::I64(x) => MetaValue::I64(*x),
-        Value::F32(x) => MetaValue::F32(*x),
-        Value::F64(x) => MetaValue::F64(*x),
-        Value::Bool(x) => MetaValue::Bool(*x),
-        Value::String(x) => MetaValue::Str(x.clone()),
-        Value::Array(x) => MetaValue::Array(x.iter().map(meta_value).collect()),
-    }
-}
-
 /// Read a fixture GGUF into editable parts.
 pub fn gguf_parts(path: &Path) -> GgufParts {
     use std::io::{Read, Seek, SeekFrom};
@@ -230,7 +214,7 @@ pub fn gguf_parts(path: &Path) -> GgufParts {
     let content = Content::read(&mut file).unwrap();
     let mut keys: Vec<&String> = content.metadata.keys().collect();
     keys.sort();
-    let metadata = keys.into_iter().map(|k| (k.clone(), meta_value(&content.metadata[k]))).collect();
+    let metadata = keys.into_iter().map(|k| (k.clone(), from_candle_value(&content.metadata[k]))).collect();
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
     let (mut tensors, mut data) = (Vec::new(), Vec::new());

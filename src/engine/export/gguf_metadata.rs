@@ -131,7 +131,8 @@ fn copied_tokenizer_metadata(path: &std::path::Path) -> Result<Metadata> {
     Ok(keys.into_iter().map(|k| (k.clone(), from_candle_value(&content.metadata[k]))).collect())
 }
 
-fn from_candle_value(v: &Value) -> MetaValue {
+/// A value Candle's GGUF reader returned, as the writer's [`MetaValue`].
+pub fn from_candle_value(v: &Value) -> MetaValue {
     match v {
         Value::U8(x) => MetaValue::U8(*x),
         Value::I8(x) => MetaValue::I8(*x),

@@ -7,6 +7,7 @@
 
 mod gguf_lora;
 mod gguf_metadata;
+pub use gguf_metadata::from_candle_value;
 mod gguf_model;
 pub mod gguf_quant;
 pub mod gguf_writer;
