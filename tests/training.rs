@@ -474,3 +474,47 @@ fn prepared_compute_copies_equal_the_adapters_casts_and_end_with_the_pass() {
     let (a, _) = adapter.matrices(DType::BF16).unwrap();
     assert!(bits(&a).iter().all(|x| *x == 1.0), "the product did not see the update made after the pass");
 }
+
+/// Paused time is not training time: the elapsed seconds of the step after a 1.5 s pause, the run's final
+/// elapsed time and the time left all leave the pause out.
+#[test]
+fn a_pause_counts_neither_in_elapsed_time_nor_in_the_time_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(dir.path(), "pause", 8);
+    let model = load_model(&cfg.model, &Device::Cpu, DType::F32).unwrap();
+    let control = TrainControl::default();
+    let mut events = Vec::new();
+    let wall = std::time::Instant::now();
+    let pauser = control.clone();
+    train::run_training(&cfg, &model, &control, &mut |e| {
+        if matches!(e, TrainEvent::Step { step: 3, .. }) {
+            pauser.set_paused(true);
+            let resumer = pauser.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(1500));
+                resumer.set_paused(false);
+            });
+        }
+        events.push(e);
+    })
+    .unwrap();
+    let wall_secs = wall.elapsed().as_secs_f64();
+    let step = |n: usize| {
+        events
+            .iter()
+            .find_map(|e| match e {
+                TrainEvent::Step { step, elapsed_secs, eta_secs, .. } if *step == n => Some((*elapsed_secs, *eta_secs)),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert!(events.iter().any(|e| matches!(e, TrainEvent::Paused { .. })), "the run paused");
+    let ((at_3, eta_3), (at_4, eta_4)) = (step(3), step(4));
+    assert!(at_4 - at_3 < 0.75, "the pause counted as training time: {at_3} -> {at_4}");
+    assert!(eta_4 <= eta_3 + 0.5, "the pause raised the time left: {eta_3} -> {eta_4}");
+    let finished = events.iter().find_map(|e| match e {
+        TrainEvent::Finished { elapsed_secs, .. } => Some(*elapsed_secs),
+        _ => None,
+    });
+    assert!(finished.unwrap() < wall_secs - 1.2, "finished at {finished:?} of {wall_secs} s wall time");
+}
