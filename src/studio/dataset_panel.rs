@@ -401,13 +401,18 @@ fn histogram_ui(ui: &mut Ui, h: &LengthHistogram) {
         }
     }
     let max_seq = h.max_seq_len as f64;
+    let tallest = h.bins.iter().map(|(_, count)| *count).max().unwrap_or(0);
     Plot::new("length-histogram")
         .height(200.0)
         .legend(Legend::default())
         .allow_scroll(false)
         .x_axis_label("tokens per row")
         .y_axis_label("rows")
+        // Counts start at 0 and an empty histogram still spans 0..1: no margin below zero, no negative labels.
         .include_y(0.0)
+        .include_y((tallest as f64 * 1.1).max(1.0))
+        .set_margin_fraction(egui::vec2(0.05, 0.0))
+        .allow_drag(false)
         .include_x(0.0)
         .show(ui, |plot| {
             plot.bar_chart(BarChart::new("fits", kept).color(palette::TRAIN));

@@ -11,7 +11,6 @@ use egui::{RichText, Ui};
 use egui_plot::{Corner, Legend, Line, MarkerShape, Plot, PlotPoint, Points};
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::time::Instant;
 
 /// Lines the event log keeps.
 const LOG_LINES: usize = 3000;
@@ -109,14 +108,13 @@ pub struct TrainingPanel {
     pub status: RunStatus,
     pub run: Option<LiveRun>,
     pub log: VecDeque<LogLine>,
-    opened: Instant,
     /// Steps received since the studio opened (all runs), for the frame-time measurement.
     pub steps_received: usize,
 }
 
 impl Default for TrainingPanel {
     fn default() -> Self {
-        Self { status: RunStatus::Idle, run: None, log: VecDeque::new(), opened: Instant::now(), steps_received: 0 }
+        Self { status: RunStatus::Idle, run: None, log: VecDeque::new(), steps_received: 0 }
     }
 }
 
@@ -129,7 +127,9 @@ impl TrainingPanel {
         if self.log.len() >= LOG_LINES {
             self.log.pop_front();
         }
-        self.log.push_back(LogLine { at_secs: self.opened.elapsed().as_secs_f64(), text: text.into(), tone });
+        // Stamped with the run's training time (what its plots and metrics use), not the studio's uptime.
+        let at_secs = self.run.as_ref().map(|r| r.elapsed_secs).unwrap_or(0.0);
+        self.log.push_back(LogLine { at_secs, text: text.into(), tone });
     }
 
     /// A start was requested (the worker answers with `Started` or `Failed`).
@@ -444,22 +444,36 @@ impl TrainingPanel {
             .show(ui, |ui| {
                 egui::ScrollArea::vertical()
                     .id_salt("train-log")
-                    .max_height(150.0)
+                    .min_scrolled_height(200.0)
+                    .max_height(200.0)
                     .stick_to_bottom(true)
-                    .auto_shrink([false, true])
-                    .show_rows(ui, ui.text_style_height(&egui::TextStyle::Monospace), self.log.len(), |ui, range| {
-                        for line in self.log.range(range) {
-                            let color = match line.tone {
-                                Tone::Info => ui.visuals().text_color(),
-                                t => t.color(),
-                            };
-                            ui.label(
-                                RichText::new(format!("[{}] {}", fmt_clock(line.at_secs), line.text))
-                                    .monospace()
-                                    .color(color),
-                            );
-                        }
-                    });
+                    .auto_shrink([false, false])
+                    .show_rows(
+                        ui,
+                        ui.text_style_height(&egui::TextStyle::Monospace),
+                        self.log.len().max(1),
+                        |ui, range| {
+                            if self.log.is_empty() {
+                                ui.label(
+                                    RichText::new("The run's events appear here, stamped with its training time.")
+                                        .weak(),
+                                );
+                                return;
+                            }
+                            let range = range.start.min(self.log.len())..range.end.min(self.log.len());
+                            for line in self.log.range(range) {
+                                let color = match line.tone {
+                                    Tone::Info => ui.visuals().text_color(),
+                                    t => t.color(),
+                                };
+                                ui.label(
+                                    RichText::new(format!("[{}] {}", fmt_clock(line.at_secs), line.text))
+                                        .monospace()
+                                        .color(color),
+                                );
+                            }
+                        },
+                    );
             });
     }
 }
