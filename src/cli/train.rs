@@ -229,13 +229,12 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     let base = super::load_model_showing_progress(&config.model, &placement, &options)?;
     // The engine's one settings check, now against the model (the studio refuses the same, word for word).
     config.validate_for_model(ModelLimits::of(&base.config))?;
-    let shape = crate::engine::estimate::ModelShape::of_model(&base.model);
-    let budget = crate::engine::device::memory_budget_bytes(&placement.device);
-    let budget_name = crate::engine::device::memory_budget_name(&placement.device);
-    if let Some(warning) = crate::engine::estimate::memory_warning(&shape, &config, budget, budget_name) {
+    // Memory on the rows the run will see (batches are padded to their longest row, not to --seq-len).
+    let plan = crate::engine::estimate::plan_run_memory(&mut config, &base);
+    if let Some(warning) = &plan.warning {
         eprintln!("warning: {warning}");
     }
-    if let Some(note) = crate::engine::estimate::resolve_checkpointing(&shape, &mut config, budget, budget_name) {
+    for note in &plan.notes {
         eprintln!("note: {note}");
     }
     let control = TrainControl::default();

@@ -326,7 +326,7 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &mut super::app::Prefs) -
         });
         card_ui(&mut cols[1], |ui| {
             ui.set_width(ui.available_width());
-            chosen = memory_card_ui(ui, m, prefs, true);
+            chosen = memory_card_ui(ui, m, prefs, true, None);
         });
     });
     chosen
@@ -341,10 +341,12 @@ pub fn memory_card_ui(
     m: &ModelSummary,
     prefs: &mut super::app::Prefs,
     offer_reload: bool,
+    longest_row_tokens: Option<usize>,
 ) -> Option<BaseQuant> {
     let budget = (m.memory_budget_bytes, m.memory_budget_name.as_str());
-    let decision = estimate::checkpointing_decision(&m.shape, &prefs.train, budget.0, budget.1);
-    let cfg = &prefs.train.clone();
+    // Batches are padded to their longest row: with the dataset's lengths known, that is the worst batch.
+    let cfg = &estimate::padded_to_data(&prefs.train, longest_row_tokens);
+    let decision = estimate::checkpointing_decision(&m.shape, cfg, budget.0, budget.1);
     let est = estimate::run_memory(&m.shape, cfg, budget.0, budget.1);
     let trainable = estimate::trainable_params(&m.shape, &cfg.lora).unwrap_or(0);
     ui.label(RichText::new("Training at the current settings").strong()).on_hover_text(
@@ -358,6 +360,7 @@ pub fn memory_card_ui(
         .weak()
         .small(),
     );
+    ui.label(RichText::new(estimate::padding_assumption(&prefs.train, longest_row_tokens)).weak().small());
     ui.add_space(4.0);
     egui::Grid::new("mem-est").num_columns(2).spacing([18.0, 4.0]).show(ui, |ui| {
         let row = |ui: &mut Ui, k: &str, v: String, help: &str| {

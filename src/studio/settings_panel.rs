@@ -50,7 +50,19 @@ impl SettingsPanel {
         let report = ctx.dataset.cloned();
         egui::ScrollArea::vertical().id_salt("settings-page").auto_shrink([false; 2]).show(ui, |ui| {
             let status = ready_config(ctx.prefs, model.as_ref(), ctx.prefs.dataset.as_ref());
+            // The memory card's estimate, on the dataset's real row lengths: a run that would not fit is ready
+            // only with a warning, so the banner and the card never disagree.
+            let longest = report.as_ref().and_then(|r| r.tokens.as_ref()).and_then(|t| t.lengths.iter().max().copied());
+            let memory = model.as_ref().and_then(|m| {
+                let cfg = estimate::padded_to_data(&ctx.prefs.train, longest);
+                estimate::memory_warning(&m.shape, &cfg, m.memory_budget_bytes, &m.memory_budget_name)
+            });
             match &status {
+                Ok(_) if memory.is_some() => banner_ui(
+                    ui,
+                    Tone::Warn,
+                    "Ready to train, but the memory estimate below says this run would not fit: see its fix.",
+                ),
                 Ok(_) => banner_ui(ui, Tone::Ok, "Ready to train with these settings."),
                 Err(reason) => banner_ui(ui, Tone::Warn, format!("Not ready: {reason}")),
             };
@@ -376,7 +388,8 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
         ui.add_space(6.0);
         match model {
             Some(m) => {
-                memory_card_ui(ui, m, prefs, false);
+                let longest = report.and_then(|r| r.tokens.as_ref()).and_then(|t| t.lengths.iter().max().copied());
+                memory_card_ui(ui, m, prefs, false, longest);
             }
             None => {
                 ui.label(RichText::new("Load a model to see trainable parameters and memory.").weak());

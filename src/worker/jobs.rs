@@ -90,10 +90,7 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
 /// engine's rule, as the CLI applies it).
 fn with_checkpointing_decided(config: &TrainConfig, base: &LoadedModel) -> TrainConfig {
     let mut config = config.clone();
-    let device = base.model.device();
-    let (budget, name) =
-        (crate::engine::device::memory_budget_bytes(device), crate::engine::device::memory_budget_name(device));
-    crate::engine::estimate::resolve_checkpointing(&ModelShape::of_model(&base.model), &mut config, budget, name);
+    crate::engine::estimate::plan_run_memory(&mut config, base);
     config
 }
 

@@ -253,6 +253,31 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     }
 }
 
+/// The config an estimate should use for a dataset whose longest training row is `longest_row_tokens`: a
+/// micro-batch is padded to its longest row (truncated at `seq_len`), never to `seq_len` itself, so the worst
+/// batch the sampler can draw is that long. With short rows this is what separates 400 GiB from 3 GB. Without
+/// a dataset (None) the config is used as is: rows of the full `seq_len`.
+pub fn padded_to_data(config: &TrainConfig, longest_row_tokens: Option<usize>) -> TrainConfig {
+    let mut padded = config.clone();
+    if let Some(longest) = longest_row_tokens.filter(|n| *n > 0) {
+        padded.seq_len = longest.min(config.seq_len);
+    }
+    padded
+}
+
+/// What the estimate assumed about row lengths, for the card and the CLI's note.
+pub fn padding_assumption(config: &TrainConfig, longest_row_tokens: Option<usize>) -> String {
+    match longest_row_tokens.filter(|n| *n > 0) {
+        Some(longest) if longest < config.seq_len => format!(
+            "assumes the dataset's longest row, {longest} tokens: batches are padded to their longest row, not to \
+             the sequence length {}",
+            config.seq_len
+        ),
+        Some(_) => format!("rows reach the sequence length {} (longer ones are cut)", config.seq_len),
+        None => format!("assumes rows of the full sequence length {} (no dataset read yet)", config.seq_len),
+    }
+}
+
 /// A change of settings that makes a run fit its memory budget: what the studio offers as a one-click fix and
 /// the CLI names in its warning. (A quantized base, which needs a reload, is [`quantization_that_fits`].)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,6 +448,9 @@ pub fn memory_warning(
         gib(budget),
     ))
 }
+
+mod run_plan;
+pub use run_plan::{longest_train_row, plan_run_memory, MemoryPlan};
 
 #[cfg(test)]
 mod tests;

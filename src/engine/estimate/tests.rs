@@ -168,3 +168,43 @@ fn checkpointing_keeps_one_layer_and_auto_turns_it_on_only_when_the_run_does_not
     assert!(matches!(fix, MemoryFix::BatchSize(2)), "{fix:?}");
     assert!(est.total_bytes() < on.total_bytes());
 }
+
+/// Short rows: batch 64 x sequence 2048 over rows of at most ~100 tokens is estimated at the padded length the
+/// batches really have, so it fits where the full-length estimate asked for hundreds of GiB and advised a batch
+/// of 2; the note says which length it assumed, and a dataset's rows never make the estimate exceed seq_len.
+#[test]
+fn the_estimate_pads_batches_to_the_datasets_longest_row() {
+    let m = smollm_like();
+    let config = TrainConfig { batch_size: 64, seq_len: 2048, ..Default::default() };
+    let full = training_memory(&m, &config).total_bytes();
+    let padded = training_memory(&m, &padded_to_data(&config, Some(91))).total_bytes();
+    assert!(full > 50 * padded, "{full} vs {padded}");
+    let budget = Some(padded + (padded / 2));
+    assert!(memory_warning(&m, &config, budget, "RAM").is_some_and(|w| w.contains("batch size")));
+    let short = padded_to_data(&config, Some(91));
+    assert_eq!(memory_warning(&m, &short, budget, "RAM"), None, "a batch that fits is not shrunk");
+    assert_eq!(memory_fix(&m, &short, budget, "RAM"), None);
+    assert_eq!(padded_to_data(&config, Some(5000)).seq_len, 2048, "rows are cut at seq_len");
+    assert_eq!(padded_to_data(&config, None).seq_len, 2048);
+    assert!(padding_assumption(&config, Some(91)).contains("longest row, 91 tokens"));
+    assert!(padding_assumption(&config, None).contains("full sequence length 2048"));
+}
+
+/// The plan reads the run's own dataset: the sample chat rows are far shorter than seq_len 1024, so the
+/// estimate note names their longest row and `auto` checkpointing is decided on it.
+#[test]
+fn a_run_plan_uses_the_dataset_rows_it_will_train_on() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = crate::engine::model::load_model(
+        &root.join("tests/fixtures/tiny-llama"),
+        &candle_core::Device::Cpu,
+        candle_core::DType::F32,
+    )
+    .unwrap();
+    let mut config = TrainConfig { data: root.join("assets/sample-chat"), seq_len: 256, ..Default::default() };
+    let longest = longest_train_row(&config, &model).unwrap().unwrap();
+    assert!(longest > 10 && longest < 256, "{longest}");
+    let plan = plan_run_memory(&mut config, &model);
+    assert!(plan.notes.iter().any(|n| n.contains(&format!("longest row, {longest} tokens"))), "{:?}", plan.notes);
+    assert_ne!(config.checkpointing, crate::engine::train::config::Checkpointing::Auto, "auto is decided");
+}

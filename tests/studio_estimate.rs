@@ -1,0 +1,66 @@
+//! Issue 33, item 1 in the studio: with a dataset of short rows open, the settings page's memory card estimates
+//! the batch padded to the dataset's longest row (as the trainer pads it), says so, and neither warns nor
+//! offers to shrink a batch that fits; the banner above agrees with the card.
+
+#![cfg(feature = "studio")]
+
+mod common;
+
+use common::fixture;
+use common::studio::{app, app_mut, step_until};
+use egui_kittest::kittest::Queryable;
+use metal_candle::engine::device::DeviceChoice;
+use metal_candle::engine::estimate;
+use metal_candle::studio::app::{Page, Prefs, StudioOptions};
+use std::path::Path;
+
+#[test]
+fn the_memory_card_pads_to_the_longest_row_and_agrees_with_the_banner() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut prefs = Prefs { device: DeviceChoice::Cpu, auto_load_model: false, ..Prefs::default() };
+    prefs.model_path = fixture("tiny-llama").display().to_string();
+    prefs.train.out = dir.path().join("runs");
+    prefs.train.batch_size = 64;
+    prefs.train.seq_len = 256;
+    let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
+    let mut h = common::studio::build(prefs, options, 1400.0, false);
+    h.step();
+    h.get_by_label("Load model").click();
+    step_until(&mut h, "the model", 60, |a| a.model.loaded.is_some());
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat");
+    app_mut(&mut h).prefs.page = Page::Dataset;
+    app_mut(&mut h).prefs.dataset_input = sample.display().to_string();
+    h.step();
+    h.get_by_label("Open dataset").click();
+    step_until(&mut h, "token statistics", 60, |a| {
+        a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()) && !a.dataset_panel.is_inspecting()
+    });
+    let longest =
+        *app(&h).dataset_panel.report.as_ref().unwrap().tokens.as_ref().unwrap().lengths.iter().max().unwrap();
+    assert!(longest < 256, "the sample's rows are short: {longest}");
+
+    // A budget between the padded estimate and the full-length one.
+    let shape = app(&h).model.loaded.as_ref().unwrap().shape.clone();
+    let train = app(&h).prefs.train.clone();
+    let full = estimate::training_memory(&shape, &train).total_bytes();
+    let padded = estimate::training_memory(&shape, &estimate::padded_to_data(&train, Some(longest))).total_bytes();
+    assert!(padded < full);
+    app_mut(&mut h).model.loaded.as_mut().unwrap().memory_budget_bytes = Some((padded + full) / 2);
+    app_mut(&mut h).prefs.page = Page::Settings;
+    h.step();
+    h.step();
+    assert!(
+        h.query_by_label_contains(&format!("longest row, {longest} tokens")).is_some(),
+        "the card says what it assumed"
+    );
+    assert!(h.query_by_label_contains("it would swap or fail").is_none(), "a batch that fits is not warned about");
+    assert!(h.query_by_label_contains("Fix: lower the batch size").is_none(), "nor shrunk");
+    assert!(h.query_by_label("Ready to train with these settings.").is_some());
+
+    // Below the padded estimate, card and banner warn together.
+    app_mut(&mut h).model.loaded.as_mut().unwrap().memory_budget_bytes = Some(padded / 2);
+    h.step();
+    h.step();
+    assert!(h.query_by_label_contains("it would swap or fail").is_some());
+    assert!(h.query_by_label_contains("the memory estimate below says this run would not fit").is_some());
+}
