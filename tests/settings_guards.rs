@@ -369,3 +369,28 @@ fn a_token_id_past_the_model_vocabulary_is_refused_naming_the_tokenizer_file() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("has token ids up to 512 but the model has 512 embedding rows"), "{text}");
 }
+
+/// Settings that work but are likely mistakes are warned about before the first step, and the run goes on:
+/// an lr far outside the LoRA range, a sequence length that cuts most rows, many epochs over a small set.
+#[test]
+fn odd_but_valid_settings_warn_before_training_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let llama = fixture("tiny-llama");
+    for (name, extra, words) in [
+        ("hot", &["--iters", "1", "--lr", "0.5"][..], &["learning rate 5e-1", "far outside", "may diverge"][..]),
+        (
+            "cut",
+            &["--iters", "1", "--seq-len", "64"][..],
+            &["longer than the sequence length 64", "lose their tail"][..],
+        ),
+        ("many", &["--iters", "25", "--batch-size", "64"][..], &["passes over", "overfit"][..]),
+    ] {
+        let o = train(dir.path(), &llama, &out, name, extra);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let err = stderr(&o);
+        for word in words {
+            assert!(err.contains("warning: ") && err.contains(word), "{name}: `{word}` missing in {err}");
+        }
+    }
+}

@@ -64,3 +64,34 @@ fn the_memory_card_pads_to_the_longest_row_and_agrees_with_the_banner() {
     assert!(h.query_by_label_contains("it would swap or fail").is_some());
     assert!(h.query_by_label_contains("the memory estimate below says this run would not fit").is_some());
 }
+
+/// The settings page shows the trainer's start warnings from the open dataset's report (its lr slider keeps the
+/// learning rate inside the range that would be warned about).
+#[test]
+fn the_settings_page_warns_about_many_epochs_and_cut_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut prefs = Prefs { device: DeviceChoice::Cpu, auto_load_model: false, ..Prefs::default() };
+    prefs.model_path = fixture("tiny-llama").display().to_string();
+    prefs.train.out = dir.path().join("runs");
+    prefs.train.seq_len = 24;
+    prefs.train.iters = Some(2000);
+    prefs.train.batch_size = 4;
+    let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
+    let mut h = common::studio::build(prefs, options, 1400.0, false);
+    h.step();
+    h.get_by_label("Load model").click();
+    step_until(&mut h, "the model", 60, |a| a.model.loaded.is_some());
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat");
+    app_mut(&mut h).prefs.page = Page::Dataset;
+    app_mut(&mut h).prefs.dataset_input = sample.display().to_string();
+    h.step();
+    h.get_by_label("Open dataset").click();
+    step_until(&mut h, "token statistics", 60, |a| {
+        a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()) && !a.dataset_panel.is_inspecting()
+    });
+    app_mut(&mut h).prefs.page = Page::Settings;
+    h.step();
+    h.step();
+    assert!(h.query_by_label_contains("passes over 135 training rows").is_some(), "many epochs over a small set");
+    assert!(h.query_by_label_contains("are longer than the sequence length 24").is_some());
+}

@@ -400,6 +400,16 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
             .map(|r| r.rows(SplitName::Train).div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1))
             .unwrap_or(100);
         lr_preview_ui(ui, cfg, total_steps(cfg, steps_per_epoch));
+        // The trainer's own start warnings (many epochs over a small set, an unusual lr, many rows cut).
+        if let Some(r) = report {
+            let truncated = r.tokens.as_ref().map_or(0, |t| t.truncated);
+            let total = total_steps(cfg, steps_per_epoch);
+            for warning in
+                crate::engine::train::advice::settings_warnings(cfg, r.rows(SplitName::Train), truncated, total)
+            {
+                banner_ui(ui, Tone::Warn, warning.trim_start_matches("warning: ").to_string());
+            }
+        }
         if let Some(m) = model {
             let trainable = estimate::trainable_params(&m.shape, &cfg.lora).unwrap_or(0);
             ui.label(

@@ -274,7 +274,7 @@ pub fn padding_assumption(config: &TrainConfig, longest_row_tokens: Option<usize
             config.seq_len
         ),
         Some(_) => format!("rows reach the sequence length {} (longer ones are cut)", config.seq_len),
-        None => format!("assumes rows of the full sequence length {} (no dataset read yet)", config.seq_len),
+        None => format!("assumes rows of the full sequence length {} (no dataset rows known)", config.seq_len),
     }
 }
 

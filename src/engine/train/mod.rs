@@ -2,6 +2,7 @@
 //! a schedule, accumulation and clipping over the dataset's batches, evaluates, checkpoints, and reports
 //! everything as [`TrainEvent`]s. It never touches a UI: callers pass an `emit` callback.
 
+pub mod advice;
 pub mod backprop;
 pub mod branch;
 pub mod config;
@@ -162,6 +163,7 @@ impl<'a> Trainer<'a> {
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes };
         let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
         trainer.notes.extend(config.warmup_note(total_steps));
+        trainer.notes.extend(advice::run_warnings(config, &trainer.data.train, total_steps));
         // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.
         let start = trainer.initial_state(resume.as_deref(), &plan, total_steps)?;
         let resume_step = resume.as_ref().map(|_| start.0.step);

@@ -1,0 +1,80 @@
+//! Warnings about settings that work but are likely not what the user wants, said before any step runs (the
+//! trainer's start notes, which the CLI prints; the studio's settings page shows the same from the dataset
+//! report): many epochs over a small set, a learning rate far outside the usual LoRA range, a sequence length
+//! that cuts many rows. None of them stops the run. (The warmup has its own note: `TrainConfig::warmup_note`.)
+
+use super::TrainConfig;
+
+/// More passes than this over a set of fewer than [`SMALL_SET_ROWS`] rows is warned about.
+pub const MANY_EPOCHS: f64 = 10.0;
+pub const SMALL_SET_ROWS: usize = 1000;
+/// The learning rates LoRA runs usually use; ten times outside either end is warned about.
+pub const USUAL_LR: (f64, f64) = (1e-5, 1e-3);
+/// A sequence length that cuts more than this share of the rows is warned about.
+pub const TRUNCATED_SHARE: f64 = 0.1;
+
+/// The warnings for `config` over `train_rows` rows of which `truncated_rows` are longer than `seq_len`, in a run
+/// of `total_steps` optimizer steps; each starts with "warning: ".
+pub fn settings_warnings(
+    config: &TrainConfig,
+    train_rows: usize,
+    truncated_rows: usize,
+    total_steps: usize,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let per_step = (config.batch_size * config.grad_accum).max(1);
+    let epochs = (total_steps * per_step) as f64 / train_rows.max(1) as f64;
+    if train_rows > 0 && train_rows < SMALL_SET_ROWS && epochs > MANY_EPOCHS {
+        out.push(format!(
+            "warning: {total_steps} steps of {per_step} rows make {epochs:.0} passes over {train_rows} training rows: \
+             the adapter will likely memorise them (overfit); fewer steps (--iters) or epochs (--epochs), or more \
+             data, usually generalise better, and the validation loss shows when it starts"
+        ));
+    }
+    let (low, high) = USUAL_LR;
+    if config.lr < low / 10.0 || config.lr > high * 10.0 {
+        out.push(format!(
+            "warning: learning rate {:e} (--lr) is far outside the usual LoRA range {low:e} to {high:e}: {}",
+            config.lr,
+            if config.lr > high { "the loss may diverge" } else { "the adapter will barely change" }
+        ));
+    }
+    if train_rows > 0 && truncated_rows as f64 > TRUNCATED_SHARE * train_rows as f64 {
+        out.push(format!(
+            "warning: {truncated_rows} of {train_rows} training rows ({:.0}%) are longer than the sequence length {} \
+             (--seq-len) and lose their tail; raise it if memory allows, or the model never sees how those rows end",
+            100.0 * truncated_rows as f64 / train_rows as f64,
+            config.seq_len
+        ));
+    }
+    out
+}
+
+/// [`settings_warnings`] for a prepared training split (the trainer's start notes).
+pub fn run_warnings(
+    config: &TrainConfig,
+    train: &crate::engine::data::PreparedSplit,
+    total_steps: usize,
+) -> Vec<String> {
+    let truncated = train.examples.iter().filter(|e| e.truncated).count();
+    settings_warnings(config, train.examples.len(), truncated, total_steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sensible_settings_say_nothing_and_odd_ones_are_named() {
+        let config = TrainConfig { batch_size: 4, lr: 2e-4, seq_len: 512, ..Default::default() };
+        assert!(settings_warnings(&config, 500, 0, 100).is_empty());
+        let warnings = settings_warnings(&config, 40, 0, 200);
+        assert!(warnings[0].contains("20 passes over 40 training rows"), "{warnings:?}");
+        let hot = TrainConfig { lr: 0.5, ..config.clone() };
+        assert!(settings_warnings(&hot, 500, 0, 100)[0].contains("may diverge"));
+        let cold = TrainConfig { lr: 1e-8, ..config.clone() };
+        assert!(settings_warnings(&cold, 500, 0, 100)[0].contains("barely change"));
+        assert!(settings_warnings(&config, 500, 100, 100)[0].contains("100 of 500 training rows (20%)"));
+        assert!(settings_warnings(&config, 500, 20, 100).is_empty(), "4% cut is fine");
+    }
+}
