@@ -477,8 +477,11 @@ fn settings_ui(ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         let l = ui.label("Top-k").on_hover_text("Sample only from the k most likely tokens (0 = off).");
         ui.add(DragValue::new(&mut c.sampling.top_k).range(0..=1000)).labelled_by(l.id);
         ui.end_row();
-        let l =
-            ui.label("Repetition penalty").on_hover_text("Above 1 discourages tokens that already appeared (1 = off).");
+        let l = ui.label("Repetition penalty").on_hover_text(
+            "Above 1 discourages tokens that already appeared in the conversation (1 = off). The default, 1.1 \
+                 (Ollama's), stops small models from looping on short prompts; raise it if replies still repeat, \
+                 lower it toward 1 for code or lists, where repeats are wanted.",
+        );
         ui.add(DragValue::new(&mut c.sampling.repetition_penalty).range(1.0..=2.0).speed(0.01).max_decimals(2))
             .labelled_by(l.id);
         ui.end_row();
