@@ -207,6 +207,24 @@ fn open_model_train_browse_checkpoint_and_chat() {
     click(&mut h, "Export");
     step_until(&mut h, "the export", 60, |a| !a.checkpoints_panel.is_exporting());
     assert!(out.join("adapter_config.json").is_file(), "PEFT export written to {}", out.display());
+    assert!(h.query_all_by_label_contains(&format!("Exported to {}", out.display())).next().is_some(), "the full path");
+    assert!(h.query_by_label("Copy path").is_some());
+
+    // An Ollama export: q4_k_m by default, remembered with its format, and the card gives the ollama command.
+    h.get_all_by_label("Export…").next().unwrap().click();
+    h.step();
+    h.step();
+    click(&mut h, "Ollama");
+    let ollama = tmp.path().join("exported-ollama");
+    *app_mut(&mut h).checkpoints_panel.export_out_mut().unwrap() = ollama.display().to_string();
+    click(&mut h, "Export");
+    step_until(&mut h, "the Ollama export", 120, |a| !a.checkpoints_panel.is_exporting());
+    assert!(ollama.join("Modelfile").is_file());
+    let remembered = app(&h).prefs.export;
+    assert_eq!(remembered.format, metal_candle::engine::export::ExportFormat::Ollama);
+    assert_eq!(remembered.quant, metal_candle::engine::export::GgufQuant::Q4KM, "q4_k_m by default");
+    h.step();
+    assert!(h.query_all_by_label_contains("ollama create exported-ollama -f").next().is_some(), "the command to run");
 
     // Delete a checkpoint, with a confirmation first.
     let before: usize = app(&h).checkpoints_panel.runs.iter().map(|r| r.checkpoints.len()).sum();

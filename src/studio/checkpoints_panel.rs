@@ -4,27 +4,15 @@
 //! LoRA adapter, Ollama folder; with a progress bar and the written size) or delete it after a confirmation.
 
 use super::app::{Action, PanelCtx};
+use super::export_dialog::{self, ExportDialog};
 use super::widgets::{
     self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone,
 };
-use crate::engine::export::{ExportFormat, GgufQuant};
 use crate::engine::train::run_folder::RunStatus;
 use crate::worker::{display_name, CheckpointInfo, Command, RunInfo};
 use egui::{RichText, Ui};
 use egui_plot::{Legend, Line, LineStyle, Plot, Points};
 use std::path::{Path, PathBuf};
-
-/// An export being set up in the dialog.
-#[derive(Debug, Clone)]
-struct ExportDialog {
-    checkpoint: PathBuf,
-    base_model: PathBuf,
-    format: ExportFormat,
-    quant: GgufQuant,
-    out: String,
-    /// Replace an existing output (the CLI's --overwrite).
-    replace: bool,
-}
 
 #[derive(Default)]
 pub struct CheckpointsPanel {
@@ -74,23 +62,14 @@ impl CheckpointsPanel {
         self.notes.extend(warnings.into_iter().map(|w| (Tone::Warn, format!("Export: {w}"))));
     }
 
-    /// The finished export with its size and an "Open folder" button (reveals it in the file manager).
+    /// The finished export: where, how big, and how to use it.
     fn last_export_ui(&mut self, ui: &mut Ui) {
         let Some((path, size_bytes)) = self.last_export.clone() else { return };
-        ui.horizontal(|ui| {
-            banner_ui(ui, Tone::Ok, format!("Exported to {} ({})", path.display(), fmt_bytes(size_bytes)));
-        });
-        ui.horizontal(|ui| {
-            let open = ui.button("Open folder").on_hover_text("Show the export in the file manager");
-            if open.clicked() {
-                if let Err(message) = super::reveal::reveal(&path) {
-                    self.notes.push((Tone::Error, message));
-                }
-            }
-            if ui.small_button("Dismiss").on_hover_text("Hide this message").clicked() {
-                self.last_export = None;
-            }
-        });
+        match export_dialog::finished_export_ui(ui, &path, size_bytes) {
+            export_dialog::FinishedClick::Dismiss => self.last_export = None,
+            export_dialog::FinishedClick::RevealFailed(message) => self.notes.push((Tone::Error, message)),
+            export_dialog::FinishedClick::None => {}
+        }
     }
 
     pub fn on_action_failed(&mut self, what: String, message: String) {
@@ -267,7 +246,7 @@ impl CheckpointsPanel {
             ui.label(RichText::new("No checkpoint saved yet.").weak());
             return;
         }
-        let clicks = checkpoint_table_ui(ui, run, &self.exporting, ctx.training_active);
+        let clicks = checkpoint_table_ui(ui, run, &self.exporting, ctx.training_active, ctx.prefs.export);
         if let Some(a) = clicks.action {
             ctx.actions.push(a);
         }
@@ -339,72 +318,16 @@ impl CheckpointsPanel {
                 self.confirm_delete = None;
             }
         }
-        if let Some(mut dialog) = self.export.take() {
-            let mut keep = true;
-            egui::Modal::new(egui::Id::unique("export")).show(ui.ctx(), |ui| {
-                ui.set_width(480.0);
-                ui.label(RichText::new("Export checkpoint").strong().size(16.0));
-                ui.label(RichText::new(dialog.checkpoint.display().to_string()).weak().small());
-                ui.add_space(6.0);
-                let before = dialog.format;
-                ui.radio_value(&mut dialog.format, ExportFormat::Peft, "PEFT adapter").on_hover_text(
-                    "adapter_config.json + adapter_model.safetensors, loadable with peft / transformers",
-                );
-                ui.radio_value(&mut dialog.format, ExportFormat::MlxLm, "mlx-lm adapter")
-                    .on_hover_text("adapters.safetensors + adapter_config.json for mlx_lm.generate --adapter-path");
-                ui.radio_value(&mut dialog.format, ExportFormat::Merged, "Merged model")
-                    .on_hover_text("A full Hugging Face model folder with the adapter merged into the weights");
-                ui.radio_value(&mut dialog.format, ExportFormat::Gguf, "GGUF (llama.cpp)")
-                    .on_hover_text("One .gguf file with the adapter merged in, for llama.cpp, LM Studio and friends");
-                ui.radio_value(&mut dialog.format, ExportFormat::GgufLora, "GGUF LoRA adapter")
-                    .on_hover_text("The adapter alone for llama.cpp's --lora, on top of a GGUF of the same base model");
-                ui.radio_value(&mut dialog.format, ExportFormat::Ollama, "Ollama")
-                    .on_hover_text("A folder with the merged GGUF and a Modelfile: ollama create NAME -f Modelfile");
-                if dialog.format.uses_quant() {
-                    quant_choice_ui(ui, &mut dialog.quant);
-                }
-                if dialog.format != before {
-                    dialog.out = default_export_dir(&dialog.checkpoint, dialog.format).display().to_string();
-                }
-                ui.horizontal(|ui| {
-                    let l = ui.label(if dialog.format.writes_file() { "Output file" } else { "Output folder" });
-                    ui.add(egui::TextEdit::singleline(&mut dialog.out).desired_width(320.0)).labelled_by(l.id);
-                });
-                let exists = std::fs::symlink_metadata(dialog.out.trim()).is_ok();
-                if exists || dialog.replace {
-                    ui.checkbox(&mut dialog.replace, "Replace it: the output already exists")
-                        .on_hover_text("Without this, an export never writes over an existing file or folder");
-                }
-                if matches!(dialog.format, ExportFormat::Merged | ExportFormat::Gguf | ExportFormat::Ollama) {
-                    ui.label(RichText::new(format!("base model: {}", dialog.base_model.display())).weak().small());
-                }
-                ui.add_space(8.0);
-                ui.horizontal(|ui| {
-                    if ui.button(RichText::new("Export").strong()).clicked() {
-                        self.exporting.push(dialog.checkpoint.clone());
-                        ctx.actions.push(Action::Send(Command::ExportCheckpoint {
-                            checkpoint: dialog.checkpoint.clone(),
-                            format: dialog.format,
-                            quant: dialog.quant,
-                            out: PathBuf::from(dialog.out.trim()),
-                            base_model: dialog.base_model.clone(),
-                            overwrite: dialog.replace,
-                        }));
-                        keep = false;
-                    }
-                    if ui.button("Cancel").clicked() {
-                        keep = false;
-                    }
-                });
-            });
-            if keep {
-                self.export = Some(dialog);
+        if let Some(dialog) = self.export.take() {
+            match export_dialog::export_modal_ui(ui, dialog, ctx) {
+                export_dialog::Outcome::Open(dialog) => self.export = Some(dialog),
+                export_dialog::Outcome::Started(checkpoint) => self.exporting.push(checkpoint),
+                export_dialog::Outcome::Closed => {}
             }
         }
     }
 }
 
-/// The GGUF quantization picker of the export dialog.
 /// What a click in a run's checkpoint table asks for.
 #[derive(Default)]
 struct TableClicks {
@@ -486,7 +409,13 @@ fn run_loss_ui(ui: &mut Ui, run: &RunInfo) {
 }
 
 /// One row per checkpoint, newest first, with its actions: chat, resume, export, delete.
-fn checkpoint_table_ui(ui: &mut Ui, run: &RunInfo, exporting: &[PathBuf], training_active: bool) -> TableClicks {
+fn checkpoint_table_ui(
+    ui: &mut Ui,
+    run: &RunInfo,
+    exporting: &[PathBuf],
+    training_active: bool,
+    last: super::app::ExportPrefs,
+) -> TableClicks {
     let base_model = run.config.as_ref().map(|c| c.model.clone()).unwrap_or_default();
     let config = run.config.clone();
     let mut clicks = TableClicks::default();
@@ -524,14 +453,7 @@ fn checkpoint_table_ui(ui: &mut Ui, run: &RunInfo, exporting: &[PathBuf], traini
                         .on_hover_text("Write the adapter as PEFT, mlx-lm, a merged model, GGUF or an Ollama folder")
                         .clicked()
                     {
-                        clicks.export = Some(ExportDialog {
-                            checkpoint: c.path.clone(),
-                            base_model: base_model.clone(),
-                            format: ExportFormat::Peft,
-                            quant: GgufQuant::default(),
-                            out: default_export_dir(&c.path, ExportFormat::Peft).display().to_string(),
-                            replace: false,
-                        });
+                        clicks.export = Some(ExportDialog::new(c.path.clone(), base_model.clone(), last));
                     }
                     if ui
                         .button(RichText::new("Delete").color(palette::ERROR))
@@ -546,36 +468,6 @@ fn checkpoint_table_ui(ui: &mut Ui, run: &RunInfo, exporting: &[PathBuf], traini
         }
     });
     clicks
-}
-
-fn quant_choice_ui(ui: &mut Ui, quant: &mut GgufQuant) {
-    ui.horizontal(|ui| {
-        let l = ui.label("Quantization");
-        egui::ComboBox::from_id_salt("export-quant")
-            .selected_text(quant.as_str())
-            .show_ui(ui, |ui| {
-                for q in GgufQuant::ALL {
-                    ui.selectable_value(quant, q, q.as_str());
-                }
-            })
-            .response
-            .labelled_by(l.id)
-            .on_hover_text("f16/bf16 keep the merged weights; q8_0 is near-lossless; q6_k, q5_k_m, q4_k_m are smaller");
-    });
-}
-
-fn default_export_dir(checkpoint: &Path, format: ExportFormat) -> PathBuf {
-    let name = checkpoint.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into());
-    let suffix = match format {
-        ExportFormat::Peft => "peft",
-        ExportFormat::MlxLm => "mlx",
-        ExportFormat::Merged => "merged",
-        ExportFormat::Gguf => "merged.gguf",
-        ExportFormat::GgufLora => "lora.gguf",
-        ExportFormat::Ollama => "ollama",
-    };
-    let run_dir = checkpoint.parent().unwrap_or(Path::new("."));
-    run_dir.join("exports").join(format!("{name}-{suffix}"))
 }
 
 /// The run's status; None while it is the run in progress (shown as "training").
