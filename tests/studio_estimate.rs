@@ -7,21 +7,15 @@
 mod common;
 
 use common::fixture;
-use common::studio::{app, app_mut, step_until};
+use common::studio::{app, app_mut, step_until, StudioHarness};
 use egui_kittest::kittest::Queryable;
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::engine::estimate;
 use metal_candle::studio::app::{Page, Prefs, StudioOptions};
 use std::path::Path;
 
-#[test]
-fn the_memory_card_pads_to_the_longest_row_and_agrees_with_the_banner() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut prefs = Prefs { device: DeviceChoice::Cpu, auto_load_model: false, ..Prefs::default() };
-    prefs.model_path = fixture("tiny-llama").display().to_string();
-    prefs.train.out = dir.path().join("runs");
-    prefs.train.batch_size = 64;
-    prefs.train.seq_len = 256;
+/// The studio with `prefs`, the tiny-llama fixture loaded and the bundled sample dataset read with token lengths.
+fn with_model_and_sample(prefs: Prefs) -> StudioHarness {
     let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
     let mut h = common::studio::build(prefs, options, 1400.0, false);
     h.step();
@@ -35,6 +29,18 @@ fn the_memory_card_pads_to_the_longest_row_and_agrees_with_the_banner() {
     step_until(&mut h, "token statistics", 60, |a| {
         a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()) && !a.dataset_panel.is_inspecting()
     });
+    h
+}
+
+#[test]
+fn the_memory_card_pads_to_the_longest_row_and_agrees_with_the_banner() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut prefs = Prefs { device: DeviceChoice::Cpu, auto_load_model: false, ..Prefs::default() };
+    prefs.model_path = fixture("tiny-llama").display().to_string();
+    prefs.train.out = dir.path().join("runs");
+    prefs.train.batch_size = 64;
+    prefs.train.seq_len = 256;
+    let mut h = with_model_and_sample(prefs);
     let longest =
         *app(&h).dataset_panel.report.as_ref().unwrap().tokens.as_ref().unwrap().lengths.iter().max().unwrap();
     assert!(longest < 256, "the sample's rows are short: {longest}");
@@ -76,19 +82,7 @@ fn the_settings_page_warns_about_many_epochs_and_cut_rows() {
     prefs.train.seq_len = 24;
     prefs.train.iters = Some(2000);
     prefs.train.batch_size = 4;
-    let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
-    let mut h = common::studio::build(prefs, options, 1400.0, false);
-    h.step();
-    h.get_by_label("Load model").click();
-    step_until(&mut h, "the model", 60, |a| a.model.loaded.is_some());
-    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat");
-    app_mut(&mut h).prefs.page = Page::Dataset;
-    app_mut(&mut h).prefs.dataset_input = sample.display().to_string();
-    h.step();
-    h.get_by_label("Open dataset").click();
-    step_until(&mut h, "token statistics", 60, |a| {
-        a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()) && !a.dataset_panel.is_inspecting()
-    });
+    let mut h = with_model_and_sample(prefs);
     app_mut(&mut h).prefs.page = Page::Settings;
     h.step();
     h.step();

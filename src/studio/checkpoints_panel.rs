@@ -319,9 +319,15 @@ impl CheckpointsPanel {
             }
         }
         if let Some(dialog) = self.export.take() {
-            match export_dialog::export_modal_ui(ui, dialog, ctx) {
+            match export_dialog::export_modal_ui(ui, dialog) {
                 export_dialog::Outcome::Open(dialog) => self.export = Some(dialog),
-                export_dialog::Outcome::Started(checkpoint) => self.exporting.push(checkpoint),
+                export_dialog::Outcome::Started(command, chosen) => {
+                    if let Command::ExportCheckpoint { checkpoint, .. } = command.as_ref() {
+                        self.exporting.push(checkpoint.clone());
+                    }
+                    ctx.prefs.export = chosen;
+                    ctx.actions.push(Action::Send(*command));
+                }
                 export_dialog::Outcome::Closed => {}
             }
         }
@@ -414,7 +420,7 @@ fn checkpoint_table_ui(
     run: &RunInfo,
     exporting: &[PathBuf],
     training_active: bool,
-    last: super::app::ExportPrefs,
+    last: export_dialog::ExportPrefs,
 ) -> TableClicks {
     let base_model = run.config.as_ref().map(|c| c.model.clone()).unwrap_or_default();
     let config = run.config.clone();

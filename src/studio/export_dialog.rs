@@ -3,12 +3,26 @@
 //! the finished export: its full path with a Copy button, "Open folder", and for an Ollama folder the exact
 //! `ollama create` command to run.
 
-use super::app::{Action, ExportPrefs, PanelCtx};
 use super::widgets::{banner_ui, fmt_bytes, Tone};
 use crate::engine::export::{ExportFormat, GgufQuant};
 use crate::worker::Command;
 use egui::{RichText, Ui};
 use std::path::{Path, PathBuf};
+
+/// What the export dialog opens with: the last format and quantization used (PEFT and q4_k_m at first: a
+/// GGUF or Ollama export in f16 is larger than a 4-bit base).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ExportPrefs {
+    pub format: ExportFormat,
+    pub quant: GgufQuant,
+}
+
+impl Default for ExportPrefs {
+    fn default() -> Self {
+        Self { format: ExportFormat::Peft, quant: GgufQuant::Q4KM }
+    }
+}
 
 /// An export being set up in the dialog.
 #[derive(Debug, Clone)]
@@ -33,13 +47,13 @@ impl ExportDialog {
 /// What the dialog did this frame.
 pub enum Outcome {
     Open(ExportDialog),
-    /// The export of this checkpoint was sent to the worker.
-    Started(PathBuf),
+    /// Export: the command for the worker, and the choice to remember.
+    Started(Box<Command>, ExportPrefs),
     Closed,
 }
 
-/// The export dialog as a modal; an export started remembers its format and quantization.
-pub fn export_modal_ui(ui: &mut Ui, mut dialog: ExportDialog, ctx: &mut PanelCtx<'_>) -> Outcome {
+/// The export dialog as a modal.
+pub fn export_modal_ui(ui: &mut Ui, mut dialog: ExportDialog) -> Outcome {
     let mut outcome = None;
     egui::Modal::new(egui::Id::unique("export")).show(ui.ctx(), |ui| {
         ui.set_width(480.0);
@@ -80,16 +94,16 @@ pub fn export_modal_ui(ui: &mut Ui, mut dialog: ExportDialog, ctx: &mut PanelCtx
         ui.add_space(8.0);
         ui.horizontal(|ui| {
             if ui.button(RichText::new("Export").strong()).clicked() {
-                ctx.prefs.export = ExportPrefs { format: dialog.format, quant: dialog.quant };
-                ctx.actions.push(Action::Send(Command::ExportCheckpoint {
+                let command = Command::ExportCheckpoint {
                     checkpoint: dialog.checkpoint.clone(),
                     format: dialog.format,
                     quant: dialog.quant,
                     out: PathBuf::from(dialog.out.trim()),
                     base_model: dialog.base_model.clone(),
                     overwrite: dialog.replace,
-                }));
-                outcome = Some(Outcome::Started(dialog.checkpoint.clone()));
+                };
+                let chosen = ExportPrefs { format: dialog.format, quant: dialog.quant };
+                outcome = Some(Outcome::Started(Box::new(command), chosen));
             }
             if ui.button("Cancel").clicked() {
                 outcome = Some(Outcome::Closed);

@@ -32,7 +32,7 @@ pub use dropped_path::{classify_drop, Dropped};
 pub use frame_stats::FrameStats;
 pub use hub_status::{DownloadState, FailedDownload, HubStatus};
 use prefs::remember;
-pub use prefs::{studio_train_defaults, ChatPrefs, ExportPrefs, Page, Prefs, RankPrefs};
+pub use prefs::{studio_train_defaults, ChatPrefs, Page, Prefs, RankPrefs};
 
 /// Key of the persisted preferences in eframe's storage.
 pub const STORAGE_KEY: &str = "metal-candle-studio";

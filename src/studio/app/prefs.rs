@@ -113,22 +113,7 @@ pub struct Prefs {
     pub rank: RankPrefs,
     pub overlay_runs: Vec<String>,
     /// The export dialog's last format and quantization, offered again next time.
-    pub export: ExportPrefs,
-}
-
-/// What the export dialog opens with: the last format and quantization used (PEFT and q4_k_m at first: a
-/// GGUF or Ollama export in f16 is larger than a 4-bit base).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct ExportPrefs {
-    pub format: crate::engine::export::ExportFormat,
-    pub quant: crate::engine::export::GgufQuant,
-}
-
-impl Default for ExportPrefs {
-    fn default() -> Self {
-        Self { format: crate::engine::export::ExportFormat::Peft, quant: crate::engine::export::GgufQuant::Q4KM }
-    }
+    pub export: crate::studio::export_dialog::ExportPrefs,
 }
 
 impl Default for Prefs {
@@ -150,7 +135,7 @@ impl Default for Prefs {
             chat: ChatPrefs::default(),
             rank: RankPrefs::default(),
             overlay_runs: Vec::new(),
-            export: ExportPrefs::default(),
+            export: crate::studio::export_dialog::ExportPrefs::default(),
         }
     }
 }
