@@ -15,6 +15,7 @@ pub mod chat_panel;
 pub mod checkpoints_panel;
 pub mod dataset_panel;
 pub mod dataset_reading;
+pub mod event_log;
 pub mod export_dialog;
 pub mod file_picker;
 pub mod hub_panel;

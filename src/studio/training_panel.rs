@@ -3,17 +3,15 @@
 //! through the app's drain each frame; this panel only keeps numbers.
 
 use super::app::{Action, PanelCtx};
+use super::event_log::EventLog;
 use super::settings_panel::ready_config;
 use super::widgets::{self, banner_ui, card_ui, decimate, fmt_count, fmt_loss, fmt_sci, fmt_secs, palette, Ema, Tone};
 use crate::engine::train::TrainEvent;
 use crate::worker::Command;
 use egui::{RichText, Ui};
 use egui_plot::{Corner, Legend, Line, MarkerShape, Plot, PlotPoint, Points};
-use std::collections::VecDeque;
 use std::path::PathBuf;
 
-/// Lines the event log keeps.
-const LOG_LINES: usize = 3000;
 /// Points drawn per series; longer series are decimated (min/max per bucket) for drawing only.
 const MAX_DRAWN_POINTS: usize = 2000;
 
@@ -96,25 +94,17 @@ impl LiveRun {
     }
 }
 
-/// One log line: seconds since the studio opened, the text, and how it should look.
-#[derive(Debug, Clone)]
-pub struct LogLine {
-    pub at_secs: f64,
-    pub text: String,
-    pub tone: Tone,
-}
-
 pub struct TrainingPanel {
     pub status: RunStatus,
     pub run: Option<LiveRun>,
-    pub log: VecDeque<LogLine>,
+    pub log: EventLog,
     /// Steps received since the studio opened (all runs), for the frame-time measurement.
     pub steps_received: usize,
 }
 
 impl Default for TrainingPanel {
     fn default() -> Self {
-        Self { status: RunStatus::Idle, run: None, log: VecDeque::new(), steps_received: 0 }
+        Self { status: RunStatus::Idle, run: None, log: EventLog::default(), steps_received: 0 }
     }
 }
 
@@ -124,12 +114,9 @@ impl TrainingPanel {
     }
 
     fn log(&mut self, tone: Tone, text: impl Into<String>) {
-        if self.log.len() >= LOG_LINES {
-            self.log.pop_front();
-        }
         // Stamped with the run's training time (what its plots and metrics use), not the studio's uptime.
         let at_secs = self.run.as_ref().map(|r| r.elapsed_secs).unwrap_or(0.0);
-        self.log.push_back(LogLine { at_secs, text: text.into(), tone });
+        self.log.push(at_secs, tone, text.into());
     }
 
     /// A start was requested (the worker answers with `Started` or `Failed`).
@@ -355,7 +342,7 @@ impl TrainingPanel {
                 );
             }
             ui.add_space(6.0);
-            self.log_ui(ui);
+            self.log.ui(ui);
         });
     }
 
@@ -434,53 +421,6 @@ impl TrainingPanel {
             }
         });
     }
-
-    fn log_ui(&self, ui: &mut Ui) {
-        widgets::section_ui(ui, "Event log");
-        egui::Frame::new()
-            .fill(ui.visuals().extreme_bg_color)
-            .corner_radius(4.0)
-            .inner_margin(egui::Margin::same(6))
-            .show(ui, |ui| {
-                egui::ScrollArea::vertical()
-                    .id_salt("train-log")
-                    .min_scrolled_height(200.0)
-                    .max_height(200.0)
-                    .stick_to_bottom(true)
-                    .auto_shrink([false, false])
-                    .show_rows(
-                        ui,
-                        ui.text_style_height(&egui::TextStyle::Monospace),
-                        self.log.len().max(1),
-                        |ui, range| {
-                            if self.log.is_empty() {
-                                ui.label(
-                                    RichText::new("The run's events appear here, stamped with its training time.")
-                                        .weak(),
-                                );
-                                return;
-                            }
-                            let range = range.start.min(self.log.len())..range.end.min(self.log.len());
-                            for line in self.log.range(range) {
-                                let color = match line.tone {
-                                    Tone::Info => ui.visuals().text_color(),
-                                    t => t.color(),
-                                };
-                                ui.label(
-                                    RichText::new(format!("[{}] {}", fmt_clock(line.at_secs), line.text))
-                                        .monospace()
-                                        .color(color),
-                                );
-                            }
-                        },
-                    );
-            });
-    }
-}
-
-fn fmt_clock(secs: f64) -> String {
-    let s = secs as u64;
-    format!("{:02}:{:02}:{:02}", s / 3600, (s % 3600) / 60, s % 60)
 }
 
 /// The four live plots, x axes linked.
