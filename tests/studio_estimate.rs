@@ -41,8 +41,7 @@ fn the_memory_card_pads_to_the_longest_row_and_agrees_with_the_banner() {
     prefs.train.batch_size = 64;
     prefs.train.seq_len = 256;
     let mut h = with_model_and_sample(prefs);
-    let longest =
-        *app(&h).dataset_panel.report.as_ref().unwrap().tokens.as_ref().unwrap().lengths.iter().max().unwrap();
+    let longest = app(&h).dataset_panel.report.as_ref().unwrap().tokens.as_ref().unwrap().longest_row().unwrap();
     assert!(longest < 256, "the sample's rows are short: {longest}");
 
     // A budget between the padded estimate and the full-length one.

@@ -142,7 +142,12 @@ fn bytes_text(n: u64) -> String {
 
 /// Read a whole regular file of at most `limit` bytes (the limit holds while reading too).
 pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    let file = open_regular(path, limit)?;
+    read_opened(open_regular(path, limit)?, path, limit)
+}
+
+/// Read all of `file` (opened from `path`), refusing more than `limit` bytes: a file that grew since it was
+/// checked cannot make the read unbounded.
+pub fn read_opened(file: File, path: &Path, limit: u64) -> Result<Vec<u8>> {
     let expected = file.metadata().map(|m| m.len() as usize).unwrap_or(0);
     let mut bytes = Vec::with_capacity(expected);
     file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;

@@ -319,7 +319,7 @@ fn token_stats_ui(ui: &mut Ui, t: &TokenStats, hist: Option<&LengthHistogram>) {
             stat_ui(ui, "training rows", fmt_count(t.lengths.len()));
             stat_ui(ui, "tokens per epoch", fmt_count(t.total_tokens));
             stat_ui(ui, "trained tokens", fmt_count(t.target_tokens));
-            stat_ui(ui, "longest row", t.lengths.iter().max().copied().unwrap_or(0).to_string());
+            stat_ui(ui, "longest row", t.longest_row().unwrap_or(0).to_string());
             let tone = if t.truncated > 0 { palette::WARN } else { palette::OK };
             ui.label(
                 RichText::new(format!("{} truncated at max seq len {}", t.truncated, t.max_seq_len))

@@ -52,7 +52,8 @@ impl SettingsPanel {
             let status = ready_config(ctx.prefs, model.as_ref(), ctx.prefs.dataset.as_ref());
             // The memory card's estimate, on the dataset's real row lengths: a run that would not fit is ready
             // only with a warning, so the banner and the card never disagree.
-            let longest = report.as_ref().and_then(|r| r.tokens.as_ref()).and_then(|t| t.lengths.iter().max().copied());
+            let longest =
+                report.as_ref().and_then(|r| r.tokens.as_ref()).and_then(crate::engine::data::TokenStats::longest_row);
             let memory = model.as_ref().and_then(|m| {
                 let cfg = estimate::padded_to_data(&ctx.prefs.train, longest);
                 estimate::memory_warning(&m.shape, &cfg, m.memory_budget_bytes, &m.memory_budget_name)
@@ -388,7 +389,8 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
         ui.add_space(6.0);
         match model {
             Some(m) => {
-                let longest = report.and_then(|r| r.tokens.as_ref()).and_then(|t| t.lengths.iter().max().copied());
+                let longest =
+                    report.and_then(|r| r.tokens.as_ref()).and_then(crate::engine::data::TokenStats::longest_row);
                 memory_card_ui(ui, m, prefs, false, longest);
             }
             None => {

@@ -90,7 +90,10 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
 /// engine's rule, as the CLI applies it).
 fn with_checkpointing_decided(config: &TrainConfig, base: &LoadedModel) -> TrainConfig {
     let mut config = config.clone();
-    crate::engine::estimate::plan_run_memory(&mut config, base);
+    // The plan reads the dataset to find its longest row: only worth it when it decides something.
+    if config.checkpointing == crate::engine::train::config::Checkpointing::Auto {
+        crate::engine::estimate::plan_run_memory(&mut config, base);
+    }
     config
 }
 

@@ -67,6 +67,11 @@ impl TokenStats {
     pub fn length_histogram(&self) -> super::LengthHistogram {
         super::length_histogram(&self.lengths, self.max_seq_len)
     }
+
+    /// Tokens of the longest training row before truncation (the memory estimate pads batches to it).
+    pub fn longest_row(&self) -> Option<usize> {
+        self.lengths.iter().max().copied()
+    }
 }
 
 /// One previewed row: its text pieces, each flagged trained (true) or masked (false).

@@ -51,23 +51,16 @@ pub fn read_file(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
 /// A regular file of at most `limit` bytes, opened. Devices, pipes and larger files are refused before
 /// reading (`/dev/zero` would otherwise fill memory).
 pub(crate) fn open_bounded(path: &Path, limit: u64) -> Result<std::fs::File> {
-    let meta = crate::engine::input_file::regular_file_metadata(path)?;
-    if meta.len() > limit {
+    let file = crate::engine::input_file::open_regular(path, u64::MAX)?;
+    if file.metadata().map_err(|e| Error::io(path, e))?.len() > limit {
         return Err(too_big(path, limit));
     }
-    crate::engine::input_file::open_regular(path, limit)
+    Ok(file)
 }
 
 /// [`open_bounded`], read whole; the size is checked again while reading.
 pub(crate) fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let file = open_bounded(path, limit)?;
-    let mut bytes = Vec::with_capacity(file.metadata().map(|m| m.len() as usize).unwrap_or(0));
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
-    if bytes.len() as u64 > limit {
-        return Err(too_big(path, limit));
-    }
-    Ok(bytes)
+    crate::engine::input_file::read_opened(open_bounded(path, limit)?, path, limit)
 }
 
 fn refuse(path: &Path, what: &str) -> Error {

@@ -215,12 +215,15 @@ fn check_tensor_extents(path: &Path, content: &Content, file_size: u64) -> Resul
     let mut needed_bytes = 0u64;
     let mut spans = Vec::with_capacity(content.tensor_infos.len());
     for (name, info) in &content.tensor_infos {
-        let start = content.tensor_data_offset.checked_add(info.offset);
-        let end = tensor_size_bytes(info).and_then(|bytes| start?.checked_add(bytes)).ok_or_else(|| {
+        let span = tensor_size_bytes(info).and_then(|bytes| {
+            let start = content.tensor_data_offset.checked_add(info.offset)?;
+            Some((start, start.checked_add(bytes)?))
+        });
+        let (start, end) = span.ok_or_else(|| {
             corrupt(path, format!("tensor `{name}` has an impossible shape or offset {:?}", info.shape.dims()))
         })?;
         needed_bytes = needed_bytes.max(end);
-        spans.push((end - tensor_size_bytes(info).unwrap_or(0), end, name.as_str()));
+        spans.push((start, end, name.as_str()));
     }
     if needed_bytes > file_size {
         return Err(corrupt(
