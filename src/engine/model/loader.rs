@@ -25,15 +25,16 @@ pub enum ModelSource {
 impl ModelSource {
     /// Classify a path the user gave us: a folder, a `.gguf` file, or a `config.json` inside a folder.
     pub fn detect(path: &Path) -> Result<Self> {
-        let meta = std::fs::metadata(path).map_err(|e| match crate::engine::input_file::describe_io(path, e) {
-            Error::MissingFile { path, .. } if std::fs::symlink_metadata(&path).is_err() => {
-                Error::MissingFile { path, what: "expected a Hugging Face model folder or a .gguf file".into() }
-            }
-            other => other,
-        })?;
-        if meta.is_dir() {
+        if std::fs::symlink_metadata(path).is_err() {
+            return Err(Error::MissingFile {
+                path: path.to_path_buf(),
+                what: "expected a Hugging Face model folder or a .gguf file".into(),
+            });
+        }
+        if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
             return Ok(Self::HfFolder(path.to_path_buf()));
         }
+        // Anything else must be a regular file: a looping or dangling link, a FIFO or a device says which.
         crate::engine::input_file::regular_file_metadata(path)?;
         let is_gguf = path.extension().map(|e| e.eq_ignore_ascii_case("gguf")).unwrap_or(false);
         if is_gguf {
