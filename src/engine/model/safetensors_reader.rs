@@ -84,13 +84,12 @@ impl SafetensorsReader {
             let mut file = crate::engine::input_file::open_regular(path, u64::MAX)?;
             let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
             for (name, entry) in read_header(path, &mut file, size, index)? {
-                if let Some(earlier) = entries.get(&name) {
-                    let earlier: &Entry = earlier;
+                if let Some(earlier) = entries.get(&name).map(|e: &Entry| e.file) {
                     return Err(corrupt(
                         path,
                         format!(
                             "tensor `{name}` is also in {}; a tensor must be stored once",
-                            paths[earlier.file].display()
+                            paths[earlier].display()
                         ),
                     ));
                 }
