@@ -21,9 +21,12 @@ pub mod file_picker;
 pub mod hub_panel;
 pub mod model_panel;
 pub mod rank_panel;
+pub mod resume_offer;
 pub mod reveal;
+pub mod run_history;
 pub mod settings_panel;
 pub mod training_panel;
+pub mod training_plots;
 pub mod widgets;
 
 pub use app::{Page, Prefs, StudioApp, StudioOptions};
@@ -54,7 +57,7 @@ pub fn run(options: StudioOptions) -> anyhow::Result<()> {
             // step and saves (`StudioApp::on_exit`).
             if crate::stop_signals::install() {
                 let ctx = cc.egui_ctx.clone();
-                crate::stop_signals::forward(move || ctx.send_viewport_cmd(egui::ViewportCommand::Close));
+                crate::stop_signals::forward(move || app::close_without_asking(&ctx));
             }
             Ok(Box::new(StudioApp::new(&cc.egui_ctx, prefs, options)))
         }),

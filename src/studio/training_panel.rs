@@ -1,19 +1,22 @@
 //! The training page: start, pause and stop a run on the worker; live plots of train loss (raw and smoothed),
 //! validation loss, learning rate and tokens/s; a progress bar with ETA; and an event log. Events arrive
-//! through the app's drain each frame; this panel only keeps numbers.
+//! through the app's drain each frame; this panel only keeps numbers. A resumed run's plots start at step 1
+//! (the steps before the resume come from its metrics.jsonl), and after a restart an interrupted run is shown
+//! with an offer to resume it.
 
 use super::app::{Action, PanelCtx};
 use super::event_log::EventLog;
+use super::resume_offer::{interrupted_run, OfferChoice, ResumeOffer};
+use super::run_history::{PendingHistory, RunHistory};
 use super::settings_panel::ready_config;
-use super::widgets::{self, banner_ui, card_ui, decimate, fmt_count, fmt_loss, fmt_sci, fmt_secs, palette, Ema, Tone};
+use super::training_plots::plots_ui;
+use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_loss, fmt_sci, fmt_secs, palette, Ema, Tone};
+use crate::engine::train::run_folder::RunInfo;
 use crate::engine::train::TrainEvent;
 use crate::worker::Command;
 use egui::{RichText, Ui};
-use egui_plot::{Corner, Legend, Line, MarkerShape, Plot, PlotPoint, Points};
+use egui_plot::PlotPoint;
 use std::path::PathBuf;
-
-/// Points drawn per series; longer series are decimated (min/max per bucket) for drawing only.
-const MAX_DRAWN_POINTS: usize = 2000;
 
 /// Where the current (or last) run stands.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +90,44 @@ impl LiveRun {
         }
     }
 
+    /// A run shown from its recorded history alone (an interrupted run after a restart).
+    fn from_history(run_dir: PathBuf, h: RunHistory) -> Self {
+        let mut run = Self { run_dir: Some(run_dir), smoothing: -1.0, ..Default::default() };
+        run.merge_history(h);
+        run
+    }
+
+    /// Put the recorded steps before the first live one in front of the live series (a resumed run), and take
+    /// the counters from the history where no live step has arrived yet. Smoothing is redone on the next frame.
+    fn merge_history(&mut self, h: RunHistory) {
+        let first_live = self.loss.first().map(|p| p.x).unwrap_or(f64::INFINITY);
+        let splice = |older: Vec<PlotPoint>, live: &mut Vec<PlotPoint>| {
+            let mut merged: Vec<PlotPoint> = older.into_iter().filter(|p| p.x < first_live).collect();
+            merged.append(live);
+            *live = merged;
+        };
+        splice(h.loss, &mut self.loss);
+        splice(h.val_loss, &mut self.val_loss);
+        splice(h.lr, &mut self.lr);
+        splice(h.tokens_per_sec, &mut self.tokens_per_sec_series);
+        splice(h.grad_norm, &mut self.grad_norm);
+        let mut checkpoints: Vec<_> = h.checkpoints.into_iter().filter(|(s, _)| (*s as f64) < first_live).collect();
+        checkpoints.append(&mut self.checkpoints);
+        self.checkpoints = checkpoints;
+        if self.step <= h.step {
+            self.step = h.step;
+            self.elapsed_secs = self.elapsed_secs.max(h.elapsed_secs);
+            self.trained_tokens = self.trained_tokens.max(h.trained_tokens);
+        }
+        if self.total_steps == 0 {
+            self.total_steps = h.total_steps;
+        }
+        if self.trainable_params == 0 {
+            self.trainable_params = h.trainable_params;
+        }
+        self.smoothing = -1.0;
+    }
+
     fn resmooth(&mut self, smoothing: f64) {
         self.smoothing = smoothing;
         self.ema = Ema::default();
@@ -100,11 +141,25 @@ pub struct TrainingPanel {
     pub log: EventLog,
     /// Steps received since the studio opened (all runs), for the frame-time measurement.
     pub steps_received: usize,
+    /// An interrupted run found after a restart, until it is resumed, dismissed or another run starts.
+    pub offer: Option<ResumeOffer>,
+    /// The run folder whose offer was dismissed (it is not offered again this session).
+    dismissed: Option<PathBuf>,
+    /// Recorded steps being read for the run shown: the part before a resume, or an interrupted run.
+    history: Option<PendingHistory>,
 }
 
 impl Default for TrainingPanel {
     fn default() -> Self {
-        Self { status: RunStatus::Idle, run: None, log: EventLog::default(), steps_received: 0 }
+        Self {
+            status: RunStatus::Idle,
+            run: None,
+            log: EventLog::default(),
+            steps_received: 0,
+            offer: None,
+            dismissed: None,
+            history: None,
+        }
     }
 }
 
@@ -122,6 +177,8 @@ impl TrainingPanel {
     /// A start was requested (the worker answers with `Started` or `Failed`).
     pub fn on_start_requested(&mut self, config: &crate::engine::train::TrainConfig) {
         self.status = RunStatus::Starting;
+        self.offer = None;
+        self.history = None;
         self.run = Some(LiveRun { smoothing: -1.0, ..Default::default() });
         let what = match &config.resume {
             Some(ckpt) => format!("resuming from {}", ckpt.display()),
@@ -199,6 +256,9 @@ impl TrainingPanel {
         run.train_examples = train_examples;
         run.valid_examples = valid_examples;
         self.status = RunStatus::Running;
+        if start_step > 0 {
+            self.history = Some(PendingHistory::spawn(&run_dir, Some(start_step)));
+        }
         self.log(
             Tone::Info,
             format!(
@@ -293,6 +353,8 @@ impl TrainingPanel {
         );
         self.controls_ui(ui, ctx);
         ui.add_space(6.0);
+        self.take_history(ui.ctx());
+        self.offer_ui(ui, ctx);
         let smoothing = ctx.prefs.smoothing as f64;
         if let Some(run) = &mut self.run {
             if (run.smoothing - smoothing).abs() > 1e-9 && !run.loss.is_empty() {
@@ -346,6 +408,64 @@ impl TrainingPanel {
         });
     }
 
+    /// Stop the run after its current step; the worker saves a final checkpoint.
+    pub fn request_stop(&mut self, actions: &mut Vec<Action>) {
+        actions.push(Action::Send(Command::StopTraining));
+        self.status = RunStatus::Stopping;
+        self.log(Tone::Warn, "stop requested");
+    }
+
+    /// The run list changed: offer the newest run if it was interrupted, and show its recorded plots, unless a
+    /// run was started or shown this session.
+    pub fn on_runs(&mut self, runs: &[RunInfo]) {
+        if self.status != RunStatus::Idle || self.run.is_some() && self.offer.is_none() {
+            return;
+        }
+        let offer = interrupted_run(runs).filter(|o| self.dismissed.as_ref() != Some(&o.run_dir));
+        if offer.as_ref().map(|o| &o.run_dir) != self.offer.as_ref().map(|o| &o.run_dir) {
+            self.run = None;
+            self.history = offer.as_ref().map(|o| PendingHistory::spawn(&o.run_dir, None));
+        }
+        self.offer = offer;
+    }
+
+    /// Fold in a history that finished reading: before a resumed run's live steps, or as the interrupted run.
+    fn take_history(&mut self, ctx: &egui::Context) {
+        let Some(pending) = &self.history else { return };
+        let Some(history) = pending.poll() else {
+            ctx.request_repaint_after(std::time::Duration::from_millis(50));
+            return;
+        };
+        let run_dir = pending.run_dir.clone();
+        self.history = None;
+        match &mut self.run {
+            Some(run) if run.run_dir.as_ref() == Some(&run_dir) => run.merge_history(history),
+            None if self.offer.as_ref().is_some_and(|o| o.run_dir == run_dir) => {
+                self.run = Some(LiveRun::from_history(run_dir, history));
+            }
+            _ => {}
+        }
+    }
+
+    /// The interrupted run's card, while the studio is idle and the resume is not already set up.
+    fn offer_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        let Some(offer) = &self.offer else { return };
+        if self.status.is_active() || ctx.prefs.train.resume.as_ref() == Some(&offer.checkpoint) {
+            return;
+        }
+        let elapsed = self.run.as_ref().map(|r| r.elapsed_secs).unwrap_or(0.0);
+        match offer.ui(ui, elapsed) {
+            Some(OfferChoice::Resume) => ctx.actions.push(offer.resume_action()),
+            Some(OfferChoice::Dismiss) => {
+                self.dismissed = Some(offer.run_dir.clone());
+                self.offer = None;
+                self.run = None;
+            }
+            None => {}
+        }
+        ui.add_space(6.0);
+    }
+
     fn controls_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         let ready = ready_config(ctx.prefs, ctx.model.loaded.as_ref(), ctx.prefs.dataset.as_ref());
         card_ui(ui, |ui| {
@@ -391,9 +511,7 @@ impl TrainingPanel {
                     .on_hover_text("Stop after the current step and save a final checkpoint")
                     .clicked()
                 {
-                    ctx.actions.push(Action::Send(Command::StopTraining));
-                    self.status = RunStatus::Stopping;
-                    self.log(Tone::Warn, "stop requested");
+                    self.request_stop(ctx.actions);
                 }
                 ui.add_space(12.0);
                 let color = match &self.status {
@@ -421,86 +539,6 @@ impl TrainingPanel {
             }
         });
     }
-}
-
-/// The four live plots, x axes linked.
-fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
-    let link = egui::Id::unique("train-plots-x");
-    let height = 200.0;
-    ui.columns(2, |cols| {
-        let ui = &mut cols[0];
-        ui.horizontal(|ui| {
-            ui.label(RichText::new("Loss").strong());
-            ui.add_space(10.0);
-            let l = ui.label(RichText::new("smoothing").weak());
-            ui.add(egui::Slider::new(smoothing, 0.0..=0.99).fixed_decimals(2))
-                .labelled_by(l.id)
-                .on_hover_text("Exponential moving average of the raw loss (debiased, as TensorBoard does)");
-        });
-        let raw = decimate(&run.loss, MAX_DRAWN_POINTS);
-        let smooth = decimate(&run.smoothed, MAX_DRAWN_POINTS);
-        Plot::new("loss-plot")
-            .allow_scroll(false)
-            .height(height)
-            .legend(Legend::default().position(Corner::RightTop))
-            .link_axis(link, [true, false])
-            .x_axis_label("step")
-            .show(ui, |plot| {
-                plot.line(Line::new("train (raw)", &raw[..]).color(palette::TRAIN_RAW).width(1.0));
-                plot.line(Line::new("train (smoothed)", &smooth[..]).color(palette::TRAIN).width(2.0));
-                if !run.val_loss.is_empty() {
-                    plot.line(Line::new("validation", &run.val_loss[..]).color(palette::VALID).width(2.0));
-                    plot.points(
-                        Points::new("validation", &run.val_loss[..])
-                            .color(palette::VALID)
-                            .radius(3.5)
-                            .shape(MarkerShape::Circle),
-                    );
-                }
-            });
-
-        let ui = &mut cols[1];
-        ui.label(RichText::new("Learning rate").strong());
-        let lr = decimate(&run.lr, MAX_DRAWN_POINTS);
-        Plot::new("lr-plot")
-            .allow_scroll(false)
-            .height(height)
-            .link_axis(link, [true, false])
-            .y_axis_formatter(widgets::axis_sci)
-            .include_y(0.0)
-            .x_axis_label("step")
-            .show(ui, |plot| {
-                plot.line(Line::new("learning rate", &lr[..]).color(palette::LR).width(2.0));
-            });
-    });
-    ui.add_space(4.0);
-    ui.columns(2, |cols| {
-        let ui = &mut cols[0];
-        ui.label(RichText::new("Throughput").strong());
-        let tps = decimate(&run.tokens_per_sec_series, MAX_DRAWN_POINTS);
-        Plot::new("tps-plot")
-            .allow_scroll(false)
-            .height(height * 0.8)
-            .link_axis(link, [true, false])
-            .include_y(0.0)
-            .x_axis_label("step")
-            .y_axis_label("tokens/s")
-            .show(ui, |plot| {
-                plot.line(Line::new("tokens/s", &tps[..]).color(palette::SPEED).width(2.0).fill(0.0).fill_alpha(0.15));
-            });
-        let ui = &mut cols[1];
-        ui.label(RichText::new("Gradient norm").strong());
-        let gn = decimate(&run.grad_norm, MAX_DRAWN_POINTS);
-        Plot::new("grad-plot")
-            .allow_scroll(false)
-            .height(height * 0.8)
-            .link_axis(link, [true, false])
-            .include_y(0.0)
-            .x_axis_label("step")
-            .show(ui, |plot| {
-                plot.line(Line::new("grad norm", &gn[..]).color(palette::SERIES[3]).width(1.5));
-            });
-    });
 }
 
 #[cfg(test)]

@@ -88,6 +88,13 @@ impl RunLock {
     }
 }
 
+/// Whether a process (this one included) holds `run_dir`'s claim now: a training is running there. Probed with a
+/// shared lock taken and dropped at once; a folder without a `.lock` file is not claimed.
+pub fn is_claimed(run_dir: &Path) -> bool {
+    let Ok(file) = File::open(run_dir.join(RUN_LOCK)) else { return false };
+    matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock))
+}
+
 /// `name.tmp-<pid>`, as [`crate::engine::checkpoint::write_atomic`] names its temporary files.
 fn is_temporary(name: &str) -> bool {
     name.rsplit_once(".tmp-").is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
@@ -126,8 +133,11 @@ mod tests {
         let err = RunLock::claim(&run).unwrap_err();
         assert!(matches!(err, Error::RunInUse { .. }), "{err}");
         assert!(err.to_string().contains(&run.display().to_string()), "{err}");
+        assert!(is_claimed(&run));
         drop(first);
+        assert!(!is_claimed(&run));
         RunLock::claim(&run).unwrap();
+        assert!(!is_claimed(&dir.path().join("never-run")));
     }
 
     #[test]

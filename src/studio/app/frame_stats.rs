@@ -99,7 +99,7 @@ impl StudioApp {
                     None => println!("{text}"),
                 }
                 self.worker.send(Command::StopTraining);
-                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+                super::close_without_asking(ctx);
             }
             _ => {}
         }

@@ -21,12 +21,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod chrome;
+mod close_guard;
 mod dropped_path;
 mod frame_stats;
 mod hub_flow;
 mod hub_status;
 mod prefs;
 
+pub use close_guard::{close_without_asking, CloseGuard};
 use dropped_path::first_gguf;
 pub use dropped_path::{classify_drop, Dropped};
 pub use frame_stats::FrameStats;
@@ -128,6 +130,7 @@ pub struct StudioApp {
     worker: Worker,
     /// The Help window: the system report (`metal-candle doctor`'s text) once the worker has gathered it.
     help: chrome::HelpWindow,
+    pub close_guard: CloseGuard,
     pub model: ModelStatus,
     pub hub: HubStatus,
     pub model_panel: ModelPanel,
@@ -159,6 +162,7 @@ impl StudioApp {
             prefs,
             worker,
             help: chrome::HelpWindow::default(),
+            close_guard: CloseGuard::default(),
             model: ModelStatus::default(),
             hub: HubStatus::new(
                 options
@@ -282,7 +286,10 @@ impl StudioApp {
             Event::GenerationFinished { id, stats } => self.chat_panel.on_finished(id, stats),
             Event::GenerationFailed { id, error } => self.chat_panel.on_failed(id, error.message),
             Event::Diagnosis { text } => self.help.text = Some(text),
-            Event::Runs { runs_dir, runs } => self.checkpoints_panel.on_runs(runs_dir, runs),
+            Event::Runs { runs_dir, runs } => {
+                self.training_panel.on_runs(&runs);
+                self.checkpoints_panel.on_runs(runs_dir, runs)
+            }
             Event::RunsFailed { error, .. } => self.checkpoints_panel.on_runs_failed(error.message),
             Event::CheckpointDeleted { path } => {
                 self.checkpoints_panel.on_deleted(&path);
@@ -467,6 +474,7 @@ impl StudioApp {
                 self.page_ui(ui);
             });
         self.help_window_ui(&ctx);
+        self.close_guard_ui(&ctx);
         self.toasts_ui(&ctx);
         self.drop_overlay_ui(&ctx);
         self.run_actions();
