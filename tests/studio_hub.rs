@@ -125,3 +125,25 @@ fn search_pick_download_cancel_resume_and_load() {
     assert_eq!(run["config"]["model_source"]["repo"], "org/tiny-llama");
     assert_eq!(run["config"]["data_source"]["repo"], "org/sample-chat");
 }
+
+#[test]
+fn an_empty_first_launch_offers_a_starter_model_that_downloads_and_loads() {
+    let starter = metal_candle::studio::starter_model::STARTER_REPO;
+    let server = HubServer::start(vec![FakeRepo::from_dir("models", starter, &common::fixture("tiny-llama"))], None);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut h = harness(&server, &tmp.path().join("hub"), &tmp.path().join("runs"));
+    app_mut(&mut h).prefs.page = Page::Model;
+    step_until(&mut h, "the scan for models on this machine", 60, |a| !a.model_panel.is_scanning());
+    // A machine with no models at all (this checkout's ./models holds the test suite's SmolLM2).
+    app_mut(&mut h).model_panel.on_models_found(Vec::new());
+    h.step();
+    assert!(h.query_by_label("New here? Start with a small model").is_some(), "the empty model page offers one");
+    click_button(&mut h, "Download and load SmolLM2-135M");
+    step_until(&mut h, "the starter model to download and load", 60, |a| {
+        a.model.loaded.is_some() || a.model.error.is_some() || a.hub.failed.is_some()
+    });
+    let a = app(&h);
+    assert!(a.model.loaded.is_some(), "error: {:?} / {:?}", a.model.error, a.hub.failed.as_ref().map(|f| &f.message));
+    h.step();
+    assert!(h.query_by_label("New here? Start with a small model").is_none(), "the offer is gone once a model loads");
+}

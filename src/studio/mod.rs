@@ -25,6 +25,7 @@ pub mod resume_offer;
 pub mod reveal;
 pub mod run_history;
 pub mod settings_panel;
+pub mod starter_model;
 pub mod training_panel;
 pub mod training_plots;
 pub mod widgets;

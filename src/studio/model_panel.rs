@@ -32,6 +32,11 @@ impl ModelPanel {
         &self.found
     }
 
+    /// Whether the look for models on this machine is still running.
+    pub fn is_scanning(&self) -> bool {
+        self.scanning
+    }
+
     pub fn on_models_found(&mut self, found: Vec<FoundModel>) {
         self.found = found;
         self.scanning = false;
@@ -77,6 +82,10 @@ impl ModelPanel {
                 }
             }
             ui.add_space(8.0);
+            let nothing_yet = ctx.model.loaded.is_none() && ctx.model.loading.is_none() && self.found.is_empty();
+            if nothing_yet && !self.scanning {
+                super::starter_model::offer_ui(ui, ctx);
+            }
             self.hub.ui(ui, ctx);
             ui.add_space(8.0);
             self.found_ui(ui, ctx);
