@@ -117,7 +117,8 @@ fn a_killed_run_is_offered_for_resume_and_its_plots_cover_the_whole_run() {
     h.step();
     let offer = app(&h).training_panel.offer.clone().unwrap();
     assert_eq!(offer.run_name, "killed");
-    assert!(offer.checkpoint_step >= 4 && offer.reached_step >= offer.checkpoint_step, "{offer:?}");
+    let (checkpoint, checkpoint_step) = offer.checkpoint.clone().expect("the run saved checkpoints");
+    assert!(checkpoint_step >= 4 && offer.reached_step >= checkpoint_step, "{offer:?}");
     let recorded = app(&h).training_panel.run.as_ref().unwrap().loss.len();
     assert!(recorded >= 4, "the interrupted run's recorded steps are plotted");
     assert!(h.query_by_label("The last run, killed, did not finish").is_some());
@@ -126,12 +127,12 @@ fn a_killed_run_is_offered_for_resume_and_its_plots_cover_the_whole_run() {
         .is_none());
 
     // Resume: the run's model, dataset and settings come back; it continues for two more steps.
-    click(&mut h, &format!("Resume from step {}", offer.checkpoint_step));
-    assert_eq!(app(&h).prefs.train.resume.as_ref(), Some(&offer.checkpoint));
+    click(&mut h, &format!("Resume from step {checkpoint_step}"));
+    assert_eq!(app(&h).prefs.train.resume.as_ref(), Some(&checkpoint));
     step_until(&mut h, "the run's model and dataset", 60, |a| {
         a.model.loaded.is_some() && a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some())
     });
-    let total = offer.checkpoint_step + 2;
+    let total = checkpoint_step + 2;
     app_mut(&mut h).prefs.train.iters = Some(total);
     h.step();
     click(&mut h, "Resume training");

@@ -19,6 +19,7 @@ pub mod event_log;
 pub mod export_dialog;
 pub mod file_picker;
 pub mod hub_panel;
+pub mod live_run;
 pub mod model_panel;
 pub mod rank_panel;
 pub mod resume_offer;

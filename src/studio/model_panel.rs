@@ -83,8 +83,9 @@ impl ModelPanel {
             }
             ui.add_space(8.0);
             let nothing_yet = ctx.model.loaded.is_none() && ctx.model.loading.is_none() && self.found.is_empty();
-            if nothing_yet && !self.scanning {
-                super::starter_model::offer_ui(ui, ctx);
+            if nothing_yet && !self.scanning && super::starter_model::offer_ui(ui, ctx.hub.download.is_some()) {
+                let spec = super::starter_model::STARTER_REPO.to_string();
+                ctx.actions.push(Action::Download { spec, kind: crate::engine::hub::RepoKind::Model });
             }
             self.hub.ui(ui, ctx);
             ui.add_space(8.0);

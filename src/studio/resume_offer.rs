@@ -1,7 +1,6 @@
 //! After a restart: the newest run that ended without finishing (the window was closed, the process was killed,
 //! the machine went down), offered on the training page for resuming from its last checkpoint.
 
-use super::app::Action;
 use super::widgets::{fmt_secs, palette};
 use crate::engine::train::run_folder::{RunInfo, RunStatus};
 use crate::engine::train::TrainConfig;
@@ -16,28 +15,32 @@ pub struct ResumeOffer {
     /// The last step metrics.jsonl recorded, and the run's planned length.
     pub reached_step: usize,
     pub total_steps: Option<usize>,
-    pub checkpoint: PathBuf,
-    pub checkpoint_step: usize,
+    /// The newest checkpoint and its step; None when the run ended before its first save.
+    pub checkpoint: Option<(PathBuf, usize)>,
     pub config: Option<TrainConfig>,
 }
 
 /// The offer for `runs` (newest first, as the run list has them): only the newest run counts (an older
-/// interrupted run was followed by newer work), and only when it has no end event, no process is training in
-/// it, and it saved at least one checkpoint.
+/// interrupted run was followed by newer work), and only when it trained at least one step, has no end event
+/// and no process is training in it. One that died before its first checkpoint is shown too: the user learns
+/// what happened, though there is nothing to resume.
 pub fn interrupted_run(runs: &[RunInfo]) -> Option<ResumeOffer> {
     let run = runs.first()?;
     if run.status != RunStatus::Incomplete || crate::engine::train::run_lock::is_claimed(&run.dir) {
         return None;
     }
-    let last = run.checkpoints.iter().max_by_key(|c| c.step)?;
-    let reached_step = run.train_loss.last().map(|p| p[0] as usize).unwrap_or(last.step).max(last.step);
+    let last = run.checkpoints.iter().max_by_key(|c| c.step);
+    let recorded = run.train_loss.last().map(|p| p[0] as usize);
+    let reached_step = recorded.unwrap_or(0).max(last.map_or(0, |c| c.step));
+    if reached_step == 0 {
+        return None;
+    }
     Some(ResumeOffer {
         run_name: run.name.clone(),
         run_dir: run.dir.clone(),
         reached_step,
         total_steps: run.total_steps,
-        checkpoint: last.path.clone(),
-        checkpoint_step: last.step,
+        checkpoint: last.map(|c| (c.path.clone(), c.step)),
         config: run.config.clone(),
     })
 }
@@ -60,25 +63,37 @@ impl ResumeOffer {
             ui.label(
                 RichText::new(format!("The last run, {}, did not finish", self.run_name)).strong().color(palette::WARN),
             );
-            ui.label(format!(
-                "It reached step {}{of_total} after {} of training, then ended without a stop or finish (the studio \
-                 was closed or the process was killed). Its last checkpoint is step {}{}.",
+            let how = "then ended without a stop or finish (the studio was closed or the process was killed)";
+            let at = format!(
+                "It reached step {}{of_total} after {} of training, {how}.",
                 self.reached_step,
-                fmt_secs(elapsed_secs),
-                self.checkpoint_step,
-                match self.reached_step.saturating_sub(self.checkpoint_step) {
-                    0 => String::new(),
-                    lost => format!(": resuming repeats the {lost} step{} after it", if lost == 1 { "" } else { "s" }),
-                }
-            ));
+                fmt_secs(elapsed_secs)
+            );
+            ui.label(match &self.checkpoint {
+                Some((_, step)) => match self.reached_step.saturating_sub(*step) {
+                    0 => format!("{at} Its last checkpoint is step {step}."),
+                    lost => format!(
+                        "{at} Its last checkpoint is step {step}: resuming repeats the {lost} step{} after it.",
+                        if lost == 1 { "" } else { "s" }
+                    ),
+                },
+                None => format!(
+                    "{at} It had saved no checkpoint yet, so there is nothing to resume: start it again (a smaller \
+                     \"save every\" in the LoRA settings keeps more of a run that may be cut short)."
+                ),
+            });
             ui.label(RichText::new(format!("run folder {}", self.run_dir.display())).weak().small());
             ui.horizontal(|ui| {
-                let resume = ui
-                    .button(RichText::new(format!("Resume from step {}", self.checkpoint_step)).strong())
-                    .on_hover_text(
-                        "Load the run's model, dataset and settings and get ready to continue from its last \
+                let Some((_, step)) = &self.checkpoint else {
+                    if ui.button("Dismiss").on_hover_text("The run stays in Checkpoints with its plots").clicked() {
+                        choice = Some(OfferChoice::Dismiss);
+                    }
+                    return;
+                };
+                let resume = ui.button(RichText::new(format!("Resume from step {step}")).strong()).on_hover_text(
+                    "Load the run's model, dataset and settings and get ready to continue from its last \
                          checkpoint: the same data order, learning rate and optimizer state, as if never stopped",
-                    );
+                );
                 if resume.clicked() {
                     choice = Some(OfferChoice::Resume);
                 }
@@ -90,8 +105,52 @@ impl ResumeOffer {
         choice
     }
 
-    /// The app action that sets up the resume.
-    pub fn resume_action(&self) -> Action {
-        Action::ResumeFrom { checkpoint: self.checkpoint.clone(), config: self.config.clone().map(Box::new) }
+    /// The checkpoint to resume from and the run's settings; None without a checkpoint.
+    pub fn resume_from(&self) -> Option<(PathBuf, Option<Box<TrainConfig>>)> {
+        let (checkpoint, _) = self.checkpoint.clone()?;
+        Some((checkpoint, self.config.clone().map(Box::new)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::checkpoint::CheckpointInfo;
+
+    fn run(status: RunStatus, steps: usize, checkpoints: &[usize]) -> RunInfo {
+        RunInfo {
+            name: "r".into(),
+            dir: PathBuf::from("/nonexistent/runs/r"),
+            config: None,
+            started_unix_secs: Some(1),
+            train_loss: (1..=steps).map(|s| [s as f64, 2.0]).collect(),
+            val_loss: vec![],
+            total_steps: Some(100),
+            trainable_params: Some(10),
+            status,
+            checkpoints: checkpoints
+                .iter()
+                .map(|&step| CheckpointInfo {
+                    step,
+                    path: PathBuf::from(format!("/nonexistent/runs/r/checkpoint-{step}")),
+                    size_bytes: 1,
+                    train_loss: None,
+                    val_loss: None,
+                    saved_unix_secs: 1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn only_the_newest_unfinished_run_with_steps_is_offered() {
+        let offer = interrupted_run(&[run(RunStatus::Incomplete, 37, &[20, 30])]).unwrap();
+        assert_eq!((offer.reached_step, offer.checkpoint.unwrap().1), (37, 30));
+        let no_save = interrupted_run(&[run(RunStatus::Incomplete, 12, &[])]).unwrap();
+        assert!(no_save.checkpoint.is_none() && no_save.resume_from().is_none());
+        assert!(interrupted_run(&[run(RunStatus::Incomplete, 0, &[])]).is_none(), "died before its first step");
+        assert!(interrupted_run(&[run(RunStatus::Stopped, 37, &[37])]).is_none());
+        let older = [run(RunStatus::Finished, 100, &[100]), run(RunStatus::Incomplete, 37, &[30])];
+        assert!(interrupted_run(&older).is_none(), "newer work followed the interrupted run");
     }
 }

@@ -6,11 +6,12 @@
 
 use super::app::{Action, PanelCtx};
 use super::event_log::EventLog;
+pub use super::live_run::LiveRun;
 use super::resume_offer::{interrupted_run, OfferChoice, ResumeOffer};
-use super::run_history::{PendingHistory, RunHistory};
+use super::run_history::PendingHistory;
 use super::settings_panel::ready_config;
 use super::training_plots::plots_ui;
-use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_loss, fmt_sci, fmt_secs, palette, Ema, Tone};
+use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_loss, fmt_sci, fmt_secs, palette, Tone};
 use crate::engine::train::run_folder::RunInfo;
 use crate::engine::train::TrainEvent;
 use crate::worker::Command;
@@ -54,87 +55,6 @@ impl RunStatus {
     }
 }
 
-/// Everything plotted and shown about the live run.
-#[derive(Debug, Clone, Default)]
-pub struct LiveRun {
-    pub run_dir: Option<PathBuf>,
-    pub total_steps: usize,
-    pub start_step: usize,
-    pub trainable_params: usize,
-    pub train_examples: usize,
-    pub valid_examples: usize,
-    pub step: usize,
-    pub elapsed_secs: f64,
-    pub eta_secs: Option<f64>,
-    pub tokens_per_sec: Option<f64>,
-    pub trained_tokens: usize,
-    pub loss: Vec<PlotPoint>,
-    pub smoothed: Vec<PlotPoint>,
-    pub val_loss: Vec<PlotPoint>,
-    pub lr: Vec<PlotPoint>,
-    pub tokens_per_sec_series: Vec<PlotPoint>,
-    pub grad_norm: Vec<PlotPoint>,
-    pub checkpoints: Vec<(usize, PathBuf)>,
-    ema: Ema,
-    smoothing: f64,
-}
-
-impl LiveRun {
-    fn push_loss(&mut self, step: f64, loss: f64, smoothing: f64) {
-        self.loss.push(PlotPoint::new(step, loss));
-        if (smoothing - self.smoothing).abs() > 1e-9 {
-            self.resmooth(smoothing);
-        } else {
-            let s = self.ema.push(loss, smoothing);
-            self.smoothed.push(PlotPoint::new(step, s));
-        }
-    }
-
-    /// A run shown from its recorded history alone (an interrupted run after a restart).
-    fn from_history(run_dir: PathBuf, h: RunHistory) -> Self {
-        let mut run = Self { run_dir: Some(run_dir), smoothing: -1.0, ..Default::default() };
-        run.merge_history(h);
-        run
-    }
-
-    /// Put the recorded steps before the first live one in front of the live series (a resumed run), and take
-    /// the counters from the history where no live step has arrived yet. Smoothing is redone on the next frame.
-    fn merge_history(&mut self, h: RunHistory) {
-        let first_live = self.loss.first().map(|p| p.x).unwrap_or(f64::INFINITY);
-        let splice = |older: Vec<PlotPoint>, live: &mut Vec<PlotPoint>| {
-            let mut merged: Vec<PlotPoint> = older.into_iter().filter(|p| p.x < first_live).collect();
-            merged.append(live);
-            *live = merged;
-        };
-        splice(h.loss, &mut self.loss);
-        splice(h.val_loss, &mut self.val_loss);
-        splice(h.lr, &mut self.lr);
-        splice(h.tokens_per_sec, &mut self.tokens_per_sec_series);
-        splice(h.grad_norm, &mut self.grad_norm);
-        let mut checkpoints: Vec<_> = h.checkpoints.into_iter().filter(|(s, _)| (*s as f64) < first_live).collect();
-        checkpoints.append(&mut self.checkpoints);
-        self.checkpoints = checkpoints;
-        if self.step <= h.step {
-            self.step = h.step;
-            self.elapsed_secs = self.elapsed_secs.max(h.elapsed_secs);
-            self.trained_tokens = self.trained_tokens.max(h.trained_tokens);
-        }
-        if self.total_steps == 0 {
-            self.total_steps = h.total_steps;
-        }
-        if self.trainable_params == 0 {
-            self.trainable_params = h.trainable_params;
-        }
-        self.smoothing = -1.0;
-    }
-
-    fn resmooth(&mut self, smoothing: f64) {
-        self.smoothing = smoothing;
-        self.ema = Ema::default();
-        self.smoothed = self.loss.iter().map(|p| PlotPoint::new(p.x, self.ema.push(p.y, smoothing))).collect();
-    }
-}
-
 pub struct TrainingPanel {
     pub status: RunStatus,
     pub run: Option<LiveRun>,
@@ -168,6 +88,14 @@ impl TrainingPanel {
         self.status.is_active()
     }
 
+    /// The status in a word, for the page and the top bar: "interrupted" while an interrupted run is shown.
+    pub fn status_label(&self) -> String {
+        if self.status == RunStatus::Idle && self.offer.is_some() {
+            return "interrupted".into();
+        }
+        self.status.label()
+    }
+
     fn log(&mut self, tone: Tone, text: impl Into<String>) {
         // Stamped with the run's training time (what its plots and metrics use), not the studio's uptime.
         let at_secs = self.run.as_ref().map(|r| r.elapsed_secs).unwrap_or(0.0);
@@ -179,7 +107,7 @@ impl TrainingPanel {
         self.status = RunStatus::Starting;
         self.offer = None;
         self.history = None;
-        self.run = Some(LiveRun { smoothing: -1.0, ..Default::default() });
+        self.run = Some(LiveRun::pending());
         let what = match &config.resume {
             Some(ckpt) => format!("resuming from {}", ckpt.display()),
             None => format!("new run on {}", config.data.display()),
@@ -357,9 +285,7 @@ impl TrainingPanel {
         self.offer_ui(ui, ctx);
         let smoothing = ctx.prefs.smoothing as f64;
         if let Some(run) = &mut self.run {
-            if (run.smoothing - smoothing).abs() > 1e-9 && !run.loss.is_empty() {
-                run.resmooth(smoothing);
-            }
+            run.follow_smoothing(smoothing);
         }
         egui::ScrollArea::vertical().id_salt("training-page").auto_shrink([false; 2]).show(ui, |ui| {
             if let Some(run) = &self.run {
@@ -450,12 +376,18 @@ impl TrainingPanel {
     /// The interrupted run's card, while the studio is idle and the resume is not already set up.
     fn offer_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         let Some(offer) = &self.offer else { return };
-        if self.status.is_active() || ctx.prefs.train.resume.as_ref() == Some(&offer.checkpoint) {
+        if self.status.is_active()
+            || offer.checkpoint.as_ref().is_some_and(|(c, _)| ctx.prefs.train.resume.as_ref() == Some(c))
+        {
             return;
         }
         let elapsed = self.run.as_ref().map(|r| r.elapsed_secs).unwrap_or(0.0);
         match offer.ui(ui, elapsed) {
-            Some(OfferChoice::Resume) => ctx.actions.push(offer.resume_action()),
+            Some(OfferChoice::Resume) => {
+                if let Some((checkpoint, config)) = offer.resume_from() {
+                    ctx.actions.push(Action::ResumeFrom { checkpoint, config });
+                }
+            }
             Some(OfferChoice::Dismiss) => {
                 self.dismissed = Some(offer.run_dir.clone());
                 self.offer = None;
@@ -521,7 +453,7 @@ impl TrainingPanel {
                     _ => ui.visuals().weak_text_color(),
                 };
                 widgets::status_dot_ui(ui, color);
-                ui.label(RichText::new(self.status.label()).color(color).strong());
+                ui.label(RichText::new(self.status_label()).color(color).strong());
             });
             if let Some(ckpt) = ctx.prefs.train.resume.clone() {
                 ui.horizontal(|ui| {

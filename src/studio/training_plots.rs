@@ -1,7 +1,7 @@
 //! The training page's four live plots (loss raw and smoothed with validation points, learning rate,
 //! throughput, gradient norm), their x axes linked; long series are decimated for drawing only.
 
-use super::training_panel::LiveRun;
+use super::live_run::LiveRun;
 use super::widgets::{self, decimate, palette};
 use egui::{RichText, Ui};
 use egui_plot::{Corner, Legend, Line, MarkerShape, Plot, Points};

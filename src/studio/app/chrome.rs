@@ -62,7 +62,12 @@ impl StudioApp {
                         if r.on_hover_text("Open the training page").clicked() {
                             self.prefs.page = Page::Training;
                         }
-                        ui.label(format!("{} {}/{}{eta}", status.label(), run.step, run.total_steps));
+                        ui.label(format!(
+                            "{} {}/{}{eta}",
+                            self.training_panel.status_label(),
+                            run.step,
+                            run.total_steps
+                        ));
                     }
                 }
             });
@@ -125,7 +130,7 @@ impl StudioApp {
                     crate::studio::training_panel::RunStatus::Failed(_) => palette::ERROR,
                     _ => weak,
                 };
-                (Some(s.label()), color)
+                (Some(self.training_panel.status_label()), color)
             }
             Page::Checkpoints => {
                 let n: usize = self.checkpoints_panel.runs.iter().map(|r| r.checkpoints.len()).sum();
