@@ -80,6 +80,9 @@ pub struct RowPage {
     pub templated: bool,
 }
 
+/// The last search: (split, lowercased text) and the indices of its matches.
+type LastSearch = (SplitName, String, Arc<Vec<usize>>);
+
 /// The rows of a dataset held for paging and search.
 pub struct RowBrowser {
     pub path: PathBuf,
@@ -87,8 +90,7 @@ pub struct RowBrowser {
     splits: Vec<RawSplit>,
     /// Each file read with its modification time and size when it was read.
     stamps: Vec<(PathBuf, Option<SystemTime>, u64)>,
-    /// The last search: (split, lowercased text) and the indices of its matches.
-    last_search: Mutex<Option<(SplitName, String, Arc<Vec<usize>>)>>,
+    last_search: Mutex<Option<LastSearch>>,
 }
 
 impl RowBrowser {
@@ -257,6 +259,43 @@ impl Needle {
     }
 }
 
+/// The byte ranges of `text` where `search` occurs, ignoring case as the search does (for highlighting the
+/// matches of a page's rows); none for an empty search.
+pub fn match_ranges(text: &str, search: &str) -> Vec<std::ops::Range<usize>> {
+    let needle: Vec<char> = search.trim().to_lowercase().chars().collect();
+    let mut ranges = Vec::new();
+    if needle.is_empty() {
+        return ranges;
+    }
+    let mut start = 0;
+    while start < text.len() {
+        match match_end(&text[start..], &needle) {
+            Some(len) => {
+                ranges.push(start..start + len);
+                start += len;
+            }
+            None => start += text[start..].chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    ranges
+}
+
+/// The byte length of the prefix of `text` that lowercases to `needle`, if one does.
+fn match_end(text: &str, needle: &[char]) -> Option<usize> {
+    let mut wanted = needle.iter();
+    for (at, c) in text.char_indices() {
+        for lower in c.to_lowercase() {
+            if wanted.next() != Some(&lower) {
+                return None;
+            }
+        }
+        if wanted.len() == 0 {
+            return Some(at + c.len_utf8());
+        }
+    }
+    None
+}
+
 /// Whether any text of the row (a turn's content, a tool call, a tool's name) contains the needle.
 fn row_matches(row: &Row, needle: &Needle) -> bool {
     match row {
@@ -328,6 +367,13 @@ mod tests {
         assert_eq!((valid.split, valid.matches), (Some(SplitName::Valid), 1));
         let missing = browser.page(&query(Some(SplitName::Test), "", 0, 10), None);
         assert_eq!(missing.split, Some(SplitName::Train), "a split the dataset lacks shows the first");
+    }
+
+    #[test]
+    fn match_ranges_mark_every_match_in_any_case() {
+        assert_eq!(match_ranges("Paris, PARIS, parís", "paris"), vec![0..5, 7..12]);
+        assert_eq!(match_ranges("Un ÉCLAIR, un éclair", "éclair"), vec![3..10, 15..22]);
+        assert!(match_ranges("anything", "  ").is_empty());
     }
 
     #[test]

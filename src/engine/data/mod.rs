@@ -27,7 +27,7 @@ pub mod turn_order;
 pub use batches::{
     collate, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
 };
-pub use browse::{BrowsedRow, RowBrowser, RowPage, RowQuery, RowRendering, RowView};
+pub use browse::{match_ranges, BrowsedRow, RowBrowser, RowPage, RowQuery, RowRendering, RowView};
 pub use columns::{ColumnMap, ReadOptions};
 pub use detect::{Detection, ParsedFile};
 pub use files::jsonl::parse_jsonl;
