@@ -127,7 +127,9 @@ impl RowsView {
     /// The section; returns the request for the page to show when it changed. `source` is None while the
     /// dataset is being inspected.
     pub fn ui(&mut self, ui: &mut Ui, report: &DatasetReport, source: Option<RowsSource>) -> Option<Command> {
-        let splits: Vec<(SplitName, usize)> = report.splits.iter().map(|s| (s.split, s.rows)).collect();
+        // A split training refuses (ambiguous format, mixed files) has nothing to page; the report says why.
+        let splits: Vec<(SplitName, usize)> =
+            report.splits.iter().filter(|s| s.error.is_none()).map(|s| (s.split, s.rows)).collect();
         if splits.iter().all(|(_, rows)| *rows == 0) {
             return None;
         }
