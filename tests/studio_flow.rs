@@ -129,8 +129,15 @@ fn open_model_train_browse_checkpoint_and_chat() {
         assert_eq!(report.rows(SplitName::Train), 8);
         assert_eq!(report.rows(SplitName::Valid), 2);
         assert_eq!(report.problem_count(), 0);
-        assert!(!report.preview.is_empty(), "rows are previewed through the chat template");
-        let pieces = &report.preview[0].pieces;
+    }
+    step_until(&mut h, "rows through the chat template", 60, |a| {
+        a.dataset_panel.rows.page.as_ref().is_some_and(|p| p.templated && !p.rows.is_empty())
+    });
+    {
+        let page = app(&h).dataset_panel.rows.page.clone().unwrap();
+        let metal_candle::engine::data::RowView::Templated { pieces, .. } = &page.rows[0].view else {
+            panic!("rows are shown through the chat template: {:?}", page.rows[0].view)
+        };
         assert!(pieces.iter().any(|(_, trained)| *trained) && pieces.iter().any(|(_, trained)| !*trained));
     }
     h.step();

@@ -1,77 +1,21 @@
-//! The chat page: talk to the base model, to the base model with a checkpoint's adapter, or to both side by
-//! side with the same prompt. Replies stream token by token from the worker's KV-cache generator, which runs on
-//! its own thread and shares the loaded base weights with any training run.
+//! The chat page: talk to the base model, to the base model with an adapter (a checkpoint of a run, or a PEFT
+//! adapter folder from anywhere: [`super::chat_adapter`]), or to both side by side with the same prompt.
+//! Replies stream token by token from the worker's KV-cache generator, which runs on its own thread and shares
+//! the loaded base weights with any training run. A conversation exports to JSON or Markdown
+//! ([`super::chat_export`]).
 
-use super::app::{Action, PanelCtx};
+use super::app::{Action, ChatPrefs, ModelStatus, Page, PanelCtx, Prefs};
+use super::chat_adapter::AdapterLoader;
+use super::chat_export::ChatExport;
+use super::chat_transcript::ChatSetup;
+pub use super::chat_transcript::{ChatMode, Exchange, Reply};
 use super::widgets::{self, banner_ui, palette, Tone};
 use crate::engine::model::chat_template::ChatMessage;
-use crate::worker::{display_name, ChatSide, CheckpointInfo, Command, GenerateJob, GenerationStats};
+use crate::worker::{display_name, ChatSide, CheckpointInfo, Command, Event, GenerateJob, GenerationStats};
 use egui::{DragValue, RichText, Ui};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
-
-/// Which model(s) answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub enum ChatMode {
-    #[default]
-    Base,
-    Adapter,
-    SideBySide,
-}
-
-/// One streamed (or streaming) reply.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    pub id: u64,
-    pub text: String,
-    pub streaming: bool,
-    pub started: Instant,
-    pub first_token_at: Option<Instant>,
-    pub pieces: usize,
-    pub stats: Option<GenerationStats>,
-    pub error: Option<String>,
-    /// The worker's warnings: the adapter was trained on another base model, the model has no chat template.
-    pub warning: Option<String>,
-    /// The adapter that produced it (None: base model).
-    pub adapter: Option<PathBuf>,
-}
-
-impl Reply {
-    /// Tokens/s: the final decode rate, or a live estimate from the pieces streamed so far.
-    pub fn tokens_per_sec(&self) -> Option<f64> {
-        if let Some(s) = &self.stats {
-            return Some(s.decode_tokens_per_sec());
-        }
-        let first = self.first_token_at?;
-        let secs = first.elapsed().as_secs_f64();
-        (secs > 0.2 && self.pieces > 1).then(|| (self.pieces - 1) as f64 / secs)
-    }
-}
-
-/// A user message and the replies to it.
-#[derive(Debug, Clone)]
-pub struct Exchange {
-    pub user: String,
-    pub base: Option<Reply>,
-    pub adapter: Option<Reply>,
-}
-
-impl Exchange {
-    fn reply(&self, side: ChatSide) -> Option<&Reply> {
-        match side {
-            ChatSide::Base => self.base.as_ref(),
-            ChatSide::Adapter => self.adapter.as_ref(),
-        }
-    }
-
-    fn reply_mut(&mut self, side: ChatSide) -> &mut Option<Reply> {
-        match side {
-            ChatSide::Base => &mut self.base,
-            ChatSide::Adapter => &mut self.adapter,
-        }
-    }
-}
 
 #[derive(Default)]
 pub struct ChatPanel {
@@ -86,6 +30,10 @@ pub struct ChatPanel {
     /// Generation id -> (exchange index, side).
     pending: HashMap<u64, (usize, ChatSide)>,
     next_id: u64,
+    /// "Load adapter…": an adapter folder from anywhere, checked against the model.
+    pub loader: AdapterLoader,
+    /// "Export…": the conversation to a JSON or Markdown file.
+    pub export: ChatExport,
 }
 
 impl ChatPanel {
@@ -93,12 +41,52 @@ impl ChatPanel {
         !self.pending.is_empty()
     }
 
-    /// Choose a checkpoint for the adapter side.
-    pub fn open_checkpoint(&mut self, checkpoint: PathBuf, base_model: Option<PathBuf>, mode: &mut ChatMode) {
-        self.adapter = Some(checkpoint);
+    /// Open the chat with a checkpoint's adapter (the checkpoints page's "Open in chat"); returns the load of
+    /// its base model when no model is loaded or loading and the base is on disk.
+    pub fn open_checkpoint(
+        &mut self,
+        checkpoint: PathBuf,
+        base_model: PathBuf,
+        model: &ModelStatus,
+        prefs: &mut Prefs,
+    ) -> Option<Action> {
+        let base = (!base_model.as_os_str().is_empty()).then_some(base_model);
+        let load = base
+            .clone()
+            .filter(|b| model.loaded.is_none() && model.loading.is_none() && b.exists())
+            .map(Action::LoadModel);
+        self.use_adapter(checkpoint, base, &mut prefs.chat);
+        prefs.page = Page::Chat;
+        load
+    }
+
+    /// Answer with `adapter` from now on (the adapter side, unless side by side is already on).
+    fn use_adapter(&mut self, adapter: PathBuf, base_model: Option<PathBuf>, chat: &mut ChatPrefs) {
+        self.adapter = Some(adapter);
         self.adapter_base = base_model;
-        if *mode == ChatMode::Base {
-            *mode = ChatMode::Adapter;
+        if chat.mode == ChatMode::Base {
+            chat.mode = ChatMode::Adapter;
+        }
+    }
+
+    /// The worker's chat events: generation progress, and the answer to an adapter check.
+    pub fn on_event(&mut self, event: Event, chat: &mut ChatPrefs) {
+        match event {
+            Event::GenerationStarted { id, prompt_tokens, adapter_warning, template_warning } => {
+                self.on_started(id, prompt_tokens, [adapter_warning, template_warning])
+            }
+            Event::Token { id, text } => self.on_token(id, &text),
+            Event::GenerationFinished { id, stats } => self.on_finished(id, stats),
+            Event::GenerationFailed { id, error } => self.on_failed(id, error.message),
+            Event::AdapterChecked { path, check } => {
+                let asked_for = self.loader.on_checked(path.clone(), *check);
+                if asked_for {
+                    super::app::remember(&mut chat.recent_adapters, &path);
+                    self.use_adapter(path, None, chat);
+                }
+            }
+            Event::AdapterCheckFailed { path, error } => self.loader.on_failed(path, error.message),
+            _ => {}
         }
     }
 
@@ -170,18 +158,7 @@ impl ChatPanel {
             self.next_id += 1;
             let id = self.next_id;
             let messages = self.history(side, ctx.prefs.chat.system_prompt.trim());
-            *self.exchanges[index].reply_mut(side) = Some(Reply {
-                id,
-                text: String::new(),
-                streaming: true,
-                started: Instant::now(),
-                first_token_at: None,
-                pieces: 0,
-                stats: None,
-                error: None,
-                warning: None,
-                adapter: adapter.clone(),
-            });
+            *self.exchanges[index].reply_mut(side) = Some(Reply::new(id, adapter.clone()));
             self.pending.insert(id, (index, side));
             let c = &ctx.prefs.chat;
             ctx.actions.push(Action::Send(Command::Generate(GenerateJob {
@@ -236,9 +213,19 @@ impl ChatPanel {
         egui::Panel::top("chat-top").show(ui, |ui| self.top_ui(ui, ctx, checkpoints));
         egui::Panel::bottom("chat-input").show(ui, |ui| self.input_ui(ui, ctx));
         egui::CentralPanel::default().show(ui, |ui| self.transcript_ui(ui, ctx));
+        let setup = ChatSetup {
+            model: ctx.model.loaded.as_ref().map(|m| m.path.clone()),
+            adapter: self.adapter.clone(),
+            mode: ctx.prefs.chat.mode,
+            system_prompt: ctx.prefs.chat.system_prompt.clone(),
+            sampling: ctx.prefs.chat.sampling.clone(),
+            max_new_tokens: ctx.prefs.chat.max_tokens,
+        };
+        self.export.dialog_ui(ui, &self.exchanges, &setup);
     }
 
     fn top_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, checkpoints: &[(String, &CheckpointInfo)]) {
+        let mut commands = Vec::new();
         ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new("Base").weak());
             match &ctx.model.loaded {
@@ -246,32 +233,23 @@ impl ChatPanel {
                 None => ui.label(RichText::new("no model loaded").color(palette::WARN)),
             };
             ui.separator();
-            let l = ui.label(RichText::new("Adapter").weak());
-            let current = self.adapter.as_ref().map(|p| checkpoint_label(p)).unwrap_or_else(|| "none".into());
-            egui::ComboBox::from_id_salt("adapter-pick")
-                .selected_text(current)
-                .width(260.0)
-                .show_ui(ui, |ui| {
-                    if ui.selectable_label(self.adapter.is_none(), "none").clicked() {
-                        self.adapter = None;
-                        self.adapter_base = None;
-                    }
-                    for (run, c) in checkpoints {
-                        let selected = self.adapter.as_ref() == Some(&c.path);
-                        if ui.selectable_label(selected, format!("{run} / step {}", c.step)).clicked() {
-                            self.adapter = Some(c.path.clone());
-                            self.adapter_base = None;
-                        }
-                    }
-                })
-                .response
-                .labelled_by(l.id);
+            self.adapter_pick_ui(ui, &ctx.prefs.chat.recent_adapters, checkpoints, &mut commands);
+            if ui
+                .add_enabled(!self.loader.is_checking(), egui::Button::new("Load adapter…"))
+                .on_hover_text(
+                    "Use an adapter folder from anywhere: a PEFT adapter (adapter_config.json + \
+                     adapter_model.safetensors) or a checkpoint of another run. It is checked against the loaded model.",
+                )
+                .clicked()
+            {
+                self.loader.open = !self.loader.open;
+            }
             ui.separator();
             let mode = &mut ctx.prefs.chat.mode;
             ui.selectable_value(mode, ChatMode::Base, "Base").on_hover_text("Only the base model answers");
             ui.add_enabled_ui(self.adapter.is_some(), |ui| {
                 ui.selectable_value(mode, ChatMode::Adapter, "With adapter")
-                    .on_hover_text("The base model with the chosen checkpoint's adapter");
+                    .on_hover_text("The base model with the chosen adapter");
                 ui.selectable_value(mode, ChatMode::SideBySide, "Side by side")
                     .on_hover_text("The same prompt answered by both");
             });
@@ -279,6 +257,9 @@ impl ChatPanel {
                 *mode = ChatMode::Base;
             }
         });
+        self.loader.row_ui(ui, &mut commands);
+        ctx.actions.extend(commands.into_iter().map(Action::Send));
+        self.loader.info_ui(ui, self.adapter.as_deref());
         if let (Some(base), Some(loaded)) = (&self.adapter_base, &ctx.model.loaded) {
             if !base.as_os_str().is_empty() && !crate::worker::paths_match(base, &loaded.path) {
                 ui.horizontal(|ui| {
@@ -294,6 +275,50 @@ impl ChatPanel {
             }
         }
         ui.add_space(2.0);
+    }
+
+    /// The adapter dropdown: none, every checkpoint of the runs, and the folders loaded before (checked again
+    /// when picked: the model may have changed since).
+    fn adapter_pick_ui(
+        &mut self,
+        ui: &mut Ui,
+        recent: &[PathBuf],
+        checkpoints: &[(String, &CheckpointInfo)],
+        commands: &mut Vec<Command>,
+    ) {
+        let l = ui.label(RichText::new("Adapter").weak());
+        let current = self.adapter.as_ref().map(|p| checkpoint_label(p)).unwrap_or_else(|| "none".into());
+        egui::ComboBox::from_id_salt("adapter-pick")
+            .selected_text(current)
+            .width(260.0)
+            .show_ui(ui, |ui| {
+                if ui.selectable_label(self.adapter.is_none(), "none").clicked() {
+                    self.adapter = None;
+                    self.adapter_base = None;
+                }
+                for (run, c) in checkpoints {
+                    let selected = self.adapter.as_ref() == Some(&c.path);
+                    if ui.selectable_label(selected, format!("{run} / step {}", c.step)).clicked() {
+                        self.adapter = Some(c.path.clone());
+                        self.adapter_base = None;
+                    }
+                }
+                let others: Vec<&PathBuf> =
+                    recent.iter().filter(|p| !checkpoints.iter().any(|(_, c)| &c.path == *p)).collect();
+                if !others.is_empty() {
+                    ui.separator();
+                    ui.label(RichText::new("Loaded from folders").weak().small());
+                }
+                for path in others {
+                    let selected = self.adapter.as_ref() == Some(path);
+                    let item = ui.selectable_label(selected, checkpoint_label(path));
+                    if item.on_hover_text(path.display().to_string()).clicked() && !selected {
+                        self.loader.check(path.clone(), commands);
+                    }
+                }
+            })
+            .response
+            .labelled_by(l.id);
     }
 
     fn input_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
@@ -336,8 +361,18 @@ impl ChatPanel {
                         self.exchanges.clear();
                     }
                 });
+                let can_export = !self.exchanges.is_empty() && !self.export.is_writing();
+                if ui
+                    .add_enabled(can_export, egui::Button::new("Export…"))
+                    .on_hover_text("Save the conversation as JSON (messages and settings) or Markdown")
+                    .clicked()
+                {
+                    let home = super::chat_export::home_folder();
+                    self.export.open(&super::chat_export::default_folder(self.adapter.as_deref(), home));
+                }
             });
         });
+        self.export.status_ui(ui);
         if ctx.model.loaded.is_none() {
             ui.label(RichText::new("Load a model on the Model page to chat.").color(palette::WARN));
         }
@@ -477,11 +512,13 @@ fn settings_ui(ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         let l = ui.label("Top-k").on_hover_text("Sample only from the k most likely tokens (0 = off).");
         ui.add(DragValue::new(&mut c.sampling.top_k).range(0..=1000)).labelled_by(l.id);
         ui.end_row();
-        let l = ui.label("Repetition penalty").on_hover_text(
-            "Above 1 discourages tokens that already appeared in the conversation (1 = off). The default, 1.1 \
-                 (Ollama's), stops small models from looping on short prompts; raise it if replies still repeat, \
-                 lower it toward 1 for code or lists, where repeats are wanted.",
-        );
+        let l = ui.label("Repetition penalty").on_hover_text(format!(
+            "Above 1 discourages tokens that already appeared in the conversation (1 = off). The default, {} \
+             (Ollama's), stops small models from looping on short prompts: at 1.0 SmolLM2-135M-Instruct repeats one \
+             sentence five times in 120 tokens on \"Tell me about cats.\", at 1.1 it does not. Raise it if replies \
+             still repeat; lower it toward 1 for code or lists, where repeats are wanted.",
+            super::app::CHAT_REPETITION_PENALTY
+        ));
         ui.add(DragValue::new(&mut c.sampling.repetition_penalty).range(1.0..=2.0).speed(0.01).max_decimals(2))
             .labelled_by(l.id);
         ui.end_row();

@@ -1,14 +1,16 @@
 //! The dataset page: pick a `.jsonl`, `.json` or `.parquet` file or a folder of them (train/valid/test files, a
 //! Hugging Face dataset repo's `data/` shards); see each split's files and detected format, pick the format and
 //! map columns when detection cannot decide ([`super::dataset_reading`]), rows per split, every invalid row with
-//! its line or row number, a preview of rows rendered through the chat template with trained and masked tokens
-//! coloured differently, and a token-length histogram against the maximum sequence length.
+//! its line or row number, a token-length histogram against the maximum sequence length, and every row of each
+//! split, paged and searched, rendered through the chat template with trained and masked tokens coloured
+//! differently ([`super::dataset_rows`]).
 
 use super::app::{Action, PanelCtx};
+use super::dataset_rows::{RowsSource, RowsView};
 use super::file_picker::{PanelPicker, PickKind};
 use super::widgets::{self, banner_ui, card_ui, fmt_count, palette, recent_paths_ui, section_ui, Tone};
 use crate::engine::data::ReadOptions;
-use crate::worker::{DatasetReport, LengthHistogram, TokenStats};
+use crate::worker::{DatasetReport, Event, LengthHistogram, TokenStats};
 use egui::{RichText, Ui};
 use egui_plot::{Bar, BarChart, Legend, Plot, VLine};
 use std::path::{Path, PathBuf};
@@ -35,6 +37,10 @@ pub struct DatasetPanel {
     histogram: Option<LengthHistogram>,
     /// "Find a dataset on Hugging Face".
     pub hub: super::hub_panel::DatasetSearch,
+    /// Every row of each split, paged and searched.
+    pub rows: RowsView,
+    /// Reports received: a new one shows its rows again (the files may have changed).
+    generation: u64,
 }
 
 impl DatasetPanel {
@@ -47,8 +53,20 @@ impl DatasetPanel {
         self.report.as_ref().filter(|r| r.path == path)
     }
 
+    /// The worker's dataset events: inspections and pages of rows.
+    pub fn on_event(&mut self, event: Event) {
+        match event {
+            Event::DatasetInspected(report) => self.on_inspected(*report),
+            Event::DatasetFailed { path, error } => self.on_failed(path, error.message),
+            Event::DatasetRows { id, page } => self.rows.on_page(id, *page),
+            Event::DatasetRowsFailed { id, error, .. } => self.rows.on_failed(id, error.message),
+            _ => {}
+        }
+    }
+
     pub fn on_inspected(&mut self, report: DatasetReport) {
         self.inspecting = None;
+        self.generation += 1;
         self.error = None;
         self.histogram = report.tokens.as_ref().map(TokenStats::length_histogram);
         self.report = Some(report);
@@ -77,7 +95,8 @@ impl DatasetPanel {
             read: key.read.clone(),
             max_seq_len: key.max_seq_len,
             train_on_prompt: key.train_on_prompt,
-            preview_rows: 6,
+            // The rows section pages through the rows itself.
+            preview_rows: 0,
         }));
         self.inspecting = Some((key, Instant::now()));
     }
@@ -88,6 +107,7 @@ impl DatasetPanel {
         if self.report.as_ref().is_some_and(|r| r.path != path) {
             self.report = None;
             self.histogram = None;
+            self.rows.reset();
         }
         if self.error.as_ref().is_some_and(|e| e.0 != path) {
             self.error = None;
@@ -128,6 +148,10 @@ impl DatasetPanel {
                 report_ui(ui, report, self.histogram.as_ref(), &mut read);
                 ctx.prefs.train.data_format = read.format;
                 ctx.prefs.train.data_columns = read.columns;
+                let source = self.rows_source().filter(|s| s.path == report.path);
+                if let Some(command) = self.rows.ui(ui, report, source) {
+                    ctx.actions.push(Action::Send(command));
+                }
             } else if self.error.is_none() && self.inspecting.is_none() {
                 banner_ui(
                     ui,
@@ -138,6 +162,19 @@ impl DatasetPanel {
             ui.add_space(8.0);
             self.hub.0.ui(ui, ctx);
         });
+    }
+
+    /// What the rows are read with: the last inspection's, once its report is in.
+    fn rows_source(&self) -> Option<RowsSource> {
+        let key = self.last_key.as_ref().filter(|_| self.inspecting.is_none())?;
+        Some(RowsSource {
+            path: key.path.clone(),
+            read: key.read.clone(),
+            max_seq_len: key.max_seq_len,
+            train_on_prompt: key.train_on_prompt,
+            model: key.model.clone(),
+            generation: self.generation,
+        })
     }
 
     fn poll_picker(&mut self, ctx: &mut PanelCtx<'_>) {
@@ -221,11 +258,10 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&LengthHistogram>
             banner_ui(
                 ui,
                 Tone::Info,
-                "Load a model to see token counts, the length histogram and the templated preview.",
+                "Load a model to see token counts, the length histogram and the rows through its chat template.",
             );
         }
     }
-    preview_ui(ui, report);
 }
 
 /// One row per split: its files, format (or why there is none), rows, blank lines, problems; then the
@@ -351,33 +387,6 @@ fn token_stats_ui(ui: &mut Ui, t: &TokenStats, hist: Option<&LengthHistogram>) {
             histogram_ui(ui, h);
         }
     });
-}
-
-/// The first rows rendered through the chat template, trained and masked tokens coloured.
-fn preview_ui(ui: &mut Ui, report: &DatasetReport) {
-    if !report.preview.is_empty() {
-        section_ui(ui, "Preview through the chat template");
-        widgets::token_legend_ui(ui);
-        for (i, row) in report.preview.iter().enumerate() {
-            card_ui(ui, |ui| {
-                ui.set_width(ui.available_width());
-                ui.label(
-                    RichText::new(format!(
-                        "{} · {} {} · {} tokens{}",
-                        row.split,
-                        row.unit.name(),
-                        row.line,
-                        row.tokens,
-                        if row.truncated { " (truncated)" } else { "" }
-                    ))
-                    .weak()
-                    .small(),
-                );
-                ui.push_id(i, |ui| widgets::token_view_ui(ui, &row.pieces));
-            });
-            ui.add_space(4.0);
-        }
-    }
 }
 
 fn stat_ui(ui: &mut Ui, label: &str, value: String) {

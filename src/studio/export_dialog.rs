@@ -178,17 +178,8 @@ pub fn finished_export_ui(ui: &mut Ui, path: &Path, size_bytes: u64) -> Finished
         });
     }
     ui.horizontal(|ui| {
-        if ui.button("Copy path").on_hover_text("Copy the export's full path").clicked() {
-            ui.ctx().copy_text(absolute.display().to_string());
-        }
-        let open = ui.button("Open folder").on_hover_text("Show the export in its folder in the file manager");
-        if open.clicked() {
-            if let Err(message) = super::reveal::reveal(&absolute) {
-                click = FinishedClick::RevealFailed(format!(
-                    "No file manager could be started ({message}); the export is at {} (Copy path copies it)",
-                    absolute.display()
-                ));
-            }
+        if let Some(message) = super::reveal::path_buttons_ui(ui, &absolute, "export") {
+            click = FinishedClick::RevealFailed(message);
         }
         if ui.small_button("Dismiss").on_hover_text("Hide this message").clicked() {
             click = FinishedClick::Dismiss;

@@ -4,6 +4,9 @@
 //! - `app`: the eframe app, persisted preferences, event routing, navigation;
 //! - one file per page: `model_panel`, `dataset_panel`, `settings_panel`, `training_panel`,
 //!   `checkpoints_panel`, `chat_panel`, `rank_panel`;
+//! - parts of pages in their own files: `dataset_reading` (format and columns), `dataset_rows` (paging and
+//!   searching rows), `chat_adapter` (loading an adapter folder), `chat_transcript` and `chat_export` (the
+//!   conversation and its export), `export_dialog` (exporting a checkpoint);
 //! - `hub_panel`: the model page's Hugging Face search and the download card both data and model pages show;
 //! - `widgets`: plots, progress, the token view, formatting; `file_picker`: native dialogs off the UI thread.
 //!
@@ -11,10 +14,14 @@
 //! them and show their messages as the engine words them.
 
 pub mod app;
+pub mod chat_adapter;
+pub mod chat_export;
 pub mod chat_panel;
+pub mod chat_transcript;
 pub mod checkpoints_panel;
 pub mod dataset_panel;
 pub mod dataset_reading;
+pub mod dataset_rows;
 pub mod event_log;
 pub mod export_dialog;
 pub mod file_picker;

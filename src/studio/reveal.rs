@@ -1,6 +1,7 @@
 //! "Open folder": show a file or folder in the OS file manager (`open -R` on macOS, `explorer /select,` on
 //! Windows, `xdg-open` on the containing folder elsewhere). The opener is spawned and reaped on its own thread,
-//! so the UI never waits on it; a launcher that cannot start is an error message, not a crash.
+//! so the UI never waits on it; a launcher that cannot start is an error message, not a crash. Also the
+//! "Copy path" and "Open folder" buttons every written file or folder gets ([`path_buttons_ui`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,6 +48,25 @@ pub fn reveal(path: &Path) -> Result<(), String> {
         })
         .map(|_| ())
         .map_err(|e| format!("could not wait for `{program}`: {e}"))
+}
+
+/// "Copy path" (the absolute path) and "Open folder" for something just written, `what` naming it in the
+/// tooltips. Returns the message to show when no file manager could be started (it names the path).
+pub fn path_buttons_ui(ui: &mut egui::Ui, path: &Path, what: &str) -> Option<String> {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    if ui.button("Copy path").on_hover_text(format!("Copy the {what}'s full path")).clicked() {
+        ui.ctx().copy_text(absolute.display().to_string());
+    }
+    let open = ui.button("Open folder").on_hover_text(format!("Show the {what} in its folder in the file manager"));
+    if open.clicked() {
+        if let Err(message) = reveal(&absolute) {
+            return Some(format!(
+                "No file manager could be started ({message}); the {what} is at {} (Copy path copies it)",
+                absolute.display()
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

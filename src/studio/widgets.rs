@@ -20,6 +20,8 @@ pub mod palette {
     pub const TRAINED_BG: Color32 = Color32::from_rgb(0x1F, 0x4A, 0x33);
     pub const TRAINED_FG: Color32 = Color32::from_rgb(0xB8, 0xF0, 0xC8);
     pub const MASKED_FG: Color32 = Color32::from_rgb(0x8A, 0x8F, 0x98);
+    /// The background of a search match in row text.
+    pub const SEARCH_MATCH: Color32 = Color32::from_rgb(0xF5, 0xD0, 0x4C);
     /// Distinct colours for overlaid runs.
     pub const SERIES: [Color32; 8] = [
         Color32::from_rgb(0x5B, 0x9B, 0xF0),
@@ -31,6 +33,19 @@ pub mod palette {
         Color32::from_rgb(0x6C, 0xD4, 0xE0),
         Color32::from_rgb(0xF0, 0x6A, 0x6A),
     ];
+}
+
+/// 1234567 -> "1,234,567": exact counts (row numbers) grouped by thousands.
+pub fn fmt_thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
 }
 
 /// 134_515_008 -> "134.5 M".
@@ -231,28 +246,52 @@ pub fn run_progress_ui(
     });
 }
 
-/// Render token pieces, trained ones highlighted and masked ones dimmed, wrapped to the available width.
-pub fn token_view_ui(ui: &mut Ui, pieces: &[(String, bool)]) {
-    let mut job = LayoutJob::default();
-    job.wrap.max_width = ui.available_width();
+/// Render token pieces, trained ones highlighted and masked ones dimmed, wrapped to the available width; matches
+/// of `highlight` (a search) marked.
+pub fn token_view_ui(ui: &mut Ui, pieces: &[(String, bool)], highlight: &str) {
     let font = egui::FontId::monospace(12.5);
-    for (piece, trained) in pieces {
-        if piece.is_empty() {
-            continue;
-        }
-        let format = if *trained {
-            TextFormat {
-                font_id: font.clone(),
-                color: palette::TRAINED_FG,
-                background: palette::TRAINED_BG,
-                ..Default::default()
-            }
-        } else {
-            TextFormat { font_id: font.clone(), color: palette::MASKED_FG, ..Default::default() }
-        };
-        job.append(piece, 0.0, format);
-    }
+    let trained = TextFormat {
+        font_id: font.clone(),
+        color: palette::TRAINED_FG,
+        background: palette::TRAINED_BG,
+        ..Default::default()
+    };
+    let masked = TextFormat { font_id: font, color: palette::MASKED_FG, ..Default::default() };
+    let sections: Vec<(&str, &TextFormat)> = pieces
+        .iter()
+        .map(|(piece, is_trained)| (piece.as_str(), if *is_trained { &trained } else { &masked }))
+        .collect();
+    let job = highlighted_job(&sections, highlight, ui.available_width());
     ui.add(egui::Label::new(job).wrap().selectable(true));
+}
+
+/// Text laid out in sections of their own formats, with every match of `highlight` (the dataset search's rule,
+/// [`crate::engine::data::match_ranges`]) marked in the search colour, across section boundaries too.
+pub fn highlighted_job(sections: &[(&str, &TextFormat)], highlight: &str, wrap_width: f32) -> LayoutJob {
+    let mut job = LayoutJob::default();
+    job.wrap.max_width = wrap_width;
+    let full: String = sections.iter().map(|(text, _)| *text).collect();
+    let matches = crate::engine::data::match_ranges(&full, highlight);
+    let mut offset = 0;
+    for (text, format) in sections {
+        let end = offset + text.len();
+        let mut at = offset;
+        // The matches overlapping this section, cut to it.
+        for m in matches.iter().filter(|m| m.start < end && m.end > offset) {
+            let (from, to) = (m.start.max(offset), m.end.min(end));
+            if from > at {
+                job.append(&full[at..from], 0.0, (*format).clone());
+            }
+            let marked = TextFormat { color: Color32::BLACK, background: palette::SEARCH_MATCH, ..(*format).clone() };
+            job.append(&full[from..to], 0.0, marked);
+            at = to;
+        }
+        if at < end {
+            job.append(&full[at..end], 0.0, (*format).clone());
+        }
+        offset = end;
+    }
+    job
 }
 
 /// The legend of [`token_view_ui`].
@@ -376,6 +415,9 @@ mod tests {
     fn formats_read_naturally() {
         assert_eq!(fmt_count(134_515_008), "134.5 M");
         assert_eq!(fmt_count(812), "812");
+        assert_eq!(fmt_thousands(100_000), "100,000");
+        assert_eq!(fmt_thousands(1_234_567), "1,234,567");
+        assert_eq!(fmt_thousands(999), "999");
         assert_eq!(fmt_bytes(3 * 1024 * 1024), "3.0 MiB");
         assert_eq!(fmt_secs(75.0), "1m 15s");
         assert_eq!(fmt_secs(3725.0), "1h 02m");

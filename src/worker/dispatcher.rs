@@ -13,6 +13,9 @@ pub(super) struct Dispatcher {
     pub(super) generations: HashMap<u64, Arc<AtomicBool>>,
     /// The cancel flag of the running Hub download.
     pub(super) download: Option<Arc<AtomicBool>>,
+    /// The rows of the dataset last paged ([`Command::BrowseRows`]), shared by the page jobs (one reads the
+    /// files, the others wait for it).
+    pub(super) rows: Arc<std::sync::Mutex<Option<Arc<crate::engine::data::RowBrowser>>>>,
 }
 
 impl Dispatcher {
@@ -57,6 +60,8 @@ impl Dispatcher {
             Command::InspectDataset { path, read, max_seq_len, train_on_prompt, preview_rows } => {
                 self.inspect_dataset(path, read, max_seq_len, train_on_prompt, preview_rows)
             }
+            Command::BrowseRows(request) => self.browse_rows(*request),
+            Command::CheckAdapter { path } => self.check_adapter(path),
             Command::ScanModels { hf_cache, extra_dirs } => self.scan_models(hf_cache, extra_dirs),
             Command::StartTraining(config) => self.start_training(*config),
             Command::PauseTraining(paused) => {

@@ -15,9 +15,11 @@
 mod dispatcher;
 mod hub_jobs;
 mod jobs;
+mod preview_jobs;
 mod scan;
 mod types;
 
+pub use preview_jobs::{AdapterCheck, RowsRequest};
 pub use scan::{default_hf_cache_dir, scan_models};
 pub use types::*;
 
@@ -63,6 +65,12 @@ pub enum Command {
         max_seq_len: usize,
         train_on_prompt: bool,
         preview_rows: usize,
+    },
+    /// A page of a dataset's rows, searched and rendered with the loaded model's template when there is one.
+    BrowseRows(Box<RowsRequest>),
+    /// Check that a folder holds a PEFT adapter that fits the loaded model (the chat's "Load adapter…").
+    CheckAdapter {
+        path: PathBuf,
     },
     /// Look for models in the Hugging Face cache and in `extra_dirs`.
     ScanModels {
@@ -167,6 +175,26 @@ pub enum Event {
     },
     DatasetInspected(Box<DatasetReport>),
     DatasetFailed {
+        path: PathBuf,
+        error: ErrorInfo,
+    },
+    /// The page of rows asked for by [`Command::BrowseRows`] with the same `id`.
+    DatasetRows {
+        id: u64,
+        page: Box<crate::engine::data::RowPage>,
+    },
+    DatasetRowsFailed {
+        id: u64,
+        path: PathBuf,
+        error: ErrorInfo,
+    },
+    /// The folder holds an adapter that fits the loaded model.
+    AdapterChecked {
+        path: PathBuf,
+        check: Box<AdapterCheck>,
+    },
+    /// The folder is not an adapter, or not one for the loaded model; the message says which and why.
+    AdapterCheckFailed {
         path: PathBuf,
         error: ErrorInfo,
     },
@@ -300,6 +328,7 @@ impl Worker {
             probe: None,
             generations: HashMap::new(),
             download: None,
+            rows: Default::default(),
         };
         let spawned = std::thread::Builder::new().name("mc-dispatcher".into()).spawn(move || dispatcher.run(cmd_rx));
         if let Err(e) = spawned {

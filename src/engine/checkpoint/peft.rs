@@ -235,17 +235,7 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
     let weights_path = adapter_dir.join(ADAPTER_WEIGHTS);
     let tensors = read_safetensors(&weights_path, "adapter weights")?;
     let linears: Vec<(usize, &'static str)> = model.linears().iter().map(|(l, m, _)| (*l, *m)).collect();
-    // An adapter that does not fit says which base it names: the likely cause is an adapter of another model.
-    let named = match cfg.base_model_name_or_path.as_deref().filter(|n| !n.trim().is_empty()) {
-        Some(name) => format!(" (its adapter_config.json names `{name}` as its base)"),
-        None => String::new(),
-    };
-    let misfit = |message: String| Error::Adapter {
-        path: weights_path.clone(),
-        message: format!(
-            "{message}; the adapter does not fit this model{named}: was it trained on another base model?"
-        ),
-    };
+    let misfit = |message: String| misfit_error(&weights_path, &cfg, message);
     let pairs = match_adapter_tensors(&linears, &cfg, &tensors).map_err(misfit)?;
     lora::detach_adapters(model);
     let mut params = Vec::new();
@@ -267,6 +257,21 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
         targets.insert(module.to_string());
     }
     Ok((summary_of(&cfg, targets, params.len()), params))
+}
+
+/// An adapter that does not fit the model: `message` (what does not fit), and the base it names, the likely
+/// cause being an adapter of another model.
+fn misfit_error(weights_path: &Path, cfg: &PeftAdapterConfig, message: String) -> Error {
+    let named = match cfg.base_model_name_or_path.as_deref().filter(|n| !n.trim().is_empty()) {
+        Some(name) => format!(" (its adapter_config.json names `{name}` as its base)"),
+        None => String::new(),
+    };
+    Error::Adapter {
+        path: weights_path.to_path_buf(),
+        message: format!(
+            "{message}; the adapter does not fit this model{named}: was it trained on another base model?"
+        ),
+    }
 }
 
 /// What an adapter read with `cfg` holds: its settings, the modules it adapts, and how many linears.
@@ -302,7 +307,7 @@ pub fn read_adapter_for(config: &ModelConfig, adapter_dir: &Path) -> Result<Adap
     let cfg = PeftAdapterConfig::read(adapter_dir)?;
     let weights_path = adapter_dir.join(ADAPTER_WEIGHTS);
     let tensors = read_safetensors(&weights_path, "adapter weights")?;
-    let refuse = |message: String| Error::Adapter { path: weights_path.clone(), message };
+    let refuse = |message: String| misfit_error(&weights_path, &cfg, message);
     let linears: Vec<(usize, &'static str)> = (0..config.num_layers)
         .flat_map(|l| crate::engine::lora::Target::of_model(config).into_iter().map(move |t| (l, t.name())))
         .collect();
@@ -315,7 +320,7 @@ pub fn read_adapter_for(config: &ModelConfig, adapter_dir: &Path) -> Result<Adap
         if a.dims() != [r, in_f] || b.dims() != [out_f, r] {
             return Err(refuse(format!(
                 "adapter for layer {layer} {module} has shapes A {:?} B {:?}, expected A ({r}, {in_f}) B ({out_f}, {r}) \
-                 for this model (was it trained on another base model?)",
+                 for this model",
                 a.dims(),
                 b.dims()
             )));

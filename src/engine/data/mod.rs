@@ -3,11 +3,12 @@
 //! formats (chat, ShareGPT, Alpaca, prompt/completion, text: [`formats`], [`rows`]) detected per file or named
 //! by the user with columns mapped ([`detect`], [`columns`]), splits put together from their files
 //! ([`splits`]), templating and prompt masking ([`tokenize`]), batching with a resumable cursor ([`batches`]),
-//! and the [`DatasetSummary`] the studio and CLI show before a run.
+//! the [`DatasetSummary`] the studio and CLI show before a run, and paging and searching rows ([`browse`]).
 //!
 //! Without a validation split a seeded fraction of the training rows is held out.
 
 pub mod batches;
+pub mod browse;
 pub mod columns;
 pub mod detect;
 pub mod eos_doctor;
@@ -26,6 +27,7 @@ pub mod turn_order;
 pub use batches::{
     collate, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
 };
+pub use browse::{match_ranges, BrowsedRow, RowBrowser, RowPage, RowQuery, RowRendering, RowView};
 pub use columns::{ColumnMap, ReadOptions};
 pub use detect::{Detection, ParsedFile};
 pub use files::jsonl::parse_jsonl;

@@ -243,9 +243,10 @@ fn preview_rows_of(splits: &[RawSplit], spec: &TokenizeSpec<'_>, model: &LoadedM
 }
 
 /// (tokens, truncated, pieces) of one row.
-type Preview = (usize, bool, Vec<(String, bool)>);
+pub(super) type Preview = (usize, bool, Vec<(String, bool)>);
 
-fn preview(row: &Row, spec: &TokenizeSpec<'_>, model: &LoadedModel) -> Result<Preview> {
+/// One row through the template as the trainer sees it: its tokens, whether it was cut, and trained/masked pieces.
+pub(super) fn preview(row: &Row, spec: &TokenizeSpec<'_>, model: &LoadedModel) -> Result<Preview> {
     let example = tokenize::tokenize_row(row, spec)?;
     let pieces = tokenize::preview_example(&example, &model.tokenizer)?;
     Ok((example.len(), example.truncated, pieces))

@@ -33,8 +33,8 @@ use dropped_path::first_gguf;
 pub use dropped_path::{classify_drop, Dropped};
 pub use frame_stats::FrameStats;
 pub use hub_status::{DownloadState, FailedDownload, HubStatus};
-use prefs::remember;
-pub use prefs::{studio_train_defaults, ChatPrefs, Page, Prefs, RankPrefs};
+pub use prefs::remember;
+pub use prefs::{studio_train_defaults, ChatPrefs, Page, Prefs, RankPrefs, CHAT_REPETITION_PENALTY};
 
 /// Key of the persisted preferences in eframe's storage.
 pub const STORAGE_KEY: &str = "metal-candle-studio";
@@ -271,20 +271,22 @@ impl StudioApp {
                 self.model.loading = None;
                 self.model.error = Some((path, error.message));
             }
-            Event::DatasetInspected(report) => self.dataset_panel.on_inspected(*report),
-            Event::DatasetFailed { path, error } => self.dataset_panel.on_failed(path, error.message),
+            e @ (Event::DatasetInspected(_)
+            | Event::DatasetFailed { .. }
+            | Event::DatasetRows { .. }
+            | Event::DatasetRowsFailed { .. }) => self.dataset_panel.on_event(e),
             Event::ModelsFound(found) => self.model_panel.on_models_found(found),
             Event::Train(e) => {
                 if let Some(a) = self.training_panel.on_event(e, self.prefs.smoothing as f64) {
                     self.actions.push(a);
                 }
             }
-            Event::GenerationStarted { id, prompt_tokens, adapter_warning, template_warning } => {
-                self.chat_panel.on_started(id, prompt_tokens, [adapter_warning, template_warning])
-            }
-            Event::Token { id, text } => self.chat_panel.on_token(id, &text),
-            Event::GenerationFinished { id, stats } => self.chat_panel.on_finished(id, stats),
-            Event::GenerationFailed { id, error } => self.chat_panel.on_failed(id, error.message),
+            e @ (Event::GenerationStarted { .. }
+            | Event::Token { .. }
+            | Event::GenerationFinished { .. }
+            | Event::GenerationFailed { .. }
+            | Event::AdapterChecked { .. }
+            | Event::AdapterCheckFailed { .. }) => self.chat_panel.on_event(e, &mut self.prefs.chat),
             Event::Diagnosis { text } => self.help.text = Some(text),
             Event::Runs { runs_dir, runs } => {
                 self.training_panel.on_runs(&runs);
@@ -409,14 +411,8 @@ impl StudioApp {
                 self.checkpoints_panel.request_refresh(&dir, &mut self.actions);
             }
             Action::OpenInChat { checkpoint, base_model } => {
-                let base = (!base_model.as_os_str().is_empty()).then_some(base_model);
-                if self.model.loaded.is_none() && self.model.loading.is_none() {
-                    if let Some(b) = base.clone().filter(|b| b.exists()) {
-                        self.actions.push(Action::LoadModel(b));
-                    }
-                }
-                self.chat_panel.open_checkpoint(checkpoint, base, &mut self.prefs.chat.mode);
-                self.prefs.page = Page::Chat;
+                let load = self.chat_panel.open_checkpoint(checkpoint, base_model, &self.model, &mut self.prefs);
+                self.actions.extend(load);
             }
             Action::ResumeFrom { checkpoint, config } => {
                 if let Some(c) = config {

@@ -59,6 +59,8 @@ pub struct ChatPrefs {
     pub sampling: SamplingParams,
     pub max_tokens: usize,
     pub mode: ChatMode,
+    /// Adapter folders loaded with "Load adapter…", newest first.
+    pub recent_adapters: Vec<PathBuf>,
 }
 
 impl Default for ChatPrefs {
@@ -68,6 +70,7 @@ impl Default for ChatPrefs {
             sampling: SamplingParams { repetition_penalty: CHAT_REPETITION_PENALTY, ..SamplingParams::default() },
             max_tokens: 256,
             mode: ChatMode::Base,
+            recent_adapters: Vec::new(),
         }
     }
 }
@@ -146,7 +149,7 @@ pub fn studio_train_defaults() -> TrainConfig {
 }
 
 /// Put `path` first in a recent list.
-pub(super) fn remember(list: &mut Vec<PathBuf>, path: &Path) {
+pub fn remember(list: &mut Vec<PathBuf>, path: &Path) {
     list.retain(|p| p != path);
     list.insert(0, path.to_path_buf());
     list.truncate(RECENT);

@@ -1,0 +1,397 @@
+//! Paging through and searching a dataset's rows (the studio's dataset page): every valid row of each split,
+//! read once the way training reads it ([`super::read_split`]), a case-insensitive text search over all rows
+//! of a split, and a page of rows rendered through the model's chat template with trained and masked tokens
+//! marked (as the report's preview does), or as plain turns when no model is loaded.
+//!
+//! A [`RowBrowser`] is built once per dataset and reading choice and kept by the worker; it notices when a
+//! file changes on disk ([`RowBrowser::is_current`]), and remembers the last search so paging through its
+//! matches does not search again.
+
+use super::columns::ReadOptions;
+use super::formats::{Row, RowUnit, SourcedRow};
+use super::splits::RawSplit;
+use super::{dataset_layout, read_split, SplitName, TokenizeSpec};
+use crate::engine::model::LoadedModel;
+use crate::engine::Result;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// Rows a page may hold at most (a bigger request is cut to this).
+pub const MAX_PAGE_ROWS: usize = 200;
+
+/// Which rows to show: a page of `count` rows from the `first`-th (0-based) of the rows of `split` whose text
+/// contains `search` (ignoring case; every row when it is empty).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct RowQuery {
+    pub split: Option<SplitName>,
+    pub search: String,
+    pub first: usize,
+    pub count: usize,
+}
+
+/// How a page renders rows: through `model`'s tokenizer and chat template, cut at `max_seq_len` as training
+/// cuts them.
+#[derive(Clone, Copy)]
+pub struct RowRendering<'a> {
+    pub model: &'a LoadedModel,
+    pub max_seq_len: usize,
+    pub train_on_prompt: bool,
+}
+
+/// One row as shown.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BrowsedRow {
+    /// The row's position among the split's valid rows (0-based).
+    pub index: usize,
+    /// The file it came from and its position there (a line for JSONL, see `unit`).
+    pub file: PathBuf,
+    pub line: usize,
+    pub unit: RowUnit,
+    pub view: RowView,
+}
+
+/// A row's content: templated tokens with a model, its turns without one (or when the template fails).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum RowView {
+    /// Through the chat template: text pieces, each flagged trained (true) or masked (false).
+    Templated { tokens: usize, truncated: bool, pieces: Vec<(String, bool)> },
+    /// (role, text) per turn; a text row is one turn with the role `text`. `error` says why the model's
+    /// template could not render it, when that is why it is shown plain.
+    Turns { turns: Vec<(String, String)>, error: Option<String> },
+}
+
+/// A page of a split's rows.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RowPage {
+    pub path: PathBuf,
+    /// The query answered; `first` moved back onto the last page when it was past the end.
+    pub query: RowQuery,
+    /// The split shown (the query's, or the first split when it named none or one the dataset lacks).
+    pub split: Option<SplitName>,
+    /// Valid rows of each split that can be browsed, in the dataset's order.
+    pub splits: Vec<(SplitName, usize)>,
+    /// Rows of the split shown.
+    pub split_rows: usize,
+    /// Rows of the split that match the search (all of them without one).
+    pub matches: usize,
+    pub rows: Vec<BrowsedRow>,
+    /// Whether rows were rendered through a model's template.
+    pub templated: bool,
+}
+
+/// The last search: (split, lowercased text) and the indices of its matches.
+type LastSearch = (SplitName, String, Arc<Vec<usize>>);
+
+/// The rows of a dataset held for paging and search.
+pub struct RowBrowser {
+    pub path: PathBuf,
+    pub read: ReadOptions,
+    splits: Vec<RawSplit>,
+    /// Each file read with its modification time and size when it was read.
+    stamps: Vec<(PathBuf, Option<SystemTime>, u64)>,
+    last_search: Mutex<Option<LastSearch>>,
+}
+
+impl RowBrowser {
+    /// Read every split of the dataset at `path` as `read` says. A split training would refuse (an ambiguous
+    /// format, files in different formats) has nothing to browse and is left out; the dataset report says why.
+    pub fn open(path: &Path, read: &ReadOptions) -> Result<Self> {
+        read.validate()?;
+        let layout = dataset_layout(path)?;
+        let mut splits = Vec::new();
+        let mut stamps = Vec::new();
+        for files in &layout.splits {
+            stamps.extend(files.files.iter().map(|f| stamp(f)));
+            let split = read_split(files.split, &files.files, read)?;
+            if split.refusal().is_none() {
+                splits.push(split.into_raw());
+            }
+        }
+        Ok(Self { path: path.to_path_buf(), read: read.clone(), splits, stamps, last_search: Mutex::new(None) })
+    }
+
+    /// Whether the files read are unchanged on disk (same modification time and size).
+    pub fn is_current(&self) -> bool {
+        self.stamps.iter().all(|recorded| stamp(&recorded.0) == *recorded)
+    }
+
+    /// (split, valid rows) of each split.
+    pub fn splits(&self) -> Vec<(SplitName, usize)> {
+        self.splits.iter().map(|s| (s.name, s.rows.len())).collect()
+    }
+
+    /// The indices of `split`'s rows whose text contains `search`, ignoring case (all rows when it is empty).
+    pub fn matches(&self, split: SplitName, search: &str) -> Arc<Vec<usize>> {
+        let Some(raw) = self.splits.iter().find(|s| s.name == split) else { return Arc::new(Vec::new()) };
+        let needle = Needle::new(search);
+        if needle.is_empty() {
+            return Arc::new((0..raw.rows.len()).collect());
+        }
+        let mut last = self.last_search.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, text, found)) = last.as_ref() {
+            if *s == split && *text == needle.lower {
+                return found.clone();
+            }
+        }
+        let found: Arc<Vec<usize>> = Arc::new(
+            raw.rows.iter().enumerate().filter(|(_, r)| row_matches(&r.row, &needle)).map(|(i, _)| i).collect(),
+        );
+        *last = Some((split, needle.lower.clone(), found.clone()));
+        found
+    }
+
+    /// The page `query` asks for, rendered with `rendering` (plain turns without it).
+    pub fn page(&self, query: &RowQuery, rendering: Option<RowRendering<'_>>) -> RowPage {
+        let splits = self.splits();
+        let split = query
+            .split
+            .filter(|s| splits.iter().any(|(name, _)| name == s))
+            .or_else(|| splits.first().map(|(name, _)| *name));
+        let mut page = RowPage {
+            path: self.path.clone(),
+            query: query.clone(),
+            split,
+            splits,
+            templated: rendering.is_some(),
+            ..Default::default()
+        };
+        let Some(raw) = split.and_then(|name| self.splits.iter().find(|s| s.name == name)) else { return page };
+        let found = self.matches(raw.name, &query.search);
+        let count = query.count.clamp(1, MAX_PAGE_ROWS);
+        let first = if query.first < found.len() { query.first } else { found.len().saturating_sub(1) / count * count };
+        page.query.first = first;
+        page.split_rows = raw.rows.len();
+        page.matches = found.len();
+        let spec = rendering.map(|r| {
+            let full = TokenizeSpec::for_model(r.model, r.max_seq_len.max(2), r.train_on_prompt);
+            (full, r.model)
+        });
+        page.rows = found
+            .iter()
+            .skip(first)
+            .take(count)
+            .filter_map(|&index| raw.rows.get(index).map(|sourced| (index, sourced)))
+            .map(|(index, sourced)| browsed_row(raw, index, sourced, spec.as_ref()))
+            .collect();
+        page
+    }
+}
+
+fn stamp(path: &Path) -> (PathBuf, Option<SystemTime>, u64) {
+    let meta = std::fs::metadata(path).ok();
+    (path.to_path_buf(), meta.as_ref().and_then(|m| m.modified().ok()), meta.map_or(0, |m| m.len()))
+}
+
+fn browsed_row(
+    raw: &RawSplit,
+    index: usize,
+    sourced: &SourcedRow,
+    spec: Option<&(TokenizeSpec<'_>, &LoadedModel)>,
+) -> BrowsedRow {
+    let file = raw.file_of(sourced);
+    let view = match spec {
+        Some((spec, model)) => match templated(&sourced.row, spec, model) {
+            Ok(view) => view,
+            Err(e) => RowView::Turns { turns: turns_of(&sourced.row), error: Some(e.to_string()) },
+        },
+        None => RowView::Turns { turns: turns_of(&sourced.row), error: None },
+    };
+    BrowsedRow { index, file: file.path, line: sourced.line, unit: file.unit, view }
+}
+
+fn templated(row: &Row, spec: &TokenizeSpec<'_>, model: &LoadedModel) -> Result<RowView> {
+    let (tokens, truncated, pieces) = super::report::preview(row, spec, model)?;
+    Ok(RowView::Templated { tokens, truncated, pieces })
+}
+
+/// (role, text) of each turn: a chat row's messages (a tool call as its JSON), a completion as user and
+/// assistant, a text row as one `text` turn.
+fn turns_of(row: &Row) -> Vec<(String, String)> {
+    match row {
+        Row::Text(text) => vec![("text".into(), text.clone())],
+        _ => row
+            .to_conversation()
+            .map(|c| {
+                c.messages
+                    .into_iter()
+                    .map(|m| {
+                        let mut text = m.content;
+                        if let Some(calls) = m.tool_calls.filter(|c| !c.is_empty()) {
+                            let calls = serde_json::to_string(&calls).unwrap_or_default();
+                            text = if text.is_empty() { calls } else { format!("{text}\n{calls}") };
+                        }
+                        (m.role, text)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// What a search looks for: the text lowercased; ASCII text is matched without allocating.
+struct Needle {
+    lower: String,
+}
+
+impl Needle {
+    fn new(search: &str) -> Self {
+        Self { lower: search.trim().to_lowercase() }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lower.is_empty()
+    }
+
+    /// Whether `hay` contains the needle, ignoring case.
+    fn found_in(&self, hay: &str) -> bool {
+        let needle = self.lower.as_bytes();
+        if !self.lower.is_ascii() {
+            return hay.to_lowercase().contains(&self.lower);
+        }
+        let hay = hay.as_bytes();
+        if needle.len() > hay.len() {
+            return false;
+        }
+        let first = needle[0];
+        (0..=hay.len() - needle.len())
+            .any(|i| hay[i].to_ascii_lowercase() == first && hay[i..i + needle.len()].eq_ignore_ascii_case(needle))
+    }
+}
+
+/// The byte ranges of `text` where `search` occurs, ignoring case as the search does (for highlighting the
+/// matches of a page's rows); none for an empty search.
+pub fn match_ranges(text: &str, search: &str) -> Vec<std::ops::Range<usize>> {
+    let needle: Vec<char> = search.trim().to_lowercase().chars().collect();
+    let mut ranges = Vec::new();
+    if needle.is_empty() {
+        return ranges;
+    }
+    let mut start = 0;
+    while start < text.len() {
+        match match_end(&text[start..], &needle) {
+            Some(len) => {
+                ranges.push(start..start + len);
+                start += len;
+            }
+            None => start += text[start..].chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    ranges
+}
+
+/// The byte length of the prefix of `text` that lowercases to `needle`, if one does.
+fn match_end(text: &str, needle: &[char]) -> Option<usize> {
+    let mut wanted = needle.iter();
+    for (at, c) in text.char_indices() {
+        for lower in c.to_lowercase() {
+            if wanted.next() != Some(&lower) {
+                return None;
+            }
+        }
+        if wanted.len() == 0 {
+            return Some(at + c.len_utf8());
+        }
+    }
+    None
+}
+
+/// Whether any text of the row (a turn's content, a tool call, a tool's name) contains the needle.
+fn row_matches(row: &Row, needle: &Needle) -> bool {
+    match row {
+        Row::Text(text) => needle.found_in(text),
+        Row::Completion { prompt, completion } => needle.found_in(prompt) || needle.found_in(completion),
+        Row::Chat(conversation) => conversation.messages.iter().any(|m| {
+            needle.found_in(&m.content)
+                || m.name.as_deref().is_some_and(|n| needle.found_in(n))
+                || m.tool_calls.as_ref().is_some_and(|calls| {
+                    calls.iter().any(|c| needle.found_in(&serde_json::to_string(c).unwrap_or_default()))
+                })
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(q: &str, a: &str) -> String {
+        serde_json::json!({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]})
+            .to_string()
+    }
+
+    fn dataset(train_rows: usize) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let train: Vec<String> = (0..train_rows)
+            .map(|i| chat(&format!("Question {i}"), if i % 10 == 3 { "The ÉCLAIR answer" } else { "plain" }))
+            .collect();
+        std::fs::write(dir.path().join("train.jsonl"), train.join("\n") + "\n").unwrap();
+        std::fs::write(dir.path().join("valid.jsonl"), chat("Valid one", "yes") + "\n").unwrap();
+        dir
+    }
+
+    fn query(split: Option<SplitName>, search: &str, first: usize, count: usize) -> RowQuery {
+        RowQuery { split, search: search.into(), first, count }
+    }
+
+    #[test]
+    fn pages_cover_every_row_and_the_last_page_is_short() {
+        let dir = dataset(45);
+        let browser = RowBrowser::open(dir.path(), &ReadOptions::default()).unwrap();
+        assert_eq!(browser.splits(), vec![(SplitName::Train, 45), (SplitName::Valid, 1)]);
+        let page = browser.page(&query(None, "", 40, 20), None);
+        assert_eq!(page.split, Some(SplitName::Train));
+        assert_eq!((page.split_rows, page.matches, page.query.first), (45, 45, 40));
+        let indices: Vec<usize> = page.rows.iter().map(|r| r.index).collect();
+        assert_eq!(indices, (40..45).collect::<Vec<_>>());
+        assert_eq!(page.rows[0].line, 41);
+        match &page.rows[0].view {
+            RowView::Turns { turns, error: None } => assert_eq!(turns[0], ("user".into(), "Question 40".into())),
+            other => panic!("unexpected {other:?}"),
+        }
+        // Past the end: the last page.
+        let page = browser.page(&query(None, "", 900, 20), None);
+        assert_eq!(page.query.first, 40);
+    }
+
+    #[test]
+    fn search_ignores_case_in_ascii_and_beyond() {
+        let dir = dataset(45);
+        let browser = RowBrowser::open(dir.path(), &ReadOptions::default()).unwrap();
+        let page = browser.page(&query(Some(SplitName::Train), "éclair", 0, 2), None);
+        assert_eq!((page.matches, page.rows.len()), (5, 2));
+        assert_eq!(page.rows[1].index, 13);
+        assert_eq!(browser.matches(SplitName::Train, "  QUESTION 4 ").len(), 6, "4 and 40..45");
+        assert_eq!(browser.matches(SplitName::Train, "nowhere").len(), 0);
+        let valid = browser.page(&query(Some(SplitName::Valid), "VALID", 0, 10), None);
+        assert_eq!((valid.split, valid.matches), (Some(SplitName::Valid), 1));
+        let missing = browser.page(&query(Some(SplitName::Test), "", 0, 10), None);
+        assert_eq!(missing.split, Some(SplitName::Train), "a split the dataset lacks shows the first");
+    }
+
+    #[test]
+    fn match_ranges_mark_every_match_in_any_case() {
+        assert_eq!(match_ranges("Paris, PARIS, parís", "paris"), vec![0..5, 7..12]);
+        assert_eq!(match_ranges("Un ÉCLAIR, un éclair", "éclair"), vec![3..10, 15..22]);
+        assert!(match_ranges("anything", "  ").is_empty());
+    }
+
+    #[test]
+    fn a_changed_file_makes_the_browser_stale() {
+        let dir = dataset(3);
+        let browser = RowBrowser::open(dir.path(), &ReadOptions::default()).unwrap();
+        assert!(browser.is_current());
+        std::fs::write(dir.path().join("valid.jsonl"), chat("Valid one", "yes, changed") + "\n").unwrap();
+        assert!(!browser.is_current());
+    }
+
+    #[test]
+    fn a_hundred_thousand_rows_search_quickly() {
+        let dir = dataset(100_000);
+        let browser = RowBrowser::open(dir.path(), &ReadOptions::default()).unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(browser.matches(SplitName::Train, "Éclair").len(), 10_000);
+        assert_eq!(browser.matches(SplitName::Train, "question 99999").len(), 1);
+        assert!(started.elapsed().as_secs_f64() < 5.0, "took {:?}", started.elapsed());
+    }
+}
