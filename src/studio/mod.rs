@@ -5,7 +5,8 @@
 //! - one file per page: `model_panel`, `dataset_panel`, `settings_panel`, `training_panel`,
 //!   `checkpoints_panel`, `chat_panel`, `rank_panel`;
 //! - `hub_panel`: the model page's Hugging Face search and the download card both data and model pages show;
-//! - `widgets`: plots, progress, the token view, formatting; `file_picker`: native dialogs off the UI thread.
+//! - `widgets`: plots, progress, the token view, formatting; `file_picker`: native dialogs off the UI thread;
+//! - `glossary`: what each setting means (hover texts and the Help window share it).
 //!
 //! Rules (settings validation, parameter and memory estimates, dataset reports) are the engine's; panels call
 //! them and show their messages as the engine words them.
@@ -18,6 +19,7 @@ pub mod dataset_reading;
 pub mod event_log;
 pub mod export_dialog;
 pub mod file_picker;
+pub mod glossary;
 pub mod hub_panel;
 pub mod model_panel;
 pub mod rank_panel;
