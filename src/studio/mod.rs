@@ -6,7 +6,8 @@
 //!   `checkpoints_panel`, `chat_panel`, `rank_panel`;
 //! - `hub_panel`: the model page's Hugging Face search and the download card both data and model pages show;
 //! - `widgets`: plots, progress, the token view, formatting; `file_picker`: native dialogs off the UI thread;
-//! - `glossary`: what each setting means (hover texts and the Help window share it).
+//! - `glossary`: what each setting means (hover texts and the Help window share it);
+//! - `run_compare`, `run_rename`: the checkpoints page's compare-runs plot with its legend, and renaming a run.
 //!
 //! Rules (settings validation, parameter and memory estimates, dataset reports) are the engine's; panels call
 //! them and show their messages as the engine words them.
@@ -24,6 +25,8 @@ pub mod hub_panel;
 pub mod model_panel;
 pub mod rank_panel;
 pub mod reveal;
+pub mod run_compare;
+pub mod run_rename;
 pub mod settings_panel;
 pub mod training_panel;
 pub mod widgets;

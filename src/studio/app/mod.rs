@@ -284,6 +284,7 @@ impl StudioApp {
             Event::Diagnosis { text } => self.help.text = Some(text),
             Event::Runs { runs_dir, runs } => self.checkpoints_panel.on_runs(runs_dir, runs),
             Event::RunsFailed { error, .. } => self.checkpoints_panel.on_runs_failed(error.message),
+            Event::RunRenamed { run_dir, label } => self.checkpoints_panel.on_renamed(&run_dir, label),
             Event::CheckpointDeleted { path } => {
                 self.checkpoints_panel.on_deleted(&path);
                 self.actions.push(Action::RefreshRuns);
