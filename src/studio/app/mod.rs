@@ -126,7 +126,7 @@ struct Toast {
 pub struct StudioApp {
     pub prefs: Prefs,
     worker: Worker,
-    /// The Help window: the system report (`metal-candle doctor`'s text) once the worker has gathered it.
+    /// The Help window: quick start, glossary, shortcuts and the system report (`metal-candle doctor`).
     help: chrome::HelpWindow,
     pub model: ModelStatus,
     pub hub: HubStatus,
@@ -281,7 +281,7 @@ impl StudioApp {
             Event::Token { id, text } => self.chat_panel.on_token(id, &text),
             Event::GenerationFinished { id, stats } => self.chat_panel.on_finished(id, stats),
             Event::GenerationFailed { id, error } => self.chat_panel.on_failed(id, error.message),
-            Event::Diagnosis { text } => self.help.text = Some(text),
+            Event::Diagnosis { text } => self.help.on_report(text),
             Event::Runs { runs_dir, runs } => self.checkpoints_panel.on_runs(runs_dir, runs),
             Event::RunsFailed { error, .. } => self.checkpoints_panel.on_runs_failed(error.message),
             Event::RunRenamed { run_dir, label } => self.checkpoints_panel.on_renamed(&run_dir, label),
