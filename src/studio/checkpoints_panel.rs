@@ -285,7 +285,11 @@ impl CheckpointsPanel {
             ui.label(RichText::new("No checkpoint saved yet.").weak());
             return;
         }
-        let clicks = checkpoint_table_ui(ui, run, &self.exporting, ctx.training_active, ctx.prefs.export);
+        // On a narrow page the table scrolls sideways rather than widening the page under the plots below.
+        let clicks = egui::ScrollArea::horizontal()
+            .id_salt("ckpt-table")
+            .show(ui, |ui| checkpoint_table_ui(ui, run, &self.exporting, ctx.training_active, ctx.prefs.export))
+            .inner;
         if let Some(a) = clicks.action {
             ctx.actions.push(a);
         }
