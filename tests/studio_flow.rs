@@ -470,6 +470,7 @@ fn help_shows_the_system_report() {
     let mut h = harness(test_prefs(dir.path(), 1));
     h.step();
     click(&mut h, "Help");
+    click(&mut h, "System report");
     let deadline = Instant::now() + Duration::from_secs(30);
     while h.query_by_label_contains("device: cpu").is_none() {
         assert!(Instant::now() < deadline, "the system report never appeared in the Help window");

@@ -1,17 +1,20 @@
 //! The checkpoints page: browse run folders (each run's settings and loss curve, its checkpoints with step,
-//! loss, time and size), overlay the loss curves of several runs, and per checkpoint open it in chat, resume
-//! training from it, export it (PEFT, mlx-lm, merged model, llama.cpp GGUF with a quantization choice, GGUF
-//! LoRA adapter, Ollama folder; with a progress bar and the written size) or delete it after a confirmation.
+//! loss, time and size), give a run a human name (Rename), overlay the loss curves of several runs, and per
+//! checkpoint open it in chat, resume training from it, export it (PEFT, mlx-lm, merged model, llama.cpp GGUF
+//! with a quantization choice, GGUF LoRA adapter, Ollama folder; with a progress bar and the written size) or
+//! delete it after a confirmation.
 
 use super::app::{Action, PanelCtx};
 use super::export_dialog::{self, ExportDialog};
+use super::run_compare::RunCompare;
+use super::run_rename::{RenameClick, RunRename};
 use super::widgets::{
     self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone,
 };
 use crate::engine::train::run_folder::RunStatus;
 use crate::worker::{display_name, CheckpointInfo, Command, RunInfo};
 use egui::{RichText, Ui};
-use egui_plot::{Legend, Line, LineStyle, Plot, Points};
+use egui_plot::{Legend, Line, Plot, Points};
 use std::path::{Path, PathBuf};
 
 #[derive(Default)]
@@ -29,6 +32,9 @@ pub struct CheckpointsPanel {
     /// The last export written and its size, offered with "Open folder".
     pub last_export: Option<(PathBuf, u64)>,
     notes: Vec<(Tone, String)>,
+    /// The open rename editor, if any.
+    renaming: Option<RunRename>,
+    compare: RunCompare,
 }
 
 impl CheckpointsPanel {
@@ -78,6 +84,14 @@ impl CheckpointsPanel {
         self.notes.push((Tone::Error, format!("Could not {what}: {message}")));
     }
 
+    /// The worker stored a run's new name: show it at once (the folder, and so the run list, is unchanged).
+    pub fn on_renamed(&mut self, run_dir: &Path, label: String) {
+        if let Some(run) = self.runs.iter_mut().find(|r| crate::worker::paths_match(&r.dir, run_dir)) {
+            self.notes.push((Tone::Ok, format!("Renamed {} to \"{label}\"", run.name)));
+            run.label = Some(label);
+        }
+    }
+
     pub fn on_deleted(&mut self, path: &Path) {
         self.notes.push((Tone::Ok, format!("Deleted {}", path.display())));
     }
@@ -104,7 +118,7 @@ impl CheckpointsPanel {
     /// Every checkpoint of every run, newest first: for the chat's adapter picker.
     pub fn all_checkpoints(&self) -> Vec<(String, &CheckpointInfo)> {
         let mut out: Vec<(String, &CheckpointInfo)> =
-            self.runs.iter().flat_map(|r| r.checkpoints.iter().map(move |c| (r.name.clone(), c))).collect();
+            self.runs.iter().flat_map(|r| r.checkpoints.iter().map(move |c| (r.title().to_string(), c))).collect();
         out.sort_by(|a, b| b.1.saved_unix_secs.cmp(&a.1.saved_unix_secs).then(b.1.step.cmp(&a.1.step)));
         out
     }
@@ -195,8 +209,13 @@ impl CheckpointsPanel {
                                 ctx.prefs.overlay_runs.retain(|n| n != &run.name);
                             }
                         }
-                        let text = RichText::new(&run.name).strong();
-                        if ui.selectable_label(selected, text).clicked() {
+                        let text = RichText::new(run.title()).strong();
+                        let item = ui.add(egui::Button::selectable(selected, text).wrap());
+                        let item = match &run.label {
+                            Some(_) => item.on_hover_text(format!("{}\nfolder {}", run.title(), run.name)),
+                            None => item.on_hover_text(run.name.as_str()),
+                        };
+                        if item.clicked() {
                             self.selected = Some(run.name.clone());
                         }
                     });
@@ -222,31 +241,55 @@ impl CheckpointsPanel {
             ui.label("Select a run.");
             return;
         };
-        ui.horizontal(|ui| {
-            ui.label(RichText::new(&run.name).size(18.0).strong());
+        let editing = self.renaming.as_ref().is_some_and(|r| crate::worker::paths_match(&r.run_dir, &run.dir));
+        ui.horizontal_wrapped(|ui| {
+            ui.add(egui::Label::new(RichText::new(run.title()).size(18.0).strong()).wrap());
             let status = live_status(run, ctx);
             let text = status.map_or_else(|| "training".to_string(), RunStatus::to_string);
             ui.label(RichText::new(text).color(status_color(status)));
+            if !editing
+                && ui
+                    .small_button("Rename…")
+                    .on_hover_text("Give this run a name of your own; the folder stays")
+                    .clicked()
+            {
+                self.renaming = Some(RunRename::new(run));
+            }
         });
-        ui.label(RichText::new(run.dir.display().to_string()).weak().small());
+        if let Some(editor) = self.renaming.as_mut().filter(|_| editing) {
+            match editor.ui(ui) {
+                RenameClick::Save(command) => {
+                    ctx.actions.push(Action::Send(command));
+                    self.renaming = None;
+                }
+                RenameClick::Cancel => self.renaming = None,
+                RenameClick::None => {}
+            }
+        }
+        ui.add(egui::Label::new(RichText::new(run.dir.display().to_string()).weak().small()).wrap());
         ui.add_space(4.0);
-        ui.columns(2, |cols| {
-            card_ui(&mut cols[0], |ui| {
-                ui.set_width(ui.available_width());
-                run_settings_ui(ui, run);
+        // Side by side only where both fit; each card keeps to its own column (long paths wrap inside it).
+        if ui.available_width() >= TWO_CARD_MIN_WIDTH {
+            ui.columns(2, |cols| {
+                card_ui(&mut cols[0], |ui| run_settings_ui(ui, run));
+                card_ui(&mut cols[1], |ui| run_loss_ui(ui, run));
             });
-            card_ui(&mut cols[1], |ui| {
-                ui.set_width(ui.available_width());
-                run_loss_ui(ui, run);
-            });
-        });
+        } else {
+            card_ui(ui, |ui| run_settings_ui(ui, run));
+            ui.add_space(6.0);
+            card_ui(ui, |ui| run_loss_ui(ui, run));
+        }
         ui.add_space(6.0);
         widgets::section_ui(ui, &format!("Checkpoints ({})", run.checkpoints.len()));
         if run.checkpoints.is_empty() {
             ui.label(RichText::new("No checkpoint saved yet.").weak());
             return;
         }
-        let clicks = checkpoint_table_ui(ui, run, &self.exporting, ctx.training_active, ctx.prefs.export);
+        // On a narrow page the table scrolls sideways rather than widening the page under the plots below.
+        let clicks = egui::ScrollArea::horizontal()
+            .id_salt("ckpt-table")
+            .show(ui, |ui| checkpoint_table_ui(ui, run, &self.exporting, ctx.training_active, ctx.prefs.export))
+            .inner;
         if let Some(a) = clicks.action {
             ctx.actions.push(a);
         }
@@ -258,41 +301,14 @@ impl CheckpointsPanel {
         }
     }
 
-    fn overlay_ui(&self, ui: &mut Ui, ctx: &PanelCtx<'_>) {
+    fn overlay_ui(&mut self, ui: &mut Ui, ctx: &PanelCtx<'_>) {
         widgets::section_ui(ui, "Compare runs");
         let chosen: Vec<&RunInfo> = self.runs.iter().filter(|r| ctx.prefs.overlay_runs.contains(&r.name)).collect();
         if chosen.is_empty() {
             ui.label(RichText::new("Tick runs in the list to overlay their loss curves here.").weak());
             return;
         }
-        Plot::new("overlay")
-            .allow_scroll(false)
-            .height(260.0)
-            .legend(Legend::default())
-            .x_axis_label("step")
-            .y_axis_label("loss")
-            .show(ui, |plot| {
-                for (i, run) in chosen.iter().enumerate() {
-                    let color = palette::SERIES[i % palette::SERIES.len()];
-                    let train = smooth(&to_points(&run.train_loss), 0.6);
-                    plot.line(
-                        Line::new(format!("{} train", run.name), egui_plot::PlotPoints::Owned(train))
-                            .color(color)
-                            .width(2.0),
-                    );
-                    if !run.val_loss.is_empty() {
-                        plot.line(
-                            Line::new(
-                                format!("{} val", run.name),
-                                egui_plot::PlotPoints::Owned(to_points(&run.val_loss)),
-                            )
-                            .color(color)
-                            .width(1.5)
-                            .style(LineStyle::dashed_loose()),
-                        );
-                    }
-                }
-            });
+        self.compare.ui(ui, &chosen);
     }
 
     fn modals_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
@@ -342,12 +358,19 @@ struct TableClicks {
     delete: Option<PathBuf>,
 }
 
-/// The run's settings as saved in its run.json.
+/// Narrower than this, the run's Settings and Loss cards stack instead of sharing a row.
+const TWO_CARD_MIN_WIDTH: f32 = 720.0;
+
+/// The run's settings as saved in its run.json. Values wrap within the card (a long data path never runs
+/// under the card beside it).
 fn run_settings_ui(ui: &mut Ui, run: &RunInfo) {
+    ui.set_width(ui.available_width());
     ui.label(RichText::new("Settings").strong());
     match &run.config {
         Some(c) => {
-            egui::Grid::new("run-settings").num_columns(2).spacing([14.0, 3.0]).show(ui, |ui| {
+            // A finite column width makes the grid wrap its text; the last column gets what is left.
+            let grid = egui::Grid::new("run-settings").num_columns(2).spacing([14.0, 3.0]);
+            grid.max_col_width(ui.available_width()).show(ui, |ui| {
                 let row = |ui: &mut Ui, k: &str, v: String| {
                     ui.label(RichText::new(k).weak());
                     ui.label(v);
@@ -395,6 +418,7 @@ fn run_settings_ui(ui: &mut Ui, run: &RunInfo) {
 
 /// The run's training loss (raw and smoothed) and validation loss.
 fn run_loss_ui(ui: &mut Ui, run: &RunInfo) {
+    ui.set_width(ui.available_width());
     ui.label(RichText::new("Loss").strong());
     let train = to_points(&run.train_loss);
     let smoothed = smooth(&train, 0.6);

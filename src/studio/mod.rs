@@ -8,7 +8,12 @@
 //!   searching rows), `chat_adapter` (loading an adapter folder), `chat_transcript` and `chat_export` (the
 //!   conversation and its export), `export_dialog` (exporting a checkpoint);
 //! - `hub_panel`: the model page's Hugging Face search and the download card both data and model pages show;
-//! - `widgets`: plots, progress, the token view, formatting; `file_picker`: native dialogs off the UI thread.
+//! - `widgets`: plots, progress, the token view, formatting; `file_picker`: native dialogs off the UI thread;
+//! - `glossary`: what each setting means (hover texts and the Help window share it);
+//! - `run_compare`, `run_rename`: the checkpoints page's compare-runs plot with its legend, and renaming a run;
+//! - the training page's parts: `live_run` (what it shows of a run), `training_plots`, `event_log`,
+//!   `run_history` (a run's recorded steps from metrics.jsonl) and `resume_offer` (an interrupted run);
+//! - `starter_model`: the first launch's one-click small model.
 //!
 //! Rules (settings validation, parameter and memory estimates, dataset reports) are the engine's; panels call
 //! them and show their messages as the engine words them.
@@ -25,13 +30,16 @@ pub mod dataset_rows;
 pub mod event_log;
 pub mod export_dialog;
 pub mod file_picker;
+pub mod glossary;
 pub mod hub_panel;
 pub mod live_run;
 pub mod model_panel;
 pub mod rank_panel;
 pub mod resume_offer;
 pub mod reveal;
+pub mod run_compare;
 pub mod run_history;
+pub mod run_rename;
 pub mod settings_panel;
 pub mod starter_model;
 pub mod training_panel;

@@ -365,7 +365,10 @@ pub fn memory_card_ui(
     ui.label(
         RichText::new(format!(
             "rank {} · {} · batch {} × {} tokens",
-            cfg.lora.rank, cfg.lora.targets, cfg.batch_size, cfg.seq_len
+            cfg.lora.rank,
+            super::glossary::targets_summary(&cfg.lora.targets, Some(&m.shape)),
+            cfg.batch_size,
+            cfg.seq_len
         ))
         .weak()
         .small(),
@@ -497,12 +500,7 @@ fn placement_row_ui(ui: &mut Ui, prefs: &mut super::app::Prefs) {
             })
             .response
             .labelled_by(label.id);
-        let label = ui.label("Base weights").on_hover_text(
-            "How the frozen base's linear weights are held (QLoRA). none: dense in the dtype; keep: a GGUF's own \
-             quantized types; q8_0 … q4_0: quantized at load, one tensor at a time. The head is then held in \
-             Q6_K and untied embeddings in Q4_K (llama.cpp's Q4_K_M mix; Q8_0 with q8_0 and keep); norms stay \
-             dense. Applies to the next load.",
-        );
+        let label = ui.label(super::glossary::BASE_WEIGHTS.name).on_hover_text(super::glossary::BASE_WEIGHTS.hover());
         egui::ComboBox::from_id_salt("quantize")
             .selected_text(prefs.quantize.as_str())
             .show_ui(ui, |ui| {

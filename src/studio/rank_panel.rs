@@ -84,7 +84,10 @@ impl RankPanel {
             ui.label(
                 RichText::new(format!(
                     "Other settings come from the LoRA settings page: {} · batch {} · seq {} · lr {} · seed {}",
-                    ctx.prefs.train.lora.targets,
+                    super::glossary::targets_summary(
+                        &ctx.prefs.train.lora.targets,
+                        ctx.model.loaded.as_ref().map(|m| &m.shape)
+                    ),
                     ctx.prefs.train.batch_size,
                     ctx.prefs.train.seq_len,
                     widgets::fmt_sci(ctx.prefs.train.lr),

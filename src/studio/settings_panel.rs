@@ -3,6 +3,7 @@
 //! combinations are explained, and the run cannot start until they are fixed.
 
 use super::app::{PanelCtx, Prefs};
+use super::glossary;
 use super::model_panel::memory_card_ui;
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
 use crate::engine::estimate;
@@ -109,7 +110,7 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
         ui.add_space(4.0);
         let lora = &mut prefs.train.lora;
         egui::Grid::new("lora-grid").num_columns(2).spacing([14.0, 8.0]).show(ui, |ui| {
-            row_ui(ui, "Rank", "Inner dimension r of the low-rank update B·A. Higher rank: more capacity, more trainable parameters and memory. 8–16 suits most fine-tunes; use the Rank explorer to compare.", |ui| {
+            row_ui(ui, glossary::RANK.name, &glossary::RANK.hover(), |ui| {
                 ui.add(DragValue::new(&mut lora.rank).range(1..=1024).speed(0.2));
                 for r in [4, 8, 16, 32, 64] {
                     if ui.selectable_label(lora.rank == r, r.to_string()).on_hover_text(format!("rank {r}")).clicked() {
@@ -117,24 +118,29 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                     }
                 }
             });
-            row_ui(ui, "Alpha", "Scales the update: the adapter's output is multiplied by alpha / rank (alpha / √rank with rsLoRA). Keeping alpha ≈ 2 × rank is a common default; raising it is like raising the learning rate of the adapter.", |ui| {
+            row_ui(ui, glossary::ALPHA.name, &glossary::ALPHA.hover(), |ui| {
                 ui.add(DragValue::new(&mut lora.alpha).range(0.1..=4096.0).speed(0.25).max_decimals(2));
                 let scale = lora.scale();
-                ui.label(RichText::new(format!("effective scale {}", if lora.use_rslora { format!("α/√r = {scale:.3}") } else { format!("α/r = {scale:.3}") })).color(palette::ACCENT));
+                ui.label(
+                    RichText::new(format!(
+                        "effective scale {}",
+                        if lora.use_rslora { format!("α/√r = {scale:.3}") } else { format!("α/r = {scale:.3}") }
+                    ))
+                    .color(palette::ACCENT),
+                );
             });
-            row_ui(ui, "rsLoRA", "Rank-stabilized LoRA: scale by alpha/√rank instead of alpha/rank, so higher ranks keep learning at a similar speed.", |ui| {
+            row_ui(ui, glossary::RSLORA.name, &glossary::RSLORA.hover(), |ui| {
                 ui.checkbox(&mut lora.use_rslora, "scale by α/√r");
             });
-            row_ui(ui, "Dropout", "Dropout on the adapter's input during training. Helps small datasets overfit less; 0 disables it.", |ui| {
+            row_ui(ui, glossary::DROPOUT.name, &glossary::DROPOUT.hover(), |ui| {
                 ui.add(egui::Slider::new(&mut lora.dropout, 0.0..=0.5).fixed_decimals(2));
             });
-            block_row_ui(ui, "Target modules", "Which linear layers of each decoder block get an adapter. Attention projections (q, k, v, o) are the classic choice; adding the MLP (gate, up, down) trains more parameters and often fits better.", |ui| {
+            block_row_ui(ui, glossary::TARGETS.name, &glossary::TARGETS.hover(), |ui| {
                 // The loaded model's own linears (phi3: qkv_proj, o_proj, gate_up_proj, down_proj).
-                let available: Vec<Target> = model
-                    .map(|m| m.shape.linear_targets())
-                    .unwrap_or_else(Target::separate);
+                let available: Vec<Target> = model.map(|m| m.shape.linear_targets()).unwrap_or_else(Target::separate);
                 let (attention, mlp): (Vec<Target>, Vec<Target>) = available.iter().partition(|t| t.is_attention());
-                let family = model.map(|m| format!("{} models", m.architecture.as_str())).unwrap_or_else(|| "this model".into());
+                let family =
+                    model.map(|m| format!("{} models", m.architecture.as_str())).unwrap_or_else(|| "this model".into());
                 // What training will adapt: the engine's resolution (phi3: q_proj, v_proj adapt the fused qkv_proj).
                 let resolved = lora.targets.among(&available, &family);
                 for group in [&attention, &mlp] {
@@ -159,25 +165,34 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                         ui.label(RichText::new(format!("{e}: pick among the boxes above")).color(palette::WARN));
                     }
                     Ok(r) if *r != lora.targets && lora.targets != Targets::all() => {
-                        ui.label(RichText::new(format!("{} are fused in {family}: training adapts {r}", lora.targets)).weak());
+                        ui.label(
+                            RichText::new(format!("{} are fused in {family}: training adapts {r}", lora.targets))
+                                .weak(),
+                        );
                     }
                     Ok(_) => {}
                 }
                 ui.horizontal(|ui| {
                     ui.label(RichText::new("presets").weak());
-                    if available.contains(&Target::QProj) && ui.small_button("q, v").on_hover_text("The original LoRA paper's choice").clicked() {
+                    if available.contains(&Target::QProj)
+                        && ui.small_button("q, v").on_hover_text("The original LoRA paper's choice").clicked()
+                    {
                         lora.targets = Targets::of(&[Target::QProj, Target::VProj]);
                     }
                     if ui.small_button("attention").on_hover_text("The attention block's projections").clicked() {
                         lora.targets = Targets::of(&attention);
                     }
-                    if ui.small_button("all linear").on_hover_text("Every linear of every block (QLoRA style)").clicked() {
+                    if ui
+                        .small_button("all linear")
+                        .on_hover_text("Every linear of every block (QLoRA style)")
+                        .clicked()
+                    {
                         lora.targets = Targets::all();
                     }
                 });
             });
             let n_layers = model.map(|m| m.shape.layers).unwrap_or(usize::MAX);
-            row_ui(ui, "Layers", "Adapt every decoder layer, or only the last N (cheaper; the top layers matter most for style and format).", |ui| {
+            row_ui(ui, glossary::LAYERS.name, &glossary::LAYERS.hover(), |ui| {
                 let mut all = lora.layers.is_none();
                 if ui.checkbox(&mut all, "all").changed() {
                     lora.layers = if all { None } else { Some(n_layers.clamp(1, 8)) };
@@ -202,7 +217,7 @@ fn data_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
         let cfg = &mut prefs.train;
         let context = model.map(|m| m.shape.context_length).unwrap_or(1 << 20);
         egui::Grid::new("data-grid").num_columns(2).spacing([14.0, 8.0]).show(ui, |ui| {
-            row_ui(ui, "Sequence length", "Maximum tokens per example; longer rows are cut (the Dataset page shows how many). Memory for activations grows with it, attention quadratically.", |ui| {
+            row_ui(ui, glossary::SEQUENCE_LENGTH.name, &glossary::SEQUENCE_LENGTH.hover(), |ui| {
                 ui.add(DragValue::new(&mut cfg.seq_len).range(8..=context).speed(4.0).suffix(" tokens"));
                 for n in [256, 512, 1024, 2048] {
                     if n <= context && ui.selectable_label(cfg.seq_len == n, n.to_string()).on_hover_text(format!("{n} tokens")).clicked() {
@@ -239,7 +254,7 @@ fn optimizer_card_ui(ui: &mut Ui, prefs: &mut Prefs) {
 
 /// Learning rate, schedule and batch: what one optimizer step does.
 fn step_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
-    row_ui(ui, "Learning rate", "Peak AdamW learning rate, reached after warmup. LoRA tolerates higher rates than full fine-tuning: 1e-4 to 5e-4 is typical.", |ui| {
+    row_ui(ui, glossary::LEARNING_RATE.name, &glossary::LEARNING_RATE.hover(), |ui| {
         ui.add(
             egui::Slider::new(&mut cfg.lr, 1e-6..=1e-2)
                 .logarithmic(true)
@@ -261,8 +276,7 @@ fn step_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
                 });
             ui.label("warmup");
             let mut auto = cfg.warmup.is_none();
-            let auto_help = "10 steps, or a tenth of a run of 10 steps or fewer (the schedule below says which)";
-            if ui.checkbox(&mut auto, "fit to run").on_hover_text(auto_help).changed() {
+            if ui.checkbox(&mut auto, "fit to run").on_hover_text(glossary::WARMUP.hover()).changed() {
                 cfg.warmup = (!auto).then_some(DEFAULT_WARMUP);
             }
             if let Some(steps) = cfg.warmup.as_mut() {
@@ -270,16 +284,17 @@ fn step_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
             }
         },
     );
-    row_ui(ui, "Batch size", "Examples per micro-batch. Memory grows linearly with it.", |ui| {
+    row_ui(ui, glossary::BATCH.name, &glossary::BATCH.hover(), |ui| {
         ui.add(DragValue::new(&mut cfg.batch_size).range(1..=1024));
     });
-    row_ui(ui, "Accumulation", "Micro-batches whose gradients are summed before each optimizer step: a larger effective batch without more memory.", |ui| {
+    row_ui(ui, "Accumulation", &glossary::BATCH.hover(), |ui| {
         ui.add(DragValue::new(&mut cfg.grad_accum).range(1..=1024));
         ui.label(RichText::new(format!("effective batch {}", cfg.batch_size * cfg.grad_accum)).weak());
     });
-    row_ui(ui, "Checkpointing", "Gradient checkpointing: keep only each layer's input during the forward pass and recompute the layer before its backward. Activation memory drops to about one layer's worth, for about a third more compute. auto turns it on when the memory estimate says the run would not fit otherwise.", |ui| {
+    row_ui(ui, glossary::CHECKPOINTING.name, &glossary::CHECKPOINTING.hover(), |ui| {
         for c in Checkpointing::ALL {
-            ui.selectable_value(&mut cfg.checkpointing, c, c.name()).on_hover_text(format!("checkpointing {}", c.name()));
+            ui.selectable_value(&mut cfg.checkpointing, c, c.name())
+                .on_hover_text(format!("checkpointing {}", c.name()));
         }
     });
 }

@@ -84,6 +84,7 @@ impl Dispatcher {
             Command::Diagnose => self.diagnose(),
             Command::ListRuns { runs_dir } => self.list_runs(runs_dir),
             Command::DeleteCheckpoint { path } => self.delete_checkpoint(path),
+            Command::RenameRun { run_dir, label } => self.rename_run(run_dir, label),
             Command::ExportCheckpoint { checkpoint, format, quant, out, base_model, overwrite } => {
                 let what = format!("export {}", checkpoint.display());
                 let request = crate::engine::export::ExportRequest {
@@ -211,6 +212,18 @@ impl Dispatcher {
             move |_| {
                 crate::engine::checkpoint::delete_checkpoint(&path)?;
                 Ok(Event::CheckpointDeleted { path })
+            },
+        );
+    }
+
+    fn rename_run(&self, run_dir: PathBuf, label: String) {
+        let what = format!("rename {}", run_dir.display());
+        self.spawn_fallible(
+            "mc-rename",
+            move |error| Event::ActionFailed { what: what.clone(), error },
+            move |_| {
+                let label = crate::engine::train::run_label::rename_run(&run_dir, &label)?;
+                Ok(Event::RunRenamed { run_dir, label })
             },
         );
     }

@@ -95,6 +95,11 @@ pub enum Command {
     DeleteCheckpoint {
         path: PathBuf,
     },
+    /// Give a run a human name in its run.json (`run_label::rename_run`); the folder stays as it is.
+    RenameRun {
+        run_dir: PathBuf,
+        label: String,
+    },
     ExportCheckpoint {
         checkpoint: PathBuf,
         format: ExportFormat,
@@ -234,6 +239,11 @@ pub enum Event {
     CheckpointDeleted {
         path: PathBuf,
     },
+    /// A run got a new name (as stored: trimmed).
+    RunRenamed {
+        run_dir: PathBuf,
+        label: String,
+    },
     /// An export wrote `done` of `total` tensors; `what` is the one being written now.
     ExportProgress {
         done: usize,
@@ -248,7 +258,7 @@ pub enum Event {
     ExportWarnings {
         warnings: Vec<String>,
     },
-    /// A delete or export that failed.
+    /// A delete, rename or export that failed.
     ActionFailed {
         what: String,
         error: ErrorInfo,

@@ -66,7 +66,9 @@ pub fn branch_dir(branch: &Branch) -> PathBuf {
 pub fn start_branch(branch: &Branch, run_dir: &Path) -> Result<()> {
     let parent = RunManifest::read(&branch.origin.run)?;
     let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let manifest = RunManifest { name, branched_from: Some(branch.origin.clone()), ..parent };
+    // A branch of a named run says where it came from in the run list and the compare legend.
+    let label = parent.label.as_ref().map(|l| format!("{l} (from step {})", branch.origin.step));
+    let manifest = RunManifest { name, label, branched_from: Some(branch.origin.clone()), ..parent };
     manifest.write(run_dir)?;
     let metrics = branch.origin.run.join(METRICS);
     if metrics.exists() {
@@ -107,5 +109,22 @@ mod tests {
         assert_eq!(branch_dir(&b), dir.path().join("r-from-2"));
         std::fs::create_dir_all(dir.path().join("r-from-2")).unwrap();
         assert_eq!(branch_dir(&b), dir.path().join("r-from-2-2"));
+    }
+
+    #[test]
+    fn a_branch_of_a_named_run_says_where_it_came_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("r");
+        for s in [2, 4] {
+            std::fs::create_dir_all(run.join(format!("checkpoint-{s}"))).unwrap();
+        }
+        let parent = RunManifest { label: Some("baseline".into()), ..RunManifest::new("r", &Default::default()) };
+        parent.write(&run).unwrap();
+        let branch = branch_for(&run.join("checkpoint-2")).unwrap();
+        let branch_run = branch_dir(&branch);
+        std::fs::create_dir_all(&branch_run).unwrap();
+        start_branch(&branch, &branch_run).unwrap();
+        let manifest = RunManifest::read(&branch_run).unwrap();
+        assert_eq!((manifest.name.as_str(), manifest.label.as_deref()), ("r-from-2", Some("baseline (from step 2)")));
     }
 }

@@ -13,6 +13,7 @@ pub mod optimizer;
 mod recorder;
 pub mod resume;
 pub mod run_folder;
+pub mod run_label;
 pub mod run_lock;
 mod step_runner;
 pub mod validate;

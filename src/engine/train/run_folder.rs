@@ -14,7 +14,11 @@ pub const METRICS: &str = "metrics.jsonl";
 /// ended, and its checkpoints.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunInfo {
+    /// The run folder's name: the run's identity (overlay choices and paths use it).
     pub name: String,
+    /// The name the user gave the run in run.json (`train::run_label`); None: shown by its folder name.
+    #[serde(default)]
+    pub label: Option<String>,
     pub dir: PathBuf,
     /// None when run.json is missing or unreadable.
     pub config: Option<TrainConfig>,
@@ -41,6 +45,13 @@ pub enum RunStatus {
     Failed {
         message: String,
     },
+}
+
+impl RunInfo {
+    /// What the run is called where it is shown: the name the user gave it, else its folder name.
+    pub fn title(&self) -> &str {
+        self.label.as_deref().unwrap_or(&self.name)
+    }
 }
 
 impl RunStatus {
@@ -106,6 +117,10 @@ pub struct RunManifest {
     /// The run and checkpoint this run branched from (a resume from a checkpoint that later ones followed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branched_from: Option<BranchOrigin>,
+    /// The name the user gave the run (the studio's Rename), shown instead of the folder name; renaming
+    /// rewrites only this field and never moves the folder (`train::run_label::rename_run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 impl RunManifest {
@@ -123,6 +138,7 @@ impl RunManifest {
             dataset_fingerprint: None,
             resumes: Vec::new(),
             branched_from: None,
+            label: None,
         }
     }
 
@@ -298,6 +314,7 @@ fn run_info(name: String, dir: PathBuf) -> RunInfo {
     let manifest = RunManifest::read(&dir).ok();
     let mut info = RunInfo {
         name,
+        label: manifest.as_ref().and_then(|m| m.label.clone()),
         config: manifest.as_ref().map(|m| m.config.clone()),
         started_unix_secs: manifest.map(|m| m.started_unix_secs),
         train_loss: Vec::new(),

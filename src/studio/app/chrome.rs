@@ -1,8 +1,11 @@
-//! The frame around the pages: top bar, navigation with per-page hints, status bar, toasts and the
-//! drag-and-drop overlay.
+//! The frame around the pages: top bar, navigation with per-page hints, status bar, toasts, the
+//! drag-and-drop overlay and the Help window (`help`).
 
 use super::*;
 use crate::worker::SplitName;
+
+mod help;
+pub(super) use help::HelpWindow;
 
 impl StudioApp {
     pub(super) fn top_bar_ui(&mut self, ui: &mut Ui) {
@@ -39,11 +42,10 @@ impl StudioApp {
             }
             // Help and the training chip on the right.
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                let help = ui.button("Help").on_hover_text("System report: build, devices, dtypes, memory, kernels");
+                let help =
+                    ui.button("Help").on_hover_text("Quick start, what each setting means, shortcuts, system report");
                 if help.clicked() {
-                    self.help.open = true;
-                    self.help.text = None;
-                    self.worker.send(Command::Diagnose);
+                    self.help.show();
                 }
                 if let Some(run) = &self.training_panel.run {
                     let status = &self.training_panel.status;
@@ -237,33 +239,15 @@ impl StudioApp {
     }
 }
 
-/// The Help window's state.
-#[derive(Default)]
-pub(super) struct HelpWindow {
-    pub(super) open: bool,
-    pub(super) text: Option<String>,
-}
-
 impl StudioApp {
-    /// The system report a user pastes into a bug report, with a copy button.
+    /// The Help window; its buttons switch pages and ask the worker for the system report.
     pub(super) fn help_window_ui(&mut self, ctx: &egui::Context) {
-        let mut open = self.help.open;
-        egui::Window::new("Help: system report").open(&mut open).default_width(760.0).show(ctx, |ui| {
-            ui.label("What to paste into a bug report (the same as `metal-candle doctor`).");
-            match &self.help.text {
-                Some(text) => {
-                    if ui.button("Copy").clicked() {
-                        ui.ctx().copy_text(text.clone());
-                    }
-                    egui::ScrollArea::vertical().max_height(480.0).show(ui, |ui| {
-                        ui.label(RichText::new(text).monospace());
-                    });
-                }
-                None => {
-                    ui.spinner();
-                }
-            }
-        });
-        self.help.open = open;
+        let clicks = self.help.ui(ctx);
+        if let Some(page) = clicks.goto {
+            self.prefs.page = page;
+        }
+        if clicks.diagnose {
+            self.worker.send(Command::Diagnose);
+        }
     }
 }

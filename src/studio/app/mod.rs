@@ -128,7 +128,7 @@ struct Toast {
 pub struct StudioApp {
     pub prefs: Prefs,
     worker: Worker,
-    /// The Help window: the system report (`metal-candle doctor`'s text) once the worker has gathered it.
+    /// The Help window: quick start, glossary, shortcuts and the system report (`metal-candle doctor`).
     help: chrome::HelpWindow,
     pub close_guard: CloseGuard,
     pub model: ModelStatus,
@@ -287,12 +287,13 @@ impl StudioApp {
             | Event::GenerationFailed { .. }
             | Event::AdapterChecked { .. }
             | Event::AdapterCheckFailed { .. }) => self.chat_panel.on_event(e, &mut self.prefs.chat),
-            Event::Diagnosis { text } => self.help.text = Some(text),
+            Event::Diagnosis { text } => self.help.on_report(text),
             Event::Runs { runs_dir, runs } => {
                 self.training_panel.on_runs(&runs);
                 self.checkpoints_panel.on_runs(runs_dir, runs)
             }
             Event::RunsFailed { error, .. } => self.checkpoints_panel.on_runs_failed(error.message),
+            Event::RunRenamed { run_dir, label } => self.checkpoints_panel.on_renamed(&run_dir, label),
             Event::CheckpointDeleted { path } => {
                 self.checkpoints_panel.on_deleted(&path);
                 self.actions.push(Action::RefreshRuns);
