@@ -14,7 +14,7 @@ use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::hub::RepoKind;
 use crate::engine::sampler::SamplingParams;
 use crate::engine::train::TrainConfig;
-use crate::worker::{display_name, Command, DatasetReport, Event, ModelSummary, Worker};
+use crate::worker::{display_name, Command, DatasetReport, ModelSummary, Worker};
 use egui::{RichText, Ui};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 mod chrome;
 mod close_guard;
 mod dropped_path;
+mod events;
 mod frame_stats;
 mod hub_flow;
 mod hub_status;
@@ -245,83 +246,6 @@ impl StudioApp {
         self.last_drained += drained;
         self.after_events();
         self.run_actions();
-    }
-
-    fn handle_event(&mut self, event: Event) {
-        match event {
-            Event::ModelLoading { path } => {
-                self.model.loading = Some((path, Instant::now()));
-                self.model.load_progress = None;
-                self.model.error = None;
-            }
-            Event::ModelLoadProgress { path, progress } => {
-                if self.model.loading.as_ref().is_some_and(|(p, _)| crate::worker::paths_match(p, &path)) {
-                    self.model.load_progress = Some(progress);
-                }
-            }
-            Event::ModelLoaded(summary) => {
-                self.model.loading = None;
-                self.model.error = None;
-                remember(&mut self.prefs.recent_models, &summary.path);
-                self.prefs.model_path = summary.path.display().to_string();
-                self.toast(Tone::Ok, format!("Loaded {} in {}", summary.name(), widgets::fmt_secs(summary.load_secs)));
-                self.model.loaded = Some(*summary);
-            }
-            Event::ModelLoadFailed { path, error } => {
-                self.model.loading = None;
-                self.model.error = Some((path, error.message));
-            }
-            e @ (Event::DatasetInspected(_)
-            | Event::DatasetFailed { .. }
-            | Event::DatasetRows { .. }
-            | Event::DatasetRowsFailed { .. }) => self.dataset_panel.on_event(e),
-            Event::ModelsFound(found) => self.model_panel.on_models_found(found),
-            Event::Train(e) => {
-                if let Some(a) = self.training_panel.on_event(e, self.prefs.smoothing as f64) {
-                    self.actions.push(a);
-                }
-            }
-            e @ (Event::GenerationStarted { .. }
-            | Event::Token { .. }
-            | Event::GenerationFinished { .. }
-            | Event::GenerationFailed { .. }
-            | Event::AdapterChecked { .. }
-            | Event::AdapterCheckFailed { .. }) => self.chat_panel.on_event(e, &mut self.prefs.chat),
-            Event::Diagnosis { text } => self.help.on_report(text),
-            Event::Runs { runs_dir, runs } => {
-                self.training_panel.on_runs(&runs);
-                self.checkpoints_panel.on_runs(runs_dir, runs)
-            }
-            Event::RunsFailed { error, .. } => self.checkpoints_panel.on_runs_failed(error.message),
-            Event::RunRenamed { run_dir, label } => self.checkpoints_panel.on_renamed(&run_dir, label),
-            Event::CheckpointDeleted { path } => {
-                self.checkpoints_panel.on_deleted(&path);
-                self.actions.push(Action::RefreshRuns);
-            }
-            Event::ExportProgress { done, total, what } => self.checkpoints_panel.on_export_progress(done, total, what),
-            Event::ExportWarnings { warnings } => self.checkpoints_panel.on_export_warnings(warnings),
-            Event::ExportFinished { path, size_bytes } => {
-                self.toast(
-                    Tone::Ok,
-                    format!("Exported to {} ({})", path.display(), super::widgets::fmt_bytes(size_bytes)),
-                );
-                self.checkpoints_panel.on_export_finished(path, size_bytes);
-            }
-            Event::ActionFailed { what, error } => {
-                self.toast(Tone::Error, format!("Could not {what} ({})", error.kind.label()));
-                self.checkpoints_panel.on_action_failed(what, error.message);
-            }
-            Event::RankProbeResult(r) => self.rank_panel.on_result(r),
-            Event::RankProbeFinished { results } => self.rank_panel.on_finished(results),
-            Event::RankProbeFailed { error } => self.rank_panel.on_failed(error),
-            Event::MicroBenchFinished(r) => self.rank_panel.on_micro(r),
-            Event::MicroBenchFailed { error } => self.rank_panel.on_micro_failed(error.message),
-            e @ (Event::HubSearchResults { .. }
-            | Event::HubSearchFailed { .. }
-            | Event::HubDownloadProgress { .. }
-            | Event::HubDownloadFinished { .. }
-            | Event::HubDownloadFailed { .. }) => self.on_hub_event(e),
-        }
     }
 
     /// Follow-ups that depend on the state events left behind.
