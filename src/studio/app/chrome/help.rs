@@ -178,8 +178,8 @@ impl HelpWindow {
     /// The report with Copy and Refresh; returns whether Refresh was pressed.
     fn report_ui(&mut self, ui: &mut Ui) -> bool {
         ui.add(egui::Label::new(
-            "What to paste into a bug report: build, OS, devices and dtypes, memory, BLAS, which kernel each op uses \
-             (the same as `metal-candle doctor`).",
+            "What to paste into a bug report: build, OS, devices and dtypes, memory, the matrix library and which \
+             kernel each op uses (the same as `metal-candle doctor`).",
         ));
         let mut refresh = false;
         ui.horizontal(|ui| {
