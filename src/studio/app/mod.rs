@@ -67,7 +67,8 @@ pub enum Action {
         checkpoint: PathBuf,
         config: Option<Box<TrainConfig>>,
     },
-    UseRank(usize),
+    /// Put a probed rank and the alpha it was probed at into the training settings.
+    UseRank(Box<crate::engine::rank_probe::RankProbeResult>),
     /// Fetch a repo id into the Hugging Face cache, then load it (a model) or open it (a dataset).
     Download {
         spec: String,
@@ -301,11 +302,13 @@ impl StudioApp {
                 self.toast(Tone::Error, format!("Could not {what} ({})", error.kind.label()));
                 self.checkpoints_panel.on_action_failed(what, error.message);
             }
-            Event::RankProbeResult(r) => self.rank_panel.on_result(r),
-            Event::RankProbeFinished { results } => self.rank_panel.on_finished(results),
-            Event::RankProbeFailed { error } => self.rank_panel.on_failed(error),
-            Event::MicroBenchFinished(r) => self.rank_panel.on_micro(r),
-            Event::MicroBenchFailed { error } => self.rank_panel.on_micro_failed(error.message),
+            e @ (Event::RankProbeResult(_)
+            | Event::RankProbeFinished { .. }
+            | Event::RankProbeFailed { .. }
+            | Event::RankProbeCalibrated { .. }
+            | Event::RankCalibrationFailed { .. }
+            | Event::MicroBenchFinished(_)
+            | Event::MicroBenchFailed { .. }) => self.rank_panel.on_event(e),
             e @ (Event::HubSearchResults { .. }
             | Event::HubSearchFailed { .. }
             | Event::HubDownloadProgress { .. }
@@ -430,12 +433,9 @@ impl StudioApp {
                 self.prefs.page = Page::Training;
                 self.toast(Tone::Info, format!("Ready to resume from {}: press Resume training", checkpoint.display()));
             }
-            Action::UseRank(rank) => {
-                self.prefs.train.lora.rank = rank;
-                self.toast(
-                    Tone::Ok,
-                    format!("LoRA rank set to {rank} (scale is now {:.2})", self.prefs.train.lora.scale()),
-                );
+            Action::UseRank(probed) => {
+                let note = super::rank_panel::apply_probed_rank(&mut self.prefs.train.lora, &probed);
+                self.toast(Tone::Ok, note);
             }
         }
     }
@@ -531,7 +531,7 @@ impl StudioApp {
         self.worker.send(Command::StopTraining);
         self.worker.send(Command::StopRankProbe);
         let deadline = Instant::now() + limit;
-        let running = |app: &Self| app.training_panel.is_active() || app.rank_panel.running;
+        let running = |app: &Self| app.training_panel.is_active() || app.rank_panel.is_busy();
         while running(self) && Instant::now() < deadline {
             let mut events = Vec::new();
             self.worker.drain(DRAIN_BUDGET, DRAIN_MAX_EVENTS, |e| events.push(e));
