@@ -251,7 +251,7 @@ impl RankPanel {
         });
     }
 
-    /// The sweep's time: estimated before it starts (measuring one step when nothing is known), counted down
+    /// The sweep's time: estimated before it starts (measuring two steps when nothing is known), counted down
     /// while it runs. Says what the number rests on.
     fn estimate_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, ready: &Result<TrainConfig, String>) {
         if self.running {
@@ -280,8 +280,8 @@ impl RankPanel {
                 .on_hover_text(estimate_breakdown(&m.plan, &m.timing, budget, ranks.len()));
             ui.label(
                 RichText::new(format!(
-                    "{} probes × {} steps, from {}: a step takes {}",
-                    ranks.len(),
+                    "{} × {} steps, from {}: a step takes {}",
+                    if ranks.len() == 1 { "1 probe".to_string() } else { format!("{} probes", ranks.len()) },
                     m.plan.steps(budget),
                     m.basis.describe(),
                     widgets::fmt_secs(m.timing.step_secs)
