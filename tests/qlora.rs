@@ -288,9 +288,15 @@ fn rank_probes_and_saved_adapters_work_on_a_quantized_base() {
     let dir = tempfile::tempdir().unwrap();
     let base = load(&fixture("tiny-llama"), BaseQuant::Q8_0);
     let cfg = qlora_train_config(&fixture("tiny-llama"), dir.path(), BaseQuant::Q8_0, 1);
-    let results =
-        metal_candle::engine::bench::rank_probe(&base, &cfg, &[2, 4], 1_000, &TrainControl::default(), &mut |_| {})
-            .unwrap();
+    let results = metal_candle::engine::rank_probe::rank_probe(
+        &base,
+        &cfg,
+        &[2, 4],
+        1_000,
+        &TrainControl::default(),
+        &mut |_| {},
+    )
+    .unwrap();
     assert!(results.iter().all(|r| r.val_loss.is_finite() && r.steps > 0), "{results:?}");
     // A checkpoint trained on the quantized base loads back onto it and changes its scores.
     let cfg =

@@ -423,11 +423,15 @@ fn rank_probe_runs_equal_budget_trainings_per_rank() {
         cfg.model = fixture(arch);
         let base = load_model(&cfg.model, &Device::Cpu, DType::F32).unwrap();
         let mut seen = Vec::new();
-        let results =
-            metal_candle::engine::bench::rank_probe(&base, &cfg, &[2, 8], 2_000, &TrainControl::default(), &mut |r| {
-                seen.push(r.rank)
-            })
-            .unwrap();
+        let results = metal_candle::engine::rank_probe::rank_probe(
+            &base,
+            &cfg,
+            &[2, 8],
+            2_000,
+            &TrainControl::default(),
+            &mut |r| seen.push(r.rank),
+        )
+        .unwrap();
         assert_eq!(seen, vec![2, 8], "{arch}");
         assert_eq!(results[0].steps, results[1].steps, "{arch}: equal token budget means equal steps");
         assert_eq!(results[1].trainable_params, 4 * results[0].trainable_params, "{arch}");
@@ -438,7 +442,8 @@ fn rank_probe_runs_equal_budget_trainings_per_rank() {
     // A stop request ends the probe with Cancelled.
     let control = TrainControl::default();
     control.request_stop();
-    let err = metal_candle::engine::bench::rank_probe(&base, &cfg, &[2], 2_000, &control, &mut |_| {}).unwrap_err();
+    let err =
+        metal_candle::engine::rank_probe::rank_probe(&base, &cfg, &[2], 2_000, &control, &mut |_| {}).unwrap_err();
     assert!(matches!(err, metal_candle::engine::Error::Cancelled));
 }
 

@@ -15,6 +15,8 @@ pub enum BenchCommand {
     Lora(LoraBenchArgs),
     /// Time of one sampled draw over a vocabulary of random logits (the host side of sampled decoding).
     Sample(SampleBenchArgs),
+    /// The rank explorer: equal-budget probe trainings at several ranks, at the settings' LoRA scale.
+    Ranks(super::rank_bench::RankBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -99,6 +101,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Train(a) => train(&a),
         BenchCommand::Lora(a) => lora(&a),
         BenchCommand::Sample(a) => sample(&a),
+        BenchCommand::Ranks(a) => super::rank_bench::ranks(&a),
     }
 }
 

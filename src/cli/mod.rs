@@ -5,6 +5,7 @@ mod bench;
 mod data;
 pub mod hub;
 mod inference;
+mod rank_bench;
 mod runtime;
 mod train;
 

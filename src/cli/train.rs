@@ -201,7 +201,7 @@ fn origin_spec(origin: &crate::engine::hub::HubOrigin) -> PathBuf {
 
 /// Model and dataset given as Hub repo ids become cache paths, their origins recorded for run.json and the
 /// adapter's `base_model_name_or_path`. A recorded origin stands in for a recorded path that is not here.
-fn resolve_sources(config: &mut TrainConfig) -> anyhow::Result<()> {
+pub(super) fn resolve_sources(config: &mut TrainConfig) -> anyhow::Result<()> {
     use crate::engine::hub::RepoKind;
     for (kind, path, source) in [
         (RepoKind::Model, &mut config.model, &mut config.model_source),

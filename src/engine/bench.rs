@@ -1,5 +1,6 @@
-//! Benchmarks of the engine: generation speed, training step speed and memory, the rank explorer's
-//! equal-budget probes, and the LoRA layer micro-benchmark. They print numbers; no test times anything.
+//! Benchmarks of the engine: generation speed, training step speed and memory, and the LoRA layer
+//! micro-benchmark (the rank explorer's probes are in [`super::rank_probe`]). They print numbers; no test times
+//! anything.
 
 use crate::engine::generate::{generate, GenerateRequest};
 use crate::engine::model::LoadedModel;
@@ -183,93 +184,6 @@ pub fn bench_train(
             None
         },
     })
-}
-
-/// One point of the rank explorer: an equal-budget probe training at one rank.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct RankProbeResult {
-    pub rank: usize,
-    pub trainable_params: usize,
-    pub steps: usize,
-    pub tokens_per_sec: f64,
-    /// Peak process memory (RSS on the CPU) during the probe.
-    pub peak_memory_bytes: u64,
-    pub val_loss: f64,
-}
-
-/// Train briefly at each rank with the same seed, data order and token budget; report speed, memory and
-/// validation loss per rank. `on_result` is called as each rank finishes. The LoRA scale (alpha / r) is
-/// held at the settings' value so ranks differ only in capacity.
-pub fn rank_probe(
-    base: &LoadedModel,
-    settings: &crate::engine::train::TrainConfig,
-    ranks: &[usize],
-    token_budget: usize,
-    control: &crate::engine::train::TrainControl,
-    on_result: &mut dyn FnMut(&RankProbeResult),
-) -> Result<Vec<RankProbeResult>> {
-    use crate::engine::train::{self, lr_at, StepRunner};
-    settings.validate()?;
-    if ranks.is_empty() {
-        return Err(crate::engine::Error::InvalidSetting("choose at least one rank to probe".into()));
-    }
-    let data = train::prepare_data(settings, base)?;
-    let avg_len = data.summary.tokens_per_epoch as f64 / data.train.examples.len().max(1) as f64;
-    let tokens_per_step = (avg_len * (settings.batch_size * settings.grad_accum) as f64).max(1.0);
-    let steps = ((token_budget as f64 / tokens_per_step).ceil() as usize).max(1);
-    let probe_cfg = crate::engine::train::TrainConfig { iters: Some(steps), epochs: None, ..settings.clone() };
-    let valid = data.valid.as_ref().filter(|v| !v.examples.is_empty()).unwrap_or(&data.train);
-    let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
-    let scale = settings.lora.scale();
-    let mut results = Vec::new();
-    for &rank in ranks {
-        if control.stop_requested() {
-            return Err(crate::engine::Error::Cancelled);
-        }
-        let lora = crate::engine::train::LoraSettings {
-            rank,
-            alpha: scale * rank as f64,
-            use_rslora: false,
-            ..settings.lora.clone()
-        };
-        let mut model = base.model.clone();
-        crate::engine::lora::detach_adapters(&mut model);
-        let params = crate::engine::lora::attach_new_adapters(&mut model, &lora, settings.seed)?;
-        let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
-        let mut runner = StepRunner::new(model, &params, settings.weight_decay, settings.max_grad_norm, settings.seed)?;
-        runner.checkpointing = settings.checkpointing.enabled()?;
-        let (plan, total_steps) = train::plan_batches(&probe_cfg, data.train.lengths())?;
-        let mut batches = plan.iter();
-        crate::engine::device::reset_peak_rss();
-        let started = std::time::Instant::now();
-        let mut tokens = 0usize;
-        for step in 0..total_steps {
-            if control.stop_requested() {
-                return Err(crate::engine::Error::Cancelled);
-            }
-            let micro: Vec<_> = (0..settings.grad_accum).filter_map(|_| batches.next()).collect();
-            let collated = micro
-                .iter()
-                .map(|b| crate::engine::data::collate(&data.train.examples, &b.indices, pad_id))
-                .collect::<Result<Vec<_>>>()?;
-            tokens += collated.iter().map(|b| b.batch_size * b.seq_len).sum::<usize>();
-            runner.step(&collated, lr_at(&probe_cfg, step, total_steps))?;
-        }
-        let secs = started.elapsed().as_secs_f64().max(1e-9);
-        let val_loss =
-            train::validation_loss(&runner.model, &valid.examples, settings.batch_size, settings.val_batches, pad_id)?;
-        let r = RankProbeResult {
-            rank,
-            trainable_params,
-            steps: total_steps,
-            tokens_per_sec: tokens as f64 / secs,
-            peak_memory_bytes: crate::engine::device::peak_rss_bytes().unwrap_or(0),
-            val_loss,
-        };
-        on_result(&r);
-        results.push(r);
-    }
-    Ok(results)
 }
 
 /// One line of the LoRA micro-benchmark table.

@@ -262,6 +262,13 @@ impl LoraSettings {
             self.alpha / self.rank as f64
         }
     }
+
+    /// These settings at `rank`, with the alpha that makes [`Self::scale`] equal `scale` (alpha = scale x r, or
+    /// scale x sqrt(r) with rsLoRA): how the rank explorer probes each rank at the settings' scale.
+    pub fn at_rank_with_scale(&self, rank: usize, scale: f64) -> Self {
+        let per_scale = if self.use_rslora { (rank as f64).sqrt() } else { rank as f64 };
+        Self { rank, alpha: scale * per_scale, ..self.clone() }
+    }
 }
 
 /// A named trainable tensor of an attached adapter, PEFT-style base name plus which matrix.

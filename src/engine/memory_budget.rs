@@ -7,7 +7,7 @@
 //! take the thread past its budget never returns: Rust cannot recover from a failed allocation (it aborts),
 //! so the thread parks forever instead, holding at most its budget, and the caller, which polls, reports
 //! [`BudgetError::MemoryExceeded`] and stops using that thread. Threads without a budget pay one
-//! thread-local read per allocation.
+//! thread-local read per allocation. The same allocator also counts heap use for [`super::memory_watch`].
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -69,24 +69,29 @@ fn park_over_budget() -> ! {
 unsafe impl GlobalAlloc for BudgetedAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         charge(layout.size());
+        super::memory_watch::on_heap_alloc(layout.size());
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         charge(layout.size());
+        super::memory_watch::on_heap_alloc(layout.size());
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         credit(layout.size());
+        super::memory_watch::on_heap_free(layout.size());
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size > layout.size() {
             charge(new_size - layout.size());
+            super::memory_watch::on_heap_alloc(new_size - layout.size());
         } else {
             credit(layout.size() - new_size);
+            super::memory_watch::on_heap_free(layout.size() - new_size);
         }
         unsafe { System.realloc(ptr, layout, new_size) }
     }

@@ -1,15 +1,19 @@
 //! The rank explorer: equal-budget probe trainings at several ranks (same seed, same data order, same token
-//! budget, same LoRA scale) on the worker, plotting speed, peak memory and validation loss against rank, with a
-//! table whose buttons put a rank into the training settings. Below it, the LoRA layer micro-benchmark.
+//! budget, each at the settings' LoRA scale) on the worker, plotting speed, the memory each probe added and
+//! validation loss against rank, with a table whose buttons put a rank and its probed alpha into the training
+//! settings, and the sweep's time estimate before and while it runs. Below it, the LoRA layer micro-benchmark.
 
 use super::app::{Action, PanelCtx};
+use super::rank_estimate::{fmt_about, timing_key, SweepClock};
+use super::rank_plots::{self, rank_plot_ui};
 use super::settings_panel::ready_config;
 use super::widgets::{self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_loss, palette, Tone};
-use crate::engine::bench::{LoraMicroResult, RankProbeResult};
-use crate::engine::train::TrainConfig;
-use crate::worker::Command;
+use crate::engine::bench::LoraMicroResult;
+use crate::engine::memory_watch::MemoryMeasure;
+use crate::engine::rank_probe::{ProbePlan, ProbeTiming, RankProbeResult};
+use crate::engine::train::{LoraSettings, TrainConfig};
+use crate::worker::{Command, Event};
 use egui::{DragValue, RichText, Ui};
-use egui_plot::{Legend, Line, MarkerShape, Plot, PlotPoints, Points};
 
 /// Ranks offered as toggles.
 pub const RANK_CHOICES: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -18,43 +22,96 @@ pub const RANK_CHOICES: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 pub struct RankPanel {
     pub results: Vec<RankProbeResult>,
     pub running: bool,
-    /// Ranks of the probe in flight, in order.
+    /// Ranks of the sweep in flight (or the last one), in order.
     planned: Vec<usize>,
+    /// The token budget and settings key of that sweep.
+    sweep_budget: usize,
+    sweep_key: String,
+    /// Measured probe times and the sweep's countdown.
+    pub clock: SweepClock,
     pub error: Option<String>,
     pub micro: Vec<LoraMicroResult>,
     pub micro_running: bool,
     pub micro_error: Option<String>,
 }
 
+/// Put a probed rank into `lora` with the alpha it was probed at, so training keeps the probed scale; returns
+/// what changed, for a toast.
+pub fn apply_probed_rank(lora: &mut LoraSettings, probed: &RankProbeResult) -> String {
+    *lora = probed.lora(lora);
+    format!(
+        "LoRA rank {} with alpha {} (scale {:.2}, as probed)",
+        probed.rank,
+        fmt_alpha(probed.alpha),
+        probed.lora_scale()
+    )
+}
+
+/// An alpha as a person would type it: whole numbers without decimals.
+fn fmt_alpha(alpha: f64) -> String {
+    if (alpha - alpha.round()).abs() < 1e-9 {
+        format!("{alpha:.0}")
+    } else {
+        format!("{alpha:.2}")
+    }
+}
+
+/// "alpha = 2.00 x r" (or "x sqrt(r)" with rsLoRA): how a probe's alpha follows its rank at a fixed scale.
+fn alpha_rule(scale: f64, use_rslora: bool) -> String {
+    format!("alpha = {scale:.2} × {}", if use_rslora { "√rank" } else { "rank" })
+}
+
 impl RankPanel {
-    pub fn on_result(&mut self, r: RankProbeResult) {
+    /// The rank explorer's events from the worker.
+    pub fn on_event(&mut self, event: Event) {
+        match event {
+            Event::RankProbeResult(r) => self.on_result(r),
+            Event::RankProbeFinished { results } => {
+                for r in results {
+                    self.on_result(r);
+                }
+                self.ended();
+            }
+            Event::RankProbeFailed { error } => {
+                self.ended();
+                let stopped = error.kind == crate::engine::ErrorKind::Cancelled;
+                self.error = Some(if stopped { "Stopped.".into() } else { error.message });
+            }
+            Event::RankProbeCalibrated { plan, timing } => self.clock.on_calibrated(plan, timing),
+            Event::RankCalibrationFailed { error } => {
+                let stopped = error.kind == crate::engine::ErrorKind::Cancelled;
+                self.clock.on_calibration_failed(error.message, stopped);
+            }
+            Event::MicroBenchFinished(results) => {
+                self.micro_running = false;
+                self.micro_error = None;
+                self.micro = results;
+            }
+            Event::MicroBenchFailed { error } => {
+                self.micro_running = false;
+                self.micro_error = Some(error.message);
+            }
+            _ => {}
+        }
+    }
+
+    /// A sweep or the speed measurement is running on the worker.
+    pub fn is_busy(&self) -> bool {
+        self.running || self.clock.calibrating.is_some()
+    }
+
+    fn on_result(&mut self, r: RankProbeResult) {
+        if !self.results.iter().any(|x| *x == r) {
+            self.clock.on_probe(&self.sweep_key, &r);
+        }
         self.results.retain(|x| x.rank != r.rank);
         self.results.push(r);
         self.results.sort_by_key(|x| x.rank);
     }
 
-    pub fn on_finished(&mut self, results: Vec<RankProbeResult>) {
+    fn ended(&mut self) {
         self.running = false;
-        for r in results {
-            self.on_result(r);
-        }
-    }
-
-    pub fn on_failed(&mut self, error: crate::engine::ErrorInfo) {
-        self.running = false;
-        let stopped = error.kind == crate::engine::ErrorKind::Cancelled;
-        self.error = Some(if stopped { "Stopped.".into() } else { error.message });
-    }
-
-    pub fn on_micro(&mut self, results: Vec<LoraMicroResult>) {
-        self.micro_running = false;
-        self.micro_error = None;
-        self.micro = results;
-    }
-
-    pub fn on_micro_failed(&mut self, message: String) {
-        self.micro_running = false;
-        self.micro_error = Some(message);
+        self.clock.on_sweep_ended();
     }
 
     pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
@@ -74,6 +131,10 @@ impl RankPanel {
             ui.add_space(12.0);
             self.micro_ui(ui, ctx);
         });
+        if self.running {
+            // The countdown moves between events.
+            ui.ctx().request_repaint_after(std::time::Duration::from_secs(1));
+        }
     }
 
     fn controls_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
@@ -81,13 +142,20 @@ impl RankPanel {
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
             Self::budget_ui(ui, ctx);
+            let lora = &ctx.prefs.train.lora;
+            ui.label(format!(
+                "Every rank is probed at your LoRA scale, {}, so rank r trains with {}.",
+                scale_formula(lora),
+                alpha_rule(lora.scale(), lora.use_rslora).replace("rank", "r")
+            ))
+            .on_hover_text(
+                "Holding the scale fixed makes ranks differ only in capacity. \"Use this rank\" in the results sets \
+                 the rank and its probed alpha together, so training keeps this scale.",
+            );
             ui.label(
                 RichText::new(format!(
                     "Other settings come from the LoRA settings page: {} · batch {} · seq {} · lr {} · seed {}",
-                    super::glossary::targets_summary(
-                        &ctx.prefs.train.lora.targets,
-                        ctx.model.loaded.as_ref().map(|m| &m.shape)
-                    ),
+                    super::glossary::targets_summary(&lora.targets, ctx.model.loaded.as_ref().map(|m| &m.shape)),
                     ctx.prefs.train.batch_size,
                     ctx.prefs.train.seq_len,
                     widgets::fmt_sci(ctx.prefs.train.lr),
@@ -98,6 +166,7 @@ impl RankPanel {
             );
             ui.add_space(4.0);
             self.run_row_ui(ui, ctx, &ready);
+            self.estimate_ui(ui, ctx, &ready);
             if let Err(reason) = &ready {
                 ui.label(RichText::new(reason.as_str()).color(palette::WARN));
             }
@@ -106,7 +175,6 @@ impl RankPanel {
             }
         });
     }
-
     /// Which ranks to probe and the token budget each probe trains on.
     fn budget_ui(ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         ui.horizontal_wrapped(|ui| {
@@ -136,7 +204,7 @@ impl RankPanel {
         });
     }
 
-    /// Run and Stop, and the progress of a running probe series.
+    /// Run and Stop, and the progress of a running sweep.
     fn run_row_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, ready: &Result<TrainConfig, String>) {
         ui.horizontal(|ui| {
             let can_run = ready.is_ok() && !self.running && !ctx.prefs.rank.ranks.is_empty();
@@ -151,6 +219,10 @@ impl RankPanel {
                     self.error = None;
                     self.running = true;
                     self.planned = ctx.prefs.rank.ranks.clone();
+                    self.sweep_budget = ctx.prefs.rank.token_budget;
+                    self.sweep_key = timing_key(config);
+                    self.clock.on_sweep_started();
+                    // A speed measurement still running is stopped by the worker, which then starts the sweep.
                     ctx.actions.push(Action::Send(Command::RankProbe {
                         config: Box::new(config.clone()),
                         ranks: ctx.prefs.rank.ranks.clone(),
@@ -179,54 +251,190 @@ impl RankPanel {
         });
     }
 
+    /// The sweep's time: estimated before it starts (measuring two steps when nothing is known), counted down
+    /// while it runs. Says what the number rests on.
+    fn estimate_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>, ready: &Result<TrainConfig, String>) {
+        if self.running {
+            let left = self.planned.len().saturating_sub(self.results.len());
+            let elapsed = self.clock.elapsed_secs().map(widgets::fmt_secs).unwrap_or_default();
+            let text = match (self.clock.remaining_secs(&self.sweep_key, self.sweep_budget, left), &self.clock.measured)
+            {
+                (Some(secs), Some(m)) => {
+                    format!("{} left · {elapsed} elapsed (from {})", fmt_about(secs), m.basis.describe())
+                }
+                _ => format!("{elapsed} elapsed · the time left is known once the first probe finishes"),
+            };
+            ui.label(RichText::new(text).color(palette::ACCENT));
+            return;
+        }
+        let Ok(config) = ready else { return };
+        let ranks = &ctx.prefs.rank.ranks;
+        if ranks.is_empty() {
+            return;
+        }
+        let key = timing_key(config);
+        if let Some(m) = self.clock.for_key(&key) {
+            let budget = ctx.prefs.rank.token_budget;
+            let secs = m.timing.sweep_secs(&m.plan, budget, ranks.len());
+            ui.label(RichText::new(format!("Estimated time: {}", fmt_about(secs))).color(palette::ACCENT))
+                .on_hover_text(estimate_breakdown(&m.plan, &m.timing, budget, ranks.len()));
+            ui.label(
+                RichText::new(format!(
+                    "{} × {} steps, from {}: a step takes {}",
+                    if ranks.len() == 1 { "1 probe".to_string() } else { format!("{} probes", ranks.len()) },
+                    m.plan.steps(budget),
+                    m.basis.describe(),
+                    widgets::fmt_secs(m.timing.step_secs)
+                ))
+                .weak()
+                .small(),
+            );
+            return;
+        }
+        if let Some((_, rank)) = &self.clock.calibrating {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(format!("Estimating the time: measuring two training steps at rank {rank}…"));
+            });
+            return;
+        }
+        let rank = ranks[ranks.len() / 2];
+        let mut measure = |clock: &mut SweepClock| {
+            clock.calibrating = Some((key.clone(), rank));
+            clock.failed = None;
+            ctx.actions.push(Action::Send(Command::CalibrateRankProbe { config: Box::new(config.clone()), rank }));
+        };
+        if let Some((_, message)) = self.clock.failed.clone().filter(|(k, _)| *k == key) {
+            ui.horizontal(|ui| {
+                ui.label(RichText::new(format!("No time estimate: {message}")).color(palette::WARN));
+                if ui.button("Measure again").clicked() {
+                    measure(&mut self.clock);
+                }
+            });
+        } else if ctx.training_active {
+            // Measuring would slow the training that is running: only when asked.
+            ui.horizontal(|ui| {
+                ui.label(RichText::new("Time estimate: measured on request while training runs.").weak());
+                let hint = format!("Time two training steps at rank {rank}");
+                if ui.button("Estimate time").on_hover_text(hint).clicked() {
+                    measure(&mut self.clock);
+                }
+            });
+        } else {
+            measure(&mut self.clock);
+        }
+    }
+
     fn plots_ui(&self, ui: &mut Ui) {
         let series = |f: &dyn Fn(&RankProbeResult) -> f64| -> Vec<[f64; 2]> {
             self.results.iter().map(|r| [(r.rank as f64).log2(), f(r)]).collect()
         };
+        let mut ranks: Vec<usize> = self.results.iter().map(|r| r.rank).collect();
+        if self.running {
+            ranks.extend(&self.planned);
+        }
         let speed = series(&|r| r.tokens_per_sec);
-        let memory = series(&|r| r.peak_memory_bytes as f64 / (1024.0 * 1024.0));
+        let memory = series(&|r| r.memory.added_bytes as f64 / (1024.0 * 1024.0));
         let loss = series(&|r| r.val_loss);
+        let measure = self.memory_measure();
         ui.columns(3, |cols| {
             // Speed and memory start at zero so small differences look small; loss differences are the point.
-            rank_plot_ui(&mut cols[0], "rank-speed", "Speed (tokens/s)", speed, palette::SPEED, true);
-            rank_plot_ui(&mut cols[1], "rank-memory", "Peak memory (MiB)", memory, palette::LR, true);
-            rank_plot_ui(&mut cols[2], "rank-loss", "Validation loss", loss, palette::VALID, false);
+            rank_plot_ui(&mut cols[0], "rank-speed", "Speed (tokens/s)", speed, &ranks, palette::SPEED, true);
+            let title = format!("Memory added by the probe (MiB, {})", measure.short_name());
+            rank_plot_ui(&mut cols[1], "rank-memory", &title, memory, &ranks, palette::LR, true)
+                .on_hover_text(measure.explain());
+            rank_plot_ui(&mut cols[2], "rank-loss", "Validation loss", loss, &ranks, palette::VALID, false);
         });
+    }
+
+    fn memory_measure(&self) -> MemoryMeasure {
+        self.results.first().map_or(MemoryMeasure::Unmeasured, |r| r.memory.measure)
     }
 
     fn table_ui(&self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
+            self.scale_note_ui(ui, &ctx.prefs.train.lora);
             let best = self.results.iter().map(|r| r.val_loss).fold(f64::INFINITY, f64::min);
-            egui::Grid::new("rank-table").num_columns(7).striped(true).spacing([22.0, 6.0]).show(ui, |ui| {
-                for h in ["Rank", "Trainable", "Steps", "Tokens/s", "Peak memory", "Val loss", ""] {
-                    ui.label(RichText::new(h).strong());
+            let measure = self.memory_measure();
+            egui::Grid::new("rank-table").num_columns(9).striped(true).spacing([22.0, 6.0]).show(ui, |ui| {
+                let headers: [(&str, &str); 9] = [
+                    ("Rank", ""),
+                    ("Alpha", "The alpha this rank was probed at: the same LoRA scale for every rank."),
+                    ("Trainable", "Adapter parameters at this rank."),
+                    ("Steps", "Optimizer steps of the probe (the same for every rank)."),
+                    ("Tokens/s", "Training tokens per second, padding included."),
+                    ("Added memory", measure.explain()),
+                    ("Peak memory", measure.explain()),
+                    ("Val loss", "Validation loss after the probe; the lowest is green."),
+                    ("", ""),
+                ];
+                for (h, help) in headers {
+                    let label = ui.label(RichText::new(h).strong());
+                    if !help.is_empty() {
+                        label.on_hover_text(help);
+                    }
                 }
                 ui.end_row();
+                let settings = &ctx.prefs.train.lora;
                 for r in &self.results {
                     ui.label(RichText::new(r.rank.to_string()).monospace().strong());
+                    ui.label(fmt_alpha(r.alpha));
                     ui.label(fmt_count(r.trainable_params));
                     ui.label(r.steps.to_string());
                     ui.label(format!("{:.0}", r.tokens_per_sec));
-                    ui.label(fmt_bytes(r.peak_memory_bytes));
+                    ui.label(fmt_bytes(r.memory.added_bytes));
+                    ui.label(r.memory.peak_bytes.map(fmt_bytes).unwrap_or_else(|| "–".into()));
                     let text = RichText::new(fmt_loss(r.val_loss));
                     ui.label(if r.val_loss == best { text.color(palette::OK).strong() } else { text });
-                    let current = ctx.prefs.train.lora.rank == r.rank;
+                    let current = settings.rank == r.rank
+                        && (settings.alpha - r.alpha).abs() < 1e-9
+                        && settings.use_rslora == r.use_rslora;
                     ui.push_id(r.rank, |ui| {
                         if current {
                             ui.label(RichText::new("in settings").color(palette::OK));
                         } else if ui
                             .button("Use this rank")
-                            .on_hover_text(format!("Set the LoRA rank to {} in the training settings", r.rank))
+                            .on_hover_text(format!(
+                                "Set LoRA rank {} and alpha {} in the training settings: scale {:.2}, as probed",
+                                r.rank,
+                                fmt_alpha(r.alpha),
+                                r.lora_scale()
+                            ))
                             .clicked()
                         {
-                            ctx.actions.push(Action::UseRank(r.rank));
+                            ctx.actions.push(Action::UseRank(Box::new(r.clone())));
                         }
                     });
                     ui.end_row();
                 }
             });
         });
+    }
+
+    /// Which scale the table's probes ran at, what "Use this rank" sets, and whether the settings moved since.
+    fn scale_note_ui(&self, ui: &mut Ui, settings: &LoraSettings) {
+        let Some(first) = self.results.first() else { return };
+        let (scale, rslora) = (first.lora_scale(), first.use_rslora);
+        ui.label(
+            RichText::new(format!(
+                "Probed at LoRA scale {scale:.2} ({}). \"Use this rank\" sets both the rank and its alpha, so training \
+                 keeps the scale the probe measured.",
+                alpha_rule(scale, rslora)
+            ))
+            .weak(),
+        );
+        if (settings.scale() - scale).abs() > 1e-9 || settings.use_rslora != rslora {
+            ui.label(
+                RichText::new(format!(
+                    "Your settings are now at scale {:.2} ({}): run the probes again to compare ranks there.",
+                    settings.scale(),
+                    scale_formula(settings)
+                ))
+                .color(palette::WARN),
+            );
+        }
+        ui.add_space(4.0);
     }
 
     fn micro_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
@@ -262,7 +470,7 @@ impl RankPanel {
         let mut by_hidden: Vec<&LoraMicroResult> = lora.iter().copied().filter(|m| m.rank == 8).collect();
         by_hidden.sort_by_key(|m| m.hidden);
         ui.columns(2, |cols| {
-            micro_plot_ui(
+            rank_plots::micro_plot_ui(
                 &mut cols[0],
                 "micro-rank",
                 "Time vs rank (hidden 1024)",
@@ -271,7 +479,7 @@ impl RankPanel {
                 |m| (m.rank as f64).log2(),
                 true,
             );
-            micro_plot_ui(
+            rank_plots::micro_plot_ui(
                 &mut cols[1],
                 "micro-hidden",
                 "Time vs hidden size (rank 8)",
@@ -301,82 +509,59 @@ impl RankPanel {
     }
 }
 
-/// A plot against log2(rank), labelled with the ranks themselves.
-fn rank_plot_ui(ui: &mut Ui, id: &str, title: &str, points: Vec<[f64; 2]>, color: egui::Color32, from_zero: bool) {
-    ui.label(RichText::new(title).strong());
-    let mut plot = Plot::new(id);
-    if from_zero {
-        plot = plot.include_y(0.0);
-    }
-    plot.height(190.0)
-        .allow_scroll(false)
-        .x_axis_label("rank")
-        .x_axis_formatter(|m, _| rank_tick(m.value))
-        .x_grid_spacer(|input| log2_marks(input.bounds))
-        .show(ui, |plot| {
-            plot.line(Line::new(title, PlotPoints::from(points.clone())).color(color).width(2.0));
-            plot.points(
-                Points::new(title, PlotPoints::from(points)).color(color).radius(4.0).shape(MarkerShape::Circle),
-            );
-        });
+/// "alpha / r = 16 / 8 = 2.00" (or with sqrt(r) for rsLoRA).
+fn scale_formula(lora: &LoraSettings) -> String {
+    let r = if lora.use_rslora { format!("√{}", lora.rank) } else { lora.rank.to_string() };
+    let name = if lora.use_rslora { "alpha / √r" } else { "alpha / r" };
+    format!("{name} = {} / {r} = {:.2}", fmt_alpha(lora.alpha), lora.scale())
 }
 
-fn rank_tick(x: f64) -> String {
-    if (x - x.round()).abs() < 1e-6 && x >= 0.0 {
-        format!("{}", 2f64.powf(x.round()) as u64)
-    } else {
-        String::new()
-    }
-}
-
-fn log2_marks(bounds: (f64, f64)) -> Vec<egui_plot::GridMark> {
-    // Only marks inside the visible range: egui_plot draws labels for every mark it is given.
-    let (lo, hi) = (bounds.0.ceil().max(0.0) as i64, bounds.1.floor().min(20.0) as i64);
-    (lo..=hi).map(|v| egui_plot::GridMark { value: v as f64, step_size: 1.0 }).collect()
-}
-
-fn micro_plot_ui(
-    ui: &mut Ui,
-    id: &str,
-    title: &str,
-    x_label: &str,
-    rows: &[&LoraMicroResult],
-    x: impl Fn(&LoraMicroResult) -> f64,
-    log2_x: bool,
-) {
-    ui.label(RichText::new(title).strong());
-    let fwd: Vec<[f64; 2]> = rows.iter().map(|m| [x(m), m.forward_ms]).collect();
-    let bwd: Vec<[f64; 2]> = rows.iter().filter_map(|m| m.backward_ms.map(|b| [x(m), b])).collect();
-    let mut plot = Plot::new(id)
-        .height(200.0)
-        .legend(Legend::default().position(egui_plot::Corner::LeftTop))
-        .allow_scroll(false)
-        .x_axis_label(x_label.to_string())
-        .y_axis_label("ms")
-        .include_y(0.0);
-    if log2_x {
-        plot = plot.x_axis_formatter(|m, _| rank_tick(m.value)).x_grid_spacer(|input| log2_marks(input.bounds));
-    }
-    plot.show(ui, |plot| {
-        plot.line(Line::new("forward", PlotPoints::from(fwd.clone())).color(palette::TRAIN).width(2.0));
-        plot.points(Points::new("forward", PlotPoints::from(fwd)).color(palette::TRAIN).radius(3.5));
-        if !bwd.is_empty() {
-            plot.line(Line::new("forward + backward", PlotPoints::from(bwd.clone())).color(palette::ACCENT).width(2.0));
-            plot.points(Points::new("forward + backward", PlotPoints::from(bwd)).color(palette::ACCENT).radius(3.5));
-        }
-    });
+/// The estimate's parts, for its tooltip.
+fn estimate_breakdown(plan: &ProbePlan, timing: &ProbeTiming, budget: usize, probes: usize) -> String {
+    format!(
+        "Per probe: first step {} + {} more steps × {} + {} validation batches × {} + {} setup = {}.\n\
+         Every rank is assumed as fast per step as the measured one (adapters add little compute); the estimate is \
+         corrected from each probe's own times as the sweep runs.\n{probes} probes: {}.",
+        widgets::fmt_secs(timing.first_step_secs),
+        plan.steps(budget) - 1,
+        widgets::fmt_secs(timing.step_secs),
+        plan.val_batches,
+        widgets::fmt_secs(timing.val_batch_secs),
+        widgets::fmt_secs(timing.setup_secs),
+        widgets::fmt_secs(timing.probe_secs(plan, budget)),
+        widgets::fmt_secs(timing.sweep_secs(plan, budget, probes)),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::memory_watch::PhaseMemory;
 
     #[test]
-    fn rank_ticks_are_powers_of_two() {
-        assert_eq!(rank_tick(3.0), "8");
-        assert_eq!(rank_tick(0.0), "1");
-        assert_eq!(rank_tick(2.5), "");
-        let marks: Vec<f64> = log2_marks((1.9, 4.1)).iter().map(|m| m.value).collect();
-        assert_eq!(marks, vec![2.0, 3.0, 4.0]);
+    fn using_a_probed_rank_sets_the_alpha_it_was_probed_at() {
+        // Settings at rank 8, alpha 32 (scale 4); the probe at rank 16 ran at alpha 64.
+        let mut lora = LoraSettings { rank: 8, alpha: 32.0, ..Default::default() };
+        let probed = RankProbeResult {
+            rank: 16,
+            alpha: 64.0,
+            use_rslora: false,
+            trainable_params: 1,
+            steps: 1,
+            tokens_per_sec: 1.0,
+            memory: PhaseMemory::default(),
+            val_loss: 1.0,
+            plan: ProbePlan::default(),
+            timing: ProbeTiming::default(),
+        };
+        let note = apply_probed_rank(&mut lora, &probed);
+        assert_eq!((lora.rank, lora.alpha), (16, 64.0));
+        assert_eq!(lora.scale(), 4.0);
+        assert_eq!(note, "LoRA rank 16 with alpha 64 (scale 4.00, as probed)");
+        assert_eq!(alpha_rule(2.0, false), "alpha = 2.00 × rank");
+        assert_eq!(
+            scale_formula(&LoraSettings { rank: 8, alpha: 16.0, ..Default::default() }),
+            "alpha / r = 16 / 8 = 2.00"
+        );
     }
 }

@@ -9,7 +9,7 @@ pub(super) struct Dispatcher {
     pub(super) out: Outbox,
     pub(super) model: Option<(PathBuf, Arc<LoadedModel>)>,
     pub(super) training: Option<TrainControl>,
-    pub(super) probe: Option<TrainControl>,
+    pub(super) probe: ProbeSlot,
     pub(super) generations: HashMap<u64, Arc<AtomicBool>>,
     /// The cancel flag of the running Hub download.
     pub(super) download: Option<Arc<AtomicBool>>,
@@ -25,7 +25,11 @@ impl Dispatcher {
                 Msg::Command(c) => self.command(c),
                 Msg::ModelReady { path, model } => self.model = Some((path, model)),
                 Msg::TrainingEnded => self.training = None,
-                Msg::ProbeEnded => self.probe = None,
+                Msg::ProbeEnded => {
+                    if let Some((config, job)) = self.probe.ended() {
+                        self.start_probe(config, job);
+                    }
+                }
                 Msg::GenerationEnded { id } => {
                     self.generations.remove(&id);
                 }
@@ -40,7 +44,8 @@ impl Dispatcher {
         if let Some(c) = &self.training {
             c.request_stop();
         }
-        if let Some(c) = &self.probe {
+        self.probe.queued = None;
+        if let Some(c) = &self.probe.control {
             c.request_stop();
         }
         for flag in self.generations.values() {
@@ -114,9 +119,15 @@ impl Dispatcher {
                     },
                 );
             }
-            Command::RankProbe { config, ranks, token_budget } => self.start_probe(*config, ranks, token_budget),
+            Command::RankProbe { config, ranks, token_budget } => {
+                self.start_probe(*config, jobs::ProbeJob::Sweep { ranks, token_budget })
+            }
+            Command::CalibrateRankProbe { config, rank } => {
+                self.start_probe(*config, jobs::ProbeJob::Calibrate { rank })
+            }
             Command::StopRankProbe => {
-                if let Some(c) = &self.probe {
+                self.probe.queued = None;
+                if let Some(c) = &self.probe.control {
                     c.request_stop();
                 }
             }
@@ -291,36 +302,41 @@ impl Dispatcher {
         );
     }
 
-    fn start_probe(&mut self, config: TrainConfig, ranks: Vec<usize>, token_budget: usize) {
-        if self.probe.is_some() {
-            self.out.send(Event::RankProbeFailed {
-                error: ErrorInfo::new(ErrorKind::Setting, "a rank probe is already running"),
-            });
+    /// A rank sweep or its speed measurement: one at a time, stopped by `StopRankProbe`.
+    fn start_probe(&mut self, config: TrainConfig, job: jobs::ProbeJob) {
+        if let Some(running) = &self.probe.control {
+            if self.probe.calibrating && matches!(job, jobs::ProbeJob::Sweep { .. }) {
+                // The sweep outranks the speed measurement for its estimate: stop that, then start this.
+                running.request_stop();
+                self.probe.queued = Some((config, job));
+            } else {
+                self.out.send(job.failed(ErrorInfo::new(ErrorKind::Setting, "a rank probe is already running")));
+            }
             return;
         }
         let Some(base) = self.base_for(&config.model) else {
-            self.out.send(Event::RankProbeFailed {
-                error: ErrorInfo::new(
-                    ErrorKind::Setting,
-                    format!("load the model {} before probing ranks", config.model.display()),
-                ),
-            });
+            self.out.send(job.failed(ErrorInfo::new(
+                ErrorKind::Setting,
+                format!("load the model {} before probing ranks", config.model.display()),
+            )));
             return;
         };
         let control = TrainControl::default();
-        self.probe = Some(control.clone());
+        self.probe.control = Some(control.clone());
+        self.probe.calibrating = matches!(job, jobs::ProbeJob::Calibrate { .. });
         let out = self.out.clone();
         let inbox = self.inbox.clone();
         let guard_inbox = self.inbox.clone();
+        let on_panic = job.clone();
         spawn_job(
             "mc-probe",
             self.out.clone(),
             move |error| {
                 let _ = guard_inbox.send(Msg::ProbeEnded);
-                Event::RankProbeFailed { error }
+                on_panic.failed(error)
             },
             move || {
-                jobs::probe_job(&config, &base, &ranks, token_budget, &control, &out, || {
+                jobs::probe_job(&config, &base, &job, &control, &out, || {
                     let _ = inbox.send(Msg::ProbeEnded);
                 });
             },
@@ -353,6 +369,24 @@ impl Dispatcher {
                 });
             },
         );
+    }
+}
+
+/// The rank probe job in flight (a sweep or its speed measurement; one at a time), and a sweep asked for while
+/// a measurement ran, started when that ends.
+#[derive(Default)]
+pub(super) struct ProbeSlot {
+    control: Option<TrainControl>,
+    calibrating: bool,
+    queued: Option<(TrainConfig, jobs::ProbeJob)>,
+}
+
+impl ProbeSlot {
+    /// The job ended: the slot is free; returns the sweep waiting for it.
+    fn ended(&mut self) -> Option<(TrainConfig, jobs::ProbeJob)> {
+        self.control = None;
+        self.calibrating = false;
+        self.queued.take()
     }
 }
 

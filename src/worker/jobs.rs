@@ -3,7 +3,6 @@
 //! only call them and forward what they return, errors with their kind.
 
 use super::{ChatSide, Event, GenerateJob, GenerationStats, ModelSummary, Msg, Outbox};
-use crate::engine::bench::RankProbeResult;
 use crate::engine::data::{chat_prompt, ChatPrompt};
 use crate::engine::device::{device_name, setup, DTypeChoice, DeviceChoice, Placement};
 use crate::engine::estimate::ModelShape;
@@ -152,27 +151,48 @@ pub(super) fn train_job(
     }
 }
 
+/// What a probe job does.
+#[derive(Debug, Clone)]
+pub(super) enum ProbeJob {
+    /// Probe each rank on `token_budget` training tokens.
+    Sweep { ranks: Vec<usize>, token_budget: usize },
+    /// Time one step and one validation batch at `rank`, for the sweep's estimate.
+    Calibrate { rank: usize },
+}
+
+impl ProbeJob {
+    /// The event that ends this job with `error`.
+    pub(super) fn failed(&self, error: crate::engine::ErrorInfo) -> Event {
+        match self {
+            Self::Sweep { .. } => Event::RankProbeFailed { error },
+            Self::Calibrate { .. } => Event::RankCalibrationFailed { error },
+        }
+    }
+}
+
 pub(super) fn probe_job(
     config: &TrainConfig,
     base: &LoadedModel,
-    ranks: &[usize],
-    token_budget: usize,
+    job: &ProbeJob,
     control: &TrainControl,
     out: &Outbox,
     on_final: impl FnOnce(),
 ) {
     let config = &with_checkpointing_decided(config, base);
-    let result =
-        crate::engine::bench::rank_probe(base, config, ranks, token_budget, control, &mut |r: &RankProbeResult| {
-            if !out.send(Event::RankProbeResult(r.clone())) {
-                control.request_stop();
-            }
-        });
-    on_final();
-    match result {
-        Ok(results) => out.send(Event::RankProbeFinished { results }),
-        Err(e) => out.send(Event::RankProbeFailed { error: e.into() }),
+    let event = match job {
+        ProbeJob::Sweep { ranks, token_budget } => {
+            let result = crate::engine::rank_probe::rank_probe(base, config, ranks, *token_budget, control, &mut |r| {
+                if !out.send(Event::RankProbeResult(r.clone())) {
+                    control.request_stop();
+                }
+            });
+            result.map(|results| Event::RankProbeFinished { results })
+        }
+        ProbeJob::Calibrate { rank } => crate::engine::rank_probe::calibrate(base, config, *rank, control)
+            .map(|(plan, timing)| Event::RankProbeCalibrated { plan, timing }),
     };
+    on_final();
+    out.send(event.unwrap_or_else(|e| job.failed(e.into())));
 }
 
 pub(super) fn generate_job(

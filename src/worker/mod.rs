@@ -25,11 +25,12 @@ pub use types::*;
 
 use dispatcher::Dispatcher;
 
-use crate::engine::bench::{LoraMicroResult, RankProbeResult};
+use crate::engine::bench::LoraMicroResult;
 use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::export::{ExportFormat, GgufQuant};
 use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::model::{BaseQuant, LoadedModel};
+use crate::engine::rank_probe::{ProbePlan, ProbeTiming, RankProbeResult};
 use crate::engine::sampler::SamplingParams;
 use crate::engine::train::{TrainConfig, TrainControl, TrainEvent};
 use crate::engine::{ErrorInfo, ErrorKind};
@@ -115,6 +116,12 @@ pub enum Command {
         config: Box<TrainConfig>,
         ranks: Vec<usize>,
         token_budget: usize,
+    },
+    /// Time one probe step and one validation batch at `rank` on `config`'s data: the sweep's time estimate
+    /// before it runs. Shares the probe's slot (one at a time) and `StopRankProbe`.
+    CalibrateRankProbe {
+        config: Box<TrainConfig>,
+        rank: usize,
     },
     StopRankProbe,
     /// The LoRA layer micro-benchmark on the loaded model's device (the CPU when none is loaded).
@@ -270,6 +277,14 @@ pub enum Event {
     RankProbeFailed {
         error: ErrorInfo,
     },
+    /// A probe's plan on the dataset and its measured parts, from `CalibrateRankProbe`.
+    RankProbeCalibrated {
+        plan: ProbePlan,
+        timing: ProbeTiming,
+    },
+    RankCalibrationFailed {
+        error: ErrorInfo,
+    },
     MicroBenchFinished(Vec<LoraMicroResult>),
     MicroBenchFailed {
         error: ErrorInfo,
@@ -335,7 +350,7 @@ impl Worker {
             out,
             model: None,
             training: None,
-            probe: None,
+            probe: Default::default(),
             generations: HashMap::new(),
             download: None,
             rows: Default::default(),

@@ -71,11 +71,13 @@ impl StudioApp {
                 self.toast(Tone::Error, format!("Could not {what} ({})", error.kind.label()));
                 self.checkpoints_panel.on_action_failed(what, error.message);
             }
-            Event::RankProbeResult(r) => self.rank_panel.on_result(r),
-            Event::RankProbeFinished { results } => self.rank_panel.on_finished(results),
-            Event::RankProbeFailed { error } => self.rank_panel.on_failed(error),
-            Event::MicroBenchFinished(r) => self.rank_panel.on_micro(r),
-            Event::MicroBenchFailed { error } => self.rank_panel.on_micro_failed(error.message),
+            e @ (Event::RankProbeResult(_)
+            | Event::RankProbeFinished { .. }
+            | Event::RankProbeFailed { .. }
+            | Event::RankProbeCalibrated { .. }
+            | Event::RankCalibrationFailed { .. }
+            | Event::MicroBenchFinished(_)
+            | Event::MicroBenchFailed { .. }) => self.rank_panel.on_event(e),
             e @ (Event::HubSearchResults { .. }
             | Event::HubSearchFailed { .. }
             | Event::HubDownloadProgress { .. }

@@ -70,7 +70,8 @@ pub enum Action {
         checkpoint: PathBuf,
         config: Option<Box<TrainConfig>>,
     },
-    UseRank(usize),
+    /// Put a probed rank and the alpha it was probed at into the training settings.
+    UseRank(Box<crate::engine::rank_probe::RankProbeResult>),
     /// Fetch a repo id into the Hugging Face cache, then load it (a model) or open it (a dataset).
     Download {
         spec: String,
@@ -358,12 +359,9 @@ impl StudioApp {
                 self.prefs.page = Page::Training;
                 self.toast(Tone::Info, format!("Ready to resume from {}: press Resume training", checkpoint.display()));
             }
-            Action::UseRank(rank) => {
-                self.prefs.train.lora.rank = rank;
-                self.toast(
-                    Tone::Ok,
-                    format!("LoRA rank set to {rank} (scale is now {:.2})", self.prefs.train.lora.scale()),
-                );
+            Action::UseRank(probed) => {
+                let note = super::rank_panel::apply_probed_rank(&mut self.prefs.train.lora, &probed);
+                self.toast(Tone::Ok, note);
             }
         }
     }
@@ -460,7 +458,7 @@ impl StudioApp {
         self.worker.send(Command::StopTraining);
         self.worker.send(Command::StopRankProbe);
         let deadline = Instant::now() + limit;
-        let running = |app: &Self| app.training_panel.is_active() || app.rank_panel.running;
+        let running = |app: &Self| app.training_panel.is_active() || app.rank_panel.is_busy();
         while running(self) && Instant::now() < deadline {
             let mut events = Vec::new();
             self.worker.drain(DRAIN_BUDGET, DRAIN_MAX_EVENTS, |e| events.push(e));
