@@ -423,7 +423,7 @@ fn run_loss_ui(ui: &mut Ui, run: &RunInfo) {
     let train = to_points(&run.train_loss);
     let smoothed = smooth(&train, 0.6);
     let val = to_points(&run.val_loss);
-    Plot::new(("run-loss", &run.name))
+    super::plot_axes::with_readable_y(Plot::new(("run-loss", &run.name)))
         .allow_scroll(false)
         .height(210.0)
         .legend(Legend::default())

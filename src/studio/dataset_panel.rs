@@ -411,7 +411,7 @@ fn histogram_ui(ui: &mut Ui, h: &LengthHistogram) {
     }
     let max_seq = h.max_seq_len as f64;
     let tallest = h.bins.iter().map(|(_, count)| *count).max().unwrap_or(0);
-    Plot::new("length-histogram")
+    super::plot_axes::with_readable_y(Plot::new("length-histogram"))
         .height(200.0)
         .legend(Legend::default())
         .allow_scroll(false)

@@ -34,6 +34,7 @@ pub mod glossary;
 pub mod hub_panel;
 pub mod live_run;
 pub mod model_panel;
+pub mod plot_axes;
 pub mod rank_estimate;
 pub mod rank_panel;
 pub mod rank_plots;

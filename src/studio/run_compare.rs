@@ -42,7 +42,7 @@ impl RunCompare {
     }
 
     fn plot_ui(&self, ui: &mut Ui, runs: &[&RunInfo]) {
-        Plot::new("overlay")
+        super::plot_axes::with_readable_y(Plot::new("overlay"))
             .allow_scroll(false)
             .height(PLOT_HEIGHT)
             .width(ui.available_width())

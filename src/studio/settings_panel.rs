@@ -460,7 +460,7 @@ fn lr_preview_ui(ui: &mut Ui, cfg: &TrainConfig, total: usize) {
         .map(|s| [s as f64, lr_at(cfg, s, total)])
         .collect();
     ui.label(RichText::new("Learning-rate schedule").weak());
-    Plot::new("lr-preview")
+    super::plot_axes::with_readable_y(Plot::new("lr-preview"))
         .height(110.0)
         .allow_drag(false)
         .allow_zoom(false)

@@ -2,6 +2,7 @@
 //! throughput, gradient norm), their x axes linked; long series are decimated for drawing only.
 
 use super::live_run::LiveRun;
+use super::plot_axes::with_readable_y;
 use super::widgets::{self, decimate, palette};
 use egui::{RichText, Ui};
 use egui_plot::{Corner, Legend, Line, MarkerShape, Plot, Points};
@@ -25,7 +26,7 @@ pub fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
         });
         let raw = decimate(&run.loss, MAX_DRAWN_POINTS);
         let smooth = decimate(&run.smoothed, MAX_DRAWN_POINTS);
-        Plot::new("loss-plot")
+        with_readable_y(Plot::new("loss-plot"))
             .allow_scroll(false)
             .height(height)
             .legend(Legend::default().position(Corner::RightTop))
@@ -48,7 +49,7 @@ pub fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
         let ui = &mut cols[1];
         ui.label(RichText::new("Learning rate").strong());
         let lr = decimate(&run.lr, MAX_DRAWN_POINTS);
-        Plot::new("lr-plot")
+        with_readable_y(Plot::new("lr-plot"))
             .allow_scroll(false)
             .height(height)
             .link_axis(link, [true, false])
@@ -64,7 +65,7 @@ pub fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
         let ui = &mut cols[0];
         ui.label(RichText::new("Throughput").strong());
         let tps = decimate(&run.tokens_per_sec_series, MAX_DRAWN_POINTS);
-        Plot::new("tps-plot")
+        with_readable_y(Plot::new("tps-plot"))
             .allow_scroll(false)
             .height(height * 0.8)
             .link_axis(link, [true, false])
@@ -77,7 +78,7 @@ pub fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
         let ui = &mut cols[1];
         ui.label(RichText::new("Gradient norm").strong());
         let gn = decimate(&run.grad_norm, MAX_DRAWN_POINTS);
-        Plot::new("grad-plot")
+        with_readable_y(Plot::new("grad-plot"))
             .allow_scroll(false)
             .height(height * 0.8)
             .link_axis(link, [true, false])
