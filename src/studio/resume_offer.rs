@@ -36,7 +36,7 @@ pub fn interrupted_run(runs: &[RunInfo]) -> Option<ResumeOffer> {
         return None;
     }
     Some(ResumeOffer {
-        run_name: run.name.clone(),
+        run_name: run.title().to_string(),
         run_dir: run.dir.clone(),
         reached_step,
         total_steps: run.total_steps,
@@ -120,6 +120,7 @@ mod tests {
     fn run(status: RunStatus, steps: usize, checkpoints: &[usize]) -> RunInfo {
         RunInfo {
             name: "r".into(),
+            label: None,
             dir: PathBuf::from("/nonexistent/runs/r"),
             config: None,
             started_unix_secs: Some(1),
