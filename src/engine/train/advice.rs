@@ -23,7 +23,8 @@ pub fn settings_warnings(
 ) -> Vec<String> {
     let mut out = Vec::new();
     let per_step = (config.batch_size * config.grad_accum).max(1);
-    let epochs = (total_steps * per_step) as f64 / train_rows.max(1) as f64;
+    // An epoch is every row once: its last step takes the rows left over (as the settings page counts it).
+    let epochs = total_steps as f64 / train_rows.div_ceil(per_step).max(1) as f64;
     if train_rows > 0 && train_rows < SMALL_SET_ROWS && epochs > MANY_EPOCHS {
         out.push(format!(
             "warning: {total_steps} steps of {per_step} rows make {epochs:.0} passes over {train_rows} training rows: \
