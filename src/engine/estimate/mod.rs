@@ -273,7 +273,10 @@ pub fn padding_assumption(config: &TrainConfig, longest_row_tokens: Option<usize
              the sequence length {}",
             config.seq_len
         ),
-        Some(_) => format!("rows reach the sequence length {} (longer ones are cut)", config.seq_len),
+        Some(_) => format!(
+            "assumes rows of the sequence length {}: the longest reach it (longer ones are cut)",
+            config.seq_len
+        ),
         None => format!("assumes rows of the full sequence length {} (no dataset rows known)", config.seq_len),
     }
 }
