@@ -17,7 +17,8 @@ pub fn offer_ui(ui: &mut Ui, downloading: bool) -> bool {
         ui.label(RichText::new("New here? Start with a small model").strong().color(palette::ACCENT));
         ui.label(
             "SmolLM2-135M-Instruct: 135 million parameters, about 270 MB, a chat model from Hugging Face. It loads \
-             in seconds, trains a small LoRA adapter in minutes on a CPU, and shows every page of the studio working. Bigger models (Qwen2.5, Llama 3.2, Gemma) are in the search below.",
+             in seconds, trains a small LoRA adapter in minutes on a CPU, and shows every page of the studio \
+             working. Bigger models (Qwen2.5, Llama 3.2, Gemma) are in the search below.",
         );
         let button = ui
             .add_enabled(!downloading, egui::Button::new(RichText::new("Download and load SmolLM2-135M").strong()))
