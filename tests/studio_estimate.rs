@@ -7,30 +7,11 @@
 mod common;
 
 use common::fixture;
-use common::studio::{app, app_mut, step_until, StudioHarness};
+use common::studio::{app, app_mut, with_model_and_sample};
 use egui_kittest::kittest::Queryable;
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::engine::estimate;
-use metal_candle::studio::app::{Page, Prefs, StudioOptions};
-use std::path::Path;
-
-/// The studio with `prefs`, the tiny-llama fixture loaded and the bundled sample dataset read with token lengths.
-fn with_model_and_sample(prefs: Prefs) -> StudioHarness {
-    let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
-    let mut h = common::studio::build(prefs, options, 1400.0, false);
-    h.step();
-    h.get_by_label("Load model").click();
-    step_until(&mut h, "the model", 60, |a| a.model.loaded.is_some());
-    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat");
-    app_mut(&mut h).prefs.page = Page::Dataset;
-    app_mut(&mut h).prefs.dataset_input = sample.display().to_string();
-    h.step();
-    h.get_by_label("Open dataset").click();
-    step_until(&mut h, "token statistics", 60, |a| {
-        a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()) && !a.dataset_panel.is_inspecting()
-    });
-    h
-}
+use metal_candle::studio::app::{Page, Prefs};
 
 #[test]
 fn the_memory_card_pads_to_the_longest_row_and_agrees_with_the_banner() {
@@ -40,7 +21,7 @@ fn the_memory_card_pads_to_the_longest_row_and_agrees_with_the_banner() {
     prefs.train.out = dir.path().join("runs");
     prefs.train.batch_size = 64;
     prefs.train.seq_len = 256;
-    let mut h = with_model_and_sample(prefs);
+    let mut h = with_model_and_sample(prefs, 1400.0);
     let longest = app(&h).dataset_panel.report.as_ref().unwrap().tokens.as_ref().unwrap().longest_row().unwrap();
     assert!(longest < 256, "the sample's rows are short: {longest}");
 
@@ -81,7 +62,7 @@ fn the_settings_page_warns_about_many_epochs_and_cut_rows() {
     prefs.train.seq_len = 24;
     prefs.train.iters = Some(2000);
     prefs.train.batch_size = 4;
-    let mut h = with_model_and_sample(prefs);
+    let mut h = with_model_and_sample(prefs, 1400.0);
     app_mut(&mut h).prefs.page = Page::Settings;
     h.step();
     h.step();

@@ -8,11 +8,11 @@
 mod common;
 
 use common::fixture;
-use common::studio::{app, app_mut, step_until, StudioHarness};
+use common::studio::{app, app_mut, step_until, with_model_and_sample, StudioHarness};
 use egui_kittest::kittest::Queryable;
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::engine::memory_watch::MemoryMeasure;
-use metal_candle::studio::app::{Page, Prefs, StudioOptions};
+use metal_candle::studio::app::{Page, Prefs};
 use std::path::Path;
 
 /// The studio on the rank page's settings: tiny-llama at rank 8, alpha 32 (scale 4), the sample dataset open.
@@ -27,19 +27,7 @@ fn studio(runs: &Path) -> StudioHarness {
     prefs.train.val_batches = 1;
     prefs.rank.ranks = vec![2, 16];
     prefs.rank.token_budget = 300;
-    let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
-    let mut h = common::studio::build(prefs, options, 1100.0, false);
-    h.step();
-    h.get_by_label("Load model").click();
-    step_until(&mut h, "the model", 60, |a| a.model.loaded.is_some());
-    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat");
-    app_mut(&mut h).prefs.page = Page::Dataset;
-    app_mut(&mut h).prefs.dataset_input = sample.display().to_string();
-    h.step();
-    h.get_by_label("Open dataset").click();
-    step_until(&mut h, "token statistics", 60, |a| {
-        a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()) && !a.dataset_panel.is_inspecting()
-    });
+    let mut h = with_model_and_sample(prefs, 1100.0);
     h.get_by_label(Page::Ranks.title()).click();
     h.step();
     assert_eq!(app(&h).prefs.page, Page::Ranks);

@@ -2,8 +2,9 @@
 //! the first frame, access to the app, and waits that step the UI with a deadline (a broken worker fails the test
 //! instead of hanging it).
 
+use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
-use metal_candle::studio::app::{Prefs, StudioApp, StudioOptions};
+use metal_candle::studio::app::{Page, Prefs, StudioApp, StudioOptions};
 use std::time::{Duration, Instant};
 
 pub type StudioHarness = Harness<'static, Option<StudioApp>>;
@@ -43,4 +44,23 @@ pub fn step_until(h: &mut StudioHarness, what: &str, secs: u64, cond: impl Fn(&S
         assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The studio `height` points tall with `prefs`, whose model is loaded (the Load model button on the first
+/// page), and the bundled sample dataset read with its token lengths.
+pub fn with_model_and_sample(prefs: Prefs, height: f32) -> StudioHarness {
+    let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
+    let mut h = build(prefs, options, height, false);
+    h.step();
+    h.get_by_label("Load model").click();
+    step_until(&mut h, "the model", 60, |a| a.model.loaded.is_some());
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat");
+    app_mut(&mut h).prefs.page = Page::Dataset;
+    app_mut(&mut h).prefs.dataset_input = sample.display().to_string();
+    h.step();
+    h.get_by_label("Open dataset").click();
+    step_until(&mut h, "token statistics", 60, |a| {
+        a.dataset_panel.report.as_ref().is_some_and(|r| r.tokens.is_some()) && !a.dataset_panel.is_inspecting()
+    });
+    h
 }
