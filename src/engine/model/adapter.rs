@@ -1,4 +1,4 @@
-//! The LoRA adapter layer: a low-rank update `scale * x A B` added to a frozen linear ([`super::linear`]).
+//! The LoRA adapter layer: a low-rank update `scale * x A B` added to a frozen linear (`linear.rs`).
 //! A and B are stored in the layout fastest for the forward pass, A as (in, r) and B as (r, out), so the
 //! update is two plain products with no transposes; PEFT's (r, in) / (out, r) layout is converted on save and
 //! load (checkpoint.rs). Adapters are kept in f32 (master weights) and cast to the compute dtype when used: for a

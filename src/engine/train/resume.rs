@@ -4,25 +4,11 @@
 //! paths, ...) is listed in the run's resume history. LoRA settings are refused earlier
 //! (`PeftAdapterConfig::check_resume`).
 
-use super::run_folder::RunManifest;
+use super::run_folder::{ResumeRecord, RunManifest};
 use super::TrainConfig;
 use crate::engine::checkpoint::{self, BaseRecord};
 use crate::engine::{Error, Result};
-use std::path::{Path, PathBuf};
-
-/// One resume of a run, as run.json keeps it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ResumeRecord {
-    /// The step the run continued from.
-    pub step: usize,
-    pub checkpoint: PathBuf,
-    pub unix_secs: u64,
-    /// Each setting that differs from the previous start: "lr: 0.0002 -> 0.001".
-    pub changed: Vec<String>,
-    /// The resume went on with a base model other than the checkpoint's (`--force-base`).
-    #[serde(default)]
-    pub forced_base: bool,
-}
+use std::path::Path;
 
 /// The fingerprints of what a run trains on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -76,6 +76,20 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
+/// One resume of a run, as run.json keeps it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ResumeRecord {
+    /// The step the run continued from.
+    pub step: usize,
+    pub checkpoint: PathBuf,
+    pub unix_secs: u64,
+    /// Each setting that differs from the previous start: "lr: 0.0002 -> 0.001".
+    pub changed: Vec<String>,
+    /// The resume went on with a base model other than the checkpoint's (`--force-base`).
+    #[serde(default)]
+    pub forced_base: bool,
+}
+
 /// Where a branched run came from (recorded in its run.json; see `train::branch`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BranchOrigin {
@@ -113,7 +127,7 @@ pub struct RunManifest {
     /// Every resume, oldest first: what changed. `config`, `model`, `dataset` and the fingerprints above
     /// always describe the latest start.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resumes: Vec<super::resume::ResumeRecord>,
+    pub resumes: Vec<ResumeRecord>,
     /// The run and checkpoint this run branched from (a resume from a checkpoint that later ones followed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branched_from: Option<BranchOrigin>,

@@ -40,9 +40,10 @@ use arch::{norm_weight_shift, permutes_qk};
 use families::{ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT};
 use header_check::guarded;
 pub(crate) use header_check::open_gguf;
-pub(crate) use metadata::llama3_rope_factors;
-use metadata::{check_architecture, resolve_config, Metadata, ROPE_FREQS};
+use metadata::{check_architecture, Metadata};
 use names::hf_tensor_name_in;
+pub(crate) use resolve::llama3_rope_factors;
+use resolve::{resolve_config, ROPE_FREQS};
 use tokenizer::{build_tokenizer, GgufVocab};
 use tokenizers::Tokenizer;
 
@@ -51,6 +52,7 @@ mod families;
 mod header_check;
 mod metadata;
 pub mod names;
+mod resolve;
 #[cfg(test)]
 mod tests;
 mod tokenizer;

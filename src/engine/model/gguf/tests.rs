@@ -1,7 +1,8 @@
 //! Tests of the GGUF loader and tokenizer.
 
-use super::metadata::{infer_llama3_rope_scaling, GgufArch};
+use super::metadata::GgufArch;
 use super::names::hf_tensor_name;
+use super::resolve::infer_llama3_rope_scaling;
 use super::tokenizer::*;
 use super::*;
 use crate::engine::model::config::{Llama3RopeScaling, RopeScaling};
