@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::studio::{app, app_mut, step_until, StudioHarness};
+use common::studio::{app, app_mut, click, goto, step_until, StudioHarness};
 
 use egui_kittest::kittest::Queryable;
 use metal_candle::engine::data::SplitName;
@@ -72,17 +72,6 @@ fn harness_with(prefs: Prefs, model_text: bool) -> StudioHarness {
 
 fn harness(prefs: Prefs) -> StudioHarness {
     harness_with(prefs, false)
-}
-
-fn click(h: &mut StudioHarness, label: &str) {
-    h.get_by_label(label).click();
-    h.step();
-    h.step();
-}
-
-fn goto(h: &mut StudioHarness, page: Page) {
-    click(h, page.title());
-    assert_eq!(app(h).prefs.page, page);
 }
 
 fn load_fixture_model(h: &mut StudioHarness) {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::studio::{app, app_mut, step_until, StudioHarness};
+use common::studio::{app, app_mut, click, step_until, StudioHarness};
 
 use egui_kittest::kittest::Queryable;
 use metal_candle::engine::device::DeviceChoice;
@@ -43,12 +43,6 @@ fn shown(h: &StudioHarness, label: &str) -> bool {
 
 fn shown_containing(h: &StudioHarness, text: &str) -> bool {
     h.query_all_by_label_contains(text).next().is_some()
-}
-
-fn click(h: &mut StudioHarness, label: &str) {
-    h.get_by_label(label).click();
-    h.step();
-    h.step();
 }
 
 /// A finished run folder as the trainer writes it: run.json, and metrics with a loss curve and validation.

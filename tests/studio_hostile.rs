@@ -9,7 +9,7 @@ mod common;
 
 use common::fixture;
 use common::hostile_files::{hostile_folders, hostile_ggufs, with_template, HOSTILE_TEMPLATES};
-use common::studio::{app, app_mut, step_until, StudioHarness};
+use common::studio::{app, app_mut, click, step_until, StudioHarness};
 use egui_kittest::kittest::Queryable;
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::studio::app::{Page, Prefs, StudioOptions};
@@ -21,12 +21,6 @@ fn harness(runs: &Path) -> StudioHarness {
     prefs.chat.max_tokens = 4;
     let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
     common::studio::build(prefs, options, 860.0, true)
-}
-
-fn click(h: &mut StudioHarness, label: &str) {
-    h.get_by_label(label).click();
-    h.step();
-    h.step();
 }
 
 /// Load `path` from the model page; the load error (None when it loaded).

@@ -8,7 +8,7 @@
 mod common;
 
 use common::cli::{sample_data, train_command, Running};
-use common::studio::{app, app_mut, step_until, StudioHarness};
+use common::studio::{app, app_mut, click, step_until, StudioHarness};
 use egui::{ViewportCommand, ViewportEvent, ViewportId};
 use egui_kittest::kittest::Queryable;
 use metal_candle::engine::device::DeviceChoice;
@@ -32,12 +32,6 @@ fn prefs(runs: &Path, iters: usize) -> Prefs {
 fn harness(prefs: Prefs) -> StudioHarness {
     let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
     common::studio::build(prefs, options, 860.0, false)
-}
-
-fn click(h: &mut StudioHarness, label: &str) {
-    h.get_by_label(label).click();
-    h.step();
-    h.step();
 }
 
 /// The window's close button, as the platform reports it.

@@ -8,7 +8,7 @@
 mod common;
 
 use common::fixture;
-use common::studio::{app, app_mut, step_until, with_model_and_sample, StudioHarness};
+use common::studio::{app, app_mut, click, step_until, with_model_and_sample, StudioHarness};
 use egui_kittest::kittest::Queryable;
 use metal_candle::engine::device::DeviceChoice;
 use metal_candle::engine::memory_watch::MemoryMeasure;
@@ -32,12 +32,6 @@ fn studio(runs: &Path) -> StudioHarness {
     h.step();
     assert_eq!(app(&h).prefs.page, Page::Ranks);
     h
-}
-
-fn click(h: &mut StudioHarness, label: &str) {
-    h.get_by_label(label).click();
-    h.step();
-    h.step();
 }
 
 #[test]

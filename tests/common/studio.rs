@@ -64,3 +64,16 @@ pub fn with_model_and_sample(prefs: Prefs, height: f32) -> StudioHarness {
     });
     h
 }
+
+/// Click the widget labelled `label` and let two frames pass (the click's effect, then its layout).
+pub fn click(h: &mut StudioHarness, label: &str) {
+    h.get_by_label(label).click();
+    h.step();
+    h.step();
+}
+
+/// Go to `page` through the navigation, as a user would.
+pub fn goto(h: &mut StudioHarness, page: Page) {
+    click(h, page.title());
+    assert_eq!(app(h).prefs.page, page);
+}
