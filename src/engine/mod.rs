@@ -11,6 +11,7 @@ pub mod device;
 pub mod doctor;
 pub mod error;
 pub mod estimate;
+pub mod eval;
 pub mod export;
 pub mod generate;
 pub mod hub;

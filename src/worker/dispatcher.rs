@@ -13,6 +13,8 @@ pub(super) struct Dispatcher {
     pub(super) generations: HashMap<u64, Arc<AtomicBool>>,
     /// The cancel flag of the running Hub download.
     pub(super) download: Option<Arc<AtomicBool>>,
+    /// The cancel flag of the running evaluation.
+    pub(super) evaluation: Option<Arc<AtomicBool>>,
     /// The rows of the dataset last paged ([`Command::BrowseRows`]), shared by the page jobs (one reads the
     /// files, the others wait for it).
     pub(super) rows: Arc<std::sync::Mutex<Option<Arc<crate::engine::data::RowBrowser>>>>,
@@ -34,6 +36,7 @@ impl Dispatcher {
                     self.generations.remove(&id);
                 }
                 Msg::DownloadEnded => self.download = None,
+                Msg::EvaluationEnded => self.evaluation = None,
                 Msg::Shutdown => break,
             }
         }
@@ -52,6 +55,7 @@ impl Dispatcher {
             flag.store(true, Ordering::SeqCst);
         }
         self.cancel_download();
+        self.cancel_evaluation();
     }
 
     fn base_for(&self, path: &std::path::Path) -> Option<Arc<LoadedModel>> {
@@ -135,6 +139,8 @@ impl Dispatcher {
             Command::HubSearch { settings, kind, query } => self.hub_search(settings, kind, query),
             Command::HubDownload { settings, kind, spec } => self.hub_download(settings, kind, spec),
             Command::CancelHubDownload => self.cancel_download(),
+            Command::Evaluate(spec) => self.start_evaluation(*spec),
+            Command::CancelEvaluation => self.cancel_evaluation(),
         }
     }
 

@@ -13,6 +13,7 @@
 //! This module knows nothing of egui: the studio passes a waker that calls `Context::request_repaint`.
 
 mod dispatcher;
+mod eval_jobs;
 mod hub_jobs;
 mod jobs;
 mod preview_jobs;
@@ -142,6 +143,11 @@ pub enum Command {
     },
     /// Stop the running download; what arrived stays for a resume.
     CancelHubDownload,
+    /// Score the base, adapters or checkpoints on a dataset (`engine::eval`); one evaluation at a time, on the
+    /// loaded base model.
+    Evaluate(Box<crate::engine::eval::EvalSpec>),
+    /// Stop the running evaluation (it ends with `EvalFailed { cancelled: true }`).
+    CancelEvaluation,
 }
 
 /// Which column of the chat a generation belongs to.
@@ -320,6 +326,14 @@ pub enum Event {
         /// Stopped by the user: what arrived is kept and a new download resumes it.
         cancelled: bool,
     },
+    /// An evaluation's progress: started (rows, targets), rows done, a target's result.
+    Eval(crate::engine::eval::EvalEvent),
+    EvalFinished(Box<crate::engine::eval::EvalReport>),
+    EvalFailed {
+        error: ErrorInfo,
+        /// Stopped by the user.
+        cancelled: bool,
+    },
 }
 
 /// Messages the dispatcher reads: front-end commands plus notes from its own job threads.
@@ -330,6 +344,7 @@ enum Msg {
     ProbeEnded,
     GenerationEnded { id: u64 },
     DownloadEnded,
+    EvaluationEnded,
     Shutdown,
 }
 
@@ -353,6 +368,7 @@ impl Worker {
             probe: Default::default(),
             generations: HashMap::new(),
             download: None,
+            evaluation: None,
             rows: Default::default(),
         };
         let spawned = std::thread::Builder::new().name("mc-dispatcher".into()).spawn(move || dispatcher.run(cmd_rx));

@@ -48,6 +48,8 @@ impl StudioApp {
             | Event::AdapterChecked { .. }
             | Event::AdapterCheckFailed { .. }) => self.chat_panel.on_event(e, &mut self.prefs.chat),
             Event::Diagnosis { text } => self.help.on_report(text),
+            // The Evaluate page (being built) takes these.
+            Event::Eval(_) | Event::EvalFinished(_) | Event::EvalFailed { .. } => {}
             Event::Runs { runs_dir, runs } => {
                 self.training_panel.on_runs(&runs);
                 self.checkpoints_panel.on_runs(runs_dir, runs)

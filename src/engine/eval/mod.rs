@@ -1,0 +1,229 @@
+//! Evaluation: how good a base model, an adapter, or a run's checkpoints are on a dataset, by one of three
+//! tasks, with the same engine behind `metal-candle eval` and the studio's Evaluate page.
+//!
+//! - [`EvalTask::Loss`]: loss and perplexity on a split, templated and masked as training does (`loss.rs`).
+//! - [`EvalTask::Generate`]: answers to each row's prompt scored against its reference (`generation.rs`,
+//!   text metrics in `metrics.rs`, an optional local judge in `judge.rs`).
+//! - [`EvalTask::MultipleChoice`]: log-likelihoods of each choice as lm-evaluation-harness computes them
+//!   (`multiple_choice.rs`, rows and benchmark column forms in `choice_rows.rs`).
+//!
+//! A task is prepared once (the data read, checked row by row and tokenized: bad input fails here, before any
+//! model runs) and then run for each [`EvalTarget`] in turn on a clone of the base that shares its weights, with
+//! the target's adapter attached. Progress goes out as [`EvalEvent`]s; a cancel flag stops between rows.
+
+pub mod generation;
+pub mod loss;
+pub mod multiple_choice;
+pub mod targets;
+
+pub use targets::EvalTarget;
+
+use crate::engine::data::{ReadOptions, SplitName};
+use crate::engine::model::transformer::Transformer;
+use crate::engine::model::LoadedModel;
+use crate::engine::sampler::SamplingParams;
+use crate::engine::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// What to evaluate, on what, with which task.
+#[derive(Debug, Clone)]
+pub struct EvalSpec {
+    pub task: EvalTask,
+    /// A dataset file or folder (the same forms training reads), or for multiple choice a file of choice rows.
+    pub data: PathBuf,
+    /// The split of a dataset folder to read (a single file is its own split).
+    pub split: SplitName,
+    pub read: ReadOptions,
+    /// Evaluate only the first N rows (None: all).
+    pub limit: Option<usize>,
+    /// Longest sequence, in tokens; longer rows are cut as training cuts them (loss) or refused (the others).
+    pub seq_len: usize,
+    /// Rows per forward pass (loss, multiple choice).
+    pub batch_size: usize,
+    /// The models to compare, in the order they are reported.
+    pub targets: Vec<EvalTarget>,
+}
+
+/// Which evaluation to run.
+#[derive(Debug, Clone)]
+pub enum EvalTask {
+    Loss,
+    Generate(GenerateSettings),
+    MultipleChoice,
+}
+
+impl EvalTask {
+    /// "loss", "generate" or "multiple-choice", as `--task` spells them.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Loss => "loss",
+            Self::Generate(_) => "generate",
+            Self::MultipleChoice => "multiple-choice",
+        }
+    }
+}
+
+/// How answers are generated and scored.
+#[derive(Debug, Clone)]
+pub struct GenerateSettings {
+    pub max_tokens: usize,
+    /// Temperature 0 is greedy.
+    pub sampling: SamplingParams,
+    /// A user regex: an answer scores 1 when it matches.
+    pub regex: Option<String>,
+    /// A local model that scores each answer 1-10 against the reference.
+    pub judge: Option<PathBuf>,
+}
+
+/// One named number of a target's result (`loss`, `perplexity`, `exact_match`, `acc`, ...), in report order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metric {
+    pub name: String,
+    pub value: f64,
+}
+
+impl Metric {
+    pub fn new(name: &str, value: f64) -> Self {
+        Self { name: name.into(), value }
+    }
+}
+
+/// What one target scored: its metrics (means over rows) and the per-row detail, whose shape depends on the task.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetResult {
+    pub target: EvalTarget,
+    pub metrics: Vec<Metric>,
+    /// Per-row results: a JSON array of the task's row records.
+    pub rows: serde_json::Value,
+    pub elapsed_secs: f64,
+}
+
+impl TargetResult {
+    /// The value of metric `name`, if the task reports it.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics.iter().find(|m| m.name == name).map(|m| m.value)
+    }
+}
+
+/// The whole evaluation, as `eval --json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub task: String,
+    pub data: PathBuf,
+    pub split: SplitName,
+    /// Rows evaluated per target.
+    pub rows: usize,
+    /// What the reader should know (rows cut to the sequence length, a fallback template, ...).
+    pub notes: Vec<String>,
+    pub targets: Vec<TargetResult>,
+}
+
+/// What an evaluation reports while it runs; `run_eval`'s result (or error) ends it.
+#[derive(Debug, Clone)]
+pub enum EvalEvent {
+    /// The data is read and checked: `rows` per target.
+    Started {
+        task: String,
+        rows: usize,
+        targets: Vec<EvalTarget>,
+        notes: Vec<String>,
+    },
+    /// `done` of `total` rows of target number `target`.
+    Progress {
+        target: usize,
+        done: usize,
+        total: usize,
+    },
+    TargetFinished {
+        target: usize,
+        result: Box<TargetResult>,
+    },
+}
+
+/// A task with its data read, checked and tokenized, ready to run on any target.
+pub trait PreparedTask: Send {
+    /// Rows each target is scored on.
+    fn rows(&self) -> usize;
+    /// Notes for the report (cut rows, a fallback template, ...).
+    fn notes(&self) -> Vec<String>;
+    /// Score `model` (a clone of `base.model` with the target's adapter attached; `base` gives the tokenizer,
+    /// template and eos ids). `progress(done)` after each row or batch; it fails with [`Error::Cancelled`] once
+    /// the evaluation is cancelled.
+    fn run(
+        &self,
+        base: &LoadedModel,
+        model: &Transformer,
+        progress: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<(Vec<Metric>, serde_json::Value)>;
+}
+
+/// Evaluate every target of `spec` on `base`, emitting progress; stops with [`Error::Cancelled`] when `cancel` is
+/// set. The data is checked before the first target runs.
+pub fn run_eval(
+    spec: &EvalSpec,
+    base: &LoadedModel,
+    cancel: &AtomicBool,
+    emit: &mut dyn FnMut(EvalEvent),
+) -> Result<EvalReport> {
+    if spec.targets.is_empty() {
+        return Err(Error::InvalidSetting("nothing to evaluate: name the base, an adapter or checkpoints".into()));
+    }
+    if spec.batch_size == 0 || spec.seq_len == 0 || spec.limit == Some(0) {
+        return Err(Error::InvalidSetting("batch size, sequence length and limit must be at least 1".into()));
+    }
+    let mut notes = Vec::new();
+    for target in &spec.targets {
+        notes.extend(target.check(base)?);
+    }
+    let task = prepare(spec, base)?;
+    let rows = task.rows();
+    notes.extend(task.notes());
+    emit(EvalEvent::Started {
+        task: spec.task.name().into(),
+        rows,
+        targets: spec.targets.clone(),
+        notes: notes.clone(),
+    });
+    let mut results = Vec::with_capacity(spec.targets.len());
+    for (index, target) in spec.targets.iter().enumerate() {
+        let started = Instant::now();
+        let model = target.model_for(base)?;
+        let mut progress = |done: usize| {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled);
+            }
+            emit(EvalEvent::Progress { target: index, done, total: rows });
+            Ok(())
+        };
+        progress(0)?;
+        let (metrics, row_results) = task.run(base, &model, &mut progress)?;
+        let result = TargetResult {
+            target: target.clone(),
+            metrics,
+            rows: row_results,
+            elapsed_secs: started.elapsed().as_secs_f64(),
+        };
+        emit(EvalEvent::TargetFinished { target: index, result: Box::new(result.clone()) });
+        results.push(result);
+    }
+    Ok(EvalReport {
+        task: spec.task.name().into(),
+        data: spec.data.clone(),
+        split: spec.split,
+        rows,
+        notes,
+        targets: results,
+    })
+}
+
+/// Read, check and tokenize the data for `spec`'s task.
+fn prepare(spec: &EvalSpec, base: &LoadedModel) -> Result<Box<dyn PreparedTask>> {
+    match &spec.task {
+        EvalTask::Loss => loss::prepare(spec, base),
+        EvalTask::Generate(settings) => generation::prepare(spec, settings, base),
+        EvalTask::MultipleChoice => multiple_choice::prepare(spec, base),
+    }
+}
