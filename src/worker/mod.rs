@@ -16,6 +16,7 @@ mod dispatcher;
 mod hub_jobs;
 mod jobs;
 mod preview_jobs;
+mod run_jobs;
 mod scan;
 mod types;
 
@@ -100,6 +101,21 @@ pub enum Command {
     RenameRun {
         run_dir: PathBuf,
         label: String,
+    },
+    /// Store a run's free-text note in its run.json (`run_label::set_run_notes`; empty clears it).
+    SetRunNotes {
+        run_dir: PathBuf,
+        notes: String,
+    },
+    /// Say what deleting a run would remove, or why it is refused (`run_delete::plan_run_delete`).
+    PlanRunDelete {
+        runs_dir: PathBuf,
+        run_dir: PathBuf,
+    },
+    /// Delete a run folder inside `runs_dir` (`run_delete::delete_run`: refused while it trains).
+    DeleteRun {
+        runs_dir: PathBuf,
+        run_dir: PathBuf,
     },
     ExportCheckpoint {
         checkpoint: PathBuf,
@@ -251,6 +267,15 @@ pub enum Event {
         run_dir: PathBuf,
         label: String,
     },
+    /// A run's note was stored (trimmed; None: cleared).
+    RunNotesSaved {
+        run_dir: PathBuf,
+        notes: Option<String>,
+    },
+    /// What deleting a run would remove (for the confirmation).
+    RunDeletePlanned(crate::engine::train::run_delete::RunDeletePlan),
+    /// A run folder was deleted.
+    RunDeleted(crate::engine::train::run_delete::RunDeletePlan),
     /// An export wrote `done` of `total` tensors; `what` is the one being written now.
     ExportProgress {
         done: usize,
