@@ -20,6 +20,7 @@
 
 pub mod app;
 pub mod chat_adapter;
+pub mod chat_columns;
 pub mod chat_export;
 pub mod chat_panel;
 pub mod chat_transcript;

@@ -160,11 +160,14 @@ pub enum Command {
     CancelHubDownload,
 }
 
-/// Which column of the chat a generation belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+/// Which column of the chat a generation belongs to. Each column answers with the base model or any
+/// checkpoint (its [`GenerateJob::adapter`]): the left one is the base model unless side by side picks a
+/// checkpoint for it, the right one is the chat's adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 pub enum ChatSide {
-    Base,
-    Adapter,
+    Left,
+    #[default]
+    Right,
 }
 
 /// One chat generation request.
@@ -173,7 +176,7 @@ pub struct GenerateJob {
     /// Chosen by the front end; every event of this generation carries it.
     pub id: u64,
     pub side: ChatSide,
-    /// A checkpoint folder to apply, or None for the base model.
+    /// A checkpoint (or PEFT adapter) folder to apply, on either side, or None for the base model.
     pub adapter: Option<PathBuf>,
     pub messages: Vec<ChatMessage>,
     pub sampling: SamplingParams,
@@ -526,7 +529,7 @@ mod tests {
         let w = worker();
         w.send(Command::Generate(GenerateJob {
             id: 7,
-            side: ChatSide::Base,
+            side: ChatSide::Left,
             adapter: None,
             messages: vec![ChatMessage::new("user", "hi")],
             sampling: SamplingParams::greedy(),
