@@ -4,23 +4,11 @@
 
 mod common;
 
-use common::cli::train_command;
+use common::cli::two_runs;
 use metal_candle::engine::train::run_folder::RunManifest;
 use metal_candle::engine::train::run_lock::RunLock;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-
-/// Two finished runs in `runs`: `r-a` (lr 1e-3) and `r-b` (lr 5e-4), three steps each.
-pub fn two_runs(runs: &Path) {
-    for (name, lr) in [("r-a", "1e-3"), ("r-b", "5e-4")] {
-        let out = train_command(runs, name)
-            .args(["--iters", "3", "--lr", lr, "--val-every", "3"])
-            .stdout(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "train {name}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-}
 
 fn runs_cmd(runs: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_metal-candle"))

@@ -13,6 +13,7 @@ pub struct RunNotesEditor {
     pub run_dir: PathBuf,
     current: Option<String>,
     text: String,
+    focus_requested: bool,
 }
 
 /// What the note area asks for this frame.
@@ -27,21 +28,32 @@ pub enum NotesClick {
 
 impl RunNotesEditor {
     pub fn new(run: &RunInfo) -> Self {
-        Self { run_dir: run.dir.clone(), current: run.notes.clone(), text: run.notes.clone().unwrap_or_default() }
+        Self {
+            run_dir: run.dir.clone(),
+            current: run.notes.clone(),
+            text: run.notes.clone().unwrap_or_default(),
+            focus_requested: false,
+        }
     }
 
     pub fn ui(&mut self, ui: &mut Ui) -> NotesClick {
         let checked = validate_run_notes(&self.text);
         let unchanged = checked.as_ref().is_ok_and(|n| *n == self.current);
         let l = ui.label("Note");
-        ui.add(
-            egui::TextEdit::multiline(&mut self.text)
-                .id_salt("run-notes-edit")
-                .hint_text("What this run tried, what you saw…")
-                .desired_rows(3)
-                .desired_width(ui.available_width().min(640.0)),
-        )
-        .labelled_by(l.id);
+        let edit = ui
+            .add(
+                egui::TextEdit::multiline(&mut self.text)
+                    .id_salt("run-notes-edit")
+                    .hint_text("What this run tried, what you saw…")
+                    .desired_rows(3)
+                    .desired_width(ui.available_width().min(640.0)),
+            )
+            .labelled_by(l.id);
+        if !self.focus_requested {
+            // Opened to be typed in.
+            edit.request_focus();
+            self.focus_requested = true;
+        }
         let mut click = NotesClick::None;
         ui.horizontal(|ui| {
             let save = ui
