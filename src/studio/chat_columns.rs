@@ -1,7 +1,7 @@
 //! The chat's two columns side by side: what each answers with (the base model or any checkpoint or adapter
 //! folder) and the heading that says so, "baseline r8 · step 40" (the run's name from the run list when the
 //! checkpoint is one of its checkpoints, else its folder names). The left column's picker lives here; the
-//! right column is the chat's adapter ([`super::chat_panel`]).
+//! right column is the chat's adapter (the chat page's own).
 
 use super::chat_adapter::AdapterLoader;
 use super::chat_transcript::checkpoint_title;
