@@ -105,8 +105,12 @@ pub fn prepare(spec: &EvalSpec, settings: &GenerateSettings, base: &LoadedModel)
     }
     let judge = match &settings.judge {
         Some(path) => {
+            let judge = Judge::load(path, base)?;
+            for row in &rows {
+                judge.check_fits(&row.source, &row.question, &row.reference, settings.max_tokens)?;
+            }
             notes.push(format!("judge: {}", path.display()));
-            Some(Judge::load(path, base)?)
+            Some(judge)
         }
         None => None,
     };

@@ -7,8 +7,8 @@ use crate::engine::generate::{generate, GenerateRequest};
 use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::model::{load_model, LoadedModel};
 use crate::engine::sampler::SamplingParams;
-use crate::engine::Result;
-use std::path::Path;
+use crate::engine::{Error, Result};
+use std::path::{Path, PathBuf};
 
 /// The judge's prompt, sent as one user message through the judge's chat template; `{question}`, `{reference}`
 /// and `{answer}` are filled in per row.
@@ -36,6 +36,7 @@ pub const JUDGE_MAX_TOKENS: usize = 48;
 /// A loaded judge model.
 pub struct Judge {
     model: LoadedModel,
+    path: PathBuf,
 }
 
 /// What the judge said about one answer.
@@ -49,13 +50,41 @@ pub struct Verdict {
 impl Judge {
     /// Load the judge (a model folder or GGUF file) on the device and dtype of the model it judges.
     pub fn load(path: &Path, like: &LoadedModel) -> Result<Self> {
-        Ok(Self { model: load_model(path, like.model.device(), like.model.dtype())? })
+        Ok(Self { model: load_model(path, like.model.device(), like.model.dtype())?, path: path.to_path_buf() })
+    }
+
+    /// Refuse, before anything is generated, a row whose rubric prompt (with an answer of up to `answer_tokens`
+    /// tokens and the judge's reply) cannot fit the judge's context; `source` names the row.
+    pub fn check_fits(&self, source: &str, question: &str, reference: &str, answer_tokens: usize) -> Result<()> {
+        let prompt = rubric_prompt(question, reference, "");
+        let ids = chat_prompt_ids(&self.model, &[ChatMessage::new("user", prompt)])?;
+        let context = self.model.config.max_position_embeddings;
+        if ids.len() + answer_tokens + JUDGE_MAX_TOKENS > context {
+            return Err(Error::InvalidSetting(format!(
+                "{source}: the judge {} has a context of {context} tokens, and its rubric prompt for this row takes \
+                 {} before the answer (up to {answer_tokens} tokens, --max-tokens) and its {JUDGE_MAX_TOKENS}-token \
+                 reply; use a judge with a longer context or lower --max-tokens",
+                self.path.display(),
+                ids.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Grade `answer` to `question` against `reference`.
     pub fn grade(&self, question: &str, reference: &str, answer: &str) -> Result<Verdict> {
         let prompt = rubric_prompt(question, reference, answer);
-        let prompt_ids = chat_prompt_ids(&self.model, &[ChatMessage::new("user", prompt)])?;
+        let prompt_ids = match chat_prompt_ids(&self.model, &[ChatMessage::new("user", prompt)]) {
+            Ok(ids) if ids.len() + JUDGE_MAX_TOKENS <= self.model.config.max_position_embeddings => ids,
+            // An answer longer in the judge's tokens than `check_fits` allowed for: not judged, and shown so.
+            Ok(_) | Err(Error::PromptTooLongText { .. }) => {
+                return Ok(Verdict {
+                    score: None,
+                    reply: "(not judged: the answer does not fit the judge's context)".into(),
+                })
+            }
+            Err(e) => return Err(e),
+        };
         let request = GenerateRequest {
             prompt_ids,
             max_new_tokens: JUDGE_MAX_TOKENS,
