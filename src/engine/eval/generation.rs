@@ -194,7 +194,9 @@ mod tests {
     use crate::engine::data::Conversation;
 
     fn chat(pairs: &[(&str, &str)]) -> Row {
-        Row::Chat(Conversation::from(pairs.iter().map(|(r, c)| ChatMessage::new(r, c.to_string())).collect::<Vec<_>>()))
+        Row::Chat(Conversation::from(
+            pairs.iter().map(|(r, c)| ChatMessage::new(*r, c.to_string())).collect::<Vec<_>>(),
+        ))
     }
 
     #[test]
