@@ -299,6 +299,27 @@ impl RowCollector {
     }
 }
 
+impl crate::engine::data::files::RowSink for RowCollector {
+    fn set_columns(&mut self, columns: Vec<String>) -> Result<()> {
+        RowCollector::set_columns(self, columns)
+    }
+
+    fn blank_line(&mut self) {
+        RowCollector::blank_line(self)
+    }
+
+    fn push(&mut self, position: usize, value: std::result::Result<Value, String>) {
+        RowCollector::push(self, position, value)
+    }
+
+    /// A lone object with a format's keys (after the column mapping) is a row.
+    fn is_row(&self, obj: &serde_json::Map<String, Value>) -> bool {
+        let mut mapped = obj.clone();
+        self.read.columns.apply(&mut mapped);
+        !formats_of(&mapped).is_empty()
+    }
+}
+
 /// One row read as the format the user named.
 fn check_as(value: std::result::Result<Value, String>, format: DatasetFormat) -> std::result::Result<Row, String> {
     let value = value?;
