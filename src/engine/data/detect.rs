@@ -279,6 +279,13 @@ impl RowCollector {
         }
     }
 
+    /// Whether a lone JSON object has a format's keys (after the column mapping): a row, not a holder of rows.
+    pub fn is_row(&self, obj: &serde_json::Map<String, Value>) -> bool {
+        let mut mapped = obj.clone();
+        self.read.columns.apply(&mut mapped);
+        !formats_of(&mapped).is_empty()
+    }
+
     /// The file, with its detection settled and the column mapping checked against its columns.
     pub fn finish(mut self) -> Result<ParsedFile> {
         if matches!(self.state, State::Undecided) {
@@ -296,27 +303,6 @@ impl RowCollector {
             }
         }
         Ok(self.file)
-    }
-}
-
-impl crate::engine::data::files::RowSink for RowCollector {
-    fn set_columns(&mut self, columns: Vec<String>) -> Result<()> {
-        RowCollector::set_columns(self, columns)
-    }
-
-    fn blank_line(&mut self) {
-        RowCollector::blank_line(self)
-    }
-
-    fn push(&mut self, position: usize, value: std::result::Result<Value, String>) {
-        RowCollector::push(self, position, value)
-    }
-
-    /// A lone object with a format's keys (after the column mapping) is a row.
-    fn is_row(&self, obj: &serde_json::Map<String, Value>) -> bool {
-        let mut mapped = obj.clone();
-        self.read.columns.apply(&mut mapped);
-        !formats_of(&mapped).is_empty()
     }
 }
 

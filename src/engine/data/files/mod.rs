@@ -60,6 +60,24 @@ pub trait RowSink {
     fn is_row(&self, obj: &Map<String, Value>) -> bool;
 }
 
+impl RowSink for RowCollector {
+    fn set_columns(&mut self, columns: Vec<String>) -> Result<()> {
+        RowCollector::set_columns(self, columns)
+    }
+
+    fn blank_line(&mut self) {
+        RowCollector::blank_line(self)
+    }
+
+    fn push(&mut self, position: usize, value: std::result::Result<Value, String>) {
+        RowCollector::push(self, position, value)
+    }
+
+    fn is_row(&self, obj: &Map<String, Value>) -> bool {
+        RowCollector::is_row(self, obj)
+    }
+}
+
 /// Read the rows of any dataset file (the type from its extension, JSON Lines otherwise) into the sink `make`
 /// builds for the file's positions (lines or rows); the same refusals as [`read_file`].
 pub fn read_values<S: RowSink>(path: &Path, make: impl FnOnce(RowUnit) -> S) -> Result<S> {
