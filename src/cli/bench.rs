@@ -17,6 +17,32 @@ pub enum BenchCommand {
     Sample(SampleBenchArgs),
     /// The rank explorer: equal-budget probe trainings at several ranks, at the settings' LoRA scale.
     Ranks(super::rank_bench::RankBenchArgs),
+    /// Multiple-choice scoring throughput (items/s), from reading the rows to the metrics, as `eval --task
+    /// multiple-choice` runs it (scripts/bench_mc_lmeval.sh runs lm-eval on the same items).
+    MultipleChoice(McBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McBenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Multiple-choice rows: a .jsonl/.json/.parquet file or a dataset folder (with --split).
+    #[arg(long)]
+    pub data: std::path::PathBuf,
+    /// The split of a dataset folder: train | valid | test.
+    #[arg(long, default_value = "test")]
+    pub split: String,
+    /// Score only the first N rows.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Sequences per forward pass (whole rows; at least one row).
+    #[arg(long, default_value_t = 8)]
+    pub batch_size: usize,
+    /// Longest sequence in tokens (longer ones are cut from the left, as lm-eval's max_length does).
+    #[arg(long, default_value_t = 2048)]
+    pub seq_len: usize,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -102,7 +128,70 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Lora(a) => lora(&a),
         BenchCommand::Sample(a) => sample(&a),
         BenchCommand::Ranks(a) => super::rank_bench::ranks(&a),
+        BenchCommand::MultipleChoice(a) => multiple_choice(&a),
     }
+}
+
+/// What `bench multiple-choice` measured.
+#[derive(Debug, serde::Serialize)]
+struct McBench {
+    items: usize,
+    choices: usize,
+    secs: f64,
+    items_per_sec: f64,
+    acc: f64,
+    acc_norm: f64,
+}
+
+fn multiple_choice(args: &McBenchArgs) -> anyhow::Result<()> {
+    use crate::engine::eval::{run_eval, EvalSpec, EvalTarget, EvalTask};
+    let split = match args.split.as_str() {
+        "train" => crate::engine::data::SplitName::Train,
+        "valid" | "validation" => crate::engine::data::SplitName::Valid,
+        "test" => crate::engine::data::SplitName::Test,
+        other => anyhow::bail!("--split must be train, valid or test, not {other}"),
+    };
+    let m = args.model.load()?;
+    // The target re-attaches the adapter to a clone of the base, as `eval` scores it.
+    let target = args.model.adapter.as_deref().map(EvalTarget::adapter).unwrap_or_else(EvalTarget::base);
+    let spec = EvalSpec {
+        task: EvalTask::MultipleChoice,
+        data: args.data.clone(),
+        split,
+        read: Default::default(),
+        limit: args.limit,
+        seq_len: args.seq_len,
+        batch_size: args.batch_size,
+        targets: vec![target],
+    };
+    let started = std::time::Instant::now();
+    let report = run_eval(&spec, &m, &std::sync::atomic::AtomicBool::new(false), &mut |_| {})?;
+    let secs = started.elapsed().as_secs_f64();
+    let result = &report.targets[0];
+    let choices =
+        result.rows.as_array().map_or(0, |rows| rows.iter().map(|r| r["choices"].as_array().map_or(0, Vec::len)).sum());
+    let r = McBench {
+        items: report.rows,
+        choices,
+        secs,
+        items_per_sec: report.rows as f64 / secs,
+        acc: result.metric("acc").unwrap_or(f64::NAN),
+        acc_norm: result.metric("acc_norm").unwrap_or(f64::NAN),
+    };
+    let (device, dtype) = device_and_dtype(&m);
+    if args.json {
+        print_json(&r, device, Some(&dtype))?;
+    } else {
+        for note in &report.notes {
+            eprintln!("note: {note}");
+        }
+        println!(
+            "metal-candle multiple-choice on {device} {dtype}: {} items ({} choices) in {:.2} s: {:.2} items/s, acc \
+             {:.4}, acc_norm {:.4} (batch {}, from reading the rows to the metrics)",
+            r.items, r.choices, r.secs, r.items_per_sec, r.acc, r.acc_norm, args.batch_size
+        );
+    }
+    Ok(())
 }
 
 fn sample(args: &SampleBenchArgs) -> anyhow::Result<()> {

@@ -279,6 +279,13 @@ impl RowCollector {
         }
     }
 
+    /// Whether a lone JSON object has a format's keys (after the column mapping): a row, not a holder of rows.
+    pub fn is_row(&self, obj: &serde_json::Map<String, Value>) -> bool {
+        let mut mapped = obj.clone();
+        self.read.columns.apply(&mut mapped);
+        !formats_of(&mapped).is_empty()
+    }
+
     /// The file, with its detection settled and the column mapping checked against its columns.
     pub fn finish(mut self) -> Result<ParsedFile> {
         if matches!(self.state, State::Undecided) {

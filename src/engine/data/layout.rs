@@ -56,6 +56,42 @@ const NOT_DATA: [&str; 4] = ["dataset_info.json", "dataset_infos.json", "dataset
 
 /// The splits of a dataset path: a file is the train split; a folder is laid out as the module docs say.
 pub fn dataset_layout(path: &Path) -> Result<DatasetLayout> {
+    let layout = find_splits(path)?;
+    let has_train = layout.splits.first().is_some_and(|first| first.split == SplitName::Train);
+    if let Some(folder) =
+        ["train.jsonl", "train.json", "train.parquet"].map(|n| path.join(n)).into_iter().find(|p| p.is_dir())
+    {
+        if !has_train {
+            return Err(Error::Unreadable {
+                path: folder,
+                message: "is a folder, not a file: the train split is a .jsonl, .json or .parquet file (or \
+                          data/train-00000-of-00001.parquet)"
+                    .into(),
+            });
+        }
+    }
+    match layout.splits.first() {
+        Some(first) if first.split == SplitName::Train => Ok(layout),
+        Some(_) => Err(Error::MissingFile {
+            path: path.join("train.jsonl"),
+            what: format!(
+                "{} has {} but no train split: name a file train.jsonl / train.parquet (or data/train-00000-of-00001.parquet)",
+                path.display(),
+                layout.splits.iter().map(|s| s.split.as_str()).collect::<Vec<_>>().join(" and ")
+            ),
+        }),
+        None => Err(Error::MissingFile {
+            path: path.join("train.jsonl"),
+            what: "a dataset folder needs a train split: train.jsonl (valid.jsonl and test.jsonl are optional), \
+                   train.json, train.parquet or data/train-00000-of-00001.parquet"
+                .into(),
+        }),
+    }
+}
+
+/// The splits of a dataset path as [`dataset_layout`] finds them, without requiring a train split (an
+/// evaluation reads a test or validation split alone).
+pub fn find_splits(path: &Path) -> Result<DatasetLayout> {
     if std::fs::symlink_metadata(path).is_ok() {
         // There, but perhaps a looping or dangling link: say which.
         std::fs::metadata(path).map_err(|e| crate::engine::input_file::describe_io(path, e))?;
@@ -99,36 +135,7 @@ pub fn dataset_layout(path: &Path) -> Result<DatasetLayout> {
         }
         layout.ignored = found.into_iter().filter(|p| !named.iter().any(|(_, n)| n == p)).collect();
     }
-    let has_train = layout.splits.first().is_some_and(|first| first.split == SplitName::Train);
-    if let Some(folder) =
-        ["train.jsonl", "train.json", "train.parquet"].map(|n| path.join(n)).into_iter().find(|p| p.is_dir())
-    {
-        if !has_train {
-            return Err(Error::Unreadable {
-                path: folder,
-                message: "is a folder, not a file: the train split is a .jsonl, .json or .parquet file (or \
-                          data/train-00000-of-00001.parquet)"
-                    .into(),
-            });
-        }
-    }
-    match layout.splits.first() {
-        Some(first) if first.split == SplitName::Train => Ok(layout),
-        Some(_) => Err(Error::MissingFile {
-            path: path.join("train.jsonl"),
-            what: format!(
-                "{} has {} but no train split: name a file train.jsonl / train.parquet (or data/train-00000-of-00001.parquet)",
-                path.display(),
-                layout.splits.iter().map(|s| s.split.as_str()).collect::<Vec<_>>().join(" and ")
-            ),
-        }),
-        None => Err(Error::MissingFile {
-            path: path.join("train.jsonl"),
-            what: "a dataset folder needs a train split: train.jsonl (valid.jsonl and test.jsonl are optional), \
-                   train.json, train.parquet or data/train-00000-of-00001.parquet"
-                .into(),
-        }),
-    }
+    Ok(layout)
 }
 
 fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) -> Result<()> {

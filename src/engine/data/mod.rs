@@ -34,7 +34,7 @@ pub use files::jsonl::parse_jsonl;
 pub use files::{read_file, FileKind, MAX_DATASET_BYTES};
 pub use fingerprint::dataset_fingerprint;
 pub use formats::{Conversation, DatasetFormat, FormatChoice, Row, RowProblem, RowUnit, SourcedRow};
-pub use layout::{dataset_layout, DatasetLayout, SplitFiles};
+pub use layout::{dataset_layout, find_splits, DatasetLayout, SplitFiles};
 pub use report::{inspect_dataset, inspect_dataset_with, DatasetReport, PreviewRow, SplitReport, TokenStats};
 pub use splits::{read_split, RawSplit, ReadSplit, SourceFile};
 pub use summary::{length_histogram, DatasetSummary, LengthHistogram, SplitSummary};

@@ -11,6 +11,8 @@
 //! model runs) and then run for each [`EvalTarget`] in turn on a clone of the base that shares its weights, with
 //! the target's adapter attached. Progress goes out as [`EvalEvent`]s; a cancel flag stops between rows.
 
+pub mod choice_forms;
+pub mod choice_rows;
 pub mod generation;
 pub mod judge;
 pub mod loss;

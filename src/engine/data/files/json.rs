@@ -3,11 +3,11 @@
 //! or JSON Lines saved under a `.json` name (read as JSONL, positions are lines). A lone object that is itself
 //! a row (it has a format's keys) is a file of one row, however it is laid out.
 
-use super::{jsonl, read_bounded, utf8_text, MAX_DATASET_BYTES};
+use super::{jsonl, read_bounded, utf8_text, RowSink, MAX_DATASET_BYTES};
 use crate::engine::data::columns::ReadOptions;
 use crate::engine::data::detect::{ParsedFile, RowCollector};
 use crate::engine::data::formats::RowUnit;
-use crate::engine::data::rows::{formats_of, key_list, kind};
+use crate::engine::data::rows::{key_list, kind};
 use crate::engine::{Error, Result};
 use serde_json::Value;
 use std::path::Path;
@@ -20,6 +20,11 @@ pub fn read_json(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
 
 /// Validate JSON `text` as if read from `path`.
 pub fn parse_json(path: &Path, text: &str, read: &ReadOptions) -> Result<ParsedFile> {
+    json_values(path, text, |unit| RowCollector::new(path, unit, read))?.finish()
+}
+
+/// Feed the rows of JSON `text` (read from `path`) to the sink `make` builds for their positions.
+pub(crate) fn json_values<S: RowSink>(path: &Path, text: &str, make: impl FnOnce(RowUnit) -> S) -> Result<S> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let rows = match text.trim_start().as_bytes().first() {
         None => Vec::new(),
@@ -30,16 +35,14 @@ pub fn parse_json(path: &Path, text: &str, read: &ReadOptions) -> Result<ParsedF
         },
         Some(b'{') => match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(obj)) => {
-                let mut mapped = obj.clone();
-                read.columns.apply(&mut mapped);
-                if !formats_of(&mapped).is_empty() {
+                let mut collector = make(RowUnit::Row);
+                if collector.is_row(&obj) {
                     // One row (pretty-printed, perhaps): a file of one row.
-                    let mut collector = RowCollector::new(path, RowUnit::Row, read);
                     collector.push(1, Ok(Value::Object(obj)));
-                    return collector.finish();
+                    return Ok(collector);
                 }
                 let lists: Vec<String> = obj.iter().filter(|(_, v)| v.is_array()).map(|(k, _)| k.clone()).collect();
-                match lists.as_slice() {
+                let rows = match lists.as_slice() {
                     [one] => match obj.into_iter().find(|(k, _)| k == one).map(|(_, v)| v) {
                         Some(Value::Array(rows)) => rows,
                         _ => Vec::new(),
@@ -51,20 +54,26 @@ pub fn parse_json(path: &Path, text: &str, read: &ReadOptions) -> Result<ParsedF
                             &format!("found an object with several lists (`{}`); keep one", several.join("`, `")),
                         ))
                     }
+                };
+                for (i, row) in rows.into_iter().enumerate() {
+                    collector.push(i + 1, Ok(row));
                 }
+                return Ok(collector);
             }
             // Several values one after another: JSON Lines under a .json name.
-            Err(e) if e.to_string().starts_with("trailing characters") => return jsonl::parse_jsonl(path, text, read),
+            Err(e) if e.to_string().starts_with("trailing characters") => {
+                return Ok(jsonl::jsonl_values(text, make(RowUnit::Line)))
+            }
             Ok(_) => Vec::new(),
             Err(e) => return Err(invalid(path, &e)),
         },
         Some(_) => return Err(not_rows(path, "it does not start with `[` or `{`")),
     };
-    let mut collector = RowCollector::new(path, RowUnit::Row, read);
+    let mut collector = make(RowUnit::Row);
     for (i, row) in rows.into_iter().enumerate() {
         collector.push(i + 1, Ok(row));
     }
-    collector.finish()
+    Ok(collector)
 }
 
 fn not_rows(path: &Path, found: &str) -> Error {

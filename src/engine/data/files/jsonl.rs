@@ -1,7 +1,7 @@
 //! JSON Lines: one row per line, blank lines skipped, positions are line numbers. Read line by line, so a
 //! large file is never held whole.
 
-use super::{json_error_message, open_bounded, MAX_DATASET_BYTES};
+use super::{json_error_message, open_bounded, RowSink, MAX_DATASET_BYTES};
 use crate::engine::data::columns::ReadOptions;
 use crate::engine::data::detect::{ParsedFile, RowCollector};
 use crate::engine::data::formats::RowUnit;
@@ -11,9 +11,13 @@ use std::path::Path;
 
 /// Read and validate a JSONL file (see [`super::read_file`] for what fails here).
 pub fn read_jsonl(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
+    stream_jsonl(path, RowCollector::new(path, RowUnit::Line, read))?.finish()
+}
+
+/// Feed a JSONL file's lines to `collector`, line by line.
+pub(crate) fn stream_jsonl<S: RowSink>(path: &Path, mut collector: S) -> Result<S> {
     let file = open_bounded(path, MAX_DATASET_BYTES)?;
     let mut reader = std::io::BufReader::new(std::io::Read::take(file, MAX_DATASET_BYTES));
-    let mut collector = RowCollector::new(path, RowUnit::Line, read);
     let mut buf = Vec::new();
     let mut line = 0;
     let mut offset = 0usize;
@@ -32,19 +36,23 @@ pub fn read_jsonl(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
         offset += n;
         feed(&mut collector, line, text);
     }
-    collector.finish()
+    Ok(collector)
 }
 
 /// Validate JSONL `text` as if read from `path`.
 pub fn parse_jsonl(path: &Path, text: &str, read: &ReadOptions) -> Result<ParsedFile> {
-    let mut collector = RowCollector::new(path, RowUnit::Line, read);
+    jsonl_values(text, RowCollector::new(path, RowUnit::Line, read)).finish()
+}
+
+/// Feed JSONL `text` (already in memory) to `collector`.
+pub(crate) fn jsonl_values<S: RowSink>(text: &str, mut collector: S) -> S {
     for (i, raw) in text.lines().enumerate() {
         feed(&mut collector, i + 1, raw);
     }
-    collector.finish()
+    collector
 }
 
-fn feed(collector: &mut RowCollector, line: usize, raw: &str) {
+fn feed(collector: &mut impl RowSink, line: usize, raw: &str) {
     let raw = if line == 1 { raw.strip_prefix('\u{feff}').unwrap_or(raw) } else { raw };
     let raw = raw.strip_suffix('\n').unwrap_or(raw);
     let raw = raw.strip_suffix('\r').unwrap_or(raw);

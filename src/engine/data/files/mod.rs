@@ -8,8 +8,10 @@ pub mod jsonl;
 pub mod parquet_rows;
 
 use super::columns::ReadOptions;
-use super::detect::ParsedFile;
+use super::detect::{ParsedFile, RowCollector};
+use super::formats::RowUnit;
 use crate::engine::{Error, Result};
+use serde_json::{Map, Value};
 use std::path::Path;
 
 /// The largest dataset file read (4 GiB): far beyond what fits a LoRA run, small enough to refuse a wrong
@@ -41,10 +43,48 @@ impl FileKind {
 /// [`MAX_DATASET_BYTES`], invalid UTF-8 or JSON that cannot hold rows (named by line), an unreadable parquet
 /// file and a column mapping naming a column the file lacks fail here; bad rows become row problems.
 pub fn read_file(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
+    read_values(path, |unit| RowCollector::new(path, unit, read))?.finish()
+}
+
+/// Where a file's rows go as they are read, one JSON value at a time: the [`RowCollector`] of training
+/// datasets, or another reader's own (the multiple-choice rows of `eval/choice_rows.rs`), so every kind of row
+/// is read from JSONL, JSON and parquet files by the same code.
+pub trait RowSink {
+    /// The file's columns from its schema (parquet), before any row.
+    fn set_columns(&mut self, columns: Vec<String>) -> Result<()>;
+    /// A blank JSONL line.
+    fn blank_line(&mut self);
+    /// One row at `position` (1-based): a parsed JSON value, or why it could not be parsed.
+    fn push(&mut self, position: usize, value: std::result::Result<Value, String>);
+    /// Whether a `.json` file holding one object is that one row (rather than an object holding a list of rows).
+    fn is_row(&self, obj: &Map<String, Value>) -> bool;
+}
+
+impl RowSink for RowCollector {
+    fn set_columns(&mut self, columns: Vec<String>) -> Result<()> {
+        RowCollector::set_columns(self, columns)
+    }
+
+    fn blank_line(&mut self) {
+        RowCollector::blank_line(self)
+    }
+
+    fn push(&mut self, position: usize, value: std::result::Result<Value, String>) {
+        RowCollector::push(self, position, value)
+    }
+
+    fn is_row(&self, obj: &Map<String, Value>) -> bool {
+        RowCollector::is_row(self, obj)
+    }
+}
+
+/// Read the rows of any dataset file (the type from its extension, JSON Lines otherwise) into the sink `make`
+/// builds for the file's positions (lines or rows); the same refusals as [`read_file`].
+pub fn read_values<S: RowSink>(path: &Path, make: impl FnOnce(RowUnit) -> S) -> Result<S> {
     match FileKind::of(path).unwrap_or(FileKind::Jsonl) {
-        FileKind::Jsonl => jsonl::read_jsonl(path, read),
-        FileKind::Json => json::read_json(path, read),
-        FileKind::Parquet => parquet_rows::read_parquet(path, read),
+        FileKind::Jsonl => jsonl::stream_jsonl(path, make(RowUnit::Line)),
+        FileKind::Json => json::json_values(path, &utf8_text(path, read_bounded(path, MAX_DATASET_BYTES)?)?, make),
+        FileKind::Parquet => parquet_rows::parquet_values(path, make(RowUnit::Row)),
     }
 }
 

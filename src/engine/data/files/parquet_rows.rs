@@ -4,7 +4,7 @@
 //! 1-based row indices over the whole file. The crate is built without its `json` feature, so the value
 //! conversion ([`field_value`]) is ours: byte columns that are UTF-8 become strings.
 
-use super::{open_bounded, MAX_DATASET_BYTES};
+use super::{open_bounded, RowSink, MAX_DATASET_BYTES};
 use crate::engine::data::columns::ReadOptions;
 use crate::engine::data::detect::{ParsedFile, RowCollector};
 use crate::engine::data::formats::RowUnit;
@@ -17,7 +17,12 @@ use std::path::Path;
 /// Read and validate a parquet file (see [`super::read_file`] for what fails here). A file the parquet reader
 /// panics on (corrupt in a way it does not check) is refused with an error, not a crash.
 pub fn read_parquet(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_rows(path, read))) {
+    parquet_values(path, RowCollector::new(path, RowUnit::Row, read))?.finish()
+}
+
+/// Feed a parquet file's rows to `collector` (see [`read_parquet`]).
+pub(crate) fn parquet_values<S: RowSink>(path: &Path, collector: S) -> Result<S> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_rows(path, collector))) {
         Ok(result) => result,
         Err(panic) => {
             let what = panic
@@ -30,10 +35,9 @@ pub fn read_parquet(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
     }
 }
 
-fn read_rows(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
+fn read_rows<S: RowSink>(path: &Path, mut collector: S) -> Result<S> {
     let file = open_bounded(path, MAX_DATASET_BYTES)?;
     let reader = SerializedFileReader::new(file).map_err(|e| unreadable(path, &e.to_string()))?;
-    let mut collector = RowCollector::new(path, RowUnit::Row, read);
     let schema = reader.metadata().file_metadata().schema_descr();
     collector.set_columns(schema.root_schema().get_fields().iter().map(|f| f.name().to_string()).collect())?;
     let mut position = 0usize;
@@ -49,7 +53,7 @@ fn read_rows(path: &Path, read: &ReadOptions) -> Result<ParsedFile> {
             collector.push(position, Ok(Value::Object(value)));
         }
     }
-    collector.finish()
+    Ok(collector)
 }
 
 fn unreadable(path: &Path, why: &str) -> Error {
