@@ -163,6 +163,7 @@ fn multiple_choice(args: &McBenchArgs) -> anyhow::Result<()> {
         seq_len: args.seq_len,
         batch_size: args.batch_size,
         targets: vec![target],
+        ..EvalSpec::default()
     };
     let started = std::time::Instant::now();
     let report = run_eval(&spec, &m, &std::sync::atomic::AtomicBool::new(false), &mut |_| {})?;
