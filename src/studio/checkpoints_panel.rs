@@ -5,6 +5,7 @@
 //! delete it after a confirmation.
 
 use super::app::{Action, PanelCtx};
+use super::best_marker;
 use super::export_dialog::{self, ExportDialog};
 use super::run_compare::RunCompare;
 use super::run_rename::{RenameClick, RunRename};
@@ -280,7 +281,7 @@ impl CheckpointsPanel {
             card_ui(ui, |ui| run_loss_ui(ui, run));
         }
         ui.add_space(6.0);
-        widgets::section_ui(ui, &format!("Checkpoints ({})", run.checkpoints.len()));
+        widgets::section_ui(ui, &best_marker::checkpoints_title(run.checkpoints.len(), run.best_checkpoint));
         if run.checkpoints.is_empty() {
             ui.label(RichText::new("No checkpoint saved yet.").weak());
             return;
@@ -455,7 +456,7 @@ fn checkpoint_table_ui(
         }
         ui.end_row();
         for c in run.checkpoints.iter().rev() {
-            ui.label(RichText::new(c.step.to_string()).monospace());
+            best_marker::checkpoint_step_ui(ui, c.step, run.best_checkpoint);
             ui.label(c.train_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
             ui.label(c.val_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
             ui.label(fmt_age(c.saved_unix_secs)).on_hover_text(widgets::fmt_unix(c.saved_unix_secs));

@@ -19,6 +19,7 @@
 //! them and show their messages as the engine words them.
 
 pub mod app;
+pub mod best_marker;
 pub mod chat_adapter;
 pub mod chat_export;
 pub mod chat_panel;
@@ -43,6 +44,7 @@ pub mod reveal;
 pub mod run_compare;
 pub mod run_history;
 pub mod run_rename;
+pub mod setting_rows;
 pub mod settings_panel;
 pub mod starter_model;
 pub mod training_panel;

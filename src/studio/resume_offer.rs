@@ -140,6 +140,7 @@ mod tests {
                     saved_unix_secs: 1,
                 })
                 .collect(),
+            best_checkpoint: None,
         }
     }
 
