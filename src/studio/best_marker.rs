@@ -1,16 +1,14 @@
 //! How the studio shows a run's best checkpoint (the lowest validation loss so far): the training page's "best so
-//! far" and the star that marks it in the checkpoints table, worded the same on both pages.
+//! far" and the mark on its row of the checkpoints table, worded the same on both pages. The mark is a word, not a
+//! star: the studio's fonts (Ubuntu Light) have no star glyph.
 
 use super::widgets::{fmt_loss, palette};
 use crate::worker::BestCheckpoint;
 use egui::{RichText, Ui};
 
-/// The mark of the best checkpoint.
-pub const STAR: &str = "★";
-
-/// "★ best: val 1.234 at step 40".
+/// "best: val 1.234 at step 40".
 pub fn best_text(step: usize, val_loss: f64) -> String {
-    format!("{STAR} best: val {} at step {step}", fmt_loss(val_loss))
+    format!("best: val {} at step {step}", fmt_loss(val_loss))
 }
 
 /// The training page's best so far, after a separator (nothing before the first evaluation).
@@ -21,11 +19,11 @@ pub fn best_so_far_ui(ui: &mut Ui, best: Option<(usize, f64)>) {
         .on_hover_text("The checkpoint with the lowest validation loss so far; it is always saved, and kept under the checkpoint limit.");
 }
 
-/// A checkpoint's step in the checkpoints table, starred when it is the run's best.
+/// A checkpoint's step in the checkpoints table, "40 · best" when it is the run's best.
 pub fn checkpoint_step_ui(ui: &mut Ui, step: usize, best: Option<BestCheckpoint>) {
     match best.filter(|b| b.step == step) {
         Some(b) => {
-            ui.label(RichText::new(format!("{step} {STAR}")).monospace().color(palette::VALID))
+            ui.label(RichText::new(format!("{step} · best")).monospace().color(palette::VALID))
                 .on_hover_text(best_text(b.step, b.val_loss));
         }
         None => {

@@ -144,7 +144,7 @@ pub const EARLY_STOPPING: Term = Term {
 
 pub const BEST_CHECKPOINT: Term = Term {
     name: "Best checkpoint",
-    meaning: "The checkpoint whose validation loss is the lowest of the run so far (★ on the Checkpoints page, \
+    meaning: "The checkpoint whose validation loss is the lowest of the run so far (marked on the Checkpoints page, \
               best_checkpoint in run.json). Each new best is saved at once, whatever the save interval.",
     typical: "Usually the one to chat with, export or evaluate once validation loss has started to rise.",
     page: "Checkpoints",
