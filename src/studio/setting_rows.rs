@@ -66,7 +66,8 @@ fn stopping_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
             cfg.early_stopping_patience = if on { 3 } else { 0 };
         }
         if on {
-            ui.add(DragValue::new(&mut cfg.early_stopping_patience).range(1..=10_000).suffix(" evals"));
+            let unit = if cfg.early_stopping_patience == 1 { " eval" } else { " evals" };
+            ui.add(DragValue::new(&mut cfg.early_stopping_patience).range(1..=10_000).suffix(unit));
             ui.label("without a gain of");
             ui.add(DragValue::new(&mut cfg.early_stopping_min_delta).range(0.0..=10.0).speed(0.001).max_decimals(4));
         }
