@@ -23,6 +23,8 @@ pub struct CheckpointsPanel {
     pub runs: Vec<RunInfo>,
     listed_dir: Option<PathBuf>,
     loading: bool,
+    /// A refresh was asked for while one was under way (a checkpoint saved since): list again when it lands.
+    refresh_again: bool,
     error: Option<String>,
     selected: Option<String>,
     confirm_delete: Option<PathBuf>,
@@ -47,6 +49,11 @@ impl CheckpointsPanel {
             self.selected = runs.first().map(|r| r.name.clone());
         }
         self.runs = runs;
+    }
+
+    /// Whether a refresh asked for during the last listing is still owed (then the caller asks again).
+    pub fn take_refresh_again(&mut self) -> bool {
+        std::mem::take(&mut self.refresh_again)
     }
 
     pub fn on_runs_failed(&mut self, message: String) {
@@ -107,9 +114,11 @@ impl CheckpointsPanel {
         self.export.as_mut().map(|d| &mut d.out)
     }
 
-    /// Ask the worker for the run list (a refresh while one is under way is dropped).
+    /// Ask the worker for the run list (a refresh while one is under way is asked again once it lands, so the
+    /// list never misses what changed meanwhile: [`Self::take_refresh_again`]).
     pub fn request_refresh(&mut self, runs_dir: &Path, actions: &mut Vec<Action>) {
         if self.loading {
+            self.refresh_again = true;
             return;
         }
         self.loading = true;
