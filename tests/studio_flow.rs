@@ -153,8 +153,9 @@ fn open_model_train_browse_checkpoint_and_chat() {
     }
 
     goto(&mut h, Page::Checkpoints);
-    step_until(&mut h, "the run and its checkpoints in the browser", 30, |a| {
-        a.checkpoints_panel.runs.iter().any(|r| !r.checkpoints.is_empty())
+    // Until its final checkpoint is listed: earlier listings (a new best is saved as it is found) may land first.
+    step_until(&mut h, "the run and its final checkpoint in the browser", 30, |a| {
+        a.checkpoints_panel.runs.iter().any(|r| r.checkpoints.iter().any(|c| c.step == 6))
     });
     h.step();
     h.check_accessibility();

@@ -66,8 +66,11 @@ fn write_run(runs: &Path) -> PathBuf {
         };
         append_metric(&dir, &event).unwrap();
         if step % 3 == 0 {
-            append_metric(&dir, &TrainEvent::Eval { step, val_loss: loss + 0.1, perplexity: (loss + 0.1).exp() })
-                .unwrap();
+            append_metric(
+                &dir,
+                &TrainEvent::Eval { step, val_loss: loss + 0.1, perplexity: (loss + 0.1).exp(), best: false },
+            )
+            .unwrap();
         }
     }
     let finished = TrainEvent::Finished {
@@ -76,6 +79,7 @@ fn write_run(runs: &Path) -> PathBuf {
         final_val_loss: Some(1.9),
         stopped_early: false,
         elapsed_secs: 6.0,
+        early_stop: None,
     };
     append_metric(&dir, &finished).unwrap();
     dir

@@ -72,6 +72,16 @@ pub struct TrainArgs {
     pub val_every: Option<usize>,
     #[arg(long, allow_negative_numbers = true)]
     pub save_every: Option<usize>,
+    /// Stop after N evaluations in a row without improvement of the validation loss (0: off; needs a
+    /// validation split and --val-every).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub early_stopping_patience: Option<usize>,
+    /// How much lower than the best a validation loss must be to count as an improvement (default 0).
+    #[arg(long, value_name = "D", allow_negative_numbers = true)]
+    pub early_stopping_min_delta: Option<f64>,
+    /// Keep only the newest N checkpoints plus the best one (default: keep all).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub save_total_limit: Option<usize>,
     #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Continue from a checkpoint folder (runs/<name>/checkpoint-<step>).
@@ -175,6 +185,11 @@ impl TrainArgs {
         set!(c.weight_decay, self.weight_decay);
         set!(c.val_every, self.val_every);
         set!(c.save_every, self.save_every);
+        set!(c.early_stopping_patience, self.early_stopping_patience);
+        set!(c.early_stopping_min_delta, self.early_stopping_min_delta);
+        if self.save_total_limit.is_some() {
+            c.save_total_limit = self.save_total_limit;
+        }
         set!(c.seed, self.seed);
         set!(c.device, self.device);
         set!(c.dtype, self.dtype);
@@ -311,11 +326,18 @@ impl ProgressPrinter {
                     let _ = writeln!(err);
                 }
             }
-            TrainEvent::Eval { step, val_loss, perplexity } => {
-                let _ = writeln!(err, "\nstep {step}: validation loss {val_loss:.4} (perplexity {perplexity:.2})");
+            TrainEvent::Eval { step, val_loss, perplexity, best } => {
+                let best = if *best { ", new best" } else { "" };
+                let _ =
+                    writeln!(err, "\nstep {step}: validation loss {val_loss:.4} (perplexity {perplexity:.2}{best})");
             }
             TrainEvent::CheckpointSaved { step, path } => {
                 let _ = writeln!(err, "\nstep {step}: saved {}", path.display());
+            }
+            TrainEvent::CheckpointsRemoved { paths, .. } => {
+                let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                let _ =
+                    writeln!(err, "removed {} (--save-total-limit keeps the newest and the best)", names.join(", "));
             }
             TrainEvent::Paused { step } => {
                 let _ = writeln!(err, "\npaused at step {step}");
@@ -323,7 +345,7 @@ impl ProgressPrinter {
             TrainEvent::Resumed { step } => {
                 let _ = writeln!(err, "resumed at step {step}");
             }
-            TrainEvent::Finished { step, final_loss, final_val_loss, stopped_early, elapsed_secs } => {
+            TrainEvent::Finished { step, final_loss, final_val_loss, stopped_early, elapsed_secs, early_stop } => {
                 let _ = writeln!(
                     err,
                     "\n{} at step {step} after {}: train loss {}, validation loss {}",
@@ -332,6 +354,9 @@ impl ProgressPrinter {
                     final_loss.map(|l| format!("{l:.4}")).unwrap_or("-".into()),
                     final_val_loss.map(|l| format!("{l:.4}")).unwrap_or("-".into()),
                 );
+                if let Some(early) = early_stop {
+                    let _ = writeln!(err, "{}", early.reason());
+                }
             }
             // The error itself is printed once, by `main`, when `train` returns it.
             TrainEvent::Failed { step, .. } => {

@@ -6,6 +6,7 @@
 //! delete it after a confirmation.
 
 use super::app::{Action, PanelCtx};
+use super::best_marker;
 use super::export_dialog::{self, ExportDialog};
 use super::run_compare::RunCompare;
 use super::run_delete_dialog::RunDeleteDialog;
@@ -25,6 +26,8 @@ pub struct CheckpointsPanel {
     pub runs: Vec<RunInfo>,
     listed_dir: Option<PathBuf>,
     loading: bool,
+    /// A refresh was asked for while one was under way (a checkpoint saved since): list again when it lands.
+    refresh_again: bool,
     error: Option<String>,
     selected: Option<String>,
     confirm_delete: Option<PathBuf>,
@@ -53,6 +56,11 @@ impl CheckpointsPanel {
             self.selected = runs.first().map(|r| r.name.clone());
         }
         self.runs = runs;
+    }
+
+    /// Whether a refresh asked for during the last listing is still owed (then the caller asks again).
+    pub fn take_refresh_again(&mut self) -> bool {
+        std::mem::take(&mut self.refresh_again)
     }
 
     pub fn on_runs_failed(&mut self, message: String) {
@@ -139,9 +147,11 @@ impl CheckpointsPanel {
         self.export.as_mut().map(|d| &mut d.out)
     }
 
-    /// Ask the worker for the run list (a refresh while one is under way is dropped).
+    /// Ask the worker for the run list (a refresh while one is under way is asked again once it lands, so the
+    /// list never misses what changed meanwhile: [`Self::take_refresh_again`]).
     pub fn request_refresh(&mut self, runs_dir: &Path, actions: &mut Vec<Action>) {
         if self.loading {
+            self.refresh_again = true;
             return;
         }
         self.loading = true;
@@ -330,7 +340,7 @@ impl CheckpointsPanel {
             card_ui(ui, |ui| run_loss_ui(ui, run));
         }
         ui.add_space(6.0);
-        widgets::section_ui(ui, &format!("Checkpoints ({})", run.checkpoints.len()));
+        widgets::section_ui(ui, &best_marker::checkpoints_title(run.checkpoints.len(), run.best_checkpoint));
         if run.checkpoints.is_empty() {
             ui.label(RichText::new("No checkpoint saved yet.").weak());
             return;
@@ -510,7 +520,7 @@ fn checkpoint_table_ui(
         }
         ui.end_row();
         for c in run.checkpoints.iter().rev() {
-            ui.label(RichText::new(c.step.to_string()).monospace());
+            best_marker::checkpoint_step_ui(ui, c.step, run.best_checkpoint);
             ui.label(c.train_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
             ui.label(c.val_loss.map(fmt_loss).unwrap_or_else(|| "–".into()));
             ui.label(fmt_age(c.saved_unix_secs)).on_hover_text(widgets::fmt_unix(c.saved_unix_secs));

@@ -133,8 +133,33 @@ pub const VALIDATION: Term = Term {
     page: "LoRA settings",
 };
 
+pub const EARLY_STOPPING: Term = Term {
+    name: "Early stopping",
+    meaning: "Stop the run cleanly (a final checkpoint is saved) after this many evaluations in a row whose \
+              validation loss is not lower than the best so far minus the min delta: the adapter has stopped \
+              getting better on held-out rows. Needs a validation split and \"Evaluate every\" above 0.",
+    typical: "Off by default; 3–5 evaluations with a min delta of 0 (or 0.001–0.01 to ignore noise).",
+    page: "LoRA settings",
+};
+
+pub const BEST_CHECKPOINT: Term = Term {
+    name: "Best checkpoint",
+    meaning: "The checkpoint whose validation loss is the lowest of the run so far (marked on the Checkpoints page, \
+              best_checkpoint in run.json). Each new best is saved at once, whatever the save interval.",
+    typical: "Usually the one to chat with, export or evaluate once validation loss has started to rise.",
+    page: "Checkpoints",
+};
+
+pub const SAVE_LIMIT: Term = Term {
+    name: "Checkpoint limit",
+    meaning: "Keep only the newest N checkpoints of the run plus the best one; older ones are deleted after \
+              each save. The best checkpoint is never deleted.",
+    typical: "Off (keep all) by default; 2–3 when disk space is short.",
+    page: "LoRA settings",
+};
+
 /// Every entry, in the order the Help window lists them.
-pub const ALL: [&Term; 13] = [
+pub const ALL: [&Term; 16] = [
     &RANK,
     &ALPHA,
     &RSLORA,
@@ -148,6 +173,9 @@ pub const ALL: [&Term; 13] = [
     &CHECKPOINTING,
     &BASE_WEIGHTS,
     &VALIDATION,
+    &EARLY_STOPPING,
+    &BEST_CHECKPOINT,
+    &SAVE_LIMIT,
 ];
 
 /// The LoRA targets as they will apply: with a model loaded, only the linears its family has (all-linear

@@ -27,6 +27,10 @@ pub struct LiveRun {
     pub tokens_per_sec_series: Vec<PlotPoint>,
     pub grad_norm: Vec<PlotPoint>,
     pub checkpoints: Vec<(usize, PathBuf)>,
+    /// The best checkpoint so far: (step, validation loss).
+    pub best: Option<(usize, f64)>,
+    /// Why the run stopped early (early stopping's patience ran out), once it ended so.
+    pub early_stop: Option<String>,
     ema: Ema,
     smoothing: f64,
 }
@@ -66,6 +70,8 @@ impl LiveRun {
         let mut checkpoints: Vec<_> = h.checkpoints.into_iter().filter(|(s, _)| (*s as f64) < first_live).collect();
         checkpoints.append(&mut self.checkpoints);
         self.checkpoints = checkpoints;
+        // A best found live is newer than the recorded one.
+        self.best = self.best.or(h.best);
         if self.step <= h.step {
             self.step = h.step;
             self.elapsed_secs = self.elapsed_secs.max(h.elapsed_secs);

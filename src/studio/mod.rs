@@ -19,6 +19,7 @@
 //! them and show their messages as the engine words them.
 
 pub mod app;
+pub mod best_marker;
 pub mod chat_adapter;
 pub mod chat_columns;
 pub mod chat_export;
@@ -47,6 +48,7 @@ pub mod run_history;
 pub mod run_notes;
 pub mod run_rename;
 pub mod runs_table;
+pub mod setting_rows;
 pub mod settings_panel;
 pub mod starter_model;
 pub mod training_panel;

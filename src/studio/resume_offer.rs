@@ -141,6 +141,7 @@ mod tests {
                     saved_unix_secs: 1,
                 })
                 .collect(),
+            best_checkpoint: None,
         }
     }
 

@@ -17,6 +17,8 @@ pub struct RunHistory {
     pub tokens_per_sec: Vec<PlotPoint>,
     pub grad_norm: Vec<PlotPoint>,
     pub checkpoints: Vec<(usize, PathBuf)>,
+    /// The last recorded new best: (step, validation loss).
+    pub best: Option<(usize, f64)>,
     /// The last recorded step, its training time and trained tokens.
     pub step: usize,
     pub elapsed_secs: f64,
@@ -60,8 +62,14 @@ impl RunHistory {
                     h.trained_tokens = trained_tokens;
                     h.total_steps = total_steps;
                 }
-                TrainEvent::Eval { step, val_loss, .. } if keep(step) => {
-                    h.val_loss.push(PlotPoint::new(step as f64, val_loss))
+                TrainEvent::Eval { step, val_loss, best, .. } if keep(step) => {
+                    h.val_loss.push(PlotPoint::new(step as f64, val_loss));
+                    if best {
+                        h.best = Some((step, val_loss));
+                    }
+                }
+                TrainEvent::CheckpointsRemoved { step, paths } if keep(step) => {
+                    h.checkpoints.retain(|(_, p)| !paths.contains(p));
                 }
                 TrainEvent::CheckpointSaved { step, path } if keep(step) => {
                     h.checkpoints.retain(|(s, _)| *s != step);
@@ -82,6 +90,7 @@ impl RunHistory {
         self.tokens_per_sec.retain(before);
         self.grad_norm.retain(before);
         self.checkpoints.retain(|(s, _)| *s <= step);
+        self.best = self.best.filter(|(s, _)| *s <= step);
     }
 }
 

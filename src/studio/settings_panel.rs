@@ -5,6 +5,7 @@
 use super::app::{PanelCtx, Prefs};
 use super::glossary;
 use super::model_panel::memory_card_ui;
+use super::setting_rows::{block_row_ui, bookkeeping_rows_ui, row_ui};
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
 use crate::engine::estimate;
 use crate::engine::train::config::DEFAULT_WARMUP;
@@ -79,28 +80,6 @@ impl SettingsPanel {
             });
         });
     }
-}
-
-/// A grid row: a label with help on hover, then the input(s), named by the label for screen readers.
-fn row_ui(ui: &mut Ui, label: &str, help: &str, add: impl FnOnce(&mut Ui)) {
-    let l = widgets::setting_label_ui(ui, label, help);
-    ui.horizontal(|ui| {
-        ui.label_inputs_by(l.id, |ui| add(ui));
-    })
-    .response
-    .on_hover_text(help);
-    ui.end_row();
-}
-
-/// [`row_ui`] for inputs that take several lines.
-fn block_row_ui(ui: &mut Ui, label: &str, help: &str, add: impl FnOnce(&mut Ui)) {
-    let l = widgets::setting_label_ui(ui, label, help);
-    ui.vertical(|ui| {
-        ui.label_inputs_by(l.id, |ui| add(ui));
-    })
-    .response
-    .on_hover_text(help);
-    ui.end_row();
 }
 
 fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
@@ -340,34 +319,6 @@ fn duration_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
     );
     row_ui(ui, "Weight decay", "AdamW's decoupled weight decay on the adapter weights. 0 is common for LoRA.", |ui| {
         ui.add(DragValue::new(&mut cfg.weight_decay).range(0.0..=1.0).speed(0.001).max_decimals(4));
-    });
-}
-
-/// Evaluation, checkpoints and where the run is written.
-fn bookkeeping_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
-    row_ui(ui, "Evaluate every", "Compute the validation loss every N steps (0: only at the end).", |ui| {
-        ui.add(DragValue::new(&mut cfg.val_every).range(0..=1_000_000).suffix(" steps"));
-        ui.label("using");
-        ui.add(DragValue::new(&mut cfg.val_batches).range(0..=100_000).suffix(" batches"));
-        ui.label(RichText::new("(0 = all)").weak());
-    });
-    row_ui(ui, "Save every", "Write a checkpoint every N steps (0: only at the end). Checkpoints appear in the Checkpoints page as they are written.", |ui| {
-        ui.add(DragValue::new(&mut cfg.save_every).range(0..=1_000_000).suffix(" steps"));
-    });
-    row_ui(
-        ui,
-        "Runs folder",
-        "Where run folders are written: <runs>/<run name>/{run.json, metrics.jsonl, checkpoint-N/}.",
-        |ui| {
-            let mut s = cfg.out.display().to_string();
-            if ui.add(egui::TextEdit::singleline(&mut s).desired_width(200.0)).changed() {
-                cfg.out = PathBuf::from(s);
-            }
-        },
-    );
-    row_ui(ui, "Run name", "Folder name of the run; leave empty for an automatic one (date, model, rank).", |ui| {
-        let name = cfg.run_name.get_or_insert_with(String::new);
-        ui.add(egui::TextEdit::singleline(name).hint_text("automatic").desired_width(200.0));
     });
 }
 

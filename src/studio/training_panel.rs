@@ -5,6 +5,7 @@
 //! with an offer to resume it.
 
 use super::app::{Action, PanelCtx};
+use super::best_marker::best_so_far_ui;
 use super::event_log::EventLog;
 pub use super::live_run::LiveRun;
 use super::resume_offer::{interrupted_run, OfferChoice, ResumeOffer};
@@ -121,13 +122,27 @@ impl TrainingPanel {
         match event {
             TrainEvent::Started { .. } => self.on_started(event),
             TrainEvent::Step { .. } => self.on_step(event, smoothing),
-            TrainEvent::Eval { step, val_loss, perplexity } => {
+            TrainEvent::Eval { step, val_loss, perplexity, best } => {
                 self.live().val_loss.push(PlotPoint::new(step as f64, val_loss));
+                if best {
+                    self.live().best = Some((step, val_loss));
+                }
+                let new_best = if best { ", new best" } else { "" };
+                let loss = fmt_loss(val_loss);
                 self.log(
                     Tone::Ok,
-                    format!("eval at step {step}: validation loss {} (perplexity {perplexity:.2})", fmt_loss(val_loss)),
+                    format!("eval at step {step}: validation loss {loss} (perplexity {perplexity:.2}{new_best})"),
                 );
                 None
+            }
+            TrainEvent::CheckpointsRemoved { paths, .. } => {
+                self.live().checkpoints.retain(|(_, p)| !paths.contains(p));
+                let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                self.log(
+                    Tone::Info,
+                    format!("removed {} (checkpoint limit: the newest and the best stay)", names.join(", ")),
+                );
+                Some(Action::RefreshRuns)
             }
             TrainEvent::CheckpointSaved { step, path } => {
                 self.live().checkpoints.push((step, path.clone()));
@@ -250,11 +265,17 @@ impl TrainingPanel {
     }
 
     fn on_finished(&mut self, event: TrainEvent) -> Option<Action> {
-        let TrainEvent::Finished { step, final_loss, final_val_loss, stopped_early, elapsed_secs } = event else {
+        let TrainEvent::Finished { step, final_loss, final_val_loss, stopped_early, elapsed_secs, early_stop } = event
+        else {
             return None;
         };
         let run = self.live();
         run.step = step;
+        run.early_stop = early_stop.map(|e| e.reason());
+        if let Some(reason) = run.early_stop.clone() {
+            self.log(Tone::Warn, reason);
+        }
+        let run = self.live();
         if elapsed_secs > 0.0 {
             run.elapsed_secs = elapsed_secs;
         }
@@ -299,6 +320,9 @@ impl TrainingPanel {
                         run.eta_secs,
                         run.tokens_per_sec,
                     );
+                    if let Some(reason) = &run.early_stop {
+                        banner_ui(ui, Tone::Info, reason);
+                    }
                     ui.horizontal_wrapped(|ui| {
                         if let Some(dir) = &run.run_dir {
                             ui.label(RichText::new(format!("run folder {}", dir.display())).weak());
@@ -311,6 +335,7 @@ impl TrainingPanel {
                             ui.separator();
                             ui.label(RichText::new(format!("val loss {}", fmt_loss(p.y))).color(palette::VALID));
                         }
+                        best_so_far_ui(ui, run.best);
                         ui.separator();
                         ui.label(format!("{} trained tokens", fmt_count(run.trained_tokens)));
                         if !run.checkpoints.is_empty() {
@@ -496,8 +521,9 @@ mod tests {
         let mut p = TrainingPanel::default();
         p.on_event(step(1, 2.0), 0.6);
         p.on_event(step(2, 1.0), 0.6);
-        p.on_event(TrainEvent::Eval { step: 2, val_loss: 1.5, perplexity: 4.48 }, 0.6);
+        p.on_event(TrainEvent::Eval { step: 2, val_loss: 1.5, perplexity: 4.48, best: true }, 0.6);
         let run = p.run.as_ref().unwrap();
+        assert_eq!(run.best, Some((2, 1.5)));
         assert_eq!(run.loss.len(), 2);
         assert_eq!(run.smoothed.len(), 2);
         assert_eq!(run.val_loss.len(), 1);
@@ -509,11 +535,37 @@ mod tests {
                 final_val_loss: Some(1.5),
                 stopped_early: true,
                 elapsed_secs: 2.0,
+                early_stop: None,
             },
             0.6,
         );
         assert!(matches!(action, Some(Action::RefreshRuns)));
         assert_eq!(p.status, RunStatus::Finished { stopped_early: true });
         assert!(!p.is_active());
+    }
+
+    #[test]
+    fn an_early_stop_keeps_its_reason_and_the_best() {
+        use crate::engine::checkpoint::BestCheckpoint;
+        use crate::engine::train::early_stop::EarlyStop;
+        let mut p = TrainingPanel::default();
+        p.on_event(TrainEvent::Eval { step: 4, val_loss: 1.25, perplexity: 3.5, best: true }, 0.6);
+        p.on_event(TrainEvent::Eval { step: 8, val_loss: 1.5, perplexity: 4.5, best: false }, 0.6);
+        let best = Some(BestCheckpoint { step: 4, val_loss: 1.25 });
+        let early_stop = Some(EarlyStop { best, evals_without_improvement: 1, patience: 1, min_delta: 0.0 });
+        let finished = TrainEvent::Finished {
+            step: 8,
+            final_loss: None,
+            final_val_loss: None,
+            stopped_early: false,
+            elapsed_secs: 1.0,
+            early_stop,
+        };
+        p.on_event(finished, 0.6);
+        let run = p.run.as_ref().unwrap();
+        assert_eq!(run.best, Some((4, 1.25)));
+        let reason = run.early_stop.as_deref().unwrap_or_default();
+        assert!(reason.contains("stopped early") && reason.contains("step 4"), "{reason}");
+        assert_eq!(p.status, RunStatus::Finished { stopped_early: false });
     }
 }

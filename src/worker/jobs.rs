@@ -144,6 +144,7 @@ pub(super) fn train_job(
                 final_val_loss: None,
                 stopped_early: control.stop_requested(),
                 elapsed_secs: 0.0,
+                early_stop: None,
             },
             Err(e) => TrainEvent::failed(last_step.get(), &e),
         };

@@ -88,7 +88,7 @@ pub struct FoundModel {
     pub unsupported: Option<String>,
 }
 
-pub use crate::engine::checkpoint::CheckpointInfo;
+pub use crate::engine::checkpoint::{BestCheckpoint, CheckpointInfo};
 pub use crate::engine::data::{DatasetReport, LengthHistogram, PreviewRow, SplitName, SplitReport, TokenStats};
 pub use crate::engine::train::run_folder::RunInfo;
 

@@ -35,6 +35,22 @@ pub struct TrainerState {
     pub trained_tokens: usize,
     pub elapsed_secs: f64,
     pub saved_unix_secs: u64,
+    /// The evaluation with the lowest validation loss so far (its checkpoint is always saved). Checkpoints from
+    /// before early stopping have none and read as None.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<BestCheckpoint>,
+    /// Evaluations in a row since the last that improved on `best` by more than the early-stopping min delta:
+    /// early stopping's patience counter, so a resumed run stops exactly where an uninterrupted one would.
+    #[serde(default)]
+    pub evals_without_improvement: usize,
+}
+
+/// The best checkpoint of a run: the step whose validation loss is the lowest so far, and that loss (recorded
+/// in each checkpoint's trainer_state.json and in run.json).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BestCheckpoint {
+    pub step: usize,
+    pub val_loss: f64,
 }
 
 /// Save a full checkpoint (adapter, the base it was trained on, optimizer moments, trainer state) as

@@ -112,6 +112,13 @@ pub struct TrainConfig {
     pub val_batches: usize,
     /// Save a checkpoint every N steps (0: only at the end).
     pub save_every: usize,
+    /// Stop after this many evaluations in a row whose validation loss did not improve on the best by more than
+    /// `early_stopping_min_delta` (0: off). Needs a validation split and `val_every` > 0.
+    pub early_stopping_patience: usize,
+    /// How much lower than the best a validation loss must be to count as an improvement for early stopping.
+    pub early_stopping_min_delta: f64,
+    /// Keep only the newest N checkpoints plus the best one (None: keep all).
+    pub save_total_limit: Option<usize>,
     pub seed: u64,
     pub device: DeviceChoice,
     pub dtype: DTypeChoice,
@@ -158,6 +165,9 @@ impl Default for TrainConfig {
             val_every: 50,
             val_batches: 0,
             save_every: 100,
+            early_stopping_patience: 0,
+            early_stopping_min_delta: 0.0,
+            save_total_limit: None,
             seed: 42,
             device: DeviceChoice::Auto,
             dtype: DTypeChoice::Auto,

@@ -39,10 +39,19 @@ pub enum TrainEvent {
         step: usize,
         val_loss: f64,
         perplexity: f64,
+        /// The lowest validation loss of the run so far: this step is the new best checkpoint (saved right
+        /// after, and recorded in run.json). Metrics written before this field existed read as false.
+        #[serde(default)]
+        best: bool,
     },
     CheckpointSaved {
         step: usize,
         path: PathBuf,
+    },
+    /// Checkpoints deleted after the save at `step` to keep `save_total_limit` (the newest N plus the best).
+    CheckpointsRemoved {
+        step: usize,
+        paths: Vec<PathBuf>,
     },
     Paused {
         step: usize,
@@ -54,8 +63,12 @@ pub enum TrainEvent {
         step: usize,
         final_loss: Option<f64>,
         final_val_loss: Option<f64>,
+        /// Stopped by the user (or a signal) before the last step.
         stopped_early: bool,
         elapsed_secs: f64,
+        /// The run ended because early stopping's patience ran out (a clean finish, not a user stop).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        early_stop: Option<super::early_stop::EarlyStop>,
     },
     Failed {
         step: usize,

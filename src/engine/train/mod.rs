@@ -5,13 +5,17 @@
 pub mod advice;
 pub mod backprop;
 pub mod branch;
+pub mod checkpoint_policy;
+mod clock;
 pub mod config;
 pub mod config_file;
+pub mod early_stop;
 pub mod events;
 pub mod loss;
 pub mod optimizer;
 mod recorder;
 pub mod resume;
+mod run_claim;
 pub mod run_delete;
 pub mod run_folder;
 pub mod run_label;
@@ -30,13 +34,16 @@ use crate::engine::lora::{self, AdapterParam};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::LoadedModel;
 use crate::engine::{Error, Result};
+use clock::{wait_while_paused, StepClock};
+use early_stop::Verdict;
 use recorder::Recorder;
-use run_lock::RunLock;
+pub use run_claim::default_run_name;
+use run_claim::{claim_run_dir, run_dir_of};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Run a training job to completion (or stop/failure). Always emits exactly one `Finished` or `Failed`,
-/// and returns the run folder. The run folder is claimed ([`RunLock`]) for the whole run, and every event is
+/// and returns the run folder. The run folder is claimed ([`run_lock::RunLock`]) for the whole run, and every event is
 /// recorded in its metrics.jsonl before it is emitted; a failed write ends the run.
 pub fn run_training(
     config: &TrainConfig,
@@ -134,6 +141,7 @@ impl<'a> Trainer<'a> {
         let started = Instant::now();
         // The dataset is read (and refused if it is not one) before its fingerprint reads it again.
         let data = prepare_data(config, base)?;
+        early_stop::require_validation(config, data.valid.as_ref().map_or(0, |v| v.examples.len()), &config.data)?;
         let fingerprints = resume::Fingerprints {
             base: crate::engine::model::fingerprint::model_fingerprint(base)?,
             dataset: data::dataset_fingerprint(&config.data)?,
@@ -171,6 +179,11 @@ impl<'a> Trainer<'a> {
         let start = trainer.initial_state(resume.as_deref(), &plan, total_steps)?;
         let resume_step = resume.as_ref().map(|_| start.0.step);
         rec.attach(claim_run_dir(config, &trainer.run_dir, resume_step, branch.as_ref(), &fingerprints)?);
+        if resume.is_some() {
+            // run.json names the best checkpoint this folder holds (a branch's best so far lies in its parent).
+            let best = checkpoint_policy::best_on_disk(&trainer.run_dir, start.0.best);
+            run_folder::RunManifest::record_best(&trainer.run_dir, best)?;
+        }
         if let Some(branch) = &branch {
             trainer.notes.push(branch::note(branch, &trainer.run_dir));
         }
@@ -203,13 +216,15 @@ impl<'a> Trainer<'a> {
         let mut batches = plan.iter_from(state.cursor)?;
         let mut clock = StepClock::new(state.step, elapsed_before);
         let mut stopped_early = false;
+        // A resumed run whose patience had already run out ends again at once, as it ended before.
+        let mut early_stopped = state.step > 0 && early_stop::patience_ran_out(&state, cfg);
         // A resumed run starts from a checkpoint in this folder: it is saved already and is not rewritten
         // (resuming a finished run changes nothing on disk).
         let mut last_saved_step = (state.step > 0).then_some(state.step);
         // A step begun before the previous one was read (see `step_runner`): only its passes are queued, so
         // dropping it (a stop, an error) applies nothing of it.
         let mut ahead: Option<TrainerStep> = None;
-        while state.step < total_steps {
+        while state.step < total_steps && !early_stopped {
             if control.stop_requested() {
                 stopped_early = true;
                 break;
@@ -242,17 +257,20 @@ impl<'a> Trainer<'a> {
             rec.send(self.record_step(progress, &mut state, total_steps, &mut clock, last_saved_step)?)?;
             // A failure to begin the next step is reported after this step's event.
             ahead = next_step?;
-            if self.eval_due(state.step, total_steps) {
-                state.val_loss = self.evaluate(state.step, rec)?;
-            }
-            if self.save_due(state.step, total_steps) {
+            let verdict = match self.eval_due(state.step, total_steps) {
+                true => self.evaluate(&mut state, rec)?,
+                false => Verdict { new_best: false, stop: false },
+            };
+            // A new best is saved at once, so the best checkpoint always exists on disk.
+            if self.save_due(state.step, total_steps) || verdict.new_best {
                 state.elapsed_secs = clock.elapsed_secs();
                 self.save(&mut state, rec)?;
                 last_saved_step = Some(state.step);
             }
+            early_stopped = verdict.stop;
         }
-        if state.step > 0 && !stopped_early {
-            state.val_loss = self.evaluate(state.step, rec)?.or(state.val_loss);
+        if state.step > 0 && !stopped_early && !early_stopped {
+            self.evaluate(&mut state, rec)?;
         }
         state.elapsed_secs = clock.elapsed_secs();
         if state.step > 0 && last_saved_step != Some(state.step) {
@@ -264,6 +282,7 @@ impl<'a> Trainer<'a> {
             final_val_loss: state.val_loss,
             stopped_early,
             elapsed_secs: started.elapsed().as_secs_f64() + elapsed_before - clock.paused_secs,
+            early_stop: early_stopped.then(|| early_stop::early_stop(&state, cfg)),
         })
     }
 
@@ -286,6 +305,8 @@ impl<'a> Trainer<'a> {
                 trained_tokens: 0,
                 elapsed_secs: 0.0,
                 saved_unix_secs: 0,
+                best: None,
+                evals_without_improvement: 0,
             };
             return Ok((state, 0.0));
         };
@@ -375,9 +396,12 @@ impl<'a> Trainer<'a> {
         })
     }
 
-    /// Mean validation loss over target tokens (None without a validation split).
-    fn evaluate(&self, step: usize, rec: &mut Recorder) -> Result<Option<f64>> {
-        let Some(valid) = self.data.valid.as_ref().filter(|v| !v.examples.is_empty()) else { return Ok(None) };
+    /// The mean validation loss over target tokens, into `state` (its val_loss, best and patience counter), and
+    /// what it means for the run (nothing without a validation split).
+    fn evaluate(&self, state: &mut TrainerState, rec: &mut Recorder) -> Result<Verdict> {
+        let Some(valid) = self.data.valid.as_ref().filter(|v| !v.examples.is_empty()) else {
+            return Ok(Verdict { new_best: false, stop: false });
+        };
         let loss = validation_loss(
             &self.runner.model,
             &valid.examples,
@@ -385,11 +409,19 @@ impl<'a> Trainer<'a> {
             self.config.val_batches,
             self.pad_id,
         )?;
-        rec.send(TrainEvent::Eval { step, val_loss: loss, perplexity: loss.exp() })?;
-        Ok(Some(loss))
+        state.val_loss = Some(loss);
+        let verdict = early_stop::observe(state, self.config, state.step, loss);
+        rec.send(TrainEvent::Eval {
+            step: state.step,
+            val_loss: loss,
+            perplexity: loss.exp(),
+            best: verdict.new_best,
+        })?;
+        Ok(verdict)
     }
 
-    /// Save a checkpoint into the run folder, which must still be the one this run claimed.
+    /// Save a checkpoint into the run folder, which must still be the one this run claimed; record it in run.json
+    /// when it is the best, then keep `save_total_limit`.
     fn save(&self, state: &mut TrainerState, rec: &mut Recorder) -> Result<()> {
         state.saved_unix_secs = checkpoint::unix_now();
         rec.check_folder()?;
@@ -401,7 +433,18 @@ impl<'a> Trainer<'a> {
             &self.runner.optimizer.state_tensors(),
             state,
         )?;
-        rec.send(TrainEvent::CheckpointSaved { step: state.step, path })
+        rec.send(TrainEvent::CheckpointSaved { step: state.step, path })?;
+        if let Some(best) = state.best.filter(|b| b.step == state.step) {
+            rec.check_folder()?;
+            run_folder::RunManifest::record_best(&self.run_dir, Some(best))?;
+        }
+        rec.check_folder()?;
+        let best_step = state.best.map(|b| b.step);
+        let paths = checkpoint_policy::prune(&self.run_dir, self.config.save_total_limit, best_step)?;
+        if paths.is_empty() {
+            return Ok(());
+        }
+        rec.send(TrainEvent::CheckpointsRemoved { step: state.step, paths })
     }
 }
 
@@ -428,68 +471,6 @@ struct StepProgress {
     tokens: StepTokens,
 }
 
-/// Emit Paused, sleep until resumed or stopped, emit Resumed; the seconds it waited.
-fn wait_while_paused(control: &TrainControl, step: usize, rec: &mut Recorder) -> Result<f64> {
-    rec.send(TrainEvent::Paused { step })?;
-    let paused_at = Instant::now();
-    while control.is_paused() && !control.stop_requested() {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    rec.send(TrainEvent::Resumed { step })?;
-    Ok(paused_at.elapsed().as_secs_f64())
-}
-
-/// Time keeping of a run: total training time (including before a resume, excluding pauses), throughput over
-/// the window since the last pause, and the time left at the rate of the steps trained so far.
-struct StepClock {
-    run_started: Instant,
-    start_step: usize,
-    elapsed_before_secs: f64,
-    /// Seconds this process spent paused: not training time.
-    paused_secs: f64,
-    window_started: Instant,
-    window_tokens: usize,
-}
-
-impl StepClock {
-    fn new(start_step: usize, elapsed_before_secs: f64) -> Self {
-        let now = Instant::now();
-        Self {
-            run_started: now,
-            start_step,
-            elapsed_before_secs,
-            paused_secs: 0.0,
-            window_started: now,
-            window_tokens: 0,
-        }
-    }
-
-    /// A pause of `secs` ended: it counts neither in the elapsed time nor in the rate; throughput starts a new
-    /// window.
-    fn exclude_pause(&mut self, secs: f64) {
-        self.paused_secs += secs;
-        self.window_started = Instant::now();
-        self.window_tokens = 0;
-    }
-
-    /// Seconds trained in this process (pauses excluded).
-    fn trained_here_secs(&self) -> f64 {
-        (self.run_started.elapsed().as_secs_f64() - self.paused_secs).max(0.0)
-    }
-
-    fn elapsed_secs(&self) -> f64 {
-        self.elapsed_before_secs + self.trained_here_secs()
-    }
-
-    /// Count a finished step of `tokens` (padded): (tokens/s over the window, elapsed secs, eta secs).
-    fn record(&mut self, tokens: usize, step: usize, total_steps: usize) -> (f64, f64, f64) {
-        self.window_tokens += tokens;
-        let window_secs = self.window_started.elapsed().as_secs_f64().max(1e-9);
-        let per_step = self.trained_here_secs() / (step - self.start_step).max(1) as f64;
-        (self.window_tokens as f64 / window_secs, self.elapsed_secs(), per_step * (total_steps - step) as f64)
-    }
-}
-
 /// Mean NLL per target token over (up to `max_batches`, 0 = all) batches of `examples`.
 pub fn validation_loss(
     model: &Transformer,
@@ -511,91 +492,4 @@ pub fn validation_loss(
         count += n;
     }
     Ok(total / count.max(1) as f64)
-}
-
-/// The run folder a config trains in, the checkpoint it resumes from, and the branch when later checkpoints
-/// follow that one in its run (never replaced: the run continues in a new folder). Touches nothing.
-fn run_dir_of(config: &TrainConfig) -> Result<(PathBuf, Option<PathBuf>, Option<branch::Branch>)> {
-    if let Some(ckpt) = &config.resume {
-        if !ckpt.join(checkpoint::TRAINER_STATE).exists() {
-            return Err(Error::MissingFile {
-                path: ckpt.join(checkpoint::TRAINER_STATE),
-                what: "resuming needs a checkpoint folder written by `train`".into(),
-            });
-        }
-        if let Some(branch) = branch::branch_for(ckpt) {
-            branch::check_parent_free(&branch)?;
-            return Ok((branch::branch_dir(&branch), Some(ckpt.clone()), Some(branch)));
-        }
-        return Ok((run_folder::run_dir_of_checkpoint(ckpt), Some(ckpt.clone()), None));
-    }
-    let name = config.run_name.clone().unwrap_or_else(default_run_name);
-    Ok((config.out.join(name), None, None))
-}
-
-/// Claim the run folder for this process (creating it for a new run), then prepare it: a new run writes
-/// run.json into a folder that holds no run yet; a resume from `resume_step` tidies leftovers of interrupted
-/// saves and drops the metrics after that step.
-fn claim_run_dir(
-    config: &TrainConfig,
-    run_dir: &Path,
-    resume_step: Option<usize>,
-    branch: Option<&branch::Branch>,
-    fingerprints: &resume::Fingerprints,
-) -> Result<RunLock> {
-    if resume_step.is_none() {
-        refuse_foreign_checkpoints(run_dir)?;
-    }
-    let lock = RunLock::claim(run_dir)?;
-    let has_manifest = run_dir.join(run_folder::RUN_CONFIG).exists();
-    if resume_step.is_none() && has_manifest {
-        return Err(Error::InvalidSetting(format!(
-            "{} already holds a run; pick another name or resume from one of its checkpoints",
-            run_dir.display()
-        )));
-    }
-    lock.clean_leftovers()?;
-    if let Some(branch) = branch.filter(|_| !has_manifest) {
-        branch::start_branch(branch, run_dir)?;
-    } else if !has_manifest {
-        let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let manifest = run_folder::RunManifest {
-            base_fingerprint: Some(fingerprints.base.clone()),
-            dataset_fingerprint: Some(fingerprints.dataset.clone()),
-            ..run_folder::RunManifest::new(&name, config)
-        };
-        manifest.write(run_dir)?;
-    }
-    if let Some(step) = resume_step {
-        run_folder::truncate_metrics(run_dir, step)?;
-    }
-    Ok(lock)
-}
-
-/// A new run never starts in a folder that holds checkpoints or metrics without a run.json (a copied or half
-/// deleted run): they would be overwritten and mixed into the new run. Checked before the folder is claimed.
-fn refuse_foreign_checkpoints(run_dir: &Path) -> Result<()> {
-    let Ok(entries) = std::fs::read_dir(run_dir) else { return Ok(()) };
-    let found: Vec<String> = entries
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("checkpoint-") || n == run_folder::METRICS)
-        .collect();
-    if found.is_empty() || run_dir.join(run_folder::RUN_CONFIG).exists() {
-        return Ok(());
-    }
-    Err(Error::InvalidSetting(format!(
-        "{} holds {} but no run.json; a new run there would write over them: pick another name (--name), or move \
-         them away",
-        run_dir.display(),
-        found.join(", ")
-    )))
-}
-
-/// `run-YYYYMMDD-HHMMSS` in UTC.
-pub fn default_run_name() -> String {
-    let secs = checkpoint::unix_now();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = crate::engine::model::chat_template::strftime::civil_from_days(days as i64);
-    format!("run-{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }

@@ -1,7 +1,7 @@
 //! The run folder around the checkpoints: `runs/<name>/run.json` (typed, versioned [`RunManifest`]),
 //! `metrics.jsonl` (every [`TrainEvent`]), and the run list a browser shows. Read and written only here.
 
-use crate::engine::checkpoint::{list_checkpoints, unix_now, write_atomic, write_json, CheckpointInfo};
+use crate::engine::checkpoint::{list_checkpoints, unix_now, write_atomic, write_json, BestCheckpoint, CheckpointInfo};
 use crate::engine::train::{TrainConfig, TrainEvent};
 use crate::engine::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -34,6 +34,9 @@ pub struct RunInfo {
     pub trainable_params: Option<usize>,
     pub status: RunStatus,
     pub checkpoints: Vec<CheckpointInfo>,
+    /// The run's best checkpoint by validation loss, from run.json.
+    #[serde(default)]
+    pub best_checkpoint: Option<BestCheckpoint>,
 }
 
 /// How a run ended, from its metrics.jsonl.
@@ -142,6 +145,10 @@ pub struct RunManifest {
     /// `train::run_label::set_run_notes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
+    /// The checkpoint with the lowest validation loss so far (always saved; kept under `save_total_limit`),
+    /// updated at each new best by [`RunManifest::record_best`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_checkpoint: Option<BestCheckpoint>,
 }
 
 impl RunManifest {
@@ -161,6 +168,7 @@ impl RunManifest {
             branched_from: None,
             label: None,
             notes: None,
+            best_checkpoint: None,
         }
     }
 
@@ -228,6 +236,15 @@ impl RunManifest {
     /// Write `run_dir/run.json` atomically.
     pub fn write(&self, run_dir: &Path) -> Result<()> {
         write_json(&run_dir.join(RUN_CONFIG), self)
+    }
+
+    /// Record `best` as the run's best checkpoint in `run_dir/run.json` (read, changed, written atomically).
+    pub fn record_best(run_dir: &Path, best: Option<BestCheckpoint>) -> Result<()> {
+        let manifest = Self::read(run_dir)?;
+        if manifest.best_checkpoint == best {
+            return Ok(());
+        }
+        Self { best_checkpoint: best, ..manifest }.write(run_dir)
     }
 }
 
@@ -312,6 +329,7 @@ pub fn event_step(e: &TrainEvent) -> Option<usize> {
         TrainEvent::Step { step, .. }
         | TrainEvent::Eval { step, .. }
         | TrainEvent::CheckpointSaved { step, .. }
+        | TrainEvent::CheckpointsRemoved { step, .. }
         | TrainEvent::Paused { step }
         | TrainEvent::Resumed { step }
         | TrainEvent::Finished { step, .. }
@@ -338,6 +356,7 @@ fn run_info(name: String, dir: PathBuf) -> RunInfo {
         name,
         label: manifest.as_ref().and_then(|m| m.label.clone()),
         notes: manifest.as_ref().and_then(|m| m.notes.clone()),
+        best_checkpoint: manifest.as_ref().and_then(|m| m.best_checkpoint),
         config: manifest.as_ref().map(|m| m.config.clone()),
         started_unix_secs: manifest.map(|m| m.started_unix_secs),
         train_loss: Vec::new(),

@@ -54,6 +54,7 @@ impl TrainConfig {
         self.validate_lora()?;
         self.validate_optimizer()?;
         self.validate_length()?;
+        self.validate_stopping()?;
         self.read_options().validate()?;
         if let Some(name) = &self.run_name {
             super::run_folder::validate_run_name(name)?;
@@ -91,6 +92,29 @@ impl TrainConfig {
         check(self.val_every <= MAX_STEPS, "eval interval `val_every` (--val-every)", self.val_every, &steps)?;
         check(self.val_batches <= MAX_STEPS, "eval batches `val_batches`", self.val_batches, &steps)?;
         check(self.save_every <= MAX_STEPS, "save interval `save_every` (--save-every)", self.save_every, &steps)
+    }
+
+    /// Early stopping and the checkpoint limit. Whether the dataset has validation rows is checked once it is read
+    /// (`early_stop::require_validation`).
+    fn validate_stopping(&self) -> Result<()> {
+        let patience = self.early_stopping_patience;
+        let name = "early stopping patience `early_stopping_patience` (--early-stopping-patience)";
+        check(patience <= MAX_STEPS, name, patience, &format!("0 (off) to {MAX_STEPS}"))?;
+        let delta = self.early_stopping_min_delta;
+        let name = "early stopping min delta `early_stopping_min_delta` (--early-stopping-min-delta)";
+        check((0.0..=1e6).contains(&delta), name, delta, "0 to 1000000")?;
+        if patience > 0 && self.val_every == 0 {
+            return Err(Error::InvalidSetting(format!(
+                "early stopping (patience {patience}, --early-stopping-patience) needs evaluations during the run, but \
+                 eval interval `val_every` (--val-every) is 0 (only at the end); set --val-every to a number of steps, \
+                 or the patience to 0"
+            )));
+        }
+        if let Some(limit) = self.save_total_limit {
+            let name = "checkpoint limit `save_total_limit` (--save-total-limit)";
+            check((1..=MAX_STEPS).contains(&limit), name, limit, &format!("1 to {MAX_STEPS} (unset keeps all)"))?;
+        }
+        Ok(())
     }
 
     fn validate_length(&self) -> Result<()> {

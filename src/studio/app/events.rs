@@ -52,7 +52,10 @@ impl StudioApp {
             Event::Eval(_) | Event::EvalFinished(_) | Event::EvalFailed { .. } => {}
             Event::Runs { runs_dir, runs } => {
                 self.training_panel.on_runs(&runs);
-                self.checkpoints_panel.on_runs(runs_dir, runs)
+                self.checkpoints_panel.on_runs(runs_dir, runs);
+                if self.checkpoints_panel.take_refresh_again() {
+                    self.actions.push(Action::RefreshRuns);
+                }
             }
             Event::RunsFailed { error, .. } => self.checkpoints_panel.on_runs_failed(error.message),
             Event::RunRenamed { run_dir, label } => self.checkpoints_panel.on_renamed(&run_dir, label),
