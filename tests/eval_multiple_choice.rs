@@ -30,6 +30,7 @@ fn spec(data: PathBuf, targets: Vec<EvalTarget>, batch_size: usize) -> EvalSpec 
         seq_len: 2048,
         batch_size,
         targets,
+        ..EvalSpec::default()
     }
 }
 

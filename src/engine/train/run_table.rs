@@ -95,6 +95,8 @@ pub fn run_table(runs: &[&RunInfo]) -> RunTable {
     add("train on prompt", &|r| r.config.as_ref().map(|c| yes_no(c.train_on_prompt)));
     add("base weights", &|r| r.config.as_ref().map(|c| c.quantize.to_string()));
     add("seed", &|r| r.config.as_ref().map(|c| c.seed.to_string()));
+    add("early stopping", &|r| r.config.as_ref().map(early_stopping));
+    add("checkpoint limit", &|r| r.config.as_ref().map(|c| c.save_total_limit.map_or("all".into(), |n| n.to_string())));
     add("trainable params", &|r| r.trainable_params.map(|p| p.to_string()));
     add("steps done", &|r| Some(steps_done(r)));
     add("final train loss", &|r| r.train_loss.last().map(|p| format!("{:.4}", p[1])));
@@ -117,9 +119,21 @@ pub fn steps_done(run: &RunInfo) -> String {
     }
 }
 
-/// The lowest validation loss and its step.
+/// The best checkpoint's validation loss and step (run.json's `best_checkpoint`), else the lowest validation loss
+/// logged and its step.
 pub fn best_val_loss(run: &RunInfo) -> Option<(usize, f64)> {
+    if let Some(best) = &run.best_checkpoint {
+        return Some((best.step, best.val_loss));
+    }
     run.val_loss.iter().filter(|p| p[1].is_finite()).min_by(|a, b| a[1].total_cmp(&b[1])).map(|p| (p[0] as usize, p[1]))
+}
+
+fn early_stopping(c: &super::TrainConfig) -> String {
+    match c.early_stopping_patience {
+        0 => "off".into(),
+        n if c.early_stopping_min_delta > 0.0 => format!("patience {n}, min delta {}", c.early_stopping_min_delta),
+        n => format!("patience {n}"),
+    }
 }
 
 fn duration(c: &super::TrainConfig) -> String {
@@ -158,6 +172,7 @@ mod tests {
             name: name.into(),
             label: None,
             notes: None,
+            best_checkpoint: None,
             dir: name.into(),
             config: Some(config),
             started_unix_secs: Some(0),
