@@ -6,7 +6,7 @@ use super::plot_axes::with_readable_y;
 use super::widgets::palette;
 use crate::engine::eval::TargetResult;
 use egui::{RichText, Ui};
-use egui_plot::{Corner, HLine, Legend, Line, MarkerShape, Plot, Points};
+use egui_plot::{Corner, HLine, Legend, Line, LineStyle, MarkerShape, Plot, Points};
 use std::path::PathBuf;
 
 /// One run's (step, value) points in step order.
@@ -64,15 +64,23 @@ pub fn plot_ui(ui: &mut Ui, results: &[TargetResult], names: &[String], metric: 
         ui.label(RichText::new("Pick checkpoints of a run to see the metric against the training step.").weak());
         return;
     }
+    let (lo, hi) = y_range(&runs, base);
     with_readable_y(Plot::new("eval-metric-plot"))
         .allow_scroll(false)
         .height(220.0)
+        // The base is step 0: the x axis starts there, and steps are whole numbers.
+        .include_x(0.0)
+        .include_y(lo)
+        .include_y(hi)
+        .x_axis_formatter(
+            |mark, _| if mark.value.fract() == 0.0 { format!("{:.0}", mark.value) } else { String::new() },
+        )
         .legend(Legend::default().position(Corner::RightTop))
         .x_axis_label("step")
         .y_axis_label(metric.as_str())
         .show(ui, |plot| {
             if let Some(b) = base {
-                plot.hline(HLine::new("base", b).color(palette::MASKED_FG).width(1.5));
+                plot.hline(HLine::new("base", b).color(palette::MASKED_FG).width(1.5).style(LineStyle::dashed_loose()));
             }
             for (i, s) in runs.iter().enumerate() {
                 let color = palette::SERIES[i % palette::SERIES.len()];
@@ -85,6 +93,16 @@ pub fn plot_ui(ui: &mut Ui, results: &[TargetResult], names: &[String], metric: 
     if !stepless.is_empty() {
         ui.label(RichText::new(format!("Not on the plot (no training step): {}", stepless.join(", "))).small().weak());
     }
+}
+
+/// The values' range with a tenth of it (or of the value, when all are equal) as margin, so the base's line and
+/// the extreme points never sit on the plot's edge.
+fn y_range(runs: &[RunSeries], base: Option<f64>) -> (f64, f64) {
+    let values = runs.iter().flat_map(|s| s.points.iter().map(|p| p[1])).chain(base);
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let span = hi - lo;
+    let pad = if span > 0.0 { 0.1 * span } else { 0.05 * lo.abs().max(1e-3) };
+    (lo - pad, hi + pad)
 }
 
 #[cfg(test)]
@@ -118,5 +136,7 @@ mod tests {
         assert_eq!(runs[1].name, "b");
         assert_eq!(stepless, ["my-adapter"]);
         assert!(series(&results, "acc").0.is_empty());
+        let (lo, hi) = y_range(&runs, base);
+        assert!((lo - 1.9).abs() < 1e-9 && (hi - 3.1).abs() < 1e-9, "{lo} {hi}");
     }
 }

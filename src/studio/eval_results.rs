@@ -207,10 +207,11 @@ pub fn lower_is_better(metric: &str) -> bool {
     m.contains("loss") || m.contains("perplexity") || m == "ppl"
 }
 
-/// The best finite value of `metric` among `results`, when two targets or more report it.
+/// The best finite value of `metric` among `results`, when two targets or more report it and they differ (a tie
+/// of all marks nothing).
 pub fn best_value(results: &[TargetResult], metric: &str) -> Option<f64> {
     let values: Vec<f64> = results.iter().filter_map(|r| r.metric(metric)).filter(|v| v.is_finite()).collect();
-    if values.len() < 2 {
+    if values.len() < 2 || values.iter().all(|v| *v == values[0]) {
         return None;
     }
     let pick = if lower_is_better(metric) { f64::min } else { f64::max };
@@ -261,6 +262,8 @@ mod tests {
         assert_eq!(best_value(&r, "exact_match"), Some(0.4));
         assert_eq!(best_value(&r, "acc"), None, "one value, and NaN, marks nothing");
         assert_eq!(best_value(&r[..1], "loss"), None);
+        let tie = [result("a", &[("acc", 0.5)]), result("b", &[("acc", 0.5)])];
+        assert_eq!(best_value(&tie, "acc"), None, "a tie of all marks nothing");
         assert!(lower_is_better("perplexity") && !lower_is_better("token_f1"));
         assert_eq!((fmt_metric(2.0), fmt_metric(1234.56)), ("2.0000".into(), "1234.6".into()));
     }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::collections::HashSet;
 
 /// Characters of a cell shown before "more".
-const CLIP_CHARS: usize = 280;
+const CLIP_CHARS: usize = 200;
 
 /// Paging and expanded cells.
 #[derive(Default)]
@@ -81,12 +81,12 @@ fn loss_rows_ui(ui: &mut Ui, results: &[TargetResult], range: std::ops::Range<us
         ui.label(text(first, "line"));
         ui.label(text(first, "tokens"));
         let losses: Vec<Option<f64>> = results.iter().map(|r| num(row_of(r, i), "loss")).collect();
-        let best = losses.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::min);
+        let finite: Vec<f64> = losses.iter().flatten().copied().filter(|v| v.is_finite()).collect();
+        // The lowest loss of the row is green, unless every target has the same.
+        let best = finite.iter().copied().reduce(f64::min).filter(|b| finite.iter().any(|v| v != b));
         for loss in losses {
             match loss {
-                Some(v) if results.len() > 1 && Some(v) == best => {
-                    ui.label(RichText::new(format!("{v:.4}")).color(palette::OK))
-                }
+                Some(v) if Some(v) == best => ui.label(RichText::new(format!("{v:.4}")).color(palette::OK)),
                 Some(v) => ui.label(format!("{v:.4}")),
                 None => ui.label("—"),
             };
@@ -105,7 +105,7 @@ fn generate_rows_ui(
     header_ui(ui, &["line", "prompt", "reference"], results);
     for i in range {
         let first = row(results, i);
-        ui.label(text(first, "line"));
+        ui.vertical(|ui| ui.label(text(first, "line")));
         clipped_ui(ui, &text(first, "prompt"), width, (i, 0), view);
         clipped_ui(ui, &text(first, "reference"), width, (i, 1), view);
         for (t, r) in results.iter().enumerate() {
@@ -164,7 +164,7 @@ fn choice_rows_ui(
     for i in range {
         let first = row(results, i);
         let gold = num(first, "gold").map(|g| g as usize);
-        ui.label((i + 1).to_string());
+        ui.vertical(|ui| ui.label((i + 1).to_string()));
         clipped_ui(ui, &text(first, "context"), width, (i, 0), view);
         ui.vertical(|ui| {
             ui.set_width(width);

@@ -118,22 +118,25 @@ impl SetupUi {
             prefs.adapters.remove(i);
         }
         ui.horizontal(|ui| {
-            let field = egui::TextEdit::singleline(&mut self.adapter_input)
-                .hint_text("adapter folder path")
-                .desired_width(ui.available_width() - 150.0);
-            let r = ui.add(field);
-            let typed = !self.adapter_input.trim().is_empty();
-            let enter = r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
-            if ui.add_enabled(typed, egui::Button::new("Add")).clicked() || (enter && typed) {
-                add_adapter(prefs, PathBuf::from(self.adapter_input.trim()));
-                self.adapter_input.clear();
-            }
             let browse = ui
                 .add_enabled(!self.picker.is_open(), egui::Button::new("Add adapter folder…"))
                 .on_hover_text("A checkpoint or PEFT adapter folder from anywhere");
             if browse.clicked() {
                 let start = view.runs_dir.display().to_string();
                 self.open_picker(ui, PickKind::Folder, PickFor::Adapter, &start);
+            }
+            ui.label(RichText::new("or type its path:").weak());
+        });
+        ui.horizontal(|ui| {
+            let field = egui::TextEdit::singleline(&mut self.adapter_input)
+                .hint_text("adapter folder path")
+                .desired_width((ui.available_width() - 60.0).max(80.0));
+            let r = ui.add(field);
+            let typed = !self.adapter_input.trim().is_empty();
+            let enter = r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            if ui.add_enabled(typed, egui::Button::new("Add")).clicked() || (enter && typed) {
+                add_adapter(prefs, PathBuf::from(self.adapter_input.trim()));
+                self.adapter_input.clear();
             }
         });
     }
@@ -155,7 +158,8 @@ impl SetupUi {
                     Some(n) => format!("{split} ({n})"),
                     None => split.to_string(),
                 };
-                let enabled = prefs.data == DataChoice::DatasetSplit;
+                // A split the open dataset does not have cannot be picked (the refusal names the ones it has).
+                let enabled = prefs.data == DataChoice::DatasetSplit && rows != Some(0);
                 ui.add_enabled_ui(enabled, |ui| ui.radio_value(&mut prefs.split, split, text));
             }
         });
@@ -170,7 +174,7 @@ impl SetupUi {
                 ui.add(
                     egui::TextEdit::singleline(&mut prefs.file)
                         .hint_text("path to a .jsonl file")
-                        .desired_width(ui.available_width() - 80.0),
+                        .desired_width((ui.available_width() - 95.0).max(80.0)),
                 );
                 if ui.add_enabled(!self.picker.is_open(), egui::Button::new("Browse…")).clicked() {
                     let current = prefs.file.clone();
@@ -214,12 +218,8 @@ impl SetupUi {
                     "A local model (folder or .gguf) that scores each answer 1-10 against the reference",
                 );
                 ui.horizontal(|ui| {
-                    ui.add(
-                        egui::TextEdit::singleline(&mut prefs.judge)
-                            .hint_text("optional")
-                            .desired_width(ui.available_width() - 80.0),
-                    )
-                    .labelled_by(l.id);
+                    ui.add(egui::TextEdit::singleline(&mut prefs.judge).hint_text("optional").desired_width(170.0))
+                        .labelled_by(l.id);
                     if ui.add_enabled(!self.picker.is_open(), egui::Button::new("Browse…")).clicked() {
                         let current = prefs.judge.clone();
                         self.open_picker(ui, PickKind::ModelFile, PickFor::Judge, &current);
