@@ -342,7 +342,7 @@ fn an_adapter_trained_on_another_base_is_flagged_everywhere() {
     });
     let job = GenerateJob {
         id: 1,
-        side: ChatSide::Adapter,
+        side: ChatSide::Right,
         adapter: Some(ckpt),
         messages: vec![metal_candle::engine::model::chat_template::ChatMessage::new("user", "hi")],
         sampling: SamplingParams::greedy(),

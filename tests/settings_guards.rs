@@ -178,7 +178,7 @@ fn chat_without_a_template_warns_naming_the_fallback_format_in_the_cli_and_the_c
     });
     let job = GenerateJob {
         id: 7,
-        side: ChatSide::Adapter,
+        side: ChatSide::Right,
         adapter: Some(adapter),
         messages: vec![ChatMessage::new("user", "hi")],
         sampling: SamplingParams::greedy(),

@@ -6,6 +6,7 @@ mod data;
 pub mod hub;
 mod inference;
 mod rank_bench;
+mod runs;
 mod runtime;
 mod train;
 
@@ -88,6 +89,9 @@ pub enum Command {
     /// The Hugging Face Hub: search, download into the shared cache, store a token.
     #[command(subcommand)]
     Hub(hub::HubCommand),
+    /// Runs in a runs folder: list, show side by side, rename, note, delete.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
 }
 
 #[derive(Debug, Args)]
@@ -273,6 +277,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Doctor(a)) => doctor(&a),
         Some(Command::Models(a)) => models(&a),
         Some(Command::Hub(c)) => hub::run(c),
+        Some(Command::Runs(c)) => runs::run(c),
     }
 }
 

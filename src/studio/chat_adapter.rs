@@ -2,11 +2,12 @@
 //! `save_pretrained`, a checkpoint copied from another machine), typed or chosen with the folder picker, and
 //! checked by the worker against the loaded model before the chat uses it ([`Command::CheckAdapter`]): a folder
 //! that is not an adapter, or holds one for another model (other hidden size, modules this model lacks), is
-//! refused with the engine's message and the chat keeps its adapter.
+//! refused with the engine's message and the chat keeps its adapter. The folder goes to the column that asked
+//! ([`AdapterLoader::target`]): the right one (the chat's adapter) or, side by side, the left one.
 
 use super::file_picker::{PanelPicker, PickKind};
 use super::widgets::{banner_ui, palette, Tone};
-use crate::worker::{AdapterCheck, Command};
+use crate::worker::{AdapterCheck, ChatSide, Command};
 use egui::{RichText, Ui};
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,8 @@ pub struct AdapterLoader {
     pub error: Option<(PathBuf, String)>,
     /// What the adapter in use is, when it was loaded here.
     pub loaded: Option<(PathBuf, AdapterCheck)>,
+    /// The chat column the folder being chosen is for.
+    pub target: ChatSide,
 }
 
 impl AdapterLoader {

@@ -1,11 +1,13 @@
 //! The chat page: talk to the base model, to the base model with an adapter (a checkpoint of a run, or a PEFT
-//! adapter folder from anywhere: [`super::chat_adapter`]), or to both side by side with the same prompt.
+//! adapter folder from anywhere: [`super::chat_adapter`]), or side by side with the same prompt: the adapter
+//! on the right, the base model or any other checkpoint on the left ([`super::chat_columns`]).
 //! Replies stream token by token from the worker's KV-cache generator, which runs on its own thread and shares
 //! the loaded base weights with any training run. A conversation exports to JSON or Markdown
 //! ([`super::chat_export`]).
 
 use super::app::{Action, ChatPrefs, ModelStatus, Page, PanelCtx, Prefs};
 use super::chat_adapter::AdapterLoader;
+use super::chat_columns::column_title;
 use super::chat_export::ChatExport;
 use super::chat_transcript::ChatSetup;
 pub use super::chat_transcript::{ChatMode, Exchange, Reply};
@@ -23,6 +25,8 @@ pub struct ChatPanel {
     pub adapter: Option<PathBuf>,
     /// The base model the adapter was trained on, when known (to warn about a mismatch).
     pub adapter_base: Option<PathBuf>,
+    /// The checkpoint the left column answers with side by side; None: the base model.
+    pub left_adapter: Option<PathBuf>,
     pub input: String,
     /// Why the last send was refused (the engine's sampling check); nothing was generated.
     pub settings_error: Option<String>,
@@ -82,7 +86,13 @@ impl ChatPanel {
                 let asked_for = self.loader.on_checked(path.clone(), *check);
                 if asked_for {
                     super::app::remember(&mut chat.recent_adapters, &path);
-                    self.use_adapter(path, None, chat);
+                    match self.loader.target {
+                        ChatSide::Right => self.use_adapter(path, None, chat),
+                        ChatSide::Left => {
+                            self.left_adapter = Some(path);
+                            chat.mode = ChatMode::SideBySide;
+                        }
+                    }
                 }
             }
             Event::AdapterCheckFailed { path, error } => self.loader.on_failed(path, error.message),
@@ -144,16 +154,17 @@ impl ChatPanel {
         self.input.clear();
         let mode = ctx.prefs.chat.mode;
         let sides: &[ChatSide] = match mode {
-            ChatMode::Base => &[ChatSide::Base],
-            ChatMode::Adapter => &[ChatSide::Adapter],
-            ChatMode::SideBySide => &[ChatSide::Base, ChatSide::Adapter],
+            ChatMode::Base => &[ChatSide::Left],
+            ChatMode::Adapter => &[ChatSide::Right],
+            ChatMode::SideBySide => &[ChatSide::Left, ChatSide::Right],
         };
         let index = self.exchanges.len();
         self.exchanges.push(Exchange { user: text, base: None, adapter: None });
         for &side in sides {
-            let adapter = match side {
-                ChatSide::Adapter => self.adapter.clone(),
-                ChatSide::Base => None,
+            let adapter = match (side, mode) {
+                (ChatSide::Right, _) => self.adapter.clone(),
+                (ChatSide::Left, ChatMode::SideBySide) => self.left_adapter.clone(),
+                (ChatSide::Left, _) => None,
             };
             self.next_id += 1;
             let id = self.next_id;
@@ -212,10 +223,11 @@ impl ChatPanel {
         );
         egui::Panel::top("chat-top").show(ui, |ui| self.top_ui(ui, ctx, checkpoints));
         egui::Panel::bottom("chat-input").show(ui, |ui| self.input_ui(ui, ctx));
-        egui::CentralPanel::default().show(ui, |ui| self.transcript_ui(ui, ctx));
+        egui::CentralPanel::default().show(ui, |ui| self.transcript_ui(ui, ctx, checkpoints));
         let setup = ChatSetup {
             model: ctx.model.loaded.as_ref().map(|m| m.path.clone()),
             adapter: self.adapter.clone(),
+            left_adapter: self.left_adapter.clone(),
             mode: ctx.prefs.chat.mode,
             system_prompt: ctx.prefs.chat.system_prompt.clone(),
             sampling: ctx.prefs.chat.sampling.clone(),
@@ -242,7 +254,8 @@ impl ChatPanel {
                 )
                 .clicked()
             {
-                self.loader.open = !self.loader.open;
+                self.loader.open = !self.loader.open || self.loader.target != ChatSide::Right;
+                self.loader.target = ChatSide::Right;
             }
             ui.separator();
             let mode = &mut ctx.prefs.chat.mode;
@@ -250,16 +263,26 @@ impl ChatPanel {
             ui.add_enabled_ui(self.adapter.is_some(), |ui| {
                 ui.selectable_value(mode, ChatMode::Adapter, "With adapter")
                     .on_hover_text("The base model with the chosen adapter");
-                ui.selectable_value(mode, ChatMode::SideBySide, "Side by side")
-                    .on_hover_text("The same prompt answered by both");
             });
-            if self.adapter.is_none() && *mode != ChatMode::Base {
+            ui.add_enabled_ui(self.adapter.is_some() || self.left_adapter.is_some(), |ui| {
+                ui.selectable_value(mode, ChatMode::SideBySide, "Side by side").on_hover_text(
+                    "The same prompt answered by two columns: the adapter, and the base model or another checkpoint",
+                );
+            });
+            let two_sides = self.adapter.is_some() || self.left_adapter.is_some();
+            if (*mode == ChatMode::Adapter && self.adapter.is_none()) || (*mode == ChatMode::SideBySide && !two_sides) {
                 *mode = ChatMode::Base;
             }
         });
+        if ctx.prefs.chat.mode == ChatMode::SideBySide {
+            let recent = &ctx.prefs.chat.recent_adapters;
+            let (left, loader) = (&mut self.left_adapter, &mut self.loader);
+            super::chat_columns::left_pick_ui(ui, left, loader, recent, checkpoints, &mut commands);
+        }
         self.loader.row_ui(ui, &mut commands);
         ctx.actions.extend(commands.into_iter().map(Action::Send));
         self.loader.info_ui(ui, self.adapter.as_deref());
+        self.loader.info_ui(ui, self.left_adapter.as_deref().filter(|_| ctx.prefs.chat.mode == ChatMode::SideBySide));
         if let (Some(base), Some(loaded)) = (&self.adapter_base, &ctx.model.loaded) {
             if !base.as_os_str().is_empty() && !crate::worker::paths_match(base, &loaded.path) {
                 ui.horizontal(|ui| {
@@ -287,7 +310,8 @@ impl ChatPanel {
         commands: &mut Vec<Command>,
     ) {
         let l = ui.label(RichText::new("Adapter").weak());
-        let current = self.adapter.as_ref().map(|p| checkpoint_label(p)).unwrap_or_else(|| "none".into());
+        let current =
+            self.adapter.as_deref().map(|p| column_title(Some(p), checkpoints)).unwrap_or_else(|| "none".into());
         egui::ComboBox::from_id_salt("adapter-pick")
             .selected_text(current)
             .width(260.0)
@@ -298,7 +322,7 @@ impl ChatPanel {
                 }
                 for (run, c) in checkpoints {
                     let selected = self.adapter.as_ref() == Some(&c.path);
-                    if ui.selectable_label(selected, format!("{run} / step {}", c.step)).clicked() {
+                    if ui.selectable_label(selected, format!("{run} · step {}", c.step)).clicked() {
                         self.adapter = Some(c.path.clone());
                         self.adapter_base = None;
                     }
@@ -311,8 +335,9 @@ impl ChatPanel {
                 }
                 for path in others {
                     let selected = self.adapter.as_ref() == Some(path);
-                    let item = ui.selectable_label(selected, checkpoint_label(path));
+                    let item = ui.selectable_label(selected, super::chat_transcript::checkpoint_title(path));
                     if item.on_hover_text(path.display().to_string()).clicked() && !selected {
+                        self.loader.target = ChatSide::Right;
                         self.loader.check(path.clone(), commands);
                     }
                 }
@@ -379,7 +404,7 @@ impl ChatPanel {
         ui.add_space(4.0);
     }
 
-    fn transcript_ui(&self, ui: &mut Ui, ctx: &PanelCtx<'_>) {
+    fn transcript_ui(&self, ui: &mut Ui, ctx: &PanelCtx<'_>, checkpoints: &[(String, &CheckpointInfo)]) {
         if self.exchanges.is_empty() {
             ui.add_space(20.0);
             ui.vertical_centered(|ui| {
@@ -392,19 +417,24 @@ impl ChatPanel {
         }
         match ctx.prefs.chat.mode {
             ChatMode::SideBySide => {
+                let left = column_title(self.left_adapter.as_deref(), checkpoints);
+                let right = match &self.adapter {
+                    Some(_) => format!("With adapter: {}", column_title(self.adapter.as_deref(), checkpoints)),
+                    None => "Base model".into(),
+                };
                 ui.columns(2, |cols| {
-                    self.column_ui(&mut cols[0], ChatSide::Base, "Base model");
-                    self.column_ui(&mut cols[1], ChatSide::Adapter, "With adapter");
+                    self.column_ui(&mut cols[0], ChatSide::Left, &left, checkpoints);
+                    self.column_ui(&mut cols[1], ChatSide::Right, &right, checkpoints);
                 });
             }
-            ChatMode::Base => self.column_ui(ui, ChatSide::Base, ""),
-            ChatMode::Adapter => self.column_ui(ui, ChatSide::Adapter, ""),
+            ChatMode::Base => self.column_ui(ui, ChatSide::Left, "", checkpoints),
+            ChatMode::Adapter => self.column_ui(ui, ChatSide::Right, "", checkpoints),
         }
     }
 
-    fn column_ui(&self, ui: &mut Ui, side: ChatSide, title: &str) {
+    fn column_ui(&self, ui: &mut Ui, side: ChatSide, title: &str, checkpoints: &[(String, &CheckpointInfo)]) {
         if !title.is_empty() {
-            ui.label(RichText::new(title).strong().color(if side == ChatSide::Base {
+            ui.label(RichText::new(title).strong().color(if side == ChatSide::Left {
                 palette::TRAIN
             } else {
                 palette::ACCENT
@@ -419,18 +449,12 @@ impl ChatPanel {
                     ui.push_id(i, |ui| {
                         bubble_ui(ui, "You", &ex.user, palette::TRAIN, None);
                         if let Some(r) = ex.reply(side) {
-                            reply_ui(ui, r, side);
+                            reply_ui(ui, r, side, checkpoints);
                         }
                     });
                 }
             });
     }
-}
-
-fn checkpoint_label(path: &std::path::Path) -> String {
-    let ck = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let run = path.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    format!("{run} / {ck}")
 }
 
 fn bubble_ui(ui: &mut Ui, who: &str, text: &str, color: egui::Color32, footer: Option<(String, egui::Color32)>) {
@@ -453,11 +477,11 @@ fn bubble_ui(ui: &mut Ui, who: &str, text: &str, color: egui::Color32, footer: O
     ui.add_space(4.0);
 }
 
-fn reply_ui(ui: &mut Ui, r: &Reply, side: ChatSide) {
-    let color = if side == ChatSide::Base { palette::SPEED } else { palette::ACCENT };
-    let who = match (&r.adapter, side) {
-        (Some(p), ChatSide::Adapter) => format!("Assistant · {}", checkpoint_label(p)),
-        _ => "Assistant · base".into(),
+fn reply_ui(ui: &mut Ui, r: &Reply, side: ChatSide, checkpoints: &[(String, &CheckpointInfo)]) {
+    let color = if side == ChatSide::Left { palette::SPEED } else { palette::ACCENT };
+    let who = match &r.adapter {
+        Some(p) => format!("Assistant · {}", column_title(Some(p), checkpoints)),
+        None => "Assistant · base".into(),
     };
     let tps = r.tokens_per_sec().map(|t| format!("{t:.1} tokens/s")).unwrap_or_default();
     let footer = if let Some(e) = &r.error {

@@ -1,5 +1,6 @@
-//! A chat conversation as the chat page holds it (user messages, and the base model's and the adapter's
-//! replies to each), and the conversation written out: JSON (the `messages` array with roles, as chat
+//! A chat conversation as the chat page holds it (user messages, and the replies of its two columns to each:
+//! the left column's, the base model or in side by side any checkpoint, and the right column's, the chat's
+//! adapter), and the conversation written out: JSON (the `messages` array with roles, as chat
 //! datasets and OpenAI-style APIs take it, plus the model, adapter and sampling settings used) and Markdown
 //! (readable, a heading per turn).
 
@@ -79,23 +80,38 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub struct Exchange {
     pub user: String,
+    /// The left column's reply (the base model, or the checkpoint side by side picked for it).
     pub base: Option<Reply>,
+    /// The right column's reply (the chat's adapter).
     pub adapter: Option<Reply>,
 }
 
 impl Exchange {
     pub fn reply(&self, side: ChatSide) -> Option<&Reply> {
         match side {
-            ChatSide::Base => self.base.as_ref(),
-            ChatSide::Adapter => self.adapter.as_ref(),
+            ChatSide::Left => self.base.as_ref(),
+            ChatSide::Right => self.adapter.as_ref(),
         }
     }
 
     pub fn reply_mut(&mut self, side: ChatSide) -> &mut Option<Reply> {
         match side {
-            ChatSide::Base => &mut self.base,
-            ChatSide::Adapter => &mut self.adapter,
+            ChatSide::Left => &mut self.base,
+            ChatSide::Right => &mut self.adapter,
         }
+    }
+}
+
+/// A checkpoint or adapter folder as a column names it: "run-folder · step 40" for `run-folder/checkpoint-40`,
+/// else "parent / folder". Paths only: nothing is read from disk.
+pub fn checkpoint_title(path: &std::path::Path) -> String {
+    let name = |p: Option<&std::path::Path>| {
+        p.and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    };
+    let (folder, parent) = (name(Some(path)), name(path.parent()));
+    match folder.strip_prefix("checkpoint-").filter(|s| s.parse::<usize>().is_ok()) {
+        Some(step) => format!("{parent} · step {step}"),
+        None => format!("{parent} / {folder}"),
     }
 }
 
@@ -104,6 +120,8 @@ impl Exchange {
 pub struct ChatSetup {
     pub model: Option<PathBuf>,
     pub adapter: Option<PathBuf>,
+    /// The checkpoint the left column answered with side by side (None: the base model).
+    pub left_adapter: Option<PathBuf>,
     pub mode: ChatMode,
     pub system_prompt: String,
     pub sampling: SamplingParams,
@@ -114,8 +132,8 @@ impl ChatSetup {
     /// The side whose conversation the export's `messages` hold: the adapter's when it answers.
     fn main_side(&self) -> ChatSide {
         match self.mode {
-            ChatMode::Base => ChatSide::Base,
-            ChatMode::Adapter | ChatMode::SideBySide => ChatSide::Adapter,
+            ChatMode::Base => ChatSide::Left,
+            ChatMode::Adapter | ChatMode::SideBySide => ChatSide::Right,
         }
     }
 }
@@ -182,22 +200,24 @@ fn messages_json(exchanges: &[Exchange], side: ChatSide, system: &str) -> Vec<Va
     messages
 }
 
-/// The JSON export: `messages` (the adapter's side when it answers), `base_messages` side by side, and the
-/// setup (model, adapter, mode, sampling, max new tokens).
+/// The JSON export: `messages` (the adapter's side when it answers), side by side the left column's as
+/// `base_messages` with `left_adapter` (null: the base model), and the setup (model, adapter, mode, sampling,
+/// max new tokens).
 pub fn to_json(exchanges: &[Exchange], setup: &ChatSetup) -> String {
     let side = setup.main_side();
     let mut doc = json!({
         "exported_by": "metal-candle chat",
         "exported_at": utc_now_text(),
         "model": setup.model.as_deref().map(absolute),
-        "adapter": setup.adapter.as_deref().filter(|_| side == ChatSide::Adapter).map(absolute),
+        "adapter": setup.adapter.as_deref().filter(|_| side == ChatSide::Right).map(absolute),
         "mode": setup.mode.as_str(),
         "sampling": setup.sampling,
         "max_new_tokens": setup.max_new_tokens,
         "messages": messages_json(exchanges, side, &setup.system_prompt),
     });
     if setup.mode == ChatMode::SideBySide {
-        doc["base_messages"] = json!(messages_json(exchanges, ChatSide::Base, &setup.system_prompt));
+        doc["base_messages"] = json!(messages_json(exchanges, ChatSide::Left, &setup.system_prompt));
+        doc["left_adapter"] = json!(setup.left_adapter.as_deref().map(absolute));
     }
     serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
 }
@@ -235,7 +255,7 @@ fn reply_markdown(out: &mut String, heading: &str, reply: Option<&Reply>) {
 }
 
 /// The Markdown export: the setup as a list, then `## User` / `## Assistant` turns (side by side, the two
-/// replies under `### Base model` and `### With adapter`).
+/// replies under `### Base model` and `### With adapter`, or the two checkpoints' names).
 pub fn to_markdown(exchanges: &[Exchange], setup: &ChatSetup) -> String {
     let side = setup.main_side();
     let name = |p: &std::path::Path| crate::worker::display_name(p);
@@ -245,8 +265,19 @@ pub fn to_markdown(exchanges: &[Exchange], setup: &ChatSetup) -> String {
     }
     out.push_str("\n\n");
     out.push_str(&format!("- **Model:** {}\n", setup.model.as_deref().map(absolute).unwrap_or("none".into())));
-    let adapter = setup.adapter.as_deref().filter(|_| side == ChatSide::Adapter);
+    let adapter = setup.adapter.as_deref().filter(|_| side == ChatSide::Right);
     out.push_str(&format!("- **Adapter:** {}\n", adapter.map(absolute).unwrap_or("none (base model)".into())));
+    let left = setup.left_adapter.as_deref().filter(|_| setup.mode == ChatMode::SideBySide);
+    if let Some(left) = left {
+        out.push_str(&format!("- **Left column:** {}\n", absolute(left)));
+    }
+    let (left_heading, right_heading) = match (left, setup.adapter.as_deref()) {
+        (None, _) => ("### Base model".to_string(), "### With adapter".to_string()),
+        (Some(l), r) => (
+            format!("### {}", checkpoint_title(l)),
+            format!("### {}", r.map(checkpoint_title).unwrap_or_else(|| "Base model".into())),
+        ),
+    };
     out.push_str(&format!("- **Sampling:** {}\n", sampling_text(&setup.sampling, setup.max_new_tokens)));
     out.push_str(&format!("- **Exported:** {}\n\n", utc_now_text()));
     if !setup.system_prompt.trim().is_empty() {
@@ -256,8 +287,8 @@ pub fn to_markdown(exchanges: &[Exchange], setup: &ChatSetup) -> String {
         out.push_str(&format!("## User\n\n{}\n\n", ex.user.trim()));
         match setup.mode {
             ChatMode::SideBySide => {
-                reply_markdown(&mut out, "### Base model", ex.base.as_ref());
-                reply_markdown(&mut out, "### With adapter", ex.adapter.as_ref());
+                reply_markdown(&mut out, &left_heading, ex.base.as_ref());
+                reply_markdown(&mut out, &right_heading, ex.adapter.as_ref());
             }
             _ => reply_markdown(&mut out, "## Assistant", ex.reply(side)),
         }
@@ -288,6 +319,7 @@ mod tests {
         ChatSetup {
             model: Some("/m/SmolLM2.gguf".into()),
             adapter: Some("/runs/r/checkpoint-4".into()),
+            left_adapter: None,
             mode,
             system_prompt: "Be brief.".into(),
             sampling: SamplingParams { repetition_penalty: 1.1, ..SamplingParams::default() },
@@ -340,5 +372,18 @@ mod tests {
         assert!(md.contains("## Assistant\n\nRome!\n\n*3 tokens"), "{md}");
         let side = to_markdown(&exchanges(), &setup(ChatMode::SideBySide));
         assert!(side.contains("### Base model\n\nRome.") && side.contains("### With adapter\n\nRome!"), "{side}");
+    }
+
+    #[test]
+    fn two_checkpoints_side_by_side_are_named_in_both_exports() {
+        let two = ChatSetup { left_adapter: Some("/runs/q/checkpoint-2".into()), ..setup(ChatMode::SideBySide) };
+        let md = to_markdown(&exchanges(), &two);
+        assert!(md.contains("- **Left column:** /runs/q/checkpoint-2\n"), "{md}");
+        assert!(md.contains("### q · step 2\n\nRome.") && md.contains("### r · step 4\n\nRome!"), "{md}");
+        let doc: Value = serde_json::from_str(&to_json(&exchanges(), &two)).unwrap();
+        assert_eq!(doc["left_adapter"], "/runs/q/checkpoint-2");
+        let doc: Value = serde_json::from_str(&to_json(&exchanges(), &setup(ChatMode::SideBySide))).unwrap();
+        assert!(doc["left_adapter"].is_null(), "the base model answered on the left");
+        assert_eq!(checkpoint_title(std::path::Path::new("/x/peft-adapter")), "x / peft-adapter");
     }
 }

@@ -1,5 +1,6 @@
 //! The checkpoints page: browse run folders (each run's settings and loss curve, its checkpoints with step,
-//! loss, time and size), give a run a human name (Rename), overlay the loss curves of several runs, and per
+//! loss, time and size), give a run a human name (Rename) and a note, delete a run, overlay the loss curves
+//! of several runs and put their settings side by side ([`super::runs_table`]), and per
 //! checkpoint open it in chat, resume training from it, export it (PEFT, mlx-lm, merged model, llama.cpp GGUF
 //! with a quantization choice, GGUF LoRA adapter, Ollama folder; with a progress bar and the written size) or
 //! delete it after a confirmation.
@@ -7,6 +8,8 @@
 use super::app::{Action, PanelCtx};
 use super::export_dialog::{self, ExportDialog};
 use super::run_compare::RunCompare;
+use super::run_delete_dialog::RunDeleteDialog;
+use super::run_notes::{notes_view_ui, NotesClick, RunNotesEditor};
 use super::run_rename::{RenameClick, RunRename};
 use super::widgets::{
     self, banner_ui, card_ui, fmt_age, fmt_bytes, fmt_count, fmt_loss, fmt_sci, palette, smooth, to_points, Tone,
@@ -35,6 +38,10 @@ pub struct CheckpointsPanel {
     /// The open rename editor, if any.
     renaming: Option<RunRename>,
     compare: RunCompare,
+    /// The open note editor, if any.
+    notes_editor: Option<RunNotesEditor>,
+    pub delete_run: RunDeleteDialog,
+    pub table: super::runs_table::RunsTable,
 }
 
 impl CheckpointsPanel {
@@ -79,6 +86,7 @@ impl CheckpointsPanel {
     }
 
     pub fn on_action_failed(&mut self, what: String, message: String) {
+        self.delete_run.on_failed();
         self.exporting.clear();
         self.export_progress = None;
         self.notes.push((Tone::Error, format!("Could not {what}: {message}")));
@@ -89,6 +97,31 @@ impl CheckpointsPanel {
         if let Some(run) = self.runs.iter_mut().find(|r| crate::worker::paths_match(&r.dir, run_dir)) {
             self.notes.push((Tone::Ok, format!("Renamed {} to \"{label}\"", run.name)));
             run.label = Some(label);
+        }
+    }
+
+    /// The worker's answers to a note or a run delete; returns whether the run list should be read again.
+    pub fn on_run_event(&mut self, event: crate::worker::Event) -> bool {
+        use crate::worker::Event;
+        match event {
+            Event::RunNotesSaved { run_dir, notes } => {
+                if let Some(run) = self.runs.iter_mut().find(|r| crate::worker::paths_match(&r.dir, &run_dir)) {
+                    let said = if notes.is_some() { "Saved the note of" } else { "Cleared the note of" };
+                    self.notes.push((Tone::Ok, format!("{said} {}", run.title())));
+                    run.notes = notes;
+                }
+                false
+            }
+            Event::RunDeletePlanned(plan) => {
+                self.delete_run.on_planned(plan);
+                false
+            }
+            Event::RunDeleted(plan) => {
+                self.delete_run.on_deleted();
+                self.notes.push((Tone::Ok, format!("Deleted run \"{}\" ({})", plan.title, plan.run_dir.display())));
+                true
+            }
+            _ => false,
         }
     }
 
@@ -255,6 +288,10 @@ impl CheckpointsPanel {
             {
                 self.renaming = Some(RunRename::new(run));
             }
+            let runs_dir = ctx.prefs.train.out.clone();
+            if let Some(command) = self.delete_run.button_ui(ui, run, &runs_dir, live_status(run, ctx).is_none()) {
+                ctx.actions.push(Action::Send(command));
+            }
         });
         if let Some(editor) = self.renaming.as_mut().filter(|_| editing) {
             match editor.ui(ui) {
@@ -265,6 +302,19 @@ impl CheckpointsPanel {
                 RenameClick::Cancel => self.renaming = None,
                 RenameClick::None => {}
             }
+        }
+        let click = match self.notes_editor.as_mut().filter(|e| crate::worker::paths_match(&e.run_dir, &run.dir)) {
+            Some(editor) => editor.ui(ui),
+            None => notes_view_ui(ui, run),
+        };
+        match click {
+            NotesClick::Edit => self.notes_editor = Some(RunNotesEditor::new(run)),
+            NotesClick::Save(command) => {
+                ctx.actions.push(Action::Send(command));
+                self.notes_editor = None;
+            }
+            NotesClick::Cancel => self.notes_editor = None,
+            NotesClick::None => {}
         }
         ui.add(egui::Label::new(RichText::new(run.dir.display().to_string()).weak().small()).wrap());
         ui.add_space(4.0);
@@ -309,9 +359,14 @@ impl CheckpointsPanel {
             return;
         }
         self.compare.ui(ui, &chosen);
+        ui.add_space(8.0);
+        self.table.ui(ui, &chosen);
     }
 
     fn modals_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        if let Some(command) = self.delete_run.modal_ui(ui, &ctx.prefs.train.out) {
+            ctx.actions.push(Action::Send(command));
+        }
         if let Some(path) = self.confirm_delete.clone() {
             let mut close = false;
             egui::Modal::new(egui::Id::unique("confirm-delete")).show(ui.ctx(), |ui| {

@@ -23,6 +23,7 @@
 
 pub mod app;
 pub mod chat_adapter;
+pub mod chat_columns;
 pub mod chat_export;
 pub mod chat_panel;
 pub mod chat_transcript;
@@ -50,8 +51,11 @@ pub mod rank_plots;
 pub mod resume_offer;
 pub mod reveal;
 pub mod run_compare;
+pub mod run_delete_dialog;
 pub mod run_history;
+pub mod run_notes;
 pub mod run_rename;
+pub mod runs_table;
 pub mod settings_panel;
 pub mod starter_model;
 pub mod training_panel;

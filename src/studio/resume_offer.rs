@@ -121,6 +121,7 @@ mod tests {
         RunInfo {
             name: "r".into(),
             label: None,
+            notes: None,
             dir: PathBuf::from("/nonexistent/runs/r"),
             config: None,
             started_unix_secs: Some(1),

@@ -94,6 +94,9 @@ impl Dispatcher {
             Command::ListRuns { runs_dir } => self.list_runs(runs_dir),
             Command::DeleteCheckpoint { path } => self.delete_checkpoint(path),
             Command::RenameRun { run_dir, label } => self.rename_run(run_dir, label),
+            Command::SetRunNotes { run_dir, notes } => self.set_run_notes(run_dir, notes),
+            Command::PlanRunDelete { runs_dir, run_dir } => self.plan_run_delete(runs_dir, run_dir),
+            Command::DeleteRun { runs_dir, run_dir } => self.delete_run(runs_dir, run_dir),
             Command::ExportCheckpoint { checkpoint, format, quant, out, base_model, overwrite } => {
                 let what = format!("export {}", checkpoint.display());
                 let request = crate::engine::export::ExportRequest {

@@ -2,7 +2,7 @@
 //! with exactly one final event. Rules (validation, dataset reports, prompt assembly) are the engine's; jobs
 //! only call them and forward what they return, errors with their kind.
 
-use super::{ChatSide, Event, GenerateJob, GenerationStats, ModelSummary, Msg, Outbox};
+use super::{Event, GenerateJob, GenerationStats, ModelSummary, Msg, Outbox};
 use crate::engine::data::{chat_prompt, ChatPrompt};
 use crate::engine::device::{device_name, setup, DTypeChoice, DeviceChoice, Placement};
 use crate::engine::estimate::ModelShape;
@@ -207,15 +207,15 @@ pub(super) fn generate_job(
         // A clone shares the base weights (candle tensors are reference counted); only the adapter is new.
         let adapted;
         let mut adapter_warning = None;
-        let model = match (&job.adapter, job.side) {
-            (Some(dir), ChatSide::Adapter) => {
+        let model = match &job.adapter {
+            Some(dir) => {
                 adapter_warning = crate::engine::checkpoint::base_mismatch(dir, base)?;
                 let mut m = base.model.clone();
                 crate::engine::checkpoint::load_adapter(&mut m, dir)?;
                 adapted = m;
                 &adapted
             }
-            _ => &base.model,
+            None => &base.model,
         };
         let ChatPrompt { ids: prompt_ids, warning: template_warning } = chat_prompt(base, &job.messages)?;
         out.send(Event::GenerationStarted { id, prompt_tokens: prompt_ids.len(), adapter_warning, template_warning });

@@ -17,6 +17,7 @@ mod eval_jobs;
 mod hub_jobs;
 mod jobs;
 mod preview_jobs;
+mod run_jobs;
 mod scan;
 mod types;
 
@@ -102,6 +103,21 @@ pub enum Command {
         run_dir: PathBuf,
         label: String,
     },
+    /// Store a run's free-text note in its run.json (`run_label::set_run_notes`; empty clears it).
+    SetRunNotes {
+        run_dir: PathBuf,
+        notes: String,
+    },
+    /// Say what deleting a run would remove, or why it is refused (`run_delete::plan_run_delete`).
+    PlanRunDelete {
+        runs_dir: PathBuf,
+        run_dir: PathBuf,
+    },
+    /// Delete a run folder inside `runs_dir` (`run_delete::delete_run`: refused while it trains).
+    DeleteRun {
+        runs_dir: PathBuf,
+        run_dir: PathBuf,
+    },
     ExportCheckpoint {
         checkpoint: PathBuf,
         format: ExportFormat,
@@ -150,11 +166,14 @@ pub enum Command {
     CancelEvaluation,
 }
 
-/// Which column of the chat a generation belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+/// Which column of the chat a generation belongs to. Each column answers with the base model or any
+/// checkpoint (its [`GenerateJob::adapter`]): the left one is the base model unless side by side picks a
+/// checkpoint for it, the right one is the chat's adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 pub enum ChatSide {
-    Base,
-    Adapter,
+    Left,
+    #[default]
+    Right,
 }
 
 /// One chat generation request.
@@ -163,7 +182,7 @@ pub struct GenerateJob {
     /// Chosen by the front end; every event of this generation carries it.
     pub id: u64,
     pub side: ChatSide,
-    /// A checkpoint folder to apply, or None for the base model.
+    /// A checkpoint (or PEFT adapter) folder to apply, on either side, or None for the base model.
     pub adapter: Option<PathBuf>,
     pub messages: Vec<ChatMessage>,
     pub sampling: SamplingParams,
@@ -257,6 +276,15 @@ pub enum Event {
         run_dir: PathBuf,
         label: String,
     },
+    /// A run's note was stored (trimmed; None: cleared).
+    RunNotesSaved {
+        run_dir: PathBuf,
+        notes: Option<String>,
+    },
+    /// What deleting a run would remove (for the confirmation).
+    RunDeletePlanned(crate::engine::train::run_delete::RunDeletePlan),
+    /// A run folder was deleted.
+    RunDeleted(crate::engine::train::run_delete::RunDeletePlan),
     /// An export wrote `done` of `total` tensors; `what` is the one being written now.
     ExportProgress {
         done: usize,
@@ -517,7 +545,7 @@ mod tests {
         let w = worker();
         w.send(Command::Generate(GenerateJob {
             id: 7,
-            side: ChatSide::Base,
+            side: ChatSide::Left,
             adapter: None,
             messages: vec![ChatMessage::new("user", "hi")],
             sampling: SamplingParams::greedy(),

@@ -29,6 +29,18 @@ pub fn train_command(out: &Path, name: &str) -> Command {
     c
 }
 
+/// Two finished runs in `runs`: `r-a` (lr 1e-3) and `r-b` (lr 5e-4), three steps each.
+pub fn two_runs(runs: &Path) {
+    for (name, lr) in [("r-a", "1e-3"), ("r-b", "5e-4")] {
+        let out = train_command(runs, name)
+            .args(["--iters", "3", "--lr", lr, "--val-every", "3"])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "train {name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 /// `metal-candle train --resume <checkpoint>` (everything else from the run's run.json).
 pub fn resume_command(checkpoint: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_metal-candle"));

@@ -12,9 +12,11 @@ pub mod loss;
 pub mod optimizer;
 mod recorder;
 pub mod resume;
+pub mod run_delete;
 pub mod run_folder;
 pub mod run_label;
 pub mod run_lock;
+pub mod run_table;
 mod step_runner;
 pub mod validate;
 

@@ -19,6 +19,9 @@ pub struct RunInfo {
     /// The name the user gave the run in run.json (`train::run_label`); None: shown by its folder name.
     #[serde(default)]
     pub label: Option<String>,
+    /// The user's free-text note on the run in run.json (`train::run_label::set_run_notes`).
+    #[serde(default)]
+    pub notes: Option<String>,
     pub dir: PathBuf,
     /// None when run.json is missing or unreadable.
     pub config: Option<TrainConfig>,
@@ -135,6 +138,10 @@ pub struct RunManifest {
     /// rewrites only this field and never moves the folder (`train::run_label::rename_run`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// The user's free-text note on the run (the checkpoints page's Notes, `runs note`), written only by
+    /// `train::run_label::set_run_notes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
 }
 
 impl RunManifest {
@@ -153,6 +160,7 @@ impl RunManifest {
             resumes: Vec::new(),
             branched_from: None,
             label: None,
+            notes: None,
         }
     }
 
@@ -329,6 +337,7 @@ fn run_info(name: String, dir: PathBuf) -> RunInfo {
     let mut info = RunInfo {
         name,
         label: manifest.as_ref().and_then(|m| m.label.clone()),
+        notes: manifest.as_ref().and_then(|m| m.notes.clone()),
         config: manifest.as_ref().map(|m| m.config.clone()),
         started_unix_secs: manifest.map(|m| m.started_unix_secs),
         train_loss: Vec::new(),

@@ -1,7 +1,9 @@
-//! A run's human name: the label a user gives a run (the studio's Rename) so that the run list and the
-//! compare-runs legend say "baseline r8" instead of `run-20261128-064447`. It lives in the run's own run.json
-//! ([`RunManifest::label`]); renaming rewrites that one field atomically and never moves, renames or
-//! overwrites the run folder or anything in it, so paths to its checkpoints stay valid.
+//! What a user writes about a run: its human name, the label a user gives a run (the studio's Rename, `runs
+//! rename`) so that the run list and the compare-runs legend say "baseline r8" instead of
+//! `run-20261128-064447`, and a free-text note (the checkpoints page's Notes, `runs note`). Both live in the
+//! run's own run.json ([`RunManifest::label`], [`RunManifest::notes`]); writing one rewrites that one field
+//! atomically and never moves, renames or overwrites the run folder or anything in it, so paths to its
+//! checkpoints stay valid.
 
 use super::run_folder::{RunManifest, RUN_CONFIG};
 use crate::engine::{Error, Result};
@@ -34,16 +36,53 @@ pub fn validate_run_label(label: &str) -> Result<String> {
 /// Returns the stored label.
 pub fn rename_run(run_dir: &Path, label: &str) -> Result<String> {
     let label = validate_run_label(label)?;
-    if !run_dir.join(RUN_CONFIG).is_file() {
-        return Err(Error::MissingFile {
-            path: run_dir.join(RUN_CONFIG),
-            what: "only a run folder with its run.json can be renamed (was the run deleted or moved?)".into(),
-        });
-    }
-    let mut manifest = RunManifest::read(run_dir)?;
+    let mut manifest = read_for_edit(run_dir, "renamed")?;
     manifest.label = Some(label.clone());
     manifest.write(run_dir)?;
     Ok(label)
+}
+
+/// Longest run note, in characters: a few paragraphs about what was tried, not a log.
+pub const MAX_RUN_NOTES_LEN: usize = 4000;
+
+/// The one check of a run note: trimmed, at most [`MAX_RUN_NOTES_LEN`] characters; line breaks and tabs are
+/// fine, other control characters are not. An empty note is None (the note is cleared).
+pub fn validate_run_notes(notes: &str) -> Result<Option<String>> {
+    let notes = notes.trim();
+    let chars = notes.chars().count();
+    if chars > MAX_RUN_NOTES_LEN {
+        return Err(Error::InvalidSetting(format!(
+            "a run note is at most {MAX_RUN_NOTES_LEN} characters; this one has {chars}: shorten it"
+        )));
+    }
+    if notes.chars().any(|c| c.is_control() && c != '\n' && c != '\t' && c != '\r') {
+        return Err(Error::InvalidSetting(
+            "a run note is plain text: remove the control characters (line breaks and tabs are fine)".into(),
+        ));
+    }
+    Ok((!notes.is_empty()).then(|| notes.to_string()))
+}
+
+/// Store `notes` (validated, trimmed; empty clears it) as the note of the run in `run_dir` by rewriting its
+/// run.json atomically. Refused, with the file untouched, when the note is invalid or the run has no readable
+/// run.json. Returns the stored note.
+pub fn set_run_notes(run_dir: &Path, notes: &str) -> Result<Option<String>> {
+    let notes = validate_run_notes(notes)?;
+    let mut manifest = read_for_edit(run_dir, "annotated")?;
+    manifest.notes = notes.clone();
+    manifest.write(run_dir)?;
+    Ok(notes)
+}
+
+/// The run.json of `run_dir` for an edit (`what`: "renamed", "annotated"): refused when the folder has none.
+fn read_for_edit(run_dir: &Path, what: &str) -> Result<RunManifest> {
+    if !run_dir.join(RUN_CONFIG).is_file() {
+        return Err(Error::MissingFile {
+            path: run_dir.join(RUN_CONFIG),
+            what: format!("only a run folder with its run.json can be {what} (was the run deleted or moved?)"),
+        });
+    }
+    RunManifest::read(run_dir)
 }
 
 #[cfg(test)]
@@ -93,5 +132,24 @@ mod tests {
         let err = rename_run(dir.path(), "name").unwrap_err().to_string();
         assert!(err.contains("run.json"), "{err}");
         assert!(!dir.path().join(RUN_CONFIG).exists(), "nothing was written");
+    }
+
+    #[test]
+    fn a_note_is_stored_alone_and_an_empty_one_clears_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = RunManifest::new("r", &TrainConfig::default());
+        manifest.write(dir.path()).unwrap();
+        let stored = set_run_notes(dir.path(), "  lr too high?\nloss jumps at step 40 ").unwrap();
+        assert_eq!(stored.as_deref(), Some("lr too high?\nloss jumps at step 40"));
+        let read = RunManifest::read(dir.path()).unwrap();
+        assert_eq!(read.notes, stored);
+        assert_eq!(RunManifest { notes: None, ..read }, manifest, "nothing else changed");
+        assert!(set_run_notes(dir.path(), "bell \u{7}").unwrap_err().to_string().contains("control"));
+        assert!(set_run_notes(dir.path(), &"x".repeat(MAX_RUN_NOTES_LEN + 1)).is_err());
+        assert_eq!(RunManifest::read(dir.path()).unwrap().notes, stored, "a refused note leaves the old one");
+        assert_eq!(set_run_notes(dir.path(), "   ").unwrap(), None);
+        assert_eq!(RunManifest::read(dir.path()).unwrap().notes, None);
+        let empty = tempfile::tempdir().unwrap();
+        assert!(set_run_notes(empty.path(), "x").unwrap_err().to_string().contains("annotated"));
     }
 }

@@ -58,6 +58,11 @@ impl StudioApp {
             }
             Event::RunsFailed { error, .. } => self.checkpoints_panel.on_runs_failed(error.message),
             Event::RunRenamed { run_dir, label } => self.checkpoints_panel.on_renamed(&run_dir, label),
+            e @ (Event::RunNotesSaved { .. } | Event::RunDeletePlanned(_) | Event::RunDeleted(_)) => {
+                if self.checkpoints_panel.on_run_event(e) {
+                    self.actions.push(Action::RefreshRuns);
+                }
+            }
             Event::CheckpointDeleted { path } => {
                 self.checkpoints_panel.on_deleted(&path);
                 self.actions.push(Action::RefreshRuns);
