@@ -245,6 +245,7 @@ mod tests {
         RunInfo {
             name: dir.file_name().unwrap().to_string_lossy().into_owned(),
             label: None,
+            notes: Default::default(),
             dir: dir.to_path_buf(),
             config: None,
             started_unix_secs: None,
