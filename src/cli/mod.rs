@@ -3,6 +3,7 @@
 
 mod bench;
 mod data;
+mod eval;
 pub mod hub;
 mod inference;
 mod rank_bench;
@@ -78,6 +79,8 @@ pub enum Command {
     Data(data::DataArgs),
     /// Export a checkpoint: PEFT or mlx-lm adapter, merged model folder, GGUF (merged, quantized), llama.cpp LoRA GGUF, Ollama folder.
     Export(train::ExportArgs),
+    /// Evaluate the base model, adapters or a run's checkpoints on a dataset: loss, generated answers, multiple choice.
+    Eval(Box<eval::EvalArgs>),
     /// Benchmarks: generation, training and LoRA micro-benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -273,6 +276,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Train(a)) => train::train(&a),
         Some(Command::Export(a)) => train::export(&a),
         Some(Command::Data(a)) => data::data(&a),
+        Some(Command::Eval(a)) => eval::eval(&a),
         Some(Command::Bench(b)) => bench::run(b),
         Some(Command::Doctor(a)) => doctor(&a),
         Some(Command::Models(a)) => models(&a),

@@ -12,13 +12,16 @@
 //! the target's adapter attached. Progress goes out as [`EvalEvent`]s; a cancel flag stops between rows.
 
 pub mod generation;
+pub mod judge;
 pub mod loss;
+pub mod metrics;
 pub mod multiple_choice;
+pub mod split;
 pub mod targets;
 
 pub use targets::EvalTarget;
 
-use crate::engine::data::{ReadOptions, SplitName};
+use crate::engine::data::{DataOptions, ReadOptions, SplitName};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::LoadedModel;
 use crate::engine::sampler::SamplingParams;
@@ -45,6 +48,69 @@ pub struct EvalSpec {
     pub batch_size: usize,
     /// The models to compare, in the order they are reported.
     pub targets: Vec<EvalTarget>,
+    /// The held-out validation fraction and its seed, as the run used them: without a validation file, the
+    /// `valid` split is carved from the training rows by these, so it is the same rows the run validated on.
+    pub valid_fraction: f64,
+    pub seed: u64,
+    /// Score every token (prompts too), as a run trained with `train_on_prompt` did (loss task).
+    pub train_on_prompt: bool,
+}
+
+impl Default for EvalSpec {
+    /// The loss task on a dataset's test split, the base alone, training's defaults for the split.
+    fn default() -> Self {
+        let data = DataOptions::default();
+        Self {
+            task: EvalTask::Loss,
+            data: PathBuf::new(),
+            split: SplitName::Test,
+            read: data.read,
+            limit: None,
+            seq_len: data.max_seq_len,
+            batch_size: 4,
+            targets: vec![EvalTarget::base()],
+            valid_fraction: data.valid_fraction,
+            // Training's default seed, which carves its validation rows.
+            seed: crate::engine::train::TrainConfig::default().seed,
+            train_on_prompt: data.train_on_prompt,
+        }
+    }
+}
+
+impl EvalSpec {
+    /// The checks that need no model and no data (run by [`run_eval`]; front ends call it before loading a
+    /// model): something to evaluate, sizes of at least 1, a sampling setting and a regex that can work.
+    pub fn check(&self) -> Result<()> {
+        if self.targets.is_empty() {
+            return Err(Error::InvalidSetting("nothing to evaluate: name the base, an adapter or checkpoints".into()));
+        }
+        if self.batch_size == 0 || self.seq_len == 0 || self.limit == Some(0) {
+            return Err(Error::InvalidSetting(format!(
+                "batch size (--batch-size {}), sequence length (--seq-len {}) and limit (--limit {}) must be at \
+                 least 1",
+                self.batch_size,
+                self.seq_len,
+                self.limit.map_or("none".into(), |l| l.to_string())
+            )));
+        }
+        if let EvalTask::Generate(settings) = &self.task {
+            settings.sampling.validate(settings.max_tokens)?;
+            metrics::Scorer::new(settings.regex.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// How the data is read and split: training's [`DataOptions`] with this spec's values.
+    pub fn data_options(&self) -> DataOptions {
+        DataOptions {
+            valid_fraction: self.valid_fraction,
+            seed: self.seed,
+            max_seq_len: self.seq_len,
+            train_on_prompt: self.train_on_prompt,
+            read: self.read.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 /// Which evaluation to run.
@@ -76,6 +142,13 @@ pub struct GenerateSettings {
     pub regex: Option<String>,
     /// A local model that scores each answer 1-10 against the reference.
     pub judge: Option<PathBuf>,
+}
+
+impl Default for GenerateSettings {
+    /// Greedy answers of at most 256 tokens, no regex, no judge.
+    fn default() -> Self {
+        Self { max_tokens: 256, sampling: SamplingParams::greedy(), regex: None, judge: None }
+    }
 }
 
 /// One named number of a target's result (`loss`, `perplexity`, `exact_match`, `acc`, ...), in report order.
@@ -168,12 +241,7 @@ pub fn run_eval(
     cancel: &AtomicBool,
     emit: &mut dyn FnMut(EvalEvent),
 ) -> Result<EvalReport> {
-    if spec.targets.is_empty() {
-        return Err(Error::InvalidSetting("nothing to evaluate: name the base, an adapter or checkpoints".into()));
-    }
-    if spec.batch_size == 0 || spec.seq_len == 0 || spec.limit == Some(0) {
-        return Err(Error::InvalidSetting("batch size, sequence length and limit must be at least 1".into()));
-    }
+    spec.check()?;
     let mut notes = Vec::new();
     for target in &spec.targets {
         notes.extend(target.check(base)?);

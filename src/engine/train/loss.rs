@@ -26,16 +26,39 @@ pub fn target_positions(batch: &Batch) -> (Vec<u32>, Vec<u32>) {
 /// Sum of target-token NLL for one batch (the evaluation loss, computed chunked without materialising the
 /// logits), and the number of target tokens.
 pub fn batch_nll_sum(model: &Transformer, batch: &Batch) -> Result<(f64, usize)> {
-    let device = model.device();
-    let (b, t) = (batch.batch_size, batch.seq_len);
     let (sources, targets) = target_positions(batch);
     let n = targets.len();
     if n == 0 {
         return Ok((0.0, 0));
     }
-    let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
-    let hidden = model.forward_hidden(&input, 0, None)?.reshape((b * t, model.config.hidden_size))?;
-    let picked = hidden.index_select(&Tensor::from_vec(sources, n, device)?, 0)?;
+    let picked = target_hidden(model, batch, sources)?;
     let loss = model.head_nll(&picked, &targets, None)?;
     Ok((loss.nll_sum.value()?, n))
+}
+
+/// [`batch_nll_sum`] row by row: each row's target-token NLL sum and target count (what `eval --task loss`
+/// reports per row; their totals are the batch's).
+pub fn batch_row_nll(model: &Transformer, batch: &Batch) -> Result<Vec<(f64, usize)>> {
+    let (sources, targets) = target_positions(batch);
+    let mut rows = vec![(0.0, 0); batch.batch_size];
+    if targets.is_empty() {
+        return Ok(rows);
+    }
+    let row_of: Vec<usize> = sources.iter().map(|&k| k as usize / batch.seq_len.max(1)).collect();
+    let picked = target_hidden(model, batch, sources)?;
+    for (row, nll) in row_of.into_iter().zip(model.head_token_nll(&picked, &targets)?) {
+        rows[row].0 += nll;
+        rows[row].1 += 1;
+    }
+    Ok(rows)
+}
+
+/// The hidden states at the flat positions `sources` of `batch` (n, hidden).
+fn target_hidden(model: &Transformer, batch: &Batch, sources: Vec<u32>) -> Result<Tensor> {
+    let device = model.device();
+    let (b, t) = (batch.batch_size, batch.seq_len);
+    let n = sources.len();
+    let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
+    let hidden = model.forward_hidden(&input, 0, None)?.reshape((b * t, model.config.hidden_size))?;
+    Ok(hidden.index_select(&Tensor::from_vec(sources, n, device)?, 0)?)
 }
