@@ -94,6 +94,20 @@ fn base_and_a_checkpoint_are_picked_and_a_failing_evaluation_shows_its_error() {
     assert!(has(&h, "2 targets · loss on the valid split of sample-chat"));
     assert!(has(&h, "1/2"), "the run shows how many of its checkpoints are picked");
 
+    // The loss task end to end on the worker: the table, the plot and every row of both targets.
+    click(&mut h, "Run evaluation");
+    step_until(&mut h, "the loss evaluation", 120, |a| !a.eval_page.is_running());
+    h.step();
+    assert_eq!(app(&h).eval_page.status, EvalStatus::Finished, "{:?}", app(&h).eval_page.status);
+    let results = &app(&h).eval_page.results;
+    assert_eq!(results.finished.len(), 2);
+    let (base, ckpt) = (results.finished[0].metric("loss").unwrap(), results.finished[1].metric("loss").unwrap());
+    assert!(base.is_finite() && ckpt.is_finite() && base != ckpt, "{base} {ckpt}");
+    assert!(has(&h, "Finished in") && has(&h, "2 targets · 17 rows each · loss"));
+    assert!(has(&h, &format!("{:.4}  best", base.min(ckpt))), "the lower loss is marked");
+    assert!(has(&h, "valid.jsonl:"), "each row names its file and line");
+    assert!(has(&h, "Against the training step") && has(&h, "Save results…"));
+
     // An adapter folder that holds no adapter: the job refuses it before any row runs, and the page shows why.
     let empty = dir.path().join("not-an-adapter");
     std::fs::create_dir_all(&empty).unwrap();
@@ -161,7 +175,10 @@ fn results_studio(task: &str, results: Vec<TargetResult>, finish: bool) -> Studi
 
 #[test]
 fn loss_results_show_the_table_with_the_best_marked_and_each_rows_loss() {
-    let rows = |a: f64, b: f64| json!([{"line": 1, "tokens": 12, "loss": a}, {"line": 2, "tokens": 30, "loss": b}]);
+    let rows = |a: f64, b: f64| {
+        json!([{"line": 1, "source": "d/test.jsonl:1", "target_tokens": 12, "loss": a},
+               {"line": 2, "source": "d/test.jsonl:2", "target_tokens": 30, "loss": b}])
+    };
     let results = vec![
         result(target("base", None, None), &[("loss", 2.5), ("perplexity", 12.18)], rows(2.4, 2.6)),
         result(
@@ -182,7 +199,7 @@ fn loss_results_show_the_table_with_the_best_marked_and_each_rows_loss() {
     assert!(has(&h, "8.1700  best"), "and the lowest perplexity");
     assert!(!has(&h, "2.5000  best"));
     assert!(has(&h, "Note: 2 rows cut to 64 tokens"));
-    assert!(has(&h, "rows 1–2 of 2"));
+    assert!(has(&h, "rows 1–2 of 2") && has(&h, "test.jsonl:2"));
     assert!(has(&h, "2.2000") && has(&h, "2.6000"), "each row's loss per target");
     assert!(h.query_all_by_label("—").count() >= 2, "missing fields show a dash: checkpoint-4's perplexity and row 2");
     assert!(has(&h, "Save results…"));
@@ -273,4 +290,42 @@ fn a_cancelled_evaluation_says_so_and_keeps_the_finished_targets() {
     // The setup is usable again.
     assert!(!h.get_by_label("Base model").accesskit_node().is_disabled());
     assert!(has(&h, "No model is loaded"), "and the next run is checked again");
+}
+
+#[test]
+fn cancel_ends_a_running_evaluation_with_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let run = train_tiny_run(&runs);
+    // Enough rows that the job is still running when Cancel is pressed.
+    let line = json!({"messages": [{"role": "user", "content": "What is two plus two?"},
+                                    {"role": "assistant", "content": "Four, of course."}]})
+    .to_string();
+    let file = dir.path().join("many.jsonl");
+    std::fs::write(&file, vec![line; 4000].join("\n") + "\n").unwrap();
+    let mut p = prefs(&runs);
+    p.eval.data = metal_candle::studio::eval_setup::DataChoice::File;
+    p.eval.file = file.display().to_string();
+    p.eval.checkpoints = vec![run.join("checkpoint-2"), run.join("checkpoint-4")];
+    p.eval.batch_size = 1;
+    let mut h = with_model_and_sample(p, 1400.0);
+    goto(&mut h, Page::Evaluate);
+    step_until(&mut h, "the runs list", 30, |a| a.checkpoints_panel.runs.len() == 1);
+    h.step();
+    assert!(has(&h, "3 targets · loss on many.jsonl"));
+    click(&mut h, "Run evaluation");
+    step_until(&mut h, "the first rows", 60, |a| a.eval_page.status == EvalStatus::Running);
+    click(&mut h, "Cancel");
+    step_until(&mut h, "the cancel", 60, |a| !a.eval_page.is_running());
+    h.step();
+    assert_eq!(app(&h).eval_page.status, EvalStatus::Failed { message: app_message(&h), cancelled: true });
+    assert!(has(&h, "Evaluation cancelled after"), "the page says so");
+    assert!(app(&h).eval_page.results.finished.len() < 3, "it stopped before the last target");
+}
+
+fn app_message(h: &StudioHarness) -> String {
+    match &app(h).eval_page.status {
+        EvalStatus::Failed { message, .. } => message.clone(),
+        other => format!("{other:?}"),
+    }
 }

@@ -34,8 +34,8 @@ pub struct EvalInputs<'a> {
     pub model_loading: bool,
     /// The dataset open on the dataset page.
     pub dataset: Option<&'a DatasetReport>,
-    /// The training sequence length (loss is measured as training measures it).
-    pub seq_len: usize,
+    /// The training settings (sequence length, seed, prompt tokens trained): rows are read as training reads them.
+    pub train: &'a crate::engine::train::TrainConfig,
     pub runs_dir: &'a Path,
 }
 
@@ -182,7 +182,7 @@ impl EvalPage {
                 model_loaded: inputs.model.is_some(),
                 model_loading: inputs.model_loading,
                 dataset: inputs.dataset,
-                seq_len: inputs.seq_len,
+                train: inputs.train,
                 runs: &self.runs,
             };
             let spec = build_spec(prefs, &cx);
@@ -307,7 +307,7 @@ impl EvalPage {
         self.results.metrics_table_ui(ui);
         self.results.save_ui(ui, runs_dir);
         ui.add_space(6.0);
-        let names = self.results.metric_names();
+        let names = self.results.score_names();
         plot_ui(ui, &self.results.finished, &names, &mut prefs.plot_metric);
         widgets::section_ui(ui, "Row by row");
         rows_ui(ui, &self.results.task, &self.results.finished, &mut self.rows_view);

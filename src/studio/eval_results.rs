@@ -5,7 +5,7 @@
 
 use super::chat_export::{fresh_path, write_file};
 use super::widgets::{self, banner_ui, palette, Tone};
-use crate::engine::eval::{EvalReport, EvalTarget, TargetResult};
+use crate::engine::eval::{EvalReport, EvalTarget, Metric, TargetResult};
 use crossbeam_channel::Receiver;
 use egui::{RichText, Ui};
 use std::path::{Path, PathBuf};
@@ -59,6 +59,11 @@ impl EvalResults {
         self.finished.is_empty()
     }
 
+    /// Score names in report order (counts such as rows are left out): what the plot offers.
+    pub fn score_names(&self) -> Vec<String> {
+        self.metric_names().into_iter().filter(|n| Metric::higher_is_better(n).is_some()).collect()
+    }
+
     /// Metric names in report order (the union over finished targets).
     pub fn metric_names(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
@@ -81,7 +86,11 @@ impl EvalResults {
                     ui.label(RichText::new("target").strong());
                     ui.label(RichText::new("step").strong());
                     for n in &names {
-                        let dir = if lower_is_better(n) { "lower is better" } else { "higher is better" };
+                        let dir = match Metric::higher_is_better(n) {
+                            Some(true) => "higher is better",
+                            Some(false) => "lower is better",
+                            None => "a count, not a score",
+                        };
                         ui.label(RichText::new(n).strong()).on_hover_text(dir);
                     }
                     ui.label(RichText::new("time").strong());
@@ -93,12 +102,14 @@ impl EvalResults {
                             match r.metric(n) {
                                 Some(v) if best.is_some_and(|b| b == v) => {
                                     ui.label(
-                                        RichText::new(format!("{}  best", fmt_metric(v))).strong().color(palette::OK),
+                                        RichText::new(format!("{}  best", fmt_metric(n, v)))
+                                            .strong()
+                                            .color(palette::OK),
                                     )
                                     .on_hover_text("best of the targets");
                                 }
                                 Some(v) => {
-                                    ui.label(fmt_metric(v));
+                                    ui.label(fmt_metric(n, v));
                                 }
                                 None => {
                                     ui.label("—");
@@ -201,27 +212,27 @@ fn timestamp() -> String {
     format!("{:04}{:02}{:02}-{:02}{:02}{:02}", t.year, t.month, t.day, t.hour, t.minute, t.second)
 }
 
-/// Loss-like metrics (loss, perplexity) are better low; scores and accuracies are better high.
-pub fn lower_is_better(metric: &str) -> bool {
-    let m = metric.to_ascii_lowercase();
-    m.contains("loss") || m.contains("perplexity") || m == "ppl"
-}
-
-/// The best finite value of `metric` among `results`, when two targets or more report it and they differ (a tie
-/// of all marks nothing).
+/// The best finite value of score `metric` among `results`, when two targets or more report it and they differ (a
+/// tie of all marks nothing; counts have no best).
 pub fn best_value(results: &[TargetResult], metric: &str) -> Option<f64> {
+    let higher = Metric::higher_is_better(metric)?;
     let values: Vec<f64> = results.iter().filter_map(|r| r.metric(metric)).filter(|v| v.is_finite()).collect();
     if values.len() < 2 || values.iter().all(|v| *v == values[0]) {
         return None;
     }
-    let pick = if lower_is_better(metric) { f64::min } else { f64::max };
+    let pick = if higher { f64::max } else { f64::min };
     values.into_iter().reduce(pick)
 }
 
-/// A metric value with the digits that matter: 4 decimals below 100, 1 above.
-pub fn fmt_metric(v: f64) -> String {
-    if !v.is_finite() {
+/// A metric value with the digits that matter: counts whole, scores with 4 decimals below 100 and 1 above, a
+/// missing one (NaN: no judge reply could be read) as a dash.
+pub fn fmt_metric(name: &str, v: f64) -> String {
+    if v.is_nan() {
+        "—".into()
+    } else if !v.is_finite() {
         format!("{v}")
+    } else if Metric::higher_is_better(name).is_none() {
+        format!("{v:.0}")
     } else if v.abs() >= 100.0 {
         format!("{v:.1}")
     } else {
@@ -240,7 +251,6 @@ pub fn target_hover(t: &EvalTarget) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::eval::Metric;
 
     fn result(label: &str, metrics: &[(&str, f64)]) -> TargetResult {
         TargetResult {
@@ -264,7 +274,8 @@ mod tests {
         assert_eq!(best_value(&r[..1], "loss"), None);
         let tie = [result("a", &[("acc", 0.5)]), result("b", &[("acc", 0.5)])];
         assert_eq!(best_value(&tie, "acc"), None, "a tie of all marks nothing");
-        assert!(lower_is_better("perplexity") && !lower_is_better("token_f1"));
-        assert_eq!((fmt_metric(2.0), fmt_metric(1234.56)), ("2.0000".into(), "1234.6".into()));
+        assert_eq!(best_value(&[result("a", &[("rows", 3.0)]), result("b", &[("rows", 4.0)])], "rows"), None);
+        assert_eq!((fmt_metric("loss", 2.0), fmt_metric("perplexity", 1234.56)), ("2.0000".into(), "1234.6".into()));
+        assert_eq!((fmt_metric("rows", 17.0), fmt_metric("judge_score", f64::NAN)), ("17".into(), "—".into()));
     }
 }

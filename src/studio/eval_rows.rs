@@ -75,11 +75,12 @@ fn header_ui(ui: &mut Ui, first: &[&str], results: &[TargetResult]) {
 }
 
 fn loss_rows_ui(ui: &mut Ui, results: &[TargetResult], range: std::ops::Range<usize>) {
-    header_ui(ui, &["line", "tokens"], results);
+    header_ui(ui, &["row", "tokens"], results);
     for i in range {
         let first = row(results, i);
-        ui.label(text(first, "line"));
-        ui.label(text(first, "tokens"));
+        ui.label(source(first));
+        ui.label(text(first, "target_tokens"))
+            .on_hover_text("tokens scored (the answer's, unless prompts are trained)");
         let losses: Vec<Option<f64>> = results.iter().map(|r| num(row_of(r, i), "loss")).collect();
         let finite: Vec<f64> = losses.iter().flatten().copied().filter(|v| v.is_finite()).collect();
         // The lowest loss of the row is green, unless every target has the same.
@@ -102,10 +103,10 @@ fn generate_rows_ui(
     width: f32,
     view: &mut RowsView,
 ) {
-    header_ui(ui, &["line", "prompt", "reference"], results);
+    header_ui(ui, &["row", "prompt", "reference"], results);
     for i in range {
         let first = row(results, i);
-        ui.vertical(|ui| ui.label(text(first, "line")));
+        ui.vertical(|ui| ui.label(source(first)));
         clipped_ui(ui, &text(first, "prompt"), width, (i, 0), view);
         clipped_ui(ui, &text(first, "reference"), width, (i, 1), view);
         for (t, r) in results.iter().enumerate() {
@@ -130,11 +131,23 @@ fn scores_ui(ui: &mut Ui, cell: Option<&Value>) {
             ("contains", "contains", 1.0),
             ("token_f1", "F1", 1.0),
             ("regex", "regex", 1.0),
-            ("judge_score", "judge", 10.0),
         ] {
             let Some(v) = num(scores, key) else { continue };
             let shown = if key == "token_f1" { format!("{short} {v:.2}") } else { format!("{short} {v}") };
             ui.label(RichText::new(shown).small().color(score_color(v / max)));
+        }
+        // The judge's score sits beside the scores (null when its reply had no readable score).
+        let judge = num(cell, "judge_score").or_else(|| num(scores, "judge_score"));
+        let reply = text(cell, "judge_reply");
+        match judge {
+            Some(v) => {
+                ui.label(RichText::new(format!("judge {v}/10")).small().color(score_color((v - 1.0) / 9.0)))
+                    .on_hover_text(reply);
+            }
+            None if reply != "—" => {
+                ui.label(RichText::new("judge: no score").small().weak()).on_hover_text(reply);
+            }
+            None => {}
         }
         let stop = text(cell, "stop_reason");
         if stop != "—" {
@@ -234,6 +247,14 @@ fn clip(s: &str, chars: usize) -> String {
     match s.char_indices().nth(chars) {
         Some((at, _)) => format!("{}…", &s[..at]),
         None => s.to_string(),
+    }
+}
+
+/// Where a row came from: its "file:line" source, else its line, else a dash.
+fn source(row: Option<&Value>) -> String {
+    match text(row, "source") {
+        s if s != "—" => s.rsplit('/').next().unwrap_or(&s).to_string(),
+        _ => text(row, "line"),
     }
 }
 

@@ -6,7 +6,8 @@
 use crate::engine::data::ReadOptions;
 use crate::engine::eval::{EvalSpec, EvalTarget, EvalTask, GenerateSettings};
 use crate::engine::sampler::SamplingParams;
-use crate::worker::{DatasetReport, RunInfo, SplitName};
+use crate::engine::train::TrainConfig;
+use crate::worker::{same_path, DatasetReport, RunInfo, SplitName};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -114,8 +115,9 @@ pub struct SetupContext<'a> {
     pub model_loading: bool,
     /// The dataset open on the dataset page (its report), if any.
     pub dataset: Option<&'a DatasetReport>,
-    /// Longest sequence in tokens: the training setting, so loss is measured as training measured it.
-    pub seq_len: usize,
+    /// The training settings (sequence length, seed, prompt tokens trained): a split and its rows are read as
+    /// a run with these read them, unless a picked checkpoint's run recorded its own.
+    pub train: &'a TrainConfig,
     pub runs: &'a [RunInfo],
 }
 
@@ -127,7 +129,7 @@ pub fn targets(prefs: &EvalPrefs, runs: &[RunInfo]) -> Vec<EvalTarget> {
     }
     for run in runs {
         for c in &run.checkpoints {
-            if prefs.checkpoints.iter().any(|p| crate::worker::same_path(p, &c.path)) {
+            if prefs.checkpoints.iter().any(|p| same_path(p, &c.path)) {
                 out.push(EvalTarget::adapter(&c.path));
             }
         }
@@ -160,16 +162,29 @@ pub fn build_spec(prefs: &EvalPrefs, cx: &SetupContext<'_>) -> Result<EvalSpec, 
         TaskChoice::MultipleChoice => EvalTask::MultipleChoice,
         TaskChoice::Generate => EvalTask::Generate(generate_settings(prefs)?),
     };
-    Ok(EvalSpec {
+    // As `metal-candle eval` does: the first picked checkpoint's run says how its rows were read and split.
+    let config = cx
+        .runs
+        .iter()
+        .filter(|r| r.checkpoints.iter().any(|c| prefs.checkpoints.iter().any(|p| same_path(p, &c.path))))
+        .find_map(|r| r.config.as_ref())
+        .unwrap_or(cx.train);
+    let spec = EvalSpec {
         task,
         data,
         split,
         read,
         limit: (prefs.limit > 0).then_some(prefs.limit),
-        seq_len: cx.seq_len,
+        seq_len: config.seq_len,
         batch_size: prefs.batch_size,
         targets,
-    })
+        valid_fraction: EvalSpec::default().valid_fraction,
+        seed: config.seed,
+        train_on_prompt: config.train_on_prompt,
+    };
+    // The engine's own check of the settings (a bad regex, sampling out of range), before the job is sent.
+    spec.check().map_err(|e| e.to_string())?;
+    Ok(spec)
 }
 
 /// The data path, split and read options of the prompt set.
@@ -209,17 +224,10 @@ fn prompt_set(prefs: &EvalPrefs, dataset: Option<&DatasetReport>) -> Result<(Pat
     }
 }
 
-/// The generate task's settings, checked as every front end checks sampling settings.
+/// The generate task's settings, as `metal-candle eval` makes them (greedy at temperature 0, seed 42); the spec's
+/// check validates them.
 fn generate_settings(prefs: &EvalPrefs) -> Result<GenerateSettings, String> {
-    let sampling = if prefs.temperature == 0.0 {
-        SamplingParams::greedy()
-    } else {
-        SamplingParams { temperature: prefs.temperature, ..SamplingParams::default() }
-    };
-    if prefs.max_tokens == 0 {
-        return Err("Max tokens must be at least 1.".into());
-    }
-    sampling.validate(prefs.max_tokens).map_err(|e| e.to_string())?;
+    let sampling = SamplingParams { temperature: prefs.temperature, seed: 42, ..SamplingParams::greedy() };
     let judge = Some(prefs.judge.trim()).filter(|j| !j.is_empty()).map(PathBuf::from);
     if let Some(j) = judge.as_deref().filter(|j| !j.exists()) {
         return Err(format!("The judge model {} does not exist.", j.display()));
@@ -230,7 +238,7 @@ fn generate_settings(prefs: &EvalPrefs) -> Result<GenerateSettings, String> {
 
 /// Tick or untick a checkpoint folder.
 pub fn toggle(list: &mut Vec<PathBuf>, path: &Path, on: bool) {
-    list.retain(|p| !crate::worker::same_path(p, path));
+    list.retain(|p| !same_path(p, path));
     if on {
         list.push(path.to_path_buf());
     }
@@ -268,38 +276,43 @@ mod tests {
         }
     }
 
-    fn cx<'a>(runs: &'a [RunInfo]) -> SetupContext<'a> {
-        SetupContext { model_loaded: true, model_loading: false, dataset: None, seq_len: 256, runs }
+    fn cx<'a>(runs: &'a [RunInfo], train: &'a TrainConfig) -> SetupContext<'a> {
+        SetupContext { model_loaded: true, model_loading: false, dataset: None, train, runs }
+    }
+
+    fn train() -> TrainConfig {
+        TrainConfig { seq_len: 256, ..TrainConfig::default() }
     }
 
     #[test]
     fn refusals_say_what_to_do() {
-        let runs = [];
+        let (runs, t) = ([], train());
         let prefs = EvalPrefs::default();
-        let mut c = cx(&runs);
+        let mut c = cx(&runs, &t);
         c.model_loaded = false;
         assert!(build_spec(&prefs, &c).unwrap_err().contains("Model page"));
         c.model_loading = true;
         assert!(build_spec(&prefs, &c).unwrap_err().contains("still loading"));
         let none = EvalPrefs { include_base: false, ..EvalPrefs::default() };
-        assert!(build_spec(&none, &cx(&runs)).unwrap_err().contains("Nothing to evaluate"));
-        assert!(build_spec(&prefs, &cx(&runs)).unwrap_err().contains("No dataset is open"));
+        assert!(build_spec(&none, &cx(&runs, &t)).unwrap_err().contains("Nothing to evaluate"));
+        assert!(build_spec(&prefs, &cx(&runs, &t)).unwrap_err().contains("No dataset is open"));
         let file = EvalPrefs { data: DataChoice::File, file: "/no/such/file.jsonl".into(), ..EvalPrefs::default() };
-        assert!(build_spec(&file, &cx(&runs)).unwrap_err().contains("/no/such/file.jsonl does not exist"));
+        assert!(build_spec(&file, &cx(&runs, &t)).unwrap_err().contains("/no/such/file.jsonl does not exist"));
         let here = env!("CARGO_MANIFEST_DIR").to_string() + "/assets/sample-chat/valid.jsonl";
         let hot = EvalPrefs { task: TaskChoice::Generate, temperature: -1.0, file: here.clone(), ..file.clone() };
-        assert!(build_spec(&hot, &cx(&runs)).unwrap_err().contains("emperature"));
+        assert!(build_spec(&hot, &cx(&runs, &t)).unwrap_err().contains("emperature"));
         let judge = EvalPrefs { temperature: 0.0, judge: "/no/judge".into(), ..hot };
-        assert!(build_spec(&judge, &cx(&runs)).unwrap_err().contains("judge model /no/judge"));
+        assert!(build_spec(&judge, &cx(&runs, &t)).unwrap_err().contains("judge model /no/judge"));
         let ok = EvalPrefs { judge: String::new(), limit: 3, ..judge };
-        let spec = build_spec(&ok, &cx(&runs)).unwrap();
+        let spec = build_spec(&ok, &cx(&runs, &t)).unwrap();
         assert_eq!((spec.limit, spec.seq_len, spec.task.name()), (Some(3), 256, "generate"));
     }
 
     #[test]
     fn targets_come_base_first_then_checkpoints_by_run_and_step_then_adapters() {
         let tmp = tempfile::tempdir().unwrap();
-        let runs = [run(&tmp.path().join("run-a"), &[10, 20]), run(&tmp.path().join("run-b"), &[5])];
+        let mut runs = [run(&tmp.path().join("run-a"), &[10, 20]), run(&tmp.path().join("run-b"), &[5])];
+        let t = train();
         let mut prefs = EvalPrefs::default();
         toggle(&mut prefs.checkpoints, &tmp.path().join("run-b/checkpoint-5"), true);
         toggle(&mut prefs.checkpoints, &tmp.path().join("run-a/checkpoint-20"), true);
@@ -309,7 +322,21 @@ mod tests {
         assert_eq!(labels, ["base", "run-a/checkpoint-20", "run-b/checkpoint-5", "my-adapter"]);
         toggle(&mut prefs.checkpoints, &tmp.path().join("run-a/checkpoint-20"), false);
         assert_eq!(targets(&prefs, &runs).len(), 3);
-        let err = build_spec(&prefs, &cx(&runs)).unwrap_err();
+        let err = build_spec(&prefs, &cx(&runs, &t)).unwrap_err();
         assert!(err.contains("my-adapter does not exist"), "{err}");
+
+        // A picked checkpoint's run says how rows are read, as `metal-candle eval` takes it from run.json.
+        prefs.adapters.clear();
+        prefs.data = DataChoice::File;
+        prefs.file = env!("CARGO_MANIFEST_DIR").to_string() + "/assets/sample-chat/valid.jsonl";
+        let spec = build_spec(&prefs, &cx(&runs, &t)).unwrap();
+        assert_eq!(
+            (spec.seq_len, spec.seed, spec.train_on_prompt),
+            (256, t.seed, false),
+            "no run config: the settings"
+        );
+        runs[1].config = Some(TrainConfig { seq_len: 77, seed: 7, train_on_prompt: true, ..TrainConfig::default() });
+        let spec = build_spec(&prefs, &cx(&runs, &t)).unwrap();
+        assert_eq!((spec.seq_len, spec.seed, spec.train_on_prompt), (77, 7, true));
     }
 }

@@ -454,7 +454,7 @@ impl StudioApp {
                     model: ctx.model.loaded.as_ref(),
                     model_loading: ctx.model.loading.is_some(),
                     dataset: ctx.dataset,
-                    seq_len: ctx.prefs.train.seq_len,
+                    train: &ctx.prefs.train,
                     runs_dir: &runs_dir,
                 };
                 for request in self.eval_page.ui(ui, &mut ctx.prefs.eval, &inputs) {
