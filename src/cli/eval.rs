@@ -5,7 +5,7 @@
 
 use super::ModelArgs;
 use crate::engine::data::{ColumnMap, FormatChoice, SplitName};
-use crate::engine::eval::{self, EvalEvent, EvalReport, EvalSpec, EvalTarget, EvalTask, GenerateSettings};
+use crate::engine::eval::{self, EvalEvent, EvalReport, EvalSpec, EvalTarget, EvalTask, GenerateSettings, Metric};
 use crate::engine::sampler::SamplingParams;
 use crate::engine::train::run_folder::{run_dir_of_checkpoint, RunManifest, RUN_CONFIG};
 use anyhow::{bail, Context};
@@ -255,19 +255,10 @@ impl Progress {
     }
 }
 
-/// Which way a metric is better: Some(true) higher, Some(false) lower, None not a score (counts).
-fn higher_is_better(name: &str) -> Option<bool> {
-    match name {
-        "loss" | "perplexity" => Some(false),
-        "rows" | "target_tokens" | "judge_unparsed" => None,
-        _ => Some(true),
-    }
-}
-
 fn format_value(name: &str, value: f64) -> String {
     if value.is_nan() {
         "-".into()
-    } else if higher_is_better(name).is_none() {
+    } else if Metric::higher_is_better(name).is_none() {
         format!("{value:.0}")
     } else {
         format!("{value:.4}")
@@ -287,7 +278,7 @@ pub fn table(report: &EvalReport) -> String {
     let best: Vec<Option<f64>> = names
         .iter()
         .map(|name| {
-            let better = higher_is_better(name)?;
+            let better = Metric::higher_is_better(name)?;
             let values = report.targets.iter().filter_map(|t| t.metric(name)).filter(|v| !v.is_nan());
             let best = if better { values.reduce(f64::max) } else { values.reduce(f64::min) };
             best.filter(|_| report.targets.len() > 1)

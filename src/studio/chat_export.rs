@@ -236,7 +236,7 @@ pub fn fresh_path(path: &Path) -> PathBuf {
 }
 
 /// Write `bytes` to `path`: a new file only, unless `replace`. Errors name the file.
-fn write_file(path: &Path, bytes: &[u8], replace: bool) -> Result<(), String> {
+pub fn write_file(path: &Path, bytes: &[u8], replace: bool) -> Result<(), String> {
     use std::io::Write;
     let mut options = std::fs::OpenOptions::new();
     options.write(true);

@@ -158,8 +158,19 @@ pub const SAVE_LIMIT: Term = Term {
     page: "LoRA settings",
 };
 
+pub const EVALUATION: Term = Term {
+    name: "Evaluation",
+    meaning: "Scores the base model, checkpoints and adapters on the same rows. Loss: loss and perplexity (e^loss) \
+              on a split, templated and masked as training does. Generate: each row's prompt answered and compared \
+              with its reference (exact match after trimming, contains, token F1, an optional regex and judge \
+              model). Multiple choice: each choice's log-likelihood as lm-evaluation-harness computes it; acc picks \
+              the highest, acc_norm the highest per character.",
+    typical: "Loss on the test or valid split to rank checkpoints; generate on a few dozen prompts to read answers.",
+    page: "Evaluate",
+};
+
 /// Every entry, in the order the Help window lists them.
-pub const ALL: [&Term; 16] = [
+pub const ALL: [&Term; 17] = [
     &RANK,
     &ALPHA,
     &RSLORA,
@@ -176,6 +187,7 @@ pub const ALL: [&Term; 16] = [
     &EARLY_STOPPING,
     &BEST_CHECKPOINT,
     &SAVE_LIMIT,
+    &EVALUATION,
 ];
 
 /// The LoRA targets as they will apply: with a model loaded, only the linears its family has (all-linear

@@ -3,7 +3,7 @@
 //!
 //! - `app`: the eframe app, persisted preferences, event routing, navigation;
 //! - one file per page: `model_panel`, `dataset_panel`, `settings_panel`, `training_panel`,
-//!   `checkpoints_panel`, `chat_panel`, `rank_panel`;
+//!   `checkpoints_panel`, `chat_panel`, `rank_panel`, `eval_page`;
 //! - parts of pages in their own files: `dataset_reading` (format and columns), `dataset_rows` (paging and
 //!   searching rows), `chat_adapter` (loading an adapter folder), `chat_transcript` and `chat_export` (the
 //!   conversation and its export), `export_dialog` (exporting a checkpoint);
@@ -13,6 +13,9 @@
 //! - `run_compare`, `run_rename`: the checkpoints page's compare-runs plot with its legend, and renaming a run;
 //! - the training page's parts: `live_run` (what it shows of a run), `training_plots`, `event_log`,
 //!   `run_history` (a run's recorded steps from metrics.jsonl) and `resume_offer` (an interrupted run);
+//! - the Evaluate page's parts: `eval_setup` (its choices and the spec they make), `eval_setup_ui` (the setup
+//!   cards), `eval_results` (the metrics table, saving the report), `eval_plot` (a metric against the step) and
+//!   `eval_rows` (the per-row grid);
 //! - `starter_model`: the first launch's one-click small model.
 //!
 //! Rules (settings validation, parameter and memory estimates, dataset reports) are the engine's; panels call
@@ -29,6 +32,12 @@ pub mod checkpoints_panel;
 pub mod dataset_panel;
 pub mod dataset_reading;
 pub mod dataset_rows;
+pub mod eval_page;
+pub mod eval_plot;
+pub mod eval_results;
+pub mod eval_rows;
+pub mod eval_setup;
+pub mod eval_setup_ui;
 pub mod event_log;
 pub mod export_dialog;
 pub mod file_picker;

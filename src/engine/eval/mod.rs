@@ -164,6 +164,17 @@ impl Metric {
     pub fn new(name: &str, value: f64) -> Self {
         Self { name: name.into(), value }
     }
+
+    /// Which way metric `name` is better: Some(true) higher, Some(false) lower (loss, perplexity), None for counts
+    /// (rows, target tokens, unparsed judge replies) that are not scores. The CLI's table and the studio's both
+    /// mark the best value by it.
+    pub fn higher_is_better(name: &str) -> Option<bool> {
+        match name {
+            "loss" | "perplexity" => Some(false),
+            "rows" | "target_tokens" | "judge_unparsed" => None,
+            _ => Some(true),
+        }
+    }
 }
 
 /// What one target scored: its metrics (means over rows) and the per-row detail, whose shape depends on the task.

@@ -138,6 +138,10 @@ impl StudioApp {
                 let n: usize = self.checkpoints_panel.runs.iter().map(|r| r.checkpoints.len()).sum();
                 (Some(format!("{} runs · {n} checkpoints", self.checkpoints_panel.runs.len())), weak)
             }
+            Page::Evaluate => match self.eval_page.nav_hint() {
+                Some((hint, color)) => (Some(hint), color),
+                None => (None, weak),
+            },
             Page::Chat => {
                 if self.chat_panel.is_generating() {
                     (Some("generating…".into()), palette::OK)

@@ -48,10 +48,12 @@ impl StudioApp {
             | Event::AdapterChecked { .. }
             | Event::AdapterCheckFailed { .. }) => self.chat_panel.on_event(e, &mut self.prefs.chat),
             Event::Diagnosis { text } => self.help.on_report(text),
-            // The Evaluate page (being built) takes these.
-            Event::Eval(_) | Event::EvalFinished(_) | Event::EvalFailed { .. } => {}
+            Event::Eval(e) => self.eval_page.on_eval(e),
+            Event::EvalFinished(report) => self.eval_page.on_finished(*report),
+            Event::EvalFailed { error, cancelled } => self.eval_page.on_failed(error.message, cancelled),
             Event::Runs { runs_dir, runs } => {
                 self.training_panel.on_runs(&runs);
+                self.eval_page.on_runs(&runs);
                 self.checkpoints_panel.on_runs(runs_dir, runs);
                 if self.checkpoints_panel.take_refresh_again() {
                     self.actions.push(Action::RefreshRuns);

@@ -5,6 +5,7 @@
 use super::chat_panel::{ChatMode, ChatPanel};
 use super::checkpoints_panel::CheckpointsPanel;
 use super::dataset_panel::{DatasetPanel, InspectKey};
+use super::eval_page::{EvalInputs, EvalPage, EvalRequest};
 use super::model_panel::ModelPanel;
 use super::rank_panel::RankPanel;
 use super::settings_panel::{ready_config, SettingsPanel};
@@ -142,6 +143,7 @@ pub struct StudioApp {
     pub checkpoints_panel: CheckpointsPanel,
     pub chat_panel: ChatPanel,
     pub rank_panel: RankPanel,
+    pub eval_page: EvalPage,
     actions: Vec<Action>,
     toasts: Vec<Toast>,
     pub options: StudioOptions,
@@ -179,6 +181,7 @@ impl StudioApp {
             checkpoints_panel: CheckpointsPanel::default(),
             chat_panel: ChatPanel::default(),
             rank_panel: RankPanel::default(),
+            eval_page: EvalPage::default(),
             actions: Vec::new(),
             toasts: Vec::new(),
             autostart_pending: options.start_training,
@@ -445,6 +448,24 @@ impl StudioApp {
             Page::Settings => self.settings_panel.ui(ui, &mut ctx),
             Page::Training => self.training_panel.ui(ui, &mut ctx),
             Page::Checkpoints => self.checkpoints_panel.ui(ui, &mut ctx),
+            Page::Evaluate => {
+                let runs_dir = ctx.prefs.train.out.clone();
+                let inputs = EvalInputs {
+                    model: ctx.model.loaded.as_ref(),
+                    model_loading: ctx.model.loading.is_some(),
+                    dataset: ctx.dataset,
+                    train: &ctx.prefs.train,
+                    runs_dir: &runs_dir,
+                };
+                for request in self.eval_page.ui(ui, &mut ctx.prefs.eval, &inputs) {
+                    ctx.actions.push(match request {
+                        EvalRequest::Send(c) => Action::Send(c),
+                        EvalRequest::RefreshRuns => Action::RefreshRuns,
+                        EvalRequest::ShowModelPage => Action::Goto(Page::Model),
+                        EvalRequest::ShowDatasetPage => Action::Goto(Page::Dataset),
+                    });
+                }
+            }
             Page::Chat => self.chat_panel.ui(ui, &mut ctx, &refs),
             Page::Ranks => self.rank_panel.ui(ui, &mut ctx),
         }
@@ -457,8 +478,10 @@ impl StudioApp {
     pub fn stop_jobs_and_wait(&mut self, limit: Duration) -> bool {
         self.worker.send(Command::StopTraining);
         self.worker.send(Command::StopRankProbe);
+        self.worker.send(Command::CancelEvaluation);
         let deadline = Instant::now() + limit;
-        let running = |app: &Self| app.training_panel.is_active() || app.rank_panel.is_busy();
+        let running =
+            |app: &Self| app.training_panel.is_active() || app.rank_panel.is_busy() || app.eval_page.is_running();
         while running(self) && Instant::now() < deadline {
             let mut events = Vec::new();
             self.worker.drain(DRAIN_BUDGET, DRAIN_MAX_EVENTS, |e| events.push(e));

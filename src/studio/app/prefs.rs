@@ -14,13 +14,22 @@ pub enum Page {
     Settings,
     Training,
     Checkpoints,
+    Evaluate,
     Chat,
     Ranks,
 }
 
 impl Page {
-    pub const ALL: [Page; 7] =
-        [Page::Model, Page::Dataset, Page::Settings, Page::Training, Page::Checkpoints, Page::Chat, Page::Ranks];
+    pub const ALL: [Page; 8] = [
+        Page::Model,
+        Page::Dataset,
+        Page::Settings,
+        Page::Training,
+        Page::Checkpoints,
+        Page::Evaluate,
+        Page::Chat,
+        Page::Ranks,
+    ];
 
     /// The navigation label.
     pub fn title(self) -> &'static str {
@@ -30,6 +39,7 @@ impl Page {
             Page::Settings => "LoRA settings",
             Page::Training => "Train",
             Page::Checkpoints => "Checkpoints",
+            Page::Evaluate => "Evaluate",
             Page::Chat => "Chat",
             Page::Ranks => "Rank explorer",
         }
@@ -117,6 +127,8 @@ pub struct Prefs {
     pub overlay_runs: Vec<String>,
     /// The export dialog's last format and quantization, offered again next time.
     pub export: crate::studio::export_dialog::ExportPrefs,
+    /// The Evaluate page's targets, prompt set and task options.
+    pub eval: crate::studio::eval_setup::EvalPrefs,
 }
 
 impl Default for Prefs {
@@ -139,6 +151,7 @@ impl Default for Prefs {
             rank: RankPrefs::default(),
             overlay_runs: Vec::new(),
             export: crate::studio::export_dialog::ExportPrefs::default(),
+            eval: crate::studio::eval_setup::EvalPrefs::default(),
         }
     }
 }
