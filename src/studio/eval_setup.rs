@@ -254,6 +254,7 @@ mod tests {
             name: dir.file_name().unwrap().to_string_lossy().into_owned(),
             label: None,
             notes: Default::default(),
+            best_checkpoint: None,
             dir: dir.to_path_buf(),
             config: None,
             started_unix_secs: None,
