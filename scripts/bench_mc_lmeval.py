@@ -35,10 +35,14 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", default="float32", help="float32 or bfloat16 (the HF model's dtype)")
+    ap.add_argument("--attn", default=None, help="transformers attention implementation (e.g. sdpa)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    lm = HFLM(pretrained=str(args.model), dtype="float32", device="cpu", batch_size=args.batch_size)
+    extra = {"attn_implementation": args.attn} if args.attn else {}
+    lm = HFLM(pretrained=str(args.model), dtype=args.dtype, device=args.device, batch_size=args.batch_size, **extra)
     include = {"arc_easy": TASKS / "arc" / "arc_easy.yaml", "hellaswag": TASKS / "hellaswag" / "hellaswag.yaml"}
     kind = "parquet" if args.data.suffix == ".parquet" else "json"
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,7 +57,8 @@ def main() -> None:
     samples = out["samples"]["mc_bench"]
     metrics = out["results"]["mc_bench"]
     print(json.dumps({
-        "impl": "lm-eval " + getattr(lm_eval, "__version__", "0.4"), "device": "cpu", "dtype": "f32",
+        "impl": "lm-eval " + getattr(lm_eval, "__version__", "0.4"), "device": args.device,
+        "dtype": {"float32": "f32", "bfloat16": "bf16"}.get(args.dtype, args.dtype),
         "threads": torch.get_num_threads(), "items": len(samples),
         "choices": sum(len(s["arguments"]) for s in samples), "secs": secs, "items_per_sec": len(samples) / secs,
         "acc": metrics["acc,none"], "acc_norm": metrics["acc_norm,none"], "batch_size": args.batch_size,

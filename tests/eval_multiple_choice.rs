@@ -155,3 +155,42 @@ fn bad_rows_fail_before_any_model_runs_naming_file_and_row() {
     let missing = spec(Path::new("no/such/file.jsonl").into(), vec![EvalTarget::base()], 4);
     assert!(run_eval(&missing, &model, &AtomicBool::new(false), &mut |_| {}).is_err());
 }
+
+/// `metal-candle eval --task multiple-choice --json` end to end: the base and the PEFT adapter as two targets of
+/// one run, on the MMLU-shaped rows, report lm-eval's log-likelihoods and accuracies.
+#[test]
+fn the_cli_scores_the_base_and_an_adapter_like_lm_eval() {
+    let expected = expected();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_metal-candle"))
+        .args(["eval", "--task", "multiple-choice", "--json", "--base", "--model"])
+        .arg(fixture("tiny-llama"))
+        .arg("--adapter")
+        .arg(fixture("tiny-llama-peft"))
+        .arg("--data")
+        .arg(fixture("mc/mmlu.jsonl"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let targets = report["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 2, "the base and the adapter");
+    for target in targets {
+        let adapter = target["target"]["adapter"].as_str().map(|_| "tiny-llama-peft");
+        let case = expected["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["model"] == "tiny-llama" && c["form"] == "mmlu" && c["adapter"].as_str() == adapter)
+            .unwrap();
+        let metric = |name: &str| {
+            target["metrics"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap()["value"].as_f64().unwrap()
+        };
+        assert!((metric("acc") - case["acc"].as_f64().unwrap()).abs() < 1e-9, "{adapter:?}");
+        assert!((metric("acc_norm") - case["acc_norm"].as_f64().unwrap()).abs() < 1e-9, "{adapter:?}");
+        for (o, t) in target["rows"].as_array().unwrap().iter().zip(case["rows"].as_array().unwrap()) {
+            for (a, b) in common::floats(&o["loglikelihoods"]).iter().zip(common::floats(&t["loglikelihoods"])) {
+                assert!((a - b).abs() < 1e-3, "{adapter:?}: ll {a} vs lm-eval {b}");
+            }
+        }
+    }
+}
