@@ -145,7 +145,7 @@ impl EvalPage {
             }
             EvalStatus::Failed { cancelled: true, .. } => Some(("cancelled".into(), palette::WARN)),
             EvalStatus::Failed { .. } => Some(("failed".into(), palette::ERROR)),
-            EvalStatus::Finished => Some((format!("{n} targets scored"), palette::MASKED_FG)),
+            EvalStatus::Finished => Some((format!("{} scored", targets_text(n)), palette::MASKED_FG)),
             EvalStatus::Idle => None,
         }
     }
@@ -284,8 +284,8 @@ impl EvalPage {
                 let r = &self.results;
                 ui.label(
                     RichText::new(format!(
-                        "Finished in {took}: {} targets · {} rows each · {}",
-                        r.finished.len(),
+                        "Finished in {took}: {} · {} rows each · {}",
+                        targets_text(r.finished.len()),
                         r.rows,
                         r.task
                     ))
@@ -319,6 +319,10 @@ fn spec_summary(spec: &EvalSpec) -> String {
     let data = crate::worker::display_name(&spec.data);
     let on = if spec.data.is_dir() { format!("the {} split of {data}", spec.split) } else { data };
     let rows = spec.limit.map(|n| format!(" · first {n} rows")).unwrap_or_default();
-    let n = spec.targets.len();
-    format!("{n} target{} · {} on {on}{rows}", if n == 1 { "" } else { "s" }, spec.task.name())
+    format!("{} · {} on {on}{rows}", targets_text(spec.targets.len()), spec.task.name())
+}
+
+/// "1 target", "3 targets".
+fn targets_text(n: usize) -> String {
+    format!("{n} target{}", if n == 1 { "" } else { "s" })
 }

@@ -51,7 +51,7 @@ pub fn rows_ui(ui: &mut Ui, task: &str, results: &[TargetResult], view: &mut Row
     let range = view.page * per_page..((view.page + 1) * per_page).min(total);
     let columns = results.len() + if task == "loss" { 2 } else { 3 };
     // Text columns share the width; many targets scroll sideways rather than squeeze.
-    let width = ((ui.available_width() - 60.0) / (columns - 1) as f32 - 16.0).max(200.0);
+    let width = ((ui.available_width() - 110.0) / (columns - 1) as f32 - 16.0).max(200.0);
     egui::ScrollArea::horizontal().id_salt("eval-rows-scroll").show(ui, |ui| {
         egui::Grid::new("eval-rows").striped(true).num_columns(columns).spacing([16.0, 8.0]).show(
             ui,
@@ -106,7 +106,8 @@ fn generate_rows_ui(
     header_ui(ui, &["row", "prompt", "reference"], results);
     for i in range {
         let first = row(results, i);
-        ui.vertical(|ui| ui.label(source(first)));
+        // One line: the grid's first column is as wide as its widest source ("valid.jsonl:12").
+        ui.vertical(|ui| ui.add(egui::Label::new(source(first)).extend()));
         clipped_ui(ui, &text(first, "prompt"), width, (i, 0), view);
         clipped_ui(ui, &text(first, "reference"), width, (i, 1), view);
         for (t, r) in results.iter().enumerate() {

@@ -43,8 +43,8 @@ impl TaskChoice {
                  token F1, an optional regex and an optional judge model."
             }
             TaskChoice::MultipleChoice => {
-                "Rows {\"context\", \"choices\", \"gold\"}: the log-likelihood of each choice as \
-                 lm-evaluation-harness computes it; acc and acc_norm."
+                "Rows {\"context\", \"choices\", \"gold\"}, or ARC, HellaSwag and MMLU columns as lm-eval maps them: \
+                 the log-likelihood of each choice as lm-evaluation-harness computes it; acc and acc_norm."
             }
         }
     }
