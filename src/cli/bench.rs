@@ -29,9 +29,9 @@ pub struct McBenchArgs {
     /// Multiple-choice rows: a .jsonl/.json/.parquet file or a dataset folder (with --split).
     #[arg(long)]
     pub data: std::path::PathBuf,
-    /// The split of a dataset folder: train | valid | test.
-    #[arg(long, default_value = "test")]
-    pub split: String,
+    /// The split of a dataset folder.
+    #[arg(long, value_enum, default_value = "test")]
+    pub split: super::eval::SplitArg,
     /// Score only the first N rows.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -145,12 +145,7 @@ struct McBench {
 
 fn multiple_choice(args: &McBenchArgs) -> anyhow::Result<()> {
     use crate::engine::eval::{run_eval, EvalSpec, EvalTarget, EvalTask};
-    let split = match args.split.as_str() {
-        "train" => crate::engine::data::SplitName::Train,
-        "valid" | "validation" => crate::engine::data::SplitName::Valid,
-        "test" => crate::engine::data::SplitName::Test,
-        other => anyhow::bail!("--split must be train, valid or test, not {other}"),
-    };
+    let split = args.split.into();
     let m = args.model.load()?;
     // The target re-attaches the adapter to a clone of the base, as `eval` scores it.
     let target = args.model.adapter.as_deref().map(EvalTarget::adapter).unwrap_or_else(EvalTarget::base);

@@ -29,6 +29,16 @@ pub enum SplitArg {
     Train,
 }
 
+impl From<SplitArg> for SplitName {
+    fn from(split: SplitArg) -> Self {
+        match split {
+            SplitArg::Test => SplitName::Test,
+            SplitArg::Valid => SplitName::Valid,
+            SplitArg::Train => SplitName::Train,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// The base model: a Hugging Face model folder, a .gguf file, or a Hub repo id. Default: the model the named
@@ -159,11 +169,7 @@ fn spec_of(args: &EvalArgs) -> anyhow::Result<(EvalSpec, PathBuf)> {
     let spec = EvalSpec {
         task,
         data,
-        split: match args.split {
-            SplitArg::Test => SplitName::Test,
-            SplitArg::Valid => SplitName::Valid,
-            SplitArg::Train => SplitName::Train,
-        },
+        split: args.split.into(),
         read,
         limit: args.limit,
         seq_len: args.seq_len.or(config.map(|c| c.seq_len)).unwrap_or(defaults.seq_len),

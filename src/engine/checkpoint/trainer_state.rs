@@ -45,6 +45,25 @@ pub struct TrainerState {
     pub evals_without_improvement: usize,
 }
 
+impl TrainerState {
+    /// A new run's state: step 0 of `total_steps`, at `cursor`, nothing trained or saved yet.
+    pub fn fresh(total_steps: usize, cursor: DataCursor, seed: u64) -> Self {
+        Self {
+            step: 0,
+            total_steps,
+            cursor,
+            seed,
+            train_loss: None,
+            val_loss: None,
+            trained_tokens: 0,
+            elapsed_secs: 0.0,
+            saved_unix_secs: 0,
+            best: None,
+            evals_without_improvement: 0,
+        }
+    }
+}
+
 /// The best checkpoint of a run: the step whose validation loss is the lowest so far, and that loss (recorded
 /// in each checkpoint's trainer_state.json and in run.json).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

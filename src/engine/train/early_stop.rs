@@ -95,19 +95,7 @@ mod tests {
     use crate::engine::data::DataCursor;
 
     fn state() -> TrainerState {
-        TrainerState {
-            step: 0,
-            total_steps: 10,
-            cursor: DataCursor { epoch: 0, batch_index: 0, seed: 0 },
-            seed: 0,
-            train_loss: None,
-            val_loss: None,
-            trained_tokens: 0,
-            elapsed_secs: 0.0,
-            saved_unix_secs: 0,
-            best: None,
-            evals_without_improvement: 0,
-        }
+        TrainerState::fresh(10, DataCursor { epoch: 0, batch_index: 0, seed: 0 }, 0)
     }
 
     #[test]

@@ -295,19 +295,7 @@ impl<'a> Trainer<'a> {
         total_steps: usize,
     ) -> Result<(TrainerState, f64)> {
         let Some(ckpt) = resume else {
-            let state = TrainerState {
-                step: 0,
-                total_steps,
-                cursor: plan.start(),
-                seed: self.config.seed,
-                train_loss: None,
-                val_loss: None,
-                trained_tokens: 0,
-                elapsed_secs: 0.0,
-                saved_unix_secs: 0,
-                best: None,
-                evals_without_improvement: 0,
-            };
+            let state = TrainerState::fresh(total_steps, plan.start(), self.config.seed);
             return Ok((state, 0.0));
         };
         let (saved, moments) = checkpoint::load_trainer_state(ckpt)?;
