@@ -37,30 +37,14 @@ pub fn left_pick_ui(
         egui::ComboBox::from_id_salt("left-pick")
             .selected_text(column_title(left.as_deref(), checkpoints))
             .width(260.0)
-            .show_ui(ui, |ui| {
-                if ui.selectable_label(left.is_none(), "Base model").clicked() {
-                    *left = None;
+            .show_ui(ui, |ui| match model_menu_ui(ui, "Base model", left.as_deref(), recent, checkpoints) {
+                Some(ColumnPick::Nothing) => *left = None,
+                Some(ColumnPick::Checkpoint(path)) => *left = Some(path),
+                Some(ColumnPick::Folder(path)) => {
+                    loader.target = ChatSide::Left;
+                    loader.check(path, commands);
                 }
-                for (run, c) in checkpoints {
-                    let selected = left.as_deref() == Some(c.path.as_path());
-                    if ui.selectable_label(selected, format!("{run} · step {}", c.step)).clicked() {
-                        *left = Some(c.path.clone());
-                    }
-                }
-                let others: Vec<&PathBuf> =
-                    recent.iter().filter(|p| !checkpoints.iter().any(|(_, c)| &c.path == *p)).collect();
-                if !others.is_empty() {
-                    ui.separator();
-                    ui.label(RichText::new("Loaded from folders").weak().small());
-                }
-                for path in others {
-                    let selected = left.as_ref() == Some(path);
-                    let item = ui.selectable_label(selected, checkpoint_title(path));
-                    if item.on_hover_text(path.display().to_string()).clicked() && !selected {
-                        loader.target = ChatSide::Left;
-                        loader.check(path.clone(), commands);
-                    }
-                }
+                None => {}
             })
             .response
             .labelled_by(l.id);
@@ -73,4 +57,49 @@ pub fn left_pick_ui(
             loader.open = true;
         }
     });
+}
+
+/// What was picked in a column's model menu.
+pub enum ColumnPick {
+    /// The first entry: the base model (left) or no adapter (right).
+    Nothing,
+    /// A checkpoint of a run in the run list: usable at once.
+    Checkpoint(PathBuf),
+    /// A folder loaded before: to be checked against the model again before use.
+    Folder(PathBuf),
+}
+
+/// The entries of a column's model menu (inside a combo box): `nothing_label`, each checkpoint of the runs, and
+/// the folders loaded before that are not among them. `current` is the column's adapter. Returns what was
+/// clicked, if it changes anything.
+pub fn model_menu_ui(
+    ui: &mut Ui,
+    nothing_label: &str,
+    current: Option<&Path>,
+    recent: &[PathBuf],
+    checkpoints: &[(String, &CheckpointInfo)],
+) -> Option<ColumnPick> {
+    let mut picked = None;
+    if ui.selectable_label(current.is_none(), nothing_label).clicked() {
+        picked = Some(ColumnPick::Nothing);
+    }
+    for (run, c) in checkpoints {
+        let selected = current == Some(c.path.as_path());
+        if ui.selectable_label(selected, format!("{run} · step {}", c.step)).clicked() {
+            picked = Some(ColumnPick::Checkpoint(c.path.clone()));
+        }
+    }
+    let others: Vec<&PathBuf> = recent.iter().filter(|p| !checkpoints.iter().any(|(_, c)| &c.path == *p)).collect();
+    if !others.is_empty() {
+        ui.separator();
+        ui.label(RichText::new("Loaded from folders").weak().small());
+    }
+    for path in others {
+        let selected = current == Some(path.as_path());
+        let item = ui.selectable_label(selected, checkpoint_title(path));
+        if item.on_hover_text(path.display().to_string()).clicked() && !selected {
+            picked = Some(ColumnPick::Folder(path.clone()));
+        }
+    }
+    picked
 }

@@ -7,7 +7,7 @@
 
 use super::app::{Action, ChatPrefs, ModelStatus, Page, PanelCtx, Prefs};
 use super::chat_adapter::AdapterLoader;
-use super::chat_columns::column_title;
+use super::chat_columns::{column_title, model_menu_ui, ColumnPick};
 use super::chat_export::ChatExport;
 use super::chat_transcript::ChatSetup;
 pub use super::chat_transcript::{ChatMode, Exchange, Reply};
@@ -315,32 +315,20 @@ impl ChatPanel {
         egui::ComboBox::from_id_salt("adapter-pick")
             .selected_text(current)
             .width(260.0)
-            .show_ui(ui, |ui| {
-                if ui.selectable_label(self.adapter.is_none(), "none").clicked() {
+            .show_ui(ui, |ui| match model_menu_ui(ui, "none", self.adapter.as_deref(), recent, checkpoints) {
+                Some(ColumnPick::Nothing) => {
                     self.adapter = None;
                     self.adapter_base = None;
                 }
-                for (run, c) in checkpoints {
-                    let selected = self.adapter.as_ref() == Some(&c.path);
-                    if ui.selectable_label(selected, format!("{run} · step {}", c.step)).clicked() {
-                        self.adapter = Some(c.path.clone());
-                        self.adapter_base = None;
-                    }
+                Some(ColumnPick::Checkpoint(path)) => {
+                    self.adapter = Some(path);
+                    self.adapter_base = None;
                 }
-                let others: Vec<&PathBuf> =
-                    recent.iter().filter(|p| !checkpoints.iter().any(|(_, c)| &c.path == *p)).collect();
-                if !others.is_empty() {
-                    ui.separator();
-                    ui.label(RichText::new("Loaded from folders").weak().small());
+                Some(ColumnPick::Folder(path)) => {
+                    self.loader.target = ChatSide::Right;
+                    self.loader.check(path, commands);
                 }
-                for path in others {
-                    let selected = self.adapter.as_ref() == Some(path);
-                    let item = ui.selectable_label(selected, super::chat_transcript::checkpoint_title(path));
-                    if item.on_hover_text(path.display().to_string()).clicked() && !selected {
-                        self.loader.target = ChatSide::Right;
-                        self.loader.check(path.clone(), commands);
-                    }
-                }
+                None => {}
             })
             .response
             .labelled_by(l.id);
