@@ -93,6 +93,7 @@ fn base_and_a_checkpoint_are_picked_and_a_failing_evaluation_shows_its_error() {
     assert_eq!(picked, &vec![run.join("checkpoint-2")]);
     assert!(has(&h, "2 targets · loss on the valid split of sample-chat"));
     assert!(has(&h, "1/2"), "the run shows how many of its checkpoints are picked");
+    assert!(!has(&h, "trained on"), "a run on the loaded model is not marked");
 
     // The loss task end to end on the worker: the table, the plot and every row of both targets.
     click(&mut h, "Run evaluation");
@@ -124,6 +125,18 @@ fn base_and_a_checkpoint_are_picked_and_a_failing_evaluation_shows_its_error() {
     assert!(message.contains("not-an-adapter"), "the error names the folder: {message}");
     assert!(has(&h, "Evaluation failed:"), "the error is shown in the page");
     assert!(has(&h, &message), "with the worker's words");
+
+    // A run trained on another model is marked before anything runs.
+    let manifest_path = run.join("run.json");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    manifest["config"]["model"] = json!(fixture("tiny-qwen2"));
+    std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    click(&mut h, "Refresh");
+    step_until(&mut h, "the runs list again", 30, |a| {
+        a.checkpoints_panel.runs.iter().any(|r| r.config.as_ref().is_some_and(|c| c.model.ends_with("tiny-qwen2")))
+    });
+    h.step();
+    assert!(has(&h, "trained on tiny-qwen2"), "the run names the model it trained on");
 }
 
 fn target(label: &str, adapter: Option<&str>, step: Option<usize>) -> EvalTarget {

@@ -168,6 +168,7 @@ impl EvalPage {
                 runs: &self.runs,
                 runs_dir: inputs.runs_dir,
                 dataset: inputs.dataset,
+                model: inputs.model.map(|m| m.path.as_path()),
                 enabled: !self.is_running(),
             };
             for r in self.setup.ui(ui, prefs, &view) {

@@ -41,6 +41,8 @@ pub struct SetupView<'a> {
     pub runs: &'a [RunInfo],
     pub runs_dir: &'a std::path::Path,
     pub dataset: Option<&'a DatasetReport>,
+    /// The loaded model's path: runs trained on another are marked.
+    pub model: Option<&'a std::path::Path>,
     /// Setup is locked while an evaluation runs.
     pub enabled: bool,
 }
@@ -99,7 +101,7 @@ impl SetupUi {
                     );
                 }
                 for run in view.runs.iter().filter(|r| !r.checkpoints.is_empty()) {
-                    run_checkpoints_ui(ui, prefs, run);
+                    run_checkpoints_ui(ui, prefs, run, view.model);
                 }
             },
         );
@@ -237,13 +239,28 @@ impl SetupUi {
 }
 
 /// One run's checkpoints as checkboxes, with All / None.
-fn run_checkpoints_ui(ui: &mut Ui, prefs: &mut EvalPrefs, run: &RunInfo) {
+fn run_checkpoints_ui(ui: &mut Ui, prefs: &mut EvalPrefs, run: &RunInfo, model: Option<&std::path::Path>) {
     let picked =
         |prefs: &EvalPrefs, p: &std::path::Path| prefs.checkpoints.iter().any(|c| crate::worker::same_path(c, p));
     let count = run.checkpoints.iter().filter(|c| picked(prefs, &c.path)).count();
     ui.horizontal(|ui| {
         ui.label(RichText::new(run.title()).strong()).on_hover_text(run.dir.display().to_string());
         ui.label(RichText::new(format!("{count}/{}", run.checkpoints.len())).weak());
+        // Known before Run: the evaluation would refuse an adapter that does not fit the loaded model.
+        let trained_on = run.config.as_ref().map(|c| c.model.as_path());
+        if let (Some(trained_on), Some(model)) = (trained_on, model) {
+            if !crate::worker::same_path(trained_on, model) {
+                ui.label(
+                    RichText::new(format!("trained on {}", crate::worker::display_name(trained_on)))
+                        .color(palette::WARN),
+                )
+                .on_hover_text(format!(
+                    "This run trained on {}, not the loaded model: its checkpoints fit only if that is the same \
+                         model (the evaluation refuses them otherwise)",
+                    trained_on.display()
+                ));
+            }
+        }
         if ui.small_button("All").clicked() {
             for c in &run.checkpoints {
                 super::eval_setup::toggle(&mut prefs.checkpoints, &c.path, true);
