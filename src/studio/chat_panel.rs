@@ -5,12 +5,13 @@
 //! the loaded base weights with any training run. A conversation exports to JSON or Markdown
 //! ([`super::chat_export`]).
 
-use super::app::{Action, ChatPrefs, ModelStatus, Page, PanelCtx, Prefs};
 use super::chat_adapter::AdapterLoader;
 use super::chat_columns::{column_title, model_menu_ui, ColumnPick};
 use super::chat_export::ChatExport;
 use super::chat_transcript::ChatSetup;
 pub use super::chat_transcript::{ChatMode, Exchange, Reply};
+use super::panel_ctx::{Action, ModelStatus, PanelCtx};
+use super::prefs::{ChatPrefs, Page, Prefs};
 use super::widgets::{self, banner_ui, palette, Tone};
 use crate::engine::model::chat_template::ChatMessage;
 use crate::worker::{display_name, ChatSide, CheckpointInfo, Command, Event, GenerateJob, GenerationStats};
@@ -85,7 +86,7 @@ impl ChatPanel {
             Event::AdapterChecked { path, check } => {
                 let asked_for = self.loader.on_checked(path.clone(), *check);
                 if asked_for {
-                    super::app::remember(&mut chat.recent_adapters, &path);
+                    super::prefs::remember(&mut chat.recent_adapters, &path);
                     match self.loader.target {
                         ChatSide::Right => self.use_adapter(path, None, chat),
                         ChatSide::Left => {
@@ -529,7 +530,7 @@ fn settings_ui(ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
              (Ollama's), stops small models from looping on short prompts: at 1.0 SmolLM2-135M-Instruct repeats one \
              sentence five times in 120 tokens on \"Tell me about cats.\", at 1.1 it does not. Raise it if replies \
              still repeat; lower it toward 1 for code or lists, where repeats are wanted.",
-            super::app::CHAT_REPETITION_PENALTY
+            super::prefs::CHAT_REPETITION_PENALTY
         ));
         ui.add(DragValue::new(&mut c.sampling.repetition_penalty).range(1.0..=2.0).speed(0.01).max_decimals(2))
             .labelled_by(l.id);

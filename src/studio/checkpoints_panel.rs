@@ -5,9 +5,9 @@
 //! with a quantization choice, GGUF LoRA adapter, Ollama folder; with a progress bar and the written size) or
 //! delete it after a confirmation.
 
-use super::app::{Action, PanelCtx};
 use super::best_marker;
 use super::export_dialog::{self, ExportDialog};
+use super::panel_ctx::{Action, PanelCtx};
 use super::run_compare::RunCompare;
 use super::run_delete_dialog::RunDeleteDialog;
 use super::run_notes::{notes_view_ui, NotesClick, RunNotesEditor};

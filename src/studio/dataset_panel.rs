@@ -5,9 +5,9 @@
 //! split, paged and searched, rendered through the chat template with trained and masked tokens coloured
 //! differently ([`super::dataset_rows`]).
 
-use super::app::{Action, PanelCtx};
 use super::dataset_rows::{RowsSource, RowsView};
 use super::file_picker::{PanelPicker, PickKind};
+use super::panel_ctx::{Action, PanelCtx};
 use super::widgets::{self, banner_ui, card_ui, fmt_count, palette, recent_paths_ui, section_ui, Tone};
 use crate::engine::data::ReadOptions;
 use crate::worker::{DatasetReport, Event, LengthHistogram, TokenStats};

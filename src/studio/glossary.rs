@@ -238,7 +238,7 @@ mod tests {
         for term in ALL {
             assert!(!term.meaning.is_empty() && !term.typical.is_empty(), "{}", term.name);
             assert!(term.hover().starts_with(term.meaning), "{}", term.name);
-            let page = crate::studio::app::Page::ALL.into_iter().find(|p| p.title() == term.page);
+            let page = crate::studio::prefs::Page::ALL.into_iter().find(|p| p.title() == term.page);
             assert!(page.is_some(), "{} names no page: {}", term.name, term.page);
         }
     }

@@ -5,7 +5,7 @@
 //! The dataset page has the same search for datasets ("Download and open"), and shares the download card (a typed
 //! dataset repo id downloads the same way).
 
-use super::app::{Action, PanelCtx};
+use super::panel_ctx::{Action, PanelCtx};
 use super::widgets::{banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, section_ui, Tone};
 use crate::engine::hub::{pick_gguf, GgufChoice, RepoKind, SearchHit};
 use crate::worker::Command;

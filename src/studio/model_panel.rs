@@ -2,8 +2,8 @@
 //! window, or chosen from the models found on this machine), watch it load on the worker, and read what it is:
 //! architecture, size, context, dtype, device, and what training it will cost at the current settings.
 
-use super::app::{Action, ModelStatus, PanelCtx};
 use super::file_picker::{PanelPicker, PickKind};
+use super::panel_ctx::{Action, ModelStatus, PanelCtx};
 use super::widgets::{
     self, banner_ui, card_ui, fmt_bytes, fmt_count, fmt_secs, palette, recent_paths_ui, section_ui, Tone,
 };
@@ -241,7 +241,7 @@ impl ModelPanel {
 /// Loading progress, the load error, or the loaded model's card.
 /// The loading state and the loaded model's cards; a base quantization when the user takes the memory
 /// card's proposal.
-fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &mut super::app::Prefs) -> Option<BaseQuant> {
+fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &mut super::prefs::Prefs) -> Option<BaseQuant> {
     if let Some((path, started)) = &status.loading {
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
@@ -277,7 +277,7 @@ fn status_ui(ui: &mut Ui, status: &ModelStatus, prefs: &mut super::app::Prefs) -
     None
 }
 
-fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &mut super::app::Prefs) -> Option<BaseQuant> {
+fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &mut super::prefs::Prefs) -> Option<BaseQuant> {
     let mut chosen = None;
     ui.columns(2, |cols| {
         card_ui(&mut cols[0], |ui| {
@@ -349,7 +349,7 @@ fn model_card_ui(ui: &mut Ui, m: &ModelSummary, prefs: &mut super::app::Prefs) -
 pub fn memory_card_ui(
     ui: &mut Ui,
     m: &ModelSummary,
-    prefs: &mut super::app::Prefs,
+    prefs: &mut super::prefs::Prefs,
     offer_reload: bool,
     longest_row_tokens: Option<usize>,
 ) -> Option<BaseQuant> {
@@ -449,7 +449,7 @@ pub fn memory_card_ui(
 fn quantization_proposal_ui(
     ui: &mut Ui,
     m: &ModelSummary,
-    prefs: &super::app::Prefs,
+    prefs: &super::prefs::Prefs,
     offer_reload: bool,
 ) -> Option<BaseQuant> {
     if m.quantize.is_quantized() {
@@ -474,7 +474,7 @@ fn with_reason(value: &str, reason: Option<&String>) -> String {
 }
 
 /// Device and dtype choice, and whether the last model loads on start.
-fn placement_row_ui(ui: &mut Ui, prefs: &mut super::app::Prefs) {
+fn placement_row_ui(ui: &mut Ui, prefs: &mut super::prefs::Prefs) {
     ui.horizontal(|ui| {
         let label = ui.label("Device").on_hover_text(
             "auto picks Metal on a Mac, CUDA when built with --features cuda and a GPU is present, else the CPU.",

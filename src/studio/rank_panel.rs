@@ -3,7 +3,7 @@
 //! validation loss against rank, with a table whose buttons put a rank and its probed alpha into the training
 //! settings, and the sweep's time estimate before and while it runs. Below it, the LoRA layer micro-benchmark.
 
-use super::app::{Action, PanelCtx};
+use super::panel_ctx::{Action, PanelCtx};
 use super::rank_estimate::{fmt_about, timing_key, SweepClock};
 use super::rank_plots::{self, rank_plot_ui};
 use super::settings_panel::ready_config;

@@ -2,9 +2,10 @@
 //! scale, and live consequences (trainable parameters, memory, steps, the learning-rate schedule). Invalid
 //! combinations are explained, and the run cannot start until they are fixed.
 
-use super::app::{PanelCtx, Prefs};
 use super::glossary;
 use super::model_panel::memory_card_ui;
+use super::panel_ctx::PanelCtx;
+use super::prefs::Prefs;
 use super::setting_rows::{block_row_ui, bookkeeping_rows_ui, row_ui};
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
 use crate::engine::estimate;

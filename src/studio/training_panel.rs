@@ -4,10 +4,10 @@
 //! (the steps before the resume come from its metrics.jsonl), and after a restart an interrupted run is shown
 //! with an offer to resume it.
 
-use super::app::{Action, PanelCtx};
 use super::best_marker::best_so_far_ui;
 use super::event_log::EventLog;
 pub use super::live_run::LiveRun;
+use super::panel_ctx::{Action, PanelCtx};
 use super::resume_offer::{interrupted_run, OfferChoice, ResumeOffer};
 use super::run_history::PendingHistory;
 use super::settings_panel::ready_config;

@@ -2,7 +2,7 @@
 //! the pages. Each frame drains the worker's events under a small time budget (the UI never waits on the
 //! worker), runs the current page, then carries out the actions the pages asked for.
 
-use super::chat_panel::{ChatMode, ChatPanel};
+use super::chat_panel::ChatPanel;
 use super::checkpoints_panel::CheckpointsPanel;
 use super::dataset_panel::{DatasetPanel, InspectKey};
 use super::eval_page::{EvalInputs, EvalPage, EvalRequest};
@@ -11,11 +11,9 @@ use super::rank_panel::RankPanel;
 use super::settings_panel::{ready_config, SettingsPanel};
 use super::training_panel::TrainingPanel;
 use super::widgets::{self, palette, Tone};
-use crate::engine::device::{DTypeChoice, DeviceChoice};
 use crate::engine::hub::RepoKind;
-use crate::engine::sampler::SamplingParams;
 use crate::engine::train::TrainConfig;
-use crate::worker::{display_name, Command, DatasetReport, ModelSummary, Worker};
+use crate::worker::{display_name, Command, Worker};
 use egui::{RichText, Ui};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,16 +25,15 @@ mod dropped_path;
 mod events;
 mod frame_stats;
 mod hub_flow;
-mod hub_status;
-mod prefs;
 
+pub use super::hub_status::{DownloadState, FailedDownload, HubStatus};
+pub use super::panel_ctx::{Action, ModelStatus, PanelCtx};
+pub use super::prefs::remember;
+pub use super::prefs::{studio_train_defaults, ChatPrefs, Page, Prefs, RankPrefs, CHAT_REPETITION_PENALTY};
 pub use close_guard::{close_without_asking, CloseGuard};
 use dropped_path::first_gguf;
 pub use dropped_path::{classify_drop, Dropped};
 pub use frame_stats::FrameStats;
-pub use hub_status::{DownloadState, FailedDownload, HubStatus};
-pub use prefs::remember;
-pub use prefs::{studio_train_defaults, ChatPrefs, Page, Prefs, RankPrefs, CHAT_REPETITION_PENALTY};
 
 /// Key of the persisted preferences in eframe's storage.
 pub const STORAGE_KEY: &str = "metal-candle-studio";
@@ -44,58 +41,6 @@ pub const STORAGE_KEY: &str = "metal-candle-studio";
 pub const DRAIN_BUDGET: Duration = Duration::from_millis(4);
 /// Events handled per frame at most.
 pub const DRAIN_MAX_EVENTS: usize = 5000;
-/// The model as the studio knows it: what is loaded, what is loading, the last load error.
-#[derive(Debug, Clone, Default)]
-pub struct ModelStatus {
-    pub loaded: Option<ModelSummary>,
-    pub loading: Option<(PathBuf, Instant)>,
-    /// The loader's last progress report for the model loading.
-    pub load_progress: Option<crate::engine::model::LoadProgress>,
-    pub error: Option<(PathBuf, String)>,
-}
-
-/// What a page asks the app to do after it has been drawn.
-#[derive(Debug, Clone)]
-pub enum Action {
-    Send(Command),
-    Goto(Page),
-    LoadModel(PathBuf),
-    OpenDataset(PathBuf),
-    StartTraining,
-    RefreshRuns,
-    OpenInChat {
-        checkpoint: PathBuf,
-        base_model: PathBuf,
-    },
-    ResumeFrom {
-        checkpoint: PathBuf,
-        config: Option<Box<TrainConfig>>,
-    },
-    /// Put a probed rank and the alpha it was probed at into the training settings.
-    UseRank(Box<crate::engine::rank_probe::RankProbeResult>),
-    /// Fetch a repo id into the Hugging Face cache, then load it (a model) or open it (a dataset).
-    Download {
-        spec: String,
-        kind: crate::engine::hub::RepoKind,
-    },
-    CancelDownload,
-    /// Store a Hub token where `huggingface_hub` keeps it.
-    SaveToken(String),
-}
-
-/// What every page gets: the preferences to edit, the model status to read, and a queue for actions.
-pub struct PanelCtx<'a> {
-    pub prefs: &'a mut Prefs,
-    pub model: &'a ModelStatus,
-    pub dataset: Option<&'a DatasetReport>,
-    /// The Hub settings, the running download and where Hub models and datasets came from.
-    pub hub: &'a HubStatus,
-    pub training_active: bool,
-    /// The folder of the run in progress, if any.
-    pub active_run: Option<PathBuf>,
-    pub actions: &'a mut Vec<Action>,
-}
-
 /// How the studio was opened (command-line flags and test setups).
 #[derive(Debug, Clone, Default)]
 pub struct StudioOptions {

@@ -1,6 +1,10 @@
 //! The studio's persisted preferences (one `#[serde(default)]` struct) and the pages they remember.
 
-use super::*;
+use super::chat_transcript::ChatMode;
+use crate::engine::device::{DTypeChoice, DeviceChoice};
+use crate::engine::sampler::SamplingParams;
+use crate::engine::train::TrainConfig;
+use std::path::{Path, PathBuf};
 
 /// Entries kept in the recent lists.
 const RECENT: usize = 8;
