@@ -105,8 +105,15 @@ pub(crate) fn read_safetensors(path: &Path, what: &str) -> Result<HashMap<String
 // ---------------------------------------------------------------------------------------------------------
 // PEFT adapter format
 
+/// Bytes of the files under `dir`, sub-folders included, links counted as themselves (0 when unreadable): a
+/// checkpoint's, an export's or a whole run's size.
 pub(crate) fn folder_size(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| entries.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
-        .unwrap_or(0)
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => folder_size(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
 }

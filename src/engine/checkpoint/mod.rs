@@ -17,6 +17,7 @@ mod peft;
 mod trainer_state;
 
 pub use base::{base_mismatch, base_mismatch_of, BaseRecord, BASE_MODEL_FILE};
+pub(crate) use files::folder_size;
 pub(crate) use files::write_json;
 pub use files::{make_world_readable, unix_now, write_atomic};
 pub use peft::*;

@@ -146,7 +146,7 @@ fn write_export(req: &ExportRequest, progress: &mut dyn FnMut(ExportProgress)) -
         }
         (format, Some(ckpt)) => {
             export_adapter_folder(ckpt, format, out, base, req.allow_other_base)?;
-            folder_size(out)
+            crate::engine::checkpoint::folder_size(out)
         }
     })
 }
@@ -183,11 +183,6 @@ fn create_parent(out: &Path) -> Result<()> {
         Some(parent) => std::fs::create_dir_all(parent).map_err(|e| Error::write(parent, e)),
         None => Ok(()),
     }
-}
-
-fn folder_size(dir: &Path) -> u64 {
-    let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    entries.filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
 }
 
 /// An Ollama folder: the merged GGUF and a Modelfile.

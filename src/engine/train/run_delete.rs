@@ -42,7 +42,7 @@ pub fn plan_run_delete(runs_dir: &Path, run_dir: &Path) -> Result<RunDeletePlan>
         .unwrap_or_else(|| run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
     Ok(RunDeletePlan {
         checkpoints: list_checkpoints(&run_dir).len(),
-        size_bytes: folder_size(&run_dir),
+        size_bytes: crate::engine::checkpoint::folder_size(&run_dir),
         title,
         run_dir,
     })
@@ -89,18 +89,6 @@ fn resolve_inside(runs_dir: &Path, run_dir: &Path) -> Result<PathBuf> {
         return Err(not_a_run("is not inside the runs folder"));
     }
     Ok(run)
-}
-
-/// Bytes of the files under `dir`, links counted as themselves.
-fn folder_size(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => folder_size(&e.path()),
-            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
-        })
-        .sum()
 }
 
 #[cfg(test)]
