@@ -165,20 +165,22 @@ fn spec_of(args: &EvalArgs) -> anyhow::Result<(EvalSpec, PathBuf)> {
     if args.task != TaskArg::Generate && (args.regex.is_some() || args.judge.is_some()) {
         bail!("--regex and --judge score generated answers: add --task generate");
     }
-    let defaults = EvalSpec::default();
-    let spec = EvalSpec {
+    let mut spec = EvalSpec {
         task,
         data,
         split: args.split.into(),
         read,
         limit: args.limit,
-        seq_len: args.seq_len.or(config.map(|c| c.seq_len)).unwrap_or(defaults.seq_len),
         batch_size: args.batch_size,
         targets,
-        valid_fraction: defaults.valid_fraction,
-        seed: config.map_or(defaults.seed, |c| c.seed),
-        train_on_prompt: config.is_some_and(|c| c.train_on_prompt),
+        ..EvalSpec::default()
     };
+    if let Some(config) = config {
+        spec = spec.read_like(config);
+    }
+    if let Some(seq_len) = args.seq_len {
+        spec.seq_len = seq_len;
+    }
     Ok((spec, model))
 }
 

@@ -175,13 +175,11 @@ pub fn build_spec(prefs: &EvalPrefs, cx: &SetupContext<'_>) -> Result<EvalSpec, 
         split,
         read,
         limit: (prefs.limit > 0).then_some(prefs.limit),
-        seq_len: config.seq_len,
         batch_size: prefs.batch_size,
         targets,
-        valid_fraction: EvalSpec::default().valid_fraction,
-        seed: config.seed,
-        train_on_prompt: config.train_on_prompt,
-    };
+        ..EvalSpec::default()
+    }
+    .read_like(config);
     // The engine's own check of the settings (a bad regex, sampling out of range), before the job is sent.
     spec.check().map_err(|e| e.to_string())?;
     Ok(spec)

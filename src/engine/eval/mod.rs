@@ -102,6 +102,13 @@ impl EvalSpec {
         Ok(())
     }
 
+    /// Read and split rows as the training run of `config` did: its sequence length (rows cut alike), its seed
+    /// (the same held-out validation rows) and whether prompt tokens were trained. The one rule the CLI (a named
+    /// run) and the studio (the first picked checkpoint's run, else the training settings) follow.
+    pub fn read_like(self, config: &crate::engine::train::TrainConfig) -> Self {
+        Self { seq_len: config.seq_len, seed: config.seed, train_on_prompt: config.train_on_prompt, ..self }
+    }
+
     /// How the data is read and split: training's [`DataOptions`] with this spec's values.
     pub fn data_options(&self) -> DataOptions {
         DataOptions {
