@@ -262,6 +262,14 @@ pub fn collate(examples: &[Example], indices: &[usize], pad_id: u32) -> Result<B
             })
         })
         .collect::<Result<_>>()?;
+    collate_rows(&rows, pad_id)
+}
+
+/// Pad `rows` (in order) into one batch; see [`collate`].
+pub fn collate_rows(rows: &[&Example], pad_id: u32) -> Result<Batch> {
+    if rows.is_empty() {
+        return Err(Error::Data("cannot build an empty batch".into()));
+    }
     let seq_len = rows.iter().map(|e| e.len()).max().unwrap_or(0);
     let mut input_ids = vec![pad_id; rows.len() * seq_len];
     let mut target_mask = vec![0.0f32; rows.len() * seq_len];

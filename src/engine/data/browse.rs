@@ -8,9 +8,10 @@
 //! matches does not search again.
 
 use super::columns::ReadOptions;
-use super::formats::{Row, RowUnit, SourcedRow};
+use super::formats::{PreferenceTurns, Row, RowUnit, SourcedRow};
 use super::splits::RawSplit;
 use super::{dataset_layout, read_split, SplitName, TokenizeSpec};
+use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::model::LoadedModel;
 use crate::engine::Result;
 use std::path::{Path, PathBuf};
@@ -301,14 +302,22 @@ fn row_matches(row: &Row, needle: &Needle) -> bool {
     match row {
         Row::Text(text) => needle.found_in(text),
         Row::Completion { prompt, completion } => needle.found_in(prompt) || needle.found_in(completion),
-        Row::Chat(conversation) => conversation.messages.iter().any(|m| {
-            needle.found_in(&m.content)
-                || m.name.as_deref().is_some_and(|n| needle.found_in(n))
-                || m.tool_calls.as_ref().is_some_and(|calls| {
-                    calls.iter().any(|c| needle.found_in(&serde_json::to_string(c).unwrap_or_default()))
-                })
+        Row::Chat(conversation) => messages_match(&conversation.messages, needle),
+        Row::Preference(pair) => [&pair.prompt, &pair.chosen, &pair.rejected].into_iter().any(|turns| match turns {
+            PreferenceTurns::Text(text) => needle.found_in(text),
+            PreferenceTurns::Messages(messages) => messages_match(messages, needle),
         }),
     }
+}
+
+fn messages_match(messages: &[ChatMessage], needle: &Needle) -> bool {
+    messages.iter().any(|m| {
+        needle.found_in(&m.content)
+            || m.name.as_deref().is_some_and(|n| needle.found_in(n))
+            || m.tool_calls.as_ref().is_some_and(|calls| {
+                calls.iter().any(|c| needle.found_in(&serde_json::to_string(c).unwrap_or_default()))
+            })
+    })
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! What a dataset row is: the five row formats a file may be written in ([`DatasetFormat`]), the format a user
+//! What a dataset row is: the six row formats a file may be written in ([`DatasetFormat`]), the format a user
 //! may name instead of detection ([`FormatChoice`]), validated rows ([`Row`], with the file position each came
 //! from) and what is wrong with a row and where ([`RowProblem`]).
 //!
@@ -30,11 +30,15 @@ pub enum DatasetFormat {
     ShareGpt,
     /// `{"instruction": ..., "input": ... (optional), "output": ...}`
     Alpaca,
+    /// Preference pairs as TRL reads them: `{"prompt" (optional), "chosen", "rejected"}`, each a string (the
+    /// standard form) or a list of messages (the conversational form), with optional `tools`.
+    Preference,
 }
 
 impl DatasetFormat {
     /// Every format, in the order detection reports candidates.
-    pub const ALL: [DatasetFormat; 5] = [Self::Chat, Self::ShareGpt, Self::Alpaca, Self::Completions, Self::Text];
+    pub const ALL: [DatasetFormat; 6] =
+        [Self::Chat, Self::ShareGpt, Self::Alpaca, Self::Preference, Self::Completions, Self::Text];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -43,6 +47,7 @@ impl DatasetFormat {
             Self::Text => "text",
             Self::ShareGpt => "sharegpt",
             Self::Alpaca => "alpaca",
+            Self::Preference => "preference",
         }
     }
 
@@ -54,6 +59,7 @@ impl DatasetFormat {
             Self::Text => "`text`",
             Self::ShareGpt => "`conversations`",
             Self::Alpaca => "`instruction`/`output`",
+            Self::Preference => "`chosen`/`rejected`",
         }
     }
 
@@ -65,6 +71,7 @@ impl DatasetFormat {
             Self::Text => &["text"],
             Self::ShareGpt => &["conversations"],
             Self::Alpaca => &["instruction", "output"],
+            Self::Preference => &["chosen", "rejected"],
         }
     }
 
@@ -74,6 +81,7 @@ impl DatasetFormat {
             Self::Chat => &["tools"],
             Self::ShareGpt => &["system", "tools"],
             Self::Alpaca => &["input", "system"],
+            Self::Preference => &["prompt", "tools"],
             Self::Completions | Self::Text => &[],
         }
     }
@@ -109,14 +117,15 @@ pub enum FormatChoice {
     Chat,
     ShareGpt,
     Alpaca,
+    Preference,
     Completions,
     Text,
 }
 
 impl FormatChoice {
     /// Every choice, `auto` first (the dataset page's list).
-    pub const ALL: [FormatChoice; 6] =
-        [Self::Auto, Self::Chat, Self::ShareGpt, Self::Alpaca, Self::Completions, Self::Text];
+    pub const ALL: [FormatChoice; 7] =
+        [Self::Auto, Self::Chat, Self::ShareGpt, Self::Alpaca, Self::Preference, Self::Completions, Self::Text];
 
     /// The named format; `None` for `auto`.
     pub fn format(self) -> Option<DatasetFormat> {
@@ -125,6 +134,7 @@ impl FormatChoice {
             Self::Chat => Some(DatasetFormat::Chat),
             Self::ShareGpt => Some(DatasetFormat::ShareGpt),
             Self::Alpaca => Some(DatasetFormat::Alpaca),
+            Self::Preference => Some(DatasetFormat::Preference),
             Self::Completions => Some(DatasetFormat::Completions),
             Self::Text => Some(DatasetFormat::Text),
         }
@@ -141,6 +151,7 @@ impl From<DatasetFormat> for FormatChoice {
             DatasetFormat::Chat => Self::Chat,
             DatasetFormat::ShareGpt => Self::ShareGpt,
             DatasetFormat::Alpaca => Self::Alpaca,
+            DatasetFormat::Preference => Self::Preference,
             DatasetFormat::Completions => Self::Completions,
             DatasetFormat::Text => Self::Text,
         }
@@ -188,8 +199,43 @@ impl From<Vec<ChatMessage>> for Conversation {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Row {
     Chat(Conversation),
-    Completion { prompt: String, completion: String },
+    Completion {
+        prompt: String,
+        completion: String,
+    },
     Text(String),
+    /// A preference pair (trained with DPO or ORPO, never with SFT).
+    Preference(PreferenceRow),
+}
+
+/// What refuses supervised fine-tuning on preference pairs (one message for the trainer, the CLI and tokenizing).
+pub const PREFERENCE_NOT_SFT: &str =
+    "this dataset holds preference pairs (`chosen`/`rejected`); train with --method dpo or orpo, not sft";
+
+/// One side of a preference pair, or its prompt: text (the standard form) or messages (the conversational form).
+/// A row holds one kind only.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PreferenceTurns {
+    Text(String),
+    Messages(Vec<ChatMessage>),
+}
+
+impl PreferenceTurns {
+    /// Whether this is the conversational form.
+    pub fn is_messages(&self) -> bool {
+        matches!(self, Self::Messages(_))
+    }
+}
+
+/// A validated preference pair, its prompt already taken out of `chosen` and `rejected` when the row had none
+/// (TRL's `extract_prompt`): `chosen` and `rejected` are only the completions that follow the prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreferenceRow {
+    pub prompt: PreferenceTurns,
+    pub chosen: PreferenceTurns,
+    pub rejected: PreferenceTurns,
+    /// Tool schemas the chat template renders (conversational form only).
+    pub tools: Option<Vec<Value>>,
 }
 
 impl Row {
@@ -202,7 +248,7 @@ impl Row {
                 vec![ChatMessage::new("user", prompt.clone()), ChatMessage::new("assistant", completion.clone())]
                     .into(),
             ),
-            Self::Text(_) => None,
+            Self::Text(_) | Self::Preference(_) => None,
         }
     }
 }
@@ -275,7 +321,7 @@ mod tests {
         assert_eq!(serde_json::to_value(DatasetFormat::Completions).unwrap(), "completions");
         assert_eq!("auto".parse::<FormatChoice>(), Ok(FormatChoice::Auto));
         let err = "csv".parse::<FormatChoice>().unwrap_err();
-        assert!(err.contains("auto, chat, sharegpt, alpaca, completions, text"), "{err}");
+        assert!(err.contains("auto, chat, sharegpt, alpaca, preference, completions, text"), "{err}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Datasets for LoRA training: finding a dataset's split files ([`layout`]: mlx-lm's train/valid/test.jsonl
 //! and Hugging Face dataset repos' conventions), reading JSONL, JSON and parquet files ([`files`]), the row
-//! formats (chat, ShareGPT, Alpaca, prompt/completion, text: [`formats`], [`rows`]) detected per file or named
-//! by the user with columns mapped ([`detect`], [`columns`]), splits put together from their files
-//! ([`splits`]), templating and prompt masking ([`tokenize`]), batching with a resumable cursor ([`batches`]),
+//! formats (chat, ShareGPT, Alpaca, preference pairs, prompt/completion, text: [`formats`], [`rows`],
+//! [`preference_rows`]) detected per file or named by the user with columns mapped ([`detect`], [`columns`]),
+//! splits put together from their files ([`splits`]), templating and prompt masking ([`tokenize`], pairs in
+//! [`preference`]), batching with a resumable cursor ([`batches`]),
 //! the [`DatasetSummary`] the studio and CLI show before a run, and paging and searching rows ([`browse`]).
 //!
 //! Without a validation split a seeded fraction of the training rows is held out.
@@ -16,7 +17,10 @@ pub mod files;
 pub mod fingerprint;
 pub mod formats;
 pub mod layout;
+pub mod preference;
+pub mod preference_rows;
 pub mod report;
+pub mod row_fields;
 pub mod rows;
 pub mod splits;
 pub mod summary;
@@ -25,7 +29,7 @@ pub mod tool_support;
 pub mod turn_order;
 
 pub use batches::{
-    collate, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
+    collate, collate_rows, eval_batches, Batch, BatchIter, BatchOptions, BatchPlan, DataCursor, PlannedBatch, Schedule,
 };
 pub use browse::{match_ranges, BrowsedRow, RowBrowser, RowPage, RowQuery, RowRendering, RowView};
 pub use columns::{ColumnMap, ReadOptions};
@@ -33,8 +37,11 @@ pub use detect::{Detection, ParsedFile};
 pub use files::jsonl::parse_jsonl;
 pub use files::{read_file, FileKind, MAX_DATASET_BYTES};
 pub use fingerprint::dataset_fingerprint;
-pub use formats::{Conversation, DatasetFormat, FormatChoice, Row, RowProblem, RowUnit, SourcedRow};
+pub use formats::{
+    Conversation, DatasetFormat, FormatChoice, PreferenceRow, PreferenceTurns, Row, RowProblem, RowUnit, SourcedRow,
+};
 pub use layout::{dataset_layout, find_splits, DatasetLayout, SplitFiles};
+pub use preference::{collate_pairs, require_preference_rows, require_sft_rows, tokenize_pair};
 pub use report::{inspect_dataset, inspect_dataset_with, DatasetReport, PreviewRow, SplitReport, TokenStats};
 pub use splits::{read_split, RawSplit, ReadSplit, SourceFile};
 pub use summary::{length_histogram, DatasetSummary, LengthHistogram, SplitSummary};
@@ -283,16 +290,23 @@ fn carve_valid(train: &mut RawSplit, options: &DataOptions, notes: &mut Vec<Stri
     })
 }
 
-/// The tokenized examples of one split, with the source line of each.
+/// The tokenized examples of one split, with the source line of each. For preference data `examples[i]` is
+/// a pair's chosen sequence and `rejected[i]` its rejected one.
 #[derive(Debug, Clone)]
 pub struct PreparedSplit {
     pub examples: Vec<Example>,
     pub source_lines: Vec<usize>,
+    /// The rejected sequence of each pair (as long as `examples`); `None` for supervised (SFT) data.
+    pub rejected: Option<Vec<Example>>,
 }
 
 impl PreparedSplit {
+    /// Token length of each example; for preference pairs the longer of the two sequences (what batches pad to).
     pub fn lengths(&self) -> Vec<usize> {
-        self.examples.iter().map(Example::len).collect()
+        match &self.rejected {
+            None => self.examples.iter().map(Example::len).collect(),
+            Some(rejected) => self.examples.iter().zip(rejected).map(|(c, r)| c.len().max(r.len())).collect(),
+        }
     }
 }
 
@@ -315,6 +329,7 @@ pub fn prepare_dataset(path: &Path, spec: &TokenizeSpec<'_>, options: &DataOptio
 
 /// Tokenize an already loaded dataset (see [`prepare_dataset`]).
 pub fn tokenize_dataset(raw: RawDataset, spec: &TokenizeSpec<'_>, options: &DataOptions) -> Result<PreparedDataset> {
+    preference::check_split_kinds(&raw, spec)?;
     let mut problems = raw.problems;
     let mut notes = raw.notes;
     if spec.uses_fallback_template() && raw.train.format != Some(DatasetFormat::Text) {
@@ -348,6 +363,9 @@ pub fn tokenize_dataset(raw: RawDataset, spec: &TokenizeSpec<'_>, options: &Data
         notes.push(format!("the validation split has no examples left ({} dropped)", v.dropped));
     }
     let splits = || [Some(&train_summary), valid_summary.as_ref(), test_summary.as_ref()].into_iter().flatten();
+    if raw.train.format == Some(DatasetFormat::Preference) {
+        notes.push(preference::pairs_note(&train_summary, valid_summary.as_ref()));
+    }
     let truncated = splits().map(|s| s.truncated).sum::<usize>();
     let dropped = splits().map(|s| s.dropped).sum::<usize>();
     let skipped_rows = splits().map(|s| s.skipped_rows).sum::<usize>();
@@ -355,7 +373,11 @@ pub fn tokenize_dataset(raw: RawDataset, spec: &TokenizeSpec<'_>, options: &Data
         notes.push(format!("{truncated} rows were longer than max_seq_len {} and were cut", spec.max_seq_len));
     }
     if dropped > 0 {
-        notes.push(format!("{dropped} rows had no target tokens left after truncation and were dropped"));
+        notes.push(if raw.train.format == Some(DatasetFormat::Preference) {
+            format!("{dropped} pairs whose prompt alone fills max_seq_len {} were dropped", spec.max_seq_len)
+        } else {
+            format!("{dropped} rows had no target tokens left after truncation and were dropped")
+        });
     }
     let summary = DatasetSummary {
         source: raw.source,
@@ -381,7 +403,8 @@ fn tokenize_split(
     spec: &TokenizeSpec<'_>,
     problems: &mut Vec<RowProblem>,
 ) -> (PreparedSplit, SplitSummary) {
-    let mut prepared = PreparedSplit { examples: Vec::new(), source_lines: Vec::new() };
+    let pairs = split.format == Some(DatasetFormat::Preference);
+    let mut prepared = PreparedSplit { examples: Vec::new(), source_lines: Vec::new(), rejected: pairs.then(Vec::new) };
     let mut summary = SplitSummary {
         name: split.name,
         path: split.path.clone(),
@@ -398,20 +421,28 @@ fn tokenize_split(
         lengths: Vec::new(),
     };
     for sourced in &split.rows {
-        match tokenize_row(&sourced.row, spec) {
-            Ok(example) => {
-                let cut = example.cut(spec.max_seq_len);
-                summary.truncated += usize::from(cut.truncated);
-                let targets = cut.target_tokens;
-                if cut.dropped() {
+        let tokenized = match &sourced.row {
+            Row::Preference(pair) => tokenize_pair(pair, spec).map(|(chosen, rejected)| (chosen, Some(rejected))),
+            row => tokenize_row(row, spec).map(|example| (example, None)),
+        };
+        match tokenized {
+            Ok((example, rejected)) => {
+                // A pair counts once for truncation and dropping, and with both sequences for tokens.
+                let sequences = || std::iter::once(&example).chain(rejected.as_ref());
+                let cuts: Vec<Cut> = sequences().map(|e| e.cut(spec.max_seq_len)).collect();
+                summary.truncated += usize::from(cuts.iter().any(|c| c.truncated));
+                if cuts.iter().any(Cut::dropped) {
                     summary.dropped += 1;
                     continue;
                 }
-                summary.tokens += example.len();
-                summary.target_tokens += targets;
-                summary.lengths.push(example.len());
+                summary.tokens += sequences().map(Example::len).sum::<usize>();
+                summary.target_tokens += cuts.iter().map(|c| c.target_tokens).sum::<usize>();
+                summary.lengths.push(sequences().map(Example::len).max().unwrap_or(0));
                 prepared.examples.push(example);
                 prepared.source_lines.push(sourced.line);
+                if let (Some(all), Some(r)) = (prepared.rejected.as_mut(), rejected) {
+                    all.push(r);
+                }
             }
             Err(e) => {
                 summary.skipped_rows += 1;

@@ -107,7 +107,8 @@ impl<'a> TokenizeSpec<'a> {
         self.chat_template.is_none()
     }
 
-    fn eos_text(&self) -> String {
+    /// The eos token as text (what TRL appends to standard-form preference completions).
+    pub(super) fn eos_text(&self) -> String {
         self.tokenizer
             .eos_token
             .clone()
@@ -115,7 +116,8 @@ impl<'a> TokenizeSpec<'a> {
             .unwrap_or_default()
     }
 
-    fn render(
+    /// The conversation through the chat template, or the fallback format without one.
+    pub(super) fn render(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
@@ -216,6 +218,7 @@ pub fn tokenize_row(row: &Row, spec: &TokenizeSpec<'_>) -> Result<Example> {
             let mask = vec![true; ids.len()];
             (ids, mask)
         }
+        Row::Preference(_) => return Err(Error::Data(super::formats::PREFERENCE_NOT_SFT.into())),
         Row::Chat(_) | Row::Completion { .. } => {
             let conversation = row.to_conversation().unwrap_or_default();
             super::tool_support::check_tool_support(&conversation, spec.chat_template)?;
@@ -247,16 +250,18 @@ type ChatTokens = (Vec<u32>, Vec<(usize, usize)>, Vec<Range<usize>>);
 /// spans of the assistant turns.
 fn tokenize_chat(conversation: &Conversation, spec: &TokenizeSpec<'_>) -> Result<ChatTokens> {
     let (text, spans) = assistant_spans(conversation, spec)?;
-    // A real template writes BOS itself when the model wants one (transformers tokenizes its output without
-    // special tokens); the fallback format relies on the post-processor for BOS.
-    let add_special_tokens = spec.uses_fallback_template();
-    let encoding = spec
-        .tokenizer
-        .inner()
-        .encode(text.as_str(), add_special_tokens)
-        .map_err(|e| Error::Tokenizer(e.to_string()))?;
-    spec.tokenizer.check_ids(encoding.get_ids())?;
+    let encoding = encode_rendered(&text, spec)?;
     Ok((encoding.get_ids().to_vec(), encoding.get_offsets().to_vec(), spans))
+}
+
+/// Tokenize a rendered conversation. A real template writes BOS itself when the model wants one (transformers
+/// tokenizes its output without special tokens); the fallback format relies on the post-processor for BOS.
+pub(super) fn encode_rendered(text: &str, spec: &TokenizeSpec<'_>) -> Result<tokenizers::Encoding> {
+    let add_special_tokens = spec.uses_fallback_template();
+    let encoding =
+        spec.tokenizer.inner().encode(text, add_special_tokens).map_err(|e| Error::Tokenizer(e.to_string()))?;
+    spec.tokenizer.check_ids(encoding.get_ids())?;
+    Ok(encoding)
 }
 
 /// The rendered conversation and the byte span of each assistant turn in it (content through the

@@ -65,6 +65,9 @@ pub fn prompt_and_reference(row: &Row) -> std::result::Result<(Vec<ChatMessage>,
         Row::Text(_) => Err("a text row has no reference answer; use chat rows (the last assistant message is the \
                               reference), prompt/completion rows or Alpaca rows"
             .into()),
+        Row::Preference(_) => Err("a preference pair (`chosen`/`rejected`) is scored with --task preference, not by \
+                                   generation against a reference answer"
+            .into()),
     }
 }
 
