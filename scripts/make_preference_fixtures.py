@@ -419,6 +419,10 @@ def make_smollm2() -> None:
     base = AutoModelForCausalLM.from_pretrained(
         GGUF.parent, gguf_file=GGUF.name, dtype=torch.float32, attn_implementation="eager"
     ).eval()
+    # The weights are already dequantized f32 tensors; only these "quantized" markers make the Trainer refuse them.
+    base.hf_quantizer = None
+    base.is_quantized = False
+    base.config.__dict__.pop("quantization_config", None)
     # The loader still agrees with smollm2_expected.json, which tests/real_model.rs checks our engine against.
     ids = exp["score"]["ids"]
     with torch.no_grad():
