@@ -87,6 +87,9 @@ pub struct TrainBenchArgs {
     /// Gradient checkpointing: on | off | auto (auto: on when the memory estimate does not fit).
     #[arg(long, default_value = "off", value_name = "on|off|auto")]
     pub checkpointing: crate::engine::train::Checkpointing,
+    /// sft (random rows) | dpo | orpo (random pairs: --batch-size pairs of two --seq-len sequences, half prompt).
+    #[arg(long, default_value = "sft", value_name = "sft|dpo|orpo")]
+    pub method: crate::engine::train::Method,
     #[arg(long)]
     pub json: bool,
 }
@@ -231,6 +234,7 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
         seq_len: args.seq_len,
         lora: lora.clone(),
         checkpointing: args.checkpointing,
+        method: args.method,
         ..Default::default()
     };
     config.validate()?;
@@ -242,16 +246,27 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
     }
     let estimate = crate::engine::estimate::training_memory(&shape, &config);
     let checkpointing = config.checkpointing.enabled()?;
-    let r = bench::bench_train(&m, &lora, args.batch_size, args.seq_len, args.steps, args.warmup, checkpointing)?;
+    let spec = bench::TrainBenchSpec {
+        lora,
+        batch_size: args.batch_size,
+        seq_len: args.seq_len,
+        steps: args.steps,
+        warmup_steps: args.warmup,
+        checkpointing,
+        method: args.method,
+    };
+    let r = bench::bench_train(&m, &spec)?;
     let (device, dtype) = device_and_dtype(&m);
     if args.json {
         print_json(&r, device, Some(&dtype))?;
     } else {
         println!(
-            "metal-candle train on {device} {dtype}: batch {}x{}, rank {} on {}, checkpointing {}: {:.3} s/step, {:.0} \
-             tokens/s, loss {:.4}, peak RSS {} (estimate {:.2} GB)",
+            "metal-candle train ({}) on {device} {dtype}: batch {}x{}{}, rank {} on {}, checkpointing {}: {:.3} s/step, \
+             {:.0} tokens/s, loss {:.4}, peak RSS {} (estimate {:.2} GB)",
+            args.method.name(),
             r.batch_size,
             r.seq_len,
+            if args.method.is_preference() { " pairs" } else { "" },
             r.rank,
             r.targets.join(","),
             config.checkpointing.name(),

@@ -45,6 +45,18 @@ pub struct TrainArgs {
     pub layers: Option<usize>,
     #[arg(long)]
     pub rslora: bool,
+    /// What to train for: sft (answers), dpo or orpo (preference pairs: prompt, chosen, rejected).
+    #[arg(long, value_name = "sft|dpo|orpo")]
+    pub method: Option<crate::engine::train::Method>,
+    /// DPO: the implicit reward's inverse temperature; ORPO: the odds-ratio term's weight (default 0.1).
+    #[arg(long, allow_negative_numbers = true)]
+    pub beta: Option<f64>,
+    /// DPO's loss: sigmoid (default) or ipo.
+    #[arg(long, value_name = "sigmoid|ipo")]
+    pub loss: Option<crate::engine::train::PreferenceLoss>,
+    /// DPO sigmoid: the assumed share of flipped preference labels (conservative DPO), 0 to below 0.5.
+    #[arg(long, allow_negative_numbers = true)]
+    pub label_smoothing: Option<f64>,
     #[arg(long, conflicts_with = "epochs", allow_negative_numbers = true)]
     pub iters: Option<usize>,
     #[arg(long, allow_negative_numbers = true)]
@@ -162,6 +174,20 @@ impl TrainArgs {
             c.lora.layers = self.layers;
         }
         c.lora.use_rslora |= self.rslora;
+        if let Some(method) = self.method {
+            // A resumed run keeps its method: its optimizer state and best loss belong to it.
+            if c.resume.is_some() && method != c.method {
+                anyhow::bail!(
+                    "the run being resumed trains with {}; it cannot continue as {} (start a new run instead)",
+                    c.method.name(),
+                    method.name()
+                );
+            }
+            c.method = method;
+        }
+        set!(c.beta, self.beta);
+        set!(c.preference_loss, self.loss);
+        set!(c.label_smoothing, self.label_smoothing);
         if self.iters.is_some() {
             c.iters = self.iters;
             c.epochs = None;
@@ -206,6 +232,11 @@ impl TrainArgs {
         c.validate()?;
         Ok(c)
     }
+}
+
+/// A preference step's headline numbers for a progress line: reward accuracy and margin.
+fn preference_summary(m: &crate::engine::train::preference::PreferenceMetrics) -> String {
+    format!(" acc {:.2} margin {:.3}", m.rewards_accuracies, m.rewards_margins)
 }
 
 /// `ORG/NAME@COMMIT[:FILE]`: exactly what a run recorded, for a resume on a machine without that path.
@@ -312,12 +343,13 @@ impl ProgressPrinter {
                     if *start_step > 0 { format!(", resuming at step {start_step}") } else { String::new() }
                 );
             }
-            TrainEvent::Step { step, total_steps, loss, lr, tokens_per_sec, eta_secs, .. } => {
+            TrainEvent::Step { step, total_steps, loss, lr, tokens_per_sec, eta_secs, preference, .. } => {
                 let width = 30;
                 let filled = (step * width / (*total_steps).max(1)).min(width);
+                let rewards = preference.as_ref().map_or(String::new(), preference_summary);
                 let _ = write!(
                     err,
-                    "\r[{}{}] {step}/{total_steps} loss {loss:.4} lr {lr:.2e} {tokens_per_sec:.0} tok/s ETA {} ",
+                    "\r[{}{}] {step}/{total_steps} loss {loss:.4}{rewards} lr {lr:.2e} {tokens_per_sec:.0} tok/s ETA {} ",
                     "#".repeat(filled),
                     "-".repeat(width - filled),
                     format_secs(*eta_secs)
@@ -326,10 +358,13 @@ impl ProgressPrinter {
                     let _ = writeln!(err);
                 }
             }
-            TrainEvent::Eval { step, val_loss, perplexity, best } => {
+            TrainEvent::Eval { step, val_loss, perplexity, best, preference } => {
                 let best = if *best { ", new best" } else { "" };
-                let _ =
-                    writeln!(err, "\nstep {step}: validation loss {val_loss:.4} (perplexity {perplexity:.2}{best})");
+                let rewards = preference.as_ref().map_or(String::new(), preference_summary);
+                let _ = writeln!(
+                    err,
+                    "\nstep {step}: validation loss {val_loss:.4}{rewards} (perplexity {perplexity:.2}{best})"
+                );
             }
             TrainEvent::CheckpointSaved { step, path } => {
                 let _ = writeln!(err, "\nstep {step}: saved {}", path.display());

@@ -118,22 +118,53 @@ pub fn random_batch(vocab: usize, batch_size: usize, seq_len: usize, seed: u64) 
     }
 }
 
-/// Time full training steps (forward, backward, AdamW) on random batches of a fixed shape.
-pub fn bench_train(
-    model: &LoadedModel,
-    lora: &crate::engine::train::LoraSettings,
-    batch_size: usize,
-    seq_len: usize,
-    steps: usize,
-    warmup_steps: usize,
-    checkpointing: bool,
-) -> Result<TrainBench> {
+/// Deterministic random preference batch: `pairs` pairs of `seq_len`-token sequences (2 x pairs rows, chosen
+/// first), each pair sharing its first half (the prompt) and scoring its own second half (the completion).
+pub fn random_pair_batch(vocab: usize, pairs: usize, seq_len: usize, seed: u64) -> crate::engine::data::Batch {
+    let mut batch = random_batch(vocab, 2 * pairs, seq_len, seed);
+    let prompt = seq_len / 2;
+    for i in 0..pairs {
+        let (chosen, rejected) = (i * seq_len, (pairs + i) * seq_len);
+        batch.input_ids.copy_within(chosen..chosen + prompt, rejected);
+        for row in [chosen, rejected] {
+            batch.target_mask[row..row + prompt.max(1)].fill(0.0);
+        }
+    }
+    batch.target_tokens = batch.target_mask.iter().filter(|&&m| m > 0.0).count();
+    batch
+}
+
+/// What `bench train` measures: the adapter, the batch shape, how many steps, and the method.
+#[derive(Debug, Clone)]
+pub struct TrainBenchSpec {
+    pub lora: crate::engine::train::LoraSettings,
+    /// Sequences per batch, or pairs for a preference method (twice as many sequences).
+    pub batch_size: usize,
+    pub seq_len: usize,
+    pub steps: usize,
+    pub warmup_steps: usize,
+    pub checkpointing: bool,
+    pub method: crate::engine::train::Method,
+}
+
+/// Time full training steps (forward, backward, AdamW) on random batches of a fixed shape; for DPO and ORPO on
+/// random pairs with their default settings (DPO's reference pass included).
+pub fn bench_train(model: &LoadedModel, spec: &TrainBenchSpec) -> Result<TrainBench> {
+    let TrainBenchSpec { lora, batch_size, seq_len, steps, warmup_steps, checkpointing, method } = spec.clone();
+    let lora = &lora;
     let mut m = model.model.clone();
     crate::engine::lora::detach_adapters(&mut m);
     let params = crate::engine::lora::attach_new_adapters(&mut m, lora, 0)?;
     let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
     let mut runner = crate::engine::train::StepRunner::new(m, &params, 0.0, None, 0)?;
     runner.checkpointing = checkpointing;
+    runner.preference = method
+        .is_preference()
+        .then(|| crate::engine::train::preference::PreferenceObjective::new(method, Default::default(), &model.model));
+    let random_batch = |vocab, batch_size, seq_len, seed| match method.is_preference() {
+        true => random_pair_batch(vocab, batch_size, seq_len, seed),
+        false => random_batch(vocab, batch_size, seq_len, seed),
+    };
     let vocab = model.config.vocab_size;
     for i in 0..warmup_steps {
         runner.step(&[random_batch(vocab, batch_size, seq_len, i as u64)], 1e-4)?;
@@ -174,7 +205,7 @@ pub fn bench_train(
         steps,
         mean_step_secs,
         median_step_secs,
-        tokens_per_sec: (batch_size * seq_len) as f64 / mean_step_secs,
+        tokens_per_sec: (batch_size * seq_len * if method.is_preference() { 2 } else { 1 }) as f64 / mean_step_secs,
         trainable_params,
         last_loss,
         peak_rss_bytes: crate::engine::device::peak_rss_bytes(),

@@ -139,6 +139,7 @@ mod tests {
             trained_tokens: step * 8,
             elapsed_secs: step as f64 * 2.0,
             eta_secs: 1.0,
+            preference: None,
         }
     }
 

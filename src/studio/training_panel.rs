@@ -122,7 +122,7 @@ impl TrainingPanel {
         match event {
             TrainEvent::Started { .. } => self.on_started(event),
             TrainEvent::Step { .. } => self.on_step(event, smoothing),
-            TrainEvent::Eval { step, val_loss, perplexity, best } => {
+            TrainEvent::Eval { step, val_loss, perplexity, best, .. } => {
                 self.live().val_loss.push(PlotPoint::new(step as f64, val_loss));
                 if best {
                     self.live().best = Some((step, val_loss));
@@ -230,6 +230,7 @@ impl TrainingPanel {
             trained_tokens,
             elapsed_secs,
             eta_secs,
+            ..
         } = event
         else {
             return None;
@@ -513,6 +514,7 @@ mod tests {
             trained_tokens: step * 10,
             elapsed_secs: step as f64,
             eta_secs: (10 - step) as f64,
+            preference: None,
         }
     }
 
@@ -521,7 +523,7 @@ mod tests {
         let mut p = TrainingPanel::default();
         p.on_event(step(1, 2.0), 0.6);
         p.on_event(step(2, 1.0), 0.6);
-        p.on_event(TrainEvent::Eval { step: 2, val_loss: 1.5, perplexity: 4.48, best: true }, 0.6);
+        p.on_event(TrainEvent::Eval { step: 2, val_loss: 1.5, perplexity: 4.48, best: true, preference: None }, 0.6);
         let run = p.run.as_ref().unwrap();
         assert_eq!(run.best, Some((2, 1.5)));
         assert_eq!(run.loss.len(), 2);
@@ -549,8 +551,8 @@ mod tests {
         use crate::engine::checkpoint::BestCheckpoint;
         use crate::engine::train::early_stop::EarlyStop;
         let mut p = TrainingPanel::default();
-        p.on_event(TrainEvent::Eval { step: 4, val_loss: 1.25, perplexity: 3.5, best: true }, 0.6);
-        p.on_event(TrainEvent::Eval { step: 8, val_loss: 1.5, perplexity: 4.5, best: false }, 0.6);
+        p.on_event(TrainEvent::Eval { step: 4, val_loss: 1.25, perplexity: 3.5, best: true, preference: None }, 0.6);
+        p.on_event(TrainEvent::Eval { step: 8, val_loss: 1.5, perplexity: 4.5, best: false, preference: None }, 0.6);
         let best = Some(BestCheckpoint { step: 4, val_loss: 1.25 });
         let early_stop = Some(EarlyStop { best, evals_without_improvement: 1, patience: 1, min_delta: 0.0 });
         let finished = TrainEvent::Finished {

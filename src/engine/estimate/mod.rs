@@ -190,7 +190,8 @@ fn runtime_bytes(vocab: u64) -> u64 {
 const RUNTIME_BASE_BYTES: u64 = 60 << 20;
 const RUNTIME_BYTES_PER_TOKEN: u64 = 400;
 
-/// The estimate for training `model` with `config` (one micro-batch of `batch_size` x `seq_len` in flight),
+/// The estimate for training `model` with `config` (one micro-batch of `batch_size` x `seq_len` in flight, twice
+/// that for a preference method: a pair is two sequences),
 /// with checkpointing as `config` says (`auto` counts as off: what the run needs without it).
 pub fn training_memory(model: &ModelShape, config: &TrainConfig) -> MemoryEstimate {
     training_memory_with(model, config, config.checkpointing == Checkpointing::On)
@@ -199,7 +200,7 @@ pub fn training_memory(model: &ModelShape, config: &TrainConfig) -> MemoryEstima
 /// [`training_memory`] with checkpointing on or off.
 pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpointing: bool) -> MemoryEstimate {
     let bytes = model.dtype_bytes.max(1) as u64;
-    let (b, t) = (config.batch_size.max(1) as u64, config.seq_len.max(1) as u64);
+    let (b, t) = (config.rows_per_batch().max(1) as u64, config.seq_len.max(1) as u64);
     let tokens = b * t;
     let (h, i) = (model.hidden_size as u64, model.intermediate_size as u64);
     let (q, kv) = ((model.attention_heads * model.head_dim) as u64, (model.kv_heads * model.head_dim) as u64);

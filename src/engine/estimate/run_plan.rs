@@ -12,7 +12,7 @@ use crate::engine::Result;
 /// when the split is empty. Reads and tokenizes the training split (the run reads it again).
 pub fn longest_train_row(config: &TrainConfig, model: &LoadedModel) -> Result<Option<usize>> {
     let prepared = prepare_data(config, model)?;
-    Ok(prepared.train.examples.iter().map(|e| e.len().min(config.seq_len)).max())
+    Ok(prepared.train.lengths().into_iter().map(|n| n.min(config.seq_len)).max())
 }
 
 /// What a front end says before a run: the memory warning, if the run would not fit, and notes.

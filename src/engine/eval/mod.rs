@@ -18,6 +18,7 @@ pub mod judge;
 pub mod loss;
 pub mod metrics;
 pub mod multiple_choice;
+pub mod preference;
 pub mod split;
 pub mod targets;
 
@@ -128,6 +129,7 @@ pub enum EvalTask {
     Loss,
     Generate(GenerateSettings),
     MultipleChoice,
+    Preference(preference::PreferenceTask),
 }
 
 impl EvalTask {
@@ -137,6 +139,7 @@ impl EvalTask {
             Self::Loss => "loss",
             Self::Generate(_) => "generate",
             Self::MultipleChoice => "multiple-choice",
+            Self::Preference(_) => "preference",
         }
     }
 }
@@ -177,8 +180,10 @@ impl Metric {
     /// mark the best value by it.
     pub fn higher_is_better(name: &str) -> Option<bool> {
         match name {
-            "loss" | "perplexity" => Some(false),
-            "rows" | "target_tokens" | "judge_unparsed" => None,
+            "loss" | "perplexity" | "nll_loss" => Some(false),
+            // A preference run's log-probabilities and single rewards say nothing alone: their gap does.
+            "rows" | "target_tokens" | "judge_unparsed" | "rewards/chosen" | "rewards/rejected" | "logps/chosen"
+            | "logps/rejected" => None,
             _ => Some(true),
         }
     }
@@ -313,5 +318,6 @@ fn prepare(spec: &EvalSpec, base: &LoadedModel) -> Result<Box<dyn PreparedTask>>
         EvalTask::Loss => loss::prepare(spec, base),
         EvalTask::Generate(settings) => generation::prepare(spec, settings, base),
         EvalTask::MultipleChoice => multiple_choice::prepare(spec, base),
+        EvalTask::Preference(task) => preference::prepare(spec, *task, base),
     }
 }

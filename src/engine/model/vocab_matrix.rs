@@ -182,13 +182,7 @@ impl VocabMatrix {
         row_nll: Option<&mut Vec<f64>>,
     ) -> candle_core::Result<HeadLoss> {
         match self {
-            Self::Dense(w) => match row_nll {
-                None => ops::head_nll(hidden, w, targets, grad_scale),
-                Some(out) => {
-                    out.extend(ops::head_token_nll(hidden, w, targets)?);
-                    Ok(HeadLoss { nll_sum: ops::Scalar::Host(out.iter().sum()), grad_hidden: None })
-                }
-            },
+            Self::Dense(w) => ops::head_nll_rows(hidden, w, targets, grad_scale, row_nll),
             Self::Quantized { blocks, rows_per_block, .. } => {
                 let target_rows = self.rows(&Tensor::new(targets, hidden.device())?)?.to_dtype(hidden.dtype())?;
                 let head = ops::QuantizedHead { blocks, rows_per_block: *rows_per_block, target_rows: &target_rows };

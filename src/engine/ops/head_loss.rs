@@ -69,8 +69,9 @@ pub fn head_token_nll(hidden: &Tensor, head: &Tensor, targets: &[u32]) -> Result
     Ok(rows)
 }
 
-/// [`head_nll`], also pushing each row's NLL onto `row_nll` when given.
-fn head_nll_rows(
+/// [`head_nll`], also pushing each row's NLL onto `row_nll` when given (a preference loss weighs each token by
+/// a function of all of them).
+pub fn head_nll_rows(
     hidden: &Tensor,
     head: &Tensor,
     targets: &[u32],

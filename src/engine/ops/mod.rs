@@ -47,7 +47,7 @@ pub use cuda_attention::Logsumexp;
 pub use cuda_cast::cast_many;
 pub use dropout::Dropout;
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t, swiglu_matmul_t};
-pub use head_loss::{head_nll, head_token_nll, logits_chunk_rows, HeadLoss};
+pub use head_loss::{head_nll, head_nll_rows, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use heads::{merge_heads_backward, split_heads};
 pub use matmul::matmul;
 pub use metal_attention::sdpa;

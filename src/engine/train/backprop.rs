@@ -121,9 +121,41 @@ pub fn loss_and_gradients_with(
     dropout: bool,
     checkpointing: bool,
 ) -> Result<BatchGradients> {
+    let (sources, targets) = loss::target_positions(batch);
+    let pass = Pass { dropout, checkpointing };
+    loss_and_gradients_at(model, batch, (sources, targets), TokenWeights::Uniform(loss_scale), pass)
+}
+
+/// How the loss weighs the NLL of each scored token.
+pub enum TokenWeights<'a> {
+    /// Every token counts `scale` times (SFT: the mean NLL when `scale` is one over the target count). The
+    /// tokens' NLLs are never read back to the host.
+    Uniform(f64),
+    /// The loss is some function of the tokens' NLLs (a preference loss): given them in the order they were
+    /// scored, the callback returns d loss / d NLL for each.
+    PerToken(&'a mut dyn FnMut(&[f64]) -> Result<Vec<f64>>),
+}
+
+/// How a training pass runs: adapter dropout, gradient checkpointing.
+#[derive(Debug, Clone, Copy)]
+pub struct Pass {
+    pub dropout: bool,
+    pub checkpointing: bool,
+}
+
+/// Forward and backward for one batch, scoring the tokens `targets` from the hidden states at the flat positions
+/// `sources` (row * seq_len + j) and weighing their NLLs as `weights` says: the gradients of that loss for every
+/// active adapter. `nll_sum` is the scored tokens' NLL sum.
+pub fn loss_and_gradients_at(
+    model: &Transformer,
+    batch: &Batch,
+    (sources, targets): (Vec<u32>, Vec<u32>),
+    weights: TokenWeights<'_>,
+    pass: Pass,
+) -> Result<BatchGradients> {
+    let Pass { dropout, checkpointing } = pass;
     let device = model.device();
     let (b, t) = (batch.batch_size, batch.seq_len);
-    let (sources, targets) = loss::target_positions(batch);
     let mut grads = Gradients::default();
     if targets.is_empty() {
         return Ok(BatchGradients { nll_sum: ops::Scalar::Host(0.0), target_tokens: 0, grads });
@@ -159,8 +191,7 @@ pub fn loss_and_gradients_with(
     let (x, normed) = model.final_norm_after(&x, pending.as_ref())?;
     let source_index = Tensor::from_vec(sources, targets.len(), device)?;
     let picked = ops::gather_rows(&normed, &source_index)?;
-    let head = model.head_nll(&picked, &targets, Some(loss_scale))?;
-    let d_picked = head.grad_hidden.ok_or_else(|| candle_core::Error::Msg("head loss without gradient".into()))?;
+    let (head, d_picked) = head_loss(model, &picked, &targets, weights)?;
     let d_normed = ops::scatter_rows(&d_picked, &source_index, normed.dim(0)?)?;
     let mut d_x = model.final_norm_backward(&x, &d_normed)?;
     timer.mark("final norm + head + loss, forward and backward")?;
@@ -189,4 +220,38 @@ pub fn loss_and_gradients_with(
     timer.mark("layers backward")?;
     timer.report();
     Ok(BatchGradients { nll_sum: head.nll_sum, target_tokens: targets.len(), grads })
+}
+
+/// The head's loss over `targets` and its gradient with respect to the scored hidden states, weighed as `weights`
+/// says. Per-token weights scale the unweighted gradient's rows: d NLL_i / d hidden_i only touches row i.
+fn head_loss(
+    model: &Transformer,
+    picked: &Tensor,
+    targets: &[u32],
+    weights: TokenWeights<'_>,
+) -> Result<(ops::HeadLoss, Tensor)> {
+    let missing = || candle_core::Error::Msg("head loss without gradient".into());
+    match weights {
+        TokenWeights::Uniform(scale) => {
+            let mut head = model.head_nll(picked, targets, Some(scale))?;
+            let d_picked = head.grad_hidden.take().ok_or_else(missing)?;
+            Ok((head, d_picked))
+        }
+        TokenWeights::PerToken(weigh) => {
+            let mut token_nll = Vec::with_capacity(targets.len());
+            let mut head = model.head().head_nll(picked, targets, Some(1.0), Some(&mut token_nll))?;
+            let per_token = weigh(&token_nll)?;
+            if per_token.len() != targets.len() {
+                return Err(crate::engine::Error::Training(format!(
+                    "the loss weighed {} tokens but {} were scored",
+                    per_token.len(),
+                    targets.len()
+                )));
+            }
+            let column: Vec<f32> = per_token.iter().map(|&w| w as f32).collect();
+            let column = Tensor::from_vec(column, (targets.len(), 1), picked.device())?.to_dtype(picked.dtype())?;
+            let d_picked = head.grad_hidden.take().ok_or_else(missing)?.broadcast_mul(&column)?;
+            Ok((head, d_picked))
+        }
+    }
 }

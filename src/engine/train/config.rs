@@ -93,6 +93,14 @@ pub struct TrainConfig {
     pub out: PathBuf,
     pub run_name: Option<String>,
     pub lora: LoraSettings,
+    /// What the run trains for: sft (the default), or dpo / orpo on preference pairs.
+    pub method: super::method::Method,
+    /// DPO: the implicit reward's inverse temperature; ORPO: the odds-ratio term's weight (TRL's `beta`).
+    pub beta: f64,
+    /// DPO's loss: sigmoid (the default) or ipo.
+    pub preference_loss: super::method::PreferenceLoss,
+    /// DPO sigmoid: conservative DPO's assumed share of flipped labels, in [0, 0.5).
+    pub label_smoothing: f64,
     /// Optimizer steps; when None, `epochs` decides.
     pub iters: Option<usize>,
     pub epochs: Option<f64>,
@@ -152,6 +160,10 @@ impl Default for TrainConfig {
             out: PathBuf::from("runs"),
             run_name: None,
             lora: LoraSettings::default(),
+            method: super::method::Method::Sft,
+            beta: super::method::DEFAULT_BETA,
+            preference_loss: super::method::PreferenceLoss::Sigmoid,
+            label_smoothing: 0.0,
             iters: Some(100),
             epochs: None,
             batch_size: 4,
@@ -195,6 +207,25 @@ impl TrainConfig {
     /// How the run reads its dataset's rows (`data_format`, `data_columns`).
     pub fn read_options(&self) -> crate::engine::data::ReadOptions {
         crate::engine::data::ReadOptions { format: self.data_format, columns: self.data_columns.clone() }
+    }
+
+    /// The preference method's parameters.
+    pub fn preference(&self) -> super::method::PreferenceSettings {
+        super::method::PreferenceSettings {
+            beta: self.beta,
+            loss: self.preference_loss,
+            label_smoothing: self.label_smoothing,
+        }
+    }
+
+    /// Sequences in one micro-batch: `batch_size` examples, or for a preference method `batch_size` pairs of a
+    /// chosen and a rejected sequence.
+    pub fn rows_per_batch(&self) -> usize {
+        if self.method.is_preference() {
+            2 * self.batch_size
+        } else {
+            self.batch_size
+        }
     }
 
     /// What a PEFT adapter names as its base: the Hub repo id when the model came from the Hub (PEFT and

@@ -25,6 +25,8 @@ const ALIASES: &[(&str, &str)] = &[
     ("lora_alpha", "lora.alpha"),
     ("lora_dropout", "lora.dropout"),
     ("target_modules", "lora.targets"),
+    ("loss_type", "preference_loss"),
+    ("loss", "preference_loss"),
 ];
 
 impl TrainConfig {

@@ -34,6 +34,9 @@ pub enum TrainEvent {
         trained_tokens: usize,
         elapsed_secs: f64,
         eta_secs: f64,
+        /// A preference step's metrics under TRL's names (absent for SFT).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        preference: Option<super::preference::PreferenceMetrics>,
     },
     Eval {
         step: usize,
@@ -43,6 +46,10 @@ pub enum TrainEvent {
         /// after, and recorded in run.json). Metrics written before this field existed read as false.
         #[serde(default)]
         best: bool,
+        /// A preference run's metrics on the validation pairs (its `val_loss` is their loss; `perplexity` that of
+        /// the chosen completions).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        preference: Option<super::preference::PreferenceMetrics>,
     },
     CheckpointSaved {
         step: usize,

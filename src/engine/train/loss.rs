@@ -53,6 +53,15 @@ pub fn batch_row_nll(model: &Transformer, batch: &Batch) -> Result<Vec<(f64, usi
     Ok(rows)
 }
 
+/// `-log p(targets[i])` from the hidden state at flat position `sources[i]` of `batch`, for every i (no gradient).
+pub fn token_nll_at(model: &Transformer, batch: &Batch, sources: Vec<u32>, targets: &[u32]) -> Result<Vec<f64>> {
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let picked = target_hidden(model, batch, sources)?;
+    model.head_token_nll(&picked, targets)
+}
+
 /// The hidden states at the flat positions `sources` of `batch` (n, hidden).
 fn target_hidden(model: &Transformer, batch: &Batch, sources: Vec<u32>) -> Result<Tensor> {
     let device = model.device();

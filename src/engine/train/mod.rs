@@ -12,7 +12,9 @@ pub mod config_file;
 pub mod early_stop;
 pub mod events;
 pub mod loss;
+pub mod method;
 pub mod optimizer;
+pub mod preference;
 mod recorder;
 pub mod resume;
 mod run_claim;
@@ -26,7 +28,8 @@ pub mod validate;
 
 pub use config::{lr_at, Checkpointing, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
 pub use events::{TrainControl, TrainEvent};
-pub use step_runner::{BegunStep, QueuedUpdate, StepRunner};
+pub use method::{Method, PreferenceLoss, PreferenceSettings};
+pub use step_runner::{BegunStep, QueuedUpdate, StepReport, StepRunner};
 
 use crate::engine::checkpoint::{self, TrainerState};
 use crate::engine::data::{self, BatchOptions, BatchPlan, DataOptions, PreparedDataset, TokenizeSpec};
@@ -141,6 +144,10 @@ impl<'a> Trainer<'a> {
         let started = Instant::now();
         // The dataset is read (and refused if it is not one) before its fingerprint reads it again.
         let data = prepare_data(config, base)?;
+        match config.method.is_preference() {
+            true => data::require_preference_rows(&data, &config.data)?,
+            false => data::require_sft_rows(&data, &config.data)?,
+        }
         early_stop::require_validation(config, data.valid.as_ref().map_or(0, |v| v.examples.len()), &config.data)?;
         let fingerprints = resume::Fingerprints {
             base: crate::engine::model::fingerprint::model_fingerprint(base)?,
@@ -170,6 +177,10 @@ impl<'a> Trainer<'a> {
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let mut runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
         runner.checkpointing = config.checkpointing.enabled()?;
+        runner.preference = config
+            .method
+            .is_preference()
+            .then(|| preference::PreferenceObjective::new(config.method, config.preference(), &base.model));
         let notes = base.notes.iter().chain(&data.summary.notes).cloned().collect();
         let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes };
         let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
@@ -252,8 +263,8 @@ impl<'a> Trainer<'a> {
                 && !control.stop_requested()
                 && !control.is_paused();
             let next_step = if look_ahead { self.begin_step(&mut batches) } else { Ok(None) };
-            let (loss, grad_norm) = self.runner.finish(queued)?;
-            let progress = StepProgress { loss, grad_norm, lr, cursor: current.cursor, tokens: current.tokens };
+            let report = self.runner.finish_report(queued)?;
+            let progress = StepProgress { report, lr, cursor: current.cursor, tokens: current.tokens };
             rec.send(self.record_step(progress, &mut state, total_steps, &mut clock, last_saved_step)?)?;
             // A failure to begin the next step is reported after this step's event.
             ahead = next_step?;
@@ -326,9 +337,13 @@ impl<'a> Trainer<'a> {
     fn begin_step(&mut self, batches: &mut data::BatchIter<'_>) -> Result<Option<TrainerStep>> {
         let micro: Vec<_> = (0..self.config.grad_accum).filter_map(|_| batches.next()).collect();
         let Some(last) = micro.last() else { return Ok(None) };
+        let train = &self.data.train;
         let collated = micro
             .iter()
-            .map(|b| data::collate(&self.data.train.examples, &b.indices, self.pad_id))
+            .map(|b| match self.runner.preference.is_some() {
+                true => data::collate_pairs(train, &b.indices, self.pad_id),
+                false => data::collate(&train.examples, &b.indices, self.pad_id),
+            })
             .collect::<Result<Vec<_>>>()?;
         let tokens = StepTokens {
             trained: collated.iter().map(|b| b.lengths.iter().sum::<usize>()).sum(),
@@ -357,7 +372,8 @@ impl<'a> Trainer<'a> {
         clock: &mut StepClock,
         last_saved_step: Option<usize>,
     ) -> Result<TrainEvent> {
-        let StepProgress { loss, grad_norm, lr, cursor, tokens } = progress;
+        let StepProgress { report, lr, cursor, tokens } = progress;
+        let StepReport { loss, grad_norm, preference } = report;
         if !loss.is_finite() {
             return Err(Error::Training(format!(
                 "the loss became {loss} at step {}; nothing was saved from this step (last checkpoint: {}). \
@@ -381,6 +397,7 @@ impl<'a> Trainer<'a> {
             trained_tokens: state.trained_tokens,
             elapsed_secs,
             eta_secs,
+            preference,
         })
     }
 
@@ -390,20 +407,25 @@ impl<'a> Trainer<'a> {
         let Some(valid) = self.data.valid.as_ref().filter(|v| !v.examples.is_empty()) else {
             return Ok(Verdict { new_best: false, stop: false });
         };
-        let loss = validation_loss(
-            &self.runner.model,
-            &valid.examples,
-            self.config.batch_size,
-            self.config.val_batches,
-            self.pad_id,
-        )?;
+        let (model, batch_size, batches) = (&self.runner.model, self.config.batch_size, self.config.val_batches);
+        let (loss, perplexity, preference) = match &self.runner.preference {
+            None => {
+                let loss = validation_loss(model, &valid.examples, batch_size, batches, self.pad_id)?;
+                (loss, loss.exp(), None)
+            }
+            Some(objective) => match objective.split_metrics(model, valid, batch_size, batches, self.pad_id)? {
+                Some(m) => (m.loss, m.chosen_perplexity(), Some(m)),
+                None => return Ok(Verdict { new_best: false, stop: false }),
+            },
+        };
         state.val_loss = Some(loss);
         let verdict = early_stop::observe(state, self.config, state.step, loss);
         rec.send(TrainEvent::Eval {
             step: state.step,
             val_loss: loss,
-            perplexity: loss.exp(),
+            perplexity,
             best: verdict.new_best,
+            preference,
         })?;
         Ok(verdict)
     }
@@ -452,8 +474,7 @@ struct StepTokens {
 
 /// A step as read back, for [`Trainer::record_step`].
 struct StepProgress {
-    loss: f64,
-    grad_norm: f64,
+    report: StepReport,
     lr: f64,
     cursor: data::DataCursor,
     tokens: StepTokens,

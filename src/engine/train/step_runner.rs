@@ -6,8 +6,9 @@
 //! idling while the host reads a loss, collates the next batch and queues its first layer.
 //! [`StepRunner::step`] does the three in a row (the rank explorer, tests).
 
-use super::backprop;
+use super::backprop::{self, Pass};
 use super::optimizer::{AdamW, AdamWParams, QueuedStep};
+use super::preference::{PreferenceMetrics, PreferenceObjective};
 use crate::engine::checkpoint;
 use crate::engine::data;
 use crate::engine::lora::{self, AdapterParam};
@@ -26,6 +27,8 @@ pub struct StepRunner {
     pub seed: u64,
     /// Gradient checkpointing (off unless set; see backprop.rs).
     pub checkpointing: bool,
+    /// A preference method's loss over batches of pairs (None: SFT, the mean NLL of the target tokens).
+    pub preference: Option<PreferenceObjective>,
 }
 
 /// A step whose forward and backward passes are queued: its gradients in the optimizer's order and its mean
@@ -33,10 +36,23 @@ pub struct StepRunner {
 pub struct BegunStep {
     grads: Vec<Tensor>,
     loss: Scalar,
+    preference: Option<PreferenceMetrics>,
 }
 
 /// A step whose update is queued as well, for [`StepRunner::finish`].
-pub struct QueuedUpdate(QueuedStep);
+pub struct QueuedUpdate(QueuedStep, Option<PreferenceMetrics>);
+
+/// A finished step as read back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// The step's loss (SFT: mean per target token); NaN when a finite loss came with a non-finite gradient norm
+    /// (the update was skipped).
+    pub loss: f64,
+    /// The gradient norm before clipping.
+    pub grad_norm: f64,
+    /// A preference step's metrics over all its pairs.
+    pub preference: Option<PreferenceMetrics>,
+}
 
 impl StepRunner {
     /// Wrap a model whose adapters are `params`.
@@ -55,7 +71,7 @@ impl StepRunner {
             })
             .collect();
         let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
-        Ok(Self { model, optimizer, max_grad_norm, seed, checkpointing: false })
+        Ok(Self { model, optimizer, max_grad_norm, seed, checkpointing: false, preference: None })
     }
 
     /// Returns (mean loss per target token over all micro-batches, gradient norm before clipping). A
@@ -72,37 +88,65 @@ impl StepRunner {
     /// ends a run).
     pub fn begin(&mut self, batches: &[data::Batch]) -> Result<BegunStep> {
         lora::seed_dropout(&self.model, self.seed, self.optimizer.step);
-        let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
-        let denom = target_tokens.max(1) as f64;
+        let pass = Pass { dropout: true, checkpointing: self.checkpointing };
         let mut losses = Vec::with_capacity(batches.len());
         let mut accumulated = crate::engine::model::Gradients::default();
-        for batch in batches {
-            let out = backprop::loss_and_gradients_with(&self.model, batch, 1.0 / denom, true, self.checkpointing)?;
-            losses.push(out.nll_sum);
-            accumulated.merge(out.grads)?;
-        }
+        let mut preference = Vec::new();
+        let loss_scale = match &self.preference {
+            None => {
+                let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
+                let scale = 1.0 / target_tokens.max(1) as f64;
+                for batch in batches {
+                    let out =
+                        backprop::loss_and_gradients_with(&self.model, batch, scale, pass.dropout, pass.checkpointing)?;
+                    losses.push(out.nll_sum);
+                    accumulated.merge(out.grads)?;
+                }
+                scale
+            }
+            // The step's loss is the mean over all its pairs: each micro-batch's mean weighs by its share of them.
+            Some(objective) => {
+                let pairs: usize = batches.iter().map(|b| b.batch_size / 2).sum();
+                for batch in batches {
+                    let share = (batch.batch_size / 2) as f64 / pairs.max(1) as f64;
+                    let (metrics, out) = objective.loss_and_gradients(&self.model, batch, share, pass)?;
+                    losses.push(Scalar::Host(metrics.loss * share));
+                    preference.push(metrics);
+                    accumulated.merge(out.grads)?;
+                }
+                1.0
+            }
+        };
         let grads: Vec<Tensor> = self
             .optimizer
             .params()
             .iter()
             .map(|(_, v)| accumulated.get(v.as_tensor()).cloned().map(Ok).unwrap_or_else(|| v.zeros_like()))
             .collect::<candle_core::Result<_>>()?;
-        Ok(BegunStep { grads, loss: Scalar::scaled_sum(&losses, 1.0 / denom)? })
+        let loss = Scalar::scaled_sum(&losses, loss_scale)?;
+        Ok(BegunStep { grads, loss, preference: PreferenceMetrics::combine(&preference) })
     }
 
     /// Queue the clipped AdamW update of a begun step at learning rate `lr`. Its gradients go here, while the
     /// GPU still runs the step (stream-ordered frees, behind the update): freed after the read, their ~70
     /// frees were a quarter of a millisecond of idle GPU between steps at 1B. Off CUDA the update is done here.
     pub fn queue_update(&mut self, begun: BegunStep, lr: f64) -> Result<QueuedUpdate> {
-        let BegunStep { grads, loss } = begun;
-        Ok(QueuedUpdate(self.optimizer.queue_guarded_step(&grads, lr, self.max_grad_norm, &loss)?))
+        let BegunStep { grads, loss, preference } = begun;
+        Ok(QueuedUpdate(self.optimizer.queue_guarded_step(&grads, lr, self.max_grad_norm, &loss)?, preference))
     }
 
     /// Read a queued step back: (mean loss per target token, gradient norm before clipping); the loss is NaN
     /// when a finite loss came with a non-finite norm (the update was skipped).
     pub fn finish(&mut self, queued: QueuedUpdate) -> Result<(f64, f64)> {
-        let outcome = self.optimizer.finish_step(queued.0)?;
+        let report = self.finish_report(queued)?;
+        Ok((report.loss, report.grad_norm))
+    }
+
+    /// [`StepRunner::finish`], with a preference step's metrics.
+    pub fn finish_report(&mut self, queued: QueuedUpdate) -> Result<StepReport> {
+        let QueuedUpdate(queued, preference) = queued;
+        let outcome = self.optimizer.finish_step(queued)?;
         let loss = if outcome.applied || !outcome.loss.is_finite() { outcome.loss } else { f64::NAN };
-        Ok((loss, outcome.grad_norm))
+        Ok(StepReport { loss, grad_norm: outcome.grad_norm, preference })
     }
 }

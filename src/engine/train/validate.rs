@@ -55,6 +55,14 @@ impl TrainConfig {
         self.validate_optimizer()?;
         self.validate_length()?;
         self.validate_stopping()?;
+        self.preference().validate(self.method)?;
+        if self.method.is_preference() && self.train_on_prompt {
+            return Err(Error::InvalidSetting(format!(
+                "train_on_prompt (--train-on-prompt) has no meaning for {}: a preference loss compares the chosen and \
+                 rejected answers; leave it off",
+                self.method.name()
+            )));
+        }
         self.read_options().validate()?;
         if let Some(name) = &self.run_name {
             super::run_folder::validate_run_name(name)?;
