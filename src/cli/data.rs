@@ -16,7 +16,7 @@ pub struct DataArgs {
     #[arg(long)]
     pub data: PathBuf,
     /// How rows are read: auto detects each file's format.
-    #[arg(long, value_name = "auto|chat|sharegpt|alpaca|completions|text", default_value = "auto")]
+    #[arg(long, value_name = "auto|chat|sharegpt|alpaca|preference|completions|text", default_value = "auto")]
     pub format: FormatChoice,
     /// Read columns as a format's fields, e.g. prompt=question,completion=answer or conversations=dialog.
     #[arg(long, value_name = "FIELD=COLUMN,...")]
@@ -75,10 +75,11 @@ fn print_report(report: &DatasetReport) {
     println!("dataset {}: rows read as {}", report.path.display(), report.read.describe());
     for s in &report.splits {
         println!(
-            "{:<6} {}: {} rows, {} problems",
+            "{:<6} {}: {} {}, {} problems",
             s.split.as_str(),
             s.detection.describe(s.unit),
             s.rows,
+            s.format.map_or("rows", |f| f.rows_word()),
             s.problems.len()
         );
         let files: Vec<_> = s.files.iter().map(|f| short(report, f)).collect();
@@ -106,15 +107,20 @@ fn print_report(report: &DatasetReport) {
             match &s.detection {
                 crate::engine::data::Detection::Ambiguous { candidates, .. } =>
                     candidates.iter().map(|f| f.name()).collect::<Vec<_>>().join("|"),
-                _ => "chat|sharegpt|alpaca|completions|text".into(),
+                _ => "chat|sharegpt|alpaca|preference|completions|text".into(),
             },
             crate::engine::data::columns::known_fields().collect::<Vec<_>>().join(", ")
         );
     }
     if let Some(t) = &report.tokens {
         println!(
-            "tokens: {} ({} targets) within seq_len {}; {} rows truncated, {} dropped (no target left)",
-            t.total_tokens, t.target_tokens, t.max_seq_len, t.truncated, t.dropped
+            "tokens: {} ({} targets) within seq_len {}; {} {word} truncated, {} dropped (no target left)",
+            t.total_tokens,
+            t.target_tokens,
+            t.max_seq_len,
+            t.truncated,
+            t.dropped,
+            word = report.rows_word()
         );
     }
     for note in &report.notes {

@@ -119,7 +119,7 @@ impl DatasetPanel {
         widgets::page_header_ui(
             ui,
             "Training data",
-            "JSONL, JSON or parquet rows in chat ({\"messages\"}), ShareGPT ({\"conversations\"}), Alpaca ({\"instruction\", \"output\"}), completions ({\"prompt\", \"completion\"}) or text ({\"text\"}) format; a folder may hold train/valid/test files or a Hub dataset's data/ shards.",
+            "JSONL, JSON or parquet rows in chat ({\"messages\"}), ShareGPT ({\"conversations\"}), Alpaca ({\"instruction\", \"output\"}), completions ({\"prompt\", \"completion\"}), text ({\"text\"}) or preference pairs ({\"prompt\", \"chosen\", \"rejected\"}, for DPO and ORPO) format; a folder may hold train/valid/test files or a Hub dataset's data/ shards.",
         );
         egui::ScrollArea::vertical().id_salt("dataset-page").auto_shrink([false; 2]).show(ui, |ui| {
             self.open_row_ui(ui, ctx);
@@ -251,7 +251,7 @@ fn report_ui(ui: &mut Ui, report: &DatasetReport, hist: Option<&LengthHistogram>
     match &report.tokens {
         Some(t) => {
             section_ui(ui, "Token lengths");
-            token_stats_ui(ui, t, hist);
+            token_stats_ui(ui, t, hist, report.rows_word());
         }
         None => {
             ui.add_space(6.0);
@@ -286,7 +286,10 @@ fn splits_ui(ui: &mut Ui, report: &DatasetReport) {
                 ui.label(files).on_hover_text(all.join("\n"));
                 let tone = if s.detection.format().is_some() { palette::OK } else { palette::WARN };
                 ui.label(RichText::new(s.detection.describe(s.unit)).color(tone));
-                ui.label(s.rows.to_string());
+                match s.format.map(|f| f.rows_word()).filter(|w| *w != "rows") {
+                    Some(word) => ui.label(format!("{} {word}", s.rows)),
+                    None => ui.label(s.rows.to_string()),
+                };
                 ui.label(s.blank_lines.to_string());
                 if s.problems.is_empty() {
                     ui.label(RichText::new("none").color(palette::OK));
@@ -348,11 +351,13 @@ fn problems_ui(ui: &mut Ui, report: &DatasetReport) {
 }
 
 /// Token counts, truncation and the length histogram under the loaded model's tokenizer.
-fn token_stats_ui(ui: &mut Ui, t: &TokenStats, hist: Option<&LengthHistogram>) {
+/// `rows` names what the training split holds ("rows", or "pairs" for preference data: a pair's tokens count both
+/// of its sequences, its length is the longer one).
+fn token_stats_ui(ui: &mut Ui, t: &TokenStats, hist: Option<&LengthHistogram>, rows: &str) {
     card_ui(ui, |ui| {
         ui.set_width(ui.available_width());
         ui.horizontal_wrapped(|ui| {
-            stat_ui(ui, "training rows", fmt_count(t.lengths.len()));
+            stat_ui(ui, &format!("training {rows}"), fmt_count(t.lengths.len()));
             stat_ui(ui, "tokens per epoch", fmt_count(t.total_tokens));
             stat_ui(ui, "trained tokens", fmt_count(t.target_tokens));
             stat_ui(ui, "longest row", t.longest_row().unwrap_or(0).to_string());
@@ -369,7 +374,7 @@ fn token_stats_ui(ui: &mut Ui, t: &TokenStats, hist: Option<&LengthHistogram>) {
                 ui,
                 if t.dropped == t.lengths.len() { Tone::Error } else { Tone::Warn },
                 format!(
-                    "{} of {} rows have no trained tokens within {} tokens (the reply starts after the cut) and will be dropped; raise the sequence length.",
+                    "{} of {} {rows} have no trained tokens within {} tokens (the reply starts after the cut) and will be dropped; raise the sequence length.",
                     t.dropped,
                     t.lengths.len(),
                     t.max_seq_len

@@ -287,24 +287,50 @@ fn rows_ui(ui: &mut Ui, page: &RowPage) {
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
             ui.label(RichText::new(row_heading(page, row)).weak().small());
-            ui.push_id(row.index, |ui| match &row.view {
-                RowView::Templated { pieces, .. } => widgets::token_view_ui(ui, pieces, &page.query.search),
-                RowView::Turns { turns, error } => {
-                    if let Some(e) = error {
-                        ui.label(
-                            RichText::new(format!("The chat template cannot render this row: {e}"))
-                                .color(palette::ERROR),
-                        );
-                    }
-                    turns_ui(ui, turns, &page.query.search);
-                }
-            });
+            ui.push_id(row.index, |ui| view_ui(ui, &row.view, &page.query.search));
         });
         ui.add_space(4.0);
     }
 }
 
-/// "train · row 41 · data.jsonl line 41 · 57 tokens (truncated)".
+/// A row's view: templated tokens, plain turns, or a preference pair (its prompt once, then the chosen and the
+/// rejected completions side by side, each as templated tokens or turns).
+fn view_ui(ui: &mut Ui, view: &RowView, search: &str) {
+    match view {
+        RowView::Templated { pieces, .. } => widgets::token_view_ui(ui, pieces, search),
+        RowView::Turns { turns, error } => {
+            if let Some(e) = error {
+                ui.label(RichText::new(format!("The chat template cannot render this row: {e}")).color(palette::ERROR));
+            }
+            turns_ui(ui, turns, search);
+        }
+        RowView::Pair { prompt, chosen, rejected } => {
+            ui.label(RichText::new("Prompt").strong().small());
+            ui.push_id("prompt", |ui| view_ui(ui, prompt, search));
+            ui.add_space(4.0);
+            ui.columns(2, |columns| {
+                for (column, (title, colour, side)) in
+                    columns.iter_mut().zip([("Chosen", palette::OK, chosen), ("Rejected", palette::ERROR, rejected)])
+                {
+                    column.label(RichText::new(format!("{title}{}", side_tokens(side))).strong().color(colour));
+                    column.push_id(title, |ui| view_ui(ui, side, search));
+                }
+            });
+        }
+    }
+}
+
+/// " · 12 tokens (truncated)" for a templated side of a pair (its whole sequence, prompt included).
+fn side_tokens(view: &RowView) -> String {
+    match view {
+        RowView::Templated { tokens, truncated, .. } => {
+            format!(" · {tokens} tokens{}", if *truncated { " (truncated)" } else { "" })
+        }
+        _ => String::new(),
+    }
+}
+
+/// "train · row 41 · data.jsonl line 41 · 57 tokens (truncated)"; a pair's tokens are shown beside each side.
 fn row_heading(page: &RowPage, row: &BrowsedRow) -> String {
     let split = page.split.map(|s| s.as_str()).unwrap_or("");
     let file = row.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

@@ -8,9 +8,9 @@
 //! matches does not search again.
 
 use super::columns::ReadOptions;
-use super::formats::{PreferenceTurns, Row, RowUnit, SourcedRow};
+use super::formats::{PreferenceRow, PreferenceTurns, Row, RowUnit, SourcedRow};
 use super::splits::RawSplit;
-use super::{dataset_layout, read_split, SplitName, TokenizeSpec};
+use super::{dataset_layout, read_split, Example, SplitName, TokenizeSpec};
 use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::model::LoadedModel;
 use crate::engine::Result;
@@ -60,6 +60,9 @@ pub enum RowView {
     /// (role, text) per turn; a text row is one turn with the role `text`. `error` says why the model's
     /// template could not render it, when that is why it is shown plain.
     Turns { turns: Vec<(String, String)>, error: Option<String> },
+    /// A preference pair, each part a `Templated` or a `Turns` view: the prompt (shown once; templated, it is the
+    /// masked start both sequences share), then the chosen and the rejected completions (shown side by side).
+    Pair { prompt: Box<RowView>, chosen: Box<RowView>, rejected: Box<RowView> },
 }
 
 /// A page of a split's rows.
@@ -191,12 +194,19 @@ fn browsed_row(
     spec: Option<&(TokenizeSpec<'_>, &LoadedModel)>,
 ) -> BrowsedRow {
     let file = raw.file_of(sourced);
+    let plain = |error: Option<String>| match &sourced.row {
+        Row::Preference(pair) => pair_turns(pair, error),
+        row => RowView::Turns { turns: turns_of(row), error },
+    };
     let view = match spec {
-        Some((spec, model)) => match templated(&sourced.row, spec, model) {
-            Ok(view) => view,
-            Err(e) => RowView::Turns { turns: turns_of(&sourced.row), error: Some(e.to_string()) },
-        },
-        None => RowView::Turns { turns: turns_of(&sourced.row), error: None },
+        Some((spec, model)) => {
+            let view = match &sourced.row {
+                Row::Preference(pair) => templated_pair(pair, spec, model),
+                row => templated(row, spec, model),
+            };
+            view.unwrap_or_else(|e| plain(Some(e.to_string())))
+        }
+        None => plain(None),
     };
     BrowsedRow { index, file: file.path, line: sourced.line, unit: file.unit, view }
 }
@@ -206,28 +216,59 @@ fn templated(row: &Row, spec: &TokenizeSpec<'_>, model: &LoadedModel) -> Result<
     Ok(RowView::Templated { tokens, truncated, pieces })
 }
 
+/// A pair through the template: the chosen sequence's masked start as the prompt, then each completion.
+fn templated_pair(pair: &PreferenceRow, spec: &TokenizeSpec<'_>, model: &LoadedModel) -> Result<RowView> {
+    let (chosen, rejected) = super::tokenize_pair(pair, spec)?;
+    let side = |example: &Example| -> Result<(Vec<(String, bool)>, RowView)> {
+        let mut pieces = super::tokenize::preview_example(example, &model.tokenizer)?;
+        let completion = pieces.split_off(super::prompt_tokens(example));
+        let view = RowView::Templated { tokens: example.len(), truncated: example.truncated, pieces: completion };
+        Ok((pieces, view))
+    };
+    let (prompt, chosen_view) = side(&chosen)?;
+    let (_, rejected_view) = side(&rejected)?;
+    let prompt = RowView::Templated { tokens: prompt.len(), truncated: false, pieces: prompt };
+    Ok(RowView::Pair { prompt: Box::new(prompt), chosen: Box::new(chosen_view), rejected: Box::new(rejected_view) })
+}
+
+/// A pair as plain turns: text parts under the names `prompt`, `chosen` and `rejected`, messages under their roles.
+fn pair_turns(pair: &PreferenceRow, error: Option<String>) -> RowView {
+    let part = |name: &str, turns: &PreferenceTurns, error: Option<String>| {
+        let turns = match turns {
+            PreferenceTurns::Text(text) => vec![(name.to_string(), text.clone())],
+            PreferenceTurns::Messages(messages) => message_turns(messages.clone()),
+        };
+        Box::new(RowView::Turns { turns, error })
+    };
+    RowView::Pair {
+        prompt: part("prompt", &pair.prompt, error),
+        chosen: part("chosen", &pair.chosen, None),
+        rejected: part("rejected", &pair.rejected, None),
+    }
+}
+
 /// (role, text) of each turn: a chat row's messages (a tool call as its JSON), a completion as user and
 /// assistant, a text row as one `text` turn.
 fn turns_of(row: &Row) -> Vec<(String, String)> {
     match row {
         Row::Text(text) => vec![("text".into(), text.clone())],
-        _ => row
-            .to_conversation()
-            .map(|c| {
-                c.messages
-                    .into_iter()
-                    .map(|m| {
-                        let mut text = m.content;
-                        if let Some(calls) = m.tool_calls.filter(|c| !c.is_empty()) {
-                            let calls = serde_json::to_string(&calls).unwrap_or_default();
-                            text = if text.is_empty() { calls } else { format!("{text}\n{calls}") };
-                        }
-                        (m.role, text)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        _ => row.to_conversation().map(|c| message_turns(c.messages)).unwrap_or_default(),
     }
+}
+
+/// (role, text) of each message, a tool call as its JSON.
+fn message_turns(messages: Vec<ChatMessage>) -> Vec<(String, String)> {
+    messages
+        .into_iter()
+        .map(|m| {
+            let mut text = m.content;
+            if let Some(calls) = m.tool_calls.filter(|c| !c.is_empty()) {
+                let calls = serde_json::to_string(&calls).unwrap_or_default();
+                text = if text.is_empty() { calls } else { format!("{text}\n{calls}") };
+            }
+            (m.role, text)
+        })
+        .collect()
 }
 
 /// What a search looks for: the text lowercased; ASCII text is matched without allocating.
@@ -376,6 +417,29 @@ mod tests {
         assert_eq!((valid.split, valid.matches), (Some(SplitName::Valid), 1));
         let missing = browser.page(&query(Some(SplitName::Test), "", 0, 10), None);
         assert_eq!(missing.split, Some(SplitName::Train), "a split the dataset lacks shows the first");
+    }
+
+    #[test]
+    fn preference_rows_page_as_pairs_and_search_every_side() {
+        let dir = tempfile::tempdir().unwrap();
+        let row = serde_json::json!({"prompt": [{"role": "user", "content": "17 + 25?"}],
+            "chosen": [{"role": "assistant", "content": "42"}], "rejected": [{"role": "assistant", "content": "41"}]});
+        std::fs::write(dir.path().join("train.jsonl"), format!("{row}\n")).unwrap();
+        let browser = RowBrowser::open(dir.path(), &ReadOptions::default()).unwrap();
+        assert_eq!(browser.matches(SplitName::Train, "41").len(), 1, "the rejected side is searched");
+        let page = browser.page(&query(None, "", 0, 10), None);
+        let turns = |v: &RowView| match v {
+            RowView::Turns { turns, .. } => turns.clone(),
+            other => panic!("unexpected {other:?}"),
+        };
+        match &page.rows[0].view {
+            RowView::Pair { prompt, chosen, rejected } => {
+                assert_eq!(turns(prompt), [("user".to_string(), "17 + 25?".to_string())]);
+                assert_eq!(turns(chosen), [("assistant".to_string(), "42".to_string())]);
+                assert_eq!(turns(rejected), [("assistant".to_string(), "41".to_string())]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]

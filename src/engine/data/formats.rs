@@ -86,6 +86,14 @@ impl DatasetFormat {
         }
     }
 
+    /// What its rows are called in counts: "pairs" for preference data, "rows" otherwise.
+    pub fn rows_word(self) -> &'static str {
+        match self {
+            Self::Preference => "pairs",
+            _ => "rows",
+        }
+    }
+
     /// Required then optional columns: what a column mapping may name for this format.
     pub fn columns(self) -> impl Iterator<Item = &'static str> {
         self.required_columns().iter().chain(self.optional_columns()).copied()

@@ -41,7 +41,9 @@ pub use formats::{
     Conversation, DatasetFormat, FormatChoice, PreferenceRow, PreferenceTurns, Row, RowProblem, RowUnit, SourcedRow,
 };
 pub use layout::{dataset_layout, find_splits, DatasetLayout, SplitFiles};
-pub use preference::{collate_pairs, require_preference_rows, require_sft_rows, tokenize_pair};
+pub use preference::{
+    collate_pairs, prompt_tokens, require_preference_rows, require_sft_rows, tokenize_pair, tokenize_sequences,
+};
 pub use report::{inspect_dataset, inspect_dataset_with, DatasetReport, PreviewRow, SplitReport, TokenStats};
 pub use splits::{read_split, RawSplit, ReadSplit, SourceFile};
 pub use summary::{length_histogram, DatasetSummary, LengthHistogram, SplitSummary};
@@ -421,11 +423,7 @@ fn tokenize_split(
         lengths: Vec::new(),
     };
     for sourced in &split.rows {
-        let tokenized = match &sourced.row {
-            Row::Preference(pair) => tokenize_pair(pair, spec).map(|(chosen, rejected)| (chosen, Some(rejected))),
-            row => tokenize_row(row, spec).map(|example| (example, None)),
-        };
-        match tokenized {
+        match preference::tokenize_sequences(&sourced.row, spec) {
             Ok((example, rejected)) => {
                 // A pair counts once for truncation and dropping, and with both sequences for tokens.
                 let sequences = || std::iter::once(&example).chain(rejected.as_ref());

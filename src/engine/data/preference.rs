@@ -18,7 +18,7 @@
 //! ([`super::tokenize_dataset`]).
 
 use super::batches::{collate_rows, Batch};
-use super::formats::{Conversation, PreferenceRow, PreferenceTurns};
+use super::formats::{Conversation, PreferenceRow, PreferenceTurns, Row};
 use super::summary::SplitSummary;
 use super::tokenize::{encode_rendered, Example, TokenizeSpec};
 use super::{DatasetFormat, PreparedDataset, PreparedSplit, RawDataset};
@@ -67,6 +67,15 @@ pub fn tokenize_pair(row: &PreferenceRow, spec: &TokenizeSpec<'_>) -> Result<(Ex
     let prompt_len =
         common_prefix_length(&prompt_ids, &chosen_ids).min(common_prefix_length(&prompt_ids, &rejected_ids));
     Ok((masked(chosen_ids, prompt_len, spec.max_seq_len), masked(rejected_ids, prompt_len, spec.max_seq_len)))
+}
+
+/// A row as the trainer tokenizes it: a preference pair's chosen and rejected examples, or one example (and
+/// `None`) for every other row. Training, the dataset report and row browsing all tokenize through here.
+pub fn tokenize_sequences(row: &Row, spec: &TokenizeSpec<'_>) -> Result<(Example, Option<Example>)> {
+    match row {
+        Row::Preference(pair) => tokenize_pair(pair, spec).map(|(chosen, rejected)| (chosen, Some(rejected))),
+        row => super::tokenize::tokenize_row(row, spec).map(|example| (example, None)),
+    }
 }
 
 /// Leading tokens two sequences share (TRL's `common_prefix_length`).

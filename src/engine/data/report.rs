@@ -8,7 +8,9 @@ use super::columns::ReadOptions;
 use super::detect::Detection;
 use super::formats::RowUnit;
 use super::splits::RawSplit;
-use super::{dataset_layout, read_split, tokenize, DatasetFormat, Row, RowProblem, SplitName, TokenizeSpec};
+use super::{
+    dataset_layout, read_split, tokenize, tokenize_sequences, DatasetFormat, Row, RowProblem, SplitName, TokenizeSpec,
+};
 use crate::engine::data::eos_doctor::{self, StopWarning};
 use crate::engine::model::LoadedModel;
 use crate::engine::Result;
@@ -45,7 +47,8 @@ pub struct SplitReport {
     pub error: Option<String>,
 }
 
-/// Token statistics of the training split under a model's tokenizer and chat template.
+/// Token statistics of the training split under a model's tokenizer and chat template. A preference pair counts
+/// once (its longer sequence for lengths, cut or dropped when either is) and with both sequences for tokens.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TokenStats {
     /// Token length of each training row before truncation.
@@ -84,7 +87,11 @@ pub struct PreviewRow {
     pub unit: RowUnit,
     pub tokens: usize,
     pub truncated: bool,
+    /// The row's pieces; for a preference pair, its chosen sequence (prompt then completion).
     pub pieces: Vec<(String, bool)>,
+    /// A preference pair's rejected sequence (prompt then completion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<Vec<(String, bool)>>,
 }
 
 /// Everything the dataset page shows.
@@ -117,6 +124,15 @@ impl DatasetReport {
 
     pub fn rows(&self, split: SplitName) -> usize {
         self.splits.iter().filter(|s| s.split == split).map(|s| s.rows).sum()
+    }
+
+    /// What the training split's rows are called in counts ("pairs" for preference data, else "rows").
+    pub fn rows_word(&self) -> &'static str {
+        self.splits
+            .iter()
+            .find(|s| s.split == SplitName::Train)
+            .and_then(|s| s.format)
+            .map_or("rows", |f| f.rows_word())
     }
 
     /// The first split whose format a user has to name (ambiguous or unknown) or whose files disagree.
@@ -182,6 +198,13 @@ pub fn inspect_dataset_with(
         return Ok(report);
     };
     report.tokenizer_model = Some(model.source.path().to_path_buf());
+    if train_on_prompt && raw.iter().any(|s| s.format == Some(DatasetFormat::Preference)) {
+        report.notes.push(
+            "train on prompt is off for preference pairs: DPO and ORPO train the completions only, and training \
+             refuses the setting for this dataset"
+                .into(),
+        );
+    }
     if model.chat_template.is_none() && raw.iter().any(|s| s.format != Some(DatasetFormat::Text)) {
         report.notes.push(tokenize::FALLBACK_TEMPLATE_NOTE.into());
     }
@@ -205,24 +228,45 @@ const DOCTOR_ROWS: usize = 200;
 /// The doctor's warnings for the model and the first [`DOCTOR_ROWS`] training rows, tokenized untruncated.
 fn stop_warnings(splits: &[RawSplit], full: &TokenizeSpec<'_>, model: &LoadedModel) -> Vec<StopWarning> {
     let rows = splits.iter().find(|s| s.name == SplitName::Train).map(|s| s.rows.as_slice()).unwrap_or_default();
-    let examples: Vec<_> =
-        rows.iter().take(DOCTOR_ROWS).filter_map(|r| tokenize::tokenize_row(&r.row, full).ok()).collect();
+    let stop_ids = &model.eos_token_ids;
+    let examples: Vec<_> = rows
+        .iter()
+        .take(DOCTOR_ROWS)
+        .filter_map(|r| tokenize_sequences(&r.row, full).ok())
+        .flat_map(|(example, rejected)| match rejected {
+            None => vec![example],
+            Some(rejected) => vec![through_last_stop(example, stop_ids), through_last_stop(rejected, stop_ids)],
+        })
+        .collect();
     eos_doctor::check_training(model, &examples)
+}
+
+/// A pair's completion runs to the end of the rendered conversation (TRL keeps the template's newline after the
+/// end-of-turn token), so it teaches stopping when it holds a stop token anywhere: cut it after the last one for
+/// the doctor's check of where trained tokens end.
+fn through_last_stop(mut example: super::Example, stop_ids: &[u32]) -> super::Example {
+    let last_stop =
+        (0..example.len()).rev().find(|&j| example.target_mask[j] && stop_ids.contains(&example.input_ids[j]));
+    if let Some(j) = last_stop {
+        example.input_ids.truncate(j + 1);
+        example.target_mask.truncate(j + 1);
+    }
+    example
 }
 
 /// Lengths, truncation and target counts of (up to [`MAX_STAT_ROWS`]) training rows.
 fn token_stats(train: &RawSplit, full: &TokenizeSpec<'_>, max_seq_len: usize) -> TokenStats {
     let mut stats = TokenStats { max_seq_len, ..Default::default() };
     for sourced in train.rows.iter().take(MAX_STAT_ROWS) {
-        match tokenize::tokenize_row(&sourced.row, full) {
-            Ok(example) => {
-                let len = example.len();
-                let cut = example.cut(max_seq_len);
-                stats.lengths.push(len);
-                stats.total_tokens += len.min(max_seq_len);
-                stats.truncated += usize::from(cut.truncated);
-                stats.target_tokens += cut.target_tokens;
-                stats.dropped += usize::from(cut.dropped());
+        match tokenize_sequences(&sourced.row, full) {
+            Ok((example, rejected)) => {
+                let sequences: Vec<&super::Example> = std::iter::once(&example).chain(rejected.as_ref()).collect();
+                let cuts: Vec<super::Cut> = sequences.iter().map(|e| e.cut(max_seq_len)).collect();
+                stats.lengths.push(sequences.iter().map(|e| e.len()).max().unwrap_or(0));
+                stats.total_tokens += sequences.iter().map(|e| e.len().min(max_seq_len)).sum::<usize>();
+                stats.truncated += usize::from(cuts.iter().any(|c| c.truncated));
+                stats.target_tokens += cuts.iter().map(|c| c.target_tokens).sum::<usize>();
+                stats.dropped += usize::from(cuts.iter().any(super::Cut::dropped));
             }
             Err(e) => stats.failures.push(train.problem(sourced, e.to_string())),
         }
@@ -234,9 +278,15 @@ fn token_stats(train: &RawSplit, full: &TokenizeSpec<'_>, max_seq_len: usize) ->
 fn preview_rows_of(splits: &[RawSplit], spec: &TokenizeSpec<'_>, model: &LoadedModel, limit: usize) -> Vec<PreviewRow> {
     let rows = splits.iter().flat_map(|split| split.rows.iter().map(move |r| (split, r)));
     rows.filter_map(|(split, sourced)| {
-        let (tokens, truncated, pieces) = preview(&sourced.row, spec, model).ok()?;
+        let (example, rejected) = tokenize_sequences(&sourced.row, spec).ok()?;
+        let pieces = tokenize::preview_example(&example, &model.tokenizer).ok()?;
+        let rejected = match rejected {
+            Some(r) => Some(tokenize::preview_example(&r, &model.tokenizer).ok()?),
+            None => None,
+        };
+        let (tokens, truncated) = (example.len(), example.truncated);
         let unit = split.file_of(sourced).unit;
-        Some(PreviewRow { split: split.name, line: sourced.line, unit, tokens, truncated, pieces })
+        Some(PreviewRow { split: split.name, line: sourced.line, unit, tokens, truncated, pieces, rejected })
     })
     .take(limit)
     .collect()
