@@ -77,11 +77,11 @@ fn dpo_and_orpo_teach_smollm2_to_prefer_the_right_sum() {
             run_name: Some(method.name().into()),
             method,
             lora: LoraSettings { rank: 8, alpha: 16.0, targets: "all-linear".parse().unwrap(), ..Default::default() },
-            iters: Some(24),
+            iters: Some(48),
             epochs: None,
             batch_size: 8,
             seq_len: 64,
-            lr: 5e-4,
+            lr: 1e-3,
             warmup: Some(2),
             val_every: 0,
             save_every: 0,
@@ -89,7 +89,7 @@ fn dpo_and_orpo_teach_smollm2_to_prefer_the_right_sum() {
             ..Default::default()
         };
         let run = train::run_training(&config, &base, &TrainControl::default(), &mut |_| {}).unwrap();
-        let checkpoint = run.join("checkpoint-24");
+        let checkpoint = run.join("checkpoint-48");
         let after = reward_accuracy(&base, &held_out, method, Some(&checkpoint));
         eprintln!("{}: reward accuracy on held-out pairs {:.0}%", method.name(), 100.0 * after);
         assert!(after >= 0.9, "{}: held-out reward accuracy {after} (base {before})", method.name());
