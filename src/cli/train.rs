@@ -45,6 +45,9 @@ pub struct TrainArgs {
     pub layers: Option<usize>,
     #[arg(long)]
     pub rslora: bool,
+    /// DoRA: train a magnitude per output row on top of the LoRA direction (PEFT's use_dora).
+    #[arg(long)]
+    pub dora: bool,
     #[arg(long, conflicts_with = "epochs", allow_negative_numbers = true)]
     pub iters: Option<usize>,
     #[arg(long, allow_negative_numbers = true)]
@@ -162,6 +165,7 @@ impl TrainArgs {
             c.lora.layers = self.layers;
         }
         c.lora.use_rslora |= self.rslora;
+        c.lora.dora |= self.dora;
         if self.iters.is_some() {
             c.iters = self.iters;
             c.epochs = None;
