@@ -215,3 +215,16 @@ fn train_dora_saves_reloads_and_resumes_exactly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("dora") && err.contains("cannot change on resume"), "{err}");
 }
+
+#[test]
+fn a_config_file_turns_dora_on_under_lora() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("train.toml");
+    std::fs::write(&file, "iters = 3\n[lora]\nrank = 4\ndora = true\n").unwrap();
+    let config = metal_candle::engine::train::TrainConfig::from_toml_file(&file).unwrap();
+    assert!(config.lora.dora && config.lora.rank == 4);
+    // PEFT's name at the top level is refused, pointing at ours.
+    std::fs::write(&file, "use_dora = true\n").unwrap();
+    let err = metal_candle::engine::train::TrainConfig::from_toml_file(&file).unwrap_err().to_string();
+    assert!(err.contains("`dora` under `[lora]`"), "{err}");
+}

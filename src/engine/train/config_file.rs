@@ -25,6 +25,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("lora_alpha", "lora.alpha"),
     ("lora_dropout", "lora.dropout"),
     ("target_modules", "lora.targets"),
+    ("use_dora", "lora.dora"),
 ];
 
 impl TrainConfig {
