@@ -228,3 +228,40 @@ fn a_config_file_turns_dora_on_under_lora() {
     let err = metal_candle::engine::train::TrainConfig::from_toml_file(&file).unwrap_err().to_string();
     assert!(err.contains("`dora` under `[lora]`"), "{err}");
 }
+
+#[test]
+fn dora_with_dropout_gives_the_same_gradients_with_gradient_checkpointing() {
+    use metal_candle::engine::lora;
+    let mut m = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F32).unwrap();
+    let settings = metal_candle::engine::train::LoraSettings {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.2,
+        dora: true,
+        targets: "all-linear".parse().unwrap(),
+        ..Default::default()
+    };
+    let params = lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap();
+    for p in &params {
+        p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
+    }
+    let ids: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 500).collect();
+    let example =
+        Example { input_ids: ids.clone(), target_mask: (0..ids.len()).map(|i| i > 0).collect(), truncated: false };
+    let batch = collate(&[example], &[0], 0).unwrap();
+    let run = |checkpointing: bool| {
+        lora::seed_dropout(&m.model, 5, 0);
+        backprop::loss_and_gradients_with(&m.model, &batch, 1.0, true, checkpointing).unwrap()
+    };
+    let (plain, recomputed) = (run(false), run(true));
+    assert_eq!(plain.nll_sum.value().unwrap(), recomputed.nll_sum.value().unwrap());
+    for p in &params {
+        let m = p.magnitude.as_ref().unwrap();
+        for var in [&p.a, &p.b, m] {
+            let (g1, g2) = (plain.grads.get(var.as_tensor()).unwrap(), recomputed.grads.get(var.as_tensor()).unwrap());
+            assert!(relative(g2, g1) < 1e-6, "layer {} {}: {}", p.layer, p.module, relative(g2, g1));
+            let largest = g1.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            assert!(largest > 0.0, "layer {} {}: a zero gradient", p.layer, p.module);
+        }
+    }
+}

@@ -80,8 +80,9 @@ pub struct PeftAdapterConfig {
     pub target_modules: TargetModules,
     #[serde(default)]
     pub task_type: Option<String>,
-    /// DoRA adapters: a `lora_magnitude_vector` per adapted linear.
-    #[serde(default)]
+    /// DoRA adapters: a `lora_magnitude_vector` per adapted linear. Written only when set, so a plain LoRA
+    /// adapter's config stays byte for byte what it always was (PEFT reads a missing key as false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub use_dora: bool,
     #[serde(default)]
     pub use_rslora: bool,

@@ -341,27 +341,15 @@ impl Linear {
             InputGrad::New => None,
             InputGrad::AddTo(acc) => Some(acc),
         };
-        // The gradient through `xd`: `dzd W + dxa A^T`.
-        let through_xd = |minus: Option<&Tensor>| -> Result<Tensor> {
-            let dzw = self.weight.matmul(&dzd, None)?;
-            let dzw = match minus {
-                Some(m) => (dzw - m)?,
-                None => dzw,
-            };
-            ops::matmul_add(Some(dzw), &dxa, &a.t()?, 1.0)
-        };
+        let a_t = a.t()?;
         Ok(Some(match mask {
-            None => {
-                let dx = through_xd(None)?;
-                match acc {
-                    Some(acc) => ops::add(&acc, &dx)?,
-                    None => dx,
-                }
-            }
+            // `dzd W + dxa A^T`, added to `acc` (in place on CUDA, as the LoRA path does).
+            None => ops::matmul_add(Some(self.weight.matmul(&dzd, acc)?), &dxa, &a_t, 1.0)?,
+            // `dy W + mask(dzd W + dxa A^T - dy W)`: the frozen path sees `x`, the DoRA path `xd`.
             Some(mask) => {
                 let dyw = self.weight.matmul(dy, None)?;
-                let masked = mask.apply(&through_xd(Some(&dyw))?)?;
-                let dx = ops::add(&dyw, &masked)?;
+                let through_xd = ops::matmul_add(Some((self.weight.matmul(&dzd, None)? - &dyw)?), &dxa, &a_t, 1.0)?;
+                let dx = ops::add(&dyw, &mask.apply(&through_xd)?)?;
                 match acc {
                     Some(acc) => ops::add(&acc, &dx)?,
                     None => dx,
