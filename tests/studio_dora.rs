@@ -1,5 +1,5 @@
 //! The studio's DoRA checkbox (LoRA settings page): ticking it trains a DoRA adapter, saved as PEFT's `use_dora`
-//! with a magnitude per adapted linear, and the checkpoint browser says DoRA.
+//! with a magnitude per adapted linear; the sidebar and the checkpoint browser say DoRA.
 
 #![cfg(feature = "studio")]
 
@@ -30,6 +30,7 @@ fn the_dora_checkbox_trains_a_dora_adapter() {
     assert!(!app(&h).prefs.train.lora.dora, "off by default");
     click(&mut h, "train a magnitude per output row");
     assert!(app(&h).prefs.train.lora.dora, "the checkbox sets DoRA");
+    assert_eq!(h.query_all_by_label_contains("· DoRA").count(), 1, "the sidebar's LoRA line says DoRA");
 
     goto(&mut h, Page::Training);
     click(&mut h, "Start training");
@@ -46,5 +47,5 @@ fn the_dora_checkbox_trains_a_dora_adapter() {
     step_until(&mut h, "the run in the browser", 30, |a| !a.checkpoints_panel.runs.is_empty());
     h.step();
     h.step();
-    assert!(h.query_by_label_contains("· DoRA").is_some(), "the run's LoRA row says DoRA");
+    assert_eq!(h.query_all_by_label_contains("· DoRA").count(), 2, "the run's LoRA row says DoRA too");
 }
