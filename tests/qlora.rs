@@ -193,6 +193,7 @@ fn a_q4k_projection_runs_forward_and_backward_like_its_dequantized_weight() {
         dropout: 0.0,
         dropout_seed: Default::default(),
         compute: Default::default(),
+        dora: None,
     };
     let mut quantized = Linear::with_base(BaseWeight::Quantized(Arc::new(q)), None);
     quantized.adapter = Some(adapter());

@@ -243,10 +243,11 @@ impl ModelArgs {
             let summary = crate::engine::checkpoint::load_adapter(&mut model.model, adapter)
                 .with_context(|| format!("loading adapter {}", adapter.display()))?;
             eprintln!(
-                "adapter {}: rank {}, alpha {}, {} linears ({})",
+                "adapter {}: rank {}, alpha {}{}, {} linears ({})",
                 adapter.display(),
                 summary.rank,
                 summary.alpha,
+                if summary.use_dora { ", DoRA" } else { "" },
                 summary.adapted_linears,
                 summary.targets.join(", ")
             );

@@ -57,6 +57,9 @@ pub struct TrainArgs {
     /// DPO sigmoid: the assumed share of flipped preference labels (conservative DPO), 0 to below 0.5.
     #[arg(long, allow_negative_numbers = true)]
     pub label_smoothing: Option<f64>,
+    /// DoRA: train a magnitude per output row on top of the LoRA direction (PEFT's use_dora).
+    #[arg(long)]
+    pub dora: bool,
     #[arg(long, conflicts_with = "epochs", allow_negative_numbers = true)]
     pub iters: Option<usize>,
     #[arg(long, allow_negative_numbers = true)]
@@ -188,6 +191,7 @@ impl TrainArgs {
         set!(c.beta, self.beta);
         set!(c.preference_loss, self.loss);
         set!(c.label_smoothing, self.label_smoothing);
+        c.lora.dora |= self.dora;
         if self.iters.is_some() {
             c.iters = self.iters;
             c.epochs = None;

@@ -155,7 +155,7 @@ pub fn bench_train(model: &LoadedModel, spec: &TrainBenchSpec) -> Result<TrainBe
     let mut m = model.model.clone();
     crate::engine::lora::detach_adapters(&mut m);
     let params = crate::engine::lora::attach_new_adapters(&mut m, lora, 0)?;
-    let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
+    let trainable_params = params.iter().map(|p| p.elem_count()).sum();
     let mut runner = crate::engine::train::StepRunner::new(m, &params, 0.0, None, 0)?;
     runner.checkpointing = checkpointing;
     runner.preference = method
@@ -276,6 +276,7 @@ fn lora_projection_cases(device: &candle_core::Device, repeats: usize) -> Result
             dropout: 0.0,
             dropout_seed: Default::default(),
             compute: Default::default(),
+            dora: None,
         });
         let forward_ms = time_ms(repeats, || sync(&projection.forward(&x)?))?;
         // The training step's hand-written pass: output, input gradient and both adapter gradients.

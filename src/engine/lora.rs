@@ -1,8 +1,9 @@
-//! LoRA on a model: the settings (rank, alpha, targets, layers), attaching fresh or saved adapters to a
+//! LoRA on a model: the settings (rank, alpha, targets, layers, DoRA), attaching fresh or saved adapters to a
 //! model's projections, detaching them, dropout seeding, and the trainable-parameter count. The adapter
 //! layer's math lives with the projection it wraps (model/adapter.rs, model/linear.rs).
 
-pub use crate::engine::model::adapter::LoraAdapter;
+use crate::engine::model::adapter::row_norms;
+pub use crate::engine::model::adapter::{Dora, LoraAdapter};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::model::ModelConfig;
 use crate::engine::{Error, Result};
@@ -238,6 +239,8 @@ pub struct LoraSettings {
     pub layers: Option<usize>,
     /// Scale alpha/sqrt(r) instead of alpha/r.
     pub use_rslora: bool,
+    /// DoRA: a trained magnitude per output row on top of the LoRA direction (PEFT's `use_dora`).
+    pub dora: bool,
 }
 
 impl Default for LoraSettings {
@@ -249,6 +252,7 @@ impl Default for LoraSettings {
             targets: Targets::of(&[Target::QProj, Target::VProj]),
             layers: None,
             use_rslora: false,
+            dora: false,
         }
     }
 }
@@ -278,6 +282,15 @@ pub struct AdapterParam {
     pub module: &'static str,
     pub a: Var,
     pub b: Var,
+    /// DoRA's magnitude (out,), for a DoRA adapter.
+    pub magnitude: Option<Var>,
+}
+
+impl AdapterParam {
+    /// Its trainable numbers: A, B and DoRA's magnitude.
+    pub fn elem_count(&self) -> usize {
+        self.a.elem_count() + self.b.elem_count() + self.magnitude.as_ref().map_or(0, |m| m.elem_count())
+    }
 }
 
 /// Which layers get adapters: all, or the last `last_n`.
@@ -286,7 +299,8 @@ pub fn adapted_layers(num_layers: usize, last_n: Option<usize>) -> std::ops::Ran
     (num_layers - n)..num_layers
 }
 
-/// Attach fresh adapters as PEFT initialises them: A ~ kaiming-uniform (bound 1/sqrt(in)), B = 0.
+/// Attach fresh adapters as PEFT initialises them: A ~ kaiming-uniform (bound 1/sqrt(in)), B = 0, and with DoRA
+/// the magnitude m = ||W||_row (so step 0 still equals the base model).
 pub fn attach_new_adapters(model: &mut Transformer, settings: &LoraSettings, seed: u64) -> Result<Vec<AdapterParam>> {
     let layers = adapted_layers(model.config.num_layers, settings.layers);
     let targets = settings.targets.for_model(&model.config)?;
@@ -303,6 +317,10 @@ pub fn attach_new_adapters(model: &mut Transformer, settings: &LoraSettings, see
         let a: Vec<f32> = (0..in_f * settings.rank).map(|_| rng.random_range(-bound..bound)).collect();
         let a = Var::from_tensor(&Tensor::from_vec(a, (in_f, settings.rank), &device)?)?;
         let b = Var::from_tensor(&Tensor::zeros((settings.rank, out_f), DType::F32, &device)?)?;
+        let magnitude = match settings.dora {
+            true => Some(Var::from_tensor(&row_norms(&linear.weight.to_dense(DType::F32)?)?.to_device(&device)?)?),
+            false => None,
+        };
         linear.adapter = Some(LoraAdapter {
             a: a.clone(),
             b: b.clone(),
@@ -310,8 +328,9 @@ pub fn attach_new_adapters(model: &mut Transformer, settings: &LoraSettings, see
             dropout: settings.dropout,
             dropout_seed: dropout_seed.clone(),
             compute: Default::default(),
+            dora: magnitude.clone().map(Dora::new),
         });
-        params.push(AdapterParam { layer, module, a, b });
+        params.push(AdapterParam { layer, module, a, b, magnitude });
     }
     if params.is_empty() {
         return Err(Error::InvalidSetting("no linear matched the LoRA targets and layers".into()));
@@ -319,13 +338,14 @@ pub fn attach_new_adapters(model: &mut Transformer, settings: &LoraSettings, see
     Ok(params)
 }
 
-/// Attach given adapter matrices (already in our layout: A (in, r), B (r, out)).
+/// Attach given adapter matrices (already in our layout: A (in, r), B (r, out)), with DoRA's magnitude (out,)
+/// for a DoRA adapter.
 pub fn attach_adapter(
     model: &mut Transformer,
     layer: usize,
     module: &str,
-    a: Tensor,
-    b: Tensor,
+    (a, b): (Tensor, Tensor),
+    magnitude: Option<Tensor>,
     scale: f64,
 ) -> Result<AdapterParam> {
     let device: Device = model.device().clone();
@@ -342,6 +362,16 @@ pub fn attach_adapter(
             }
             let a = Var::from_tensor(&a.to_dtype(DType::F32)?.to_device(&device)?)?;
             let b = Var::from_tensor(&b.to_dtype(DType::F32)?.to_device(&device)?)?;
+            if let Some(mag) = magnitude.as_ref().filter(|mag| mag.dims() != [out_f]) {
+                return Err(Error::InvalidSetting(format!(
+                    "DoRA magnitude for layer {layer} {module} has shape {:?}, expected ({out_f})",
+                    mag.dims()
+                )));
+            }
+            let magnitude = match magnitude {
+                Some(mag) => Some(Var::from_tensor(&mag.to_dtype(DType::F32)?.to_device(&device)?)?),
+                None => None,
+            };
             linear.adapter = Some(LoraAdapter {
                 a: a.clone(),
                 b: b.clone(),
@@ -349,8 +379,9 @@ pub fn attach_adapter(
                 dropout: 0.0,
                 dropout_seed: Default::default(),
                 compute: Default::default(),
+                dora: magnitude.clone().map(Dora::new),
             });
-            return Ok(AdapterParam { layer, module: m, a, b });
+            return Ok(AdapterParam { layer, module: m, a, b, magnitude });
         }
     }
     Err(Error::InvalidSetting(format!("the model has no layer {layer} module {module}")))
@@ -425,6 +456,15 @@ pub fn set_dropout(model: &mut Transformer, dropout: f32) {
         if let Some(adapter) = linear.adapter.as_mut() {
             adapter.dropout = dropout;
             adapter.dropout_seed = counter.clone();
+        }
+    }
+}
+
+/// Empty every DoRA adapter's kept inference factor ([`Dora::factor`]), before its weights change.
+pub fn forget_dora_factors(model: &Transformer) {
+    for (_, _, linear) in model.linears() {
+        if let Some(dora) = linear.adapter.as_ref().and_then(|a| a.dora.as_ref()) {
+            dora.forget_factor();
         }
     }
 }

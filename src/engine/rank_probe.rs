@@ -175,7 +175,7 @@ fn probe_one(
     let mut model = base.model.clone();
     crate::engine::lora::detach_adapters(&mut model);
     let params = crate::engine::lora::attach_new_adapters(&mut model, &lora, settings.seed)?;
-    let trainable_params = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
+    let trainable_params = params.iter().map(|p| p.elem_count()).sum();
     let mut runner = StepRunner::new(model, &params, settings.weight_decay, settings.max_grad_norm, settings.seed)?;
     runner.checkpointing = settings.checkpointing.enabled()?;
     let (plan, total_steps) = train::plan_batches(&probe_cfg, data.data.train.lengths())?;

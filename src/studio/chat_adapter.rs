@@ -125,11 +125,12 @@ impl AdapterLoader {
         let base = check.base_named.as_deref().map(|b| format!(" · trained on {b}")).unwrap_or_default();
         ui.label(
             RichText::new(format!(
-                "Adapter {}: rank {}, alpha {}{}, {} adapted linears ({}){base}",
+                "Adapter {}: rank {}, alpha {}{}{}, {} adapted linears ({}){base}",
                 path.display(),
                 s.rank,
                 s.alpha,
                 if s.use_rslora { " (rsLoRA)" } else { "" },
+                if s.use_dora { " · DoRA" } else { "" },
                 s.adapted_linears,
                 s.targets.join(", ")
             ))

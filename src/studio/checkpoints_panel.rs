@@ -447,11 +447,12 @@ fn run_settings_ui(ui: &mut Ui, run: &RunInfo) {
                     ui,
                     "LoRA",
                     format!(
-                        "rank {} · alpha {} · scale {:.2}{}",
+                        "rank {} · alpha {} · scale {:.2}{}{}",
                         c.lora.rank,
                         c.lora.alpha,
                         c.lora.scale(),
-                        if c.lora.use_rslora { " (rsLoRA)" } else { "" }
+                        if c.lora.use_rslora { " (rsLoRA)" } else { "" },
+                        if c.lora.dora { " · DoRA" } else { "" }
                     ),
                 );
                 row(ui, "Targets", c.lora.targets.to_string());

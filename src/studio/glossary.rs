@@ -49,6 +49,15 @@ pub const RSLORA: Term = Term {
     page: "LoRA settings",
 };
 
+pub const DORA: Term = Term {
+    name: "DoRA",
+    meaning: "Weight-decomposed LoRA: also trains one magnitude per output row of each adapted weight, so the \
+              adapter can change a weight's length apart from its direction. Saved as a PEFT DoRA adapter \
+              (use_dora); a little slower per step than plain LoRA.",
+    typical: "Off by default; can help at low ranks.",
+    page: "LoRA settings",
+};
+
 pub const DROPOUT: Term = Term {
     name: "Dropout",
     meaning: "Dropout on the adapter's input during training: helps small datasets overfit less.",
@@ -170,10 +179,11 @@ pub const EVALUATION: Term = Term {
 };
 
 /// Every entry, in the order the Help window lists them.
-pub const ALL: [&Term; 17] = [
+pub const ALL: [&Term; 18] = [
     &RANK,
     &ALPHA,
     &RSLORA,
+    &DORA,
     &DROPOUT,
     &TARGETS,
     &LAYERS,

@@ -112,6 +112,9 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
             row_ui(ui, glossary::RSLORA.name, &glossary::RSLORA.hover(), |ui| {
                 ui.checkbox(&mut lora.use_rslora, "scale by α/√r");
             });
+            row_ui(ui, glossary::DORA.name, &glossary::DORA.hover(), |ui| {
+                ui.checkbox(&mut lora.dora, "train a magnitude per output row");
+            });
             row_ui(ui, glossary::DROPOUT.name, &glossary::DROPOUT.hover(), |ui| {
                 ui.add(egui::Slider::new(&mut lora.dropout, 0.0..=0.5).fixed_decimals(2));
             });

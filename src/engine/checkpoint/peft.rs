@@ -1,5 +1,6 @@
 //! The PEFT adapter format: `adapter_config.json` as a typed struct that `peft` reads, the adapter tensors
-//! under PEFT's names and layout, and loading an adapter onto a model (refusing one that does not match it).
+//! under PEFT's names and layout (DoRA's magnitude as `lora_magnitude_vector`, `use_dora: true`), and loading an
+//! adapter onto a model (refusing one that does not match it).
 
 use super::files::{read_safetensors, write_json, write_safetensors};
 use super::{ADAPTER_CONFIG, ADAPTER_WEIGHTS};
@@ -18,6 +19,8 @@ pub struct AdapterSummary {
     pub alpha: f64,
     pub targets: Vec<String>,
     pub use_rslora: bool,
+    /// A DoRA adapter (a magnitude vector per linear).
+    pub use_dora: bool,
     pub adapted_linears: usize,
 }
 
@@ -77,8 +80,9 @@ pub struct PeftAdapterConfig {
     pub target_modules: TargetModules,
     #[serde(default)]
     pub task_type: Option<String>,
-    /// DoRA adapters (read to refuse them).
-    #[serde(default, skip_serializing)]
+    /// DoRA adapters: a `lora_magnitude_vector` per adapted linear. Written only when set, so a plain LoRA
+    /// adapter's config stays byte for byte what it always was (PEFT reads a missing key as false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub use_dora: bool,
     #[serde(default)]
     pub use_rslora: bool,
@@ -119,7 +123,7 @@ impl PeftAdapterConfig {
             revision: None,
             target_modules: TargetModules::List(settings.targets.names()),
             task_type: Some("CAUSAL_LM".into()),
-            use_dora: false,
+            use_dora: settings.dora,
             use_rslora: settings.use_rslora,
         })
     }
@@ -146,9 +150,6 @@ impl PeftAdapterConfig {
         }
         if !cfg.rank_pattern.is_empty() || !cfg.alpha_pattern.is_empty() {
             return refuse("per-module rank_pattern / alpha_pattern are not supported");
-        }
-        if cfg.use_dora {
-            return refuse("DoRA adapters (use_dora) are not supported");
         }
         Ok(cfg)
     }
@@ -180,6 +181,7 @@ impl PeftAdapterConfig {
                 self.use_rslora.to_string(),
                 wanted.use_rslora.to_string(),
             ),
+            ("dora", self.use_dora != wanted.use_dora, self.use_dora.to_string(), wanted.use_dora.to_string()),
         ];
         match differs.into_iter().find(|(_, differ, _, _)| *differ) {
             None => Ok(()),
@@ -206,13 +208,21 @@ impl PeftAdapterConfig {
     }
 }
 
-/// Adapter tensors in PEFT layout: lora_A (r, in), lora_B (out, r).
+/// PEFT's name for DoRA's magnitude of the linear at `prefix` ([`peft_prefix`]); saved without `.weight`.
+pub fn peft_magnitude_name(prefix: &str) -> String {
+    format!("{prefix}.lora_magnitude_vector")
+}
+
+/// Adapter tensors in PEFT layout: lora_A (r, in), lora_B (out, r), and DoRA's lora_magnitude_vector (out).
 pub fn peft_tensors(params: &[AdapterParam]) -> Result<HashMap<String, Tensor>> {
     let mut out = HashMap::new();
     for p in params {
         let prefix = peft_prefix(p.layer, p.module);
         out.insert(format!("{prefix}.lora_A.weight"), p.a.as_tensor().t()?.contiguous()?);
         out.insert(format!("{prefix}.lora_B.weight"), p.b.as_tensor().t()?.contiguous()?);
+        if let Some(m) = &p.magnitude {
+            out.insert(peft_magnitude_name(&prefix), m.as_tensor().clone());
+        }
     }
     Ok(out)
 }
@@ -240,9 +250,9 @@ pub fn load_adapter_params(model: &mut Transformer, adapter_dir: &Path) -> Resul
     lora::detach_adapters(model);
     let mut params = Vec::new();
     let mut targets = std::collections::BTreeSet::new();
-    for (layer, module, a, b) in pairs {
-        let attached =
-            lora::attach_adapter(model, layer, module, a.t()?.contiguous()?, b.t()?.contiguous()?, cfg.scale());
+    for (layer, module, a, b, magnitude) in pairs {
+        let ab = (a.t()?.contiguous()?, b.t()?.contiguous()?);
+        let attached = lora::attach_adapter(model, layer, module, ab, magnitude.cloned(), cfg.scale());
         match attached {
             Ok(param) => params.push(param),
             Err(e) => {
@@ -285,19 +295,21 @@ fn summary_of(
         alpha: cfg.lora_alpha,
         targets: targets.into_iter().collect(),
         use_rslora: cfg.use_rslora,
+        use_dora: cfg.use_dora,
         adapted_linears,
     }
 }
 
-/// One adapted linear found in an adapter file: (layer, module, lora_A (r, in), lora_B (out, r)).
-type AdapterPair<'t> = (usize, &'static str, &'t Tensor, &'t Tensor);
+/// One adapted linear found in an adapter file: (layer, module, lora_A (r, in), lora_B (out, r), DoRA's
+/// magnitude (out) when the adapter is DoRA).
+type AdapterPair<'t> = (usize, &'static str, &'t Tensor, &'t Tensor, Option<&'t Tensor>);
 
 /// An adapter read for a model that is not loaded (a streamed export): its PEFT config, and per adapted linear
-/// `(layer, module, lora_A (r, in), lora_B (out, r))` in f32.
+/// `(layer, module, lora_A (r, in), lora_B (out, r), DoRA magnitude (out))` in f32.
 pub struct AdapterWeights {
     pub config: PeftAdapterConfig,
     pub summary: AdapterSummary,
-    pub pairs: Vec<(usize, &'static str, Tensor, Tensor)>,
+    pub pairs: Vec<(usize, &'static str, Tensor, Tensor, Option<Tensor>)>,
 }
 
 /// Read the adapter in `adapter_dir` for a model of `config` without loading the model: refused as
@@ -314,9 +326,15 @@ pub fn read_adapter_for(config: &ModelConfig, adapter_dir: &Path) -> Result<Adap
     let pairs = match_adapter_tensors(&linears, &cfg, &tensors).map_err(refuse)?;
     let mut out = Vec::with_capacity(pairs.len());
     let mut targets = std::collections::BTreeSet::new();
-    for (layer, module, a, b) in pairs {
+    for (layer, module, a, b, magnitude) in pairs {
         let (in_f, out_f) = config.linear_shape(module).unwrap_or_default();
         let r = cfg.r;
+        if let Some(m) = magnitude.filter(|m| m.dims() != [out_f]) {
+            return Err(refuse(format!(
+                "DoRA magnitude for layer {layer} {module} has shape {:?}, expected ({out_f}) for this model",
+                m.dims()
+            )));
+        }
         if a.dims() != [r, in_f] || b.dims() != [out_f, r] {
             return Err(refuse(format!(
                 "adapter for layer {layer} {module} has shapes A {:?} B {:?}, expected A ({r}, {in_f}) B ({out_f}, {r}) \
@@ -325,7 +343,8 @@ pub fn read_adapter_for(config: &ModelConfig, adapter_dir: &Path) -> Result<Adap
                 b.dims()
             )));
         }
-        out.push((layer, module, a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?));
+        let magnitude = magnitude.map(|m| m.to_dtype(DType::F32)).transpose()?;
+        out.push((layer, module, a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?, magnitude));
         targets.insert(module.to_string());
     }
     let summary = summary_of(&cfg, targets, out.len());
@@ -333,8 +352,9 @@ pub fn read_adapter_for(config: &ModelConfig, adapter_dir: &Path) -> Result<Adap
 }
 
 /// Pair every tensor of an adapter file with a linear of `model`. Refuses, naming the module: a tensor for a
-/// module the model lacks, a lora_A without its lora_B (or the reverse), a rank other than `r`, and a module
-/// the config's `target_modules` / `layers_to_transform` promise but the file lacks.
+/// module the model lacks, a lora_A without its lora_B (or the reverse), a rank other than `r`, a DoRA magnitude
+/// missing (`use_dora`) or unexpected (not `use_dora`), and a module the config's `target_modules` /
+/// `layers_to_transform` promise but the file lacks.
 fn match_adapter_tensors<'t>(
     linears: &[(usize, &'static str)],
     cfg: &PeftAdapterConfig,
@@ -342,13 +362,22 @@ fn match_adapter_tensors<'t>(
 ) -> std::result::Result<Vec<AdapterPair<'t>>, String> {
     let by_prefix: HashMap<String, (usize, &'static str)> =
         linears.iter().map(|&(l, m)| (peft_prefix(l, m), (l, m))).collect();
-    let mut found: std::collections::BTreeMap<(usize, &'static str), [Option<&Tensor>; 2]> = Default::default();
+    let mut found: std::collections::BTreeMap<(usize, &'static str), [Option<&Tensor>; 3]> = Default::default();
     for (name, tensor) in tensors {
         let stem = name.strip_suffix(".default.weight").or_else(|| name.strip_suffix(".weight")).unwrap_or(name);
-        let (prefix, which) = match (stem.strip_suffix(".lora_A"), stem.strip_suffix(".lora_B")) {
-            (Some(p), _) => (p, 0),
-            (_, Some(p)) => (p, 1),
-            _ => return Err(format!("tensor `{name}` is not a lora_A / lora_B weight; only plain LoRA adapters load")),
+        let stem = stem.strip_suffix(".default").unwrap_or(stem);
+        let (prefix, which) = match ["lora_A", "lora_B", "lora_magnitude_vector"]
+            .iter()
+            .enumerate()
+            .find_map(|(i, kind)| stem.strip_suffix(kind).and_then(|p| p.strip_suffix('.')).map(|p| (p, i)))
+        {
+            Some(found) => found,
+            None => {
+                return Err(format!(
+                    "tensor `{name}` is not a lora_A / lora_B / lora_magnitude_vector weight; only LoRA and DoRA \
+                     adapters load"
+                ))
+            }
         };
         let Some(&key) = by_prefix.get(prefix) else {
             return Err(format!("tensor `{name}` is for `{prefix}`, a module this model does not have"));
@@ -359,24 +388,36 @@ fn match_adapter_tensors<'t>(
         return Err("no lora_A/lora_B tensor matches this model's layers (is it an adapter for another model?)".into());
     }
     let mut pairs = Vec::new();
-    for ((layer, module), [a, b]) in found {
+    for ((layer, module), [a, b, magnitude]) in found {
         let prefix = peft_prefix(layer, module);
         let (Some(a), Some(b)) = (a, b) else {
             let missing = if a.is_none() { "lora_A" } else { "lora_B" };
             return Err(format!("`{prefix}` has no {missing} weight"));
         };
+        match (cfg.use_dora, magnitude.is_some()) {
+            (true, false) => {
+                return Err(format!("`{prefix}` has no lora_magnitude_vector but adapter_config.json says use_dora"))
+            }
+            (false, true) => {
+                return Err(format!(
+                    "`{prefix}` has a lora_magnitude_vector (a DoRA adapter) but adapter_config.json does not say \
+                     use_dora: true"
+                ))
+            }
+            _ => {}
+        }
         let rank = a.dim(0).map_err(|e| e.to_string())?;
         if rank != cfg.r {
             return Err(format!("{prefix}.lora_A has rank {rank} but the config says r = {}", cfg.r));
         }
-        pairs.push((layer, module, a, b));
+        pairs.push((layer, module, a, b, magnitude));
     }
     if let TargetModules::List(targets) = &cfg.target_modules {
         let wanted = |l: usize| cfg.layers_to_transform.as_ref().is_none_or(|ls| ls.contains(&l));
         let missing = linears
             .iter()
             .filter(|(l, m)| wanted(*l) && targets.iter().any(|t| t == m))
-            .find(|(l, m)| !pairs.iter().any(|(pl, pm, _, _)| pl == l && pm == m));
+            .find(|(l, m)| !pairs.iter().any(|(pl, pm, ..)| pl == l && pm == m));
         if let Some(&(l, m)) = missing {
             return Err(format!(
                 "`{}` is in target_modules but the file has no weights for it (a partial or mismatched adapter)",

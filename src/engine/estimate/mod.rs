@@ -94,14 +94,14 @@ impl ModelShape {
     }
 }
 
-/// LoRA parameters: `r * (in + out)` per adapted linear.
+/// LoRA parameters: `r * (in + out)` per adapted linear, plus `out` (the magnitude) with DoRA.
 pub fn trainable_params(model: &ModelShape, lora: &LoraSettings) -> Result<usize> {
     let targets = model.targets_of(lora)?;
     let per_layer: usize = model
         .linear_shapes
         .iter()
         .filter(|(name, _, _)| targets.contains_name(name))
-        .map(|(_, i, o)| lora.rank * (i + o))
+        .map(|(_, i, o)| lora.rank * (i + o) + if lora.dora { *o } else { 0 })
         .sum();
     Ok(per_layer * adapted_layers(model.layers, lora.layers).len())
 }
@@ -222,7 +222,10 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     ];
     let inputs_per_token: u64 = kept_inputs.iter().filter(|(kept, _)| *kept).map(|(_, width)| width).sum();
     let rank = config.lora.rank as u64;
-    let lora_per_token: u64 = rank * adapted_linears.len() as u64;
+    // DoRA also keeps each adapted linear's output before its magnitude factor (its magnitude's gradient reads it).
+    let dora_per_token: u64 =
+        if config.lora.dora { adapted_linears.iter().map(|(_, _, out)| *out as u64).sum() } else { 0 };
+    let lora_per_token: u64 = rank * adapted_linears.len() as u64 + dora_per_token;
     let heads = model.attention_heads as u64;
     let (probs_per_token, lse_bytes_per_token) = if model.fused_attention { (0, heads * 4) } else { (heads * t, 0) };
     let tape_per_token = 2 * h + 2 * q + 2 * kv + 2 * i + inputs_per_token + probs_per_token + lora_per_token;

@@ -58,9 +58,19 @@ fn the_estimate_matches_the_adapters_the_trainer_attaches() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
     let mut m = crate::engine::model::load_model(&dir, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap();
     let lora = LoraSettings { rank: 4, targets: "all-linear".parse().unwrap(), layers: Some(1), ..Default::default() };
+    let shape = ModelShape::of(&m.config, 4);
     let params = crate::engine::lora::attach_new_adapters(&mut m.model, &lora, 0).unwrap();
-    let attached: usize = params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum();
-    assert_eq!(trainable_params(&ModelShape::of(&m.config, 4), &lora).unwrap(), attached);
+    let attached: usize = params.iter().map(|p| p.elem_count()).sum();
+    assert_eq!(trainable_params(&shape, &lora).unwrap(), attached);
+    // DoRA adds a magnitude per output row, and the estimate counts it (and its kept output) too.
+    let dora = LoraSettings { dora: true, ..lora.clone() };
+    let params = crate::engine::lora::attach_new_adapters(&mut m.model, &dora, 0).unwrap();
+    let attached_dora: usize = params.iter().map(|p| p.elem_count()).sum();
+    assert_eq!(trainable_params(&shape, &dora).unwrap(), attached_dora);
+    assert!(attached_dora > attached);
+    let memory =
+        |lora: &LoraSettings| training_memory(&shape, &TrainConfig { lora: lora.clone(), ..Default::default() });
+    assert!(memory(&dora).activations_bytes > memory(&lora).activations_bytes);
 }
 
 #[test]

@@ -28,10 +28,17 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, 
     let config = &info.config;
     super::gguf_metadata::refuse_unsupported_gguf(config.architecture)?;
     let adapter = checkpoint::read_adapter_for(config, ckpt)?;
+    if adapter.config.use_dora {
+        return Err(Error::InvalidSetting(format!(
+            "{} is a DoRA adapter, which llama.cpp's LoRA GGUF cannot express (it has no magnitude vector); export \
+             a merged model instead (--format gguf or --format merged)",
+            ckpt.display()
+        )));
+    }
     let (scale, rank) = (adapter.config.scale(), adapter.summary.rank);
     let mut entries = Vec::with_capacity(2 * adapter.pairs.len());
     let mut tensors: Vec<Tensor> = Vec::with_capacity(2 * adapter.pairs.len());
-    for (layer, hf_module, lora_a, mut lora_b) in adapter.pairs {
+    for (layer, hf_module, lora_a, mut lora_b, _) in adapter.pairs {
         let module = gguf_linear_module(hf_module)
             .ok_or_else(|| Error::InvalidSetting(format!("adapter module `{hf_module}` has no llama.cpp name")))?;
         let prefix = format!("blk.{layer}.{module}.weight");

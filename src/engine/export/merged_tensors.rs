@@ -1,10 +1,12 @@
 //! The base model's tensors one at a time, with the adapter merged in, for exports that stream: each request
 //! reads (memory-mapped safetensors) or dequantizes (GGUF) one base tensor to f32 on the CPU, adds the LoRA
-//! update `scale * B @ A` when that linear has an adapter, and hands it over; nothing else of the model is
+//! update `scale * B @ A` when that linear has an adapter (a DoRA adapter's rows rescaled to its magnitude,
+//! `adapter::merge_weight`), and hands it over; nothing else of the model is
 //! held. Peak memory is about one f32 tensor (plus its source and the writer's quantized copy) and the adapter,
 //! instead of the whole model loaded and a merged copy of it.
 
 use crate::engine::checkpoint::{self, AdapterWeights};
+use crate::engine::model::adapter::merge_weight;
 use crate::engine::model::gguf::{expected_shapes, GgufTensorReader};
 use crate::engine::model::safetensors_weights::Weights;
 use crate::engine::model::transformer::hf_linear_name;
@@ -24,8 +26,8 @@ enum BaseTensors {
 pub struct MergedTensors {
     pub info: ModelInfo,
     base: BaseTensors,
-    /// Hugging Face weight name -> (lora_A (r, in), lora_B (out, r)).
-    deltas: HashMap<String, (Tensor, Tensor)>,
+    /// Hugging Face weight name -> (lora_A (r, in), lora_B (out, r), DoRA magnitude (out)).
+    deltas: HashMap<String, (Tensor, Tensor, Option<Tensor>)>,
     scale: f64,
 }
 
@@ -49,8 +51,8 @@ impl MergedTensors {
         if let Some(ckpt) = ckpt {
             let AdapterWeights { config, pairs, .. } = checkpoint::read_adapter_for(&info.config, ckpt)?;
             scale = config.scale();
-            for (layer, module, a, b) in pairs {
-                deltas.insert(format!("{}.weight", hf_linear_name(layer, module)), (a, b));
+            for (layer, module, a, b, magnitude) in pairs {
+                deltas.insert(format!("{}.weight", hf_linear_name(layer, module)), (a, b, magnitude));
             }
         }
         Ok(Self { info, base, deltas, scale })
@@ -61,14 +63,15 @@ impl MergedTensors {
         expected_shapes(&self.info.config)
     }
 
-    /// The tensor `hf_name` (of `shape`) in f32 on the CPU, adapter merged: `W + scale * B @ A`.
+    /// The tensor `hf_name` (of `shape`) in f32 on the CPU, adapter merged: `W + scale * B @ A` (DoRA: rows
+    /// rescaled to the magnitude).
     pub fn tensor(&mut self, hf_name: &str, shape: &[usize]) -> Result<Tensor> {
         let base = match &mut self.base {
             BaseTensors::Folder(weights) => weights.get(hf_name, shape, DType::F32, &Device::Cpu)?,
             BaseTensors::Gguf(reader) => reader.read_hf(hf_name, shape)?,
         };
         match self.deltas.get(hf_name) {
-            Some((a, b)) => Ok((base + (b.matmul(a)? * self.scale)?)?),
+            Some((a, b, magnitude)) => Ok(merge_weight(&base, &(b.matmul(a)? * self.scale)?, magnitude.as_ref())?),
             None => Ok(base),
         }
     }

@@ -259,7 +259,8 @@ pub(super) fn refuse_other_base(
 }
 
 /// mlx-lm stores `lora_a` (in, r) and `lora_b` (r, out) under `model.layers.N.<group>.<module>` with the
-/// final multiplier as `scale` — the same layout we train in.
+/// final multiplier as `scale` — the same layout we train in. A DoRA adapter is mlx-lm's `fine_tune_type: dora`
+/// with the magnitude as `m` (mlx-lm's `DoRALinear`, the same rescaling by `m / ||W + scale (AB)^T||_row`).
 fn export_mlx(mut model: LoadedModel, ckpt: &Path, out: &Path, base_model: &Path) -> Result<()> {
     let (summary, params) = checkpoint::load_adapter_params(&mut model.model, ckpt)?;
     let mut tensors = HashMap::new();
@@ -269,12 +270,15 @@ fn export_mlx(mut model: LoadedModel, ckpt: &Path, out: &Path, base_model: &Path
         let prefix = hf_linear_name(p.layer, p.module);
         tensors.insert(format!("{prefix}.lora_a"), p.a.as_tensor().clone());
         tensors.insert(format!("{prefix}.lora_b"), p.b.as_tensor().clone());
+        if let Some(m) = &p.magnitude {
+            tensors.insert(format!("{prefix}.m"), m.as_tensor().clone());
+        }
         keys.insert(format!("{}.{}", module_group(p.module), p.module));
         min_layer = min_layer.min(p.layer);
     }
     let peft = checkpoint::PeftAdapterConfig::read(ckpt)?;
     let config = serde_json::json!({
-        "fine_tune_type": "lora",
+        "fine_tune_type": if summary.use_dora { "dora" } else { "lora" },
         "num_layers": model.config.num_layers - min_layer,
         "model": base_model.to_string_lossy(),
         "lora_parameters": {

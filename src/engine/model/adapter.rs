@@ -5,6 +5,10 @@
 //! training step all at once, ahead of it (`lora::ComputeCopies`, which fills [`LoraAdapter::compute`]), otherwise
 //! each when its product runs.
 //! Attaching, detaching and counting adapters on a model is `engine::lora`.
+//!
+//! DoRA (PEFT's `use_dora`) adds a magnitude vector `m` (one per output row): the adapted weight is
+//! `m / ||W + s (AB)^T||_row * (W + s (AB)^T)`, with the row norm treated as a constant (detached, as PEFT and the
+//! DoRA paper do). The projection's forward and backward for it are in `linear.rs`; the merge is [`merge_weight`].
 
 use candle_core::{DType, Tensor, Var};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +30,52 @@ pub struct LoraAdapter {
     pub dropout_seed: Arc<AtomicU64>,
     /// A and B in the compute dtype for the training step under way; empty outside one.
     pub compute: ComputeSlot,
+    /// DoRA's magnitude, when this is a DoRA adapter.
+    pub dora: Option<Dora>,
+}
+
+/// The DoRA part of an adapter (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Dora {
+    /// m, (out_features,), f32; PEFT's `lora_magnitude_vector`.
+    pub magnitude: Var,
+    /// Inference's factor `m / ||W + s (AB)^T||_row` (f32, (out,)), computed at its first use and kept: a decode step
+    /// would otherwise pay a weight-sized sum per adapted linear per token. Every training pass empties it and
+    /// computes its own, and the optimizer only changes the weights after a training pass, so it never goes stale.
+    pub factor: Arc<Mutex<Option<Tensor>>>,
+}
+
+impl Dora {
+    /// A DoRA part with magnitude `magnitude` (f32, (out,)).
+    pub fn new(magnitude: Var) -> Self {
+        Self { magnitude, factor: Default::default() }
+    }
+
+    /// Forget the inference factor (the weights are about to change).
+    pub fn forget_factor(&self) {
+        if let Ok(mut slot) = self.factor.lock() {
+            *slot = None;
+        }
+    }
+}
+
+/// The L2 norm of each row of `w` (out, in) -> (out,), in `w`'s dtype.
+pub fn row_norms(w: &Tensor) -> candle_core::Result<Tensor> {
+    w.sqr()?.sum(1)?.sqrt()
+}
+
+/// A linear's weight with its adapter folded in, for merged exports: `W + delta` (LoRA), and with DoRA's
+/// `magnitude` the rows rescaled to it, `m / ||W + delta||_row * (W + delta)`. `w` and `delta` are (out, in),
+/// `delta = s (AB)^T` ([`LoraAdapter::delta`]), all on one device in one float dtype.
+pub fn merge_weight(w: &Tensor, delta: &Tensor, magnitude: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    let merged = (w + delta)?;
+    match magnitude {
+        None => Ok(merged),
+        Some(m) => {
+            let factor = (m.to_dtype(merged.dtype())? / row_norms(&merged)?)?;
+            merged.broadcast_mul(&factor.unsqueeze(1)?)
+        }
+    }
 }
 
 impl LoraAdapter {
@@ -45,6 +95,11 @@ impl LoraAdapter {
             return Ok((a, b));
         }
         Ok((a.to_dtype(dtype)?, b.to_dtype(dtype)?))
+    }
+
+    /// The update as a weight, `scale * (A B)^T` (out, in), f32 from the master weights.
+    pub fn delta(&self) -> candle_core::Result<Tensor> {
+        self.a.as_tensor().detach().matmul(&self.b.as_tensor().detach())?.t()? * self.scale
     }
 
     /// `y + scale * x A B` (inference: no dropout), `x`: (..., in), `y`: (..., out).

@@ -7,11 +7,19 @@
 //! flows through the adapter), `dB = scale * (x A)^T dy` and `dA = x^T (scale * dy B^T)`. Nothing is spent
 //! on the frozen weight.
 //!
+//! DoRA (an adapter with a magnitude `m`, see `adapter.rs`): with `g = m / ||W + s (AB)^T||_row` (the norm detached)
+//! and `xd` the adapter's (dropout-masked) input, PEFT's forward `y = x W^T + b + (g - 1) * xd W^T + g * s * xd A B`
+//! is computed as `y = g * zd + (x - xd) W^T + b` with `zd = xd W^T + s xd A B` (without dropout the second term is
+//! zero and skipped). Backward: `dzd = g * dy`, `dm = sum_rows(dy * zd) / ||.||`, `dA`/`dB` as LoRA's with `dzd`,
+//! and `dx = dy W + mask(dzd W + s dzd B^T A^T - dy W)` (without dropout `dzd W + s dzd B^T A^T`). The norm needs
+//! the dense weight: a quantized one is dequantized for it (once per training pass, and once for inference, whose
+//! factor is kept: [`super::adapter::Dora`]).
+//!
 //! The frozen weight is held dense or quantized ([`BaseWeight`], QLoRA); only this file looks at which.
 //! A quantized weight multiplies through Candle's quantized matmul forward and is dequantized into a
 //! temporary for the input gradient only (`ops::quantized_matmul`). Adapters are always dense.
 
-use super::adapter::LoraAdapter;
+use super::adapter::{row_norms, Dora, LoraAdapter};
 use super::gradients::Gradients;
 use crate::engine::ops;
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -119,6 +127,18 @@ struct AdapterTape {
     /// in half precision each is a cast).
     a: Tensor,
     b: Tensor,
+    /// DoRA's part, for a DoRA adapter.
+    dora: Option<DoraTape>,
+}
+
+/// What a DoRA adapter's backward needs besides LoRA's.
+struct DoraTape {
+    /// `g = m / ||W + s (AB)^T||_row` in the compute dtype, (out,).
+    factor: Tensor,
+    /// `1 / ||W + s (AB)^T||_row`, f32, (out,): `dm = sum_rows(dy * zd) / ||.||`.
+    inv_norm: Tensor,
+    /// `zd = xd W^T + s xd A B` (rows, out), before the factor.
+    zd: Tensor,
 }
 
 impl Linear {
@@ -160,7 +180,11 @@ impl Linear {
 
     /// The frozen part `x W^T + b`.
     fn base(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.weight.matmul_t(x)?;
+        self.add_bias(self.weight.matmul_t(x)?)
+    }
+
+    /// `y + b`.
+    fn add_bias(&self, y: Tensor) -> Result<Tensor> {
         match &self.bias {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
@@ -169,28 +193,83 @@ impl Linear {
 
     /// Inference: `x`: (..., in_features) -> (..., out_features), no dropout.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.base(x)?;
         match self.active_adapter() {
-            Some(adapter) => adapter.add_to(&y, x),
-            None => Ok(y),
+            None => self.base(x),
+            Some(adapter) => match &adapter.dora {
+                None => adapter.add_to(&self.base(x)?, x),
+                Some(dora) => {
+                    let factor = self.inference_dora_factor(adapter, dora)?.to_dtype(x.dtype())?;
+                    let z = adapter.add_to(&self.weight.matmul_t(x)?, x)?;
+                    self.add_bias(z.broadcast_mul(&factor)?)
+                }
+            },
         }
+    }
+
+    /// DoRA's `(m / ||W + s (AB)^T||_row, 1 / ||W + s (AB)^T||_row)`, f32 (out,), from the current weights.
+    fn dora_factor(&self, adapter: &LoraAdapter, dora: &Dora) -> Result<(Tensor, Tensor)> {
+        let w = self.weight.to_dense(DType::F32)?;
+        let delta = adapter.delta()?.to_device(w.device())?;
+        let inv_norm = row_norms(&(w + delta)?)?.recip()?;
+        Ok(((dora.magnitude.as_tensor().detach() * &inv_norm)?, inv_norm))
+    }
+
+    /// [`Self::dora_factor`]'s factor for inference, kept in the adapter once computed ([`Dora::factor`]).
+    fn inference_dora_factor(&self, adapter: &LoraAdapter, dora: &Dora) -> Result<Tensor> {
+        if let Some(factor) = dora.factor.lock().ok().and_then(|slot| slot.clone()) {
+            return Ok(factor);
+        }
+        let (factor, _) = self.dora_factor(adapter, dora)?;
+        if let Ok(mut slot) = dora.factor.lock() {
+            *slot = Some(factor.clone());
+        }
+        Ok(factor)
     }
 
     /// Training forward, `x`: (rows, in) -> (rows, out), with adapter dropout when `dropout` is set.
     pub fn forward_train(&self, x: &Tensor, dropout: bool) -> Result<(Tensor, LinearTape)> {
-        let y = self.base(x)?;
         let Some(adapter) = self.active_adapter() else {
-            return Ok((y, LinearTape { adapter: None }));
+            return Ok((self.base(x)?, LinearTape { adapter: None }));
         };
         let (a, b) = adapter.matrices(x.dtype())?;
         let mask = (dropout && adapter.dropout > 0.0).then(|| adapter.next_dropout());
-        let xa = match &mask {
-            Some(mask) => ops::matmul(&mask.apply(x)?, &a)?,
-            None => ops::matmul(x, &a)?,
+        let xd = match &mask {
+            Some(mask) => Some(mask.apply(x)?),
+            None => None,
         };
+        let xa = ops::matmul(xd.as_ref().unwrap_or(x), &a)?;
+        if let Some(dora) = &adapter.dora {
+            return self.forward_train_dora(x, xd, mask, xa, (a, b), adapter, dora);
+        }
         // `y` is the fresh frozen product: the update lands in it.
-        let y = ops::matmul_add(Some(y), &xa, &b, adapter.scale)?;
-        Ok((y, LinearTape { adapter: Some(AdapterTape { input: x.clone(), mask, xa, a, b }) }))
+        let y = ops::matmul_add(Some(self.base(x)?), &xa, &b, adapter.scale)?;
+        Ok((y, LinearTape { adapter: Some(AdapterTape { input: x.clone(), mask, xa, a, b, dora: None }) }))
+    }
+
+    /// [`Self::forward_train`] for a DoRA adapter (see the module docs), `xd` the masked input (None: no dropout)
+    /// and `xa = xd A`.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_train_dora(
+        &self,
+        x: &Tensor,
+        xd: Option<Tensor>,
+        mask: Option<ops::Dropout>,
+        xa: Tensor,
+        (a, b): (Tensor, Tensor),
+        adapter: &LoraAdapter,
+        dora: &Dora,
+    ) -> Result<(Tensor, LinearTape)> {
+        // The weights change after this pass: inference computes its factor again.
+        dora.forget_factor();
+        let (factor, inv_norm) = self.dora_factor(adapter, dora)?;
+        let factor = factor.to_dtype(x.dtype())?;
+        let zd = ops::matmul_add(Some(self.weight.matmul_t(xd.as_ref().unwrap_or(x))?), &xa, &b, adapter.scale)?;
+        let mut y = zd.broadcast_mul(&factor)?;
+        if let Some(xd) = &xd {
+            y = ops::add(&y, &self.weight.matmul_t(&(x - xd)?)?)?;
+        }
+        let dora = Some(DoraTape { factor, inv_norm, zd });
+        Ok((self.add_bias(y)?, LinearTape { adapter: Some(AdapterTape { input: x.clone(), mask, xa, a, b, dora }) }))
     }
 
     /// Accumulates the adapter's gradients into `grads` and returns the input gradient as `input_grad` asks
@@ -202,12 +281,18 @@ impl Linear {
         grads: &mut Gradients,
         input_grad: InputGrad,
     ) -> Result<Option<Tensor>> {
+        if let (Some(adapter), Some(tape @ AdapterTape { dora: Some(dora), .. })) =
+            (self.active_adapter(), &tape.adapter)
+        {
+            return self.backward_dora(adapter, tape, dora, dy, grads, input_grad);
+        }
         let dx = match input_grad {
             InputGrad::Skip => None,
             InputGrad::New => Some(self.weight.matmul(dy, None)?),
             InputGrad::AddTo(acc) => Some(self.weight.matmul(dy, Some(acc))?),
         };
-        let (Some(adapter), Some(AdapterTape { input: x, mask, xa, a, b })) = (self.active_adapter(), &tape.adapter)
+        let (Some(adapter), Some(AdapterTape { input: x, mask, xa, a, b, .. })) =
+            (self.active_adapter(), &tape.adapter)
         else {
             return Ok(dx);
         };
@@ -227,8 +312,162 @@ impl Linear {
         })
     }
 
+    /// [`Self::backward`] for a DoRA adapter (see the module docs).
+    fn backward_dora(
+        &self,
+        adapter: &LoraAdapter,
+        tape: &AdapterTape,
+        dora_tape: &DoraTape,
+        dy: &Tensor,
+        grads: &mut Gradients,
+        input_grad: InputGrad,
+    ) -> Result<Option<Tensor>> {
+        let AdapterTape { input: x, mask, xa, a, b, .. } = tape;
+        let DoraTape { factor, inv_norm, zd } = dora_tape;
+        if let Some(dora) = &adapter.dora {
+            let dm = (dy.to_dtype(DType::F32)? * zd.to_dtype(DType::F32)?)?.sum(0)?;
+            grads.add(dora.magnitude.as_tensor(), &(dm * inv_norm)?)?;
+        }
+        let dzd = dy.broadcast_mul(factor)?;
+        let dxa = ops::matmul_add(None, &dzd, &b.t()?, adapter.scale)?; // (rows, r)
+        grads.add(adapter.b.as_tensor(), &ops::matmul_f32(&xa.t()?, &dzd, adapter.scale)?)?;
+        let x_in = match mask {
+            Some(mask) => mask.apply(x)?,
+            None => x.clone(),
+        };
+        grads.add(adapter.a.as_tensor(), &ops::matmul_f32(&x_in.t()?, &dxa, 1.0)?)?;
+        let acc = match input_grad {
+            InputGrad::Skip => return Ok(None),
+            InputGrad::New => None,
+            InputGrad::AddTo(acc) => Some(acc),
+        };
+        let a_t = a.t()?;
+        Ok(Some(match mask {
+            // `dzd W + dxa A^T`, added to `acc` (in place on CUDA, as the LoRA path does).
+            None => ops::matmul_add(Some(self.weight.matmul(&dzd, acc)?), &dxa, &a_t, 1.0)?,
+            // `dy W + mask(dzd W + dxa A^T - dy W)`: the frozen path sees `x`, the DoRA path `xd`.
+            Some(mask) => {
+                let dyw = self.weight.matmul(dy, None)?;
+                let through_xd = ops::matmul_add(Some((self.weight.matmul(&dzd, None)? - &dyw)?), &dxa, &a_t, 1.0)?;
+                let dx = ops::add(&dyw, &mask.apply(&through_xd)?)?;
+                match acc {
+                    Some(acc) => ops::add(&acc, &dx)?,
+                    None => dx,
+                }
+            }
+        }))
+    }
+
     /// A required input gradient, as an error when it is missing.
     pub(super) fn input_grad(dx: Option<Tensor>) -> Result<Tensor> {
         dx.ok_or_else(|| candle_core::Error::Msg("missing input gradient".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn randn(shape: (usize, usize), std: f64) -> Tensor {
+        Tensor::randn(0f64, std, shape, &Device::Cpu).unwrap()
+    }
+
+    /// PEFT's DoRA forward with the row norm `norm` held fixed (as its backward treats it), all in f64:
+    /// `x W^T + b + (g - 1) * xd W^T + g * s * xd A B`, `g = m / norm`, `xd` = `mask * x` (mask None: `x`).
+    fn reference(p: &[Tensor; 4], w: &Tensor, bias: &Tensor, norm: &Tensor, mask: Option<&Tensor>, s: f64) -> Tensor {
+        let [a, b, m, x] = p;
+        let xd = mask.map_or_else(|| x.clone(), |mask| (x * mask).unwrap());
+        let g = (m / norm).unwrap();
+        let base = x.matmul(&w.t().unwrap()).unwrap().broadcast_add(bias).unwrap();
+        let frozen_d = xd.matmul(&w.t().unwrap()).unwrap().broadcast_mul(&(&g - 1.0).unwrap()).unwrap();
+        let lora = (xd.matmul(a).unwrap().matmul(b).unwrap() * s).unwrap().broadcast_mul(&g).unwrap();
+        ((base + frozen_d).unwrap() + lora).unwrap()
+    }
+
+    /// The DoRA projection's output equals PEFT's forward, and its hand-written backward (dA, dB, dm and dx)
+    /// equals central finite differences of that forward with the norm held fixed (PEFT detaches it), with and
+    /// without adapter dropout; inference equals training without dropout.
+    #[test]
+    fn dora_backward_matches_finite_differences_of_the_detached_norm_forward() {
+        let (rows, d_in, d_out, r, s) = (5, 6, 4, 2, 1.5);
+        for p_drop in [0.0f32, 0.3] {
+            let w = randn((d_out, d_in), 0.5);
+            let bias = Tensor::randn(0f64, 0.1, d_out, &Device::Cpu).unwrap();
+            let a = Var::from_tensor(&randn((d_in, r), 0.4).to_dtype(DType::F32).unwrap()).unwrap();
+            let b = Var::from_tensor(&randn((r, d_out), 0.4).to_dtype(DType::F32).unwrap()).unwrap();
+            let w_norm = row_norms(&w).unwrap().to_dtype(DType::F32).unwrap();
+            let noise = (Tensor::randn(0f32, 0.1, d_out, &Device::Cpu).unwrap() + 1.0).unwrap();
+            let m = Var::from_tensor(&(w_norm * noise).unwrap()).unwrap();
+            let mut lin = Linear::new(w.clone(), Some(bias.clone()));
+            lin.adapter = Some(LoraAdapter {
+                a: a.clone(),
+                b: b.clone(),
+                scale: s,
+                dropout: p_drop,
+                dropout_seed: Default::default(),
+                compute: Default::default(),
+                dora: Some(Dora::new(m.clone())),
+            });
+            let adapter = lin.adapter.clone().unwrap();
+            let x = randn((rows, d_in), 1.0);
+            let seed = adapter.dropout_seed.load(std::sync::atomic::Ordering::Relaxed);
+            let (y, tape) = lin.forward_train(&x, true).unwrap();
+            let mask = (p_drop > 0.0)
+                .then(|| ops::Dropout { seed, p: p_drop }.mask(x.shape(), DType::F64, &Device::Cpu).unwrap());
+
+            let f64_of = |v: &Var| v.as_tensor().to_dtype(DType::F64).unwrap();
+            let params = [f64_of(&a), f64_of(&b), f64_of(&m), x.clone()];
+            let delta = (params[0].matmul(&params[1]).unwrap().t().unwrap() * s).unwrap();
+            let norm = row_norms(&(&w + delta).unwrap()).unwrap();
+            let want = reference(&params, &w, &bias, &norm, mask.as_ref(), s);
+            let max_diff = |a: &Tensor, b: &Tensor| -> f64 {
+                (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap()
+            };
+            assert!(max_diff(&y, &want) < 1e-6, "p {p_drop}: forward {}", max_diff(&y, &want));
+            if p_drop == 0.0 {
+                assert!(max_diff(&lin.forward(&x).unwrap(), &y) < 1e-9, "inference = training without dropout");
+            }
+
+            let dy = randn((rows, d_out), 1.0);
+            let mut grads = Gradients::default();
+            let dx = lin.backward(&tape, &dy, &mut grads, InputGrad::New).unwrap().unwrap();
+            let ours = [
+                grads.get(a.as_tensor()).unwrap().to_dtype(DType::F64).unwrap(),
+                grads.get(b.as_tensor()).unwrap().to_dtype(DType::F64).unwrap(),
+                grads.get(m.as_tensor()).unwrap().to_dtype(DType::F64).unwrap(),
+                dx,
+            ];
+            let loss = |p: &[Tensor; 4]| -> f64 {
+                (reference(p, &w, &bias, &norm, mask.as_ref(), s) * &dy)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .to_scalar()
+                    .unwrap()
+            };
+            let eps = 1e-5;
+            for (which, name) in ["A", "B", "m", "x"].iter().enumerate() {
+                let flat: Vec<f64> = params[which].flatten_all().unwrap().to_vec1().unwrap();
+                let got: Vec<f64> = ours[which].flatten_all().unwrap().to_vec1().unwrap();
+                assert!(got.iter().any(|g| g.abs() > 1e-3), "p {p_drop}: {name} gradient is zero");
+                for k in 0..flat.len() {
+                    let at = |h: f64| {
+                        let mut moved = flat.clone();
+                        moved[k] += h;
+                        let mut p = params.clone();
+                        p[which] = Tensor::from_vec(moved, params[which].shape(), &Device::Cpu).unwrap();
+                        loss(&p)
+                    };
+                    let fd = (at(eps) - at(-eps)) / (2.0 * eps);
+                    let tol = 1e-5 + 1e-4 * fd.abs();
+                    assert!(
+                        (got[k] - fd).abs() < tol,
+                        "p {p_drop}: d{name}[{k}] ours {} vs finite differences {fd}",
+                        got[k]
+                    );
+                }
+            }
+        }
     }
 }

@@ -332,7 +332,8 @@ impl Transformer {
         counts.iter().map(|(name, n)| format!("{name} x {n}")).collect::<Vec<_>>().join(", ")
     }
 
-    /// Every weight under its Hugging Face name, with adapters merged in (W + scale * (A B)^T), on the CPU.
+    /// Every weight under its Hugging Face name, with adapters merged in (W + scale * (A B)^T, DoRA's
+    /// rows rescaled: `adapter::merge_weight`), on the CPU.
     pub fn merged_named_weights(&self) -> Result<std::collections::HashMap<String, Tensor>> {
         let mut out = std::collections::HashMap::new();
         let cpu = |t: &Tensor| -> Result<Tensor> { Ok(t.to_device(&Device::Cpu)?) };
@@ -355,9 +356,8 @@ impl Transformer {
             let name = hf_linear_name(i, module);
             let mut w = linear.weight.to_dense(DType::F32)?;
             if let Some(a) = &linear.adapter {
-                let delta = (a.a.as_tensor().matmul(a.b.as_tensor())?.t()? * a.scale)?;
-                let delta = delta.to_device(w.device())?;
-                w = (w + delta)?;
+                let magnitude = a.dora.as_ref().map(|d| d.magnitude.as_tensor().to_device(w.device())).transpose()?;
+                w = super::adapter::merge_weight(&w, &a.delta()?.to_device(w.device())?, magnitude.as_ref())?;
             }
             out.insert(format!("{name}.weight"), w.to_dtype(self.dtype)?.to_device(&Device::Cpu)?);
             if let Some(b) = &linear.bias {

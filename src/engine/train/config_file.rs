@@ -27,6 +27,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("target_modules", "lora.targets"),
     ("loss_type", "preference_loss"),
     ("loss", "preference_loss"),
+    ("use_dora", "lora.dora"),
 ];
 
 impl TrainConfig {

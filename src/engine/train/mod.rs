@@ -321,7 +321,7 @@ impl<'a> Trainer<'a> {
         TrainEvent::Started {
             run_dir: self.run_dir.clone(),
             config: Box::new(self.config.clone()),
-            trainable_params: self.params.iter().map(|p| p.a.elem_count() + p.b.elem_count()).sum(),
+            trainable_params: self.params.iter().map(|p| p.elem_count()).sum(),
             total_steps,
             tokens_per_epoch: summary.tokens_per_epoch,
             target_tokens_per_epoch: summary.target_tokens_per_epoch,

@@ -67,7 +67,10 @@ impl StepRunner {
             .iter()
             .flat_map(|p| {
                 let prefix = checkpoint::peft_prefix(p.layer, p.module);
+                let magnitude = p.magnitude.as_ref().map(|m| (checkpoint::peft_magnitude_name(&prefix), m.clone()));
                 [(format!("{prefix}.lora_A"), p.a.clone()), (format!("{prefix}.lora_B"), p.b.clone())]
+                    .into_iter()
+                    .chain(magnitude)
             })
             .collect();
         let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
@@ -132,6 +135,8 @@ impl StepRunner {
     /// frees were a quarter of a millisecond of idle GPU between steps at 1B. Off CUDA the update is done here.
     pub fn queue_update(&mut self, begun: BegunStep, lr: f64) -> Result<QueuedUpdate> {
         let BegunStep { grads, loss, preference } = begun;
+        // The update changes the DoRA norms that inference keeps.
+        lora::forget_dora_factors(&self.model);
         Ok(QueuedUpdate(self.optimizer.queue_guarded_step(&grads, lr, self.max_grad_norm, &loss)?, preference))
     }
 

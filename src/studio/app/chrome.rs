@@ -123,7 +123,7 @@ impl StudioApp {
             },
             Page::Settings => {
                 let l = &self.prefs.train.lora;
-                (Some(format!("rank {} · α {}", l.rank, l.alpha)), weak)
+                (Some(format!("rank {} · α {}{}", l.rank, l.alpha, if l.dora { " · DoRA" } else { "" })), weak)
             }
             Page::Training => {
                 let s = &self.training_panel.status;
