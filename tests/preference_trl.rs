@@ -1,7 +1,8 @@
 //! DPO, IPO, conservative DPO and ORPO against TRL 1.16 (tests/fixtures/preference, made by
 //! scripts/make_preference_fixtures.py): on tiny-llama with a PEFT adapter whose B is not zero, our
 //! `eval --task preference` reports TRL's loss, rewards, accuracies and log-probabilities on the same rows (1e-4
-//! relative), our pair tokenization is TRL's, and one batch's adapter gradients equal TRL's autograd (1e-4).
+//! relative), our pair tokenization is TRL's, and one batch's adapter gradients equal TRL's autograd (1e-4); on the
+//! real SmolLM2-135M-Instruct (dense f32 from its GGUF) the metrics agree as well.
 
 mod common;
 
@@ -91,21 +92,22 @@ fn close(ours: f64, theirs: f64, what: &str) {
     assert!((ours - theirs).abs() <= tolerance, "{what}: ours {ours} vs TRL {theirs}");
 }
 
-#[test]
-fn eval_reports_trls_metrics_for_every_method() {
-    let (m, exp) = (tiny_llama(), expected());
+/// Our `eval --task preference` of the fixture folder `dir`'s adapter on `m` against the TRL metrics it holds.
+fn assert_eval_matches_trl(m: &LoadedModel, dir: &std::path::Path, adapter: &str) {
+    let exp: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
     let beta = exp["beta"].as_f64().unwrap();
     for form in FORMS {
         for (name, method, settings) in methods(beta) {
             let spec = EvalSpec {
                 task: EvalTask::Preference(PreferenceTask { method, settings }),
-                data: rows_file(form),
-                targets: vec![EvalTarget::adapter(&dir().join("tiny-llama-adapter"))],
+                data: dir.join(format!("rows-{form}.jsonl")),
+                targets: vec![EvalTarget::adapter(&dir.join(adapter))],
                 seq_len: exp["max_length"].as_u64().unwrap() as usize,
                 batch_size: 4,
                 ..EvalSpec::default()
             };
-            let report = run_eval(&spec, &m, &AtomicBool::new(false), &mut |_| {}).unwrap();
+            let report = run_eval(&spec, m, &AtomicBool::new(false), &mut |_| {}).unwrap();
             let theirs = &exp["metrics"][form][name];
             let result = &report.targets[0];
             let keys = theirs.as_object().unwrap().keys().filter(|k| *k != "per_row");
@@ -113,24 +115,28 @@ fn eval_reports_trls_metrics_for_every_method() {
                 let ours = result.metric(key).unwrap_or_else(|| panic!("{form} {name}: we report no `{key}`"));
                 close(ours, theirs[key].as_f64().unwrap(), &format!("{form} {name} {key}"));
             }
-            let rows = result.rows.as_array().unwrap();
-            for (i, row) in rows.iter().enumerate() {
-                let per_row = &theirs["per_row"];
-                if per_row.is_null() {
-                    continue;
-                }
-                for (ours, theirs) in [("chosen_logps", "chosen_logps"), ("rejected_logps", "rejected_logps")] {
-                    if let Some(t) = per_row[theirs].get(i) {
-                        close(
-                            row[ours].as_f64().unwrap(),
-                            t.as_f64().unwrap(),
-                            &format!("{form} {name} row {i} {ours}"),
-                        );
+            let per_row = &theirs["per_row"];
+            for (i, row) in result.rows.as_array().unwrap().iter().enumerate() {
+                for key in ["chosen_logps", "rejected_logps"] {
+                    if let Some(t) = per_row[key].get(i) {
+                        close(row[key].as_f64().unwrap(), t.as_f64().unwrap(), &format!("{form} {name} row {i} {key}"));
                     }
                 }
             }
         }
     }
+}
+
+#[test]
+fn eval_reports_trls_metrics_for_every_method() {
+    assert_eval_matches_trl(&tiny_llama(), &dir(), "tiny-llama-adapter");
+}
+
+/// The real SmolLM2-135M-Instruct (its Q4_1 GGUF read dense in f32, as transformers reads it): TRL's numbers too.
+#[test]
+fn eval_on_smollm2_reports_trls_metrics() {
+    let m = load_model(&smollm2_path(), &Device::Cpu, DType::F32).unwrap();
+    assert_eval_matches_trl(&m, &dir().join("smollm2"), "adapter");
 }
 
 #[test]
