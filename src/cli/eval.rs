@@ -310,7 +310,7 @@ impl Progress {
 fn format_value(name: &str, value: f64) -> String {
     if value.is_nan() {
         "-".into()
-    } else if Metric::higher_is_better(name).is_none() {
+    } else if Metric::is_count(name) {
         format!("{value:.0}")
     } else {
         format!("{value:.4}")

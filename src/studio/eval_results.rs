@@ -231,7 +231,7 @@ pub fn fmt_metric(name: &str, v: f64) -> String {
         "—".into()
     } else if !v.is_finite() {
         format!("{v}")
-    } else if Metric::higher_is_better(name).is_none() {
+    } else if Metric::is_count(name) {
         format!("{v:.0}")
     } else if v.abs() >= 100.0 {
         format!("{v:.1}")

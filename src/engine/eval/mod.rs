@@ -175,6 +175,11 @@ impl Metric {
         Self { name: name.into(), value }
     }
 
+    /// Whether metric `name` counts things (rows, tokens, unparsed replies): shown as a whole number.
+    pub fn is_count(name: &str) -> bool {
+        matches!(name, "rows" | "target_tokens" | "judge_unparsed")
+    }
+
     /// Which way metric `name` is better: Some(true) higher, Some(false) lower (loss, perplexity), None for counts
     /// (rows, target tokens, unparsed judge replies) that are not scores. The CLI's table and the studio's both
     /// mark the best value by it.
