@@ -103,18 +103,8 @@ pub struct EvalArgs {
     /// A model that grades each answer 1-10 against the reference (generate): folder, .gguf or Hub repo id.
     #[arg(long, value_name = "MODEL")]
     pub judge: Option<PathBuf>,
-    /// The preference method that scores pairs (preference): dpo | orpo. Default: the named run's.
-    #[arg(long, value_name = "dpo|orpo")]
-    pub method: Option<crate::engine::train::Method>,
-    /// DPO's reward temperature or ORPO's odds-ratio weight (preference). Default: the named run's, else 0.1.
-    #[arg(long, allow_negative_numbers = true)]
-    pub beta: Option<f64>,
-    /// DPO's loss (preference): sigmoid | ipo. Default: the named run's, else sigmoid.
-    #[arg(long, value_name = "sigmoid|ipo")]
-    pub loss: Option<crate::engine::train::PreferenceLoss>,
-    /// DPO sigmoid's label smoothing (preference). Default: the named run's, else 0.
-    #[arg(long, allow_negative_numbers = true)]
-    pub label_smoothing: Option<f64>,
+    #[command(flatten)]
+    pub preference: super::preference_flags::PreferenceFlags,
     /// Print the whole report (every row) as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -176,8 +166,7 @@ fn spec_of(args: &EvalArgs) -> anyhow::Result<(EvalSpec, PathBuf)> {
             })
         }
     };
-    let preference_flags = args.method.is_some() || args.beta.is_some() || args.loss.is_some();
-    if args.task != TaskArg::Preference && (preference_flags || args.label_smoothing.is_some()) {
+    if args.task != TaskArg::Preference && args.preference.any() {
         bail!("--method, --beta, --loss and --label-smoothing score preference pairs: add --task preference");
     }
     if args.task != TaskArg::Generate && (args.regex.is_some() || args.judge.is_some()) {
@@ -209,21 +198,12 @@ fn preference_task(
     config: Option<&crate::engine::train::TrainConfig>,
 ) -> anyhow::Result<eval::preference::PreferenceTask> {
     let run = config.filter(|c| c.method.is_preference());
-    let method = match (args.method, run) {
+    let method = match (args.preference.method, run) {
         (Some(method), _) => method,
         (None, Some(c)) => c.method,
         (None, None) => bail!("name how pairs are scored with --method dpo or --method orpo"),
     };
-    let mut settings = run.map(|c| c.preference()).unwrap_or_default();
-    if let Some(beta) = args.beta {
-        settings.beta = beta;
-    }
-    if let Some(loss) = args.loss {
-        settings.loss = loss;
-    }
-    if let Some(smoothing) = args.label_smoothing {
-        settings.label_smoothing = smoothing;
-    }
+    let settings = args.preference.over(run.map(|c| c.preference()).unwrap_or_default());
     settings.validate(method)?;
     Ok(eval::preference::PreferenceTask { method, settings })
 }

@@ -6,6 +6,7 @@ mod data;
 mod eval;
 pub mod hub;
 mod inference;
+mod preference_flags;
 mod rank_bench;
 mod runs;
 mod runtime;

@@ -45,18 +45,8 @@ pub struct TrainArgs {
     pub layers: Option<usize>,
     #[arg(long)]
     pub rslora: bool,
-    /// What to train for: sft (answers), dpo or orpo (preference pairs: prompt, chosen, rejected).
-    #[arg(long, value_name = "sft|dpo|orpo")]
-    pub method: Option<crate::engine::train::Method>,
-    /// DPO: the implicit reward's inverse temperature; ORPO: the odds-ratio term's weight (default 0.1).
-    #[arg(long, allow_negative_numbers = true)]
-    pub beta: Option<f64>,
-    /// DPO's loss: sigmoid (default) or ipo.
-    #[arg(long, value_name = "sigmoid|ipo")]
-    pub loss: Option<crate::engine::train::PreferenceLoss>,
-    /// DPO sigmoid: the assumed share of flipped preference labels (conservative DPO), 0 to below 0.5.
-    #[arg(long, allow_negative_numbers = true)]
-    pub label_smoothing: Option<f64>,
+    #[command(flatten)]
+    pub preference: super::preference_flags::PreferenceFlags,
     /// DoRA: train a magnitude per output row on top of the LoRA direction (PEFT's use_dora).
     #[arg(long)]
     pub dora: bool,
@@ -177,7 +167,7 @@ impl TrainArgs {
             c.lora.layers = self.layers;
         }
         c.lora.use_rslora |= self.rslora;
-        if let Some(method) = self.method {
+        if let Some(method) = self.preference.method {
             // A resumed run keeps its method: its optimizer state and best loss belong to it.
             if c.resume.is_some() && method != c.method {
                 anyhow::bail!(
@@ -188,9 +178,8 @@ impl TrainArgs {
             }
             c.method = method;
         }
-        set!(c.beta, self.beta);
-        set!(c.preference_loss, self.loss);
-        set!(c.label_smoothing, self.label_smoothing);
+        let preference = self.preference.over(c.preference());
+        (c.beta, c.preference_loss, c.label_smoothing) = (preference.beta, preference.loss, preference.label_smoothing);
         c.lora.dora |= self.dora;
         if self.iters.is_some() {
             c.iters = self.iters;
