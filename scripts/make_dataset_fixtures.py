@@ -19,6 +19,7 @@ read values, never bytes). Layout:
     alpaca_text.jsonl     Alpaca columns beside a rendered `text` column (as tatsu-lab/alpaca has them): alpaca
     ambiguous.jsonl       Alpaca columns beside prompt/completion columns: two formats, never guessed
     qa.jsonl              `question` / `answer` columns: no known format until mapped
+    preference-hub/       trl-lib/ultrafeedback_binarized's layout: chosen/rejected conversations, scores, train/test
     malformed.parquet     completions whose row 2 has an empty completion
     mixed/                a train split of two files in different formats
     tools.jsonl           a chat row with tools and tool-call turns
@@ -122,6 +123,17 @@ def main():
         ],
     }]
     write_jsonl(OUT / "tools.jsonl", tools)
+
+    # A preference repo laid out as trl-lib/ultrafeedback_binarized: whole conversations in `chosen` / `rejected`
+    # (the shared user turn is the implicit prompt), scores beside them, train and test shards.
+    plain = pa.struct([("role", pa.string()), ("content", pa.string())])
+    def pair(q, good, bad):
+        return {"chosen": chat(q, good), "rejected": chat(q, bad), "score_chosen": 8.0, "score_rejected": 3.0}
+    pairs = [pair(q, a, "I do not know.") for q, a in QA]
+    schema = pa.schema([("chosen", pa.list_(plain)), ("rejected", pa.list_(plain)),
+                        ("score_chosen", pa.float64()), ("score_rejected", pa.float64())])
+    write_parquet(OUT / "preference-hub/data/train-00000-of-00001.parquet", pa.Table.from_pylist(pairs * 2, schema))
+    write_parquet(OUT / "preference-hub/data/test-00000-of-00001.parquet", pa.Table.from_pylist(pairs[:1], schema))
 
 
 if __name__ == "__main__":

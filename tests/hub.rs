@@ -239,6 +239,37 @@ fn repo_ids_work_as_model_and_data_arguments_and_runs_record_them() {
     assert!(!out.status.success(), "the local file was read, not the repo");
 }
 
+/// A preference dataset on the Hub in trl-lib/ultrafeedback_binarized's layout (parquet shards of whole
+/// conversations in `chosen` / `rejected`, scores beside them) trains DPO by its repo id and evaluates by it.
+#[test]
+fn a_hub_preference_dataset_trains_dpo_by_its_repo_id() {
+    let data = FakeRepo::from_dir("datasets", "org/prefs", &fixture("datasets/preference-hub"));
+    let server = HubServer::start(vec![model_repo(), data], None);
+    let cache = tempfile::tempdir().unwrap();
+    let runs = tempfile::tempdir().unwrap();
+    let out = cli(&server, cache.path())
+        .args(["train", "--model", "org/tiny-llama", "--data", "org/prefs", "--method", "dpo", "--out"])
+        .arg(runs.path())
+        .args(["--name", "dpo", "--device", "cpu", "--iters", "2", "--seq-len", "64", "--batch-size", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(runs.path().join("dpo/run.json")).unwrap()).unwrap();
+    assert_eq!(
+        (run["config"]["method"].as_str(), run["config"]["data_source"]["repo"].as_str()),
+        (Some("dpo"), Some("org/prefs"))
+    );
+    let out = cli(&server, cache.path())
+        .args(["eval", "--task", "preference", "--data", "org/prefs", "--json", "--device", "cpu", "--checkpoints"])
+        .arg(runs.path().join("dpo/checkpoint-2"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["rows"], 1, "the test shard's one pair");
+}
+
 #[test]
 fn a_cut_connection_resumes_from_what_arrived() {
     let server = HubServer::start(vec![big_repo()], None);
