@@ -75,6 +75,9 @@ impl SettingsPanel {
                 lora_card_ui(&mut cols[0], ctx.prefs, model.as_ref());
                 cols[0].add_space(8.0);
                 data_card_ui(&mut cols[0], ctx.prefs, model.as_ref());
+                // Training method (SFT / DPO / ORPO): its own file, issue 34.
+                cols[0].add_space(8.0);
+                super::method_settings::method_card_ui(&mut cols[0], ctx.prefs, report.as_ref());
                 optimizer_card_ui(&mut cols[1], ctx.prefs);
                 cols[1].add_space(8.0);
                 summary_card_ui(&mut cols[1], ctx.prefs, model.as_ref(), report.as_ref());
@@ -330,7 +333,8 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
         ui.set_width(ui.available_width());
         ui.label(RichText::new("What this run costs").strong().size(15.0));
         ui.add_space(4.0);
-        let tokens_per_step = cfg.batch_size * cfg.grad_accum * cfg.seq_len;
+        // A preference batch holds each pair's chosen and rejected sequences.
+        let tokens_per_step = cfg.rows_per_batch() * cfg.grad_accum * cfg.seq_len;
         egui::Grid::new("summary-grid").num_columns(2).spacing([14.0, 4.0]).show(ui, |ui| {
             ui.label(RichText::new("Tokens per step").weak())
                 .on_hover_text("batch × accumulation × sequence length: an upper bound, rows are usually shorter");
