@@ -87,12 +87,15 @@ pub fn method_mismatch(
 pub fn mismatch_ui(ui: &mut Ui, cfg: &mut TrainConfig, mismatch: &Mismatch) {
     let pairs = mismatch.fits.is_preference();
     let what = if pairs { "This dataset holds preference pairs" } else { "This dataset holds no preference pairs" };
-    banner_ui(ui, Tone::Warn, format!("{what}: {} cannot train on it.", cfg.method.name().to_uppercase()))
-        .on_hover_text(&mismatch.message);
-    let label = format!("Switch to {}", mismatch.fits.name().to_uppercase());
-    if ui.button(label).on_hover_text(mismatch.fits.describe()).clicked() {
-        switch_method(cfg, mismatch.fits);
-    }
+    banner_ui(ui, Tone::Warn, format!("{what}: {} cannot train on it.", cfg.method.name().to_uppercase()));
+    ui.horizontal_wrapped(|ui| {
+        let label = format!("Switch to {}", mismatch.fits.name().to_uppercase());
+        if ui.button(label).on_hover_text(mismatch.fits.describe()).clicked() {
+            switch_method(cfg, mismatch.fits);
+        }
+        // The engine's refusal, as a run started anyway would fail with it.
+        ui.label(RichText::new(&mismatch.message).weak().small());
+    });
 }
 
 /// A configuration Start would run (`settings_panel::ready_config`'s), refused when its method does not fit the
