@@ -15,13 +15,14 @@ const MAX_DRAWN_POINTS: usize = 2000;
 /// The three preference plots in a row, x axes linked through `link`.
 pub fn preference_plots_ui(ui: &mut Ui, series: &PreferenceSeries, link: egui::Id, height: f32) {
     ui.columns(3, |cols| {
-        plot_ui(&mut cols[0], "rewards/accuracies", link, height, Some((0.0, 1.0)), |plot| {
+        // Accuracies climb towards 1: their legend sits low, out of the way.
+        plot_ui(&mut cols[0], "rewards/accuracies", Corner::RightBottom, link, height, Some((0.0, 1.0)), |plot| {
             train_and_eval(plot, "rewards/accuracies", &series.accuracies, &series.val_accuracies);
         });
-        plot_ui(&mut cols[1], "rewards/margins", link, height, None, |plot| {
+        plot_ui(&mut cols[1], "rewards/margins", Corner::LeftTop, link, height, None, |plot| {
             train_and_eval(plot, "rewards/margins", &series.margins, &series.val_margins);
         });
-        plot_ui(&mut cols[2], "rewards/chosen · rewards/rejected", link, height, None, |plot| {
+        plot_ui(&mut cols[2], "rewards/chosen · rewards/rejected", Corner::LeftBottom, link, height, None, |plot| {
             let chosen = decimate(&series.chosen, MAX_DRAWN_POINTS);
             let rejected = decimate(&series.rejected, MAX_DRAWN_POINTS);
             plot.line(
@@ -39,6 +40,7 @@ pub fn preference_plots_ui(ui: &mut Ui, series: &PreferenceSeries, link: egui::I
 fn plot_ui(
     ui: &mut Ui,
     title: &str,
+    legend: Corner,
     link: egui::Id,
     height: f32,
     y_range: Option<(f64, f64)>,
@@ -48,7 +50,7 @@ fn plot_ui(
     let mut plot = with_readable_y(Plot::new(format!("{title}-plot")))
         .allow_scroll(false)
         .height(height)
-        .legend(Legend::default().position(Corner::LeftTop))
+        .legend(Legend::default().position(legend))
         .link_axis(link, [true, false])
         .x_axis_label("step");
     if let Some((lo, hi)) = y_range {

@@ -52,7 +52,8 @@ impl SettingsPanel {
         let model = ctx.model.loaded.clone();
         let report = ctx.dataset.cloned();
         egui::ScrollArea::vertical().id_salt("settings-page").auto_shrink([false; 2]).show(ui, |ui| {
-            let status = ready_config(ctx.prefs, model.as_ref(), ctx.prefs.dataset.as_ref());
+            let status = ready_config(ctx.prefs, model.as_ref(), ctx.prefs.dataset.as_ref())
+                .and_then(|cfg| super::method_settings::fits_data(cfg, report.as_ref()));
             // The memory card's estimate, on the dataset's real row lengths: a run that would not fit is ready
             // only with a warning, so the banner and the card never disagree.
             let longest =
@@ -346,7 +347,7 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
                 let steps_per_epoch = rows.div_ceil(per_step).max(1);
                 ui.label(RichText::new("Steps per epoch").weak())
                     .on_hover_text("training rows / effective batch (before any validation hold-out)");
-                ui.label(format!("≈ {steps_per_epoch} ({rows} rows)"));
+                ui.label(format!("≈ {steps_per_epoch} ({rows} {})", r.rows_word()));
                 ui.end_row();
                 let total = total_steps(cfg, steps_per_epoch);
                 ui.label(RichText::new("Total steps").weak());

@@ -98,9 +98,17 @@ impl TrainingPanel {
                 }
                 let new_best = if best { ", new best" } else { "" };
                 let loss = fmt_loss(val_loss);
+                let rewards = preference.map_or(String::new(), |m| {
+                    format!(
+                        ", eval_rewards/accuracies {:.3}, eval_rewards/margins {:.3}",
+                        m.rewards_accuracies, m.rewards_margins
+                    )
+                });
                 self.log(
                     Tone::Ok,
-                    format!("eval at step {step}: validation loss {loss} (perplexity {perplexity:.2}{new_best})"),
+                    format!(
+                        "eval at step {step}: validation loss {loss} (perplexity {perplexity:.2}{new_best}){rewards}"
+                    ),
                 );
                 None
             }
