@@ -63,12 +63,19 @@ fn write_run(runs: &Path) -> PathBuf {
             trained_tokens: 64 * step,
             elapsed_secs: step as f64,
             eta_secs: 0.0,
+            preference: None,
         };
         append_metric(&dir, &event).unwrap();
         if step % 3 == 0 {
             append_metric(
                 &dir,
-                &TrainEvent::Eval { step, val_loss: loss + 0.1, perplexity: (loss + 0.1).exp(), best: false },
+                &TrainEvent::Eval {
+                    step,
+                    val_loss: loss + 0.1,
+                    perplexity: (loss + 0.1).exp(),
+                    best: false,
+                    preference: None,
+                },
             )
             .unwrap();
         }

@@ -269,6 +269,10 @@ impl CheckpointsPanel {
                         widgets::status_dot_ui(ui, color);
                         ui.label(RichText::new(status.map_or("training", RunStatus::label)).color(color).small());
                         ui.label(RichText::new(format!("· {} ckpt", run.checkpoints.len())).weak().small());
+                        if let Some(c) = &run.config {
+                            ui.label(RichText::new(format!("· {}", c.method.name())).weak().small())
+                                .on_hover_text(crate::engine::train::run_table::method_text(c));
+                        }
                         if let Some(t) = run.started_unix_secs {
                             ui.label(RichText::new(format!("· {}", fmt_age(t))).weak().small());
                         }
@@ -443,6 +447,7 @@ fn run_settings_ui(ui: &mut Ui, run: &RunInfo) {
                 };
                 row(ui, "Model", display_name(&c.model));
                 row(ui, "Data", c.data.display().to_string());
+                row(ui, "Method", crate::engine::train::run_table::method_text(c));
                 row(
                     ui,
                     "LoRA",

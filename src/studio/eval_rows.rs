@@ -1,8 +1,9 @@
 //! The Evaluate page's per-row grid, one row per dataset row and one column per target, a page of rows at a time:
 //! for generate the prompt, the reference and each target's answer with its scores coloured (long text clipped,
 //! with "more" to expand it); for multiple choice the context, the choices (gold marked) and each target's pick and
-//! log-likelihoods; for loss each row's token count and each target's loss. Rows are read as plain JSON, so a
-//! field a task did not write shows "—".
+//! log-likelihoods; for loss each row's token count and each target's loss; for preference pairs each target's
+//! chosen and rejected reward and whether it prefers the chosen answer. Rows are read as plain JSON, so a field a
+//! task did not write shows "—".
 
 use super::widgets::palette;
 use crate::engine::eval::TargetResult;
@@ -35,7 +36,9 @@ pub fn rows_ui(ui: &mut Ui, task: &str, results: &[TargetResult], view: &mut Row
         ui.label(RichText::new("No per-row results.").weak());
         return;
     }
-    let per_page = if task == "loss" { 50 } else { 20 };
+    // Tasks of short numeric cells: more rows to a page, two leading columns.
+    let numeric = matches!(task, "loss" | "preference");
+    let per_page = if numeric { 50 } else { 20 };
     let pages = total.div_ceil(per_page);
     view.page = view.page.min(pages - 1);
     ui.horizontal(|ui| {
@@ -49,7 +52,7 @@ pub fn rows_ui(ui: &mut Ui, task: &str, results: &[TargetResult], view: &mut Row
         }
     });
     let range = view.page * per_page..((view.page + 1) * per_page).min(total);
-    let columns = results.len() + if task == "loss" { 2 } else { 3 };
+    let columns = results.len() + if numeric { 2 } else { 3 };
     // Text columns share the width; many targets scroll sideways rather than squeeze.
     let width = ((ui.available_width() - 110.0) / (columns - 1) as f32 - 16.0).max(200.0);
     egui::ScrollArea::horizontal().id_salt("eval-rows-scroll").show(ui, |ui| {
@@ -57,6 +60,7 @@ pub fn rows_ui(ui: &mut Ui, task: &str, results: &[TargetResult], view: &mut Row
             ui,
             |ui| match task {
                 "loss" => loss_rows_ui(ui, results, range),
+                "preference" => preference_rows_ui(ui, results, range),
                 "multiple-choice" => choice_rows_ui(ui, results, range, width, view),
                 _ => generate_rows_ui(ui, results, range, width, view),
             },
@@ -91,6 +95,33 @@ fn loss_rows_ui(ui: &mut Ui, results: &[TargetResult], range: std::ops::Range<us
                 Some(v) => ui.label(format!("{v:.4}")),
                 None => ui.label("—"),
             };
+        }
+        ui.end_row();
+    }
+}
+
+/// Each pair's tokens, and per target its chosen and rejected reward and whether the chosen one is preferred.
+fn preference_rows_ui(ui: &mut Ui, results: &[TargetResult], range: std::ops::Range<usize>) {
+    header_ui(ui, &["pair", "tokens"], results);
+    for i in range {
+        let first = row(results, i);
+        ui.label(source(first));
+        ui.label(format!("{} | {}", text(first, "chosen_tokens"), text(first, "rejected_tokens")))
+            .on_hover_text("answer tokens scored: chosen | rejected");
+        for r in results {
+            let cell = row_of(r, i);
+            let reward = |field| num(cell, field).map_or("—".into(), |v| format!("{v:.3}"));
+            ui.horizontal(|ui| {
+                ui.label(format!("chosen {} vs rejected {}", reward("chosen_reward"), reward("rejected_reward")))
+                    .on_hover_text(
+                        "the rewards of the chosen and the rejected answer (TRL's rewards/chosen, /rejected)",
+                    );
+                match num(cell, "preferred") {
+                    Some(p) if p > 0.5 => ui.label(RichText::new("preferred: yes").color(palette::OK)),
+                    Some(_) => ui.label(RichText::new("preferred: no").color(palette::ERROR)),
+                    None => ui.label("—"),
+                };
+            });
         }
         ui.end_row();
     }

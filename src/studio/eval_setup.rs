@@ -2,11 +2,14 @@
 //! checkpoints of the runs folder, added adapter folders), the prompt set (a split of the dataset open on the
 //! dataset page, or another file), the task and its options. Everything the page can refuse before any work starts
 //! is refused here, in words the page shows; the engine checks the data itself (rows, fields) once the job runs.
+//! The preference task scores pairs with DPO or ORPO; its method and settings follow the picked checkpoints' run
+//! when that run trained with one ([`adopt_run_method`]), as `metal-candle eval` takes them from run.json.
 
 use crate::engine::data::ReadOptions;
+use crate::engine::eval::preference::PreferenceTask;
 use crate::engine::eval::{EvalSpec, EvalTarget, EvalTask, GenerateSettings};
 use crate::engine::sampler::SamplingParams;
-use crate::engine::train::TrainConfig;
+use crate::engine::train::{Method, PreferenceSettings, TrainConfig};
 use crate::worker::{same_path, DatasetReport, RunInfo, SplitName};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -18,10 +21,12 @@ pub enum TaskChoice {
     Loss,
     Generate,
     MultipleChoice,
+    Preference,
 }
 
 impl TaskChoice {
-    pub const ALL: [TaskChoice; 3] = [TaskChoice::Loss, TaskChoice::Generate, TaskChoice::MultipleChoice];
+    pub const ALL: [TaskChoice; 4] =
+        [TaskChoice::Loss, TaskChoice::Generate, TaskChoice::MultipleChoice, TaskChoice::Preference];
 
     /// The radio button's label.
     pub fn title(self) -> &'static str {
@@ -29,6 +34,7 @@ impl TaskChoice {
             TaskChoice::Loss => "Loss",
             TaskChoice::Generate => "Generate",
             TaskChoice::MultipleChoice => "Multiple choice",
+            TaskChoice::Preference => "Preference",
         }
     }
 
@@ -45,6 +51,11 @@ impl TaskChoice {
             TaskChoice::MultipleChoice => {
                 "Rows {\"context\", \"choices\", \"gold\"}, or ARC, HellaSwag and MMLU columns as lm-eval maps them: \
                  the log-likelihood of each choice as lm-evaluation-harness computes it; acc and acc_norm."
+            }
+            TaskChoice::Preference => {
+                "Preference pairs {\"prompt\", \"chosen\", \"rejected\"}: how often each target rewards the chosen \
+                 answer above the rejected one, as DPO or ORPO measures it (TRL's rewards/accuracies, \
+                 rewards/margins, logps/chosen, ...). DPO's reference is the base model."
             }
         }
     }
@@ -86,6 +97,9 @@ pub struct EvalPrefs {
     pub adapters: Vec<PathBuf>,
     /// The metric plotted against the step (empty: the task's first).
     pub plot_metric: String,
+    /// The preference task's method (DPO or ORPO) and its parameters.
+    pub method: Method,
+    pub preference: PreferenceSettings,
 }
 
 impl Default for EvalPrefs {
@@ -105,6 +119,8 @@ impl Default for EvalPrefs {
             checkpoints: Vec::new(),
             adapters: Vec::new(),
             plot_metric: String::new(),
+            method: Method::Dpo,
+            preference: PreferenceSettings::default(),
         }
     }
 }
@@ -161,14 +177,10 @@ pub fn build_spec(prefs: &EvalPrefs, cx: &SetupContext<'_>) -> Result<EvalSpec, 
         TaskChoice::Loss => EvalTask::Loss,
         TaskChoice::MultipleChoice => EvalTask::MultipleChoice,
         TaskChoice::Generate => EvalTask::Generate(generate_settings(prefs)?),
+        TaskChoice::Preference => EvalTask::Preference(preference_task(prefs)?),
     };
     // As `metal-candle eval` does: the first picked checkpoint's run says how its rows were read and split.
-    let config = cx
-        .runs
-        .iter()
-        .filter(|r| r.checkpoints.iter().any(|c| prefs.checkpoints.iter().any(|p| same_path(p, &c.path))))
-        .find_map(|r| r.config.as_ref())
-        .unwrap_or(cx.train);
+    let config = picked_run_config(prefs, cx.runs).unwrap_or(cx.train);
     let spec = EvalSpec {
         task,
         data,
@@ -183,6 +195,31 @@ pub fn build_spec(prefs: &EvalPrefs, cx: &SetupContext<'_>) -> Result<EvalSpec, 
     // The engine's own check of the settings (a bad regex, sampling out of range), before the job is sent.
     spec.check().map_err(|e| e.to_string())?;
     Ok(spec)
+}
+
+/// The run.json config of the first run with a picked checkpoint.
+pub fn picked_run_config<'a>(prefs: &EvalPrefs, runs: &'a [RunInfo]) -> Option<&'a TrainConfig> {
+    runs.iter()
+        .filter(|r| r.checkpoints.iter().any(|c| prefs.checkpoints.iter().any(|p| same_path(p, &c.path))))
+        .find_map(|r| r.config.as_ref())
+}
+
+/// Take the preference method and settings of a run that trained with one (an SFT run leaves them as they are).
+pub fn adopt_run_method(prefs: &mut EvalPrefs, config: Option<&TrainConfig>) {
+    if let Some(c) = config.filter(|c| c.method.is_preference()) {
+        prefs.method = c.method;
+        prefs.preference = c.preference();
+    }
+}
+
+/// The preference task as picked, checked by the engine's own rule (the CLI's `--method/--beta/--loss` are
+/// checked the same way).
+fn preference_task(prefs: &EvalPrefs) -> Result<PreferenceTask, String> {
+    if !prefs.method.is_preference() {
+        return Err("Pick DPO or ORPO: the preference task scores pairs as one of them does.".into());
+    }
+    prefs.preference.validate(prefs.method).map_err(|e| e.to_string())?;
+    Ok(PreferenceTask { method: prefs.method, settings: prefs.preference })
 }
 
 /// The data path, split and read options of the prompt set.
@@ -337,5 +374,19 @@ mod tests {
         runs[1].config = Some(TrainConfig { seq_len: 77, seed: 7, train_on_prompt: true, ..TrainConfig::default() });
         let spec = build_spec(&prefs, &cx(&runs, &t)).unwrap();
         assert_eq!((spec.seq_len, spec.seed, spec.train_on_prompt), (77, 7, true));
+
+        // The preference task takes an ORPO run's method and beta, and refuses what the engine refuses.
+        let orpo = TrainConfig { method: Method::Orpo, beta: 0.25, ..TrainConfig::default() };
+        runs[1].config = Some(orpo);
+        prefs.task = TaskChoice::Preference;
+        let picked = picked_run_config(&prefs, &runs);
+        adopt_run_method(&mut prefs, picked);
+        let spec = build_spec(&prefs, &cx(&runs, &t)).unwrap();
+        match spec.task {
+            EvalTask::Preference(task) => assert_eq!((task.method, task.settings.beta), (Method::Orpo, 0.25)),
+            other => panic!("not a preference task: {other:?}"),
+        }
+        prefs.preference.beta = 0.0;
+        assert!(build_spec(&prefs, &cx(&runs, &t)).unwrap_err().contains("beta (--beta) is 0"));
     }
 }

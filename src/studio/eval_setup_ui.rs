@@ -56,7 +56,7 @@ impl SetupUi {
             ui.columns(3, |cols| {
                 widgets::card_ui(&mut cols[0], |ui| self.targets_ui(ui, prefs, view, &mut requests));
                 widgets::card_ui(&mut cols[1], |ui| self.prompts_ui(ui, prefs, view, &mut requests));
-                widgets::card_ui(&mut cols[2], |ui| self.task_ui(ui, prefs));
+                widgets::card_ui(&mut cols[2], |ui| self.task_ui(ui, prefs, view.runs));
             });
         });
         if let Some(note) = &self.picker.note {
@@ -192,12 +192,16 @@ impl SetupUi {
         });
     }
 
-    fn task_ui(&mut self, ui: &mut Ui, prefs: &mut EvalPrefs) {
+    fn task_ui(&mut self, ui: &mut Ui, prefs: &mut EvalPrefs, runs: &[RunInfo]) {
         ui.set_width(ui.available_width());
         ui.label(RichText::new("3 · Task").strong());
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             for task in TaskChoice::ALL {
-                ui.radio_value(&mut prefs.task, task, task.title()).on_hover_text(task.explain());
+                let picked = ui.radio_value(&mut prefs.task, task, task.title()).on_hover_text(task.explain());
+                if picked.clicked() && task == TaskChoice::Preference {
+                    // Score pairs as the picked checkpoints' run trained, when it was a preference run.
+                    super::eval_setup::adopt_run_method(prefs, super::eval_setup::picked_run_config(prefs, runs));
+                }
             }
         });
         ui.label(RichText::new(prefs.task.explain()).small().weak());
@@ -229,12 +233,43 @@ impl SetupUi {
                 });
                 ui.end_row();
             } else {
+                if prefs.task == TaskChoice::Preference {
+                    preference_task_ui(ui, prefs);
+                }
                 let l =
                     widgets::setting_label_ui(ui, "Batch size", "Rows per forward pass: more is faster, needs memory");
                 ui.add(egui::DragValue::new(&mut prefs.batch_size).range(1..=256)).labelled_by(l.id);
                 ui.end_row();
             }
         });
+    }
+}
+
+/// The preference task's method (DPO or ORPO) and parameters, grid rows, with the engine's refusal of them.
+fn preference_task_ui(ui: &mut Ui, prefs: &mut EvalPrefs) {
+    use crate::engine::train::Method;
+    let help = "How pairs are scored: DPO's rewards are relative to the base model (the adapter switched off), \
+                ORPO's are the answers' own per-token log-probabilities";
+    let l = widgets::setting_label_ui(ui, "Method", help);
+    ui.horizontal(|ui| {
+        for m in [Method::Dpo, Method::Orpo] {
+            if ui
+                .radio(prefs.method == m, m.name().to_uppercase())
+                .labelled_by(l.id)
+                .on_hover_text(m.describe())
+                .clicked()
+            {
+                prefs.method = m;
+                prefs.preference = super::preference_fields::settings_for(m, prefs.preference);
+            }
+        }
+    });
+    ui.end_row();
+    super::preference_fields::preference_rows_ui(ui, prefs.method, &mut prefs.preference);
+    if let Some(e) = super::preference_fields::settings_error(prefs.method, &prefs.preference) {
+        ui.label("");
+        ui.label(RichText::new(e).color(palette::WARN));
+        ui.end_row();
     }
 }
 
@@ -265,6 +300,7 @@ fn run_checkpoints_ui(ui: &mut Ui, prefs: &mut EvalPrefs, run: &RunInfo, model: 
             for c in &run.checkpoints {
                 super::eval_setup::toggle(&mut prefs.checkpoints, &c.path, true);
             }
+            super::eval_setup::adopt_run_method(prefs, run.config.as_ref());
         }
         if ui.small_button("None").clicked() {
             for c in &run.checkpoints {
@@ -282,6 +318,9 @@ fn run_checkpoints_ui(ui: &mut Ui, prefs: &mut EvalPrefs, run: &RunInfo, model: 
             };
             if ui.checkbox(&mut on, format!("step {}", c.step)).on_hover_text(hover).changed() {
                 super::eval_setup::toggle(&mut prefs.checkpoints, &c.path, on);
+                if on {
+                    super::eval_setup::adopt_run_method(prefs, run.config.as_ref());
+                }
             }
         }
     });

@@ -1,6 +1,8 @@
 //! What the training page shows about one run: its series (raw and smoothed loss, validation loss, learning
-//! rate, throughput, gradient norm), counters and checkpoints, fed by live events and by its recorded history.
+//! rate, throughput, gradient norm; a preference run's rewards), its method, counters and checkpoints, fed by live
+//! events and by its recorded history.
 
+use super::preference_series::PreferenceSeries;
 use super::run_history::RunHistory;
 use super::widgets::Ema;
 use egui_plot::PlotPoint;
@@ -26,6 +28,10 @@ pub struct LiveRun {
     pub lr: Vec<PlotPoint>,
     pub tokens_per_sec_series: Vec<PlotPoint>,
     pub grad_norm: Vec<PlotPoint>,
+    /// A preference run's reward accuracies, margins and rewards (empty for SFT).
+    pub preference: PreferenceSeries,
+    /// The run's training method and its parameters ("dpo · beta 0.1 · sigmoid"), once known.
+    pub method: Option<String>,
     pub checkpoints: Vec<(usize, PathBuf)>,
     /// The best checkpoint so far: (step, validation loss).
     pub best: Option<(usize, f64)>,
@@ -67,6 +73,8 @@ impl LiveRun {
         splice(h.lr, &mut self.lr);
         splice(h.tokens_per_sec, &mut self.tokens_per_sec_series);
         splice(h.grad_norm, &mut self.grad_norm);
+        self.preference.splice_before(h.preference, first_live);
+        self.method = self.method.take().or(h.method);
         let mut checkpoints: Vec<_> = h.checkpoints.into_iter().filter(|(s, _)| (*s as f64) < first_live).collect();
         checkpoints.append(&mut self.checkpoints);
         self.checkpoints = checkpoints;

@@ -367,7 +367,11 @@ pub fn memory_card_ui(
             "rank {} · {} · batch {} × {} tokens",
             cfg.lora.rank,
             super::glossary::targets_summary(&cfg.lora.targets, Some(&m.shape)),
-            cfg.batch_size,
+            // A preference batch holds a chosen and a rejected sequence per pair: the estimate counts both.
+            match cfg.method.is_preference() {
+                true => format!("{} pairs ({} sequences)", cfg.batch_size, cfg.rows_per_batch()),
+                false => cfg.batch_size.to_string(),
+            },
             cfg.seq_len
         ))
         .weak()

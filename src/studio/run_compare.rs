@@ -92,6 +92,10 @@ fn legend_ui(ui: &mut Ui, runs: &[&RunInfo]) -> Option<String> {
                     ui.horizontal_wrapped(|ui| {
                         ui.spacing_mut().item_spacing.x = 4.0;
                         let last_train = run.train_loss.last().map(|p| fmt_loss(p[1]));
+                        // A DPO or ORPO loss is not an SFT loss: the method tells which curves compare.
+                        if let Some(c) = run.config.as_ref().filter(|c| c.method.is_preference()) {
+                            ui.label(RichText::new(c.method.name()).small().color(palette::ACCENT));
+                        }
                         ui.label(RichText::new(format!("train {}", last_train.unwrap_or_else(|| "–".into()))).small());
                         if let Some(best) = run.val_loss.iter().map(|p| p[1]).min_by(f64::total_cmp) {
                             line_swatch_ui(ui, color, true);

@@ -2,6 +2,7 @@
 //! for the steps before a resume (so a resumed run's curves start at step 1, not at the resume step) and for
 //! an interrupted run found after a restart.
 
+use super::preference_series::PreferenceSeries;
 use crate::engine::train::run_folder::read_metrics;
 use crate::engine::train::TrainEvent;
 use crossbeam_channel::{bounded, Receiver, TryRecvError};
@@ -16,6 +17,10 @@ pub struct RunHistory {
     pub lr: Vec<PlotPoint>,
     pub tokens_per_sec: Vec<PlotPoint>,
     pub grad_norm: Vec<PlotPoint>,
+    /// A preference run's rewards (empty for SFT).
+    pub preference: PreferenceSeries,
+    /// The run's method with its parameters, from its (last) start.
+    pub method: Option<String>,
     pub checkpoints: Vec<(usize, PathBuf)>,
     /// The last recorded new best: (step, validation loss).
     pub best: Option<(usize, f64)>,
@@ -36,8 +41,9 @@ impl RunHistory {
         let keep = |step: usize| up_to.is_none_or(|limit| step <= limit);
         for event in events {
             match event {
-                TrainEvent::Started { total_steps, trainable_params, start_step, .. } => {
+                TrainEvent::Started { total_steps, trainable_params, start_step, config, .. } => {
                     h.forget_after(start_step);
+                    h.method = Some(crate::engine::train::run_table::method_text(&config));
                     h.total_steps = total_steps;
                     h.trainable_params = trainable_params;
                 }
@@ -50,9 +56,13 @@ impl RunHistory {
                     trained_tokens,
                     elapsed_secs,
                     total_steps,
+                    preference,
                     ..
                 } if keep(step) => {
                     let x = step as f64;
+                    if let Some(m) = &preference {
+                        h.preference.push_step(step, m);
+                    }
                     h.loss.push(PlotPoint::new(x, loss));
                     h.lr.push(PlotPoint::new(x, lr));
                     h.tokens_per_sec.push(PlotPoint::new(x, tokens_per_sec));
@@ -62,7 +72,10 @@ impl RunHistory {
                     h.trained_tokens = trained_tokens;
                     h.total_steps = total_steps;
                 }
-                TrainEvent::Eval { step, val_loss, best, .. } if keep(step) => {
+                TrainEvent::Eval { step, val_loss, best, preference, .. } if keep(step) => {
+                    if let Some(m) = &preference {
+                        h.preference.push_eval(step, m);
+                    }
                     h.val_loss.push(PlotPoint::new(step as f64, val_loss));
                     if best {
                         h.best = Some((step, val_loss));
@@ -89,6 +102,7 @@ impl RunHistory {
         self.lr.retain(before);
         self.tokens_per_sec.retain(before);
         self.grad_norm.retain(before);
+        self.preference.forget_after(step);
         self.checkpoints.retain(|(s, _)| *s <= step);
         self.best = self.best.filter(|(s, _)| *s <= step);
     }
@@ -179,5 +193,52 @@ mod tests {
         let before_resume = RunHistory::from_events(events, Some(2));
         assert_eq!(before_resume.loss.len(), 2);
         assert_eq!(before_resume.step, 2);
+    }
+
+    #[test]
+    fn a_preference_run_replays_its_rewards_and_method() {
+        use crate::engine::train::preference::PreferenceMetrics;
+        let m = |acc: f64| PreferenceMetrics { rewards_accuracies: acc, pairs: 2, ..Default::default() };
+        let with = |event: TrainEvent, metrics: PreferenceMetrics| match event {
+            TrainEvent::Step {
+                step,
+                total_steps,
+                loss,
+                lr,
+                grad_norm,
+                tokens_per_sec,
+                trained_tokens,
+                elapsed_secs,
+                eta_secs,
+                ..
+            } => TrainEvent::Step {
+                step,
+                total_steps,
+                loss,
+                lr,
+                grad_norm,
+                tokens_per_sec,
+                trained_tokens,
+                elapsed_secs,
+                eta_secs,
+                preference: Some(metrics),
+            },
+            other => other,
+        };
+        let mut start = started(0);
+        if let TrainEvent::Started { config, .. } = &mut start {
+            config.method = crate::engine::train::Method::Orpo;
+        }
+        let events = vec![
+            start,
+            with(step(1, 1.0), m(0.5)),
+            with(step(2, 0.9), m(1.0)),
+            TrainEvent::Eval { step: 2, val_loss: 0.8, perplexity: 2.0, best: true, preference: Some(m(0.75)) },
+        ];
+        let h = RunHistory::from_events(events, None);
+        assert_eq!(h.method.as_deref(), Some("orpo · beta 0.1"));
+        let acc: Vec<f64> = h.preference.accuracies.iter().map(|p| p.y).collect();
+        assert_eq!(acc, [0.5, 1.0]);
+        assert_eq!(h.preference.last_val.map(|v| v.rewards_accuracies), Some(0.75));
     }
 }

@@ -52,7 +52,8 @@ impl SettingsPanel {
         let model = ctx.model.loaded.clone();
         let report = ctx.dataset.cloned();
         egui::ScrollArea::vertical().id_salt("settings-page").auto_shrink([false; 2]).show(ui, |ui| {
-            let status = ready_config(ctx.prefs, model.as_ref(), ctx.prefs.dataset.as_ref());
+            let status = ready_config(ctx.prefs, model.as_ref(), ctx.prefs.dataset.as_ref())
+                .and_then(|cfg| super::method_settings::fits_data(cfg, report.as_ref()));
             // The memory card's estimate, on the dataset's real row lengths: a run that would not fit is ready
             // only with a warning, so the banner and the card never disagree.
             let longest =
@@ -75,6 +76,9 @@ impl SettingsPanel {
                 lora_card_ui(&mut cols[0], ctx.prefs, model.as_ref());
                 cols[0].add_space(8.0);
                 data_card_ui(&mut cols[0], ctx.prefs, model.as_ref());
+                // Training method (SFT / DPO / ORPO): its own file, issue 34.
+                cols[0].add_space(8.0);
+                super::method_settings::method_card_ui(&mut cols[0], ctx.prefs, report.as_ref());
                 optimizer_card_ui(&mut cols[1], ctx.prefs);
                 cols[1].add_space(8.0);
                 summary_card_ui(&mut cols[1], ctx.prefs, model.as_ref(), report.as_ref());
@@ -333,7 +337,8 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
         ui.set_width(ui.available_width());
         ui.label(RichText::new("What this run costs").strong().size(15.0));
         ui.add_space(4.0);
-        let tokens_per_step = cfg.batch_size * cfg.grad_accum * cfg.seq_len;
+        // A preference batch holds each pair's chosen and rejected sequences.
+        let tokens_per_step = cfg.rows_per_batch() * cfg.grad_accum * cfg.seq_len;
         egui::Grid::new("summary-grid").num_columns(2).spacing([14.0, 4.0]).show(ui, |ui| {
             ui.label(RichText::new("Tokens per step").weak())
                 .on_hover_text("batch × accumulation × sequence length: an upper bound, rows are usually shorter");
@@ -345,7 +350,7 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
                 let steps_per_epoch = rows.div_ceil(per_step).max(1);
                 ui.label(RichText::new("Steps per epoch").weak())
                     .on_hover_text("training rows / effective batch (before any validation hold-out)");
-                ui.label(format!("≈ {steps_per_epoch} ({rows} rows)"));
+                ui.label(format!("≈ {steps_per_epoch} ({rows} {})", r.rows_word()));
                 ui.end_row();
                 let total = total_steps(cfg, steps_per_epoch);
                 ui.label(RichText::new("Total steps").weak());

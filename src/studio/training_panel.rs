@@ -7,9 +7,11 @@
 use super::best_marker::best_so_far_ui;
 use super::event_log::EventLog;
 pub use super::live_run::LiveRun;
+use super::method_settings::{fits_data, method_mismatch, mismatch_ui};
 use super::panel_ctx::{Action, PanelCtx};
 use super::resume_offer::{interrupted_run, OfferChoice, ResumeOffer};
 use super::run_history::PendingHistory;
+pub use super::run_status::RunStatus;
 use super::settings_panel::ready_config;
 use super::training_plots::plots_ui;
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_loss, fmt_sci, fmt_secs, palette, Tone};
@@ -19,42 +21,6 @@ use crate::worker::Command;
 use egui::{RichText, Ui};
 use egui_plot::PlotPoint;
 use std::path::PathBuf;
-
-/// Where the current (or last) run stands.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RunStatus {
-    Idle,
-    /// Start was sent; waiting for `Started`.
-    Starting,
-    Running,
-    Pausing,
-    Paused,
-    Stopping,
-    Finished {
-        stopped_early: bool,
-    },
-    Failed(String),
-}
-
-impl RunStatus {
-    pub fn is_active(&self) -> bool {
-        matches!(self, Self::Starting | Self::Running | Self::Pausing | Self::Paused | Self::Stopping)
-    }
-
-    pub fn label(&self) -> String {
-        match self {
-            Self::Idle => "idle".into(),
-            Self::Starting => "starting…".into(),
-            Self::Running => "training".into(),
-            Self::Pausing => "pausing…".into(),
-            Self::Paused => "paused".into(),
-            Self::Stopping => "stopping…".into(),
-            Self::Finished { stopped_early: true } => "stopped".into(),
-            Self::Finished { stopped_early: false } => "finished".into(),
-            Self::Failed(_) => "failed".into(),
-        }
-    }
-}
 
 pub struct TrainingPanel {
     pub status: RunStatus,
@@ -122,16 +88,27 @@ impl TrainingPanel {
         match event {
             TrainEvent::Started { .. } => self.on_started(event),
             TrainEvent::Step { .. } => self.on_step(event, smoothing),
-            TrainEvent::Eval { step, val_loss, perplexity, best, .. } => {
+            TrainEvent::Eval { step, val_loss, perplexity, best, preference } => {
                 self.live().val_loss.push(PlotPoint::new(step as f64, val_loss));
+                if let Some(m) = &preference {
+                    self.live().preference.push_eval(step, m);
+                }
                 if best {
                     self.live().best = Some((step, val_loss));
                 }
                 let new_best = if best { ", new best" } else { "" };
                 let loss = fmt_loss(val_loss);
+                let rewards = preference.map_or(String::new(), |m| {
+                    format!(
+                        ", eval_rewards/accuracies {:.3}, eval_rewards/margins {:.3}",
+                        m.rewards_accuracies, m.rewards_margins
+                    )
+                });
                 self.log(
                     Tone::Ok,
-                    format!("eval at step {step}: validation loss {loss} (perplexity {perplexity:.2}{new_best})"),
+                    format!(
+                        "eval at step {step}: validation loss {loss} (perplexity {perplexity:.2}{new_best}){rewards}"
+                    ),
                 );
                 None
             }
@@ -185,6 +162,7 @@ impl TrainingPanel {
             start_step,
             tokens_per_epoch,
             notes,
+            config,
             ..
         } = event
         else {
@@ -198,6 +176,7 @@ impl TrainingPanel {
         run.trainable_params = trainable_params;
         run.train_examples = train_examples;
         run.valid_examples = valid_examples;
+        run.method = Some(crate::engine::train::run_table::method_text(&config));
         self.status = RunStatus::Running;
         if start_step > 0 {
             self.history = Some(PendingHistory::spawn(&run_dir, Some(start_step)));
@@ -230,7 +209,7 @@ impl TrainingPanel {
             trained_tokens,
             elapsed_secs,
             eta_secs,
-            ..
+            preference,
         } = event
         else {
             return None;
@@ -242,6 +221,9 @@ impl TrainingPanel {
         run.lr.push(PlotPoint::new(x, lr));
         run.tokens_per_sec_series.push(PlotPoint::new(x, tokens_per_sec));
         run.grad_norm.push(PlotPoint::new(x, grad_norm));
+        if let Some(m) = &preference {
+            run.preference.push_step(step, m);
+        }
         run.step = step;
         run.total_steps = total_steps;
         run.elapsed_secs = elapsed_secs;
@@ -325,6 +307,10 @@ impl TrainingPanel {
                         banner_ui(ui, Tone::Info, reason);
                     }
                     ui.horizontal_wrapped(|ui| {
+                        if let Some(method) = &run.method {
+                            ui.label(RichText::new(format!("method {method}")).strong());
+                            ui.separator();
+                        }
                         if let Some(dir) = &run.run_dir {
                             ui.label(RichText::new(format!("run folder {}", dir.display())).weak());
                         }
@@ -336,6 +322,7 @@ impl TrainingPanel {
                             ui.separator();
                             ui.label(RichText::new(format!("val loss {}", fmt_loss(p.y))).color(palette::VALID));
                         }
+                        super::preference_plots::status_ui(ui, &run.preference);
                         best_so_far_ui(ui, run.best);
                         ui.separator();
                         ui.label(format!("{} trained tokens", fmt_count(run.trained_tokens)));
@@ -425,7 +412,9 @@ impl TrainingPanel {
     }
 
     fn controls_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
-        let ready = ready_config(ctx.prefs, ctx.model.loaded.as_ref(), ctx.prefs.dataset.as_ref());
+        let ready = ready_config(ctx.prefs, ctx.model.loaded.as_ref(), ctx.prefs.dataset.as_ref())
+            .and_then(|cfg| fits_data(cfg, ctx.dataset));
+        let mismatch = method_mismatch(&ctx.prefs.train, ctx.prefs.dataset.as_ref(), ctx.dataset);
         card_ui(ui, |ui| {
             ui.set_width(ui.available_width());
             ui.horizontal(|ui| {
@@ -480,6 +469,12 @@ impl TrainingPanel {
                 };
                 widgets::status_dot_ui(ui, color);
                 ui.label(RichText::new(self.status_label()).color(color).strong());
+                if !active {
+                    ui.separator();
+                    let method = crate::engine::train::run_table::method_text(&ctx.prefs.train);
+                    ui.label(RichText::new(format!("method {method}")).weak())
+                        .on_hover_text(ctx.prefs.train.method.describe());
+                }
             });
             if let Some(ckpt) = ctx.prefs.train.resume.clone() {
                 ui.horizontal(|ui| {
@@ -489,8 +484,12 @@ impl TrainingPanel {
                     }
                 });
             }
-            if let (Err(reason), false) = (&ready, self.status.is_active()) {
-                ui.label(RichText::new(reason.as_str()).color(palette::WARN));
+            match (&ready, &mismatch, self.status.is_active()) {
+                (_, Some(m), false) => mismatch_ui(ui, &mut ctx.prefs.train, m),
+                (Err(reason), None, false) => {
+                    ui.label(RichText::new(reason.as_str()).color(palette::WARN));
+                }
+                _ => {}
             }
             if let RunStatus::Failed(message) = &self.status {
                 banner_ui(ui, Tone::Error, format!("The run failed: {message}"));

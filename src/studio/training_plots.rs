@@ -1,5 +1,6 @@
 //! The training page's four live plots (loss raw and smoothed with validation points, learning rate,
-//! throughput, gradient norm), their x axes linked; long series are decimated for drawing only.
+//! throughput, gradient norm), and for a preference run its reward plots below them, their x axes linked; long
+//! series are decimated for drawing only.
 
 use super::live_run::LiveRun;
 use super::plot_axes::with_readable_y;
@@ -88,4 +89,8 @@ pub fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
                 plot.line(Line::new("grad norm", &gn[..]).color(palette::SERIES[3]).width(1.5));
             });
     });
+    if !run.preference.is_empty() {
+        ui.add_space(4.0);
+        super::preference_plots::preference_plots_ui(ui, &run.preference, link, height * 0.8);
+    }
 }

@@ -126,21 +126,28 @@ impl PreparedDataset {
 
 /// Refuse supervised fine-tuning on preference pairs (the trainer calls this for `--method sft`).
 pub fn require_sft_rows(dataset: &PreparedDataset, path: &Path) -> Result<()> {
-    if dataset.is_preference() {
-        return Err(Error::Data(format!("{}: {}", path.display(), super::formats::PREFERENCE_NOT_SFT)));
-    }
-    Ok(())
+    check_method_fits_rows(false, dataset.summary.format, path)
 }
 
 /// Refuse preference training (DPO, ORPO) on data that holds no preference pairs.
 pub fn require_preference_rows(dataset: &PreparedDataset, path: &Path) -> Result<()> {
-    if !dataset.is_preference() {
+    check_method_fits_rows(true, dataset.summary.format, path)
+}
+
+/// The one rule of which data a method trains on: a preference method (`preference_method`: DPO, ORPO) needs
+/// preference pairs, SFT refuses them. `format` is the training split's format; the trainer calls this on the
+/// prepared data, the studio on its dataset report before a run starts, so both say the same words.
+pub fn check_method_fits_rows(preference_method: bool, format: DatasetFormat, path: &Path) -> Result<()> {
+    let pairs = format == DatasetFormat::Preference;
+    if pairs && !preference_method {
+        return Err(Error::Data(format!("{}: {}", path.display(), super::formats::PREFERENCE_NOT_SFT)));
+    }
+    if !pairs && preference_method {
         return Err(Error::Data(format!(
-            "{}: DPO and ORPO train on preference pairs, but this dataset holds {} rows; give rows with `chosen` and \
-             `rejected` (and `prompt`), name the columns with --columns chosen=...,rejected=..., or train with \
-             --method sft",
+            "{}: DPO and ORPO train on preference pairs, but this dataset holds {format} rows; give rows with \
+             `chosen` and `rejected` (and `prompt`), name the columns with --columns chosen=...,rejected=..., or \
+             train with --method sft",
             path.display(),
-            dataset.summary.format
         )));
     }
     Ok(())

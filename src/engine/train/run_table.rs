@@ -77,6 +77,7 @@ pub fn run_table(runs: &[&RunInfo]) -> RunTable {
     add("notes", &|r| r.notes.clone());
     add("model", &|r| r.config.as_ref().map(|c| file_name(&c.model)));
     add("dataset", &|r| r.config.as_ref().map(|c| file_name(&c.data)));
+    add("method", &|r| r.config.as_ref().map(method_text));
     add("rank", &|r| r.config.as_ref().map(|c| c.lora.rank.to_string()));
     add("alpha", &|r| r.config.as_ref().map(|c| c.lora.alpha.to_string()));
     add("rsLoRA", &|r| r.config.as_ref().map(|c| yes_no(c.lora.use_rslora)));
@@ -126,6 +127,23 @@ pub fn best_val_loss(run: &RunInfo) -> Option<(usize, f64)> {
         return Some((best.step, best.val_loss));
     }
     run.val_loss.iter().filter(|p| p[1].is_finite()).min_by(|a, b| a[1].total_cmp(&b[1])).map(|p| (p[0] as usize, p[1]))
+}
+
+/// The training method with the parameters it uses: "sft", "dpo · beta 0.1 · sigmoid", "orpo · beta 0.1" (what
+/// the runs table, the studio's run list and its training page show).
+pub fn method_text(c: &super::TrainConfig) -> String {
+    use super::method::{Method, PreferenceLoss};
+    match c.method {
+        Method::Sft => "sft".into(),
+        Method::Orpo => format!("orpo · beta {}", c.beta),
+        Method::Dpo => {
+            let smoothing = match (c.preference_loss, c.label_smoothing) {
+                (PreferenceLoss::Sigmoid, s) if s > 0.0 => format!(", label smoothing {s}"),
+                _ => String::new(),
+            };
+            format!("dpo · beta {} · {}{smoothing}", c.beta, c.preference_loss.name())
+        }
+    }
 }
 
 fn early_stopping(c: &super::TrainConfig) -> String {
@@ -194,6 +212,13 @@ mod tests {
         assert!(!row("learning rate").differs);
         assert_eq!(row("best val loss").values[0], "1.7000 (step 2)");
         assert_eq!(row("steps done").values[0], "2 / 2");
+        assert_eq!(row("method").values[0], "sft");
+        let dpo = TrainConfig {
+            method: crate::engine::train::method::Method::Dpo,
+            label_smoothing: 0.1,
+            ..Default::default()
+        };
+        assert_eq!(method_text(&dpo), "dpo · beta 0.1 · sigmoid, label smoothing 0.1");
         let only: Vec<&str> = table.rows(true).map(|r| r.setting.as_str()).collect();
         assert_eq!(only, ["folder", "rank"]);
         let text = table.to_text(false);

@@ -267,7 +267,10 @@ impl StudioApp {
                 self.prefs.dataset = Some(path);
             }
             Action::StartTraining => {
-                match ready_config(&self.prefs, self.model.loaded.as_ref(), self.prefs.dataset.as_ref()) {
+                let report = self.dataset_panel.report.as_ref();
+                let ready = ready_config(&self.prefs, self.model.loaded.as_ref(), self.prefs.dataset.as_ref());
+                // A method that does not fit the data (SFT on pairs, DPO on chat rows) is refused in the engine's words.
+                match ready.and_then(|cfg| super::method_settings::fits_data(cfg, report)) {
                     Ok(mut config) => {
                         // Runs on Hub models and datasets record where they came from (run.json, PEFT's base).
                         config.model_source = self.hub.origin_of(RepoKind::Model, &config.model);
