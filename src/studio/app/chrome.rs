@@ -118,7 +118,7 @@ impl StudioApp {
                 (Some(r), _) if r.problem_count() > 0 => {
                     (Some(format!("{} invalid rows", r.problem_count())), palette::ERROR)
                 }
-                (Some(r), _) => (Some(format!("{} train rows", r.rows(SplitName::Train))), palette::OK),
+                (Some(r), _) => (Some(format!("{} train {}", r.rows(SplitName::Train), r.rows_word())), palette::OK),
                 _ => (Some("none open".into()), weak),
             },
             Page::Settings => {
