@@ -199,31 +199,11 @@ mod tests {
     fn a_preference_run_replays_its_rewards_and_method() {
         use crate::engine::train::preference::PreferenceMetrics;
         let m = |acc: f64| PreferenceMetrics { rewards_accuracies: acc, pairs: 2, ..Default::default() };
-        let with = |event: TrainEvent, metrics: PreferenceMetrics| match event {
-            TrainEvent::Step {
-                step,
-                total_steps,
-                loss,
-                lr,
-                grad_norm,
-                tokens_per_sec,
-                trained_tokens,
-                elapsed_secs,
-                eta_secs,
-                ..
-            } => TrainEvent::Step {
-                step,
-                total_steps,
-                loss,
-                lr,
-                grad_norm,
-                tokens_per_sec,
-                trained_tokens,
-                elapsed_secs,
-                eta_secs,
-                preference: Some(metrics),
-            },
-            other => other,
+        let with = |mut event: TrainEvent, metrics: PreferenceMetrics| {
+            if let TrainEvent::Step { preference, .. } = &mut event {
+                *preference = Some(metrics);
+            }
+            event
         };
         let mut start = started(0);
         if let TrainEvent::Started { config, .. } = &mut start {
