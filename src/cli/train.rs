@@ -228,6 +228,18 @@ impl TrainArgs {
 }
 
 /// A preference step's headline numbers for a progress line: reward accuracy and margin.
+fn grpo_summary(m: &crate::engine::train::grpo::GrpoMetrics) -> String {
+    format!(" reward {:.3} ± {:.3} len {:.0}", m.reward_mean, m.reward_std, m.mean_length)
+}
+
+/// `text` cut to `chars` characters, with an ellipsis when it was longer.
+fn clip_chars(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 fn preference_summary(m: &crate::engine::train::preference::PreferenceMetrics) -> String {
     format!(" acc {:.2} margin {:.3}", m.rewards_accuracies, m.rewards_margins)
 }
@@ -336,10 +348,14 @@ impl ProgressPrinter {
                     if *start_step > 0 { format!(", resuming at step {start_step}") } else { String::new() }
                 );
             }
-            TrainEvent::Step { step, total_steps, loss, lr, tokens_per_sec, eta_secs, preference, .. } => {
+            TrainEvent::Step { step, total_steps, loss, lr, tokens_per_sec, eta_secs, preference, grpo, .. } => {
                 let width = 30;
                 let filled = (step * width / (*total_steps).max(1)).min(width);
-                let rewards = preference.as_ref().map_or(String::new(), preference_summary);
+                let rewards = match (preference, grpo) {
+                    (Some(p), _) => preference_summary(p),
+                    (_, Some(g)) => grpo_summary(g),
+                    _ => String::new(),
+                };
                 let _ = write!(
                     err,
                     "\r[{}{}] {step}/{total_steps} loss {loss:.4}{rewards} lr {lr:.2e} {tokens_per_sec:.0} tok/s ETA {} ",
@@ -358,6 +374,19 @@ impl ProgressPrinter {
                     err,
                     "\nstep {step}: validation loss {val_loss:.4}{rewards} (perplexity {perplexity:.2}{best})"
                 );
+            }
+            TrainEvent::Samples { step, samples } => {
+                let _ = writeln!(err);
+                for s in samples.iter().take(2) {
+                    let one_line = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+                    let _ = writeln!(
+                        err,
+                        "step {step} sample (reward {:.2}): {} => {}",
+                        s.reward,
+                        clip_chars(&one_line(&s.prompt), 60),
+                        clip_chars(&one_line(&s.completion), 100)
+                    );
+                }
             }
             TrainEvent::CheckpointSaved { step, path } => {
                 let _ = writeln!(err, "\nstep {step}: saved {}", path.display());

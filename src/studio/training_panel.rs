@@ -88,6 +88,7 @@ impl TrainingPanel {
         match event {
             TrainEvent::Started { .. } => self.on_started(event),
             TrainEvent::Step { .. } => self.on_step(event, smoothing),
+            TrainEvent::Samples { .. } => None,
             TrainEvent::Eval { step, val_loss, perplexity, best, preference } => {
                 self.live().val_loss.push(PlotPoint::new(step as f64, val_loss));
                 if let Some(m) = &preference {
@@ -210,6 +211,7 @@ impl TrainingPanel {
             elapsed_secs,
             eta_secs,
             preference,
+            grpo: _,
         } = event
         else {
             return None;

@@ -246,6 +246,33 @@ pub struct PreferenceRow {
     pub tools: Option<Vec<Value>>,
 }
 
+/// A prompt for GRPO: the model samples its own completions. `prompt` is a text prompt (the standard form) or
+/// messages (the conversational form, rendered with the generation prompt); `answer` is the reference the
+/// exact-answer reward compares with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptRow {
+    pub prompt: PreferenceTurns,
+    pub answer: Option<String>,
+    /// Tool schemas the chat template renders (conversational form only).
+    pub tools: Option<Vec<Value>>,
+}
+
+impl PromptRow {
+    /// The prompt as rewards and the sample view show it: the text, or the last user message's content.
+    pub fn prompt_text(&self) -> String {
+        match &self.prompt {
+            PreferenceTurns::Text(text) => text.clone(),
+            PreferenceTurns::Messages(messages) => messages
+                .iter()
+                .rev()
+                .find(|m| m.role == "user")
+                .or(messages.last())
+                .map(|m| m.content.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 impl Row {
     /// The conversation a chat or completions row stands for (a completion is a user + assistant exchange);
     /// `None` for text rows.

@@ -300,6 +300,9 @@ pub struct PreparedSplit {
     pub source_lines: Vec<usize>,
     /// The rejected sequence of each pair (as long as `examples`); `None` for supervised (SFT) data.
     pub rejected: Option<Vec<Example>>,
+    /// GRPO prompt rows (as long as `examples`, whose ids are the templated prompts ending in the generation
+    /// prompt, with no targets); `None` for other data.
+    pub prompts: Option<Vec<formats::PromptRow>>,
 }
 
 impl PreparedSplit {
@@ -406,7 +409,8 @@ fn tokenize_split(
     problems: &mut Vec<RowProblem>,
 ) -> (PreparedSplit, SplitSummary) {
     let pairs = split.format == Some(DatasetFormat::Preference);
-    let mut prepared = PreparedSplit { examples: Vec::new(), source_lines: Vec::new(), rejected: pairs.then(Vec::new) };
+    let mut prepared =
+        PreparedSplit { examples: Vec::new(), source_lines: Vec::new(), rejected: pairs.then(Vec::new), prompts: None };
     let mut summary = SplitSummary {
         name: split.name,
         path: split.path.clone(),

@@ -42,7 +42,8 @@ pub fn prepare(spec: &EvalSpec, task: PreferenceTask, base: &LoadedModel) -> Res
     task.settings.validate(task.method)?;
     let (split, mut notes) = read_rows(spec)?;
     let tokenize = TokenizeSpec::for_model(base, spec.seq_len, false);
-    let mut pairs = PreparedSplit { examples: Vec::new(), rejected: Some(Vec::new()), source_lines: Vec::new() };
+    let mut pairs =
+        PreparedSplit { examples: Vec::new(), rejected: Some(Vec::new()), source_lines: Vec::new(), prompts: None };
     let mut sources = Vec::new();
     let (mut truncated, mut dropped) = (0, 0);
     for sourced in &split.rows {

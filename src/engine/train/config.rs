@@ -101,6 +101,8 @@ pub struct TrainConfig {
     pub preference_loss: super::method::PreferenceLoss,
     /// DPO sigmoid: conservative DPO's assumed share of flipped labels, in [0, 0.5).
     pub label_smoothing: f64,
+    /// GRPO's sampling, objective and rewards (used with `method = "grpo"` only).
+    pub grpo: super::grpo::GrpoSettings,
     /// Optimizer steps; when None, `epochs` decides.
     pub iters: Option<usize>,
     pub epochs: Option<f64>,
@@ -164,6 +166,7 @@ impl Default for TrainConfig {
             beta: super::method::DEFAULT_BETA,
             preference_loss: super::method::PreferenceLoss::Sigmoid,
             label_smoothing: 0.0,
+            grpo: Default::default(),
             iters: Some(100),
             epochs: None,
             batch_size: 4,
@@ -218,11 +221,13 @@ impl TrainConfig {
         }
     }
 
-    /// Sequences in one micro-batch: `batch_size` examples, or for a preference method `batch_size` pairs of a
-    /// chosen and a rejected sequence.
+    /// Sequences in one micro-batch: `batch_size` examples, for a preference method `batch_size` pairs of a
+    /// chosen and a rejected sequence, for GRPO `num_generations` completions of each of `batch_size` prompts.
     pub fn rows_per_batch(&self) -> usize {
         if self.method.is_preference() {
             2 * self.batch_size
+        } else if self.method.is_reinforcement() {
+            self.grpo.num_generations * self.batch_size
         } else {
             self.batch_size
         }

@@ -37,6 +37,14 @@ pub enum TrainEvent {
         /// A preference step's metrics under TRL's names (absent for SFT).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         preference: Option<super::preference::PreferenceMetrics>,
+        /// A GRPO step's metrics under TRL's names (absent for the other methods).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grpo: Option<Box<super::grpo::GrpoMetrics>>,
+    },
+    /// A few of the completions a GRPO step sampled, with their rewards (every `grpo.sample_every` steps).
+    Samples {
+        step: usize,
+        samples: Vec<super::grpo::GrpoSample>,
     },
     Eval {
         step: usize,

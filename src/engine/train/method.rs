@@ -1,5 +1,5 @@
-//! What a run trains for: supervised fine-tuning on target tokens, or a preference method on (chosen, rejected)
-//! pairs (DPO, ORPO) with its parameters. Recorded in run.json, read from `--config` files, fixed for a run's
+//! What a run trains for: supervised fine-tuning on target tokens, a preference method on (chosen, rejected)
+//! pairs (DPO, ORPO) with its parameters, or GRPO on prompts with its own (`grpo/settings.rs`). Recorded in run.json, read from `--config` files, fixed for a run's
 //! whole life (a resume keeps it).
 
 use crate::engine::{Error, Result};
@@ -17,22 +17,31 @@ pub enum Method {
     /// Odds-ratio preference optimisation (Hong et al. 2024): the chosen answer's NLL plus an odds-ratio
     /// term, no reference model.
     Orpo,
+    /// Group relative policy optimisation (Shao et al. 2024, as TRL's GRPOTrainer): sample several completions of
+    /// each prompt with the adapter on, score them with rewards, and push up the ones better than their group.
+    Grpo,
 }
 
 impl Method {
-    pub const ALL: [Method; 3] = [Method::Sft, Method::Dpo, Method::Orpo];
+    pub const ALL: [Method; 4] = [Method::Sft, Method::Dpo, Method::Orpo, Method::Grpo];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Sft => "sft",
             Self::Dpo => "dpo",
             Self::Orpo => "orpo",
+            Self::Grpo => "grpo",
         }
     }
 
     /// Whether the method trains on preference pairs.
     pub fn is_preference(self) -> bool {
-        self != Self::Sft
+        matches!(self, Self::Dpo | Self::Orpo)
+    }
+
+    /// Whether the method learns from completions it samples itself (GRPO), on prompt rows.
+    pub fn is_reinforcement(self) -> bool {
+        self == Self::Grpo
     }
 
     /// One line for a method picker.
@@ -41,6 +50,7 @@ impl Method {
             Self::Sft => "supervised fine-tuning on the answers",
             Self::Dpo => "prefer the chosen answer over the rejected one, relative to the base model",
             Self::Orpo => "learn the chosen answer and prefer it over the rejected one, no reference model",
+            Self::Grpo => "sample answers to each prompt, score them with rewards, and reinforce the better ones",
         }
     }
 }
@@ -51,7 +61,7 @@ impl std::str::FromStr for Method {
         Self::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown method `{s}`; use sft, dpo or orpo"))
+            .ok_or_else(|| format!("unknown method `{s}`; use sft, dpo, orpo or grpo"))
     }
 }
 
@@ -152,7 +162,7 @@ mod tests {
         for m in Method::ALL {
             assert_eq!(m.name().parse::<Method>().unwrap(), m);
         }
-        assert!("kto".parse::<Method>().unwrap_err().contains("sft, dpo or orpo"));
+        assert!("kto".parse::<Method>().unwrap_err().contains("sft, dpo, orpo or grpo"));
         let ok = PreferenceSettings::default();
         assert!(ok.validate(Method::Dpo).is_ok() && ok.validate(Method::Orpo).is_ok());
         assert!(PreferenceSettings { beta: 0.0, ..ok }.validate(Method::Dpo).is_err());

@@ -11,6 +11,7 @@ pub mod config;
 pub mod config_file;
 pub mod early_stop;
 pub mod events;
+pub mod grpo;
 pub mod loss;
 pub mod method;
 pub mod optimizer;
@@ -397,6 +398,7 @@ impl<'a> Trainer<'a> {
             trained_tokens: state.trained_tokens,
             elapsed_secs,
             eta_secs,
+            grpo: None,
             preference,
         })
     }

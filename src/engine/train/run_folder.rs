@@ -328,6 +328,7 @@ pub fn event_step(e: &TrainEvent) -> Option<usize> {
         TrainEvent::Started { start_step, .. } => Some(*start_step),
         TrainEvent::Step { step, .. }
         | TrainEvent::Eval { step, .. }
+        | TrainEvent::Samples { step, .. }
         | TrainEvent::CheckpointSaved { step, .. }
         | TrainEvent::CheckpointsRemoved { step, .. }
         | TrainEvent::Paused { step }

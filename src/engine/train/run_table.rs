@@ -129,7 +129,8 @@ pub fn best_val_loss(run: &RunInfo) -> Option<(usize, f64)> {
     run.val_loss.iter().filter(|p| p[1].is_finite()).min_by(|a, b| a[1].total_cmp(&b[1])).map(|p| (p[0] as usize, p[1]))
 }
 
-/// The training method with the parameters it uses: "sft", "dpo · beta 0.1 · sigmoid", "orpo · beta 0.1" (what
+/// The training method with the parameters it uses: "sft", "dpo · beta 0.1 · sigmoid", "orpo · beta 0.1",
+/// "grpo · 8 per prompt · dapo" (what
 /// the runs table, the studio's run list and its training page show).
 pub fn method_text(c: &super::TrainConfig) -> String {
     use super::method::{Method, PreferenceLoss};
@@ -142,6 +143,11 @@ pub fn method_text(c: &super::TrainConfig) -> String {
                 _ => String::new(),
             };
             format!("dpo · beta {} · {}{smoothing}", c.beta, c.preference_loss.name())
+        }
+        Method::Grpo => {
+            let g = &c.grpo;
+            let kl = if g.beta > 0.0 { format!(" · beta {}", g.beta) } else { String::new() };
+            format!("grpo · {} per prompt · {}{kl}", g.num_generations, g.loss.name())
         }
     }
 }
