@@ -367,7 +367,15 @@ impl ProgressPrinter {
                     let _ = writeln!(err);
                 }
             }
-            TrainEvent::Eval { step, val_loss, perplexity, best, preference } => {
+            TrainEvent::Eval { step, grpo: Some(g), best, .. } => {
+                let best = if *best { ", new best" } else { "" };
+                let _ = writeln!(
+                    err,
+                    "\nstep {step}: validation reward {:.4} (greedy, mean length {:.0}{best})",
+                    g.reward_mean, g.mean_length
+                );
+            }
+            TrainEvent::Eval { step, val_loss, perplexity, best, preference, .. } => {
                 let best = if *best { ", new best" } else { "" };
                 let rewards = preference.as_ref().map_or(String::new(), preference_summary);
                 let _ = writeln!(
