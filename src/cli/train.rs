@@ -178,8 +178,19 @@ impl TrainArgs {
             }
             c.method = method;
         }
-        let preference = self.preference.over(c.preference());
-        (c.beta, c.preference_loss, c.label_smoothing) = (preference.beta, preference.loss, preference.label_smoothing);
+        if c.method.is_reinforcement() {
+            // GRPO's beta weighs its KL term (default 0); its other settings have their own flags.
+            set!(c.grpo.beta, self.preference.beta);
+            if self.preference.loss.is_some() || self.preference.label_smoothing.is_some() {
+                anyhow::bail!(
+                    "--loss and --label-smoothing are DPO's; GRPO's loss is --loss-type grpo|bnpo|dr_grpo|dapo"
+                );
+            }
+        } else {
+            let preference = self.preference.over(c.preference());
+            (c.beta, c.preference_loss, c.label_smoothing) =
+                (preference.beta, preference.loss, preference.label_smoothing);
+        }
         c.lora.dora |= self.dora;
         if self.iters.is_some() {
             c.iters = self.iters;
