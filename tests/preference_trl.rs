@@ -54,7 +54,7 @@ fn pairs(m: &LoadedModel, form: &str, max_length: usize) -> PreparedSplit {
     let raw =
         data::load_raw_dataset(&rows_file(form), &data::DataOptions { valid_fraction: 0.0, ..Default::default() })
             .unwrap();
-    let mut split = PreparedSplit { examples: vec![], rejected: Some(vec![]), source_lines: vec![] };
+    let mut split = PreparedSplit { examples: vec![], rejected: Some(vec![]), source_lines: vec![], prompts: None };
     for row in &raw.train.rows {
         let Row::Preference(pair) = &row.row else { panic!("{form}: line {} is not a pair", row.line) };
         let (chosen, rejected) = data::preference::tokenize_pair(pair, &spec).unwrap();

@@ -64,6 +64,7 @@ fn write_run(runs: &Path) -> PathBuf {
             elapsed_secs: step as f64,
             eta_secs: 0.0,
             preference: None,
+            grpo: None,
         };
         append_metric(&dir, &event).unwrap();
         if step % 3 == 0 {
@@ -75,6 +76,7 @@ fn write_run(runs: &Path) -> PathBuf {
                     perplexity: (loss + 0.1).exp(),
                     best: false,
                     preference: None,
+                    grpo: None,
                 },
             )
             .unwrap();

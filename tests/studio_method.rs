@@ -177,12 +177,20 @@ fn step_and_eval_events_with_preference_metrics_fill_the_reward_plots() {
             elapsed_secs: step as f64,
             eta_secs: (4 - step) as f64,
             preference: Some(m),
+            grpo: None,
         };
         panel.on_event(event, 0.6);
     }
     let eval = metrics(0.75, 0.5);
     panel.on_event(
-        TrainEvent::Eval { step: 4, val_loss: eval.loss, perplexity: 3.0, best: true, preference: Some(eval) },
+        TrainEvent::Eval {
+            step: 4,
+            val_loss: eval.loss,
+            perplexity: 3.0,
+            best: true,
+            preference: Some(eval),
+            grpo: None,
+        },
         0.6,
     );
     h.step();

@@ -7,10 +7,12 @@ use clap::Args;
 #[derive(Debug, Clone, Default, Args)]
 pub struct PreferenceFlags {
     /// What to train for / how pairs are scored: sft (answers; train only), dpo or orpo (preference pairs: prompt,
-    /// chosen, rejected). Default: sft for train; for eval, the named run's.
-    #[arg(long, value_name = "sft|dpo|orpo")]
+    /// chosen, rejected), grpo (prompts with answers; completions sampled and rewarded; train only). Default: sft
+    /// for train; for eval, the named run's.
+    #[arg(long, value_name = "sft|dpo|orpo|grpo")]
     pub method: Option<Method>,
-    /// DPO: the implicit reward's inverse temperature; ORPO: the odds-ratio term's weight (default 0.1).
+    /// DPO: the implicit reward's inverse temperature; ORPO: the odds-ratio term's weight (default 0.1); GRPO: the
+    /// KL term's weight (default 0: no reference pass).
     #[arg(long, allow_negative_numbers = true)]
     pub beta: Option<f64>,
     /// DPO's loss: sigmoid (default) or ipo.

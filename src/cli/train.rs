@@ -178,8 +178,19 @@ impl TrainArgs {
             }
             c.method = method;
         }
-        let preference = self.preference.over(c.preference());
-        (c.beta, c.preference_loss, c.label_smoothing) = (preference.beta, preference.loss, preference.label_smoothing);
+        if c.method.is_reinforcement() {
+            // GRPO's beta weighs its KL term (default 0); its other settings have their own flags.
+            set!(c.grpo.beta, self.preference.beta);
+            if self.preference.loss.is_some() || self.preference.label_smoothing.is_some() {
+                anyhow::bail!(
+                    "--loss and --label-smoothing are DPO's; GRPO's loss is --loss-type grpo|bnpo|dr_grpo|dapo"
+                );
+            }
+        } else {
+            let preference = self.preference.over(c.preference());
+            (c.beta, c.preference_loss, c.label_smoothing) =
+                (preference.beta, preference.loss, preference.label_smoothing);
+        }
         c.lora.dora |= self.dora;
         if self.iters.is_some() {
             c.iters = self.iters;
@@ -367,7 +378,15 @@ impl ProgressPrinter {
                     let _ = writeln!(err);
                 }
             }
-            TrainEvent::Eval { step, val_loss, perplexity, best, preference } => {
+            TrainEvent::Eval { step, grpo: Some(g), best, .. } => {
+                let best = if *best { ", new best" } else { "" };
+                let _ = writeln!(
+                    err,
+                    "\nstep {step}: validation reward {:.4} (greedy, mean length {:.0}{best})",
+                    g.reward_mean, g.mean_length
+                );
+            }
+            TrainEvent::Eval { step, val_loss, perplexity, best, preference, .. } => {
                 let best = if *best { ", new best" } else { "" };
                 let rewards = preference.as_ref().map_or(String::new(), preference_summary);
                 let _ = writeln!(

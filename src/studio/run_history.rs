@@ -154,6 +154,7 @@ mod tests {
             elapsed_secs: step as f64 * 2.0,
             eta_secs: 1.0,
             preference: None,
+            grpo: None,
         }
     }
 
@@ -213,7 +214,14 @@ mod tests {
             start,
             with(step(1, 1.0), m(0.5)),
             with(step(2, 0.9), m(1.0)),
-            TrainEvent::Eval { step: 2, val_loss: 0.8, perplexity: 2.0, best: true, preference: Some(m(0.75)) },
+            TrainEvent::Eval {
+                step: 2,
+                val_loss: 0.8,
+                perplexity: 2.0,
+                best: true,
+                preference: Some(m(0.75)),
+                grpo: None,
+            },
         ];
         let h = RunHistory::from_events(events, None);
         assert_eq!(h.method.as_deref(), Some("orpo · beta 0.1"));

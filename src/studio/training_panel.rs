@@ -89,7 +89,7 @@ impl TrainingPanel {
             TrainEvent::Started { .. } => self.on_started(event),
             TrainEvent::Step { .. } => self.on_step(event, smoothing),
             TrainEvent::Samples { .. } => None,
-            TrainEvent::Eval { step, val_loss, perplexity, best, preference } => {
+            TrainEvent::Eval { step, val_loss, perplexity, best, preference, .. } => {
                 self.live().val_loss.push(PlotPoint::new(step as f64, val_loss));
                 if let Some(m) = &preference {
                     self.live().preference.push_eval(step, m);
@@ -516,6 +516,7 @@ mod tests {
             elapsed_secs: step as f64,
             eta_secs: (10 - step) as f64,
             preference: None,
+            grpo: None,
         }
     }
 
@@ -524,7 +525,10 @@ mod tests {
         let mut p = TrainingPanel::default();
         p.on_event(step(1, 2.0), 0.6);
         p.on_event(step(2, 1.0), 0.6);
-        p.on_event(TrainEvent::Eval { step: 2, val_loss: 1.5, perplexity: 4.48, best: true, preference: None }, 0.6);
+        p.on_event(
+            TrainEvent::Eval { step: 2, val_loss: 1.5, perplexity: 4.48, best: true, preference: None, grpo: None },
+            0.6,
+        );
         let run = p.run.as_ref().unwrap();
         assert_eq!(run.best, Some((2, 1.5)));
         assert_eq!(run.loss.len(), 2);
@@ -552,8 +556,14 @@ mod tests {
         use crate::engine::checkpoint::BestCheckpoint;
         use crate::engine::train::early_stop::EarlyStop;
         let mut p = TrainingPanel::default();
-        p.on_event(TrainEvent::Eval { step: 4, val_loss: 1.25, perplexity: 3.5, best: true, preference: None }, 0.6);
-        p.on_event(TrainEvent::Eval { step: 8, val_loss: 1.5, perplexity: 4.5, best: false, preference: None }, 0.6);
+        p.on_event(
+            TrainEvent::Eval { step: 4, val_loss: 1.25, perplexity: 3.5, best: true, preference: None, grpo: None },
+            0.6,
+        );
+        p.on_event(
+            TrainEvent::Eval { step: 8, val_loss: 1.5, perplexity: 4.5, best: false, preference: None, grpo: None },
+            0.6,
+        );
         let best = Some(BestCheckpoint { step: 4, val_loss: 1.25 });
         let early_stop = Some(EarlyStop { best, evals_without_improvement: 1, patience: 1, min_delta: 0.0 });
         let finished = TrainEvent::Finished {

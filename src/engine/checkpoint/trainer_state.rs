@@ -84,6 +84,20 @@ pub fn save_checkpoint(
     optimizer_state: &HashMap<String, Tensor>,
     state: &TrainerState,
 ) -> Result<PathBuf> {
+    save_checkpoint_with(run_dir, params, adapter_config, base, optimizer_state, state, &[])
+}
+
+/// [`save_checkpoint`] with more files in the checkpoint, written inside the same atomic save: (file name,
+/// bytes) (GRPO's in-flight completions, when a checkpoint falls inside a batch's iterations).
+pub fn save_checkpoint_with(
+    run_dir: &Path,
+    params: &[AdapterParam],
+    adapter_config: &PeftAdapterConfig,
+    base: &BaseRecord,
+    optimizer_state: &HashMap<String, Tensor>,
+    state: &TrainerState,
+    extra_files: &[(&str, Vec<u8>)],
+) -> Result<PathBuf> {
     let final_dir = run_dir.join(format!("checkpoint-{}", state.step));
     let partial = run_dir.join(format!(".checkpoint-{}.partial", state.step));
     let _ = std::fs::remove_dir_all(&partial);
@@ -93,6 +107,10 @@ pub fn save_checkpoint(
         base.write(&partial)?;
         write_safetensors(&partial.join(OPTIMIZER_STATE), optimizer_state)?;
         write_json(&partial.join(TRAINER_STATE), state)?;
+        for (name, bytes) in extra_files {
+            let path = partial.join(name);
+            std::fs::write(&path, bytes).map_err(|e| Error::write(&path, e))?;
+        }
         sync_dir(&partial).map_err(|e| Error::write(&partial, e))?;
         if final_dir.exists() {
             let old = run_dir.join(format!(".checkpoint-{}.old", state.step));

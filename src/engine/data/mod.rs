@@ -38,7 +38,8 @@ pub use files::jsonl::parse_jsonl;
 pub use files::{read_file, FileKind, MAX_DATASET_BYTES};
 pub use fingerprint::dataset_fingerprint;
 pub use formats::{
-    Conversation, DatasetFormat, FormatChoice, PreferenceRow, PreferenceTurns, Row, RowProblem, RowUnit, SourcedRow,
+    Conversation, DatasetFormat, FormatChoice, PreferenceRow, PreferenceTurns, PromptRow, Row, RowProblem, RowUnit,
+    SourcedRow,
 };
 pub use layout::{dataset_layout, find_splits, DatasetLayout, SplitFiles};
 pub use preference::{

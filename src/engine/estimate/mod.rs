@@ -169,16 +169,16 @@ pub struct MemoryEstimate {
     pub runtime_bytes: u64,
     /// Whether the activations are those of a checkpointed run.
     pub checkpointing: bool,
+    /// GRPO's sampling phase: the KV caches and logits of one group of completions decoding together. Sampling
+    /// and the training passes take turns (the caches are freed before the passes), so the larger of the two
+    /// counts.
+    pub generation_bytes: u64,
 }
 
 impl MemoryEstimate {
     pub fn total_bytes(&self) -> u64 {
-        self.base_weights_bytes
-            + self.adapter_state_bytes
-            + self.activations_bytes
-            + self.logits_bytes
-            + self.transient_bytes
-            + self.runtime_bytes
+        let step = self.activations_bytes + self.logits_bytes + self.transient_bytes;
+        self.base_weights_bytes + self.adapter_state_bytes + step.max(self.generation_bytes) + self.runtime_bytes
     }
 }
 
@@ -200,7 +200,9 @@ pub fn training_memory(model: &ModelShape, config: &TrainConfig) -> MemoryEstima
 /// [`training_memory`] with checkpointing on or off.
 pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpointing: bool) -> MemoryEstimate {
     let bytes = model.dtype_bytes.max(1) as u64;
-    let (b, t) = (config.rows_per_batch().max(1) as u64, config.seq_len.max(1) as u64);
+    // A GRPO sequence is a prompt of up to `seq_len` tokens and its completion.
+    let completion = if config.method.is_reinforcement() { config.grpo.max_new_tokens as u64 } else { 0 };
+    let (b, t) = (config.rows_per_batch().max(1) as u64, config.seq_len.max(1) as u64 + completion);
     let tokens = b * t;
     let (h, i) = (model.hidden_size as u64, model.intermediate_size as u64);
     let (q, kv) = ((model.attention_heads * model.head_dim) as u64, (model.kv_heads * model.head_dim) as u64);
@@ -254,6 +256,12 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
         transient_bytes: attention.max(mlp) + 2 * tokens * h * bytes,
         runtime_bytes: runtime_bytes(vocab),
         checkpointing,
+        generation_bytes: if completion > 0 {
+            let group = config.grpo.num_generations as u64;
+            group * t * model.layers as u64 * 2 * kv * bytes + group * vocab * 4
+        } else {
+            0
+        },
     }
 }
 

@@ -218,3 +218,16 @@ fn a_run_plan_uses_the_dataset_rows_it_will_train_on() {
     assert!(plan.notes.iter().any(|n| n.contains(&format!("longest row, {longest} tokens"))), "{:?}", plan.notes);
     assert_ne!(config.checkpointing, crate::engine::train::config::Checkpointing::Auto, "auto is decided");
 }
+
+#[test]
+fn grpo_counts_completions_and_generation_caches() {
+    let model = smollm_like();
+    let sft = TrainConfig { batch_size: 2, seq_len: 64, ..TrainConfig::default() };
+    let mut grpo = TrainConfig { method: crate::engine::train::Method::Grpo, ..sft.clone() };
+    grpo.grpo.num_generations = 4;
+    grpo.grpo.max_new_tokens = 64;
+    let (a, b) = (training_memory(&model, &sft), training_memory(&model, &grpo));
+    // Four completions per prompt, each a prompt and a completion: 8x the tokens.
+    assert!(b.activations_bytes >= 7 * a.activations_bytes, "{a:?} {b:?}");
+    assert!(b.generation_bytes > 0 && a.generation_bytes == 0);
+}

@@ -131,9 +131,10 @@ pub enum TokenWeights<'a> {
     /// Every token counts `scale` times (SFT: the mean NLL when `scale` is one over the target count). The
     /// tokens' NLLs are never read back to the host.
     Uniform(f64),
-    /// The loss is some function of the tokens' NLLs (a preference loss): given them in the order they were
-    /// scored, the callback returns d loss / d NLL for each.
-    PerToken(&'a mut dyn FnMut(&[f64]) -> Result<Vec<f64>>),
+    /// The loss is some function of the tokens' NLLs (a preference or GRPO loss): given them in the order they
+    /// were scored, `weigh` returns d loss / d NLL for each. The NLLs are those of the logits divided by
+    /// `temperature` (1 for the preference losses; GRPO scores at its sampling temperature, as TRL does).
+    PerToken { weigh: &'a mut dyn FnMut(&[f64]) -> Result<Vec<f64>>, temperature: f64 },
 }
 
 /// How a training pass runs: adapter dropout, gradient checkpointing.
@@ -237,9 +238,11 @@ fn head_loss(
             let d_picked = head.grad_hidden.take().ok_or_else(missing)?;
             Ok((head, d_picked))
         }
-        TokenWeights::PerToken(weigh) => {
+        TokenWeights::PerToken { weigh, temperature } => {
+            // logits / T is the head of hidden / T; the chain rule puts 1 / T on the gradient.
+            let tempered = loss::temper(picked, temperature)?;
             let mut token_nll = Vec::with_capacity(targets.len());
-            let mut head = model.head().head_nll(picked, targets, Some(1.0), Some(&mut token_nll))?;
+            let mut head = model.head().head_nll(&tempered, targets, Some(1.0), Some(&mut token_nll))?;
             let per_token = weigh(&token_nll)?;
             if per_token.len() != targets.len() {
                 return Err(crate::engine::Error::Training(format!(
@@ -248,7 +251,7 @@ fn head_loss(
                     targets.len()
                 )));
             }
-            let column: Vec<f32> = per_token.iter().map(|&w| w as f32).collect();
+            let column: Vec<f32> = per_token.iter().map(|&w| (w / temperature) as f32).collect();
             let column = Tensor::from_vec(column, (targets.len(), 1), picked.device())?.to_dtype(picked.dtype())?;
             let d_picked = head.grad_hidden.take().ok_or_else(missing)?.broadcast_mul(&column)?;
             Ok((head, d_picked))

@@ -58,6 +58,10 @@ pub enum TrainEvent {
         /// the chosen completions).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         preference: Option<super::preference::PreferenceMetrics>,
+        /// A GRPO run's validation: the rewards of greedy completions of the validation prompts (its `val_loss` is
+        /// minus their mean; `perplexity` is 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grpo: Option<Box<super::grpo::GrpoMetrics>>,
     },
     CheckpointSaved {
         step: usize,

@@ -55,10 +55,22 @@ pub fn batch_row_nll(model: &Transformer, batch: &Batch) -> Result<Vec<(f64, usi
 
 /// `-log p(targets[i])` from the hidden state at flat position `sources[i]` of `batch`, for every i (no gradient).
 pub fn token_nll_at(model: &Transformer, batch: &Batch, sources: Vec<u32>, targets: &[u32]) -> Result<Vec<f64>> {
+    token_nll_tempered(model, batch, sources, targets, 1.0)
+}
+
+/// [`token_nll_at`] for the logits divided by `temperature` (GRPO's log-probabilities at its sampling
+/// temperature).
+pub fn token_nll_tempered(
+    model: &Transformer,
+    batch: &Batch,
+    sources: Vec<u32>,
+    targets: &[u32],
+    temperature: f64,
+) -> Result<Vec<f64>> {
     if targets.is_empty() {
         return Ok(Vec::new());
     }
-    let picked = target_hidden(model, batch, sources)?;
+    let picked = temper(&target_hidden(model, batch, sources)?, temperature)?;
     model.head_token_nll(&picked, targets)
 }
 
@@ -70,4 +82,13 @@ fn target_hidden(model: &Transformer, batch: &Batch, sources: Vec<u32>) -> Resul
     let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
     let hidden = model.forward_hidden(&input, 0, None)?.reshape((b * t, model.config.hidden_size))?;
     Ok(hidden.index_select(&Tensor::from_vec(sources, n, device)?, 0)?)
+}
+
+/// `hidden / temperature` (the hidden states whose head gives the logits divided by `temperature`); `hidden`
+/// itself at 1.
+pub fn temper(hidden: &Tensor, temperature: f64) -> Result<Tensor> {
+    if temperature == 1.0 {
+        return Ok(hidden.clone());
+    }
+    Ok((hidden * (1.0 / temperature))?)
 }

@@ -98,12 +98,17 @@ pub fn prepare_data(config: &TrainConfig, model: &LoadedModel) -> Result<Prepare
 /// The batch plan (micro-batches) for a config over `train_lengths`, and the number of optimizer steps.
 pub fn plan_batches(config: &TrainConfig, train_lengths: Vec<usize>) -> Result<(BatchPlan, usize)> {
     let per_epoch = train_lengths.len().div_ceil(config.batch_size).max(1);
+    // GRPO trains `num_iterations` steps on each step's worth of prompts.
+    let iterations = if config.method.is_reinforcement() { config.grpo.num_iterations.max(1) } else { 1 };
     let micro_batches = match config.iters {
-        Some(iters) => iters * config.grad_accum,
+        Some(iters) => iters.div_ceil(iterations) * config.grad_accum,
         // A saturating cast: an absurd epoch count becomes a huge number that the bound below refuses.
         None => ((config.epochs.unwrap_or(1.0) * per_epoch as f64).round() as usize).max(1),
     };
-    let steps = micro_batches.div_ceil(config.grad_accum);
+    let steps = match config.iters {
+        Some(iters) => iters,
+        None => micro_batches.div_ceil(config.grad_accum) * iterations,
+    };
     if steps > validate::MAX_STEPS {
         return Err(Error::InvalidSetting(format!(
             "epochs {} over {} training examples make {steps} optimizer steps; at most {} are allowed, so lower \
@@ -122,7 +127,7 @@ pub fn plan_batches(config: &TrainConfig, train_lengths: Vec<usize>) -> Result<(
             ..Default::default()
         },
     )?;
-    Ok((plan, micro_batches.div_ceil(config.grad_accum)))
+    Ok((plan, steps))
 }
 
 struct Trainer<'a> {
@@ -137,6 +142,8 @@ struct Trainer<'a> {
     pad_id: u32,
     /// Reported in the Started event (a changed dataset or a forced base on resume).
     notes: Vec<String>,
+    /// A GRPO run's rewards, sampling and batch of completions.
+    grpo: Option<grpo::run::GrpoRun>,
 }
 
 impl<'a> Trainer<'a> {
@@ -145,9 +152,10 @@ impl<'a> Trainer<'a> {
         let started = Instant::now();
         // The dataset is read (and refused if it is not one) before its fingerprint reads it again.
         let data = prepare_data(config, base)?;
-        match config.method.is_preference() {
-            true => data::require_preference_rows(&data, &config.data)?,
-            false => data::require_sft_rows(&data, &config.data)?,
+        match config.method {
+            Method::Dpo | Method::Orpo => data::require_preference_rows(&data, &config.data)?,
+            Method::Grpo => require_prompt_rows(&data, &config.data)?,
+            Method::Sft => data::require_sft_rows(&data, &config.data)?,
         }
         early_stop::require_validation(config, data.valid.as_ref().map_or(0, |v| v.examples.len()), &config.data)?;
         let fingerprints = resume::Fingerprints {
@@ -182,8 +190,19 @@ impl<'a> Trainer<'a> {
             .method
             .is_preference()
             .then(|| preference::PreferenceObjective::new(config.method, config.preference(), &base.model));
+        let grpo = match config.method.is_reinforcement() {
+            true => Some(grpo::run::GrpoRun::prepare(
+                &config.grpo,
+                base,
+                &data.train,
+                &train_locator(config, &data),
+                pad_id,
+            )?),
+            false => None,
+        };
         let notes = base.notes.iter().chain(&data.summary.notes).cloned().collect();
-        let mut trainer = Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes };
+        let mut trainer =
+            Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes, grpo };
         let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
         trainer.notes.extend(config.warmup_note(total_steps));
         trainer.notes.extend(advice::run_warnings(config, &trainer.data.train, total_steps));
@@ -248,9 +267,15 @@ impl<'a> Trainer<'a> {
             }
             let current = match ahead.take() {
                 Some(begun) => begun,
-                None => match self.begin_step(&mut batches)? {
-                    Some(begun) => begun,
-                    None => break,
+                None => match self.begin_step(&mut batches, state.step, control) {
+                    Ok(Some(begun)) => begun,
+                    Ok(None) => break,
+                    // A stop while GRPO samples ends the run as a stop between steps does.
+                    Err(Error::Cancelled) if control.stop_requested() => {
+                        stopped_early = true;
+                        break;
+                    }
+                    Err(e) => return Err(e),
                 },
             };
             let lr = lr_at(cfg, state.step, total_steps);
@@ -258,15 +283,26 @@ impl<'a> Trainer<'a> {
             // The next step is begun before this one is read, unless something must see this step's weights
             // (an evaluation, a checkpoint) or the run ends or waits after it.
             let this_step = state.step + 1;
+            // GRPO samples with the weights of the step before: nothing is begun ahead.
             let look_ahead = this_step < total_steps
+                && self.grpo.is_none()
                 && !self.eval_due(this_step, total_steps)
                 && !self.save_due(this_step, total_steps)
                 && !control.stop_requested()
                 && !control.is_paused();
-            let next_step = if look_ahead { self.begin_step(&mut batches) } else { Ok(None) };
+            let next_step = if look_ahead { self.begin_step(&mut batches, this_step, control) } else { Ok(None) };
             let report = self.runner.finish_report(queued)?;
+            let training_secs = current.began.elapsed().as_secs_f64();
+            let grpo = report.grpo.and_then(|m| self.grpo.as_ref()?.metrics(state.step, &m, training_secs));
             let progress = StepProgress { report, lr, cursor: current.cursor, tokens: current.tokens };
-            rec.send(self.record_step(progress, &mut state, total_steps, &mut clock, last_saved_step)?)?;
+            let mut event = self.record_step(progress, &mut state, total_steps, &mut clock, last_saved_step)?;
+            if let TrainEvent::Step { grpo: slot, .. } = &mut event {
+                *slot = grpo.map(Box::new);
+            }
+            rec.send(event)?;
+            if let Some(samples) = self.samples_due(state.step) {
+                rec.send(TrainEvent::Samples { step: state.step, samples })?;
+            }
             // A failure to begin the next step is reported after this step's event.
             ahead = next_step?;
             let verdict = match self.eval_due(state.step, total_steps) {
@@ -312,6 +348,9 @@ impl<'a> Trainer<'a> {
         };
         let (saved, moments) = checkpoint::load_trainer_state(ckpt)?;
         plan.iter_from(saved.cursor)?;
+        if let Some(grpo) = self.grpo.as_mut() {
+            grpo.restore(ckpt, saved.step)?;
+        }
         self.runner.optimizer.load_state(&moments, saved.step)?;
         let elapsed_before = saved.elapsed_secs;
         Ok((TrainerState { total_steps, ..saved }, elapsed_before))
@@ -334,8 +373,18 @@ impl<'a> Trainer<'a> {
         }
     }
 
-    /// Collate the next optimizer step's micro-batches and begin it (None when the plan is done).
-    fn begin_step(&mut self, batches: &mut data::BatchIter<'_>) -> Result<Option<TrainerStep>> {
+    /// Collate the next optimizer step's micro-batches and begin it (None when the plan is done). `step` is the
+    /// count of steps done before it.
+    fn begin_step(
+        &mut self,
+        batches: &mut data::BatchIter<'_>,
+        step: usize,
+        control: &TrainControl,
+    ) -> Result<Option<TrainerStep>> {
+        if self.grpo.is_some() {
+            return self.begin_grpo_step(batches, step, control);
+        }
+        let began = Instant::now();
         let micro: Vec<_> = (0..self.config.grad_accum).filter_map(|_| batches.next()).collect();
         let Some(last) = micro.last() else { return Ok(None) };
         let train = &self.data.train;
@@ -350,7 +399,45 @@ impl<'a> Trainer<'a> {
             trained: collated.iter().map(|b| b.lengths.iter().sum::<usize>()).sum(),
             padded: collated.iter().map(|b| b.batch_size * b.seq_len).sum(),
         };
-        Ok(Some(TrainerStep { begun: self.runner.begin(&collated)?, cursor: last.next, tokens }))
+        Ok(Some(TrainerStep { begun: self.runner.begin(&collated)?, cursor: last.next, tokens, began }))
+    }
+
+    /// A GRPO step: on a round's first step, sample and score completions of the next prompts (the data position
+    /// moves on then); every step trains on the round's completions.
+    fn begin_grpo_step(
+        &mut self,
+        batches: &mut data::BatchIter<'_>,
+        step: usize,
+        control: &TrainControl,
+    ) -> Result<Option<TrainerStep>> {
+        let Some(grpo) = self.grpo.as_mut() else { return Ok(None) };
+        let mut cursor = batches.cursor();
+        if grpo.starts_round(step) {
+            let micro: Vec<_> = (0..self.config.grad_accum).filter_map(|_| batches.next()).collect();
+            let Some(last) = micro.last() else { return Ok(None) };
+            cursor = last.next;
+            let prompts: Vec<Vec<usize>> = micro.iter().map(|b| b.indices.clone()).collect();
+            let locate = train_locator(self.config, &self.data);
+            let cancelled = || control.stop_requested();
+            let source = (&self.data.train, &locate as &dyn Fn(usize) -> String);
+            grpo.new_round(&self.runner.model, source, &prompts, (self.config.seed, step), &cancelled)?;
+        }
+        let began = Instant::now();
+        let Some((_, rollout)) = grpo.rollout.as_ref() else { return Ok(None) };
+        let lengths = rollout.completions.iter().map(|c| c.prompt_ids.len() + c.ids.len());
+        let tokens = StepTokens { trained: lengths.clone().sum(), padded: lengths.sum() };
+        let begun = self.runner.begin_grpo(&grpo.objective, rollout)?;
+        Ok(Some(TrainerStep { begun, cursor, tokens, began }))
+    }
+
+    /// A few of the GRPO batch's completions after step `step`, every `sample_every` steps and after the first.
+    fn samples_due(&self, step: usize) -> Option<Vec<grpo::GrpoSample>> {
+        let grpo = self.grpo.as_ref()?;
+        let every = self.config.grpo.sample_every;
+        if every == 0 || !(step == 1 || step.is_multiple_of(every)) {
+            return None;
+        }
+        Some(grpo.samples(&self.data.train, &train_locator(self.config, &self.data))).filter(|s| !s.is_empty())
     }
 
     /// Whether an evaluation runs after `step` (not after the last: the run's end evaluates).
@@ -374,7 +461,7 @@ impl<'a> Trainer<'a> {
         last_saved_step: Option<usize>,
     ) -> Result<TrainEvent> {
         let StepProgress { report, lr, cursor, tokens } = progress;
-        let StepReport { loss, grad_norm, preference } = report;
+        let StepReport { loss, grad_norm, preference, .. } = report;
         if !loss.is_finite() {
             return Err(Error::Training(format!(
                 "the loss became {loss} at step {}; nothing was saved from this step (last checkpoint: {}). \
@@ -410,6 +497,9 @@ impl<'a> Trainer<'a> {
             return Ok(Verdict { new_best: false, stop: false });
         };
         let (model, batch_size, batches) = (&self.runner.model, self.config.batch_size, self.config.val_batches);
+        if let Some(grpo) = &self.grpo {
+            return self.evaluate_grpo(grpo, valid, state, rec);
+        }
         let (loss, perplexity, preference) = match &self.runner.preference {
             None => {
                 let loss = validation_loss(model, &valid.examples, batch_size, batches, self.pad_id)?;
@@ -428,6 +518,35 @@ impl<'a> Trainer<'a> {
             perplexity,
             best: verdict.new_best,
             preference,
+            grpo: None,
+        })?;
+        Ok(verdict)
+    }
+
+    /// GRPO's validation: the mean reward of greedy completions of the validation prompts (its loss is minus that
+    /// mean, so the best checkpoint is the one with the highest reward).
+    fn evaluate_grpo(
+        &self,
+        grpo: &grpo::run::GrpoRun,
+        valid: &data::PreparedSplit,
+        state: &mut TrainerState,
+        rec: &mut Recorder,
+    ) -> Result<Verdict> {
+        let max_prompts = self.config.val_batches * self.config.batch_size;
+        let locate = |i: usize| format!("{} (validation prompt {})", self.config.data.display(), i + 1);
+        let Some(metrics) = grpo.validate(&self.runner.model, valid, max_prompts, &locate)? else {
+            return Ok(Verdict { new_best: false, stop: false });
+        };
+        let loss = -metrics.reward_mean;
+        state.val_loss = Some(loss);
+        let verdict = early_stop::observe(state, self.config, state.step, loss);
+        rec.send(TrainEvent::Eval {
+            step: state.step,
+            val_loss: loss,
+            perplexity: 0.0,
+            best: verdict.new_best,
+            preference: None,
+            grpo: Some(Box::new(metrics)),
         })?;
         Ok(verdict)
     }
@@ -437,13 +556,18 @@ impl<'a> Trainer<'a> {
     fn save(&self, state: &mut TrainerState, rec: &mut Recorder) -> Result<()> {
         state.saved_unix_secs = checkpoint::unix_now();
         rec.check_folder()?;
-        let path = checkpoint::save_checkpoint(
+        let extra = match &self.grpo {
+            Some(grpo) => grpo.checkpoint_files(state.step)?,
+            None => Vec::new(),
+        };
+        let path = checkpoint::save_checkpoint_with(
             &self.run_dir,
             &self.params,
             &self.adapter_config,
             &self.base_record,
             &self.runner.optimizer.state_tensors(),
             state,
+            &extra,
         )?;
         rec.send(TrainEvent::CheckpointSaved { step: state.step, path })?;
         if let Some(best) = state.best.filter(|b| b.step == state.step) {
@@ -466,6 +590,28 @@ struct TrainerStep {
     /// The data position after its batches (what a checkpoint after it stores).
     cursor: data::DataCursor,
     tokens: StepTokens,
+    /// When its passes began (GRPO reports its training time apart from sampling).
+    began: Instant,
+}
+
+/// Where prompt `i` of the training split of `config`'s dataset is, for messages.
+fn train_locator<'d>(config: &'d TrainConfig, data: &'d PreparedDataset) -> impl Fn(usize) -> String + 'd {
+    move |i| match data.train.source_lines.get(i) {
+        Some(line) => format!("{}: training row at line {line}", config.data.display()),
+        None => format!("{}: training prompt {}", config.data.display(), i + 1),
+    }
+}
+
+/// Refuse data that is not GRPO's prompt rows.
+fn require_prompt_rows(data: &PreparedDataset, path: &Path) -> Result<()> {
+    match data.train.prompts {
+        Some(_) => Ok(()),
+        None => Err(Error::Data(format!(
+            "{}: GRPO trains on prompts with answers ({{\"prompt\": ..., \"answer\": ...}} or {{\"messages\": [...], \
+             \"answer\": ...}} rows); this dataset holds other rows",
+            path.display()
+        ))),
+    }
 }
 
 /// Tokens of a step's micro-batches: real ones (trained) and with padding (throughput).

@@ -7,6 +7,8 @@
 //! [`StepRunner::step`] does the three in a row (the rank explorer, tests).
 
 use super::backprop::{self, Pass};
+use super::grpo::batch::Rollout;
+use super::grpo::step::{GrpoObjective, GrpoStepMetrics};
 use super::optimizer::{AdamW, AdamWParams, QueuedStep};
 use super::preference::{PreferenceMetrics, PreferenceObjective};
 use crate::engine::checkpoint;
@@ -36,11 +38,18 @@ pub struct StepRunner {
 pub struct BegunStep {
     grads: Vec<Tensor>,
     loss: Scalar,
+    measured: Measured,
+}
+
+/// What a step measured beside its loss.
+#[derive(Debug, Clone, Copy, Default)]
+struct Measured {
     preference: Option<PreferenceMetrics>,
+    grpo: Option<GrpoStepMetrics>,
 }
 
 /// A step whose update is queued as well, for [`StepRunner::finish`].
-pub struct QueuedUpdate(QueuedStep, Option<PreferenceMetrics>);
+pub struct QueuedUpdate(QueuedStep, Measured);
 
 /// A finished step as read back.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -52,6 +61,8 @@ pub struct StepReport {
     pub grad_norm: f64,
     /// A preference step's metrics over all its pairs.
     pub preference: Option<PreferenceMetrics>,
+    /// A GRPO step's objective terms over its completion tokens.
+    pub grpo: Option<GrpoStepMetrics>,
 }
 
 impl StepRunner {
@@ -120,24 +131,44 @@ impl StepRunner {
                 1.0
             }
         };
-        let grads: Vec<Tensor> = self
+        let grads = self.ordered_grads(&accumulated)?;
+        let loss = Scalar::scaled_sum(&losses, loss_scale)?;
+        let measured = Measured { preference: PreferenceMetrics::combine(&preference), grpo: None };
+        Ok(BegunStep { grads, loss, measured })
+    }
+
+    /// Queue the forward and backward passes of a GRPO step on the completions of `rollout` (see
+    /// [`StepRunner::begin`] for the dropout seeds).
+    pub fn begin_grpo(&mut self, objective: &GrpoObjective, rollout: &Rollout) -> Result<BegunStep> {
+        lora::seed_dropout(&self.model, self.seed, self.optimizer.step);
+        let pass = Pass { dropout: true, checkpointing: self.checkpointing };
+        let (metrics, accumulated) = objective.loss_and_gradients(&self.model, rollout, pass)?;
+        let grads = self.ordered_grads(&accumulated)?;
+        Ok(BegunStep {
+            grads,
+            loss: Scalar::Host(metrics.loss),
+            measured: Measured { grpo: Some(metrics), ..Default::default() },
+        })
+    }
+
+    /// The gradients in the optimizer's order (zeros for a parameter the passes did not reach).
+    fn ordered_grads(&self, accumulated: &crate::engine::model::Gradients) -> Result<Vec<Tensor>> {
+        Ok(self
             .optimizer
             .params()
             .iter()
             .map(|(_, v)| accumulated.get(v.as_tensor()).cloned().map(Ok).unwrap_or_else(|| v.zeros_like()))
-            .collect::<candle_core::Result<_>>()?;
-        let loss = Scalar::scaled_sum(&losses, loss_scale)?;
-        Ok(BegunStep { grads, loss, preference: PreferenceMetrics::combine(&preference) })
+            .collect::<candle_core::Result<_>>()?)
     }
 
     /// Queue the clipped AdamW update of a begun step at learning rate `lr`. Its gradients go here, while the
     /// GPU still runs the step (stream-ordered frees, behind the update): freed after the read, their ~70
     /// frees were a quarter of a millisecond of idle GPU between steps at 1B. Off CUDA the update is done here.
     pub fn queue_update(&mut self, begun: BegunStep, lr: f64) -> Result<QueuedUpdate> {
-        let BegunStep { grads, loss, preference } = begun;
+        let BegunStep { grads, loss, measured } = begun;
         // The update changes the DoRA norms that inference keeps.
         lora::forget_dora_factors(&self.model);
-        Ok(QueuedUpdate(self.optimizer.queue_guarded_step(&grads, lr, self.max_grad_norm, &loss)?, preference))
+        Ok(QueuedUpdate(self.optimizer.queue_guarded_step(&grads, lr, self.max_grad_norm, &loss)?, measured))
     }
 
     /// Read a queued step back: (mean loss per target token, gradient norm before clipping); the loss is NaN
@@ -149,9 +180,9 @@ impl StepRunner {
 
     /// [`StepRunner::finish`], with a preference step's metrics.
     pub fn finish_report(&mut self, queued: QueuedUpdate) -> Result<StepReport> {
-        let QueuedUpdate(queued, preference) = queued;
+        let QueuedUpdate(queued, measured) = queued;
         let outcome = self.optimizer.finish_step(queued)?;
         let loss = if outcome.applied || !outcome.loss.is_finite() { outcome.loss } else { f64::NAN };
-        Ok(StepReport { loss, grad_norm: outcome.grad_norm, preference })
+        Ok(StepReport { loss, grad_norm: outcome.grad_norm, preference: measured.preference, grpo: measured.grpo })
     }
 }

@@ -8,9 +8,17 @@
 //!
 //! - `settings.rs`: the parameters, in `TrainConfig::grpo`.
 //! - `metrics.rs`: what a step reports (TRL's names) and the sampled completions the studio shows.
+//! - `objective.rs`: advantages and the per-token clipped objective, its derivative and normalisation.
 
+pub mod batch;
 pub mod metrics;
+pub mod objective;
+pub mod rewards;
+pub mod rollout;
+pub mod round;
+pub mod run;
 pub mod settings;
+pub mod step;
 
 pub use metrics::{GrpoMetrics, GrpoSample};
 pub use settings::{reward_names, GrpoLoss, GrpoSettings, RewardKind, RewardSpec, ScaleRewards};

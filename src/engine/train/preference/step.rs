@@ -61,7 +61,13 @@ impl PreferenceObjective {
             Ok(tokens.token_weights(&objective, self.method, scale))
         };
         let positions = (tokens.sources.clone(), tokens.targets.clone());
-        let grads = backprop::loss_and_gradients_at(model, batch, positions, TokenWeights::PerToken(&mut weigh), pass)?;
+        let grads = backprop::loss_and_gradients_at(
+            model,
+            batch,
+            positions,
+            TokenWeights::PerToken { weigh: &mut weigh, temperature: 1.0 },
+            pass,
+        )?;
         let metrics = metrics.ok_or_else(|| {
             crate::engine::Error::Training("a preference batch had no completion tokens to score".into())
         })?;
