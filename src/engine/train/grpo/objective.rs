@@ -5,7 +5,9 @@
 //! - advantage: `(r - mean(group)) / (std(group) + 1e-4)` (std unbiased, as torch's; `batch`: the whole step's
 //!   std; `none`: not divided);
 //! - per token: `ratio = exp(logp - old_logp)`, `loss = -min(ratio * A, clamp(ratio, 1 - eps, 1 + eps_high) * A)
-//!   + beta * (exp(ref - logp) - (ref - logp) - 1)`.
+//!   + beta * ratio * (exp(ref - logp) - (ref - logp) - 1)`: TRL 1.16's default `use_bias_correction_kl`
+//!   weighs the k3 KL estimate by the (unclipped) ratio, in the loss, the logged `kl` and the gradient, where the
+//!   ratio's derivative counts even on-policy (value 1).
 //!
 //! `old_logp` is the policy's own log-probability when the batch is used once (`num_iterations = 1`): the ratio is
 //! then exactly 1 and only its gradient matters.
@@ -75,7 +77,7 @@ pub struct TokenTerm {
     pub loss: f64,
     /// d loss / d logp.
     pub d_logp: f64,
-    /// The KL estimate to the reference (0 without one).
+    /// The KL estimate to the reference, weighed by the ratio as TRL does (0 without one).
     pub kl: f64,
     /// The ratio fell below `1 - eps` with a negative advantage (its gradient is cut).
     pub clipped_low: bool,
@@ -101,7 +103,9 @@ pub fn token_term(logp: f64, old: f64, reference: Option<f64>, advantage: f64, c
     let (kl, d_kl) = match reference {
         Some(reference) if clip.beta != 0.0 => {
             let delta = reference - logp;
-            (delta.exp() - delta - 1.0, 1.0 - delta.exp())
+            let k3 = delta.exp() - delta - 1.0;
+            // d (ratio k3) / d logp = ratio k3 + ratio (1 - e^delta): d ratio / d logp = ratio.
+            (ratio * k3, ratio * (k3 + 1.0 - delta.exp()))
         }
         _ => (0.0, 0.0),
     };
@@ -172,6 +176,12 @@ mod tests {
         // On-policy: loss -A, gradient -A.
         let on = token_term(-2.0, -2.0, None, 0.5, Clip { beta: 0.0, ..CLIP });
         assert_eq!((on.loss, on.d_logp), (-0.5, -0.5));
+        // On-policy with the KL term: the ratio's derivative adds k3 to the classic k3 gradient (TRL's bias
+        // correction); the KL itself is k3.
+        let t = token_term(-2.0, -2.0, Some(-1.5), 0.5, CLIP);
+        let k3 = 0.5f64.exp() - 0.5 - 1.0;
+        assert!((t.kl - k3).abs() < 1e-15);
+        assert!((t.d_logp - (-0.5 + 0.04 * (k3 + 1.0 - 0.5f64.exp()))).abs() < 1e-15, "{}", t.d_logp);
     }
 
     #[test]
