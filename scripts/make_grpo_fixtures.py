@@ -144,6 +144,9 @@ def make_trainer(base, tok, overrides: dict, prompt_ids, completion_ids, weights
         per_device_train_batch_size=2 * GROUP, reward_weights=REWARD_WEIGHTS, beta=0.0, epsilon=0.2,
         report_to=[], use_cpu=True, disable_dropout=True, disable_tqdm=True, seed=SEED, bf16=False, fp16=False,
         dataloader_num_workers=0, logging_steps=1,
+        # TRL 1.16's default, named: the KL term is multiplied by the (unclipped) ratio, in the loss, its gradient
+        # (even on-policy, where the ratio is 1 but not its derivative) and the logged `kl`.
+        use_bias_correction_kl=True,
     )
     cfg.update(overrides)
     args = GRPOConfig(**cfg)
@@ -248,7 +251,7 @@ def run_case(name, overrides, base, tok, prompt_ids, completion_ids, weights, pl
         "config": {k: getattr(trainer.args, k) for k in [
             "loss_type", "beta", "epsilon", "epsilon_high", "scale_rewards", "num_iterations",
             "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-            "max_completion_length", "temperature", "num_generations"]},
+            "max_completion_length", "temperature", "num_generations", "use_bias_correction_kl"]},
         "advantages": inputs["advantages"].tolist(),
         "logps": unpad(current, mask),
         "loss": sum(losses),
