@@ -16,7 +16,8 @@ pub struct GrpoMetrics {
     /// `settings::reward_names`).
     #[serde(flatten)]
     pub rewards: BTreeMap<String, f64>,
-    /// Mean per-token KL to the reference over completion tokens (TRL's k3 estimator); only with beta > 0.
+    /// Mean per-token KL to the reference over completion tokens (TRL's k3 estimator weighed by the ratio, its default
+    /// `use_bias_correction_kl`); only with beta > 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kl: Option<f64>,
     #[serde(rename = "completions/mean_length")]
