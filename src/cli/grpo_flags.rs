@@ -57,8 +57,8 @@ pub struct GrpoFlags {
     #[arg(long = "reward", value_name = "SPEC")]
     pub rewards: Vec<RewardSpec>,
     /// GRPO: a reward program, "CMD ARGS" (quoted like a shell, run without one): reads a JSON line (prompt,
-    /// prompt_text, completion, answer) on stdin and prints a number. Replaces the default rewards unless --reward
-    /// names some.
+    /// prompt_text, completion, answer) on stdin and prints a number. Added to the --reward rewards; alone, it
+    /// replaces the default (exact-answer).
     #[arg(long, value_name = "\"CMD ARGS\"")]
     pub reward_program: Option<ProgramCommand>,
     /// GRPO: seconds one reward program call may take before it is killed (default 10).
