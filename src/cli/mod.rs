@@ -4,6 +4,7 @@
 mod bench;
 mod data;
 mod eval;
+mod grpo_flags;
 pub mod hub;
 mod inference;
 mod preference_flags;

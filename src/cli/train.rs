@@ -47,6 +47,8 @@ pub struct TrainArgs {
     pub rslora: bool,
     #[command(flatten)]
     pub preference: super::preference_flags::PreferenceFlags,
+    #[command(flatten)]
+    pub grpo: super::grpo_flags::GrpoFlags,
     /// DoRA: train a magnitude per output row on top of the LoRA direction (PEFT's use_dora).
     #[arg(long)]
     pub dora: bool,
@@ -191,6 +193,8 @@ impl TrainArgs {
             (c.beta, c.preference_loss, c.label_smoothing) =
                 (preference.beta, preference.loss, preference.label_smoothing);
         }
+        self.grpo.apply(&mut c.grpo);
+        self.grpo.check(c.method, &c.grpo)?;
         c.lora.dora |= self.dora;
         if self.iters.is_some() {
             c.iters = self.iters;

@@ -83,6 +83,10 @@ pub enum Error {
     #[error("training stopped: {0}")]
     Training(String),
 
+    /// A GRPO reward could not score a completion (a reward program failed, timed out or printed no number).
+    #[error("{0}")]
+    Reward(String),
+
     #[error("cancelled")]
     Cancelled,
 
@@ -117,6 +121,7 @@ impl Error {
             Error::Dataset { .. } | Error::Data(_) => ErrorKind::Dataset,
             Error::Adapter { .. } => ErrorKind::Adapter,
             Error::Training(_) => ErrorKind::Training,
+            Error::Reward(_) => ErrorKind::Reward,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Candle(_) => ErrorKind::Compute,
             Error::Hub(_) => ErrorKind::Hub,
@@ -169,6 +174,8 @@ pub enum ErrorKind {
     Compute,
     /// The Hugging Face Hub or its cache: not found, gated, offline, network, corrupt download.
     Hub,
+    /// A GRPO reward (a user's reward program) failed on a completion.
+    Reward,
     /// A bug: a panic or a thread that could not start.
     Internal,
 }
@@ -191,6 +198,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Compute => "compute error",
             ErrorKind::Hub => "Hugging Face Hub",
+            ErrorKind::Reward => "reward error",
             ErrorKind::Internal => "internal error",
         }
     }

@@ -9,6 +9,7 @@
 //! - `settings.rs`: the parameters, in `TrainConfig::grpo`.
 //! - `metrics.rs`: what a step reports (TRL's names) and the sampled completions the studio shows.
 //! - `objective.rs`: advantages and the per-token clipped objective, its derivative and normalisation.
+//! - `rewards/`: the rewards compiled from their specs, checked before training and run on each completion.
 
 pub mod batch;
 pub mod metrics;

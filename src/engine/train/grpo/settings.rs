@@ -96,8 +96,9 @@ fn one() -> f64 {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum RewardKind {
-    /// 1 when the completion's answer (a `\boxed{}` answer, else the text after `####`, else the first number)
-    /// equals the row's `answer` (numbers compared as numbers), else 0.
+    /// 1 when the completion's answer (a `\boxed{}` answer, else the text after `####`, else an
+    /// `<answer>...</answer>`, else the first number) equals the row's `answer` (numbers compared as numbers), else
+    /// 0 (`rewards/answer.rs`).
     ExactAnswer,
     /// 1 when `pattern` (a Rust regex) matches anywhere in the completion, else 0.
     Regex { pattern: String },
@@ -106,8 +107,8 @@ pub enum RewardKind {
     Format { structure: String },
     /// 0 up to `budget` completion tokens, then falling linearly to -1 at twice the budget (and staying there).
     Length { budget: usize },
-    /// A program run once per completion, without a shell: it reads one JSON line `{"prompt", "completion",
-    /// "answer"}` on stdin and prints one number. A failure, a timeout or anything but a finite number ends the run
+    /// A program run once per completion, without a shell: it reads one JSON line `{"prompt", "prompt_text",
+    /// "completion", "answer"}` on stdin and prints one number. A failure, a timeout or anything but a finite number ends the run
     /// with an error naming the row; it is never taken as a score.
     Program {
         /// The program and its arguments (`["python3", "score.py"]`).
