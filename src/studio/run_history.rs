@@ -2,6 +2,7 @@
 //! for the steps before a resume (so a resumed run's curves start at step 1, not at the resume step) and for
 //! an interrupted run found after a restart.
 
+use super::grpo_series::GrpoSeries;
 use super::preference_series::PreferenceSeries;
 use crate::engine::train::run_folder::read_metrics;
 use crate::engine::train::TrainEvent;
@@ -19,6 +20,8 @@ pub struct RunHistory {
     pub grad_norm: Vec<PlotPoint>,
     /// A preference run's rewards (empty for SFT).
     pub preference: PreferenceSeries,
+    /// A GRPO run's rewards and its last few sampled completions (empty for the other methods).
+    pub grpo: GrpoSeries,
     /// The run's method with its parameters, from its (last) start.
     pub method: Option<String>,
     pub checkpoints: Vec<(usize, PathBuf)>,
@@ -57,11 +60,15 @@ impl RunHistory {
                     elapsed_secs,
                     total_steps,
                     preference,
+                    grpo,
                     ..
                 } if keep(step) => {
                     let x = step as f64;
                     if let Some(m) = &preference {
                         h.preference.push_step(step, m);
+                    }
+                    if let Some(m) = &grpo {
+                        h.grpo.push_step(step, m);
                     }
                     h.loss.push(PlotPoint::new(x, loss));
                     h.lr.push(PlotPoint::new(x, lr));
@@ -72,15 +79,19 @@ impl RunHistory {
                     h.trained_tokens = trained_tokens;
                     h.total_steps = total_steps;
                 }
-                TrainEvent::Eval { step, val_loss, best, preference, .. } if keep(step) => {
+                TrainEvent::Eval { step, val_loss, best, preference, grpo, .. } if keep(step) => {
                     if let Some(m) = &preference {
                         h.preference.push_eval(step, m);
+                    }
+                    if let Some(m) = &grpo {
+                        h.grpo.push_eval(step, m);
                     }
                     h.val_loss.push(PlotPoint::new(step as f64, val_loss));
                     if best {
                         h.best = Some((step, val_loss));
                     }
                 }
+                TrainEvent::Samples { step, samples } if keep(step) => h.grpo.push_samples(step, samples),
                 TrainEvent::CheckpointsRemoved { step, paths } if keep(step) => {
                     h.checkpoints.retain(|(_, p)| !paths.contains(p));
                 }
@@ -103,6 +114,7 @@ impl RunHistory {
         self.tokens_per_sec.retain(before);
         self.grad_norm.retain(before);
         self.preference.forget_after(step);
+        self.grpo.forget_after(step);
         self.checkpoints.retain(|(s, _)| *s <= step);
         self.best = self.best.filter(|(s, _)| *s <= step);
     }

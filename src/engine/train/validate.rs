@@ -56,6 +56,9 @@ impl TrainConfig {
         self.validate_length()?;
         self.validate_stopping()?;
         self.preference().validate(self.method)?;
+        if self.method.is_reinforcement() {
+            self.grpo.validate()?;
+        }
         if self.method.is_preference() && self.train_on_prompt {
             return Err(Error::InvalidSetting(format!(
                 "train_on_prompt (--train-on-prompt) has no meaning for {}: a preference loss compares the chosen and \
