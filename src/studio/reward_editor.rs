@@ -83,10 +83,13 @@ fn reward_row_ui(ui: &mut Ui, reward: &mut RewardSpec, name: &str, draft: egui::
             .on_hover_text(format!("Reported as rewards/{name}/mean in the plots and metrics.jsonl"));
         let current = kind_index(&reward.kind);
         let mut chosen = current;
-        egui::ComboBox::from_id_salt("kind").selected_text(KINDS[current].0).show_ui(ui, |ui| {
-            for (k, (label, what)) in KINDS.iter().enumerate() {
-                ui.selectable_value(&mut chosen, k, *label).on_hover_text(*what);
-            }
+        let k = ui.label("kind");
+        ui.label_inputs_by(k.id, |ui| {
+            egui::ComboBox::from_id_salt("kind").selected_text(KINDS[current].0).show_ui(ui, |ui| {
+                for (k, (label, what)) in KINDS.iter().enumerate() {
+                    ui.selectable_value(&mut chosen, k, *label).on_hover_text(*what);
+                }
+            });
         });
         if chosen != current {
             reward.kind = new_kind(chosen);

@@ -241,4 +241,45 @@ mod tests {
         assert_eq!(acc, [0.5, 1.0]);
         assert_eq!(h.preference.last_val.map(|v| v.rewards_accuracies), Some(0.75));
     }
+    #[test]
+    fn a_grpo_run_replays_its_rewards_and_samples() {
+        use crate::engine::train::grpo::{GrpoMetrics, GrpoSample};
+        let with = |mut event: TrainEvent, reward: f64| {
+            if let TrainEvent::Step { grpo, .. } = &mut event {
+                *grpo = Some(Box::new(GrpoMetrics { reward_mean: reward, kl: Some(0.01), ..Default::default() }));
+            }
+            event
+        };
+        let sample = GrpoSample {
+            prompt: "p".into(),
+            completion: "c".into(),
+            answer: None,
+            reward: 1.0,
+            rewards: vec![],
+            advantage: 0.0,
+            tokens: 1,
+            finished: false,
+        };
+        let eval = GrpoMetrics { reward_mean: 0.75, ..Default::default() };
+        let events = vec![
+            started(0),
+            with(step(1, 0.1), 0.25),
+            TrainEvent::Samples { step: 1, samples: vec![sample.clone()] },
+            with(step(2, 0.1), 0.5),
+            TrainEvent::Samples { step: 2, samples: vec![sample.clone(), sample] },
+            TrainEvent::Eval {
+                step: 2,
+                val_loss: -0.75,
+                perplexity: 0.0,
+                best: true,
+                preference: None,
+                grpo: Some(Box::new(eval)),
+            },
+        ];
+        let h = RunHistory::from_events(events.clone(), None);
+        assert_eq!(h.grpo.reward.iter().map(|p| p.y).collect::<Vec<_>>(), [0.25, 0.5]);
+        assert_eq!((h.grpo.kl.len(), h.grpo.val_reward.len(), h.grpo.samples.len()), (2, 1, 2));
+        let before = RunHistory::from_events(events, Some(1));
+        assert_eq!((before.grpo.reward.len(), before.grpo.samples.len()), (1, 1), "a resume at step 1 keeps step 1");
+    }
 }
