@@ -178,8 +178,71 @@ pub const EVALUATION: Term = Term {
     page: "Evaluate",
 };
 
+pub const GRPO: Term = Term {
+    name: "GRPO",
+    meaning: "Group relative policy optimisation (DeepSeekMath; TRL's GRPOTrainer): the model samples several \
+              completions of each prompt, rewards score them, and each completion is pushed up or down by how its \
+              reward compares with its group's mean. It learns from its own answers, so it needs prompts and \
+              rewards, not reference answers to copy.",
+    typical: "For tasks with a checkable answer (maths, formats, tool calls); start from a model that already \
+              solves some prompts, or every group scores the same and nothing is learned.",
+    page: "LoRA settings",
+};
+
+pub const GENERATIONS: Term = Term {
+    name: "Completions per prompt",
+    meaning: "How many completions GRPO samples for each prompt (TRL's num_generations): the group whose mean \
+              reward each completion is measured against. A step trains on batch × this many sequences.",
+    typical: "8 (TRL's default); 4 on small machines, 16 for a steadier signal. At least 2.",
+    page: "LoRA settings",
+};
+
+pub const KL_BETA: Term = Term {
+    name: "KL beta",
+    meaning: "Weight of the KL penalty that keeps the adapter close to the base model (the reference: the same \
+              model with the adapter switched off). 0 skips the reference pass altogether.",
+    typical: "0 (TRL's default, as in DAPO and Dr. GRPO); 0.01–0.04 when the model drifts into nonsense.",
+    page: "LoRA settings",
+};
+
+pub const CLIP_EPSILON: Term = Term {
+    name: "Clip epsilon",
+    meaning: "PPO-style clipping of the probability ratio to [1 − low, 1 + high]: a completion cannot be pushed \
+              further than that within one batch. With one iteration per batch the ratio stays 1 and nothing is \
+              clipped. High on its own is DAPO's clip-higher, leaving rare tokens more room to grow.",
+    typical: "low 0.2; high the same, or 0.28 (DAPO).",
+    page: "LoRA settings",
+};
+
+pub const GRPO_LOSS: Term = Term {
+    name: "Loss type",
+    meaning: "How token losses are averaged: grpo (each completion's mean, then the mean over completions: short \
+              completions weigh more), bnpo (the micro-batch's token mean), dr_grpo (a sum over completions × max \
+              new tokens: no length bias), dapo (every token of the step weighs the same).",
+    typical: "dapo (TRL's default).",
+    page: "LoRA settings",
+};
+
+pub const REWARD_SCALING: Term = Term {
+    name: "Reward scaling",
+    meaning: "What a completion's advantage (its reward minus its group's mean) is divided by: the group's \
+              standard deviation, the whole step's, or nothing (Dr. GRPO: no bias towards groups that barely differ).",
+    typical: "group (TRL's default); none for Dr. GRPO.",
+    page: "LoRA settings",
+};
+
+pub const REWARDS: Term = Term {
+    name: "Rewards",
+    meaning: "What scores each sampled completion; the total is their weighted sum. Exact answer: 1 when the \
+              completion's answer equals the row's. Regex: 1 when a pattern matches. Format: 1 when the whole \
+              completion has a structure (<think>…</think><answer>…</answer>). Length: a penalty past a token \
+              budget. Program: your own scorer, run once per completion without a shell.",
+    typical: "Exact answer (weight 1) plus format (0.2–0.5) for reasoning tasks.",
+    page: "LoRA settings",
+};
+
 /// Every entry, in the order the Help window lists them.
-pub const ALL: [&Term; 18] = [
+pub const ALL: [&Term; 25] = [
     &RANK,
     &ALPHA,
     &RSLORA,
@@ -198,6 +261,13 @@ pub const ALL: [&Term; 18] = [
     &BEST_CHECKPOINT,
     &SAVE_LIMIT,
     &EVALUATION,
+    &GRPO,
+    &GENERATIONS,
+    &KL_BETA,
+    &CLIP_EPSILON,
+    &GRPO_LOSS,
+    &REWARD_SCALING,
+    &REWARDS,
 ];
 
 /// The LoRA targets as they will apply: with a model loaded, only the linears its family has (all-linear

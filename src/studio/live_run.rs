@@ -1,7 +1,8 @@
 //! What the training page shows about one run: its series (raw and smoothed loss, validation loss, learning
-//! rate, throughput, gradient norm; a preference run's rewards), its method, counters and checkpoints, fed by live
+//! rate, throughput, gradient norm; a preference or GRPO run's rewards), its method, counters and checkpoints, fed by live
 //! events and by its recorded history.
 
+use super::grpo_series::GrpoSeries;
 use super::preference_series::PreferenceSeries;
 use super::run_history::RunHistory;
 use super::widgets::Ema;
@@ -30,6 +31,8 @@ pub struct LiveRun {
     pub grad_norm: Vec<PlotPoint>,
     /// A preference run's reward accuracies, margins and rewards (empty for SFT).
     pub preference: PreferenceSeries,
+    /// A GRPO run's rewards, KL, lengths, clip ratios and sampled completions (empty for the other methods).
+    pub grpo: GrpoSeries,
     /// The run's training method and its parameters ("dpo · beta 0.1 · sigmoid"), once known.
     pub method: Option<String>,
     pub checkpoints: Vec<(usize, PathBuf)>,
@@ -74,6 +77,7 @@ impl LiveRun {
         splice(h.tokens_per_sec, &mut self.tokens_per_sec_series);
         splice(h.grad_norm, &mut self.grad_norm);
         self.preference.splice_before(h.preference, first_live);
+        self.grpo.splice_before(h.grpo, first_live);
         self.method = self.method.take().or(h.method);
         let mut checkpoints: Vec<_> = h.checkpoints.into_iter().filter(|(s, _)| (*s as f64) < first_live).collect();
         checkpoints.append(&mut self.checkpoints);

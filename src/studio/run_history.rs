@@ -2,6 +2,7 @@
 //! for the steps before a resume (so a resumed run's curves start at step 1, not at the resume step) and for
 //! an interrupted run found after a restart.
 
+use super::grpo_series::GrpoSeries;
 use super::preference_series::PreferenceSeries;
 use crate::engine::train::run_folder::read_metrics;
 use crate::engine::train::TrainEvent;
@@ -19,6 +20,8 @@ pub struct RunHistory {
     pub grad_norm: Vec<PlotPoint>,
     /// A preference run's rewards (empty for SFT).
     pub preference: PreferenceSeries,
+    /// A GRPO run's rewards and its last few sampled completions (empty for the other methods).
+    pub grpo: GrpoSeries,
     /// The run's method with its parameters, from its (last) start.
     pub method: Option<String>,
     pub checkpoints: Vec<(usize, PathBuf)>,
@@ -57,11 +60,15 @@ impl RunHistory {
                     elapsed_secs,
                     total_steps,
                     preference,
+                    grpo,
                     ..
                 } if keep(step) => {
                     let x = step as f64;
                     if let Some(m) = &preference {
                         h.preference.push_step(step, m);
+                    }
+                    if let Some(m) = &grpo {
+                        h.grpo.push_step(step, m);
                     }
                     h.loss.push(PlotPoint::new(x, loss));
                     h.lr.push(PlotPoint::new(x, lr));
@@ -72,15 +79,19 @@ impl RunHistory {
                     h.trained_tokens = trained_tokens;
                     h.total_steps = total_steps;
                 }
-                TrainEvent::Eval { step, val_loss, best, preference, .. } if keep(step) => {
+                TrainEvent::Eval { step, val_loss, best, preference, grpo, .. } if keep(step) => {
                     if let Some(m) = &preference {
                         h.preference.push_eval(step, m);
+                    }
+                    if let Some(m) = &grpo {
+                        h.grpo.push_eval(step, m);
                     }
                     h.val_loss.push(PlotPoint::new(step as f64, val_loss));
                     if best {
                         h.best = Some((step, val_loss));
                     }
                 }
+                TrainEvent::Samples { step, samples } if keep(step) => h.grpo.push_samples(step, samples),
                 TrainEvent::CheckpointsRemoved { step, paths } if keep(step) => {
                     h.checkpoints.retain(|(_, p)| !paths.contains(p));
                 }
@@ -103,6 +114,7 @@ impl RunHistory {
         self.tokens_per_sec.retain(before);
         self.grad_norm.retain(before);
         self.preference.forget_after(step);
+        self.grpo.forget_after(step);
         self.checkpoints.retain(|(s, _)| *s <= step);
         self.best = self.best.filter(|(s, _)| *s <= step);
     }
@@ -228,5 +240,46 @@ mod tests {
         let acc: Vec<f64> = h.preference.accuracies.iter().map(|p| p.y).collect();
         assert_eq!(acc, [0.5, 1.0]);
         assert_eq!(h.preference.last_val.map(|v| v.rewards_accuracies), Some(0.75));
+    }
+    #[test]
+    fn a_grpo_run_replays_its_rewards_and_samples() {
+        use crate::engine::train::grpo::{GrpoMetrics, GrpoSample};
+        let with = |mut event: TrainEvent, reward: f64| {
+            if let TrainEvent::Step { grpo, .. } = &mut event {
+                *grpo = Some(Box::new(GrpoMetrics { reward_mean: reward, kl: Some(0.01), ..Default::default() }));
+            }
+            event
+        };
+        let sample = GrpoSample {
+            prompt: "p".into(),
+            completion: "c".into(),
+            answer: None,
+            reward: 1.0,
+            rewards: vec![],
+            advantage: 0.0,
+            tokens: 1,
+            finished: false,
+        };
+        let eval = GrpoMetrics { reward_mean: 0.75, ..Default::default() };
+        let events = vec![
+            started(0),
+            with(step(1, 0.1), 0.25),
+            TrainEvent::Samples { step: 1, samples: vec![sample.clone()] },
+            with(step(2, 0.1), 0.5),
+            TrainEvent::Samples { step: 2, samples: vec![sample.clone(), sample] },
+            TrainEvent::Eval {
+                step: 2,
+                val_loss: -0.75,
+                perplexity: 0.0,
+                best: true,
+                preference: None,
+                grpo: Some(Box::new(eval)),
+            },
+        ];
+        let h = RunHistory::from_events(events.clone(), None);
+        assert_eq!(h.grpo.reward.iter().map(|p| p.y).collect::<Vec<_>>(), [0.25, 0.5]);
+        assert_eq!((h.grpo.kl.len(), h.grpo.val_reward.len(), h.grpo.samples.len()), (2, 1, 2));
+        let before = RunHistory::from_events(events, Some(1));
+        assert_eq!((before.grpo.reward.len(), before.grpo.samples.len()), (1, 1), "a resume at step 1 keeps step 1");
     }
 }

@@ -88,11 +88,17 @@ impl TrainingPanel {
         match event {
             TrainEvent::Started { .. } => self.on_started(event),
             TrainEvent::Step { .. } => self.on_step(event, smoothing),
-            TrainEvent::Samples { .. } => None,
-            TrainEvent::Eval { step, val_loss, perplexity, best, preference, .. } => {
+            TrainEvent::Samples { step, samples } => {
+                self.live().grpo.push_samples(step, samples);
+                None
+            }
+            TrainEvent::Eval { step, val_loss, perplexity, best, preference, grpo } => {
                 self.live().val_loss.push(PlotPoint::new(step as f64, val_loss));
                 if let Some(m) = &preference {
                     self.live().preference.push_eval(step, m);
+                }
+                if let Some(m) = &grpo {
+                    self.live().grpo.push_eval(step, m);
                 }
                 if best {
                     self.live().best = Some((step, val_loss));
@@ -211,7 +217,7 @@ impl TrainingPanel {
             elapsed_secs,
             eta_secs,
             preference,
-            grpo: _,
+            grpo,
         } = event
         else {
             return None;
@@ -225,6 +231,9 @@ impl TrainingPanel {
         run.grad_norm.push(PlotPoint::new(x, grad_norm));
         if let Some(m) = &preference {
             run.preference.push_step(step, m);
+        }
+        if let Some(m) = &grpo {
+            run.grpo.push_step(step, m);
         }
         run.step = step;
         run.total_steps = total_steps;
@@ -294,7 +303,7 @@ impl TrainingPanel {
             run.follow_smoothing(smoothing);
         }
         egui::ScrollArea::vertical().id_salt("training-page").auto_shrink([false; 2]).show(ui, |ui| {
-            if let Some(run) = &self.run {
+            if let Some(run) = &mut self.run {
                 card_ui(ui, |ui| {
                     ui.set_width(ui.available_width());
                     widgets::run_progress_ui(
@@ -325,6 +334,7 @@ impl TrainingPanel {
                             ui.label(RichText::new(format!("val loss {}", fmt_loss(p.y))).color(palette::VALID));
                         }
                         super::preference_plots::status_ui(ui, &run.preference);
+                        super::grpo_plots::status_ui(ui, &run.grpo);
                         best_so_far_ui(ui, run.best);
                         ui.separator();
                         ui.label(format!("{} trained tokens", fmt_count(run.trained_tokens)));
@@ -337,6 +347,7 @@ impl TrainingPanel {
                 });
                 ui.add_space(6.0);
                 plots_ui(ui, run, &mut ctx.prefs.smoothing);
+                super::grpo_samples::samples_ui(ui, &mut run.grpo);
             } else {
                 banner_ui(
                     ui,

@@ -1,5 +1,5 @@
 //! The training page's four live plots (loss raw and smoothed with validation points, learning rate,
-//! throughput, gradient norm), and for a preference run its reward plots below them, their x axes linked; long
+//! throughput, gradient norm), and for a preference or GRPO run its reward plots below them, their x axes linked; long
 //! series are decimated for drawing only.
 
 use super::live_run::LiveRun;
@@ -92,5 +92,9 @@ pub fn plots_ui(ui: &mut Ui, run: &LiveRun, smoothing: &mut f32) {
     if !run.preference.is_empty() {
         ui.add_space(4.0);
         super::preference_plots::preference_plots_ui(ui, &run.preference, link, height * 0.8);
+    }
+    if !run.grpo.is_empty() {
+        ui.add_space(4.0);
+        super::grpo_plots::grpo_plots_ui(ui, &run.grpo, link, height * 0.8);
     }
 }

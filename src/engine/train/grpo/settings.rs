@@ -267,6 +267,30 @@ impl GrpoSettings {
                     "a number",
                 );
             }
+            match &reward.kind {
+                RewardKind::Program { command, .. } if command.first().is_none_or(|p| p.trim().is_empty()) => {
+                    return Err(Error::InvalidSetting(
+                        "the program reward has no command; give the program and its arguments (`command = \
+                         [\"python3\", \"score.py\"]`)"
+                            .into(),
+                    ));
+                }
+                RewardKind::Program { timeout_secs, .. } if !(timeout_secs.is_finite() && *timeout_secs > 0.0) => {
+                    return bad(
+                        "the program reward's timeout_secs",
+                        timeout_secs.to_string(),
+                        "a positive number of seconds",
+                    );
+                }
+                RewardKind::Regex { pattern: s } | RewardKind::Format { structure: s } if s.trim().is_empty() => {
+                    return Err(Error::InvalidSetting(format!(
+                        "the {} reward has no pattern; give a regex{}",
+                        reward.kind.name(),
+                        if reward.kind.name() == "format" { " or the preset think-answer" } else { "" }
+                    )));
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -290,6 +314,20 @@ mod tests {
             assert_eq!(loss.name().parse::<GrpoLoss>().unwrap(), loss);
         }
         assert_eq!("dr-grpo".parse::<GrpoLoss>().unwrap(), GrpoLoss::DrGrpo);
+    }
+
+    #[test]
+    fn program_and_pattern_rewards_need_their_text() {
+        let with = |kind| GrpoSettings { rewards: vec![RewardSpec { kind, weight: 1.0 }], ..Default::default() };
+        let program = |command: Vec<String>, timeout_secs| RewardKind::Program { command, timeout_secs };
+        let err = with(program(vec![], 5.0)).validate().unwrap_err().to_string();
+        assert!(err.contains("the program reward has no command"), "{err}");
+        assert!(with(program(vec!["python3".into()], 0.0)).validate().is_err());
+        assert!(with(program(vec!["python3".into()], 5.0)).validate().is_ok());
+        let err = with(RewardKind::Format { structure: " ".into() }).validate().unwrap_err().to_string();
+        assert!(err.contains("the format reward has no pattern"), "{err}");
+        assert!(with(RewardKind::Regex { pattern: String::new() }).validate().is_err());
+        assert!(with(RewardKind::Regex { pattern: "\\d".into() }).validate().is_ok());
     }
 
     #[test]
