@@ -288,6 +288,10 @@ pub(super) fn resolve_sources(config: &mut TrainConfig) -> anyhow::Result<()> {
 
 pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     let mut config = args.to_config()?;
+    if config.method.is_reinforcement() {
+        // A bad pattern or a missing reward program is refused before the model loads.
+        crate::engine::train::grpo::rewards::Rewards::new(&config.grpo.rewards)?;
+    }
     resolve_sources(&mut config)?;
     let placement = crate::engine::device::setup(config.device, config.dtype)?;
     super::print_placement_notes(&placement);

@@ -4,6 +4,7 @@
 //! not split (an open quote), the program has no command and the row says why.
 
 use super::widgets::palette;
+use crate::engine::train::grpo::rewards::program::{join_command, split_command};
 use crate::engine::train::grpo::settings::DEFAULT_REWARD_TIMEOUT_SECS;
 use crate::engine::train::grpo::{reward_names, RewardKind, RewardSpec};
 use egui::{DragValue, RichText, TextEdit, Ui};
@@ -154,10 +155,10 @@ fn kind_settings_ui(ui: &mut Ui, kind: &mut RewardKind, draft: egui::Id) {
 
 /// The program's command line as text; returns why it does not split into arguments, if it does not.
 fn command_line_ui(ui: &mut Ui, command: &mut Vec<String>, label: egui::Id, id: egui::Id) -> Option<String> {
-    let shown = shell_words::join(command.iter());
+    let shown = join_command(command);
     let mut text = ui.data_mut(|d| d.get_temp::<String>(id)).unwrap_or_else(|| shown.clone());
     // A draft that splits to something other than the command is stale (the config was replaced): show the command.
-    if shell_words::split(&text).is_ok_and(|words| words != *command) {
+    if split_command(&text).is_ok_and(|words| words != *command) {
         text = shown;
     }
     let edit = ui
@@ -166,7 +167,7 @@ fn command_line_ui(ui: &mut Ui, command: &mut Vec<String>, label: egui::Id, id: 
         "The program and its arguments, split as a shell would (quotes keep spaces) but run without a shell: no \
          pipes, globs or variables.",
     );
-    let split = shell_words::split(&text);
+    let split = split_command(&text);
     if edit.changed() {
         *command = split.clone().unwrap_or_default();
     }
