@@ -119,7 +119,7 @@ impl DatasetPanel {
         widgets::page_header_ui(
             ui,
             "Training data",
-            "JSONL, JSON or parquet rows in chat ({\"messages\"}), ShareGPT ({\"conversations\"}), Alpaca ({\"instruction\", \"output\"}), completions ({\"prompt\", \"completion\"}), text ({\"text\"}) or preference pairs ({\"prompt\", \"chosen\", \"rejected\"}, for DPO and ORPO) format; a folder may hold train/valid/test files or a Hub dataset's data/ shards.",
+            "JSONL, JSON or parquet rows in chat ({\"messages\"}), ShareGPT ({\"conversations\"}), Alpaca ({\"instruction\", \"output\"}), completions ({\"prompt\", \"completion\"}), text ({\"text\"}), preference pairs ({\"prompt\", \"chosen\", \"rejected\"}, for DPO and ORPO) or prompts ({\"prompt\", \"answer\"} or gsm8k's {\"question\", \"answer\"}, for GRPO) format; a folder may hold train/valid/test files or a Hub dataset's data/ shards.",
         );
         egui::ScrollArea::vertical().id_salt("dataset-page").auto_shrink([false; 2]).show(ui, |ui| {
             self.open_row_ui(ui, ctx);

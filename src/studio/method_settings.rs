@@ -8,7 +8,7 @@ use super::preference_fields::{preference_rows_ui, settings_error, settings_for}
 use super::prefs::Prefs;
 use super::setting_rows::row_ui;
 use super::widgets::{banner_ui, card_ui, palette, Tone};
-use crate::engine::train::{Method, TrainConfig};
+use crate::engine::train::{data_fit, Method, TrainConfig};
 use crate::worker::{DatasetReport, SplitName};
 use egui::{RichText, Ui};
 use std::path::PathBuf;
@@ -77,16 +77,17 @@ pub fn method_mismatch(
 ) -> Option<Mismatch> {
     let report = report.filter(|r| dataset.is_some_and(|d| crate::worker::same_path(d, &r.path)))?;
     let format = report.splits.iter().find(|s| s.split == SplitName::Train)?.format?;
-    let err = crate::engine::data::preference::check_method_fits_rows(cfg.method.is_preference(), format, &report.path)
-        .err()?;
-    let fits = if format == crate::engine::data::DatasetFormat::Preference { Method::Dpo } else { Method::Sft };
-    Some(Mismatch { message: err.to_string(), fits })
+    let err = data_fit::check_method_fits_rows(cfg.method, format, &report.path).err()?;
+    Some(Mismatch { message: err.to_string(), fits: data_fit::method_for(format.kind()) })
 }
 
 /// The mismatch as a warning with its one-click fix.
 pub fn mismatch_ui(ui: &mut Ui, cfg: &mut TrainConfig, mismatch: &Mismatch) {
-    let pairs = mismatch.fits.is_preference();
-    let what = if pairs { "This dataset holds preference pairs" } else { "This dataset holds no preference pairs" };
+    let what = match mismatch.fits {
+        Method::Dpo | Method::Orpo => "This dataset holds preference pairs",
+        Method::Grpo => "This dataset holds prompts for GRPO",
+        Method::Sft => "This dataset holds supervised rows",
+    };
     banner_ui(ui, Tone::Warn, format!("{what}: {} cannot train on it.", cfg.method.name().to_uppercase()));
     ui.horizontal_wrapped(|ui| {
         let label = format!("Switch to {}", mismatch.fits.name().to_uppercase());
@@ -149,6 +150,13 @@ mod tests {
         let chat = report(DatasetFormat::Chat);
         let m = method_mismatch(&cfg, Some(&data), Some(&chat)).unwrap();
         assert!(m.fits == Method::Sft && m.message.contains("DPO and ORPO train on preference pairs"), "{m:?}");
+        let prompts = report(DatasetFormat::Prompts);
+        let m = method_mismatch(&cfg, Some(&data), Some(&prompts)).unwrap();
+        assert!(m.fits == Method::Grpo && m.message.contains("train with --method grpo"), "{m:?}");
+        let grpo = TrainConfig { method: Method::Grpo, ..cfg.clone() };
+        assert!(method_mismatch(&grpo, Some(&data), Some(&prompts)).is_none());
+        let m = method_mismatch(&grpo, Some(&data), Some(&chat)).unwrap();
+        assert!(m.fits == Method::Sft && m.message.contains("GRPO needs prompts with answers"), "{m:?}");
         cfg.preference_loss = PreferenceLoss::Ipo;
         switch_method(&mut cfg, Method::Orpo);
         assert!(cfg.preference().validate(Method::Orpo).is_ok(), "ORPO drops DPO's loss");

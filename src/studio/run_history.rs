@@ -154,6 +154,7 @@ mod tests {
             elapsed_secs: step as f64 * 2.0,
             eta_secs: 1.0,
             preference: None,
+            grpo: None,
         }
     }
 

@@ -516,6 +516,7 @@ mod tests {
             elapsed_secs: step as f64,
             eta_secs: (10 - step) as f64,
             preference: None,
+            grpo: None,
         }
     }
 

@@ -103,6 +103,7 @@ fn collate_pairs_puts_every_chosen_before_every_rejected() {
         examples: vec![example(&[1, 2]), example(&[3, 4, 5])],
         source_lines: vec![1, 2],
         rejected: Some(vec![example(&[6]), example(&[7, 8, 9, 10])]),
+        prompts: None,
     };
     let batch = collate_pairs(&split, &[1, 0], 0).unwrap();
     assert_eq!((batch.batch_size, batch.seq_len), (4, 4));

@@ -9,6 +9,7 @@ pub mod checkpoint_policy;
 mod clock;
 pub mod config;
 pub mod config_file;
+pub mod data_fit;
 pub mod early_stop;
 pub mod events;
 pub mod grpo;
@@ -145,10 +146,7 @@ impl<'a> Trainer<'a> {
         let started = Instant::now();
         // The dataset is read (and refused if it is not one) before its fingerprint reads it again.
         let data = prepare_data(config, base)?;
-        match config.method.is_preference() {
-            true => data::require_preference_rows(&data, &config.data)?,
-            false => data::require_sft_rows(&data, &config.data)?,
-        }
+        data_fit::require_rows_fit(config.method, &data, &config.data)?;
         early_stop::require_validation(config, data.valid.as_ref().map_or(0, |v| v.examples.len()), &config.data)?;
         let fingerprints = resume::Fingerprints {
             base: crate::engine::model::fingerprint::model_fingerprint(base)?,
