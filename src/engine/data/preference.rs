@@ -133,10 +133,8 @@ pub(super) fn check_split_kinds(raw: &RawDataset, spec: &TokenizeSpec<'_>) -> Re
     let train_kind = kind(raw.train.format);
     for split in [raw.valid.as_ref(), raw.test.as_ref()].into_iter().flatten() {
         if split.format.is_some() && kind(split.format) != train_kind {
-            let what = match kind(split.format).or(train_kind) {
-                Some(RowKind::Prompts) => "GRPO prompts",
-                _ => "preference pairs",
-            };
+            let prompts = [kind(split.format), train_kind].contains(&Some(RowKind::Prompts));
+            let what = if prompts { "GRPO prompts" } else { "preference pairs" };
             return Err(Error::Data(format!(
                 "{}: the {} split holds {} rows but the train split ({}) holds {} rows; every split must hold \
                  {what}, or none",
