@@ -162,6 +162,13 @@ fn smollm2_prompts_end_with_the_generation_prompt_as_the_chat_pane_asks() {
     assert_eq!(cut.summary.train.dropped, too_long);
     let note = cut.summary.notes.iter().find(|n| n.contains("longer than max_seq_len 46")).unwrap();
     assert!(note.contains("were dropped: ") && note.contains("train.jsonl:") && note.contains("tokens)"), "{note}");
+    // The dataset report counts the same prompts as dropped, and none at a length they fit.
+    let report = |len| metal_candle::engine::data::inspect_dataset(&sample, Some(&model), len, false, 1).unwrap();
+    let stats = report(46).tokens.unwrap();
+    assert_eq!((stats.dropped, stats.truncated, stats.target_tokens), (too_long, 0, 0));
+    let fits = report(128);
+    assert_eq!((fits.tokens.as_ref().unwrap().dropped, fits.rows_word()), (0, "prompts"));
+    assert!(fits.preview[0].pieces.iter().all(|(_, trained)| !trained), "a prompt previews as masked");
     let none = prepare_dataset(&sample, &spec, &DataOptions { max_seq_len: 8, ..Default::default() });
     let err = none.unwrap_err().to_string();
     assert!(err.contains("no training prompts left") && err.contains("400 longer than max_seq_len 8"), "{err}");

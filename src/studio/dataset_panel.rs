@@ -373,12 +373,21 @@ fn token_stats_ui(ui: &mut Ui, t: &TokenStats, hist: Option<&LengthHistogram>, r
             banner_ui(
                 ui,
                 if t.dropped == t.lengths.len() { Tone::Error } else { Tone::Warn },
-                format!(
-                    "{} of {} {rows} have no trained tokens within {} tokens (the reply starts after the cut) and will be dropped; raise the sequence length.",
-                    t.dropped,
-                    t.lengths.len(),
-                    t.max_seq_len
-                ),
+                match rows {
+                    // GRPO prompts are never cut: one longer than the sequence length leaves no room to answer.
+                    "prompts" => format!(
+                        "{} of {} prompts are longer than {} tokens and will be dropped; raise the sequence length.",
+                        t.dropped,
+                        t.lengths.len(),
+                        t.max_seq_len
+                    ),
+                    _ => format!(
+                        "{} of {} {rows} have no trained tokens within {} tokens (the reply starts after the cut) and will be dropped; raise the sequence length.",
+                        t.dropped,
+                        t.lengths.len(),
+                        t.max_seq_len
+                    ),
+                },
             );
         }
         if !t.failures.is_empty() {

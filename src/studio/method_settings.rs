@@ -51,12 +51,13 @@ pub fn method_card_ui(ui: &mut Ui, prefs: &mut Prefs, report: Option<&DatasetRep
 }
 
 /// Change the method, leaving settings the new one refuses (and no control shows) at values it accepts: ORPO has no
-/// DPO loss, and preference methods never train prompt tokens.
+/// DPO loss, and preference methods and GRPO never train prompt tokens.
 pub fn switch_method(cfg: &mut TrainConfig, method: Method) {
     cfg.method = method;
     let s = settings_for(method, cfg.preference());
     (cfg.preference_loss, cfg.label_smoothing) = (s.loss, s.label_smoothing);
-    if method.is_preference() {
+    // Neither preference methods nor GRPO train prompt tokens (training refuses the setting for their data).
+    if method.is_preference() || method.is_reinforcement() {
         cfg.train_on_prompt = false;
     }
 }
@@ -153,7 +154,9 @@ mod tests {
         let prompts = report(DatasetFormat::Prompts);
         let m = method_mismatch(&cfg, Some(&data), Some(&prompts)).unwrap();
         assert!(m.fits == Method::Grpo && m.message.contains("train with --method grpo"), "{m:?}");
-        let grpo = TrainConfig { method: Method::Grpo, ..cfg.clone() };
+        let mut grpo = TrainConfig { train_on_prompt: true, ..cfg.clone() };
+        switch_method(&mut grpo, m.fits);
+        assert!(grpo.method == Method::Grpo && !grpo.train_on_prompt);
         assert!(method_mismatch(&grpo, Some(&data), Some(&prompts)).is_none());
         let m = method_mismatch(&grpo, Some(&data), Some(&chat)).unwrap();
         assert!(m.fits == Method::Sft && m.message.contains("GRPO needs prompts with answers"), "{m:?}");
