@@ -18,8 +18,10 @@ read values, never bytes). Layout:
     array.json            a JSON array of alpaca rows
     alpaca_text.jsonl     Alpaca columns beside a rendered `text` column (as tatsu-lab/alpaca has them): alpaca
     ambiguous.jsonl       Alpaca columns beside prompt/completion columns: two formats, never guessed
-    qa.jsonl              `question` / `answer` columns: no known format until mapped
+    qa.jsonl              `question` / `answer` columns: read as GRPO prompts, as completions once mapped
     preference-hub/       trl-lib/ultrafeedback_binarized's layout: chosen/rejected conversations, scores, train/test
+    gsm8k-hub/            openai/gsm8k's layout (main/{train,test}-00000-of-00001.parquet, `question` / `answer`
+                          with the worked solution ending in `#### N`): GRPO prompts
     malformed.parquet     completions whose row 2 has an empty completion
     mixed/                a train split of two files in different formats
     tools.jsonl           a chat row with tools and tool-call turns
@@ -134,6 +136,25 @@ def main():
                         ("score_chosen", pa.float64()), ("score_rejected", pa.float64())])
     write_parquet(OUT / "preference-hub/data/train-00000-of-00001.parquet", pa.Table.from_pylist(pairs * 2, schema))
     write_parquet(OUT / "preference-hub/data/test-00000-of-00001.parquet", pa.Table.from_pylist(pairs[:1], schema))
+
+    # A GRPO prompt repo laid out as openai/gsm8k's `main` config: question, and the worked answer ending in `#### N`.
+    gsm8k = [
+        ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
+         "clips did Natalia sell altogether in April and May?",
+         "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in "
+         "April and May.\n#### 72"),
+        ("Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did "
+         "she earn?",
+         "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 = "
+         "$<<0.2*50=10>>10.\n#### 10"),
+        ("A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts in total does it take?",
+         "It takes 2/2=<<2/2=1>>1 bolt of white fiber\nSo the total amount of fabric is 2+1=<<2+1=3>>3 bolts of "
+         "fabric\n#### 3"),
+    ]
+    schema = pa.schema([("question", pa.string()), ("answer", pa.string())])
+    rows = [{"question": q, "answer": a} for q, a in gsm8k]
+    write_parquet(OUT / "gsm8k-hub/main/train-00000-of-00001.parquet", pa.Table.from_pylist(rows[:2], schema))
+    write_parquet(OUT / "gsm8k-hub/main/test-00000-of-00001.parquet", pa.Table.from_pylist(rows[2:], schema))
 
 
 if __name__ == "__main__":

@@ -270,6 +270,38 @@ fn a_hub_preference_dataset_trains_dpo_by_its_repo_id() {
     assert_eq!(report["rows"], 1, "the test shard's one pair");
 }
 
+/// A GRPO prompt dataset on the Hub in openai/gsm8k's layout (`main/{train,test}-00000-of-00001.parquet`,
+/// `question` / `answer` columns) is read by its repo id as prompts with their answers.
+#[test]
+fn a_hub_gsm8k_dataset_reads_as_prompts_by_its_repo_id() {
+    let data = FakeRepo::from_dir("datasets", "org/gsm8k", &fixture("datasets/gsm8k-hub"));
+    let server = HubServer::start(vec![data], None);
+    let cache = tempfile::tempdir().unwrap();
+    let out = cli(&server, cache.path()).args(["data", "--data", "org/gsm8k", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let splits = report["splits"].as_array().unwrap();
+    let summary: Vec<(&str, &str, u64)> = splits
+        .iter()
+        .map(|s| (s["split"].as_str().unwrap(), s["format"].as_str().unwrap_or("none"), s["rows"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(summary, [("train", "prompts", 2), ("test", "prompts", 1)]);
+    assert_eq!(splits[0]["columns"], serde_json::json!(["question", "answer"]));
+    let raw = metal_candle::engine::data::load_raw_dataset(
+        Path::new(report["path"].as_str().unwrap()),
+        &metal_candle::engine::data::DataOptions::default(),
+    )
+    .unwrap();
+    let rows: Vec<_> = raw.train.rows.iter().chain(raw.valid.iter().flat_map(|v| &v.rows)).collect();
+    match &rows[0].row {
+        metal_candle::engine::data::Row::Prompt(p) => {
+            assert!(p.prompt_text().starts_with("Natalia sold clips"), "{p:?}");
+            assert!(p.answer.as_deref().is_some_and(|a| a.ends_with("#### 72")), "{p:?}");
+        }
+        other => panic!("not a prompt: {other:?}"),
+    }
+}
+
 #[test]
 fn a_cut_connection_resumes_from_what_arrived() {
     let server = HubServer::start(vec![big_repo()], None);

@@ -6,10 +6,11 @@ mod common;
 
 use common::{fixture, ids};
 use metal_candle::engine::data::{
-    collate_pairs, load_raw_dataset, prepare_dataset, require_preference_rows, require_sft_rows, DataOptions,
-    DatasetFormat, Detection, TokenizeSpec,
+    collate_pairs, load_raw_dataset, prepare_dataset, DataOptions, DatasetFormat, Detection, TokenizeSpec,
 };
 use metal_candle::engine::model::{load_model, LoadedModel};
+use metal_candle::engine::train::data_fit::require_rows_fit;
+use metal_candle::engine::train::Method;
 use std::path::Path;
 
 fn tiny_llama() -> LoadedModel {
@@ -106,9 +107,9 @@ fn pairs_batch_chosen_then_rejected_and_methods_refuse_the_wrong_data() {
     }
     assert_eq!(batch.target_tokens, rows.iter().map(|e| e.target_tokens()).sum::<usize>());
 
-    let err = require_sft_rows(&prepared, &path).unwrap_err().to_string();
+    let err = require_rows_fit(Method::Sft, &prepared, &path).unwrap_err().to_string();
     assert!(err.contains("preference pairs") && err.contains("--method dpo or orpo"), "{err}");
-    require_preference_rows(&prepared, &path).unwrap();
+    require_rows_fit(Method::Dpo, &prepared, &path).unwrap();
     let on_prompt = TokenizeSpec::for_model(&model, 64, true);
     let err = prepare_dataset(&path, &on_prompt, &DataOptions { train_on_prompt: true, ..options(64) })
         .unwrap_err()
@@ -118,8 +119,8 @@ fn pairs_batch_chosen_then_rejected_and_methods_refuse_the_wrong_data() {
     let chat = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample-chat");
     let sft = prepare_dataset(&chat, &spec, &DataOptions { max_seq_len: 256, ..Default::default() }).unwrap();
     assert!(!sft.is_preference());
-    require_sft_rows(&sft, &chat).unwrap();
-    let err = require_preference_rows(&sft, &chat).unwrap_err().to_string();
+    require_rows_fit(Method::Sft, &sft, &chat).unwrap();
+    let err = require_rows_fit(Method::Orpo, &sft, &chat).unwrap_err().to_string();
     assert!(err.contains("DPO and ORPO train on preference pairs") && err.contains("chat rows"), "{err}");
     assert!(collate_pairs(&sft.train, &[0], 0).is_err());
 }

@@ -519,13 +519,10 @@ fn the_dataset_page_shows_the_detected_format_and_maps_columns() {
     assert_eq!(h.query_all_by_label("chat (detected from row 1)").count(), 2, "train and test");
     assert!(h.query_by_label_contains("Format: train: chat (detected from row 1)").is_some());
 
-    // question/answer columns: no known format until the user maps them.
+    // question/answer columns: read as GRPO prompts until the user maps them to completions.
     open_dataset(&mut h, &datasets.join("qa.jsonl"));
     h.step();
-    assert!(h.query_by_label("unknown").is_some());
-    assert!(h
-        .query_by_label_contains("No known format in the train split: its columns are answer, question")
-        .is_some());
+    assert!(h.query_by_label_contains("Format: train: prompts (detected from line 1)").is_some());
     click(&mut h, "completions");
     assert_eq!(app(&h).prefs.train.data_format, metal_candle::engine::data::FormatChoice::Completions);
     step_until(&mut h, "the rows read as completions", 30, |a| !a.dataset_panel.is_inspecting());

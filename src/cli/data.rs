@@ -16,7 +16,7 @@ pub struct DataArgs {
     #[arg(long)]
     pub data: PathBuf,
     /// How rows are read: auto detects each file's format.
-    #[arg(long, value_name = "auto|chat|sharegpt|alpaca|preference|completions|text", default_value = "auto")]
+    #[arg(long, value_name = "auto|chat|sharegpt|alpaca|preference|prompts|completions|text", default_value = "auto")]
     pub format: FormatChoice,
     /// Read columns as a format's fields, e.g. prompt=question,completion=answer or conversations=dialog.
     #[arg(long, value_name = "FIELD=COLUMN,...")]
@@ -107,7 +107,7 @@ fn print_report(report: &DatasetReport) {
             match &s.detection {
                 crate::engine::data::Detection::Ambiguous { candidates, .. } =>
                     candidates.iter().map(|f| f.name()).collect::<Vec<_>>().join("|"),
-                _ => "chat|sharegpt|alpaca|preference|completions|text".into(),
+                _ => "chat|sharegpt|alpaca|preference|prompts|completions|text".into(),
             },
             crate::engine::data::columns::known_fields().collect::<Vec<_>>().join(", ")
         );

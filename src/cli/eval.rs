@@ -68,7 +68,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// How dataset rows are read (default: the run's, else auto).
-    #[arg(long, value_name = "auto|chat|sharegpt|alpaca|completions|text|preference")]
+    #[arg(long, value_name = "auto|chat|sharegpt|alpaca|completions|text|preference|prompts")]
     pub format: Option<FormatChoice>,
     /// Read dataset columns as a format's fields, e.g. prompt=question,completion=answer.
     #[arg(long, value_name = "FIELD=COLUMN,...")]

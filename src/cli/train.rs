@@ -19,7 +19,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// How dataset rows are read: auto detects each file's format (recorded in run.json, kept on --resume).
-    #[arg(long, value_name = "auto|chat|sharegpt|alpaca|completions|text|preference")]
+    #[arg(long, value_name = "auto|chat|sharegpt|alpaca|completions|text|preference|prompts")]
     pub format: Option<crate::engine::data::FormatChoice>,
     /// Read dataset columns as a format's fields, e.g. prompt=question,completion=answer or
     /// conversations=dialog (recorded in run.json, kept on --resume).

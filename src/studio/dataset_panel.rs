@@ -119,7 +119,7 @@ impl DatasetPanel {
         widgets::page_header_ui(
             ui,
             "Training data",
-            "JSONL, JSON or parquet rows in chat ({\"messages\"}), ShareGPT ({\"conversations\"}), Alpaca ({\"instruction\", \"output\"}), completions ({\"prompt\", \"completion\"}), text ({\"text\"}) or preference pairs ({\"prompt\", \"chosen\", \"rejected\"}, for DPO and ORPO) format; a folder may hold train/valid/test files or a Hub dataset's data/ shards.",
+            "JSONL, JSON or parquet rows in chat ({\"messages\"}), ShareGPT ({\"conversations\"}), Alpaca ({\"instruction\", \"output\"}), completions ({\"prompt\", \"completion\"}), text ({\"text\"}), preference pairs ({\"prompt\", \"chosen\", \"rejected\"}, for DPO and ORPO) or prompts ({\"prompt\", \"answer\"} or gsm8k's {\"question\", \"answer\"}, for GRPO) format; a folder may hold train/valid/test files or a Hub dataset's data/ shards.",
         );
         egui::ScrollArea::vertical().id_salt("dataset-page").auto_shrink([false; 2]).show(ui, |ui| {
             self.open_row_ui(ui, ctx);
@@ -373,12 +373,21 @@ fn token_stats_ui(ui: &mut Ui, t: &TokenStats, hist: Option<&LengthHistogram>, r
             banner_ui(
                 ui,
                 if t.dropped == t.lengths.len() { Tone::Error } else { Tone::Warn },
-                format!(
-                    "{} of {} {rows} have no trained tokens within {} tokens (the reply starts after the cut) and will be dropped; raise the sequence length.",
-                    t.dropped,
-                    t.lengths.len(),
-                    t.max_seq_len
-                ),
+                match rows {
+                    // GRPO prompts are never cut: one longer than the sequence length leaves no room to answer.
+                    "prompts" => format!(
+                        "{} of {} prompts are longer than {} tokens and will be dropped; raise the sequence length.",
+                        t.dropped,
+                        t.lengths.len(),
+                        t.max_seq_len
+                    ),
+                    _ => format!(
+                        "{} of {} {rows} have no trained tokens within {} tokens (the reply starts after the cut) and will be dropped; raise the sequence length.",
+                        t.dropped,
+                        t.lengths.len(),
+                        t.max_seq_len
+                    ),
+                },
             );
         }
         if !t.failures.is_empty() {

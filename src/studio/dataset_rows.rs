@@ -293,8 +293,8 @@ fn rows_ui(ui: &mut Ui, page: &RowPage) {
     }
 }
 
-/// A row's view: templated tokens, plain turns, or a preference pair (its prompt once, then the chosen and the
-/// rejected completions side by side, each as templated tokens or turns).
+/// A row's view: templated tokens, plain turns, a preference pair (its prompt once, then the chosen and the
+/// rejected completions side by side, each as templated tokens or turns), or a GRPO prompt and its answer.
 fn view_ui(ui: &mut Ui, view: &RowView, search: &str) {
     match view {
         RowView::Templated { pieces, .. } => widgets::token_view_ui(ui, pieces, search),
@@ -316,6 +316,41 @@ fn view_ui(ui: &mut Ui, view: &RowView, search: &str) {
                     column.push_id(title, |ui| view_ui(ui, side, search));
                 }
             });
+        }
+        RowView::Prompt { prompt, answer } => {
+            // A prompt is never cut: one too long for the sequence length is left out of training.
+            let size = match &**prompt {
+                RowView::Templated { tokens, truncated, .. } => {
+                    format!(
+                        " · {tokens} tokens{}",
+                        if *truncated { " (longer than the sequence length: dropped)" } else { "" }
+                    )
+                }
+                _ => String::new(),
+            };
+            ui.label(RichText::new(format!("Prompt{size}")).strong().small());
+            ui.push_id("prompt", |ui| view_ui(ui, prompt, search));
+            ui.add_space(4.0);
+            answer_ui(ui, answer.as_deref(), search);
+        }
+    }
+}
+
+/// A GRPO prompt's reference answer (what the exact-answer reward compares with), or that it has none.
+fn answer_ui(ui: &mut Ui, answer: Option<&str>, search: &str) {
+    match answer {
+        Some(answer) => {
+            ui.label(RichText::new("answer").strong().small().color(palette::OK));
+            let text = TextFormat { color: ui.visuals().text_color(), ..Default::default() };
+            let job = widgets::highlighted_job(&[(answer, &text)], search, ui.available_width());
+            ui.add(egui::Label::new(job).wrap().selectable(true));
+        }
+        None => {
+            ui.label(
+                RichText::new("no answer: only rewards that need none (format, length, a program) can score it")
+                    .weak()
+                    .small(),
+            );
         }
     }
 }

@@ -10,7 +10,7 @@ use super::preference_fields::{preference_rows_ui, settings_error, settings_for}
 use super::prefs::Prefs;
 use super::setting_rows::row_ui;
 use super::widgets::{banner_ui, card_ui, palette, Tone};
-use crate::engine::train::{Method, TrainConfig};
+use crate::engine::train::{data_fit, Method, TrainConfig};
 use crate::worker::{DatasetReport, SplitName};
 use egui::{RichText, Ui};
 use std::path::PathBuf;
@@ -62,12 +62,13 @@ pub fn method_card_ui(ui: &mut Ui, prefs: &mut Prefs, report: Option<&DatasetRep
 }
 
 /// Change the method, leaving settings the new one refuses (and no control shows) at values it accepts: ORPO has no
-/// DPO loss, and preference methods never train prompt tokens.
+/// DPO loss, and preference methods and GRPO never train prompt tokens.
 pub fn switch_method(cfg: &mut TrainConfig, method: Method) {
     cfg.method = method;
     let s = settings_for(method, cfg.preference());
     (cfg.preference_loss, cfg.label_smoothing) = (s.loss, s.label_smoothing);
-    if method.is_preference() {
+    // Neither preference methods nor GRPO train prompt tokens (training refuses the setting for their data).
+    if method.is_preference() || method.is_reinforcement() {
         cfg.train_on_prompt = false;
     }
 }
@@ -86,23 +87,19 @@ pub fn method_mismatch(
     dataset: Option<&PathBuf>,
     report: Option<&DatasetReport>,
 ) -> Option<Mismatch> {
-    // TODO(issue 35, wt-gdata): GRPO's rows are checked once `check_method_fits_rows` takes the `Method`; until
-    // then the trainer refuses them when the run starts.
-    if cfg.method.is_reinforcement() {
-        return None;
-    }
     let report = report.filter(|r| dataset.is_some_and(|d| crate::worker::same_path(d, &r.path)))?;
     let format = report.splits.iter().find(|s| s.split == SplitName::Train)?.format?;
-    let err = crate::engine::data::preference::check_method_fits_rows(cfg.method.is_preference(), format, &report.path)
-        .err()?;
-    let fits = if format == crate::engine::data::DatasetFormat::Preference { Method::Dpo } else { Method::Sft };
-    Some(Mismatch { message: err.to_string(), fits })
+    let err = data_fit::check_method_fits_rows(cfg.method, format, &report.path).err()?;
+    Some(Mismatch { message: err.to_string(), fits: data_fit::method_for(format.kind()) })
 }
 
 /// The mismatch as a warning with its one-click fix.
 pub fn mismatch_ui(ui: &mut Ui, cfg: &mut TrainConfig, mismatch: &Mismatch) {
-    let pairs = mismatch.fits.is_preference();
-    let what = if pairs { "This dataset holds preference pairs" } else { "This dataset holds no preference pairs" };
+    let what = match mismatch.fits {
+        Method::Dpo | Method::Orpo => "This dataset holds preference pairs",
+        Method::Grpo => "This dataset holds prompts for GRPO",
+        Method::Sft => "This dataset holds supervised rows",
+    };
     banner_ui(ui, Tone::Warn, format!("{what}: {} cannot train on it.", cfg.method.name().to_uppercase()));
     ui.horizontal_wrapped(|ui| {
         let label = format!("Switch to {}", mismatch.fits.name().to_uppercase());
@@ -165,6 +162,15 @@ mod tests {
         let chat = report(DatasetFormat::Chat);
         let m = method_mismatch(&cfg, Some(&data), Some(&chat)).unwrap();
         assert!(m.fits == Method::Sft && m.message.contains("DPO and ORPO train on preference pairs"), "{m:?}");
+        let prompts = report(DatasetFormat::Prompts);
+        let m = method_mismatch(&cfg, Some(&data), Some(&prompts)).unwrap();
+        assert!(m.fits == Method::Grpo && m.message.contains("train with --method grpo"), "{m:?}");
+        let mut grpo = TrainConfig { train_on_prompt: true, ..cfg.clone() };
+        switch_method(&mut grpo, m.fits);
+        assert!(grpo.method == Method::Grpo && !grpo.train_on_prompt);
+        assert!(method_mismatch(&grpo, Some(&data), Some(&prompts)).is_none());
+        let m = method_mismatch(&grpo, Some(&data), Some(&chat)).unwrap();
+        assert!(m.fits == Method::Sft && m.message.contains("GRPO needs prompts with answers"), "{m:?}");
         cfg.preference_loss = PreferenceLoss::Ipo;
         switch_method(&mut cfg, Method::Orpo);
         assert!(cfg.preference().validate(Method::Orpo).is_ok(), "ORPO drops DPO's loss");

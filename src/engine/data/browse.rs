@@ -1,14 +1,15 @@
 //! Paging through and searching a dataset's rows (the studio's dataset page): every valid row of each split,
 //! read once the way training reads it ([`super::read_split`]), a case-insensitive text search over all rows
 //! of a split, and a page of rows rendered through the model's chat template with trained and masked tokens
-//! marked (as the report's preview does), or as plain turns when no model is loaded.
+//! marked (as the report's preview does), or as plain turns when no model is loaded. A preference pair shows its
+//! prompt once and both completions; a GRPO prompt shows its prompt (with the generation prompt) and answer.
 //!
 //! A [`RowBrowser`] is built once per dataset and reading choice and kept by the worker; it notices when a
 //! file changes on disk ([`RowBrowser::is_current`]), and remembers the last search so paging through its
 //! matches does not search again.
 
 use super::columns::ReadOptions;
-use super::formats::{PreferenceRow, PreferenceTurns, Row, RowUnit, SourcedRow};
+use super::formats::{PreferenceRow, PreferenceTurns, PromptRow, Row, RowUnit, SourcedRow};
 use super::splits::RawSplit;
 use super::{dataset_layout, read_split, Example, SplitName, TokenizeSpec};
 use crate::engine::model::chat_template::ChatMessage;
@@ -63,6 +64,9 @@ pub enum RowView {
     /// A preference pair, each part a `Templated` or a `Turns` view: the prompt (shown once; templated, it is the
     /// masked start both sequences share), then the chosen and the rejected completions (shown side by side).
     Pair { prompt: Box<RowView>, chosen: Box<RowView>, rejected: Box<RowView> },
+    /// A GRPO prompt: the prompt as a `Templated` view (every token masked, ending in the generation prompt) or as
+    /// `Turns`, and the reference answer the exact-answer reward compares with, when the row has one.
+    Prompt { prompt: Box<RowView>, answer: Option<String> },
 }
 
 /// A page of a split's rows.
@@ -196,12 +200,17 @@ fn browsed_row(
     let file = raw.file_of(sourced);
     let plain = |error: Option<String>| match &sourced.row {
         Row::Preference(pair) => pair_turns(pair, error),
+        Row::Prompt(row) => RowView::Prompt {
+            prompt: Box::new(RowView::Turns { turns: part_turns("prompt", &row.prompt), error }),
+            answer: row.answer.clone(),
+        },
         row => RowView::Turns { turns: turns_of(row), error },
     };
     let view = match spec {
         Some((spec, model)) => {
             let view = match &sourced.row {
                 Row::Preference(pair) => templated_pair(pair, spec, model),
+                Row::Prompt(row) => templated_prompt(row, spec, model),
                 row => templated(row, spec, model),
             };
             view.unwrap_or_else(|e| plain(Some(e.to_string())))
@@ -231,14 +240,26 @@ fn templated_pair(pair: &PreferenceRow, spec: &TokenizeSpec<'_>, model: &LoadedM
     Ok(RowView::Pair { prompt: Box::new(prompt), chosen: Box::new(chosen_view), rejected: Box::new(rejected_view) })
 }
 
+/// A GRPO prompt as the model sees it: the templated prompt (all masked; the model writes what follows).
+fn templated_prompt(row: &PromptRow, spec: &TokenizeSpec<'_>, model: &LoadedModel) -> Result<RowView> {
+    let example = super::tokenize_prompt(row, spec)?;
+    let pieces = super::tokenize::preview_example(&example, &model.tokenizer)?;
+    let prompt = RowView::Templated { tokens: example.len(), truncated: example.truncated, pieces };
+    Ok(RowView::Prompt { prompt: Box::new(prompt), answer: row.answer.clone() })
+}
+
+/// (role, text) of a pair's part or a prompt: text under `name`, messages under their roles.
+fn part_turns(name: &str, turns: &PreferenceTurns) -> Vec<(String, String)> {
+    match turns {
+        PreferenceTurns::Text(text) => vec![(name.to_string(), text.clone())],
+        PreferenceTurns::Messages(messages) => message_turns(messages.clone()),
+    }
+}
+
 /// A pair as plain turns: text parts under the names `prompt`, `chosen` and `rejected`, messages under their roles.
 fn pair_turns(pair: &PreferenceRow, error: Option<String>) -> RowView {
     let part = |name: &str, turns: &PreferenceTurns, error: Option<String>| {
-        let turns = match turns {
-            PreferenceTurns::Text(text) => vec![(name.to_string(), text.clone())],
-            PreferenceTurns::Messages(messages) => message_turns(messages.clone()),
-        };
-        Box::new(RowView::Turns { turns, error })
+        Box::new(RowView::Turns { turns: part_turns(name, turns), error })
     };
     RowView::Pair {
         prompt: part("prompt", &pair.prompt, error),
@@ -344,10 +365,19 @@ fn row_matches(row: &Row, needle: &Needle) -> bool {
         Row::Text(text) => needle.found_in(text),
         Row::Completion { prompt, completion } => needle.found_in(prompt) || needle.found_in(completion),
         Row::Chat(conversation) => messages_match(&conversation.messages, needle),
-        Row::Preference(pair) => [&pair.prompt, &pair.chosen, &pair.rejected].into_iter().any(|turns| match turns {
-            PreferenceTurns::Text(text) => needle.found_in(text),
-            PreferenceTurns::Messages(messages) => messages_match(messages, needle),
-        }),
+        Row::Preference(pair) => {
+            [&pair.prompt, &pair.chosen, &pair.rejected].into_iter().any(|t| turns_match(t, needle))
+        }
+        Row::Prompt(row) => {
+            turns_match(&row.prompt, needle) || row.answer.as_deref().is_some_and(|a| needle.found_in(a))
+        }
+    }
+}
+
+fn turns_match(turns: &PreferenceTurns, needle: &Needle) -> bool {
+    match turns {
+        PreferenceTurns::Text(text) => needle.found_in(text),
+        PreferenceTurns::Messages(messages) => messages_match(messages, needle),
     }
 }
 
@@ -440,6 +470,31 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn prompt_rows_page_with_their_answer_and_search_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = [
+            serde_json::json!({"messages": [{"role": "user", "content": "17 + 25?"}], "answer": "42"}),
+            serde_json::json!({"messages": [{"role": "user", "content": "1 + 2?"}]}),
+        ];
+        let text: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
+        std::fs::write(dir.path().join("train.jsonl"), text.join("\n") + "\n").unwrap();
+        let browser = RowBrowser::open(dir.path(), &ReadOptions::default()).unwrap();
+        assert_eq!(browser.splits(), vec![(SplitName::Train, 2)], "the row without an answer is a prompt too");
+        assert_eq!(browser.matches(SplitName::Train, "42").len(), 1, "the answer is searched");
+        let page = browser.page(&query(None, "", 0, 10), None);
+        match &page.rows[0].view {
+            RowView::Prompt { prompt, answer } => {
+                assert_eq!(answer.as_deref(), Some("42"));
+                assert!(
+                    matches!(&**prompt, RowView::Turns { turns, .. } if turns == &[("user".to_string(), "17 + 25?".to_string())])
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(&page.rows[1].view, RowView::Prompt { answer: None, .. }));
     }
 
     #[test]

@@ -191,7 +191,7 @@ mod tests {
         assert_eq!(map.to_string(), "completion=answer,prompt=question");
         assert!("prompt".parse::<ColumnMap>().unwrap_err().contains("FIELD=COLUMN"));
         let err = "promt=q".parse::<ColumnMap>().unwrap_err();
-        assert!(err.contains("unknown field `promt`") && err.contains("prompt, completion"), "{err}");
+        assert!(err.contains("unknown field `promt`") && err.contains("prompt, answer, completion"), "{err}");
         assert!("text=a,text=b".parse::<ColumnMap>().unwrap_err().contains("twice"));
 
         let alpaca = ReadOptions { format: FormatChoice::Alpaca, columns: "prompt=q".parse().unwrap() };

@@ -319,6 +319,20 @@ fn check_as(value: std::result::Result<Value, String>, format: DatasetFormat) ->
     })
 }
 
+/// Rows another format's keys describe that the file's format still reads: in a prompts file, messages without an
+/// answer (answers are optional); in a completions or preference file, a lone `prompt` with no answer, so the
+/// field it lacks is named rather than a mixed format.
+fn file_format_reads(file: DatasetFormat, own: &[DatasetFormat], obj: &serde_json::Map<String, Value>) -> bool {
+    match own {
+        [DatasetFormat::Chat] => file == DatasetFormat::Prompts,
+        [DatasetFormat::Prompts] => {
+            file.columns().any(|c| c == "prompt")
+                && !super::prompt_rows::ANSWER_COLUMNS.iter().any(|c| obj.get(*c).is_some_and(|v| !v.is_null()))
+        }
+        _ => false,
+    }
+}
+
 /// One row against the file's format, if one was found (with the position it was detected at).
 fn check_row(
     value: std::result::Result<Value, String>,
@@ -333,6 +347,7 @@ fn check_row(
         ([], Some((format, at))) => parse_as(obj, format).map_err(|e| {
             format!("{e} (the file is in {format} format, detected from {} {at}); found {}", unit.name(), key_list(obj))
         }),
+        (own, Some((format, _))) if file_format_reads(format, own, obj) => parse_as(obj, format),
         (own, Some((format, at))) if !own.contains(&format) => Err(format!(
             "mixed formats: this row is {} ({}) but the file is {format} ({}), detected from {} {at}",
             own[0],
@@ -415,10 +430,16 @@ mod tests {
     #[test]
     fn unknown_columns_can_be_mapped() {
         let rows = [json!({"question": "2+2", "answer": "4"}), json!({"question": "3+3", "answer": "6"})];
+        // gsm8k's columns are GRPO prompts; mapped, they read as completions.
         let p = auto(&rows);
-        assert_eq!((p.detection.clone(), p.problems.len()), (Detection::Unknown, 2));
-        assert!(p.problems[0].message.contains("no known format"), "{}", p.problems[0].message);
+        assert_eq!(
+            (p.detection.clone(), p.rows.len()),
+            (Detection::Detected { format: DatasetFormat::Prompts, row: 1 }, 2)
+        );
         assert_eq!(p.columns, vec!["answer", "question"], "JSON objects list their keys sorted");
+        let p = auto(&[json!({"query": "2+2", "reply": "4"})]);
+        assert_eq!((p.detection.clone(), p.problems.len()), (Detection::Unknown, 1));
+        assert!(p.problems[0].message.contains("no known format"), "{}", p.problems[0].message);
 
         let mapped =
             ReadOptions { columns: "prompt=question,completion=answer".parse().unwrap(), ..Default::default() };

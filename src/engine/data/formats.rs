@@ -33,12 +33,25 @@ pub enum DatasetFormat {
     /// Preference pairs as TRL reads them: `{"prompt" (optional), "chosen", "rejected"}`, each a string (the
     /// standard form) or a list of messages (the conversational form), with optional `tools`.
     Preference,
+    /// Prompts for GRPO, each with an optional reference `answer`: `{"prompt": text or messages, "answer"}`,
+    /// `{"messages": [...], "answer"}`, gsm8k's `{"question", "answer"}` or MATH's `{"problem", "solution"}`
+    /// (read in `prompt_rows.rs`).
+    Prompts,
+}
+
+/// What a format's rows train: supervised targets (SFT), preference pairs (DPO, ORPO) or prompts the model
+/// answers itself (GRPO). The trainer and the studio pick the method that fits from this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RowKind {
+    Supervised,
+    Pairs,
+    Prompts,
 }
 
 impl DatasetFormat {
     /// Every format, in the order detection reports candidates.
-    pub const ALL: [DatasetFormat; 6] =
-        [Self::Chat, Self::ShareGpt, Self::Alpaca, Self::Preference, Self::Completions, Self::Text];
+    pub const ALL: [DatasetFormat; 7] =
+        [Self::Chat, Self::ShareGpt, Self::Alpaca, Self::Preference, Self::Prompts, Self::Completions, Self::Text];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -48,6 +61,16 @@ impl DatasetFormat {
             Self::ShareGpt => "sharegpt",
             Self::Alpaca => "alpaca",
             Self::Preference => "preference",
+            Self::Prompts => "prompts",
+        }
+    }
+
+    /// What its rows train (see [`RowKind`]).
+    pub fn kind(self) -> RowKind {
+        match self {
+            Self::Preference => RowKind::Pairs,
+            Self::Prompts => RowKind::Prompts,
+            _ => RowKind::Supervised,
         }
     }
 
@@ -60,10 +83,13 @@ impl DatasetFormat {
             Self::ShareGpt => "`conversations`",
             Self::Alpaca => "`instruction`/`output`",
             Self::Preference => "`chosen`/`rejected`",
+            Self::Prompts => "`prompt`/`answer`",
         }
     }
 
     /// The columns a row of this format must have: a row with all of them (not null) has the format's keys.
+    /// Prompts are found by their own rule (`prompt_rows::is_prompt_row`: `messages`, `question` or `problem`
+    /// stand for `prompt` beside an answer), so `prompt` alone is listed here for mappings and messages.
     pub fn required_columns(self) -> &'static [&'static str] {
         match self {
             Self::Chat => &["messages"],
@@ -72,6 +98,7 @@ impl DatasetFormat {
             Self::ShareGpt => &["conversations"],
             Self::Alpaca => &["instruction", "output"],
             Self::Preference => &["chosen", "rejected"],
+            Self::Prompts => &["prompt"],
         }
     }
 
@@ -82,14 +109,17 @@ impl DatasetFormat {
             Self::ShareGpt => &["system", "tools"],
             Self::Alpaca => &["input", "system"],
             Self::Preference => &["prompt", "tools"],
+            Self::Prompts => &["answer", "tools"],
             Self::Completions | Self::Text => &[],
         }
     }
 
-    /// What its rows are called in counts: "pairs" for preference data, "rows" otherwise.
+    /// What its rows are called in counts: "pairs" for preference data, "prompts" for GRPO prompts, "rows"
+    /// otherwise.
     pub fn rows_word(self) -> &'static str {
         match self {
             Self::Preference => "pairs",
+            Self::Prompts => "prompts",
             _ => "rows",
         }
     }
@@ -126,14 +156,23 @@ pub enum FormatChoice {
     ShareGpt,
     Alpaca,
     Preference,
+    Prompts,
     Completions,
     Text,
 }
 
 impl FormatChoice {
     /// Every choice, `auto` first (the dataset page's list).
-    pub const ALL: [FormatChoice; 7] =
-        [Self::Auto, Self::Chat, Self::ShareGpt, Self::Alpaca, Self::Preference, Self::Completions, Self::Text];
+    pub const ALL: [FormatChoice; 8] = [
+        Self::Auto,
+        Self::Chat,
+        Self::ShareGpt,
+        Self::Alpaca,
+        Self::Preference,
+        Self::Prompts,
+        Self::Completions,
+        Self::Text,
+    ];
 
     /// The named format; `None` for `auto`.
     pub fn format(self) -> Option<DatasetFormat> {
@@ -143,6 +182,7 @@ impl FormatChoice {
             Self::ShareGpt => Some(DatasetFormat::ShareGpt),
             Self::Alpaca => Some(DatasetFormat::Alpaca),
             Self::Preference => Some(DatasetFormat::Preference),
+            Self::Prompts => Some(DatasetFormat::Prompts),
             Self::Completions => Some(DatasetFormat::Completions),
             Self::Text => Some(DatasetFormat::Text),
         }
@@ -160,6 +200,7 @@ impl From<DatasetFormat> for FormatChoice {
             DatasetFormat::ShareGpt => Self::ShareGpt,
             DatasetFormat::Alpaca => Self::Alpaca,
             DatasetFormat::Preference => Self::Preference,
+            DatasetFormat::Prompts => Self::Prompts,
             DatasetFormat::Completions => Self::Completions,
             DatasetFormat::Text => Self::Text,
         }
@@ -214,11 +255,17 @@ pub enum Row {
     Text(String),
     /// A preference pair (trained with DPO or ORPO, never with SFT).
     Preference(PreferenceRow),
+    /// A prompt for GRPO (the model writes the completions; nothing here is a target).
+    Prompt(PromptRow),
 }
 
 /// What refuses supervised fine-tuning on preference pairs (one message for the trainer, the CLI and tokenizing).
 pub const PREFERENCE_NOT_SFT: &str =
     "this dataset holds preference pairs (`chosen`/`rejected`); train with --method dpo or orpo, not sft";
+
+/// What refuses SFT, DPO and ORPO on GRPO prompts (one message for the trainer, the CLI and tokenizing).
+pub const PROMPTS_NOT_SUPERVISED: &str = "this dataset holds prompts for GRPO (`prompt` with an optional \
+     `answer`): there is no completion to learn from or compare; train with --method grpo";
 
 /// One side of a preference pair, or its prompt: text (the standard form) or messages (the conversational form).
 /// A row holds one kind only.
@@ -283,7 +330,7 @@ impl Row {
                 vec![ChatMessage::new("user", prompt.clone()), ChatMessage::new("assistant", completion.clone())]
                     .into(),
             ),
-            Self::Text(_) | Self::Preference(_) => None,
+            Self::Text(_) | Self::Preference(_) | Self::Prompt(_) => None,
         }
     }
 }
@@ -356,7 +403,8 @@ mod tests {
         assert_eq!(serde_json::to_value(DatasetFormat::Completions).unwrap(), "completions");
         assert_eq!("auto".parse::<FormatChoice>(), Ok(FormatChoice::Auto));
         let err = "csv".parse::<FormatChoice>().unwrap_err();
-        assert!(err.contains("auto, chat, sharegpt, alpaca, preference, completions, text"), "{err}");
+        assert!(err.contains("auto, chat, sharegpt, alpaca, preference, prompts, completions, text"), "{err}");
+        assert_eq!((DatasetFormat::Prompts.kind(), DatasetFormat::Prompts.rows_word()), (RowKind::Prompts, "prompts"));
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Datasets for LoRA training: finding a dataset's split files ([`layout`]: mlx-lm's train/valid/test.jsonl
 //! and Hugging Face dataset repos' conventions), reading JSONL, JSON and parquet files ([`files`]), the row
-//! formats (chat, ShareGPT, Alpaca, preference pairs, prompt/completion, text: [`formats`], [`rows`],
-//! [`preference_rows`]) detected per file or named by the user with columns mapped ([`detect`], [`columns`]),
-//! splits put together from their files ([`splits`]), templating and prompt masking ([`tokenize`], pairs in
-//! [`preference`]), batching with a resumable cursor ([`batches`]),
+//! formats (chat, ShareGPT, Alpaca, preference pairs, GRPO prompts, prompt/completion, text: [`formats`],
+//! [`rows`], [`preference_rows`], [`prompt_rows`]) detected per file or named by the user with columns mapped
+//! ([`detect`], [`columns`]), splits put together from their files ([`splits`]), templating and prompt masking
+//! ([`tokenize`], pairs in [`preference`], GRPO prompts in [`prompts`]), batching with a resumable cursor ([`batches`]),
 //! the [`DatasetSummary`] the studio and CLI show before a run, and paging and searching rows ([`browse`]).
 //!
 //! Without a validation split a seeded fraction of the training rows is held out.
@@ -19,6 +19,8 @@ pub mod formats;
 pub mod layout;
 pub mod preference;
 pub mod preference_rows;
+pub mod prompt_rows;
+pub mod prompts;
 pub mod report;
 pub mod row_fields;
 pub mod rows;
@@ -38,13 +40,12 @@ pub use files::jsonl::parse_jsonl;
 pub use files::{read_file, FileKind, MAX_DATASET_BYTES};
 pub use fingerprint::dataset_fingerprint;
 pub use formats::{
-    Conversation, DatasetFormat, FormatChoice, PreferenceRow, PreferenceTurns, PromptRow, Row, RowProblem, RowUnit,
-    SourcedRow,
+    Conversation, DatasetFormat, FormatChoice, PreferenceRow, PreferenceTurns, PromptRow, Row, RowKind, RowProblem,
+    RowUnit, SourcedRow,
 };
 pub use layout::{dataset_layout, find_splits, DatasetLayout, SplitFiles};
-pub use preference::{
-    collate_pairs, prompt_tokens, require_preference_rows, require_sft_rows, tokenize_pair, tokenize_sequences,
-};
+pub use preference::{collate_pairs, prompt_tokens, tokenize_pair, tokenize_sequences};
+pub use prompts::{prompt_fits, tokenize_prompt};
 pub use report::{inspect_dataset, inspect_dataset_with, DatasetReport, PreviewRow, SplitReport, TokenStats};
 pub use splits::{read_split, RawSplit, ReadSplit, SourceFile};
 pub use summary::{length_histogram, DatasetSummary, LengthHistogram, SplitSummary};
@@ -342,9 +343,10 @@ pub fn tokenize_dataset(raw: RawDataset, spec: &TokenizeSpec<'_>, options: &Data
         notes.push(tokenize::FALLBACK_TEMPLATE_NOTE.into());
     }
     let mut template_problems = Vec::new();
-    let (train, train_summary) = tokenize_split(&raw.train, spec, &mut template_problems);
-    let valid = raw.valid.as_ref().map(|s| tokenize_split(s, spec, &mut template_problems));
-    let test = raw.test.as_ref().map(|s| tokenize_split(s, spec, &mut template_problems));
+    let mut too_long = Vec::new();
+    let (train, train_summary) = tokenize_split(&raw.train, spec, &mut template_problems, &mut too_long);
+    let valid = raw.valid.as_ref().map(|s| tokenize_split(s, spec, &mut template_problems, &mut too_long));
+    let test = raw.test.as_ref().map(|s| tokenize_split(s, spec, &mut template_problems, &mut too_long));
     if !options.skip_invalid_rows {
         check_problems(&template_problems, options.max_listed_problems)?;
     } else if !template_problems.is_empty() {
@@ -352,6 +354,17 @@ pub fn tokenize_dataset(raw: RawDataset, spec: &TokenizeSpec<'_>, options: &Data
     }
     problems.extend(template_problems);
 
+    if train.examples.is_empty() && train.prompts.is_some() {
+        return Err(Error::Data(format!(
+            "{}: no training prompts left: {} rows read, {} longer than max_seq_len {} dropped, {} skipped; raise \
+             max_seq_len or check the rows",
+            raw.train.path.display(),
+            train_summary.rows,
+            train_summary.dropped,
+            spec.max_seq_len,
+            train_summary.skipped_rows
+        )));
+    }
     if train.examples.is_empty() {
         return Err(Error::Data(format!(
             "{}: no training examples left: {} rows read, {} dropped with no target tokens after truncation to \
@@ -378,7 +391,10 @@ pub fn tokenize_dataset(raw: RawDataset, spec: &TokenizeSpec<'_>, options: &Data
     if truncated > 0 {
         notes.push(format!("{truncated} rows were longer than max_seq_len {} and were cut", spec.max_seq_len));
     }
-    if dropped > 0 {
+    let prompts = raw.train.format == Some(DatasetFormat::Prompts);
+    if dropped > 0 && prompts {
+        notes.extend(prompts::too_long_note(&too_long, spec.max_seq_len));
+    } else if dropped > 0 {
         notes.push(if raw.train.format == Some(DatasetFormat::Preference) {
             format!("{dropped} pairs whose prompt alone fills max_seq_len {} were dropped", spec.max_seq_len)
         } else {
@@ -401,17 +417,28 @@ pub fn tokenize_dataset(raw: RawDataset, spec: &TokenizeSpec<'_>, options: &Data
         max_seq_len: spec.max_seq_len,
         notes,
     };
-    Ok(PreparedDataset { train, valid, test, summary })
+    let mut prepared = PreparedDataset { train, valid, test, summary };
+    if prompts {
+        let note = prompts::prompts_note(&prepared);
+        prepared.summary.notes.push(note);
+    }
+    Ok(prepared)
 }
 
+/// Tokenize one split; the locations of prompts too long to keep go to `too_long`.
 fn tokenize_split(
     split: &RawSplit,
     spec: &TokenizeSpec<'_>,
     problems: &mut Vec<RowProblem>,
+    too_long: &mut Vec<String>,
 ) -> (PreparedSplit, SplitSummary) {
-    let pairs = split.format == Some(DatasetFormat::Preference);
-    let mut prepared =
-        PreparedSplit { examples: Vec::new(), source_lines: Vec::new(), rejected: pairs.then(Vec::new), prompts: None };
+    let kind = split.format.map(DatasetFormat::kind);
+    let mut prepared = PreparedSplit {
+        examples: Vec::new(),
+        source_lines: Vec::new(),
+        rejected: (kind == Some(RowKind::Pairs)).then(Vec::new),
+        prompts: (kind == Some(RowKind::Prompts)).then(Vec::new),
+    };
     let mut summary = SplitSummary {
         name: split.name,
         path: split.path.clone(),
@@ -429,6 +456,19 @@ fn tokenize_split(
     };
     for sourced in &split.rows {
         match preference::tokenize_sequences(&sourced.row, spec) {
+            Ok((example, _)) if matches!(sourced.row, Row::Prompt(_)) => {
+                let location = || {
+                    let file = split.file_of(sourced);
+                    file.unit.locate(&file.path, sourced.line)
+                };
+                if prompts::keep_prompt(&example, spec.max_seq_len, location, &mut summary, too_long) {
+                    if let (Some(all), Row::Prompt(row)) = (prepared.prompts.as_mut(), &sourced.row) {
+                        all.push(row.clone());
+                    }
+                    prepared.examples.push(example);
+                    prepared.source_lines.push(sourced.line);
+                }
+            }
             Ok((example, rejected)) => {
                 // A pair counts once for truncation and dropping, and with both sequences for tokens.
                 let sequences = || std::iter::once(&example).chain(rejected.as_ref());

@@ -18,13 +18,12 @@
 //! ([`super::tokenize_dataset`]).
 
 use super::batches::{collate_rows, Batch};
-use super::formats::{Conversation, PreferenceRow, PreferenceTurns, Row};
+use super::formats::{Conversation, PreferenceRow, PreferenceTurns, Row, RowKind};
 use super::summary::SplitSummary;
 use super::tokenize::{encode_rendered, Example, TokenizeSpec};
 use super::{DatasetFormat, PreparedDataset, PreparedSplit, RawDataset};
 use crate::engine::model::chat_template::ChatMessage;
 use crate::engine::{Error, Result};
-use std::path::Path;
 
 /// The chosen and rejected examples of one pair: `prompt_ids + completion_ids` each, `target_mask` true exactly
 /// on the completion tokens (never on position 0), cut to `spec.max_seq_len` keeping the start.
@@ -70,10 +69,12 @@ pub fn tokenize_pair(row: &PreferenceRow, spec: &TokenizeSpec<'_>) -> Result<(Ex
 }
 
 /// A row as the trainer tokenizes it: a preference pair's chosen and rejected examples, or one example (and
-/// `None`) for every other row. Training, the dataset report and row browsing all tokenize through here.
+/// `None`) for every other row (a GRPO prompt's has no targets: [`super::prompts`]). Training, the dataset report
+/// and row browsing all tokenize through here.
 pub fn tokenize_sequences(row: &Row, spec: &TokenizeSpec<'_>) -> Result<(Example, Option<Example>)> {
     match row {
         Row::Preference(pair) => tokenize_pair(pair, spec).map(|(chosen, rejected)| (chosen, Some(rejected))),
+        Row::Prompt(prompt) => super::prompts::tokenize_prompt(prompt, spec).map(|example| (example, None)),
         row => super::tokenize::tokenize_row(row, spec).map(|example| (example, None)),
     }
 }
@@ -124,45 +125,19 @@ impl PreparedDataset {
     }
 }
 
-/// Refuse supervised fine-tuning on preference pairs (the trainer calls this for `--method sft`).
-pub fn require_sft_rows(dataset: &PreparedDataset, path: &Path) -> Result<()> {
-    check_method_fits_rows(false, dataset.summary.format, path)
-}
-
-/// Refuse preference training (DPO, ORPO) on data that holds no preference pairs.
-pub fn require_preference_rows(dataset: &PreparedDataset, path: &Path) -> Result<()> {
-    check_method_fits_rows(true, dataset.summary.format, path)
-}
-
-/// The one rule of which data a method trains on: a preference method (`preference_method`: DPO, ORPO) needs
-/// preference pairs, SFT refuses them. `format` is the training split's format; the trainer calls this on the
-/// prepared data, the studio on its dataset report before a run starts, so both say the same words.
-pub fn check_method_fits_rows(preference_method: bool, format: DatasetFormat, path: &Path) -> Result<()> {
-    let pairs = format == DatasetFormat::Preference;
-    if pairs && !preference_method {
-        return Err(Error::Data(format!("{}: {}", path.display(), super::formats::PREFERENCE_NOT_SFT)));
-    }
-    if !pairs && preference_method {
-        return Err(Error::Data(format!(
-            "{}: DPO and ORPO train on preference pairs, but this dataset holds {format} rows; give rows with \
-             `chosen` and `rejected` (and `prompt`), name the columns with --columns chosen=...,rejected=..., or \
-             train with --method sft",
-            path.display(),
-        )));
-    }
-    Ok(())
-}
-
-/// Refuse what cannot be trained: preference pairs in some splits and SFT rows in others, and `train_on_prompt`
-/// with preference pairs (DPO and ORPO compare completions after the prompt; the prompt is never trained).
+/// Refuse what cannot be trained: preference pairs (or GRPO prompts) in some splits and other rows in others,
+/// and `train_on_prompt` with pairs or prompts (DPO and ORPO compare completions after the prompt; GRPO trains
+/// the completions it samples; the prompt is never trained).
 pub(super) fn check_split_kinds(raw: &RawDataset, spec: &TokenizeSpec<'_>) -> Result<()> {
-    let pairs = |f: Option<DatasetFormat>| f == Some(DatasetFormat::Preference);
-    let train_pairs = pairs(raw.train.format);
+    let kind = |f: Option<DatasetFormat>| f.map(DatasetFormat::kind);
+    let train_kind = kind(raw.train.format);
     for split in [raw.valid.as_ref(), raw.test.as_ref()].into_iter().flatten() {
-        if split.format.is_some() && pairs(split.format) != train_pairs {
+        if split.format.is_some() && kind(split.format) != train_kind {
+            let prompts = [kind(split.format), train_kind].contains(&Some(RowKind::Prompts));
+            let what = if prompts { "GRPO prompts" } else { "preference pairs" };
             return Err(Error::Data(format!(
                 "{}: the {} split holds {} rows but the train split ({}) holds {} rows; every split must hold \
-                 preference pairs, or none",
+                 {what}, or none",
                 split.path.display(),
                 split.name,
                 split.format.map_or("no", DatasetFormat::name),
@@ -171,7 +146,14 @@ pub(super) fn check_split_kinds(raw: &RawDataset, spec: &TokenizeSpec<'_>) -> Re
             )));
         }
     }
-    if train_pairs && spec.train_on_prompt {
+    if train_kind == Some(RowKind::Prompts) && spec.train_on_prompt {
+        return Err(Error::InvalidSetting(format!(
+            "{}: train_on_prompt has no meaning for GRPO prompts (GRPO trains the completions it samples, never the \
+             prompt); turn it off",
+            raw.source.display()
+        )));
+    }
+    if train_kind == Some(RowKind::Pairs) && spec.train_on_prompt {
         return Err(Error::InvalidSetting(format!(
             "{}: train_on_prompt has no meaning for preference pairs (DPO and ORPO compare the chosen and rejected \
              completions after the prompt); turn it off",

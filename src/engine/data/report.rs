@@ -56,7 +56,7 @@ pub struct TokenStats {
     pub max_seq_len: usize,
     /// Rows longer than `max_seq_len`.
     pub truncated: usize,
-    /// Rows with no trained token left within `max_seq_len` (the trainer drops them).
+    /// Rows with no trained token left within `max_seq_len` (GRPO prompts: longer than it); the trainer drops them.
     pub dropped: usize,
     pub total_tokens: usize,
     /// Tokens that are training targets (after truncation).
@@ -259,6 +259,12 @@ fn token_stats(train: &RawSplit, full: &TokenizeSpec<'_>, max_seq_len: usize) ->
     let mut stats = TokenStats { max_seq_len, ..Default::default() };
     for sourced in train.rows.iter().take(MAX_STAT_ROWS) {
         match tokenize_sequences(&sourced.row, full) {
+            // A GRPO prompt has no targets and is never cut: it is dropped when it does not fit (the trainer's rule).
+            Ok((example, _)) if matches!(sourced.row, Row::Prompt(_)) => {
+                stats.lengths.push(example.len());
+                stats.dropped += usize::from(!super::prompt_fits(&example, max_seq_len));
+                stats.total_tokens += example.len().min(max_seq_len);
+            }
             Ok((example, rejected)) => {
                 let sequences: Vec<&super::Example> = std::iter::once(&example).chain(rejected.as_ref()).collect();
                 let cuts: Vec<super::Cut> = sequences.iter().map(|e| e.cut(max_seq_len)).collect();

@@ -27,6 +27,7 @@ pub fn parse_as(obj: &Map<String, Value>, format: DatasetFormat) -> RowResult {
         DatasetFormat::ShareGpt => parse_sharegpt(obj),
         DatasetFormat::Alpaca => parse_alpaca(obj),
         DatasetFormat::Preference => super::preference_rows::parse_preference(obj),
+        DatasetFormat::Prompts => super::prompt_rows::parse_prompts(obj),
         DatasetFormat::Completions => {
             let prompt = string_field(obj, "prompt")?;
             let completion = string_field(obj, "completion")?;
@@ -48,9 +49,15 @@ pub fn parse_as(obj: &Map<String, Value>, format: DatasetFormat) -> RowResult {
 /// The formats whose required columns an object has (not null): one for a clear row, several for an
 /// ambiguous one, none for a row of no known format.
 pub fn formats_of(obj: &Map<String, Value>) -> Vec<DatasetFormat> {
+    let prompts = super::prompt_rows::is_prompt_row(obj);
     let mut formats: Vec<DatasetFormat> = DatasetFormat::ALL
         .into_iter()
-        .filter(|f| f.required_columns().iter().all(|c| present(obj, c).is_some()))
+        .filter(|f| match f {
+            DatasetFormat::Prompts => prompts,
+            // `messages` beside an answer is a prompt to answer, not a conversation to learn.
+            DatasetFormat::Chat if prompts => false,
+            f => f.required_columns().iter().all(|c| present(obj, c).is_some()),
+        })
         .collect();
     // A `text` column beside a structured format's columns is that row rendered (tatsu-lab/alpaca has one): the
     // structured columns say more, so they win; `--format text` still reads the text.
@@ -65,7 +72,7 @@ pub fn no_format_message(obj: &Map<String, Value>) -> String {
     let partial = DatasetFormat::ALL.into_iter().find_map(|f| {
         let required = f.required_columns();
         let missing: Vec<&str> = required.iter().copied().filter(|c| present(obj, c).is_none()).collect();
-        (missing.len() < required.len()).then(|| (f, missing))
+        (!missing.is_empty() && missing.len() < required.len()).then(|| (f, missing))
     });
     match partial {
         Some((f, missing)) => format!(
@@ -76,7 +83,7 @@ pub fn no_format_message(obj: &Map<String, Value>) -> String {
         ),
         None => format!(
             "no known format: expected `messages`, `conversations`, `instruction`/`output`, `chosen`/`rejected`, \
-             `prompt`/`completion` or `text`; found {}; name the columns with --columns (for example prompt=question,completion=answer) \
+             `prompt`/`completion`, `prompt`/`answer` (or `question`/`answer`) or `text`; found {}; name the columns with --columns (for example prompt=question,completion=answer) \
              or pick the format on the dataset page",
             key_list(obj)
         ),
@@ -324,9 +331,13 @@ mod tests {
             vec![DatasetFormat::Alpaca, DatasetFormat::Completions]
         );
         assert_eq!(formats_of(&obj(json!({"text": null}))), vec![]);
+        let gsm8k = obj(json!({"question": "q", "answer": "a"}));
+        assert_eq!(formats_of(&gsm8k), vec![DatasetFormat::Prompts]);
+        assert_eq!(formats_of(&obj(json!({"messages": [], "answer": "a"}))), vec![DatasetFormat::Prompts]);
+        assert_eq!(formats_of(&obj(json!({"prompt": "p", "text": "t"}))), vec![DatasetFormat::Prompts]);
         let m = no_format_message(&obj(json!({"prompt": "p"})));
         assert!(m.contains("missing field `completion` of the completions format"), "{m}");
-        let m = no_format_message(&obj(json!({"question": "q", "answer": "a"})));
-        assert!(m.contains("no known format") && m.contains("`answer`, `question`") && m.contains("--columns"), "{m}");
+        let m = no_format_message(&obj(json!({"query": "q", "reply": "a"})));
+        assert!(m.contains("no known format") && m.contains("`query`, `reply`") && m.contains("--columns"), "{m}");
     }
 }

@@ -219,6 +219,7 @@ pub fn tokenize_row(row: &Row, spec: &TokenizeSpec<'_>) -> Result<Example> {
             (ids, mask)
         }
         Row::Preference(_) => return Err(Error::Data(super::formats::PREFERENCE_NOT_SFT.into())),
+        Row::Prompt(_) => return Err(Error::Data(super::formats::PROMPTS_NOT_SUPERVISED.into())),
         Row::Chat(_) | Row::Completion { .. } => {
             let conversation = row.to_conversation().unwrap_or_default();
             super::tool_support::check_tool_support(&conversation, spec.chat_template)?;

@@ -68,6 +68,15 @@ pub fn prompt_and_reference(row: &Row) -> std::result::Result<(Vec<ChatMessage>,
         Row::Preference(_) => Err("a preference pair (`chosen`/`rejected`) is scored with --task preference, not by \
                                    generation against a reference answer"
             .into()),
+        // A GRPO prompt is asked as messages (a text prompt as the user's turn) and scored against its answer.
+        Row::Prompt(row) => {
+            let answer = row.answer.clone().ok_or("the prompt has no `answer` to score the generation against")?;
+            let messages = match &row.prompt {
+                crate::engine::data::PreferenceTurns::Messages(messages) => messages.clone(),
+                crate::engine::data::PreferenceTurns::Text(text) => vec![ChatMessage::new("user", text.clone())],
+            };
+            Ok((messages, answer))
+        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod checkpoint_policy;
 mod clock;
 pub mod config;
 pub mod config_file;
+pub mod data_fit;
 pub mod early_stop;
 pub mod events;
 pub mod grpo;
@@ -152,11 +153,7 @@ impl<'a> Trainer<'a> {
         let started = Instant::now();
         // The dataset is read (and refused if it is not one) before its fingerprint reads it again.
         let data = prepare_data(config, base)?;
-        match config.method {
-            Method::Dpo | Method::Orpo => data::require_preference_rows(&data, &config.data)?,
-            Method::Grpo => require_prompt_rows(&data, &config.data)?,
-            Method::Sft => data::require_sft_rows(&data, &config.data)?,
-        }
+        data_fit::require_rows_fit(config.method, &data, &config.data)?;
         early_stop::require_validation(config, data.valid.as_ref().map_or(0, |v| v.examples.len()), &config.data)?;
         let fingerprints = resume::Fingerprints {
             base: crate::engine::model::fingerprint::model_fingerprint(base)?,
@@ -599,18 +596,6 @@ fn train_locator<'d>(config: &'d TrainConfig, data: &'d PreparedDataset) -> impl
     move |i| match data.train.source_lines.get(i) {
         Some(line) => format!("{}: training row at line {line}", config.data.display()),
         None => format!("{}: training prompt {}", config.data.display(), i + 1),
-    }
-}
-
-/// Refuse data that is not GRPO's prompt rows.
-fn require_prompt_rows(data: &PreparedDataset, path: &Path) -> Result<()> {
-    match data.train.prompts {
-        Some(_) => Ok(()),
-        None => Err(Error::Data(format!(
-            "{}: GRPO trains on prompts with answers ({{\"prompt\": ..., \"answer\": ...}} or {{\"messages\": [...], \
-             \"answer\": ...}} rows); this dataset holds other rows",
-            path.display()
-        ))),
     }
 }
 
