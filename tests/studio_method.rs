@@ -177,6 +177,7 @@ fn step_and_eval_events_with_preference_metrics_fill_the_reward_plots() {
             elapsed_secs: step as f64,
             eta_secs: (4 - step) as f64,
             preference: Some(m),
+            grpo: None,
         };
         panel.on_event(event, 0.6);
     }
