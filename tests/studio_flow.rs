@@ -523,6 +523,7 @@ fn the_dataset_page_shows_the_detected_format_and_maps_columns() {
     open_dataset(&mut h, &datasets.join("qa.jsonl"));
     h.step();
     assert!(h.query_by_label_contains("Format: train: prompts (detected from line 1)").is_some());
+    click(&mut h, "Read the rows as another format, or map columns");
     click(&mut h, "completions");
     assert_eq!(app(&h).prefs.train.data_format, metal_candle::engine::data::FormatChoice::Completions);
     step_until(&mut h, "the rows read as completions", 30, |a| !a.dataset_panel.is_inspecting());
