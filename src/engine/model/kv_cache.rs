@@ -144,6 +144,19 @@ impl KvCache {
         self.layers.iter_mut().for_each(|l| l.len = l.len.min(len));
     }
 
+    /// Copy a one-sequence cache into `n` sequences (a prompt prefilled once, then decoded n ways: GRPO's group).
+    pub fn repeat_batch(&mut self, n: usize) -> candle_core::Result<()> {
+        for layer in &mut self.layers {
+            if let Some(buf) = &layer.kv {
+                if buf.dim(1)? != 1 {
+                    candle_core::bail!("only a one-sequence cache can be repeated");
+                }
+                layer.kv = Some(Tensor::cat(&vec![buf.clone(); n], 1)?);
+            }
+        }
+        Ok(())
+    }
+
     /// Have the fused decode kernels read the position from `position` (see [`LayerCache::device_position`]),
     /// or again from the host (None).
     pub fn set_device_position(&mut self, position: Option<&Tensor>) {

@@ -1,5 +1,6 @@
 //! Sampling a prompt's group of completions with the policy (the model with its adapter on): the group's
-//! sequences decode together as one batch through the KV cache (the prompt prefilled once per sequence, then
+//! sequences decode together as one batch through the KV cache (the prompt prefilled once and its cache copied to
+//! every sequence, then
 //! one token for every unfinished sequence per forward; on CUDA through the fused decode kernels), each with its
 //! own seeded sampler, so a resumed run samples exactly what an uninterrupted one did. The caches live only
 //! while the group decodes.
@@ -63,9 +64,10 @@ pub fn sample_group(
     let filler = ctx.eos_token_ids.first().copied().unwrap_or(0);
     let device = model.device();
     let mut cache = KvCache::new(model.config.num_layers);
-    let repeated: Vec<u32> = (0..g).flat_map(|_| prompt_ids.iter().copied()).collect();
-    let input = Tensor::from_vec(repeated, (g, prompt_ids.len()), device)?;
-    let mut logits = model.forward_last(&input, 0, Some(&mut cache))?;
+    // The prompt runs once; its cache and last logits are copied to every sequence of the group.
+    let input = Tensor::from_vec(prompt_ids.to_vec(), (1, prompt_ids.len()), device)?;
+    let mut logits = model.forward_last(&input, 0, Some(&mut cache))?.repeat((g, 1))?;
+    cache.repeat_batch(g)?;
     for step in 0..s.max_new_tokens {
         if cancelled() {
             return Err(Error::Cancelled);
