@@ -10,7 +10,7 @@
 # P x G at once (no vLLM). nvidia-smi's device peak is sampled beside every command (bench_lib.sh `run`).
 #
 #   scripts/bench_grpo_gpu.sh OUT [PxGxLPxN ...]          (default 4x8x128x256 4x8x128x128)
-# Env: VARIANTS (TRL-side variants, default "plain unsloth"), STEPS (timed steps, default 4), WARM (untimed first
+# Env: VARIANTS (TRL-side variants, default "plain unsloth"; empty: none), OURS=0 (skip ours), STEPS (timed steps, default 4), WARM (untimed first
 # steps, default 1), RUN_TIMEOUT (seconds per command, default 240).
 # The device tool sends the session's checkout, not a helper's worktree, so what the run needs travels as one
 # git-ignored bundle, carried: BUNDLE/scripts/{this, bench_lib.sh, bench_trl_grpo.py, make_smollm2_hf.py} and
@@ -54,10 +54,14 @@ fi
 for s in "${SHAPES[@]}"; do
   IFS=x read -r P NG LP N <<<"$s"
   SHAPE=(--prompts "$P" --num-generations "$NG" --prompt-len "$LP" --max-new-tokens "$N" --steps "$STEPS" --warmup "$WARM")
-  run "ours_grpo_$s" llama-3.2-1b "${MC[@]}" bench grpo --model "$M" --device cuda --dtype bf16 "${SHAPE[@]}" \
+  [ "${OURS:-1}" = 0 ] || run "ours_grpo_$s" llama-3.2-1b "${MC[@]}" bench grpo --model "$M" --device cuda --dtype bf16 "${SHAPE[@]}" \
     --rank 8 --alpha 16 --targets all-linear --json
-  for v in ${VARIANTS:-plain unsloth}; do
+  for v in ${VARIANTS-plain unsloth}; do
     run "trl_${v}_$s" llama-3.2-1b $PY "$HERE/bench_trl_grpo.py" --model "$M" --variant "$v" "${SHAPE[@]}"
   done
 done
+# The host side of our sampled decoding on this machine's CPU: one draw over a flat 128,256-token row (random
+# weights give flat logits) and a peaked one, at the benchmark's temperature 1 and top-p 1.
+[ "${OURS:-1}" = 0 ] || "${MC[@]}" bench sample --vocab 128256 --spread 0.1,3 --temperature 1 --top-p 1 --draws 100 \
+  2>&1 | tee "$OUT/sample.txt"
 echo "== results"; cat "$RES"

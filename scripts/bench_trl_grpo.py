@@ -173,16 +173,17 @@ def main() -> None:
     times = [b - a for a, b in zip(ends, ends[1:])]
     gens = gen_secs[args.warmup:args.warmup + len(times)]
     mean = sum(times) / len(times)
-    mean_gen = sum(gens) / len(gens)
+    mean_gen = sum(gens) / len(gens) if len(gens) == len(times) else None  # None: generation was not seen
     tokens = batch * args.max_new_tokens
     out = {
         "impl": {"plain": "trl+peft", "unsloth": "unsloth+trl"}[args.variant], "method": "grpo",
         "device": args.device, "dtype": args.dtype, "prompts": args.prompts, "prompt_len": args.prompt_len,
         "num_generations": args.num_generations, "max_new_tokens": args.max_new_tokens, "steps": len(times),
-        "mean_generation_secs": round(mean_gen, 5), "mean_training_secs": round(mean - mean_gen, 5),
+        "mean_generation_secs": mean_gen and round(mean_gen, 5),
+        "mean_training_secs": mean_gen and round(mean - mean_gen, 5),
         "mean_step_secs": round(mean, 5), "median_step_secs": round(sorted(times)[len(times) // 2], 5),
         "steps_per_sec": round(1 / mean, 4), "completion_tokens_per_sec": round(tokens / mean, 1),
-        "generation_tokens_per_sec": round(tokens / mean_gen, 1),
+        "generation_tokens_per_sec": mean_gen and round(tokens / mean_gen, 1),
         "mean_completion_tokens": clock.lengths[-1] if clock.lengths else None,
         "last_loss": clock.losses[-1] if clock.losses else None,
         "threads": torch.get_num_threads() if not cuda else None,
