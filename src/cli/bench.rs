@@ -11,6 +11,9 @@ pub enum BenchCommand {
     Generate(GenerateBenchArgs),
     /// Training step time, tokens/s and peak memory on random batches.
     Train(TrainBenchArgs),
+    /// GRPO step time on random prompts: generation of every completion to --max-new-tokens, a synthetic reward,
+    /// one optimizer step (DAPO loss, beta 0); scripts/bench_trl_grpo.py times TRL's GRPOTrainer on the same work.
+    Grpo(GrpoBenchArgs),
     /// LoRA layer forward/backward times across hidden sizes and ranks, plus softmax and norms.
     Lora(LoraBenchArgs),
     /// Time of one sampled draw over a vocabulary of random logits (the host side of sampled decoding).
@@ -95,6 +98,35 @@ pub struct TrainBenchArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct GrpoBenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompts per step (each sampled --num-generations times).
+    #[arg(long, default_value_t = 4)]
+    pub prompts: usize,
+    /// Tokens of every random prompt.
+    #[arg(long, default_value_t = 128)]
+    pub prompt_len: usize,
+    #[arg(long, default_value_t = 8)]
+    pub num_generations: usize,
+    /// Tokens of every completion (the eos does not end one early).
+    #[arg(long, default_value_t = 128)]
+    pub max_new_tokens: usize,
+    #[arg(long, default_value_t = 8)]
+    pub rank: usize,
+    #[arg(long)]
+    pub alpha: Option<f64>,
+    #[arg(long, default_value = "all-linear")]
+    pub targets: crate::engine::lora::Targets,
+    #[arg(long, default_value_t = 5)]
+    pub steps: usize,
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct LoraBenchArgs {
     /// auto | cpu | cuda | metal
     #[arg(long, default_value = "auto")]
@@ -128,6 +160,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Generate(a) => generate(&a),
         BenchCommand::Train(a) => train(&a),
+        BenchCommand::Grpo(a) => grpo(&a),
         BenchCommand::Lora(a) => lora(&a),
         BenchCommand::Sample(a) => sample(&a),
         BenchCommand::Ranks(a) => super::rank_bench::ranks(&a),
@@ -275,6 +308,47 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
             r.last_loss,
             r.peak_rss_bytes.map(|b| format!("{:.2} GB", b as f64 / 1e9)).unwrap_or("n/a".into()),
             estimate.total_bytes() as f64 / 1e9
+        );
+    }
+    Ok(())
+}
+
+fn grpo(args: &GrpoBenchArgs) -> anyhow::Result<()> {
+    let m = args.model.load()?;
+    let spec = crate::engine::grpo_bench::GrpoBenchSpec {
+        lora: crate::engine::train::LoraSettings {
+            rank: args.rank,
+            alpha: args.alpha.unwrap_or(2.0 * args.rank as f64),
+            targets: args.targets.clone(),
+            ..Default::default()
+        },
+        prompts: args.prompts,
+        prompt_len: args.prompt_len,
+        num_generations: args.num_generations,
+        max_new_tokens: args.max_new_tokens,
+        steps: args.steps,
+        warmup_steps: args.warmup,
+    };
+    let r = crate::engine::grpo_bench::bench_grpo(&m, &spec)?;
+    let (device, dtype) = device_and_dtype(&m);
+    if args.json {
+        print_json(&r, device, Some(&dtype))?;
+    } else {
+        println!(
+            "metal-candle grpo on {device} {dtype}: {} prompts x {} of {}+{} tokens, rank {} on {}: {:.3} s/step \
+             ({:.3} s generation, {:.3} s training), {:.3} steps/s, {:.0} completion tokens/s, peak RSS {}",
+            r.prompts,
+            r.num_generations,
+            r.prompt_len,
+            r.max_new_tokens,
+            r.rank,
+            r.targets.join(","),
+            r.mean_step_secs,
+            r.mean_generation_secs,
+            r.mean_training_secs,
+            r.steps_per_sec,
+            r.completion_tokens_per_sec,
+            r.peak_rss_bytes.map(|b| format!("{:.2} GB", b as f64 / 1e9)).unwrap_or("n/a".into()),
         );
     }
     Ok(())

@@ -14,6 +14,7 @@ pub mod estimate;
 pub mod eval;
 pub mod export;
 pub mod generate;
+pub mod grpo_bench;
 pub mod hub;
 pub mod hub_error;
 pub mod input_file;
