@@ -7,7 +7,7 @@
 use crate::engine::model::LoadedModel;
 use crate::engine::train::grpo::batch::Rollout;
 use crate::engine::train::grpo::objective::advantages;
-use crate::engine::train::grpo::rollout::{completion_seed, sample_group, SamplingContext};
+use crate::engine::train::grpo::rollout::{completion_seed, sample_prompts, PromptDraw, SamplingContext};
 use crate::engine::train::grpo::step::GrpoObjective;
 use crate::engine::train::grpo::{GrpoLoss, GrpoSettings, ScaleRewards};
 use crate::engine::{Error, Result};
@@ -115,11 +115,17 @@ pub fn bench_grpo(model: &LoadedModel, spec: &GrpoBenchSpec) -> Result<GrpoBench
             settings: &settings,
         };
         let g = settings.num_generations;
-        let mut completions = Vec::with_capacity(prompts.len() * g);
-        for (p, ids) in prompts.iter().enumerate() {
-            let seeds: Vec<u64> = (0..g).map(|k| completion_seed(0, step, p * g + k)).collect();
-            completions.extend(sample_group(&ctx, p, ids, &seeds, &|| false)?);
-        }
+        // Every prompt's group decodes in one batch, as a training step's micro-batch does.
+        let draws: Vec<PromptDraw<'_>> = prompts
+            .iter()
+            .enumerate()
+            .map(|(p, ids)| PromptDraw {
+                prompt: p,
+                ids,
+                seeds: (0..g).map(|k| completion_seed(0, step, p * g + k)).collect(),
+            })
+            .collect();
+        let completions = sample_prompts(&ctx, &draws, &|| false)?;
         let generation_secs = started.elapsed().as_secs_f64();
         let totals: Vec<f64> = completions.iter().map(|c| synthetic_reward(&c.ids)).collect();
         let adv = advantages(&totals, g, settings.scale_rewards);

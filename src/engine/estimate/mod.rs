@@ -169,7 +169,7 @@ pub struct MemoryEstimate {
     pub runtime_bytes: u64,
     /// Whether the activations are those of a checkpointed run.
     pub checkpointing: bool,
-    /// GRPO's sampling phase: the KV caches and logits of one group of completions decoding together. Sampling
+    /// GRPO's sampling phase: the KV caches and logits of a micro-batch's completions decoding together. Sampling
     /// and the training passes take turns (the caches are freed before the passes), so the larger of the two
     /// counts.
     pub generation_bytes: u64,
@@ -257,8 +257,9 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
         runtime_bytes: runtime_bytes(vocab),
         checkpointing,
         generation_bytes: if completion > 0 {
-            let group = config.grpo.num_generations as u64;
-            group * t * model.layers as u64 * 2 * kv * bytes + group * vocab * 4
+            // A micro-batch's prompts decode together: batch_size groups.
+            let rows = (config.grpo.num_generations * config.batch_size) as u64;
+            rows * t * model.layers as u64 * 2 * kv * bytes + rows * vocab * 4
         } else {
             0
         },

@@ -157,6 +157,29 @@ impl KvCache {
         Ok(())
     }
 
+    /// Caches of the same length side by side as one batch (their sequences in order).
+    pub fn concat_batch(caches: Vec<KvCache>) -> candle_core::Result<Self> {
+        let mut caches = caches.into_iter();
+        let Some(mut first) = caches.next() else { return Ok(Self::default()) };
+        let rest: Vec<KvCache> = caches.collect();
+        if rest.is_empty() {
+            return Ok(first);
+        }
+        for (i, layer) in first.layers.iter_mut().enumerate() {
+            let mut parts = vec![];
+            for cache in std::iter::once(&*layer).chain(rest.iter().map(|c| &c.layers[i])) {
+                if cache.len != layer.len || cache.capacity() != layer.capacity() {
+                    candle_core::bail!("only caches of the same length can be batched");
+                }
+                parts.extend(cache.kv.clone());
+            }
+            if !parts.is_empty() {
+                layer.kv = Some(Tensor::cat(&parts, 1)?);
+            }
+        }
+        Ok(first)
+    }
+
     /// Have the fused decode kernels read the position from `position` (see [`LayerCache::device_position`]),
     /// or again from the host (None).
     pub fn set_device_position(&mut self, position: Option<&Tensor>) {

@@ -7,7 +7,7 @@ use super::batch::{Completion, Rollout};
 use super::metrics::{GrpoMetrics, GrpoSample};
 use super::objective::{advantages, mean_std};
 use super::rewards::{RewardInput, RewardTable, Rewards};
-use super::rollout::{completion_seed, sample_group, SamplingContext};
+use super::rollout::{completion_seed, sample_prompts, PromptDraw, SamplingContext};
 use super::step::{GrpoObjective, GrpoStepMetrics};
 use crate::engine::data::{PreparedSplit, PromptRow};
 use crate::engine::{Error, Result};
@@ -40,11 +40,19 @@ pub fn roll_out(
         .ok_or_else(|| Error::Training("GRPO needs prompt rows, and this split has none".into()))?;
     let started = Instant::now();
     let mut completions = Vec::new();
-    for &index in micro_batches.iter().flatten() {
+    // A micro-batch's prompts decode together (those of one length as one batch).
+    for micro in micro_batches {
         let first = completions.len();
-        let seeds: Vec<u64> = (first..first + g).map(|k| completion_seed(seed, round, k)).collect();
-        let ids = &source.split.examples[index].input_ids;
-        completions.extend(sample_group(ctx, index, ids, &seeds, cancelled)?);
+        let draws: Vec<PromptDraw<'_>> = micro
+            .iter()
+            .enumerate()
+            .map(|(i, &index)| PromptDraw {
+                prompt: index,
+                ids: &source.split.examples[index].input_ids,
+                seeds: (0..g).map(|k| completion_seed(seed, round, first + i * g + k)).collect(),
+            })
+            .collect();
+        completions.extend(sample_prompts(ctx, &draws, cancelled)?);
     }
     let generation_secs = started.elapsed().as_secs_f64();
     let started = Instant::now();

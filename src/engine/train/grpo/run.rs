@@ -6,7 +6,7 @@
 use super::batch::Rollout;
 use super::metrics::{GrpoMetrics, GrpoSample};
 use super::rewards::Rewards;
-use super::rollout::{sample_group, SamplingContext};
+use super::rollout::{sample_prompts, PromptDraw, SamplingContext};
 use super::round::{reward_metrics, roll_out, samples, score, step_metrics, RoundSource};
 use super::settings::{reward_names, GrpoSettings};
 use super::step::{GrpoObjective, GrpoStepMetrics};
@@ -147,7 +147,7 @@ impl GrpoRun {
         Ok(())
     }
 
-    /// Validation: one greedy completion of each of (up to `max_prompts`, 0 = all) prompts of `split`, scored by
+    /// Validation (greedy completions decoded `num_generations` prompts at a time, the batch training samples): one greedy completion of each of (up to `max_prompts`, 0 = all) prompts of `split`, scored by
     /// the rewards; returns their metrics (val loss is minus the mean reward).
     pub fn validate(
         &self,
@@ -161,8 +161,12 @@ impl GrpoRun {
         let ctx = self.context(model, &settings);
         let count = if max_prompts == 0 { prompts.len() } else { max_prompts.min(prompts.len()) };
         let mut completions = Vec::with_capacity(count);
-        for i in 0..count {
-            completions.extend(sample_group(&ctx, i, &split.examples[i].input_ids, &[0], &|| false)?);
+        let prompts_per_batch = self.objective.settings.num_generations.max(1);
+        for start in (0..count).step_by(prompts_per_batch) {
+            let draws: Vec<PromptDraw<'_>> = (start..(start + prompts_per_batch).min(count))
+                .map(|i| PromptDraw { prompt: i, ids: &split.examples[i].input_ids, seeds: vec![0] })
+                .collect();
+            completions.extend(sample_prompts(&ctx, &draws, &|| false)?);
         }
         let source = RoundSource { split, rewards: &self.rewards, locate };
         let table = score(&source, prompts, &completions, &|| false)?;
