@@ -92,3 +92,26 @@ pub fn temper(hidden: &Tensor, temperature: f64) -> Result<Tensor> {
     }
     Ok((hidden * (1.0 / temperature))?)
 }
+
+/// Mean NLL per target token over (up to `max_batches`, 0 = all) batches of `examples`.
+pub fn validation_loss(
+    model: &Transformer,
+    examples: &[crate::engine::data::Example],
+    batch_size: usize,
+    max_batches: usize,
+    pad_id: u32,
+) -> Result<f64> {
+    let lengths: Vec<usize> = examples.iter().map(|e| e.len()).collect();
+    let mut total = 0f64;
+    let mut count = 0usize;
+    for (i, indices) in crate::engine::data::eval_batches(&lengths, batch_size).iter().enumerate() {
+        if max_batches > 0 && i >= max_batches {
+            break;
+        }
+        let batch = crate::engine::data::collate(examples, indices, pad_id)?;
+        let (nll, n) = batch_nll_sum(model, &batch)?;
+        total += nll;
+        count += n;
+    }
+    Ok(total / count.max(1) as f64)
+}

@@ -16,6 +16,7 @@ pub mod grpo;
 pub mod loss;
 pub mod method;
 pub mod optimizer;
+mod plan;
 pub mod preference;
 mod recorder;
 pub mod resume;
@@ -30,13 +31,14 @@ pub mod validate;
 
 pub use config::{lr_at, Checkpointing, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
 pub use events::{TrainControl, TrainEvent};
+pub use loss::validation_loss;
 pub use method::{Method, PreferenceLoss, PreferenceSettings};
+pub use plan::plan_batches;
 pub use step_runner::{BegunStep, QueuedUpdate, StepReport, StepRunner};
 
 use crate::engine::checkpoint::{self, TrainerState};
-use crate::engine::data::{self, BatchOptions, BatchPlan, DataOptions, PreparedDataset, TokenizeSpec};
+use crate::engine::data::{self, BatchPlan, DataOptions, PreparedDataset, TokenizeSpec};
 use crate::engine::lora::{self, AdapterParam};
-use crate::engine::model::transformer::Transformer;
 use crate::engine::model::LoadedModel;
 use crate::engine::{Error, Result};
 use clock::{wait_while_paused, StepClock};
@@ -94,41 +96,6 @@ pub fn prepare_data(config: &TrainConfig, model: &LoadedModel) -> Result<Prepare
     let warnings = crate::engine::data::eos_doctor::check_training(model, &prepared.train.examples);
     prepared.summary.notes.extend(warnings.iter().map(|w| format!("warning: {w}")));
     Ok(prepared)
-}
-
-/// The batch plan (micro-batches) for a config over `train_lengths`, and the number of optimizer steps.
-pub fn plan_batches(config: &TrainConfig, train_lengths: Vec<usize>) -> Result<(BatchPlan, usize)> {
-    let per_epoch = train_lengths.len().div_ceil(config.batch_size).max(1);
-    // GRPO trains `num_iterations` steps on each step's worth of prompts.
-    let iterations = if config.method.is_reinforcement() { config.grpo.num_iterations.max(1) } else { 1 };
-    let micro_batches = match config.iters {
-        Some(iters) => iters.div_ceil(iterations) * config.grad_accum,
-        // A saturating cast: an absurd epoch count becomes a huge number that the bound below refuses.
-        None => ((config.epochs.unwrap_or(1.0) * per_epoch as f64).round() as usize).max(1),
-    };
-    let steps = match config.iters {
-        Some(iters) => iters,
-        None => micro_batches.div_ceil(config.grad_accum) * iterations,
-    };
-    if steps > validate::MAX_STEPS {
-        return Err(Error::InvalidSetting(format!(
-            "epochs {} over {} training examples make {steps} optimizer steps; at most {} are allowed, so lower \
-             `epochs` (--epochs) or set `iters` (--iters)",
-            config.epochs.unwrap_or(1.0),
-            train_lengths.len(),
-            validate::MAX_STEPS
-        )));
-    }
-    let plan = BatchPlan::new(
-        train_lengths,
-        BatchOptions {
-            batch_size: config.batch_size,
-            seed: config.seed,
-            schedule: data::Schedule::Iterations(micro_batches),
-            ..Default::default()
-        },
-    )?;
-    Ok((plan, steps))
 }
 
 struct Trainer<'a> {
@@ -611,27 +578,4 @@ struct StepProgress {
     lr: f64,
     cursor: data::DataCursor,
     tokens: StepTokens,
-}
-
-/// Mean NLL per target token over (up to `max_batches`, 0 = all) batches of `examples`.
-pub fn validation_loss(
-    model: &Transformer,
-    examples: &[data::Example],
-    batch_size: usize,
-    max_batches: usize,
-    pad_id: u32,
-) -> Result<f64> {
-    let lengths: Vec<usize> = examples.iter().map(|e| e.len()).collect();
-    let mut total = 0f64;
-    let mut count = 0usize;
-    for (i, indices) in data::eval_batches(&lengths, batch_size).iter().enumerate() {
-        if max_batches > 0 && i >= max_batches {
-            break;
-        }
-        let batch = data::collate(examples, indices, pad_id)?;
-        let (nll, n) = loss::batch_nll_sum(model, &batch)?;
-        total += nll;
-        count += n;
-    }
-    Ok(total / count.max(1) as f64)
 }
