@@ -76,20 +76,10 @@ pub struct BestCheckpoint {
 /// `run_dir/checkpoint-<step>/`. Built in a `.partial` folder, flushed to disk and renamed into place, so an
 /// interrupted save (or a power loss) leaves no half checkpoint. `run_dir` must exist: a run folder that
 /// vanished is not recreated here.
+///
+/// `extra_files` (file name, bytes) are written inside the same atomic save (GRPO's in-flight completions, when a
+/// checkpoint falls inside a batch's iterations).
 pub fn save_checkpoint(
-    run_dir: &Path,
-    params: &[AdapterParam],
-    adapter_config: &PeftAdapterConfig,
-    base: &BaseRecord,
-    optimizer_state: &HashMap<String, Tensor>,
-    state: &TrainerState,
-) -> Result<PathBuf> {
-    save_checkpoint_with(run_dir, params, adapter_config, base, optimizer_state, state, &[])
-}
-
-/// [`save_checkpoint`] with more files in the checkpoint, written inside the same atomic save: (file name,
-/// bytes) (GRPO's in-flight completions, when a checkpoint falls inside a batch's iterations).
-pub fn save_checkpoint_with(
     run_dir: &Path,
     params: &[AdapterParam],
     adapter_config: &PeftAdapterConfig,

@@ -524,7 +524,7 @@ impl<'a> Trainer<'a> {
             Some(grpo) => grpo.checkpoint_files(state.step)?,
             None => Vec::new(),
         };
-        let path = checkpoint::save_checkpoint_with(
+        let path = checkpoint::save_checkpoint(
             &self.run_dir,
             &self.params,
             &self.adapter_config,
