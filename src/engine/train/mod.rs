@@ -501,7 +501,8 @@ impl<'a> Trainer<'a> {
         let Some(metrics) = grpo.validate(&self.runner.model, valid, max_prompts, &locate)? else {
             return Ok(Verdict { new_best: false, stop: false });
         };
-        let loss = -metrics.reward_mean;
+        // `0 - r`, not `-r`: a reward of 0 is a loss of 0, not -0.
+        let loss = 0.0 - metrics.reward_mean;
         state.val_loss = Some(loss);
         let verdict = early_stop::observe(state, self.config, state.step, loss);
         rec.send(TrainEvent::Eval {
