@@ -86,7 +86,7 @@ fn sampling_is_seeded_and_gradients_match_finite_differences() {
         let objective = GrpoObjective::new(s.clone(), &base.model, 0);
         let mut rollout = Rollout {
             group: 3,
-            per_micro: 3,
+            micro_sizes: vec![3, 3],
             completions,
             rewards: rewards.iter().map(|r| vec![*r]).collect(),
             reward_totals: rewards.to_vec(),

@@ -98,9 +98,11 @@ fn rollout(exp: &Value, per_micro: usize) -> Rollout {
     for (ours, theirs) in reward_totals.iter().zip(floats(&exp["reward_totals"])) {
         assert!((ours - theirs).abs() < 1e-12, "weighted totals {ours} vs {theirs}");
     }
+    // TRL's micro-batches: runs of per_device_train_batch_size completions.
+    let micro_sizes = (0..completions.len()).step_by(per_micro).map(|s| per_micro.min(completions.len() - s)).collect();
     Rollout {
         group,
-        per_micro,
+        micro_sizes,
         completions,
         rewards,
         reward_totals,

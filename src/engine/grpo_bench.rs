@@ -131,7 +131,7 @@ pub fn bench_grpo(model: &LoadedModel, spec: &GrpoBenchSpec) -> Result<GrpoBench
         let adv = advantages(&totals, g, settings.scale_rewards);
         let rollout = Rollout {
             group: g,
-            per_micro: completions.len(),
+            micro_sizes: vec![completions.len()],
             rewards: totals.iter().map(|&r| vec![r]).collect(),
             reward_totals: totals,
             advantages: adv.values,

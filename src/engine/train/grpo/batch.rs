@@ -19,12 +19,13 @@ pub struct Completion {
 }
 
 /// The completions a batch of `num_iterations` steps trains on, with what their objective needs. Prompt-major:
-/// prompt i's `group` completions are `completions[i * group..(i + 1) * group]`; micro-batches are runs of
-/// `per_micro` completions (whole groups).
+/// prompt i's `group` completions are `completions[i * group..(i + 1) * group]`; micro-batch m is the next
+/// `micro_sizes[m]` completions (whole groups; a step's micro-batches need not be the same size: an epoch's last
+/// batch of prompts is smaller and falls anywhere in the shuffled order).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Rollout {
     pub group: usize,
-    pub per_micro: usize,
+    pub micro_sizes: Vec<usize>,
     pub completions: Vec<Completion>,
     /// Each reward of each completion (unweighted), and their weighted sums.
     pub rewards: Vec<Vec<f64>>,
@@ -52,8 +53,15 @@ pub struct ScoredBatch {
 impl Rollout {
     /// The completion index ranges of the micro-batches.
     pub fn micro_ranges(&self) -> Vec<std::ops::Range<usize>> {
-        let per = self.per_micro.max(1);
-        (0..self.completions.len()).step_by(per).map(|s| s..(s + per).min(self.completions.len())).collect()
+        let mut start = 0;
+        self.micro_sizes
+            .iter()
+            .map(|&size| {
+                let range = start..(start + size).min(self.completions.len());
+                start += size;
+                range
+            })
+            .collect()
     }
 
     /// The completion lengths of each micro-batch (what the loss types normalise with).
@@ -110,7 +118,7 @@ mod tests {
     fn collate_scores_the_completion_tokens_only() {
         let rollout = Rollout {
             group: 2,
-            per_micro: 2,
+            micro_sizes: vec![2],
             completions: vec![completion(0, vec![5, 6], vec![7, 2]), completion(0, vec![5, 6], vec![8])],
             rewards: vec![],
             reward_totals: vec![],
@@ -127,5 +135,8 @@ mod tests {
         assert_eq!(s.targets, [7, 2, 8]);
         assert_eq!(s.owners, [(0, 0), (0, 1), (1, 0)]);
         assert_eq!(rollout.micro_lengths(), vec![vec![2, 1]]);
+        // A step's micro-batches may differ in size (an epoch's short last batch of prompts, anywhere in it).
+        let uneven = Rollout { micro_sizes: vec![1, 1], ..rollout };
+        assert_eq!(uneven.micro_ranges(), vec![0..1, 1..2]);
     }
 }

@@ -9,7 +9,7 @@ use super::objective::{advantages, mean_std};
 use super::rewards::{RewardInput, RewardTable, Rewards};
 use super::rollout::{completion_seed, sample_prompts, PromptDraw, SamplingContext};
 use super::step::{GrpoObjective, GrpoStepMetrics};
-use crate::engine::data::{PreparedSplit, PromptRow};
+use crate::engine::data::PreparedSplit;
 use crate::engine::{Error, Result};
 use std::time::Instant;
 
@@ -33,11 +33,6 @@ pub fn roll_out(
 ) -> Result<Rollout> {
     let settings = ctx.settings;
     let g = settings.num_generations;
-    let prompts = source
-        .split
-        .prompts
-        .as_ref()
-        .ok_or_else(|| Error::Training("GRPO needs prompt rows, and this split has none".into()))?;
     let started = Instant::now();
     let mut completions = Vec::new();
     // A micro-batch's prompts decode together (those of one length as one batch).
@@ -56,13 +51,12 @@ pub fn roll_out(
     }
     let generation_secs = started.elapsed().as_secs_f64();
     let started = Instant::now();
-    let table = score(source, prompts, &completions, cancelled)?;
+    let table = score(source, &completions, cancelled)?;
     let reward_secs = started.elapsed().as_secs_f64();
     let adv = advantages(&table.total, g, settings.scale_rewards);
-    let per_micro = micro_batches.first().map_or(0, Vec::len) * g;
     let mut rollout = Rollout {
         group: g,
-        per_micro,
+        micro_sizes: micro_batches.iter().map(|m| m.len() * g).collect(),
         completions,
         rewards: table.values,
         reward_totals: table.total,
@@ -80,13 +74,17 @@ pub fn roll_out(
     Ok(rollout)
 }
 
-/// Score `completions` (of the prompts `prompts`) with the source's rewards.
+/// Score `completions` (of the source split's prompts) with the source's rewards.
 pub fn score(
     source: &RoundSource<'_>,
-    prompts: &[PromptRow],
     completions: &[Completion],
     cancelled: &dyn Fn() -> bool,
 ) -> Result<RewardTable> {
+    let prompts = source
+        .split
+        .prompts
+        .as_ref()
+        .ok_or_else(|| Error::Training("GRPO needs prompt rows, and this split has none".into()))?;
     let locations: Vec<String> = completions.iter().map(|c| (source.locate)(c.prompt)).collect();
     let inputs: Vec<RewardInput<'_>> = completions
         .iter()

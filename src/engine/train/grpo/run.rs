@@ -147,8 +147,9 @@ impl GrpoRun {
         Ok(())
     }
 
-    /// Validation (greedy completions decoded `num_generations` prompts at a time, the batch training samples): one greedy completion of each of (up to `max_prompts`, 0 = all) prompts of `split`, scored by
-    /// the rewards; returns their metrics (val loss is minus the mean reward).
+    /// Validation: one greedy completion of each of (up to `max_prompts`, 0 = all) prompts of `split`, decoded
+    /// `num_generations` prompts at a time (the batch a group decodes in), scored by the rewards; returns their
+    /// metrics (val loss is minus the mean reward).
     pub fn validate(
         &self,
         model: &Transformer,
@@ -169,7 +170,7 @@ impl GrpoRun {
             completions.extend(sample_prompts(&ctx, &draws, &|| false)?);
         }
         let source = RoundSource { split, rewards: &self.rewards, locate };
-        let table = score(&source, prompts, &completions, &|| false)?;
+        let table = score(&source, &completions, &|| false)?;
         Ok(Some(reward_metrics(&table.total, &table.values, &self.names, &completions)))
     }
 }
