@@ -134,7 +134,7 @@ fn fused_decode_with_adapters_qk_norms_and_a_quantized_base_matches_the_cpu() {
 /// as a number and read from a device tensor (as a replayed CUDA graph gives it, the host's number then wrong).
 #[test]
 fn decode_attention_over_long_caches_matches_the_cpu() {
-    use metal_candle::engine::ops::cuda_decode::{attention, DecodeShape};
+    use metal_candle::engine::ops::cuda::decode::{attention, DecodeShape};
     let Some(device) = cuda_or_skip() else { return };
     let (b, heads, kv, d, cap) = (2usize, 8usize, 2usize, 64usize, 3000usize);
     let cpu = Device::Cpu;
@@ -172,7 +172,7 @@ fn reference_decode_attention(
     qkv: &Tensor,
     cache: &Tensor,
     rope: &Tensor,
-    s: metal_candle::engine::ops::cuda_decode::DecodeShape,
+    s: metal_candle::engine::ops::cuda::decode::DecodeShape,
 ) -> Vec<f32> {
     let (b, d) = (qkv.dim(0).unwrap(), s.head_dim);
     let qkv: Vec<f32> = qkv.flatten_all().unwrap().to_vec1().unwrap();
@@ -304,7 +304,7 @@ fn graph_decode_matches_eager_decode() {
     let _ = std::fs::remove_dir_all(window_dir);
 }
 
-/// The single-row product kernel (`ops/cuda_gemv.rs`, taken by `frozen_matmul_t` for one row) against an f64
+/// The single-row product kernel (`ops/cuda/gemv.rs`, taken by `frozen_matmul_t` for one row) against an f64
 /// CPU product: row counts that are not a multiple of the block's eight, lengths with a tail after the
 /// unrolled loop, the Llama-3.2-1B projection shapes, and an input at an odd offset (cuBLAS then).
 #[test]
@@ -336,7 +336,7 @@ fn single_row_products_match_the_cpu() {
             let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
             let (gu, w) = (on(&gate_up), on(&w));
             let fused = metal_candle::engine::ops::swiglu_matmul_t(&gu, &w).unwrap().expect("the kernel takes the row");
-            let gated = metal_candle::engine::ops::cuda_decode::silu_mul_halves(&gu).unwrap();
+            let gated = metal_candle::engine::ops::cuda::decode::silu_mul_halves(&gu).unwrap();
             let composed = metal_candle::engine::ops::frozen_matmul_t(&gated, &w).unwrap();
             assert_eq!(fused.dims(), &[1, 1, n]);
             let diff = (fused.to_dtype(DType::F32).unwrap() - composed.to_dtype(DType::F32).unwrap())
@@ -387,7 +387,7 @@ fn greedy_generation_on_cuda_matches_the_cpu() {
 /// past its grid (a grid-stride share), a tie (the first index wins), NaN (never wins), all -inf (index 0).
 #[test]
 fn gpu_argmax_matches_the_cpu() {
-    use metal_candle::engine::{ops::cuda_decode::argmax, sampler};
+    use metal_candle::engine::{ops::cuda::decode::argmax, sampler};
     let Some(device) = cuda_or_skip() else { return };
     for n in [1usize, 7, 4096, 4097, 128_256, 1_500_000] {
         let mut values: Vec<f32> = Tensor::randn(0f32, 1.0, n, &Device::Cpu).unwrap().to_vec1().unwrap();

@@ -260,7 +260,7 @@ pub fn init() -> crate::engine::error::Result<()> {
 }
 
 /// Below this many rows a multiply is a matrix-vector product bound by memory bandwidth (token-by-token
-/// decoding): ops/gemv.rs handles one row, Candle's GEMM a few.
+/// decoding): ops/cpu/gemv.rs handles one row, Candle's GEMM a few.
 pub const MIN_ROWS: usize = 8;
 
 /// `c (m, n) = a (m, k) · op(b)` with row-major contiguous buffers, where `op(b)` is `b^T` for `b` stored

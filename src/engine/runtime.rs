@@ -70,17 +70,17 @@ impl std::str::FromStr for Kernels {
 pub struct RuntimeOptions {
     pub blas: BlasOptions,
     /// Single-row products (token-by-token decoding) use our matrix-vector kernels: f32 on the CPU
-    /// (`ops/gemv.rs`), f32 and bf16 on CUDA (`ops/cuda_gemv.rs`); false falls back to Candle's GEMM and
+    /// (`ops/cpu/gemv.rs`), f32 and bf16 on CUDA (`ops/cuda/gemv.rs`); false falls back to Candle's GEMM and
     /// cuBLAS, for A/B measurements.
     pub gemv: bool,
-    /// CUDA decoding uses the fused decoder-layer kernels (`ops/cuda_decode.rs`); false keeps the composed
+    /// CUDA decoding uses the fused decoder-layer kernels (`ops/cuda/decode.rs`); false keeps the composed
     /// ops, for A/B comparisons.
     pub fused_decode: bool,
     /// CUDA decoding captures the single-token step as a CUDA graph and replays it (model/decode_graph.rs);
     /// false launches every op from the host each token, for A/B comparisons.
     pub cuda_graphs: bool,
     /// CUDA attention (training forward/backward, prefill) uses the fused flash-style kernels
-    /// (`ops/cuda_attention.rs`); false keeps the composed attention with its (T x T) scores, for A/B
+    /// (`ops/cuda/attention.rs`); false keeps the composed attention with its (T x T) scores, for A/B
     /// comparisons.
     pub fused_attention: bool,
     /// The training pass prints the time of each of its phases (device synchronised) to stderr: a profile

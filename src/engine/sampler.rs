@@ -73,7 +73,7 @@ impl Sampler {
     }
 
     /// Pick the next token from the logits tensor (1, vocab) or (vocab) f32, given the ids seen so far. Plain
-    /// greedy decoding on CUDA takes the argmax there (`ops::cuda_decode::argmax`, the same tie rule as
+    /// greedy decoding on CUDA takes the argmax there (`ops::cuda::decode::argmax`, the same tie rule as
     /// [`argmax`]) and reads back one id instead of the whole row: with a 128k vocabulary, copying the row and
     /// scanning it on the CPU left the GPU idle ~0.1 ms per token. Everything else (Metal included, where that
     /// kernel does not exist) copies the row and goes through [`Self::sample`].
@@ -81,8 +81,8 @@ impl Sampler {
         let row = logits.flatten_all()?;
         let p = &self.params;
         let greedy = p.temperature <= 0.0 && p.repetition_penalty == 1.0;
-        if greedy && crate::engine::ops::cuda_decode::available(row.device(), row.dtype()) {
-            return Ok(crate::engine::ops::cuda_decode::argmax(&row)?);
+        if greedy && crate::engine::ops::cuda::decode::available(row.device(), row.dtype()) {
+            return Ok(crate::engine::ops::cuda::decode::argmax(&row)?);
         }
         let mut values: Vec<f32> = row.to_vec1()?;
         Ok(self.sample(&mut values, previous))

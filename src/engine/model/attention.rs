@@ -324,7 +324,7 @@ impl Attention {
     pub(super) fn decode_fused(&self, normed: &Tensor, table: &Tensor, cache: &mut LayerCache) -> Result<Tensor> {
         let qkv = self.norm_joined_qk(self.qkv.forward_joined(normed)?)?;
         let pos = cache.len();
-        let shape = ops::cuda_decode::DecodeShape {
+        let shape = ops::cuda::decode::DecodeShape {
             heads: self.num_heads,
             kv_heads: self.num_kv_heads,
             head_dim: self.head_dim,
@@ -334,9 +334,9 @@ impl Attention {
         let buf =
             cache.reserve(normed.dim(0)?, self.num_kv_heads, self.head_dim, 1, normed.dtype(), normed.device())?;
         let position = cache.device_position().cloned();
-        ops::cuda_decode::kv_write(&buf, &qkv, table, shape, position.as_ref())?;
+        ops::cuda::decode::kv_write(&buf, &qkv, table, shape, position.as_ref())?;
         cache.advance(1);
-        Ok(self.o_proj.forward(&ops::cuda_decode::attention(&qkv, &buf, table, shape, position.as_ref())?)?)
+        Ok(self.o_proj.forward(&ops::cuda::decode::attention(&qkv, &buf, table, shape, position.as_ref())?)?)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The steps of token-by-token decoding: each gives the logits of the last id after running the ids the KV
 //! cache lacks. On CUDA, once the model's single-token step runs entirely on the device
-//! ([`Transformer::decode_step_stays_on_device`]), the step is captured as a CUDA graph (ops/cuda_graph.rs) and
+//! ([`Transformer::decode_step_stays_on_device`]), the step is captured as a CUDA graph (ops/cuda/graph.rs) and
 //! every later token replays it with one launch instead of ~160 host launches.
 //!
 //! The sequence for one generation: the prompt runs eagerly (prefill); the first decoded token runs eagerly
@@ -13,7 +13,7 @@
 
 use super::kv_cache::KvCache;
 use super::transformer::Transformer;
-use crate::engine::ops::cuda_graph::{self, Graph};
+use crate::engine::ops::cuda::graph::{self as cuda_graph, Graph};
 use crate::engine::Result;
 use candle_core::{DType, Tensor};
 

@@ -3,7 +3,7 @@
 //! pre-norms, gemma3's pre- and post-norms, olmo2's post-norms only); each block's output is multiplied by
 //! granite's `residual_multiplier` (1 elsewhere) before its residual add. This file owns the layer's math
 //! around its two blocks: the inference forward, the training forward that records what the backward needs,
-//! the backward, and the single-token decode step (fused kernels where [`ops::cuda_decode::available`] says the
+//! the backward, and the single-token decode step (fused kernels where [`ops::cuda::decode::available`] says the
 //! device has them, for pre-norm SwiGLU layers; gemma3's and olmo2's layers decode through the composed ops
 //! on every device, CUDA included).
 
@@ -249,7 +249,7 @@ impl DecoderLayer {
     /// Whether the fused decode kernels model this layer on `device` in `dtype` (given a rotary decode table).
     pub(super) fn fused_decode_ready(&self, device: &candle_core::Device, dtype: candle_core::DType) -> bool {
         self.norms.pre_norms_only()
-            && ops::cuda_decode::enabled(device, dtype)
+            && ops::cuda::decode::enabled(device, dtype)
             && self.residual_multiplier == 1.0
             && self.self_attn.decodes_fused()
             && self.mlp.decodes_fused()
@@ -270,11 +270,11 @@ impl DecoderLayer {
             return Err(candle_core::Error::Msg("fused decode of a layer without pre-norms".into()).into());
         };
         let (x, normed) = match pending {
-            Some(delta) => ops::cuda_decode::add_rms_norm(x, &delta, attn_norm.factor(), attn_norm.eps)?,
+            Some(delta) => ops::cuda::decode::add_rms_norm(x, &delta, attn_norm.factor(), attn_norm.eps)?,
             None => (x.clone(), attn_norm.forward(x)?),
         };
         let attn = self.self_attn.decode_fused(&normed, table, cache)?;
-        let (x, normed) = ops::cuda_decode::add_rms_norm(&x, &attn, mlp_norm.factor(), mlp_norm.eps)?;
+        let (x, normed) = ops::cuda::decode::add_rms_norm(&x, &attn, mlp_norm.factor(), mlp_norm.eps)?;
         Ok((x, Some(self.mlp.decode_fused(&normed)?)))
     }
 }

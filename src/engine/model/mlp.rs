@@ -97,7 +97,7 @@ impl Mlp {
                 return Ok(y);
             }
         }
-        Ok(self.down_proj.forward(&ops::cuda_decode::silu_mul_halves(&gate_up)?)?)
+        Ok(self.down_proj.forward(&ops::cuda::decode::silu_mul_halves(&gate_up)?)?)
     }
 }
 

@@ -81,7 +81,7 @@ impl RotaryTables {
             _ => 1.0,
         };
         let (cos, sin) = tables(&inv_freq, position_scale, attention_factor, cfg, device)?;
-        let decode_table = if ops::cuda_decode::available(device, dtype) && long.is_none() && dim == cfg.head_dim {
+        let decode_table = if ops::cuda::decode::available(device, dtype) && long.is_none() && dim == cfg.head_dim {
             Some(Tensor::cat(&[&cos, &sin], 1)?.contiguous()?)
         } else {
             None

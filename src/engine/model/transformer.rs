@@ -111,7 +111,7 @@ impl Transformer {
             (x, pending) = layer.forward_pending(&x, pending.take(), self.rotary_for(layer), start_pos, layer_cache)?;
         }
         match pending {
-            Some(delta) => Ok(ops::cuda_decode::add_rms_norm(&x, &delta, self.norm.factor(), self.norm.eps)?.1),
+            Some(delta) => Ok(ops::cuda::decode::add_rms_norm(&x, &delta, self.norm.factor(), self.norm.eps)?.1),
             None => self.final_norm(&x),
         }
     }

@@ -1,15 +1,21 @@
 //! Input gradients of the transformer's element-wise blocks, for the hand-written training backward pass
 //! (engine/train/backprop). Each takes what the forward pass saved and the output gradient; CPU f32 uses the
-//! fused kernels of `cpu_kernels`, CUDA f32/bf16 those of `cuda_training`, anything else composes Candle
+//! fused kernels of `cpu/training.rs`, CUDA f32/bf16 those of `cuda/training.rs`, anything else composes Candle
 //! ops.
 
-use super::cpu_kernels::{rms_norm_backward_f32, rope_cpu, softmax_backward_f32};
-use super::{f32_of, is_cpu_f32, metal_dtypes, upcast};
+use super::cpu::host::f32_of;
+use super::cpu::training::{rms_norm_backward_f32, rope_cpu, softmax_backward_f32};
+use super::cuda::{availability::available as cuda_available, residual as cuda_residual, training as cuda_training};
+use super::elementwise::add;
+use super::gelu::{gelu_tanh, GELU_TANH_C};
+use super::kernel_choice::{is_cpu_f32, metal_dtypes};
+use super::precision::upcast;
+use super::rotary::on_rotary_dims;
 use candle_core::{Result, Tensor, D};
 
 /// Whether the fused CUDA kernels (cuda_training.rs) take this tensor's dtype on its device.
 fn fused_on_gpu(x: &Tensor) -> bool {
-    super::cuda_kernels::available(x.device(), x.dtype())
+    cuda_available(x.device(), x.dtype())
 }
 
 /// Gradient of `rms_norm(x, weight, eps)` with respect to `x` (the weight is frozen).
@@ -20,7 +26,7 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
         return Tensor::from_vec(dx, x.shape(), x.device());
     }
     if fused_on_gpu(x) {
-        return super::cuda_residual::rms_norm_backward(x, weight, eps, dy, None);
+        return cuda_residual::rms_norm_backward(x, weight, eps, dy, None);
     }
     let dtype = x.dtype();
     let (xf, gw) = (upcast(x)?, upcast(&dy.broadcast_mul(weight)?)?);
@@ -35,9 +41,9 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
 /// the norm on that branch, in the same pass on CUDA.
 pub fn rms_norm_backward_add(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor, addend: &Tensor) -> Result<Tensor> {
     if fused_on_gpu(x) && addend.dtype() == x.dtype() {
-        return super::cuda_residual::rms_norm_backward(x, weight, eps, dy, Some(addend));
+        return cuda_residual::rms_norm_backward(x, weight, eps, dy, Some(addend));
     }
-    super::add(addend, &rms_norm_backward(x, weight, eps, dy)?)
+    add(addend, &rms_norm_backward(x, weight, eps, dy)?)
 }
 
 /// Gradient of rotary embedding: the inverse rotation of the output gradient (rope with -sin), on the rotary
@@ -45,7 +51,7 @@ pub fn rms_norm_backward_add(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor,
 /// (t, rotary_dim / 2).
 pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     metal_dtypes("rope_backward", &[dy, cos, sin])?;
-    super::on_rotary_dims(dy, cos, |dy| {
+    on_rotary_dims(dy, cos, |dy| {
         if is_cpu_f32(dy) {
             let dx = rope_cpu(&f32_of(dy)?, dy.dims(), &f32_of(cos)?, &f32_of(sin)?, -1.0);
             return Tensor::from_vec(dx, dy.shape(), dy.device());
@@ -64,7 +70,7 @@ pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
         return Tensor::from_vec(dx, p.shape(), p.device());
     }
     if fused_on_gpu(p) && p.dtype() == dp.dtype() {
-        return super::cuda_training::softmax_backward(p, dp, scale);
+        return cuda_training::softmax_backward(p, dp, scale);
     }
     let (p, dp) = (upcast(p)?, upcast(dp)?);
     let dot = (&dp * &p)?.sum_keepdim(D::Minus1)?;
@@ -82,7 +88,7 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
         return Ok(grads);
     }
     if fused_on_gpu(gate) && up.dtype() == gate.dtype() && dm.dtype() == gate.dtype() {
-        return super::cuda_training::silu_mul_backward(gate, up, dm);
+        return cuda_training::silu_mul_backward(gate, up, dm);
     }
     let dtype = gate.dtype();
     let (g, u, d) = (upcast(gate)?, upcast(up)?, upcast(dm)?);
@@ -120,18 +126,6 @@ fn gated_backward_cpu(
     Ok(Some((Tensor::from_vec(dgate, gate.shape(), gate.device())?, Tensor::from_vec(dup, up.shape(), up.device())?)))
 }
 
-/// `sqrt(2 / pi)`, the tanh approximation's constant.
-const GELU_TANH_C: f64 = 0.797_884_560_802_865_4;
-
-/// gelu(x) with the tanh approximation and its derivative, in f32.
-pub(super) fn gelu_tanh(x: f32) -> (f32, f32) {
-    let c = GELU_TANH_C as f32;
-    let t = (c * (x + 0.044_715 * x * x * x)).tanh();
-    let value = 0.5 * x * (1.0 + t);
-    let slope = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044_715 * x * x);
-    (value, slope)
-}
-
 /// Gradients of `gelu_tanh(gate) * up` (GeGLU, gemma3) with respect to gate and up, given the output gradient
 /// `dm`. One parallel pass on the CPU in f32; composed Candle ops elsewhere (CUDA included: no fused kernel).
 pub fn gelu_tanh_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
@@ -151,4 +145,79 @@ pub fn gelu_tanh_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result
     let dup = (&d * value)?;
     let dgate = ((d * u)? * slope)?;
     Ok((dgate.to_dtype(dtype)?, dup.to_dtype(dtype)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ops::{gelu_tanh_mul, scaled_masked_softmax};
+    use candle_core::{DType, Device, Tensor, Var, D};
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        let d = (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap()).unwrap();
+        d.abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+    }
+
+    /// Each hand-written input gradient (CPU f32 kernel) against Candle's autograd through the same block
+    /// composed from differentiable ops in f64, with a non-trivial upstream gradient.
+    #[test]
+    fn backward_kernels_match_autograd_of_composed_blocks() {
+        let dev = Device::Cpu;
+        let x64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+        let other64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+        let w64 = Tensor::randn(1f64, 0.2, 8, &dev).unwrap();
+        let cos64 = Tensor::randn(0f64, 1.0, (5, 4), &dev).unwrap();
+        let sin64 = Tensor::randn(0f64, 1.0, (5, 4), &dev).unwrap();
+        let up64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        // d/dx of sum(block(x) * up) by autograd.
+        let autograd = |block: &dyn Fn(&Tensor) -> Tensor| -> Tensor {
+            let x = Var::from_tensor(&x64).unwrap();
+            let loss = (block(x.as_tensor()) * &up64).unwrap().sum_all().unwrap();
+            loss.backward().unwrap().get(x.as_tensor()).unwrap().clone()
+        };
+
+        let expected = autograd(&|x| {
+            let inv = (x.sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + 1e-6).unwrap().sqrt().unwrap();
+            x.broadcast_div(&inv).unwrap().broadcast_mul(&w64).unwrap()
+        });
+        let got = rms_norm_backward(&f32(&x64), &f32(&w64), 1e-6, &f32(&up64)).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "rms norm");
+
+        let expected = autograd(&|x| {
+            let (x1, x2) = (x.narrow(D::Minus1, 0, 4).unwrap(), x.narrow(D::Minus1, 4, 4).unwrap());
+            let (c, s) =
+                (cos64.unsqueeze(0).unwrap().unsqueeze(0).unwrap(), sin64.unsqueeze(0).unwrap().unsqueeze(0).unwrap());
+            let o1 = (x1.broadcast_mul(&c).unwrap() - x2.broadcast_mul(&s).unwrap()).unwrap();
+            let o2 = (x2.broadcast_mul(&c).unwrap() + x1.broadcast_mul(&s).unwrap()).unwrap();
+            Tensor::cat(&[o1, o2], D::Minus1).unwrap()
+        });
+        let got = rope_backward(&f32(&up64), &f32(&cos64), &f32(&sin64)).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "rope");
+
+        let scale = 0.35;
+        let expected = autograd(&|x| candle_nn::ops::softmax(&(x * scale).unwrap(), D::Minus1).unwrap());
+        let p = scaled_masked_softmax(&f32(&x64), scale, None).unwrap();
+        let got = softmax_backward(&p, &f32(&up64), scale).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "softmax");
+
+        let expected = autograd(&|g| (candle_nn::ops::silu(g).unwrap() * &other64).unwrap());
+        let (got, _) = silu_mul_backward(&f32(&x64), &f32(&other64), &f32(&up64)).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "silu gate");
+
+        // Candle's gelu is the tanh approximation (GeGLU, gemma3); its autograd rounds the constants, so the
+        // f64 reference here is a central difference of the exact f64 forward.
+        let h = 1e-6;
+        let slope = ((((&x64 + h).unwrap().gelu().unwrap() - (&x64 - h).unwrap().gelu().unwrap()).unwrap())
+            / (2.0 * h))
+            .unwrap();
+        let expected = ((slope * &other64).unwrap() * &up64).unwrap();
+        let (got, got_up) = gelu_tanh_mul_backward(&f32(&x64), &f32(&other64), &f32(&up64)).unwrap();
+        assert!(max_diff(&got, &expected) < 1e-4, "gelu gate (CPU f32 kernel)");
+        assert!(max_diff(&got_up, &(x64.gelu().unwrap() * &up64).unwrap()) < 1e-4, "gelu up");
+        let (composed, _) = gelu_tanh_mul_backward(&x64, &other64, &up64).unwrap();
+        assert!(max_diff(&composed, &expected) < 1e-8, "gelu gate (composed f64)");
+        let fast = gelu_tanh_mul(&f32(&x64), &f32(&other64)).unwrap();
+        assert!(max_diff(&fast, &(x64.gelu().unwrap() * &other64).unwrap()) < 1e-5, "gelu forward");
+    }
 }

@@ -61,9 +61,9 @@ impl Dropout {
     /// `x` times its mask (the mask's shape is `x`'s): on CUDA in one pass that never writes the mask, the same
     /// values as the product with [`Self::mask`].
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        if super::cuda_kernels::available(x.device(), x.dtype()) {
+        if super::cuda::availability::available(x.device(), x.dtype()) {
             let (base, threshold, scale) = self.parts();
-            return super::cuda_training::dropout_apply(x, base, threshold, scale);
+            return super::cuda::training::dropout_apply(x, base, threshold, scale);
         }
         x * self.mask(x.shape(), x.dtype(), x.device())?
     }

@@ -1,13 +1,15 @@
 //! Multiplying by frozen weights: the forward product through BLAS (batches) or a threaded matrix-vector
-//! product (decoding) on the CPU (bf16/f16 through f32 pieces of the weight: `frozen_matmul_half.rs`), Candle's
+//! product (decoding) on the CPU (bf16/f16 through f32 pieces of the weight: `cpu/half_products.rs`), Candle's
 //! matmul elsewhere, and the plain product the backward pass needs
 //! for the input gradient (nothing is ever computed for the frozen weight).
 
 use candle_core::{Result, Tensor};
 
+use super::kernel_choice::{metal_dtypes, native};
+
 /// `x W^T` for a frozen weight `W` of shape (out, in); `x`: (..., in).
 pub fn frozen_matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
-    super::metal_dtypes("frozen_matmul_t", &[x, weight])?;
+    metal_dtypes("frozen_matmul_t", &[x, weight])?;
     let dims = x.dims().to_vec();
     let in_features = dims[dims.len() - 1];
     let rows = x.elem_count() / in_features.max(1);
@@ -22,7 +24,7 @@ pub fn frozen_matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
 /// `x W` for a frozen weight `W` of shape (out, in) and `x`: (..., out): the input gradient of
 /// [`frozen_matmul_t`], for the hand-written backward pass. Not differentiable itself.
 pub fn frozen_matmul(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
-    super::metal_dtypes("frozen_matmul", &[x, weight])?;
+    metal_dtypes("frozen_matmul", &[x, weight])?;
     let dims = x.dims().to_vec();
     let out_features = dims[dims.len() - 1];
     let rows = x.elem_count() / out_features.max(1);
@@ -35,14 +37,14 @@ pub fn frozen_matmul(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
 }
 
 /// `silu(gate) * up` of the single gate|up row `gate_up` (.., 2k) times `weight^T` (n, k), as one kernel that
-/// does the SwiGLU while it stages the row (CUDA, `ops/cuda_gemv.rs`): (.., n), the same values as
+/// does the SwiGLU while it stages the row (CUDA, `ops/cuda/gemv.rs`): (.., n), the same values as
 /// `frozen_matmul_t(silu_mul_halves(gate_up), weight)`. None where that kernel does not run.
 pub fn swiglu_matmul_t(gate_up: &Tensor, weight: &Tensor) -> Result<Option<Tensor>> {
     #[cfg(feature = "cuda")]
-    if super::cuda_kernels::available(gate_up.device(), gate_up.dtype()) {
+    if super::cuda::availability::available(gate_up.device(), gate_up.dtype()) {
         let row = gate_up.reshape((1, gate_up.elem_count()))?;
-        if super::cuda_gemv::takes(row.layout(), row.dtype(), weight, true) {
-            let y = row.apply_op1_no_bwd(&super::cuda_gemv::SwigluGemv { weight: weight.clone() })?;
+        if super::cuda::gemv::takes(row.layout(), row.dtype(), weight, true) {
+            let y = row.apply_op1_no_bwd(&super::cuda::gemv::SwigluGemv { weight: weight.clone() })?;
             let mut dims = gate_up.dims().to_vec();
             *dims.last_mut().expect("a row has a last dimension") = weight.dim(0)?;
             return Ok(Some(y.reshape(dims)?));
@@ -52,15 +54,15 @@ pub fn swiglu_matmul_t(gate_up: &Tensor, weight: &Tensor) -> Result<Option<Tenso
     Ok(None)
 }
 
-/// `acc + dy W` (or `dy W` without `acc`): one cuBLAS call writing into `acc` where [`super::matmul_add`] takes the
+/// `acc + dy W` (or `dy W` without `acc`): one cuBLAS call writing into `acc` where [`super::products::matmul_add`] takes the
 /// operands (CUDA), else [`frozen_matmul`] then an add.
 pub fn frozen_matmul_add(acc: Option<Tensor>, dy: &Tensor, weight: &Tensor) -> Result<Tensor> {
-    if dy.rank() == 2 && super::cuda_gemm::takes(acc.as_ref(), dy, weight) {
-        return super::cuda_gemm::matmul_add(acc, dy, weight, 1.0);
+    if dy.rank() == 2 && super::cuda::gemm::takes(acc.as_ref(), dy, weight) {
+        return super::cuda::gemm::matmul_add(acc, dy, weight, 1.0);
     }
     let product = frozen_matmul(dy, weight)?;
     match acc {
-        Some(acc) => super::add(&acc, &product),
+        Some(acc) => super::elementwise::add(&acc, &product),
         None => Ok(product),
     }
 }
@@ -100,7 +102,7 @@ fn blas_frozen_matmul(
 }
 
 /// Token-by-token decoding multiplies one row by every weight matrix: a pass over the weights bound by
-/// memory bandwidth, which one core cannot saturate: see [`super::gemv`].
+/// memory bandwidth, which one core cannot saturate: see [`super::cpu::gemv`].
 fn gemv_frozen(
     weight: &Tensor,
     storage: &candle_core::CpuStorage,
@@ -121,7 +123,7 @@ fn gemv_frozen(
     if w_k != k {
         return None;
     }
-    let out = super::gemv::gemv(w, x, n, k);
+    let out = super::cpu::gemv::gemv(w, x, n, k);
     Some((candle_core::CpuStorage::F32(out), (1, n).into()))
 }
 
@@ -174,7 +176,7 @@ impl candle_core::CustomOp1 for FrozenMatmul {
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
         self.check(layout)?;
-        if super::kernels() == super::Kernels::Portable {
+        if !native() {
             return backend_matmul!(self, storage, layout, Cpu);
         }
         if self.transposed {
@@ -185,7 +187,7 @@ impl candle_core::CustomOp1 for FrozenMatmul {
         if let Some(out) = blas_frozen_matmul(&self.weight, storage, layout, self.transposed) {
             return Ok(out);
         }
-        if let Some(out) = super::frozen_matmul_half::half_frozen_matmul(&self.weight, storage, layout, self.transposed)
+        if let Some(out) = super::cpu::half_products::half_frozen_matmul(&self.weight, storage, layout, self.transposed)
         {
             return Ok(out);
         }
@@ -200,8 +202,8 @@ impl candle_core::CustomOp1 for FrozenMatmul {
     ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
         // `gemv_t` takes only operands whose lengths agree; the rest, mismatches included, go to (and are
         // refused by) the checked matmul below.
-        if self.transposed && super::kernels() == super::Kernels::Native {
-            if let Some(out) = super::cuda_gemv::gemv_t(storage, layout, &self.weight)? {
+        if self.transposed && native() {
+            if let Some(out) = super::cuda::gemv::gemv_t(storage, layout, &self.weight)? {
                 return Ok(out);
             }
         }
@@ -215,5 +217,27 @@ impl candle_core::CustomOp1 for FrozenMatmul {
         layout: &candle_core::Layout,
     ) -> Result<(candle_core::MetalStorage, candle_core::Shape)> {
         backend_matmul!(self, storage, layout, Metal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        let d = (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap()).unwrap();
+        d.abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+    }
+
+    #[test]
+    fn frozen_matmul_matches_a_plain_product_both_ways() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (2, 3, 8), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (5, 8), &dev).unwrap();
+        let y = frozen_matmul_t(&x, &w).unwrap();
+        assert!(max_diff(&y, &x.broadcast_matmul(&w.t().unwrap()).unwrap()) < 1e-5);
+        let back = frozen_matmul(&y, &w).unwrap();
+        assert!(max_diff(&back, &y.broadcast_matmul(&w).unwrap()) < 1e-4);
     }
 }

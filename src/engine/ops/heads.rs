@@ -1,8 +1,10 @@
 //! Splitting a projection's rows into attention heads with the rotary embedding, and the gradient's way back.
-//! One pass each on CUDA (`cuda_training::heads_rope`); elsewhere a transpose and [`super::rope`] /
-//! [`super::rope_backward`], which also cover a partial rotary (tables narrower than half a head).
+//! One pass each on CUDA (`cuda/training.rs`, `heads_rope`); elsewhere a transpose and [`rope`] /
+//! [`rope_backward`], which also cover a partial rotary (tables narrower than half a head).
 
-use super::{cuda_kernels, cuda_training};
+use super::backward::rope_backward;
+use super::cuda::{availability::available as cuda_available, training as cuda_training};
+use super::rotary;
 use candle_core::{Result, Tensor};
 
 /// `x` (b, t, n * d) or (b * t, n * d) -> heads (b, n, t, d) contiguous, rotated by `rope` = (cos, sin) of the t
@@ -17,7 +19,7 @@ pub fn split_heads(
     }
     let heads = x.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous()?;
     match rope {
-        Some((cos, sin)) => super::rope(&heads, cos, sin),
+        Some((cos, sin)) => rotary::rope(&heads, cos, sin),
         None => Ok(heads),
     }
 }
@@ -29,7 +31,7 @@ pub fn merge_heads_backward(dy: &Tensor, rope: Option<(&Tensor, &Tensor)>) -> Re
         return cuda_training::heads_rope(dy, (b, t, n, d), rope, true);
     }
     let dy = match rope {
-        Some((cos, sin)) => super::rope_backward(dy, cos, sin)?,
+        Some((cos, sin)) => rope_backward(dy, cos, sin)?,
         None => dy.clone(),
     };
     dy.transpose(1, 2)?.reshape((b * t, n * d))
@@ -43,5 +45,5 @@ fn fused_applies(x: &Tensor, t: usize, d: usize, rope: Option<(&Tensor, &Tensor)
             && cos.dtype() == x.dtype()
             && sin.dtype() == x.dtype()
     };
-    d.is_multiple_of(2) && cuda_kernels::available(x.device(), x.dtype()) && rope.is_none_or(tables_fit)
+    d.is_multiple_of(2) && cuda_available(x.device(), x.dtype()) && rope.is_none_or(tables_fit)
 }

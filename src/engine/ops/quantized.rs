@@ -9,7 +9,7 @@
 //! and several times slower. Single rows (decoding) and the portable graph (what Metal runs) use Candle's kernel.
 //!
 //! Single rows of a quantized weight on an x86 CPU (decoding a GGUF kept as it is, a base quantized at load,
-//! the quantized LM head) go through our own kernels ([`quantized_gemv`], `qgemv.rs`: Q4_1, Q5_0, Q5_1 and Q8_0
+//! the quantized LM head) go through our own kernels ([`quantized_gemv`], `cpu/qgemv.rs`: Q4_1, Q5_0, Q5_1 and Q8_0
 //! in our AVX2, other block types through Candle's row arithmetic on our team): Candle's numbers, without its
 //! thread pool of its own beside our team (and, for Q4_1, Q5_0 and Q5_1, with SIMD, which Candle's lacks).
 //!
@@ -18,11 +18,16 @@
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Result, Tensor, D};
+
+use super::cpu::host::cpu_row_pieces;
+use super::cpu::qgemv;
+use super::frozen_matmul::{frozen_matmul, frozen_matmul_t};
+use super::kernel_choice::{metal_dtypes, native};
 use std::sync::Arc;
 
 /// `x W^T` for a quantized frozen weight `W` of shape (out, in); `x`: (..., in).
 pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
-    super::metal_dtypes("quantized_matmul_t", &[x])?;
+    metal_dtypes("quantized_matmul_t", &[x])?;
     let (out_features, in_features) = weight.shape().dims2()?;
     let mut dims = x.dims().to_vec();
     let rows = x.elem_count() / in_features.max(1);
@@ -33,7 +38,7 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
         let pieces = row_pieces(weight, x.device())?;
         let products = pieces
             .iter()
-            .map(|&(start, n)| super::frozen_matmul_t(&x2, &dequantize_rows(weight, start, n, x.device(), x.dtype())?));
+            .map(|&(start, n)| frozen_matmul_t(&x2, &dequantize_rows(weight, start, n, x.device(), x.dtype())?));
         let mut parts = products.collect::<Result<Vec<_>>>()?;
         if parts.len() == 1 {
             parts.remove(0)
@@ -55,7 +60,7 @@ fn quantized_gemv(x: &Tensor, weight: &QTensor) -> Result<Option<Tensor>> {
     let (out_features, in_features) = weight.shape().dims2()?;
     let applies = x.elem_count() == in_features
         && x.device().is_cpu()
-        && super::kernels() == super::Kernels::Native
+        && native()
         && gemv_kernel_reads(weight.dtype(), in_features);
     if !applies {
         return Ok(None);
@@ -63,11 +68,11 @@ fn quantized_gemv(x: &Tensor, weight: &QTensor) -> Result<Option<Tensor>> {
     let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     let data = weight.data()?;
     let y = match weight.dtype() {
-        GgmlDType::Q4_1 => super::qgemv::q4_1_gemv(&data, &xs, out_features, in_features),
-        GgmlDType::Q8_0 => super::qgemv::q8_0_gemv(&data, &xs, out_features, in_features),
-        GgmlDType::Q5_0 => super::qgemv::q5_gemv::<false>(&data, &xs, out_features, in_features),
-        GgmlDType::Q5_1 => super::qgemv::q5_gemv::<true>(&data, &xs, out_features, in_features),
-        other => super::qgemv::candle_gemv(other, &data, &xs, out_features, in_features),
+        GgmlDType::Q4_1 => qgemv::q4_1_gemv(&data, &xs, out_features, in_features),
+        GgmlDType::Q8_0 => qgemv::q8_0_gemv(&data, &xs, out_features, in_features),
+        GgmlDType::Q5_0 => qgemv::q5_gemv::<false>(&data, &xs, out_features, in_features),
+        GgmlDType::Q5_1 => qgemv::q5_gemv::<true>(&data, &xs, out_features, in_features),
+        other => qgemv::candle_gemv(other, &data, &xs, out_features, in_features),
     };
     let mut dims = x.dims().to_vec();
     if let Some(last) = dims.last_mut() {
@@ -79,17 +84,17 @@ fn quantized_gemv(x: &Tensor, weight: &QTensor) -> Result<Option<Tensor>> {
 /// Whether our single-row CPU kernels read weights of `dtype` with rows of `in_features` on this CPU.
 fn gemv_kernel_reads(dtype: GgmlDType, in_features: usize) -> bool {
     match dtype {
-        GgmlDType::Q4_1 => super::qgemv::q4_1_fits(in_features),
-        GgmlDType::Q8_0 => super::qgemv::q8_0_fits(in_features),
-        GgmlDType::Q5_0 | GgmlDType::Q5_1 => super::qgemv::q5_fits(in_features),
-        other => super::qgemv::candle_vec_dot_fits(other, in_features),
+        GgmlDType::Q4_1 => qgemv::q4_1_fits(in_features),
+        GgmlDType::Q8_0 => qgemv::q8_0_fits(in_features),
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 => qgemv::q5_fits(in_features),
+        other => qgemv::candle_vec_dot_fits(other, in_features),
     }
 }
 
 /// Whether a product of `rows` rows of `x` dequantizes the weight and multiplies densely (see the module notes).
 fn dequantize_first(x: &Tensor, rows: usize) -> bool {
     let device = x.device();
-    super::kernels() == super::Kernels::Native
+    native()
         && ((device.is_cpu() && rows >= crate::engine::blas::MIN_ROWS) || (device.is_cuda() && rows > CUDA_VECTOR_ROWS))
 }
 
@@ -108,7 +113,7 @@ pub fn quantized_matmul(dy: &Tensor, weight: &QTensor) -> Result<Tensor> {
         let piece = dequantize_rows(weight, start, n, dy.device(), dy.dtype())?;
         let dy_piece =
             if n == weight.shape().dims2()?.0 { dy.clone() } else { dy.narrow(D::Minus1, start, n)?.contiguous()? };
-        let part = super::frozen_matmul(&dy_piece, &piece)?;
+        let part = frozen_matmul(&dy_piece, &piece)?;
         sum = Some(match sum {
             Some(s) => (s + part)?,
             None => part,
@@ -118,14 +123,14 @@ pub fn quantized_matmul(dy: &Tensor, weight: &QTensor) -> Result<Tensor> {
 }
 
 /// The (first row, rows) pieces in which [`dequantize_rows`] turns `weight` dense for a product on `device`: on the
-/// CPU 64 MB pieces (`super::cpu_row_pieces`); elsewhere (CUDA: one dequantize launch, device memory measured
+/// CPU 64 MB pieces (`cpu/host.rs`); elsewhere (CUDA: one dequantize launch, device memory measured
 /// within target) the whole weight.
 fn row_pieces(weight: &QTensor, device: &Device) -> Result<Vec<(usize, usize)>> {
     let (out_features, in_features) = weight.shape().dims2()?;
     if !device.is_cpu() {
         return Ok(vec![(0, out_features)]);
     }
-    Ok(super::cpu_row_pieces(out_features, in_features))
+    Ok(cpu_row_pieces(out_features, in_features))
 }
 
 /// `weight` dense, in `dtype` on `device` (its own device): on the CPU dequantized in parallel on our team.
@@ -137,7 +142,7 @@ pub fn dequantize(weight: &QTensor, device: &Device, dtype: DType) -> Result<Ten
 /// team (Candle's dequantize is one thread: at 8B it was several seconds of each step), elsewhere the whole weight
 /// through Candle's dequantize (the only piece there).
 fn dequantize_rows(weight: &QTensor, start: usize, n: usize, device: &Device, dtype: DType) -> Result<Tensor> {
-    if !device.is_cpu() || super::kernels() != super::Kernels::Native {
+    if !device.is_cpu() || !native() {
         return weight.dequantize(device)?.to_dtype(dtype);
     }
     let (_, in_features) = weight.shape().dims2()?;

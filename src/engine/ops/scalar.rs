@@ -2,7 +2,7 @@
 //! keeps its loss on the device until the step is queued to its end (the optimizer's guard reads it there), so the
 //! GPU never waits midway for the host to read a value and queue the rest; [`Scalar::value`] reads it.
 
-use super::metal_dtypes;
+use super::kernel_choice::metal_dtypes;
 use candle_core::{DType, Device, Result, Tensor};
 
 /// A scalar on the host, or still on the device as a one-element f32 tensor.

@@ -1,9 +1,9 @@
 //! AdamW over the adapter parameters, as torch.optim.AdamW computes it, with state that can be saved and
 //! restored exactly (first and second moments, step count), plus global gradient-norm clipping and the skip of a
 //! step whose loss or norm is not finite. On CUDA with f32 adapters the norm, the clipping, the skip and the update
-//! run as fused kernels on the device (`ops::cuda_optimizer`), with the same arithmetic.
+//! run as fused kernels on the device (`ops::cuda::optimizer`), with the same arithmetic.
 
-use crate::engine::ops::cuda_optimizer::{self, AdamWScalars, ParamSlot};
+use crate::engine::ops::cuda::optimizer::{self as cuda_optimizer, AdamWScalars, ParamSlot};
 use crate::engine::ops::Scalar;
 use crate::engine::Result;
 use candle_core::{Tensor, Var};
@@ -51,7 +51,7 @@ impl AdamW {
     /// One optimizer step as a training step takes it: the global gradient norm, the gradients clipped to
     /// `max_norm` (torch's clip_grad_norm_), and no update at all when `loss` (the step's mean loss) or the norm is
     /// not finite, in which case the step count stays. On CUDA with f32 adapters all of it is queued on the device
-    /// (`ops::cuda_optimizer`) and read back once, at the end; elsewhere the norm is read first and the update
+    /// (`ops::cuda::optimizer`) and read back once, at the end; elsewhere the norm is read first and the update
     /// composed. [`AdamW::queue_guarded_step`] and [`AdamW::finish_step`] split it where the read happens.
     pub fn guarded_step(
         &mut self,

@@ -1,5 +1,5 @@
 // Fused (flash-style) attention for the training pass and the prefill, included by fused.cu (loaded by
-// src/engine/ops/cuda_attention.rs). Nothing of size (T x T) is stored: the forward streams tiles of keys
+// src/engine/ops/cuda/attention.rs). Nothing of size (T x T) is stored: the forward streams tiles of keys
 // through shared memory with an online softmax in f32 and keeps only the output and each row's logsumexp; the
 // backward recomputes the probabilities tile by tile from that logsumexp.
 //

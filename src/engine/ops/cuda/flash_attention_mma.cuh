@@ -58,7 +58,7 @@ template <int D> struct MmaTile {
 // (registers). On wgmma (sm_90a) one: the tensor cores read K and V from shared memory once per warpgroup whatever
 // the rows, and one 64-row tile takes 128 (forward) and 157 (dQ) registers a thread where two took 223 and 242, so
 // four and three blocks share an SM instead of two, one block's softmax running while another's products do (1 x
-// 4096 at the 1B shape: forward 0.216 -> 0.192 ms, dQ 0.243 -> 0.219). ROWS sizes the grid (cuda_attention.rs:
+// 4096 at the 1B shape: forward 0.216 -> 0.192 ms, dQ 0.243 -> 0.219). ROWS sizes the grid (attention.rs:
 // query_grid); host code picks R_MMA or R_WGMMA itself (it cannot see which device build runs).
 template <int D> struct QueryTiles {
   static constexpr int R_MMA = D == 64 ? 2 : 1, R_WGMMA = 1;

@@ -11,10 +11,10 @@
 // branch make ptxas serialize them ("C7514" with -Xptxas -v).
 //
 // Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL: build.rs also asks nvcc for compute_90a on capability
-// 9.0, and cuda_kernels::launch::ptx loads that build on 9.0 devices only); other targets keep mma.sync.
+// 9.0, and launch.rs `ptx` loads that build on 9.0 devices only); other targets keep mma.sync.
 
 // Dynamic shared memory of the head_dim 128 dK/dV kernel on sm_90a (its Tiles, 66,560 bytes, and 1024 bytes of
-// slack to align them); cuda_attention.rs asks for the same (WGMMA_DKV128_SMEM).
+// slack to align them); attention.rs asks for the same (WGMMA_DKV128_SMEM).
 #define FA_WG_DKV128_SMEM 67584
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -1,6 +1,6 @@
 // Fused CUDA kernels, where each composed Candle op would be a kernel launch (and, in half precision, an
-// f32 copy): token-by-token decoding (loaded by src/engine/ops/cuda_decode.rs), the residual add with its RMS
-// norm (cuda_residual.rs), the optimizer (cuda_optimizer.rs), and through the included files the training pass's
+// f32 copy): token-by-token decoding (loaded by src/engine/ops/cuda/decode.rs), the residual add with its RMS
+// norm (residual.rs), the optimizer (optimizer.rs), and through the included files the training pass's
 // element-wise blocks (training.cuh), the head split (heads.cuh) and the flash attention (flash_attention*.cuh).
 // Compiled to PTX by build.rs when the `cuda` feature is on. Math is in f32 for every storage type.
 #include <assert.h>
@@ -426,7 +426,7 @@ extern "C" __global__ void argmax_final_f32(const float* pmax, const unsigned* p
 #include "flash_attention.cuh"
 
 // ---- The optimizer: multi-tensor AdamW in place, the gradient norm and the step's guard, all on the device
-// (src/engine/ops/cuda_optimizer.rs) ----
+// (src/engine/ops/cuda/optimizer.rs) ----
 
 // Up to OPT_TENSORS parameters per launch, their addresses passed by value (blockIdx.y picks one), OPT_BLOCKS
 // blocks of 256 threads each.
@@ -501,7 +501,7 @@ extern "C" __global__ void adamw_f32(OptChunk c, float lr, float b1, float b2, f
   }
 }
 
-// ---- Many f32 tensors cast to the compute dtype in one launch (src/engine/ops/cuda_cast.rs): the adapters' A and
+// ---- Many f32 tensors cast to the compute dtype in one launch (src/engine/ops/cuda/cast.rs): the adapters' A and
 // B for a training step, where a cast per matrix was two launches per adapter ----
 struct CastChunk {
   const float* src[OPT_TENSORS];

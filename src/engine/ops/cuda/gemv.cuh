@@ -3,7 +3,7 @@
 // these as GEMMs with an 8-wide tile and reaches 1.3-2.5 TB/s of an H100's 3.35 (measured on the Llama-3.2-1B
 // shapes). Here one warp reads one row with 16-byte streaming loads (eight in flight per lane), the input row
 // sits in shared memory, and a warp sum ends the row. The host checks k % (16 / sizeof(T)) == 0, 16-byte
-// aligned rows and k * sizeof(T) <= 48 KiB (ops/cuda_gemv.rs).
+// aligned rows and k * sizeof(T) <= 48 KiB (ops/cuda/gemv.rs).
 
 // sum(x[i] * w[i]) over one 16-byte chunk of each.
 __device__ __forceinline__ float dot_chunk(uint4 w, uint4 x, float) {

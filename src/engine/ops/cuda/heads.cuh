@@ -1,5 +1,5 @@
 // The split of a projection's rows into attention heads with the rotary embedding, and its backward, each in one
-// pass (included by fused.cu; loaded by src/engine/ops/cuda_training.rs). Composed from Candle ops each was a
+// pass (included by fused.cu; loaded by src/engine/ops/cuda/training.rs). Composed from Candle ops each was a
 // strided copy (the transpose) and a rope pass, per q, k and v and again for their gradients.
 //
 //   rows   (b * t, n * d) contiguous: the projection's output, or the gradient the projection receives;

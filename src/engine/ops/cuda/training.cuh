@@ -1,6 +1,6 @@
 // The training pass's element-wise kernels (included by fused.cu, after the shared helpers it defines; loaded by
-// src/engine/ops/cuda_training.rs): attention probabilities, the SwiGLU gate, the input gradients of softmax, RMS
-// norm (with the residual gradient added; launched by cuda_residual.rs) and the SwiGLU gate, scattering the head's
+// src/engine/ops/cuda/training.rs): attention probabilities, the SwiGLU gate, the input gradients of softmax, RMS
+// norm (with the residual gradient added; launched by residual.rs) and the SwiGLU gate, scattering the head's
 // row gradients back, and the head's cross-entropy. Math in f32 for every storage type.
 
 // ---- Training: forward attention probabilities and the element-wise blocks' input gradients ----

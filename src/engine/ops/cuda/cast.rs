@@ -10,7 +10,7 @@ pub fn cast_many(tensors: &[&Tensor], dtype: DType) -> Result<Vec<Tensor>> {
     let batched = matches!(dtype, DType::BF16 | DType::F16)
         && tensors.len() > 1
         && tensors.iter().all(|t| {
-            t.dtype() == DType::F32 && t.is_contiguous() && super::cuda_kernels::available(t.device(), DType::F32)
+            t.dtype() == DType::F32 && t.is_contiguous() && super::availability::available(t.device(), DType::F32)
         });
     if batched {
         return imp::cast_many(tensors, dtype);
@@ -20,9 +20,7 @@ pub fn cast_many(tensors: &[&Tensor], dtype: DType) -> Result<Vec<Tensor>> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{
-        device_address, load, on_cuda, output, wrap, MULTI_TENSORS as TENSORS,
-    };
+    use crate::engine::ops::cuda::launch::{device_address, load, on_cuda, output, wrap, MULTI_TENSORS as TENSORS};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};

@@ -99,7 +99,7 @@ impl Graph {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use super::Graph;
+    use crate::engine::ops::cuda::graph::Graph;
     use candle_core::cuda_backend::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     use candle_core::cuda_backend::WrapErr;
     use candle_core::Device;
@@ -131,7 +131,7 @@ mod imp {
 
 #[cfg(not(feature = "cuda"))]
 mod imp {
-    use super::Graph;
+    use crate::engine::ops::cuda::graph::Graph;
     use candle_core::Device;
 
     pub fn capture(_: &Device, _: impl FnOnce() -> crate::engine::Result<()>) -> crate::engine::Result<Graph> {

@@ -2,7 +2,7 @@
 //! base's LM head, `model/vocab_matrix.rs`): no dense copy of the whole head ever exists, only one block's,
 //! dequantized in the hidden states' dtype, at a time.
 //!
-//! The dense path (`head_loss.rs`) cuts the rows into chunks and reads the whole head for each; here the
+//! The dense path (`dense.rs`) cuts the rows into chunks and reads the whole head for each; here the
 //! vocabulary is cut instead. A first pass over the blocks keeps each row's running maximum and sum of
 //! exponentials (online log-sum-exp) and picks the target's logit out of the block that holds it; a second pass,
 //! for the gradient, recomputes each block's logits and adds `scale * softmax` times the block to the hidden
@@ -10,8 +10,10 @@
 //! Each block's logits are products in the hidden states' dtype, read as f32 for the statistics, as the dense
 //! path reads them. Composed of Candle ops, so every device runs it (the portable graph included).
 
-use super::head_loss::HeadLoss;
-use super::{frozen_matmul, frozen_matmul_t};
+use super::dense::HeadLoss;
+use crate::engine::ops::frozen_matmul::{frozen_matmul, frozen_matmul_t};
+use crate::engine::ops::quantized::dequantize;
+use crate::engine::ops::scalar::Scalar;
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Result, Tensor};
 use std::sync::Arc;
@@ -33,7 +35,7 @@ fn block_starts<'a>(head: &QuantizedHead<'a>) -> impl Iterator<Item = (usize, &'
 
 /// One block's logits (n, block rows) as f32.
 fn block_logits(hidden: &Tensor, block: &QTensor) -> Result<(Tensor, Tensor)> {
-    let dense = super::dequantize(block, hidden.device(), hidden.dtype())?;
+    let dense = dequantize(block, hidden.device(), hidden.dtype())?;
     let logits = frozen_matmul_t(hidden, &dense)?.to_dtype(DType::F32)?;
     Ok((logits, dense))
 }
@@ -105,7 +107,7 @@ pub fn quantized_head_nll(
             Some(grad.to_dtype(hidden.dtype())?)
         }
     };
-    Ok(HeadLoss { nll_sum: super::Scalar::Host(nll_sum), grad_hidden })
+    Ok(HeadLoss { nll_sum: Scalar::Host(nll_sum), grad_hidden })
 }
 
 #[cfg(test)]
@@ -123,7 +125,7 @@ mod tests {
             .step_by(per_block)
             .map(|s| {
                 let rows = per_block.min(vocab - s);
-                Ok(Arc::new(super::super::quantize_rows(&head.narrow(0, s, rows)?, GgmlDType::Q8_0, &dev)?))
+                Ok(Arc::new(crate::engine::ops::quantize_rows(&head.narrow(0, s, rows)?, GgmlDType::Q8_0, &dev)?))
             })
             .collect::<Result<Vec<_>>>()?;
         // The reference: the dense head path on the same (dequantized) weights.
@@ -135,7 +137,7 @@ mod tests {
         let quantized = QuantizedHead { blocks: &blocks, rows_per_block: per_block, target_rows: &target_rows };
         let mut rows = Vec::new();
         let ours = quantized_head_nll(&hidden, &quantized, &targets, Some(0.5), Some(&mut rows))?;
-        let reference = super::super::head_nll(&hidden, &dense, &targets, Some(0.5))?;
+        let reference = crate::engine::ops::head_nll(&hidden, &dense, &targets, Some(0.5))?;
         let (ours_nll, reference_nll) = (ours.nll_sum.value()?, reference.nll_sum.value()?);
         assert!((ours_nll - reference_nll).abs() < 1e-4 * reference_nll.abs(), "{ours_nll} vs {reference_nll}");
         assert_eq!(rows.len(), n);

@@ -3,7 +3,7 @@
 //! softmax.
 
 /// RMS norm's input gradient: dx = inv * (dy*w - xhat * mean(dy*w*xhat)), xhat = x * inv, per row of `w.len()`.
-pub(super) fn rms_norm_backward_f32(xs: &[f32], dy: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+pub(in crate::engine::ops) fn rms_norm_backward_f32(xs: &[f32], dy: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let d = w.len();
     crate::engine::cpu_pool::new_f32_rows(xs.len(), d, |r, out| {
         let (row, drow) = (&xs[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]);
@@ -18,7 +18,7 @@ pub(super) fn rms_norm_backward_f32(xs: &[f32], dy: &[f32], w: &[f32], eps: f32)
 
 /// Rotary embedding of rows of `d` (position = row index modulo the sequence length `dims[-2]`); with
 /// `sign` -1 the inverse rotation, which is its gradient.
-pub(super) fn rope_cpu(x: &[f32], dims: &[usize], cos: &[f32], sin: &[f32], sign: f32) -> Vec<f32> {
+pub(in crate::engine::ops) fn rope_cpu(x: &[f32], dims: &[usize], cos: &[f32], sin: &[f32], sign: f32) -> Vec<f32> {
     let d = dims[dims.len() - 1];
     let t = dims[dims.len() - 2];
     let half = d / 2;
@@ -35,7 +35,7 @@ pub(super) fn rope_cpu(x: &[f32], dims: &[usize], cos: &[f32], sin: &[f32], sign
 }
 
 /// Input gradient of `softmax(scale * x)` from its output `y`, rows of `d`: dx = scale * y * (dy - sum(dy * y)).
-pub(super) fn softmax_backward_f32(ys: &[f32], dy: &[f32], d: usize, scale: f32) -> Vec<f32> {
+pub(in crate::engine::ops) fn softmax_backward_f32(ys: &[f32], dy: &[f32], d: usize, scale: f32) -> Vec<f32> {
     crate::engine::cpu_pool::new_f32_rows(ys.len(), d, |r, out| {
         let (yr, gr) = (&ys[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]);
         let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
@@ -47,7 +47,13 @@ pub(super) fn softmax_backward_f32(ys: &[f32], dy: &[f32], d: usize, scale: f32)
 
 /// `softmax(scale * x + mask[row % t])` over rows of `d` = `mask`'s width, where `mask` is (t, d) and a row's
 /// query position is its index modulo `t`: attention's scaling, masking and softmax in one pass.
-pub(super) fn scaled_masked_softmax_f32(x: &[f32], scale: f32, mask: Option<&[f32]>, t: usize, d: usize) -> Vec<f32> {
+pub(in crate::engine::ops) fn scaled_masked_softmax_f32(
+    x: &[f32],
+    scale: f32,
+    mask: Option<&[f32]>,
+    t: usize,
+    d: usize,
+) -> Vec<f32> {
     crate::engine::cpu_pool::new_f32_rows(x.len(), d, |r, dst| {
         let row = &x[r * d..(r + 1) * d];
         match mask {

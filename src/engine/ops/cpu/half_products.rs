@@ -54,7 +54,7 @@ impl<'a> Half<'a> {
 /// `x W^T` (`transposed`, W stored (n, k)) or `x W` (W stored (k, n)) for a contiguous half-precision CPU input
 /// (rows, k) and weight of the same dtype; None where this does not apply (other dtypes, strided operands, no
 /// BLAS loaded): the caller then uses Candle's matmul.
-pub(super) fn half_frozen_matmul(
+pub(in crate::engine::ops) fn half_frozen_matmul(
     weight: &candle_core::Tensor,
     storage: &CpuStorage,
     layout: &Layout,
@@ -76,7 +76,7 @@ pub(super) fn half_frozen_matmul(
     let x32 = x.widen(0..rows * k);
     // Pieces of the weight's stored rows: output columns when transposed, the inner dimension otherwise.
     let mut out = vec![0f32; rows * n];
-    for (first, count) in super::cpu_row_pieces(d0, d1) {
+    for (first, count) in super::host::cpu_row_pieces(d0, d1) {
         let piece = w.widen(first * d1..(first + count) * d1);
         if transposed {
             let part = if rows == 1 {
@@ -118,8 +118,8 @@ mod tests {
                 let w32 = w.to_dtype(DType::F32)?;
                 let want_t = x.to_dtype(DType::F32)?.matmul(&w32.t()?)?;
                 let want = dy.to_dtype(DType::F32)?.matmul(&w32)?;
-                let got_t = super::super::frozen_matmul_t(&x, &w)?;
-                let got = super::super::frozen_matmul(&dy, &w)?;
+                let got_t = crate::engine::ops::frozen_matmul_t(&x, &w)?;
+                let got = crate::engine::ops::frozen_matmul(&dy, &w)?;
                 assert_eq!((got_t.dtype(), got.dtype()), (dtype, dtype));
                 for (got, want) in [(got_t, want_t), (got, want)] {
                     let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;

@@ -7,8 +7,13 @@
 //! gradient `scale * (softmax - onehot)` in place, and multiplied back by the head into the hidden-state
 //! gradient, which is all the backward pass needs (the head is frozen).
 
-use super::cross_entropy::row_loss_and_grad;
-use super::{f32_of, frozen_matmul, frozen_matmul_t, is_cpu_f32, upcast, Scalar};
+use super::row_loss::row_loss_and_grad;
+use crate::engine::ops::cpu::host::f32_of;
+use crate::engine::ops::cuda::{availability::available as cuda_available, training as cuda_training};
+use crate::engine::ops::frozen_matmul::{frozen_matmul, frozen_matmul_t};
+use crate::engine::ops::kernel_choice::{is_cpu_f32, metal_dtypes};
+use crate::engine::ops::precision::upcast;
+use crate::engine::ops::scalar::{sum_to_host, Scalar};
 use candle_core::{Result, Tensor, D};
 
 /// Loss of one batch's target rows.
@@ -78,7 +83,7 @@ pub fn head_nll_rows(
     grad_scale: Option<f64>,
     row_nll: Option<&mut Vec<f64>>,
 ) -> Result<HeadLoss> {
-    super::metal_dtypes("head_nll", &[hidden, head])?;
+    metal_dtypes("head_nll", &[hidden, head])?;
     let (n, _) = hidden.dims2()?;
     let (vocab, _) = head.dims2()?;
     if n != targets.len() {
@@ -90,7 +95,7 @@ pub fn head_nll_rows(
     if is_cpu_f32(hidden) && is_cpu_f32(head) && crate::engine::blas::available() {
         return head_nll_cpu(hidden, head, targets, grad_scale, row_nll);
     }
-    if super::cuda_kernels::available(hidden.device(), hidden.dtype()) && head.dtype() == hidden.dtype() {
+    if cuda_available(hidden.device(), hidden.dtype()) && head.dtype() == hidden.dtype() {
         return head_nll_cuda(hidden, head, targets, grad_scale, row_nll);
     }
     let chunk_rows = logits_chunk_rows(vocab, hidden.device().is_cpu());
@@ -98,7 +103,7 @@ pub fn head_nll_rows(
 }
 
 /// On CUDA: each chunk's logits stay in the model's dtype and one kernel per chunk turns them into the rows'
-/// losses and their gradient (cuda_training.rs), where the composed path makes an f32 copy and about ten passes.
+/// losses and their gradient (cuda/training.rs), where the composed path makes an f32 copy and about ten passes.
 /// Its chunks hold four times the composed path's elements: a chunk is the logits in the model's dtype, which their
 /// gradient replaces. The loss stays on the device ([`Scalar::Device`]): the step reads it once, at its end.
 fn head_nll_cuda(
@@ -116,8 +121,7 @@ fn head_nll_cuda(
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
         let logits = frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?;
-        let (nll, dlogits) =
-            super::cuda_training::cross_entropy_rows(logits, &targets.narrow(0, start, rows)?, grad_scale)?;
+        let (nll, dlogits) = cuda_training::cross_entropy_rows(logits, &targets.narrow(0, start, rows)?, grad_scale)?;
         if let Some(out) = row_nll.as_deref_mut() {
             out.extend(nll.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?.into_iter().map(f64::from));
         }
@@ -205,7 +209,7 @@ fn head_nll_composed(
         }
     }
     let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
-    Ok(HeadLoss { nll_sum: Scalar::Host(super::sum_to_host(&nll_parts)?), grad_hidden })
+    Ok(HeadLoss { nll_sum: Scalar::Host(sum_to_host(&nll_parts)?), grad_hidden })
 }
 
 #[cfg(test)]

@@ -274,7 +274,7 @@ fn has_avx2_fma() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Q8Block, Q4_1_BYTES, Q8_0_BYTES};
+    use crate::engine::ops::cpu::qgemv::{Q8Block, Q4_1_BYTES, Q8_0_BYTES};
     use std::arch::x86_64::*;
 
     /// The exact integer dot of one Q4_1 block: nibbles (u8) times int8 through `maddubs` (pairs fit in

@@ -93,7 +93,7 @@ mod avx2 {
             r += 4;
         }
         for (i, o) in dst.iter_mut().enumerate().skip(r) {
-            *o = super::dot(&w[i * k..(i + 1) * k], &x[..k]);
+            *o = crate::engine::ops::cpu::gemv::dot(&w[i * k..(i + 1) * k], &x[..k]);
         }
     }
 }

@@ -11,11 +11,11 @@
 //! The cache write and the attention take the token's position either as a number or, for a step captured in a
 //! CUDA graph (model/decode_graph.rs) and replayed at every position, from a one-element u32 tensor on the device.
 //!
-//! Only f32 and bf16 on CUDA; [`available`] says when a caller may use them. Launch plumbing: cuda_kernels.rs.
+//! Only f32 and bf16 on CUDA; [`available`] says when a caller may use them. Launch plumbing: launch.rs.
 
 use candle_core::{Result, Tensor};
 
-pub use super::cuda_kernels::available;
+pub use super::availability::available;
 
 /// Whether decoding on this device and dtype takes the fused kernels: they exist there and the runtime options
 /// did not turn them off (`--no-fused-decode`, for A/B comparisons).
@@ -36,8 +36,8 @@ pub struct DecodeShape {
     pub window: usize,
 }
 
-/// `(x + delta, rms_norm(x + delta) * weight)`: the residual add and the norm after it (cuda_residual.rs).
-pub use super::cuda_residual::add_rms_norm;
+/// `(x + delta, rms_norm(x + delta) * weight)`: the residual add and the norm after it (residual.rs).
+pub use super::residual::add_rms_norm;
 
 /// `silu(gate) * up` for `gate_up` (..., 2 * inter) holding gate then up: (..., inter).
 pub fn silu_mul_halves(gate_up: &Tensor) -> Result<Tensor> {
@@ -80,14 +80,14 @@ pub fn argmax(logits: &Tensor) -> Result<u32> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use super::DecodeShape;
-    use crate::engine::ops::cuda_kernels::refuse_cpu;
+    use crate::engine::ops::cuda::decode::DecodeShape;
+    use crate::engine::ops::cuda::refuse::refuse_cpu;
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{bail, CudaStorage, Layout, Result, Shape, Tensor};
 
-    use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype};
+    use crate::engine::ops::cuda::launch::{func, int, output, view, with_dtype};
 
     pub struct Argmax;
 
@@ -191,7 +191,7 @@ mod imp {
         if position.dtype() != candle_core::DType::U32 || position.elem_count() != 1 {
             bail!("fused decode: the position must be one u32, not {:?} {:?}", position.dtype(), position.shape());
         }
-        crate::engine::ops::cuda_kernels::launch::device_address::<u32>(position, "the fused decode's position")
+        crate::engine::ops::cuda::launch::device_address::<u32>(position, "the fused decode's position")
     }
 
     pub struct KvWrite {
@@ -319,8 +319,8 @@ mod imp {
 /// Without CUDA the ops exist but refuse to run; [`available`] is false, so callers never reach them.
 #[cfg(not(feature = "cuda"))]
 mod imp {
-    use super::DecodeShape;
-    use crate::engine::ops::cuda_kernels::cpu_only_op;
+    use crate::engine::ops::cuda::decode::DecodeShape;
+    use crate::engine::ops::cuda::refuse::cpu_only_op;
 
     pub struct Argmax;
     pub struct SiluMulHalves;

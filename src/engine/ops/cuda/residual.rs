@@ -3,7 +3,7 @@
 //! the training forward keep the sum and use the normed rows); backward, the norm's input gradient with the
 //! residual branch's gradient added in the same pass. A composed add then norm reads and writes the stream
 //! twice as often. The plain RMS norm on CUDA is the same kernels without the add (`ops::rms_norm`,
-//! `ops::rms_norm_backward`), so a norm recomputed from a saved sum gives the forward's bits. f32 and bf16 on CUDA ([`super::cuda_kernels::available`]); `ops::add_rms_norm` and
+//! `ops::rms_norm_backward`), so a norm recomputed from a saved sum gives the forward's bits. f32 and bf16 on CUDA ([`super::availability::available`]); `ops::add_rms_norm` and
 //! `ops::rms_norm_backward` compose elsewhere.
 
 use candle_core::{Result, Tensor};
@@ -37,7 +37,7 @@ pub fn rms_norm_backward(
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{func, int, on_cuda, output, view, with_dtype, wrap};
+    use crate::engine::ops::cuda::launch::{func, int, on_cuda, output, view, with_dtype, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
@@ -149,7 +149,7 @@ mod imp {
     }
 }
 
-/// Without CUDA the ops exist but refuse to run; `cuda_kernels::available` is false, so callers never reach them.
+/// Without CUDA the ops exist but refuse to run; `availability::available` is false, so callers never reach them.
 #[cfg(not(feature = "cuda"))]
 mod imp {
     use candle_core::{bail, Result, Tensor};

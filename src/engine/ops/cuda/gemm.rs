@@ -15,7 +15,7 @@ pub fn takes(acc: Option<&Tensor>, a: &Tensor, b: &Tensor) -> bool {
         && a.device().is_cuda()
         && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
         && b.dtype() == dtype
-        && super::kernels() == super::Kernels::Native
+        && crate::engine::ops::kernel_choice::native()
         && k == k2
         && operand(a).is_some()
         && operand(b).is_some()
@@ -51,8 +51,8 @@ fn operand(t: &Tensor) -> Option<(bool, usize)> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use super::operand;
-    use crate::engine::ops::cuda_kernels::launch::{output, with_dtype, wrap};
+    use crate::engine::ops::cuda::gemm::operand;
+    use crate::engine::ops::cuda::launch::{output, with_dtype, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::cublas::{result::gemm_ex, sys};
     use candle_core::cuda_backend::cudarc::driver::DevicePtr;

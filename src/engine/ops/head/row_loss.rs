@@ -1,5 +1,5 @@
 //! Per-row cross-entropy over the vocabulary: the loss and, in place, its gradient (softmax minus one-hot),
-//! one exponential per logit. The head loss (head_loss.rs) runs it over chunks of rows.
+//! one exponential per logit. The head loss (dense.rs) runs it over chunks of rows.
 
 pub(super) fn log_sum_exp(row: &[f32]) -> f32 {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -58,7 +58,7 @@ impl HostStats {
 
 /// Whether the fused optimizer kernels take `t`: f32 on CUDA, native kernels.
 pub fn available(t: &Tensor) -> bool {
-    t.dtype() == DType::F32 && super::cuda_kernels::available(t.device(), DType::F32)
+    t.dtype() == DType::F32 && super::availability::available(t.device(), DType::F32)
 }
 
 /// Queue one guarded AdamW step over `slots`: the gradient norm, the clipping coefficient for `max_norm` (None: no
@@ -95,10 +95,8 @@ pub fn guarded_adamw(
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use super::{AdamWScalars, ParamSlot};
-    use crate::engine::ops::cuda_kernels::launch::{
-        device_address, load, on_cuda, output, view, MULTI_TENSORS as TENSORS,
-    };
+    use crate::engine::ops::cuda::launch::{device_address, load, on_cuda, output, view, MULTI_TENSORS as TENSORS};
+    use crate::engine::ops::cuda::optimizer::{AdamWScalars, ParamSlot};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::sys::CUevent_flags;
     use candle_core::cuda_backend::cudarc::driver::{
@@ -227,7 +225,7 @@ mod imp {
 /// Without CUDA the op exists but refuses to run; [`available`] is false, so callers never reach it.
 #[cfg(not(feature = "cuda"))]
 mod imp {
-    use super::{AdamWScalars, ParamSlot};
+    use crate::engine::ops::cuda::optimizer::{AdamWScalars, ParamSlot};
     use candle_core::{bail, Result, Tensor};
 
     pub struct Pinned;

@@ -1,14 +1,15 @@
 //! Batched matrix products of activations (attention scores and values, LoRA factors) through OpenBLAS on
-//! the CPU, reading transposed views in place instead of copying them; Candle's matmul everywhere else.
+//! the CPU, reading transposed views in place instead of copying them.
 
 use candle_core::{Layout, Result, Tensor};
 
-/// `a (..., m, k) · b (..., k, n)`, same batch dimensions. Falls back to Candle's matmul off the CPU, for
-/// other dtypes, without BLAS, and in the portable graph.
-pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    super::metal_dtypes("matmul", &[a, b])?;
-    if !super::is_cpu_f32(a) || !super::is_cpu_f32(b) || !crate::engine::blas::available() {
-        return a.matmul(b);
+use crate::engine::ops::kernel_choice::is_cpu_f32;
+
+/// `a (..., m, k) · b (..., k, n)`, same batch dimensions, through BLAS; None off the CPU, for other dtypes,
+/// without BLAS, in the portable graph and for shapes that are not one batch of matrices: the caller composes.
+pub(in crate::engine::ops) fn matmul(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
+    if !is_cpu_f32(a) || !is_cpu_f32(b) || !crate::engine::blas::available() {
+        return Ok(None);
     }
     let (a_dims, b_dims) = (a.dims(), b.dims());
     let rank = a_dims.len();
@@ -17,7 +18,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         || a_dims[..rank - 2] != b_dims[..rank - 2]
         || a_dims[rank - 1] != b_dims[rank - 2]
     {
-        return a.matmul(b);
+        return Ok(None);
     }
     let (m, k, n) = (a_dims[rank - 2], a_dims[rank - 1], b_dims[rank - 1]);
     let batch: usize = a_dims[..rank - 2].iter().product();
@@ -46,7 +47,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     unsafe { out.set_len(batch * m * n) };
     let mut dims = a_dims.to_vec();
     dims[rank - 1] = n;
-    Tensor::from_vec(out, dims, a.0.device())
+    Tensor::from_vec(out, dims, a.0.device()).map(Some)
 }
 
 /// A tensor whose matrices (last two dimensions) are row-major or transposed with one stride between

@@ -5,7 +5,7 @@
 //! (frozen_matmul.rs) and `ops::swiglu_matmul_t` for f32 and bf16 rows that meet the kernel's alignment;
 //! everything else, and `--no-gemv`, stays with cuBLAS. Built with the `cuda` feature only.
 
-use crate::engine::ops::cuda_kernels::launch::{func, int, output, view, with_dtype};
+use crate::engine::ops::cuda::launch::{func, int, output, view, with_dtype};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
@@ -19,7 +19,7 @@ const MAX_ROW_BYTES: usize = 48 * 1024;
 /// Whether the kernel takes the row of `layout` in `dtype` ((1, k), or with `gated` a gate|up row (1, 2k))
 /// against `weight` (n, k): f32 or bf16 on both, contiguous 16-byte aligned rows, an input row that fits the
 /// default shared memory, and the runtime options leave the kernel on (`--no-gemv` turns it off).
-pub(super) fn takes(layout: &Layout, dtype: DType, weight: &Tensor, gated: bool) -> bool {
+pub(in crate::engine::ops) fn takes(layout: &Layout, dtype: DType, weight: &Tensor, gated: bool) -> bool {
     let (Ok((rows, x_k)), Ok((_, k))) = (layout.shape().dims2(), weight.dims2()) else { return false };
     let size = dtype.size_in_bytes();
     let aligned = |l: &Layout| l.is_contiguous() && (l.start_offset() * size).is_multiple_of(16);
@@ -35,7 +35,11 @@ pub(super) fn takes(layout: &Layout, dtype: DType, weight: &Tensor, gated: bool)
 }
 
 /// `x W^T` for the single row `x` (1, k) and `weight` (n, k), or None when the kernel does not take them.
-pub(super) fn gemv_t(x: &CudaStorage, layout: &Layout, weight: &Tensor) -> Result<Option<(CudaStorage, Shape)>> {
+pub(in crate::engine::ops) fn gemv_t(
+    x: &CudaStorage,
+    layout: &Layout,
+    weight: &Tensor,
+) -> Result<Option<(CudaStorage, Shape)>> {
     if !takes(layout, x.dtype(), weight, false) {
         return Ok(None);
     }
@@ -43,7 +47,7 @@ pub(super) fn gemv_t(x: &CudaStorage, layout: &Layout, weight: &Tensor) -> Resul
 }
 
 /// `silu(gate) * up` of one gate|up row (1, 2k) times `weight^T` (n, k): (1, n). Callers check [`takes`].
-pub(super) struct SwigluGemv {
+pub(in crate::engine::ops) struct SwigluGemv {
     pub weight: Tensor,
 }
 
@@ -52,7 +56,7 @@ impl candle_core::CustomOp1 for SwigluGemv {
         "swiglu-gemv"
     }
 
-    crate::engine::ops::cuda_kernels::refuse_cpu!(CustomOp1, "swiglu-gemv");
+    crate::engine::ops::cuda::refuse::refuse_cpu!(CustomOp1, "swiglu-gemv");
 
     fn cuda_fwd(&self, x: &CudaStorage, layout: &Layout) -> Result<(CudaStorage, Shape)> {
         if !takes(layout, x.dtype(), &self.weight, true) {

@@ -20,7 +20,7 @@ pub fn applies(device: &Device, dtype: DType, head_dim: usize) -> bool {
         && device.is_cuda()
         && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
         && HEAD_DIMS.contains(&head_dim)
-        && super::kernels() == super::Kernels::Native
+        && crate::engine::ops::kernel_choice::native()
         && crate::engine::runtime::options().fused_attention
 }
 
@@ -73,7 +73,7 @@ fn even(x: &Tensor) -> Result<Tensor> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{int, load, on_cuda, output, sm90a, view, with_dtype, wrap};
+    use crate::engine::ops::cuda::launch::{int, load, on_cuda, output, sm90a, view, with_dtype, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};

@@ -1,9 +1,9 @@
 //! Fused CUDA kernels for the hand-written training pass (src/engine/ops/cuda/fused.cu): attention
 //! probabilities, the split into heads with the rotary embedding (and back), the SwiGLU gate, scattering the
 //! head's row gradients back, the head's cross-entropy, and the input gradients of softmax and the SwiGLU gate
-//! (RMS norm's, with the residual add, in cuda_residual.rs). Composed from Candle ops
+//! (RMS norm's, with the residual add, in residual.rs). Composed from Candle ops
 //! each is 5-15 launches and, in bf16, f32 copies of (tokens x width) or (heads x T x T) tensors; here one
-//! pass. f32 and bf16 on CUDA ([`super::cuda_kernels::available`]); the callers in ops/ compose otherwise.
+//! pass. f32 and bf16 on CUDA ([`super::availability::available`]); the callers in ops/ compose otherwise.
 
 use candle_core::{Result, Tensor};
 
@@ -85,8 +85,8 @@ pub fn dropout_apply(x: &Tensor, base: u64, threshold: u32, scale: f32) -> Resul
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda_kernels::launch::{func, grid_stride, int, output, view, with_dtype, wrap};
-    use crate::engine::ops::cuda_kernels::refuse_cpu;
+    use crate::engine::ops::cuda::launch::{func, grid_stride, int, output, view, with_dtype, wrap};
+    use crate::engine::ops::cuda::refuse::refuse_cpu;
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
@@ -490,7 +490,7 @@ mod imp {
 /// Without CUDA the ops exist but refuse to run; `available` is false, so callers never reach them.
 #[cfg(not(feature = "cuda"))]
 mod imp {
-    use crate::engine::ops::cuda_kernels::cpu_only_op;
+    use crate::engine::ops::cuda::refuse::cpu_only_op;
 
     #[allow(dead_code)]
     pub struct MaskedSoftmax {

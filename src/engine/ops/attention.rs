@@ -1,0 +1,76 @@
+//! Attention's dispatch: the scaled, masked softmax of composed attention (our CPU f32 kernel, our CUDA kernel,
+//! Candle's softmax elsewhere), and the fused flash attention of cuda/attention.rs where it applies (then no T x T
+//! scores are built). Prefill on Metal goes through Candle's sdpa (metal/sdpa.rs).
+
+use candle_core::{DType, Result, Tensor, D};
+
+use super::cpu::{host::f32_of, training as cpu_training};
+pub use super::cuda::attention::Logsumexp;
+use super::cuda::{attention as cuda_attention, availability::available as cuda_available, training as cuda_training};
+use super::kernel_choice::{is_cpu_f32, metal_dtypes};
+use super::precision::upcast;
+
+/// Attention probabilities `softmax(scale * scores + mask)` for scores (..., rows, total) whose rows are
+/// query positions modulo `mask`'s height (t, total); one fused pass on the CPU in f32 and on CUDA.
+pub fn scaled_masked_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>) -> Result<Tensor> {
+    metal_dtypes("scaled_masked_softmax", &[scores])?;
+    let total = scores.dim(D::Minus1)?;
+    if cuda_available(scores.device(), scores.dtype()) {
+        return cuda_training::masked_softmax(scores, scale, mask);
+    }
+    if is_cpu_f32(scores) {
+        let mask_data = mask.map(f32_of).transpose()?;
+        let t = mask.map(|m| m.dim(0)).transpose()?.unwrap_or(1);
+        let out =
+            cpu_training::scaled_masked_softmax_f32(&f32_of(scores)?, scale as f32, mask_data.as_deref(), t, total);
+        return Tensor::from_vec(out, scores.shape(), scores.device());
+    }
+    let mut x = (upcast(scores)? * scale)?;
+    if let Some(mask) = mask {
+        let (t, dims) = (mask.dim(0)?, x.dims().to_vec());
+        let rows = dims[dims.len() - 2];
+        let lead: usize = dims[..dims.len() - 2].iter().product();
+        x = x.reshape((lead, rows / t, t, total))?.broadcast_add(&mask.to_dtype(x.dtype())?)?.reshape(dims)?;
+    }
+    candle_nn::ops::softmax_last_dim(&x.contiguous()?)
+}
+
+/// Whether attention over queries of `dtype` with `head_dim` on `device` takes the fused kernels
+/// ([`fused_attention`]): then no (T x T) scores and no additive mask are built.
+pub fn fused_attention_applies(device: &candle_core::Device, dtype: DType, head_dim: usize) -> bool {
+    cuda_attention::applies(device, dtype, head_dim)
+}
+
+/// Fused (flash-style) causal attention where [`fused_attention_applies`] (CUDA): `q` (b, heads, tq, d) at
+/// positions `q_offset..` against `k`/`v` (b, kv_heads, tk, d), no older than `window` keys back: the output
+/// (b, tq, heads * d) and what [`fused_attention_backward`] needs. None elsewhere: the caller composes.
+pub fn fused_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    q_offset: usize,
+    window: Option<usize>,
+) -> Result<Option<(Tensor, Logsumexp)>> {
+    let (_, _, _, d) = q.dims4()?;
+    if !fused_attention_applies(q.device(), q.dtype(), d) {
+        return Ok(None);
+    }
+    cuda_attention::forward(q, k, v, scale, q_offset, window.unwrap_or(0)).map(Some)
+}
+
+/// Gradients `(dq (b, heads, t, d), dk, dv (b, kv_heads, t, d))` of a training [`fused_attention`] (from
+/// position 0, tq == tk) for the output gradient `d_out` (b * t, heads * d); `out` is its output.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_attention_backward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    out: &Tensor,
+    lse: &Logsumexp,
+    d_out: &Tensor,
+    scale: f64,
+    window: Option<usize>,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    cuda_attention::backward(q, k, v, out, lse, d_out, scale, window.unwrap_or(0))
+}

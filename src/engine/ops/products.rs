@@ -1,0 +1,45 @@
+//! Products of activations: batched matrix products (BLAS on the CPU, cpu/blas_matmul.rs; Candle's matmul
+//! elsewhere) and the accumulating product `acc + alpha * a b` (one cuBLAS call on CUDA, cuda/gemm.rs).
+//! Products against frozen weights are frozen_matmul.rs's.
+
+use candle_core::{DType, Result, Tensor};
+
+use super::cuda::gemm as cuda_gemm;
+use super::elementwise::add_scaled;
+use super::kernel_choice::metal_dtypes;
+
+/// `a (..., m, k) · b (..., k, n)`, same batch dimensions: through BLAS for CPU f32 operands (our kernels), Candle's
+/// matmul off the CPU, for other dtypes, without BLAS, and in the portable graph.
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    metal_dtypes("matmul", &[a, b])?;
+    match super::cpu::blas_matmul::matmul(a, b)? {
+        Some(product) => Ok(product),
+        None => a.matmul(b),
+    }
+}
+
+/// `acc + alpha * a b` (or `alpha * a b` without `acc`) for 2-D `a` (m, k) and `b` (k, n), which may be
+/// transposed views. On CUDA one cuBLAS call that writes into `acc` in place (`ops/cuda/gemm.rs`), so the
+/// caller must own `acc` alone (a fresh product, never a tensor kept elsewhere); elsewhere [`matmul`] then
+/// [`add_scaled`] (or a scale), as composed before.
+pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+    if cuda_gemm::takes(acc.as_ref(), a, b) {
+        return cuda_gemm::matmul_add(acc, a, b, alpha);
+    }
+    let product = matmul(a, b)?;
+    match acc {
+        Some(acc) => add_scaled(&acc, &product, alpha),
+        None if alpha == 1.0 => Ok(product),
+        None => product * alpha,
+    }
+}
+
+/// `alpha * a b` in f32 whatever the operands' dtype: an adapter's gradient (kept in f32). On CUDA one cuBLAS call
+/// writes the f32 accumulators as they are (no product rounded to the operands' half precision, no cast pass);
+/// elsewhere the product, scaled, then converted.
+pub fn matmul_f32(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+    if cuda_gemm::takes(None, a, b) {
+        return cuda_gemm::matmul_f32(a, b, alpha);
+    }
+    matmul_add(None, a, b, alpha)?.to_dtype(DType::F32)
+}

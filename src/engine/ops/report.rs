@@ -1,0 +1,62 @@
+//! What `metal-candle doctor` reports: which implementation each operation takes on a device in a dtype, from the
+//! same predicates the dispatchers use.
+
+use candle_core::DType;
+
+use super::cuda::{attention as cuda_attention, availability::available as cuda_available, decode as cuda_decode};
+use super::kernel_choice::{kernels, our_cpu_kernels};
+use super::precision::composed_in_f64;
+
+/// Which implementation each operation takes on `device` in `dtype`, from the same predicates the ops use:
+/// what `metal-candle doctor` reports.
+pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'static str, String)> {
+    let ours_cpu = our_cpu_kernels(device, dtype);
+    let ours_cuda = cuda_available(device, dtype);
+    let blas = crate::engine::blas::library_name().filter(|_| ours_cpu);
+    let options = crate::engine::runtime::options();
+    let candle = |what: &str| format!("Candle's {what}");
+    let products = match blas {
+        Some(lib) if options.gemv => format!("{lib}, split over our CPU team; single rows: our matrix-vector kernel"),
+        Some(lib) => format!("{lib}, split over our CPU team"),
+        None => candle("matmul"),
+    };
+    let element_wise = if ours_cpu {
+        "our CPU f32 kernels".to_string()
+    } else if ours_cuda {
+        "our fused CUDA kernels".into()
+    } else {
+        candle("composed ops")
+    };
+    let batched = blas.map(|lib| format!("{lib}, split over our CPU team")).unwrap_or_else(|| candle("matmul"));
+    let attention = if cuda_attention::applies(device, dtype, 64) {
+        "our fused CUDA flash attention (training forward/backward, prefill; head_dim 16/32/64/128)".to_string()
+    } else if device.is_metal() && options.metal_sdpa {
+        format!("{} (prefill from position 0, decode); else {element_wise}", candle("fused sdpa kernel"))
+    } else {
+        format!("scores and values: {batched}; scaled masked softmax: {element_wise}")
+    };
+    let decode_layer = if cuda_decode::enabled(device, dtype) {
+        "fused CUDA decoder layer (10 launches; layers with adapters on q/k/v/gate/up or q/k norms: composed)"
+    } else {
+        "composed from the ops above"
+    };
+    let norm = if composed_in_f64(dtype) { "composed in f64".to_string() } else { candle("fused RMS-norm kernel") };
+    vec![
+        ("kernel set", format!("{:?}", kernels()).to_lowercase()),
+        ("frozen and adapter products", products),
+        ("RMS norm", norm),
+        ("rotary embedding", candle("fused rope kernel")),
+        ("attention", attention),
+        ("SwiGLU, residual adds", element_wise.clone()),
+        (
+            "GeGLU (gemma3) and its backward",
+            if ours_cpu { "our CPU f32 kernels".into() } else { candle("gelu kernel and composed ops") },
+        ),
+        ("training backward (norm, rope, softmax, SwiGLU)", element_wise.clone()),
+        (
+            "head + loss",
+            if ours_cpu && blas.is_some() { "chunked, through BLAS".into() } else { candle("ops, chunked") },
+        ),
+        ("decode step", decode_layer.to_string()),
+    ]
+}
