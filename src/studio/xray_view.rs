@@ -122,19 +122,27 @@ impl XrayView {
         let name_of = |p: &Option<PathBuf>| p.as_deref().map_or("none".to_string(), checkpoint_name);
         let (before_primary, before_second) = (self.primary.clone(), self.second.clone());
         ui.horizontal_wrapped(|ui| {
-            ui.label("Checkpoint");
-            egui::ComboBox::from_id_salt("xray-primary").selected_text(name_of(&self.primary)).show_ui(ui, |ui| {
-                for c in run.checkpoints.iter().rev() {
-                    ui.selectable_value(&mut self.primary, Some(c.path.clone()), checkpoint_name(&c.path));
-                }
-            });
-            ui.label("beside it").on_hover_text("Another checkpoint of this run on the same colour scale");
-            egui::ComboBox::from_id_salt("xray-second").selected_text(name_of(&self.second)).show_ui(ui, |ui| {
-                ui.selectable_value(&mut self.second, None, "none");
-                for c in run.checkpoints.iter().rev() {
-                    ui.selectable_value(&mut self.second, Some(c.path.clone()), checkpoint_name(&c.path));
-                }
-            });
+            let label = ui.label("Checkpoint");
+            egui::ComboBox::from_id_salt("xray-primary")
+                .selected_text(name_of(&self.primary))
+                .show_ui(ui, |ui| {
+                    for c in run.checkpoints.iter().rev() {
+                        ui.selectable_value(&mut self.primary, Some(c.path.clone()), checkpoint_name(&c.path));
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            let label = ui.label("beside it").on_hover_text("Another checkpoint of this run on the same colour scale");
+            egui::ComboBox::from_id_salt("xray-second")
+                .selected_text(name_of(&self.second))
+                .show_ui(ui, |ui| {
+                    ui.selectable_value(&mut self.second, None, "none");
+                    for c in run.checkpoints.iter().rev() {
+                        ui.selectable_value(&mut self.second, Some(c.path.clone()), checkpoint_name(&c.path));
+                    }
+                })
+                .response
+                .labelled_by(label.id);
             let button = ui
                 .add_enabled(!self.is_busy(), egui::Button::new("X-ray"))
                 .on_hover_text("Read the chosen checkpoints and measure every adapted module's update");
@@ -242,7 +250,7 @@ impl XrayView {
                     .clicked()
                 {
                     self.applied = Some(format!(
-                        "LoRA settings: rank {} → {rank}, alpha {} → {:.4} (scale {:.3} kept)",
+                        "LoRA settings: rank {} to {rank}, alpha {} to {:.4} (scale {:.3} kept)",
                         lora.rank,
                         lora.alpha,
                         wanted.alpha,

@@ -28,12 +28,12 @@ pub fn recommend(modules: &[ModuleXray], trained_rank: usize) -> XraySummary {
     let verdict = if needed >= trained_rank {
         format!(
             ". It uses every direction rank {trained_rank} gives it: the rank may be too small rather than too \
-             large; try a larger one"
+             large; try a larger one."
         )
     } else if recommended < trained_rank {
-        format!(". Rank {trained_rank} leaves directions that hold little of any update: rank {recommended} should do")
+        format!(". Rank {trained_rank} leaves directions that hold little of any update: rank {recommended} should do.")
     } else {
-        format!(". Rank {trained_rank} is about right")
+        format!(". Rank {trained_rank} is about right.")
     };
     XraySummary { recommended_rank: Some(recommended), reason: why + &verdict }
 }
