@@ -37,8 +37,8 @@ pub fn spectrum_ui(ui: &mut Ui, series: &[Series<'_>]) {
         .height(200.0)
         .allow_scroll(false)
         .legend(Legend::default())
-        .x_axis_label("singular value (index)")
-        .y_axis_label("size")
+        .x_axis_label("index")
+        .y_axis_label("singular value")
         .include_y(0.0)
         .show(ui, |plot| {
             for chart in charts {

@@ -5,6 +5,7 @@
 //! "Use recommended rank", which sets the LoRA settings' rank and the alpha that keeps their scale.
 
 use super::panel_ctx::{Action, PanelCtx};
+use super::rank_panel::fmt_alpha;
 use super::widgets::{banner_ui, card_ui, section_ui, Tone};
 use super::xray_heatmap::{heatmap_ui, legend_ui, HeatMap, Metric};
 use super::xray_spectrum::{spectrum_ui, Series};
@@ -242,18 +243,18 @@ impl XrayView {
                 } else if ui
                     .button("Use recommended rank")
                     .on_hover_text(format!(
-                        "Set LoRA rank {rank} and alpha {:.4} in the training settings: the scale stays {:.3} ({})",
-                        wanted.alpha,
+                        "Set LoRA rank {rank} and alpha {} in the training settings: the scale stays {:.3} ({})",
+                        fmt_alpha(wanted.alpha),
                         lora.scale(),
                         if lora.use_rslora { "alpha / √rank" } else { "alpha / rank" }
                     ))
                     .clicked()
                 {
                     self.applied = Some(format!(
-                        "LoRA settings: rank {} to {rank}, alpha {} to {:.4} (scale {:.3} kept)",
+                        "LoRA settings: rank {} to {rank}, alpha {} to {} (scale {:.3} kept)",
                         lora.rank,
-                        lora.alpha,
-                        wanted.alpha,
+                        fmt_alpha(lora.alpha),
+                        fmt_alpha(wanted.alpha),
                         lora.scale()
                     ));
                     *lora = wanted;
