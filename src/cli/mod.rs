@@ -7,6 +7,7 @@ mod eval;
 mod grpo_flags;
 pub mod hub;
 mod inference;
+mod inspect;
 mod preference_flags;
 mod rank_bench;
 mod runs;
@@ -81,6 +82,9 @@ pub enum Command {
     Data(data::DataArgs),
     /// Export a checkpoint: PEFT or mlx-lm adapter, merged model folder, GGUF (merged, quantized), llama.cpp LoRA GGUF, Ollama folder.
     Export(train::ExportArgs),
+    /// The adapter X-ray: per adapted module the singular values of its update, its norm (also relative to the
+    /// frozen weight), its energy ranks, and a rank recommendation.
+    Inspect(inspect::InspectArgs),
     /// Evaluate the base model, adapters or a run's checkpoints on a dataset: loss, generated answers, multiple choice.
     Eval(Box<eval::EvalArgs>),
     /// Benchmarks: generation, training and LoRA micro-benchmarks.
@@ -278,6 +282,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Score(a)) => inference::score(&a),
         Some(Command::Train(a)) => train::train(&a),
         Some(Command::Export(a)) => train::export(&a),
+        Some(Command::Inspect(a)) => inspect::inspect(&a),
         Some(Command::Data(a)) => data::data(&a),
         Some(Command::Eval(a)) => eval::eval(&a),
         Some(Command::Bench(b)) => bench::run(b),

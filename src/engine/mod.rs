@@ -27,5 +27,6 @@ pub mod rank_probe;
 pub mod runtime;
 pub mod sampler;
 pub mod train;
+pub mod xray;
 
 pub use error::{Error, ErrorInfo, ErrorKind, Result};

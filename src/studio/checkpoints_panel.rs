@@ -3,7 +3,7 @@
 //! of several runs and put their settings side by side ([`super::runs_table`]), and per
 //! checkpoint open it in chat, resume training from it, export it (PEFT, mlx-lm, merged model, llama.cpp GGUF
 //! with a quantization choice, GGUF LoRA adapter, Ollama folder; with a progress bar and the written size) or
-//! delete it after a confirmation.
+//! delete it after a confirmation. Under the checkpoints, the run's adapter X-ray ([`super::xray_view`]).
 
 use super::best_marker;
 use super::export_dialog::{self, ExportDialog};
@@ -45,6 +45,8 @@ pub struct CheckpointsPanel {
     notes_editor: Option<RunNotesEditor>,
     pub delete_run: RunDeleteDialog,
     pub table: super::runs_table::RunsTable,
+    /// The X-ray of the selected run's checkpoints.
+    pub xray: super::xray_view::XrayView,
 }
 
 impl CheckpointsPanel {
@@ -224,6 +226,9 @@ impl CheckpointsPanel {
         egui::CentralPanel::default().show(ui, |ui| {
             egui::ScrollArea::vertical().id_salt("run-detail").auto_shrink([false; 2]).show(ui, |ui| {
                 self.detail_ui(ui, ctx);
+                if let Some(run) = self.selected.as_ref().and_then(|s| self.runs.iter().find(|r| &r.name == s)) {
+                    self.xray.ui(ui, run, ctx);
+                }
                 ui.add_space(10.0);
                 self.overlay_ui(ui, ctx);
             });

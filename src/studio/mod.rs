@@ -76,6 +76,9 @@ pub mod starter_model;
 pub mod training_panel;
 pub mod training_plots;
 pub mod widgets;
+pub mod xray_heatmap;
+pub mod xray_spectrum;
+pub mod xray_view;
 
 pub use app::{Page, Prefs, StudioApp, StudioOptions};
 

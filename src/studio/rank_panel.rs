@@ -48,7 +48,7 @@ pub fn apply_probed_rank(lora: &mut LoraSettings, probed: &RankProbeResult) -> S
 }
 
 /// An alpha as a person would type it: whole numbers without decimals.
-fn fmt_alpha(alpha: f64) -> String {
+pub fn fmt_alpha(alpha: f64) -> String {
     if (alpha - alpha.round()).abs() < 1e-9 {
         format!("{alpha:.0}")
     } else {

@@ -91,6 +91,7 @@ impl Dispatcher {
                 }
             }
             Command::Diagnose => self.diagnose(),
+            Command::XrayCheckpoint { checkpoint } => self.xray(checkpoint),
             Command::ListRuns { runs_dir } => self.list_runs(runs_dir),
             Command::DeleteCheckpoint { path } => self.delete_checkpoint(path),
             Command::RenameRun { run_dir, label } => self.rename_run(run_dir, label),

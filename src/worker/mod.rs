@@ -20,6 +20,7 @@ mod preview_jobs;
 mod run_jobs;
 mod scan;
 mod types;
+mod xray_jobs;
 
 pub use preview_jobs::{AdapterCheck, RowsRequest};
 pub use scan::{default_hf_cache_dir, scan_models};
@@ -164,6 +165,10 @@ pub enum Command {
     Evaluate(Box<crate::engine::eval::EvalSpec>),
     /// Stop the running evaluation (it ends with `EvalFailed { cancelled: true }`).
     CancelEvaluation,
+    /// The adapter X-ray of a checkpoint or adapter folder (`engine::xray`), against the base its run recorded.
+    XrayCheckpoint {
+        checkpoint: PathBuf,
+    },
 }
 
 /// Which column of the chat a generation belongs to. Each column answers with the base model or any
@@ -361,6 +366,12 @@ pub enum Event {
         error: ErrorInfo,
         /// Stopped by the user.
         cancelled: bool,
+    },
+    /// The X-ray asked for by [`Command::XrayCheckpoint`]; it or `XrayFailed` ends the job.
+    XrayReady(Box<crate::engine::xray::XrayReport>),
+    XrayFailed {
+        checkpoint: PathBuf,
+        error: ErrorInfo,
     },
 }
 

@@ -351,6 +351,41 @@ pub fn read_adapter_for(config: &ModelConfig, adapter_dir: &Path) -> Result<Adap
     Ok(AdapterWeights { config: cfg, summary, pairs: out })
 }
 
+/// Read the adapter in `adapter_dir` when its base model is not at hand (an inspection without the base): the
+/// same pairing and refusals as [`read_adapter_for`] over every projection name of every family in the layers its
+/// tensor names mention, and A (r, in) and B (out, r) checked against each other instead of against a model.
+pub fn read_adapter_alone(adapter_dir: &Path) -> Result<AdapterWeights> {
+    let cfg = PeftAdapterConfig::read(adapter_dir)?;
+    let weights_path = adapter_dir.join(ADAPTER_WEIGHTS);
+    let tensors = read_safetensors(&weights_path, "adapter weights")?;
+    let refuse = |message: String| Error::Adapter { path: weights_path.clone(), message };
+    let layer_of = |name: &str| name.split("layers.").nth(1)?.split('.').next()?.parse::<usize>().ok();
+    let layers = tensors.keys().filter_map(|n| layer_of(n)).max().map_or(0, |l| l + 1);
+    let linears: Vec<(usize, &'static str)> =
+        (0..layers).flat_map(|l| lora::Target::ALL.into_iter().map(move |t| (l, t.name()))).collect();
+    let pairs = match_adapter_tensors(&linears, &cfg, &tensors).map_err(refuse)?;
+    let mut out = Vec::with_capacity(pairs.len());
+    let mut targets = std::collections::BTreeSet::new();
+    for (layer, module, a, b, magnitude) in pairs {
+        let out_f = b.dim(0)?;
+        if b.dims() != [out_f, cfg.r] || a.rank() != 2 || magnitude.is_some_and(|m| m.dims() != [out_f]) {
+            return Err(refuse(format!(
+                "adapter for layer {layer} {module} has shapes A {:?} B {:?}{}, which do not make a rank-{} update \
+                 (A is (r, in), B is (out, r), a DoRA magnitude (out))",
+                a.dims(),
+                b.dims(),
+                magnitude.map(|m| format!(" magnitude {:?}", m.dims())).unwrap_or_default(),
+                cfg.r
+            )));
+        }
+        let magnitude = magnitude.map(|m| m.to_dtype(DType::F32)).transpose()?;
+        out.push((layer, module, a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?, magnitude));
+        targets.insert(module.to_string());
+    }
+    let summary = summary_of(&cfg, targets, out.len());
+    Ok(AdapterWeights { config: cfg, summary, pairs: out })
+}
+
 /// Pair every tensor of an adapter file with a linear of `model`. Refuses, naming the module: a tensor for a
 /// module the model lacks, a lora_A without its lora_B (or the reverse), a rank other than `r`, a DoRA magnitude
 /// missing (`use_dora`) or unexpected (not `use_dora`), and a module the config's `target_modules` /

@@ -10,6 +10,7 @@
 
 pub mod adapter;
 pub mod attention;
+pub mod base_tensors;
 pub mod chat_template;
 pub mod config;
 pub mod decode_graph;

@@ -95,6 +95,7 @@ impl StudioApp {
             | Event::HubDownloadProgress { .. }
             | Event::HubDownloadFinished { .. }
             | Event::HubDownloadFailed { .. }) => self.on_hub_event(e),
+            e @ (Event::XrayReady(_) | Event::XrayFailed { .. }) => self.checkpoints_panel.xray.on_event(e),
         }
     }
 }
