@@ -34,6 +34,7 @@ mod head_loss;
 mod heads;
 mod matmul;
 mod metal_attention;
+pub mod metal_kernels;
 mod qgemv;
 mod quantized;
 mod quantized_head_loss;
