@@ -252,3 +252,70 @@ fn attention_forward_and_gradients() {
         }
     }
 }
+
+/// Seconds per launch of `launch` on `inputs`: two warm-up launches, then `iters` in one submission.
+fn time_launch(gpu: &Gpu, launch: &wgsl::Launch, precision: Precision, head_dim: u32, inputs: &[&[f32]]) -> f64 {
+    let prepared = gpu.prepare(launch, precision, head_dim, inputs);
+    prepared.dispatch(2);
+    let iters = 20;
+    let start = std::time::Instant::now();
+    prepared.dispatch(iters);
+    start.elapsed().as_secs_f64() / iters as f64
+}
+
+/// The kernels at the Llama-3.2-1B shapes (4 x 1024 tokens, hidden 2048, vocab 128256, 32 heads / 8 kv heads of
+/// 64), timed through wgpu on whatever adapter it finds: the proxy for their speed on a GPU, to set beside the
+/// CUDA kernels' times. `cargo test --release --test wgsl_kernels -- --ignored --nocapture bench_wgsl`.
+#[test]
+#[ignore]
+fn bench_wgsl_1b_shapes() {
+    let Some(gpu) = gpu_or_skip("bench_wgsl_1b_shapes") else { return };
+    println!("adapter: {}", gpu.name);
+    let (rows, hidden, ce_rows, vocab, rank) = (4 * 1024, 2048, 1024, 128256, 8);
+    let s = AttentionShape { batch: 4, heads: 32, kv_heads: 8, seq: 1024, head_dim: 64, scale: 0.125 };
+    let n = rows * hidden;
+    let big = values(n, 1, 1.0, Precision::F16);
+    let big2 = values(n, 2, 1.0, Precision::F16);
+    let big3 = values(n, 3, 1.0, Precision::F16);
+    let w = values(hidden, 4, 1.0, Precision::F16);
+    let cs = values(1024 * 32, 5, 1.0, Precision::F16);
+    let logits = values(ce_rows * vocab, 6, 4.0, Precision::F16);
+    let targets: Vec<f32> = (0..ce_rows).map(|i| (i * 97 % vocab) as f32).collect();
+    let a = values(rank * hidden, 7, 0.1, Precision::F16);
+    let (qn, kvn) = (4 * 32 * 1024 * 64, 4 * 8 * 1024 * 64);
+    let (q, k, v, o, d_o) = (&big[..qn], &big2[..kvn], &big3[..kvn], &big2[..qn], &big3[..qn]);
+    let rowstat = vec![1.0f32; 4 * 32 * 1024];
+    for (precision, _) in precisions(gpu) {
+        let cases: Vec<(&str, wgsl::Launch, Vec<&[f32]>, u32)> = vec![
+            ("rms_norm fwd 4x1024x2048", wgsl::rms_norm_fwd(rows, hidden, 1e-5), vec![&big, &w], 0),
+            ("rms_norm bwd dx 4x1024x2048", wgsl::rms_norm_bwd_dx(rows, hidden, 1e-5), vec![&big, &w, &big2], 0),
+            ("rope 4x32x1024x64", wgsl::rope(4 * 32 * 1024, 1024, 32, 1.0), vec![&big, &cs, &cs], 0),
+            ("swiglu fwd 4x1024x2048", wgsl::swiglu_fwd(n), vec![&big, &big2], 0),
+            ("swiglu bwd 4x1024x2048", wgsl::swiglu_bwd(n), vec![&big, &big2, &big3], 0),
+            (
+                "cross_entropy 1024 x 128256",
+                wgsl::cross_entropy(ce_rows, vocab, 1.0 / 1024.0),
+                vec![&logits, &targets],
+                0,
+            ),
+            (
+                "lora epilogue 4096x2048->2048 r8",
+                wgsl::lora_epilogue(rows, hidden, hidden, rank, 2.0),
+                vec![&big2, &big, &a, &a],
+                0,
+            ),
+            ("attention fwd 4x1024 h32/8 d64", wgsl::attention_fwd(&s), vec![q, k, v], 64),
+            ("attention bwd dq 4x1024 h32/8 d64", wgsl::attention_bwd_dq(&s), vec![q, k, v, o, d_o, &rowstat], 64),
+            (
+                "attention bwd dkdv 4x1024 h32/8 d64",
+                wgsl::attention_bwd_dkdv(&s),
+                vec![q, k, v, d_o, &rowstat, &rowstat],
+                64,
+            ),
+        ];
+        for (name, launch, inputs, head_dim) in cases {
+            let secs = time_launch(gpu, &launch, precision, head_dim, &inputs);
+            println!("BENCH {precision:?} {name}: {:.3} ms", secs * 1e3);
+        }
+    }
+}
