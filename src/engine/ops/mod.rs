@@ -32,7 +32,7 @@ mod gelu;
 mod head;
 mod heads;
 pub(crate) mod kernel_choice;
-mod metal;
+pub mod metal;
 mod norm;
 mod precision;
 mod products;

@@ -1,0 +1,125 @@
+//! The WGSL kernels as tensor functions on Metal, shaped like their portable counterparts in `ops`
+//! (`rms_norm`/`rms_norm_backward`, `rope`/`rope_backward`, `silu_mul`/`silu_mul_backward`) plus the
+//! cross-entropy head, the LoRA epilogue and blocked attention. f32 and f16 tensors on a Metal device only; the
+//! model does not call them yet (the choice of wiring them in is the seam's, ops/mod.rs).
+
+use super::dispatch::run;
+use super::wgsl::{self, AttentionShape};
+use candle_core::{DType, Result, Shape, Tensor, D};
+
+fn rows_cols(x: &Tensor) -> Result<(usize, usize)> {
+    let cols = x.dim(D::Minus1)?;
+    Ok((x.elem_count() / cols.max(1), cols))
+}
+
+/// RMS norm over the last dimension, scaled by `weight`.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    let (rows, cols) = rows_cols(x)?;
+    let out = run(&wgsl::rms_norm_fwd(rows, cols, eps as f32), 0, &[x, weight], &[x.shape().clone()])?;
+    Ok(out[0].clone())
+}
+
+/// Gradient of [`rms_norm`] with respect to `x` (the weight is frozen).
+pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> Result<Tensor> {
+    let (rows, cols) = rows_cols(x)?;
+    let launch = wgsl::rms_norm_bwd_dx(rows, cols, eps as f32);
+    let out = run(&launch, 0, &[x, weight, dy], &[x.shape().clone(), Shape::from(rows)])?;
+    Ok(out[0].clone())
+}
+
+/// Rotary embedding, "rotate half" layout, `x` (b, heads, t, head_dim) with `cos`/`sin` (t, head_dim / 2):
+/// the full head turns (partial rotary stays on the portable path).
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    rotate(x, cos, sin, 1.0)
+}
+
+/// Gradient of [`rope`]: the rotation by -theta.
+pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    rotate(dy, cos, sin, -1.0)
+}
+
+fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, sign: f32) -> Result<Tensor> {
+    let (seq, half) = cos.dims2()?;
+    let (rows, d) = rows_cols(x)?;
+    if d != 2 * half || x.dim(D::Minus2)? != seq {
+        candle_core::bail!(
+            "rope: x {:?} does not match cos {:?} (a full rotary of the last axis)",
+            x.dims(),
+            cos.dims()
+        )
+    }
+    let out = run(&wgsl::rope(rows, seq, half, sign), 0, &[x, cos, sin], &[x.shape().clone()])?;
+    Ok(out[0].clone())
+}
+
+/// SwiGLU gate: silu(gate) * up.
+pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    let out = run(&wgsl::swiglu_fwd(gate.elem_count()), 0, &[gate, up], &[gate.shape().clone()])?;
+    Ok(out[0].clone())
+}
+
+/// Gradients of [`silu_mul`] with respect to the gate and the up projection.
+pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
+    let shape = gate.shape().clone();
+    let out = run(&wgsl::swiglu_bwd(gate.elem_count()), 0, &[gate, up, dm], &[shape.clone(), shape])?;
+    Ok((out[0].clone(), out[1].clone()))
+}
+
+/// Cross-entropy of `logits` (rows, vocab) against `targets` (rows, i32; negative = ignored): the per-row loss
+/// (f32) and the logits gradient scaled by `grad_scale`, in one launch.
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor, grad_scale: f32) -> Result<(Tensor, Tensor)> {
+    let (rows, vocab) = logits.dims2()?;
+    let targets = targets.to_dtype(DType::I32)?;
+    let launch = wgsl::cross_entropy(rows, vocab, grad_scale);
+    let out = run(&launch, 0, &[logits, &targets], &[logits.shape().clone(), Shape::from(rows)])?;
+    Ok((out[1].clone(), out[0].clone()))
+}
+
+/// `y + scale * (x A^T) B^T` for `y` (rows, n_out), `x` (rows, n_in), `a` (rank, n_in), `b` (n_out, rank).
+pub fn lora_epilogue(y: &Tensor, x: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
+    let (rank, n_in) = a.dims2()?;
+    let (rows, n_out) = rows_cols(y)?;
+    if rank > wgsl::LORA_MAX_RANK as usize {
+        candle_core::bail!("lora_epilogue: rank {rank} is above the kernel's {}", wgsl::LORA_MAX_RANK)
+    }
+    let launch = wgsl::lora_epilogue(rows, n_in, n_out, rank, scale as f32);
+    let out = run(&launch, 0, &[y, x, a, b], &[y.shape().clone()])?;
+    Ok(out[0].clone())
+}
+
+fn attention_shape(q: &Tensor, k: &Tensor, scale: f64) -> Result<AttentionShape> {
+    let (batch, heads, seq, head_dim) = q.dims4()?;
+    let kv_heads = k.dim(1)?;
+    if !wgsl::ATTENTION_HEAD_DIMS.contains(&(head_dim as u32)) || kv_heads == 0 || heads % kv_heads != 0 {
+        candle_core::bail!("attention: head size {head_dim} / {heads} heads over {kv_heads} kv heads has no kernel")
+    }
+    Ok(AttentionShape { batch, heads, kv_heads, seq, head_dim, scale: scale as f32 })
+}
+
+/// Causal grouped-query attention of `q` (b, heads, t, d) over `k`/`v` (b, kv_heads, t, d) without the T x T
+/// scores: the output and the per-row log-sum-exp (b, heads, t; f32) the backward needs.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<(Tensor, Tensor)> {
+    let s = attention_shape(q, k, scale)?;
+    let lse = Shape::from((s.batch, s.heads, s.seq));
+    let out = run(&wgsl::attention_fwd(&s), s.head_dim as u32, &[q, k, v], &[q.shape().clone(), lse])?;
+    Ok((out[0].clone(), out[1].clone()))
+}
+
+/// Gradients (dq, dk, dv) of [`attention`] from its output `o`, log-sum-exp `lse` and the output gradient.
+pub fn attention_backward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    o: &Tensor,
+    d_o: &Tensor,
+    lse: &Tensor,
+    scale: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let s = attention_shape(q, k, scale)?;
+    let hd = s.head_dim as u32;
+    let rows = Shape::from((s.batch, s.heads, s.seq));
+    let first = run(&wgsl::attention_bwd_dq(&s), hd, &[q, k, v, o, d_o, lse], &[q.shape().clone(), rows])?;
+    let kv = k.shape().clone();
+    let second = run(&wgsl::attention_bwd_dkdv(&s), hd, &[q, k, v, d_o, lse, &first[1]], &[kv.clone(), kv])?;
+    Ok((first[0].clone(), second[0].clone(), second[1].clone()))
+}

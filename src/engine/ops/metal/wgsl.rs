@@ -1,0 +1,439 @@
+//! The catalogue of our WGSL kernels (the `.wgsl` files beside this one): each kernel's source with its element
+//! type prelude, its entry points, the bindings each entry point reads and writes, the uniform parameters and
+//! the launch grid for a shape. Plain data on every platform, so the wgpu test harness (Linux, Vulkan) and the
+//! Metal glue (macOS, through naga's MSL) launch the very same kernels in the very same way.
+//!
+//! Binding 0 is always the uniform parameter block; bindings `1..` are storage buffers in the order
+//! [`Launch::bindings`] lists them (inputs first, then outputs). On Metal, binding N is `[[buffer(N)]]`.
+
+/// Element type of a kernel's tensors. Arithmetic is f32 in both; f16 needs wgpu's `SHADER_F16` (WGSL
+/// `enable f16;`). bf16 has no WGSL type; see [`Precision::for_dtype`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// 32-bit float storage.
+    F32,
+    /// 16-bit float storage (`enable f16;`).
+    F16,
+}
+
+impl Precision {
+    /// The precision that stores `dtype`, or `None`: bf16 would have to travel as packed u32 pairs with every
+    /// kernel unpacking and repacking them (two elements per thread on every write to avoid racing on a shared
+    /// word), so bf16 tensors take the composed path instead.
+    pub fn for_dtype(dtype: candle_core::DType) -> Option<Self> {
+        match dtype {
+            candle_core::DType::F32 => Some(Self::F32),
+            candle_core::DType::F16 => Some(Self::F16),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one element.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 => 2,
+        }
+    }
+}
+
+/// One WGSL module (one `.wgsl` file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// RMS norm forward, backward dx (saving rstd), backward dw.
+    RmsNorm,
+    /// Rotary embedding (forward; backward = rotation by -sin).
+    Rope,
+    /// silu(g) * u and its two input gradients.
+    Swiglu,
+    /// Per-row cross-entropy loss and its logits gradient in one launch.
+    CrossEntropy,
+    /// y + scale * (x A^T) B^T in one launch.
+    LoraEpilogue,
+    /// Blocked causal GQA attention forward (output + log-sum-exp).
+    AttentionFwd,
+    /// Its backward: dq (+ delta), then dk/dv.
+    AttentionBwd,
+}
+
+impl Kernel {
+    /// Every kernel, for validation and translation tests.
+    pub const ALL: [Kernel; 7] = [
+        Kernel::RmsNorm,
+        Kernel::Rope,
+        Kernel::Swiglu,
+        Kernel::CrossEntropy,
+        Kernel::LoraEpilogue,
+        Kernel::AttentionFwd,
+        Kernel::AttentionBwd,
+    ];
+
+    /// The WGSL body, without the prelude.
+    pub fn body(self) -> &'static str {
+        match self {
+            Kernel::RmsNorm => include_str!("wgsl/rms_norm.wgsl"),
+            Kernel::Rope => include_str!("wgsl/rope.wgsl"),
+            Kernel::Swiglu => include_str!("wgsl/swiglu.wgsl"),
+            Kernel::CrossEntropy => include_str!("wgsl/cross_entropy.wgsl"),
+            Kernel::LoraEpilogue => include_str!("wgsl/lora.wgsl"),
+            Kernel::AttentionFwd => include_str!("wgsl/attention_fwd.wgsl"),
+            Kernel::AttentionBwd => include_str!("wgsl/attention_bwd.wgsl"),
+        }
+    }
+
+    /// The compute entry points the module defines.
+    pub fn entry_points(self) -> &'static [&'static str] {
+        match self {
+            Kernel::RmsNorm => &["rms_norm_fwd", "rms_norm_bwd_dx", "rms_norm_bwd_dw"],
+            Kernel::Rope => &["rope"],
+            Kernel::Swiglu => &["swiglu_fwd", "swiglu_bwd"],
+            Kernel::CrossEntropy => &["cross_entropy_fwd_bwd"],
+            Kernel::LoraEpilogue => &["lora_epilogue"],
+            Kernel::AttentionFwd => &["attention_fwd"],
+            Kernel::AttentionBwd => &["attention_bwd_dq", "attention_bwd_dkdv"],
+        }
+    }
+
+    /// Whether the source is specialised by head size (`HEAD_DIM`, sizing register and tile arrays).
+    pub fn needs_head_dim(self) -> bool {
+        matches!(self, Kernel::AttentionFwd | Kernel::AttentionBwd)
+    }
+
+    /// Threads per workgroup (the `@workgroup_size` of every entry point of the module).
+    pub fn workgroup_size(self) -> u32 {
+        if self.needs_head_dim() {
+            ATTENTION_BLOCK
+        } else {
+            256
+        }
+    }
+}
+
+/// Queries (or keys) per attention workgroup: one per thread.
+pub const ATTENTION_BLOCK: u32 = 64;
+/// Head sizes the attention kernels are specialised for (register arrays of HEAD_DIM floats per thread; tiles of
+/// 16 x HEAD_DIM f32 fit the 16 KiB of workgroup memory WebGPU guarantees up to 128).
+pub const ATTENTION_HEAD_DIMS: [u32; 4] = [32, 64, 96, 128];
+/// Largest LoRA rank the epilogue holds in workgroup memory (`MAX_RANK` in lora.wgsl).
+pub const LORA_MAX_RANK: u32 = 128;
+/// Workgroups per grid dimension that every backend accepts; larger launches spill into y.
+const GRID_LIMIT: u32 = 65535;
+
+/// The full WGSL source of `kernel` for `precision` (and `head_dim` for attention): the prelude that names the
+/// element type `ET` (and `HEAD_DIM`), then the body.
+pub fn source(kernel: Kernel, precision: Precision, head_dim: u32) -> String {
+    let mut prelude = match precision {
+        Precision::F32 => String::from("alias ET = f32;\n"),
+        Precision::F16 => String::from("enable f16;\nalias ET = f16;\n"),
+    };
+    if kernel.needs_head_dim() {
+        prelude.push_str(&format!("const HEAD_DIM: u32 = {head_dim}u;\n"));
+    }
+    prelude + kernel.body()
+}
+
+/// What a storage binding holds: the kernel's element type, f32 (statistics such as rstd or log-sum-exp), or i32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    /// The kernel's element type [`Precision`].
+    Et,
+    /// Always f32.
+    F32,
+    /// Always i32 (token ids; negative = ignored).
+    I32,
+}
+
+/// A storage buffer of a launch: its binding, element kind and length in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// `@binding(N)` in the module (and `[[buffer(N)]]` in its MSL).
+    pub index: u32,
+    /// Element kind.
+    pub elem: Elem,
+    /// Length in elements.
+    pub len: usize,
+}
+
+/// One dispatch: the entry point, its uniform words, its storage bindings (inputs, then `outputs` outputs) and
+/// the grid in workgroups.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    /// The module.
+    pub kernel: Kernel,
+    /// The entry point in it.
+    pub entry: &'static str,
+    /// The uniform block, as 32-bit words (u32 or f32 bits), padded to 16 bytes.
+    pub params: Vec<u32>,
+    /// Storage bindings: inputs first, then outputs.
+    pub bindings: Vec<Binding>,
+    /// How many of `bindings` (the last ones) are written.
+    pub outputs: usize,
+    /// Workgroups in x, y, z.
+    pub groups: [u32; 3],
+}
+
+impl Launch {
+    /// The input bindings.
+    pub fn inputs(&self) -> &[Binding] {
+        &self.bindings[..self.bindings.len() - self.outputs]
+    }
+
+    /// The output bindings.
+    pub fn output_bindings(&self) -> &[Binding] {
+        &self.bindings[self.bindings.len() - self.outputs..]
+    }
+}
+
+fn b(index: u32, elem: Elem, len: usize) -> Binding {
+    Binding { index, elem, len }
+}
+
+/// One workgroup per row: row = wid.x + wid.y * 65535 in the shaders.
+fn row_grid(rows: usize) -> [u32; 3] {
+    let rows = rows as u32;
+    if rows <= GRID_LIMIT {
+        [rows.max(1), 1, 1]
+    } else {
+        [GRID_LIMIT, rows.div_ceil(GRID_LIMIT), 1]
+    }
+}
+
+/// One thread per item with 256-thread workgroups: item = gid.x + gid.y * nwg.x * 256 in the shaders.
+fn flat_grid(items: usize) -> [u32; 3] {
+    let groups = (items as u32).div_ceil(256).max(1);
+    if groups <= GRID_LIMIT {
+        [groups, 1, 1]
+    } else {
+        [GRID_LIMIT, groups.div_ceil(GRID_LIMIT), 1]
+    }
+}
+
+fn words(values: &[u32]) -> Vec<u32> {
+    let mut w = values.to_vec();
+    w.resize(values.len().div_ceil(4) * 4, 0);
+    w
+}
+
+/// RMS norm forward of x (rows, cols) with weight (cols): inputs x, w; output y.
+pub fn rms_norm_fwd(rows: usize, cols: usize, eps: f32) -> Launch {
+    let (r, c) = (rows as u32, cols as u32);
+    Launch {
+        kernel: Kernel::RmsNorm,
+        entry: "rms_norm_fwd",
+        params: words(&[r, c, eps.to_bits()]),
+        bindings: vec![b(1, Elem::Et, rows * cols), b(2, Elem::Et, cols), b(4, Elem::Et, rows * cols)],
+        outputs: 1,
+        groups: row_grid(rows),
+    }
+}
+
+/// RMS norm backward, pass 1: inputs x, w, dy; outputs dx and rstd (rows, f32).
+pub fn rms_norm_bwd_dx(rows: usize, cols: usize, eps: f32) -> Launch {
+    let n = rows * cols;
+    Launch {
+        kernel: Kernel::RmsNorm,
+        entry: "rms_norm_bwd_dx",
+        params: words(&[rows as u32, cols as u32, eps.to_bits()]),
+        bindings: vec![
+            b(1, Elem::Et, n),
+            b(2, Elem::Et, cols),
+            b(3, Elem::Et, n),
+            b(4, Elem::Et, n),
+            b(5, Elem::F32, rows),
+        ],
+        outputs: 2,
+        groups: row_grid(rows),
+    }
+}
+
+/// RMS norm backward, pass 2: inputs x, dy, rstd (from pass 1); output dw (cols).
+pub fn rms_norm_bwd_dw(rows: usize, cols: usize, eps: f32) -> Launch {
+    let n = rows * cols;
+    Launch {
+        kernel: Kernel::RmsNorm,
+        entry: "rms_norm_bwd_dw",
+        params: words(&[rows as u32, cols as u32, eps.to_bits()]),
+        bindings: vec![b(1, Elem::Et, n), b(3, Elem::Et, n), b(5, Elem::F32, rows), b(4, Elem::Et, cols)],
+        outputs: 1,
+        groups: flat_grid(cols),
+    }
+}
+
+/// Rotary embedding of x (rows = b * heads * t, 2 * half_dim) at positions row % seq with cos/sin (seq,
+/// half_dim); `sign` 1 forward, -1 backward. Inputs x, cos, sin; output the rotated x.
+pub fn rope(rows: usize, seq: usize, half_dim: usize, sign: f32) -> Launch {
+    let n = rows * half_dim * 2;
+    Launch {
+        kernel: Kernel::Rope,
+        entry: "rope",
+        params: words(&[rows as u32, seq as u32, half_dim as u32, sign.to_bits()]),
+        bindings: vec![
+            b(1, Elem::Et, n),
+            b(2, Elem::Et, seq * half_dim),
+            b(3, Elem::Et, seq * half_dim),
+            b(4, Elem::Et, n),
+        ],
+        outputs: 1,
+        groups: flat_grid(rows * half_dim),
+    }
+}
+
+/// silu(g) * u over `n` elements: inputs g, u; output the product.
+pub fn swiglu_fwd(n: usize) -> Launch {
+    Launch {
+        kernel: Kernel::Swiglu,
+        entry: "swiglu_fwd",
+        params: words(&[n as u32]),
+        bindings: vec![b(1, Elem::Et, n), b(2, Elem::Et, n), b(4, Elem::Et, n)],
+        outputs: 1,
+        groups: flat_grid(n),
+    }
+}
+
+/// Its backward: inputs g, u, dout; outputs dg, du.
+pub fn swiglu_bwd(n: usize) -> Launch {
+    Launch {
+        kernel: Kernel::Swiglu,
+        entry: "swiglu_bwd",
+        params: words(&[n as u32]),
+        bindings: vec![b(1, Elem::Et, n), b(2, Elem::Et, n), b(3, Elem::Et, n), b(4, Elem::Et, n), b(5, Elem::Et, n)],
+        outputs: 2,
+        groups: flat_grid(n),
+    }
+}
+
+/// Cross-entropy of logits (rows, vocab) against targets (rows, i32; negative = ignored), the gradient scaled
+/// by `grad_scale` (1 / counted tokens for a mean). Inputs logits, targets; outputs grad (rows, vocab) and
+/// loss (rows, f32).
+pub fn cross_entropy(rows: usize, vocab: usize, grad_scale: f32) -> Launch {
+    Launch {
+        kernel: Kernel::CrossEntropy,
+        entry: "cross_entropy_fwd_bwd",
+        params: words(&[rows as u32, vocab as u32, grad_scale.to_bits()]),
+        bindings: vec![
+            b(1, Elem::Et, rows * vocab),
+            b(2, Elem::I32, rows),
+            b(3, Elem::Et, rows * vocab),
+            b(4, Elem::F32, rows),
+        ],
+        outputs: 2,
+        groups: row_grid(rows),
+    }
+}
+
+/// y (rows, n_out) + scale * (x (rows, n_in) A^T (rank, n_in)) B^T (n_out, rank), rank <= [`LORA_MAX_RANK`].
+/// Inputs y, x, a, b; output the sum.
+pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale: f32) -> Launch {
+    Launch {
+        kernel: Kernel::LoraEpilogue,
+        entry: "lora_epilogue",
+        params: words(&[rows as u32, n_in as u32, n_out as u32, rank as u32, scale.to_bits()]),
+        bindings: vec![
+            b(1, Elem::Et, rows * n_out),
+            b(2, Elem::Et, rows * n_in),
+            b(3, Elem::Et, rank * n_in),
+            b(4, Elem::Et, n_out * rank),
+            b(5, Elem::Et, rows * n_out),
+        ],
+        outputs: 1,
+        groups: row_grid(rows),
+    }
+}
+
+/// The shape of a causal GQA attention: q (batch, heads, seq, head_dim), k/v (batch, kv_heads, seq, head_dim).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionShape {
+    /// Batch size.
+    pub batch: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: usize,
+    /// Sequence length (queries = keys, causal from position 0).
+    pub seq: usize,
+    /// Head size, one of [`ATTENTION_HEAD_DIMS`].
+    pub head_dim: usize,
+    /// Score scale, usually 1 / sqrt(head_dim).
+    pub scale: f32,
+}
+
+impl AttentionShape {
+    fn params(&self) -> Vec<u32> {
+        let s = self;
+        words(&[s.batch as u32, s.heads as u32, s.kv_heads as u32, s.seq as u32, s.scale.to_bits()])
+    }
+    fn q_len(&self) -> usize {
+        self.batch * self.heads * self.seq * self.head_dim
+    }
+    fn kv_len(&self) -> usize {
+        self.batch * self.kv_heads * self.seq * self.head_dim
+    }
+    fn rows(&self) -> usize {
+        self.batch * self.heads * self.seq
+    }
+    fn blocks(&self) -> u32 {
+        (self.seq as u32).div_ceil(ATTENTION_BLOCK)
+    }
+}
+
+/// Attention forward: inputs q, k, v; outputs o and the log-sum-exp per query row (f32).
+pub fn attention_fwd(s: &AttentionShape) -> Launch {
+    Launch {
+        kernel: Kernel::AttentionFwd,
+        entry: "attention_fwd",
+        params: s.params(),
+        bindings: vec![
+            b(1, Elem::Et, s.q_len()),
+            b(2, Elem::Et, s.kv_len()),
+            b(3, Elem::Et, s.kv_len()),
+            b(4, Elem::Et, s.q_len()),
+            b(5, Elem::F32, s.rows()),
+        ],
+        outputs: 2,
+        groups: [s.blocks(), (s.batch * s.heads) as u32, 1],
+    }
+}
+
+/// Attention backward, pass 1: inputs q, k, v, o, dO, lse; outputs dq and delta (f32 per query row).
+pub fn attention_bwd_dq(s: &AttentionShape) -> Launch {
+    let (q, kv) = (s.q_len(), s.kv_len());
+    Launch {
+        kernel: Kernel::AttentionBwd,
+        entry: "attention_bwd_dq",
+        params: s.params(),
+        bindings: vec![
+            b(1, Elem::Et, q),
+            b(2, Elem::Et, kv),
+            b(3, Elem::Et, kv),
+            b(4, Elem::Et, q),
+            b(5, Elem::Et, q),
+            b(6, Elem::F32, s.rows()),
+            b(7, Elem::Et, q),
+            b(10, Elem::F32, s.rows()),
+        ],
+        outputs: 2,
+        groups: [s.blocks(), (s.batch * s.heads) as u32, 1],
+    }
+}
+
+/// Attention backward, pass 2: inputs q, k, v, dO, lse, delta (from pass 1); outputs dk, dv.
+pub fn attention_bwd_dkdv(s: &AttentionShape) -> Launch {
+    let (q, kv) = (s.q_len(), s.kv_len());
+    Launch {
+        kernel: Kernel::AttentionBwd,
+        entry: "attention_bwd_dkdv",
+        params: s.params(),
+        bindings: vec![
+            b(1, Elem::Et, q),
+            b(2, Elem::Et, kv),
+            b(3, Elem::Et, kv),
+            b(5, Elem::Et, q),
+            b(6, Elem::F32, s.rows()),
+            b(10, Elem::F32, s.rows()),
+            b(8, Elem::Et, kv),
+            b(9, Elem::Et, kv),
+        ],
+        outputs: 2,
+        groups: [s.blocks(), (s.batch * s.kv_heads) as u32, 1],
+    }
+}

@@ -1,0 +1,47 @@
+// The LoRA epilogue of a linear: out = y + scale * (x A^T) B^T for one row per workgroup, y the base
+// output (rows, n_out), x (rows, n_in), A (rank, n_in), B (n_out, rank). The rank-sized x A^T stays in
+// workgroup memory, so the adapter costs one launch and no (rows, rank) tensor. rank <= MAX_RANK.
+
+struct Params { rows: u32, n_in: u32, n_out: u32, rank: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> y: array<ET>;
+@group(0) @binding(2) var<storage, read> x: array<ET>;
+@group(0) @binding(3) var<storage, read> a: array<ET>;
+@group(0) @binding(4) var<storage, read> b: array<ET>;
+@group(0) @binding(5) var<storage, read_write> out: array<ET>;
+
+const WG: u32 = 256u;
+const MAX_RANK: u32 = 128u;
+var<workgroup> red: array<f32, WG>;
+var<workgroup> xa: array<f32, MAX_RANK>;
+
+@compute @workgroup_size(256)
+fn lora_epilogue(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
+    let row = wid.x + wid.y * 65535u;
+    if (row >= p.rows) { return; }
+    let lid = lid3.x;
+    let xbase = row * p.n_in;
+    for (var k = 0u; k < p.rank; k++) {
+        var acc = 0.0;
+        for (var j = lid; j < p.n_in; j += WG) {
+            acc += f32(x[xbase + j]) * f32(a[k * p.n_in + j]);
+        }
+        red[lid] = acc;
+        workgroupBarrier();
+        for (var st = WG / 2u; st > 0u; st = st >> 1u) {
+            if (lid < st) { red[lid] += red[lid + st]; }
+            workgroupBarrier();
+        }
+        if (lid == 0u) { xa[k] = red[0] * p.scale; }
+        workgroupBarrier();
+    }
+    let ybase = row * p.n_out;
+    for (var o = lid; o < p.n_out; o += WG) {
+        var acc = f32(y[ybase + o]);
+        for (var k = 0u; k < p.rank; k++) {
+            acc += xa[k] * f32(b[o * p.rank + k]);
+        }
+        out[ybase + o] = ET(acc);
+    }
+}

@@ -1,0 +1,321 @@
+//! Our WGSL kernels (src/engine/ops/metal/wgsl/) against the same math in Candle ops on the CPU, forward and
+//! gradients, run through wgpu on Vulkan (lavapipe in CI; CI sets METAL_CANDLE_REQUIRE_VULKAN=1 so a missing
+//! adapter fails there instead of skipping), plus naga's MSL translation of every kernel for the Mac.
+//! f32 must agree to 1e-5 relative; f16 to 2^-10 (the kernel stores its result once in f16, 2^-11 relative,
+//! from the same f16-rounded inputs the reference gets). `bench_wgsl_1b_shapes` (ignored) times each kernel at
+//! the Llama-3.2-1B shapes on whatever adapter wgpu finds.
+
+mod wgsl_support;
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use metal_candle::engine::ops;
+use metal_candle::engine::ops::metal::wgsl::{self, AttentionShape, Kernel, Precision};
+use wgsl_support::{assert_close, gpu_or_skip, msl, Gpu};
+
+const F32_TOL: f32 = 1e-5;
+const F16_TOL: f32 = 1.0 / 1024.0;
+
+/// Deterministic values in [-amp, amp), rounded to f16 for f16 runs so both sides see the same inputs.
+fn values(n: usize, seed: u64, amp: f32, precision: Precision) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let v = ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp;
+            match precision {
+                Precision::F16 => half::f16::from_f32(v).to_f32(),
+                Precision::F32 => v,
+            }
+        })
+        .collect()
+}
+
+fn t(data: &[f32], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(data, shape, &Device::Cpu).unwrap()
+}
+
+fn flat(x: &Tensor) -> Vec<f32> {
+    x.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+/// The precisions this adapter runs, with their tolerances.
+fn precisions(gpu: &Gpu) -> Vec<(Precision, f32)> {
+    let mut p = vec![(Precision::F32, F32_TOL)];
+    if gpu.f16 {
+        p.push((Precision::F16, F16_TOL));
+    } else {
+        eprintln!("{}: no SHADER_F16, f16 kernels not run", gpu.name);
+    }
+    p
+}
+
+#[test]
+fn every_kernel_validates_and_translates_to_msl() {
+    for kernel in Kernel::ALL {
+        let head_dims: &[u32] = if kernel.needs_head_dim() { &wgsl::ATTENTION_HEAD_DIMS } else { &[0] };
+        for precision in [Precision::F32, Precision::F16] {
+            for &head_dim in head_dims {
+                let source = wgsl::source(kernel, precision, head_dim);
+                let out =
+                    msl::translate(&source).unwrap_or_else(|e| panic!("{kernel:?} {precision:?} {head_dim}: {e}"));
+                assert!(out.source.contains("#include <metal_stdlib>"), "{kernel:?}: not MSL");
+                assert!(out.source.contains("kernel void"), "{kernel:?}: no compute function");
+                for entry in kernel.entry_points() {
+                    let name = out.function(entry).unwrap_or_else(|| panic!("{kernel:?}: no entry point {entry}"));
+                    assert!(out.source.contains(name), "{kernel:?}: {name} missing from the MSL");
+                }
+            }
+        }
+    }
+    // Bindings land at the buffer slots the glue binds: binding N -> [[buffer(N)]].
+    let out = msl::translate(&wgsl::source(Kernel::AttentionBwd, Precision::F32, 64)).unwrap();
+    for slot in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
+        assert!(out.source.contains(&format!("[[buffer({slot})]]")), "no [[buffer({slot})]] in the attention MSL");
+    }
+    assert!(out.source.contains(&format!("[[buffer({})]]", msl::BUFFER_SIZES_SLOT)), "no buffer-sizes slot");
+    assert_eq!(out.sized_bindings, (1..=10).collect::<Vec<u32>>());
+    assert_eq!(msl::MSL_VERSION, (2, 4));
+}
+
+#[test]
+fn rms_norm_forward_and_gradients() {
+    let Some(gpu) = gpu_or_skip("rms_norm_forward_and_gradients") else { return };
+    let (rows, cols, eps) = (37, 300, 1e-5f32);
+    for (precision, tol) in precisions(gpu) {
+        let (x, w, dy) = (
+            values(rows * cols, 1, 2.0, precision),
+            values(cols, 2, 1.5, precision),
+            values(rows * cols, 3, 1.0, precision),
+        );
+        let (xt, wt, dyt) = (t(&x, &[rows, cols]), t(&w, &[cols]), t(&dy, &[rows, cols]));
+        let y = gpu.run(&wgsl::rms_norm_fwd(rows, cols, eps), precision, 0, &[&x, &w]);
+        assert_close(
+            &format!("rms_norm y {precision:?}"),
+            &y[0],
+            &flat(&ops::rms_norm(&xt, &wt, eps as f64).unwrap()),
+            tol,
+        );
+
+        let dx = gpu.run(&wgsl::rms_norm_bwd_dx(rows, cols, eps), precision, 0, &[&x, &w, &dy]);
+        let want_dx = ops::rms_norm_backward(&xt, &wt, eps as f64, &dyt).unwrap();
+        assert_close(&format!("rms_norm dx {precision:?}"), &dx[0], &flat(&want_dx), tol);
+        let rstd =
+            (xt.sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + eps as f64).unwrap().sqrt().unwrap().recip().unwrap();
+        assert_close(&format!("rms_norm rstd {precision:?}"), &dx[1], &flat(&rstd), F32_TOL);
+
+        let dw = gpu.run(&wgsl::rms_norm_bwd_dw(rows, cols, eps), precision, 0, &[&x, &dy, &dx[1]]);
+        let want_dw = (dyt * xt.broadcast_mul(&rstd).unwrap()).unwrap().sum(0).unwrap();
+        assert_close(&format!("rms_norm dw {precision:?}"), &dw[0], &flat(&want_dw), tol);
+    }
+}
+
+#[test]
+fn rope_forward_and_backward() {
+    let Some(gpu) = gpu_or_skip("rope_forward_and_backward") else { return };
+    let (b, h, seq, d) = (2, 3, 17, 64);
+    let rows = b * h * seq;
+    for (precision, tol) in precisions(gpu) {
+        let x = values(rows * d, 4, 1.0, precision);
+        let angles: Vec<f32> =
+            (0..seq * d / 2).map(|i| (i / (d / 2)) as f32 * 0.37 + (i % (d / 2)) as f32 * 0.11).collect();
+        let round = |v: f32| values_round(v, precision);
+        let cos: Vec<f32> = angles.iter().map(|a| round(a.cos())).collect();
+        let sin: Vec<f32> = angles.iter().map(|a| round(a.sin())).collect();
+        let (xt, ct, st) = (t(&x, &[b, h, seq, d]), t(&cos, &[seq, d / 2]), t(&sin, &[seq, d / 2]));
+        let y = gpu.run(&wgsl::rope(rows, seq, d / 2, 1.0), precision, 0, &[&x, &cos, &sin]);
+        assert_close(&format!("rope {precision:?}"), &y[0], &flat(&ops::rope(&xt, &ct, &st).unwrap()), tol);
+        let dx = gpu.run(&wgsl::rope(rows, seq, d / 2, -1.0), precision, 0, &[&x, &cos, &sin]);
+        assert_close(
+            &format!("rope backward {precision:?}"),
+            &dx[0],
+            &flat(&ops::rope_backward(&xt, &ct, &st).unwrap()),
+            tol,
+        );
+    }
+}
+
+fn values_round(v: f32, precision: Precision) -> f32 {
+    match precision {
+        Precision::F16 => half::f16::from_f32(v).to_f32(),
+        Precision::F32 => v,
+    }
+}
+
+#[test]
+fn swiglu_forward_and_gradients() {
+    let Some(gpu) = gpu_or_skip("swiglu_forward_and_gradients") else { return };
+    let n = 1000;
+    for (precision, tol) in precisions(gpu) {
+        let (g, u, dm) = (values(n, 5, 6.0, precision), values(n, 6, 2.0, precision), values(n, 7, 1.0, precision));
+        let (gt, ut, dmt) = (t(&g, &[n]), t(&u, &[n]), t(&dm, &[n]));
+        let y = gpu.run(&wgsl::swiglu_fwd(n), precision, 0, &[&g, &u]);
+        assert_close(&format!("swiglu {precision:?}"), &y[0], &flat(&ops::silu_mul(&gt, &ut).unwrap()), tol);
+        let grads = gpu.run(&wgsl::swiglu_bwd(n), precision, 0, &[&g, &u, &dm]);
+        let (dg, du) = ops::silu_mul_backward(&gt, &ut, &dmt).unwrap();
+        assert_close(&format!("swiglu dg {precision:?}"), &grads[0], &flat(&dg), tol);
+        assert_close(&format!("swiglu du {precision:?}"), &grads[1], &flat(&du), tol);
+    }
+}
+
+#[test]
+fn cross_entropy_loss_and_gradient() {
+    let Some(gpu) = gpu_or_skip("cross_entropy_loss_and_gradient") else { return };
+    let (rows, vocab) = (9, 1000);
+    let targets: Vec<f32> = vec![3.0, 999.0, -100.0, 0.0, 512.0, 77.0, -100.0, 256.0, 1.0];
+    let counted = targets.iter().filter(|t| **t >= 0.0).count();
+    let scale = 1.0 / counted as f32;
+    for (precision, tol) in precisions(gpu) {
+        let z = values(rows * vocab, 8, 8.0, precision);
+        let out = gpu.run(&wgsl::cross_entropy(rows, vocab, scale), precision, 0, &[&z, &targets]);
+        let zt = t(&z, &[rows, vocab]);
+        let logp = candle_nn::ops::log_softmax(&zt, D::Minus1).unwrap();
+        let mut onehot = vec![0f32; rows * vocab];
+        let mut mask = vec![0f32; rows];
+        for (r, &tg) in targets.iter().enumerate() {
+            if tg >= 0.0 {
+                onehot[r * vocab + tg as usize] = 1.0;
+                mask[r] = 1.0;
+            }
+        }
+        let (onehot, mask) = (t(&onehot, &[rows, vocab]), t(&mask, &[rows, 1]));
+        let loss = (logp.clone() * &onehot).unwrap().sum_keepdim(D::Minus1).unwrap().neg().unwrap();
+        let grad = ((logp.exp().unwrap() - onehot).unwrap().broadcast_mul(&mask).unwrap() * scale as f64).unwrap();
+        assert_close(&format!("cross_entropy loss {precision:?}"), &out[1], &flat(&loss), F32_TOL);
+        assert_close(&format!("cross_entropy grad {precision:?}"), &out[0], &flat(&grad), tol);
+    }
+}
+
+#[test]
+fn lora_epilogue_matches_two_matmuls() {
+    let Some(gpu) = gpu_or_skip("lora_epilogue_matches_two_matmuls") else { return };
+    let (rows, n_in, n_out, rank, scale) = (7, 300, 260, 8, 2.0f32);
+    for (precision, tol) in precisions(gpu) {
+        let y = values(rows * n_out, 9, 1.0, precision);
+        let x = values(rows * n_in, 10, 1.0, precision);
+        let a = values(rank * n_in, 11, 0.1, precision);
+        let bw = values(n_out * rank, 12, 0.1, precision);
+        let out = gpu.run(&wgsl::lora_epilogue(rows, n_in, n_out, rank, scale), precision, 0, &[&y, &x, &a, &bw]);
+        let (yt, xt, at, bt) =
+            (t(&y, &[rows, n_out]), t(&x, &[rows, n_in]), t(&a, &[rank, n_in]), t(&bw, &[n_out, rank]));
+        let xa = xt.matmul(&at.t().unwrap()).unwrap();
+        let want = (yt + (xa.matmul(&bt.t().unwrap()).unwrap() * scale as f64).unwrap()).unwrap();
+        assert_close(&format!("lora epilogue {precision:?}"), &out[0], &flat(&want), tol);
+    }
+}
+
+/// Causal GQA attention by the T x T definition, with Candle's autograd for the gradients of sum(o * d_o).
+fn attention_reference(s: &AttentionShape, q: &Tensor, k: &Tensor, v: &Tensor, d_o: &Tensor) -> [Tensor; 5] {
+    let (qv, kv, vv) = (Var::from_tensor(q).unwrap(), Var::from_tensor(k).unwrap(), Var::from_tensor(v).unwrap());
+    let group = s.heads / s.kv_heads;
+    let repeat = |x: &Tensor| {
+        let (b, h, t, d) = x.dims4().unwrap();
+        x.unsqueeze(2).unwrap().expand((b, h, group, t, d)).unwrap().reshape((b, h * group, t, d)).unwrap()
+    };
+    let mask: Vec<f32> = (0..s.seq * s.seq).map(|i| if i % s.seq > i / s.seq { -1e9 } else { 0.0 }).collect();
+    let mask = t(&mask, &[s.seq, s.seq]);
+    let scores =
+        (qv.matmul(&repeat(&kv).t().unwrap()).unwrap() * s.scale as f64).unwrap().broadcast_add(&mask).unwrap();
+    let lse = scores.exp().unwrap().sum(D::Minus1).unwrap().log().unwrap();
+    let p = candle_nn::ops::softmax(&scores, D::Minus1).unwrap();
+    let o = p.matmul(&repeat(&vv)).unwrap();
+    let grads = (o.clone() * d_o).unwrap().sum_all().unwrap().backward().unwrap();
+    let g = |x: &Var| grads.get(x).unwrap().clone();
+    [o, lse, g(&qv), g(&kv), g(&vv)]
+}
+
+#[test]
+fn attention_forward_and_gradients() {
+    let Some(gpu) = gpu_or_skip("attention_forward_and_gradients") else { return };
+    for (seq, head_dim) in [(70, 64), (33, 32)] {
+        let s =
+            AttentionShape { batch: 2, heads: 4, kv_heads: 2, seq, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
+        let (qn, kn) = (2 * 4 * seq * head_dim, 2 * 2 * seq * head_dim);
+        for (precision, tol) in precisions(gpu) {
+            let (q, k, v) =
+                (values(qn, 13, 2.0, precision), values(kn, 14, 2.0, precision), values(kn, 15, 1.0, precision));
+            let d_o = values(qn, 16, 1.0, precision);
+            let (qs, kvs) = ([2, 4, seq, head_dim], [2, 2, seq, head_dim]);
+            let [o, lse, dq, dk, dv] = attention_reference(&s, &t(&q, &qs), &t(&k, &kvs), &t(&v, &kvs), &t(&d_o, &qs));
+            let hd = head_dim as u32;
+            let fwd = gpu.run(&wgsl::attention_fwd(&s), precision, hd, &[&q, &k, &v]);
+            let what = |name: &str| format!("attention {name} t={seq} d={head_dim} {precision:?}");
+            assert_close(&what("o"), &fwd[0], &flat(&o), tol);
+            assert_close(&what("lse"), &fwd[1], &flat(&lse), F32_TOL);
+            // The backward reads the kernel's own o and lse, as training does.
+            let bq = gpu.run(&wgsl::attention_bwd_dq(&s), precision, hd, &[&q, &k, &v, &fwd[0], &d_o, &fwd[1]]);
+            let bkv = gpu.run(&wgsl::attention_bwd_dkdv(&s), precision, hd, &[&q, &k, &v, &d_o, &fwd[1], &bq[1]]);
+            // f16: o is stored in f16 before delta = sum(dO * o) is formed; dp - delta can cancel, so allow 4x.
+            let btol = if precision == Precision::F16 { 4.0 * tol } else { tol };
+            assert_close(&what("dq"), &bq[0], &flat(&dq), btol);
+            assert_close(&what("dk"), &bkv[0], &flat(&dk), btol);
+            assert_close(&what("dv"), &bkv[1], &flat(&dv), btol);
+        }
+    }
+}
+
+/// Seconds per launch of `launch` on `inputs`: two warm-up launches, then `iters` in one submission.
+fn time_launch(gpu: &Gpu, launch: &wgsl::Launch, precision: Precision, head_dim: u32, inputs: &[&[f32]]) -> f64 {
+    let prepared = gpu.prepare(launch, precision, head_dim, inputs);
+    prepared.dispatch(2);
+    let iters = 20;
+    let start = std::time::Instant::now();
+    prepared.dispatch(iters);
+    start.elapsed().as_secs_f64() / iters as f64
+}
+
+/// The kernels at the Llama-3.2-1B shapes (4 x 1024 tokens, hidden 2048, vocab 128256, 32 heads / 8 kv heads of
+/// 64), timed through wgpu on whatever adapter it finds: the proxy for their speed on a GPU, to set beside the
+/// CUDA kernels' times. `cargo test --release --test wgsl_kernels -- --ignored --nocapture bench_wgsl`.
+#[test]
+#[ignore]
+fn bench_wgsl_1b_shapes() {
+    let Some(gpu) = gpu_or_skip("bench_wgsl_1b_shapes") else { return };
+    println!("adapter: {}", gpu.name);
+    let (rows, hidden, ce_rows, vocab, rank) = (4 * 1024, 2048, 1024, 128256, 8);
+    let s = AttentionShape { batch: 4, heads: 32, kv_heads: 8, seq: 1024, head_dim: 64, scale: 0.125 };
+    let n = rows * hidden;
+    let big = values(n, 1, 1.0, Precision::F16);
+    let big2 = values(n, 2, 1.0, Precision::F16);
+    let big3 = values(n, 3, 1.0, Precision::F16);
+    let w = values(hidden, 4, 1.0, Precision::F16);
+    let cs = values(1024 * 32, 5, 1.0, Precision::F16);
+    let logits = values(ce_rows * vocab, 6, 4.0, Precision::F16);
+    let targets: Vec<f32> = (0..ce_rows).map(|i| (i * 97 % vocab) as f32).collect();
+    let a = values(rank * hidden, 7, 0.1, Precision::F16);
+    let (qn, kvn) = (4 * 32 * 1024 * 64, 4 * 8 * 1024 * 64);
+    let (q, k, v, o, d_o) = (&big[..qn], &big2[..kvn], &big3[..kvn], &big2[..qn], &big3[..qn]);
+    let rowstat = vec![1.0f32; 4 * 32 * 1024];
+    for (precision, _) in precisions(gpu) {
+        let cases: Vec<(&str, wgsl::Launch, Vec<&[f32]>, u32)> = vec![
+            ("rms_norm fwd 4x1024x2048", wgsl::rms_norm_fwd(rows, hidden, 1e-5), vec![&big, &w], 0),
+            ("rms_norm bwd dx 4x1024x2048", wgsl::rms_norm_bwd_dx(rows, hidden, 1e-5), vec![&big, &w, &big2], 0),
+            ("rope 4x32x1024x64", wgsl::rope(4 * 32 * 1024, 1024, 32, 1.0), vec![&big, &cs, &cs], 0),
+            ("swiglu fwd 4x1024x2048", wgsl::swiglu_fwd(n), vec![&big, &big2], 0),
+            ("swiglu bwd 4x1024x2048", wgsl::swiglu_bwd(n), vec![&big, &big2, &big3], 0),
+            (
+                "cross_entropy 1024 x 128256",
+                wgsl::cross_entropy(ce_rows, vocab, 1.0 / 1024.0),
+                vec![&logits, &targets],
+                0,
+            ),
+            (
+                "lora epilogue 4096x2048->2048 r8",
+                wgsl::lora_epilogue(rows, hidden, hidden, rank, 2.0),
+                vec![&big2, &big, &a, &a],
+                0,
+            ),
+            ("attention fwd 4x1024 h32/8 d64", wgsl::attention_fwd(&s), vec![q, k, v], 64),
+            ("attention bwd dq 4x1024 h32/8 d64", wgsl::attention_bwd_dq(&s), vec![q, k, v, o, d_o, &rowstat], 64),
+            (
+                "attention bwd dkdv 4x1024 h32/8 d64",
+                wgsl::attention_bwd_dkdv(&s),
+                vec![q, k, v, d_o, &rowstat, &rowstat],
+                64,
+            ),
+        ];
+        for (name, launch, inputs, head_dim) in cases {
+            let secs = time_launch(gpu, &launch, precision, head_dim, &inputs);
+            println!("BENCH {precision:?} {name}: {:.3} ms", secs * 1e3);
+        }
+    }
+}
