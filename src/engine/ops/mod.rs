@@ -32,6 +32,8 @@ mod gelu;
 mod head;
 mod heads;
 pub(crate) mod kernel_choice;
+#[cfg(test)]
+mod kernel_tests;
 pub mod metal;
 mod norm;
 mod precision;

@@ -32,32 +32,3 @@ pub fn add_rms_norm(x: &Tensor, delta: &Tensor, weight: &Tensor, eps: f64) -> Re
     let normed = rms_norm(&sum, weight, eps)?;
     Ok((sum, normed))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::ops::{rope, scaled_masked_softmax};
-    use candle_core::{DType, Device};
-
-    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
-        let d = (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap()).unwrap();
-        d.abs().unwrap().max_all().unwrap().to_scalar().unwrap()
-    }
-
-    /// The f32 kernels (ours and Candle's) compute what the f64 composed versions compute.
-    #[test]
-    fn f32_kernels_match_f64_forward() {
-        let dev = Device::Cpu;
-        let x = Tensor::randn(0f64, 1.0, (2, 3, 4, 8), &dev).unwrap();
-        let w = Tensor::randn(1f64, 0.1, 8, &dev).unwrap();
-        let (cos, sin) =
-            (Tensor::randn(0f64, 1.0, (4, 4), &dev).unwrap(), Tensor::randn(0f64, 1.0, (4, 4), &dev).unwrap());
-        let mask = Tensor::new(&[[0f32, -1e9, -1e9, -1e9, 0.0, 0.0, 0.0, 0.0]; 4], &dev).unwrap();
-        let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
-        assert!(max_diff(&rms_norm(&f32(&x), &f32(&w), 1e-6).unwrap(), &rms_norm(&x, &w, 1e-6).unwrap()) < 1e-5);
-        assert!(max_diff(&rope(&f32(&x), &f32(&cos), &f32(&sin)).unwrap(), &rope(&x, &cos, &sin).unwrap()) < 1e-5);
-        let fast = scaled_masked_softmax(&f32(&x), 0.5, Some(&mask)).unwrap();
-        let composed = scaled_masked_softmax(&x, 0.5, Some(&mask.to_dtype(DType::F64).unwrap())).unwrap();
-        assert!(max_diff(&fast, &composed) < 1e-6);
-    }
-}

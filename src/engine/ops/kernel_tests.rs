@@ -1,0 +1,105 @@
+//! Unit tests of the dispatchers against references computed differently: each hand-written backward against
+//! Candle's autograd through the same block composed in f64, the f32 kernels (ours and Candle's) against the f64
+//! composed forward, and the frozen products against plain ones.
+
+use candle_core::{DType, Device, Tensor, Var, D};
+
+use super::attention::scaled_masked_softmax;
+use super::backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
+use super::elementwise::gelu_tanh_mul;
+use super::frozen_matmul::{frozen_matmul, frozen_matmul_t};
+use super::norm::rms_norm;
+use super::rotary::rope;
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    let d = (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap()).unwrap();
+    d.abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+}
+
+/// Each hand-written input gradient (CPU f32 kernel) against Candle's autograd through the same block
+/// composed from differentiable ops in f64, with a non-trivial upstream gradient.
+#[test]
+fn backward_kernels_match_autograd_of_composed_blocks() {
+    let dev = Device::Cpu;
+    let x64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+    let other64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+    let w64 = Tensor::randn(1f64, 0.2, 8, &dev).unwrap();
+    let cos64 = Tensor::randn(0f64, 1.0, (5, 4), &dev).unwrap();
+    let sin64 = Tensor::randn(0f64, 1.0, (5, 4), &dev).unwrap();
+    let up64 = Tensor::randn(0f64, 1.0, (2, 3, 5, 8), &dev).unwrap();
+    let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    // d/dx of sum(block(x) * up) by autograd.
+    let autograd = |block: &dyn Fn(&Tensor) -> Tensor| -> Tensor {
+        let x = Var::from_tensor(&x64).unwrap();
+        let loss = (block(x.as_tensor()) * &up64).unwrap().sum_all().unwrap();
+        loss.backward().unwrap().get(x.as_tensor()).unwrap().clone()
+    };
+
+    let expected = autograd(&|x| {
+        let inv = (x.sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + 1e-6).unwrap().sqrt().unwrap();
+        x.broadcast_div(&inv).unwrap().broadcast_mul(&w64).unwrap()
+    });
+    let got = rms_norm_backward(&f32(&x64), &f32(&w64), 1e-6, &f32(&up64)).unwrap();
+    assert!(max_diff(&got, &expected) < 1e-4, "rms norm");
+
+    let expected = autograd(&|x| {
+        let (x1, x2) = (x.narrow(D::Minus1, 0, 4).unwrap(), x.narrow(D::Minus1, 4, 4).unwrap());
+        let (c, s) =
+            (cos64.unsqueeze(0).unwrap().unsqueeze(0).unwrap(), sin64.unsqueeze(0).unwrap().unsqueeze(0).unwrap());
+        let o1 = (x1.broadcast_mul(&c).unwrap() - x2.broadcast_mul(&s).unwrap()).unwrap();
+        let o2 = (x2.broadcast_mul(&c).unwrap() + x1.broadcast_mul(&s).unwrap()).unwrap();
+        Tensor::cat(&[o1, o2], D::Minus1).unwrap()
+    });
+    let got = rope_backward(&f32(&up64), &f32(&cos64), &f32(&sin64)).unwrap();
+    assert!(max_diff(&got, &expected) < 1e-4, "rope");
+
+    let scale = 0.35;
+    let expected = autograd(&|x| candle_nn::ops::softmax(&(x * scale).unwrap(), D::Minus1).unwrap());
+    let p = scaled_masked_softmax(&f32(&x64), scale, None).unwrap();
+    let got = softmax_backward(&p, &f32(&up64), scale).unwrap();
+    assert!(max_diff(&got, &expected) < 1e-4, "softmax");
+
+    let expected = autograd(&|g| (candle_nn::ops::silu(g).unwrap() * &other64).unwrap());
+    let (got, _) = silu_mul_backward(&f32(&x64), &f32(&other64), &f32(&up64)).unwrap();
+    assert!(max_diff(&got, &expected) < 1e-4, "silu gate");
+
+    // Candle's gelu is the tanh approximation (GeGLU, gemma3); its autograd rounds the constants, so the
+    // f64 reference here is a central difference of the exact f64 forward.
+    let h = 1e-6;
+    let slope =
+        ((((&x64 + h).unwrap().gelu().unwrap() - (&x64 - h).unwrap().gelu().unwrap()).unwrap()) / (2.0 * h)).unwrap();
+    let expected = ((slope * &other64).unwrap() * &up64).unwrap();
+    let (got, got_up) = gelu_tanh_mul_backward(&f32(&x64), &f32(&other64), &f32(&up64)).unwrap();
+    assert!(max_diff(&got, &expected) < 1e-4, "gelu gate (CPU f32 kernel)");
+    assert!(max_diff(&got_up, &(x64.gelu().unwrap() * &up64).unwrap()) < 1e-4, "gelu up");
+    let (composed, _) = gelu_tanh_mul_backward(&x64, &other64, &up64).unwrap();
+    assert!(max_diff(&composed, &expected) < 1e-8, "gelu gate (composed f64)");
+    let fast = gelu_tanh_mul(&f32(&x64), &f32(&other64)).unwrap();
+    assert!(max_diff(&fast, &(x64.gelu().unwrap() * &other64).unwrap()) < 1e-5, "gelu forward");
+}
+
+/// The f32 kernels (ours and Candle's) compute what the f64 composed versions compute.
+#[test]
+fn f32_kernels_match_f64_forward() {
+    let dev = Device::Cpu;
+    let x = Tensor::randn(0f64, 1.0, (2, 3, 4, 8), &dev).unwrap();
+    let w = Tensor::randn(1f64, 0.1, 8, &dev).unwrap();
+    let (cos, sin) = (Tensor::randn(0f64, 1.0, (4, 4), &dev).unwrap(), Tensor::randn(0f64, 1.0, (4, 4), &dev).unwrap());
+    let mask = Tensor::new(&[[0f32, -1e9, -1e9, -1e9, 0.0, 0.0, 0.0, 0.0]; 4], &dev).unwrap();
+    let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    assert!(max_diff(&rms_norm(&f32(&x), &f32(&w), 1e-6).unwrap(), &rms_norm(&x, &w, 1e-6).unwrap()) < 1e-5);
+    assert!(max_diff(&rope(&f32(&x), &f32(&cos), &f32(&sin)).unwrap(), &rope(&x, &cos, &sin).unwrap()) < 1e-5);
+    let fast = scaled_masked_softmax(&f32(&x), 0.5, Some(&mask)).unwrap();
+    let composed = scaled_masked_softmax(&x, 0.5, Some(&mask.to_dtype(DType::F64).unwrap())).unwrap();
+    assert!(max_diff(&fast, &composed) < 1e-6);
+}
+
+#[test]
+fn frozen_matmul_matches_a_plain_product_both_ways() {
+    let dev = Device::Cpu;
+    let x = Tensor::randn(0f32, 1.0, (2, 3, 8), &dev).unwrap();
+    let w = Tensor::randn(0f32, 1.0, (5, 8), &dev).unwrap();
+    let y = frozen_matmul_t(&x, &w).unwrap();
+    assert!(max_diff(&y, &x.broadcast_matmul(&w.t().unwrap()).unwrap()) < 1e-5);
+    let back = frozen_matmul(&y, &w).unwrap();
+    assert!(max_diff(&back, &y.broadcast_matmul(&w).unwrap()) < 1e-4);
+}
