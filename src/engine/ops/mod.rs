@@ -13,6 +13,7 @@
 //! functions, and nothing on a GPU path creates an f64 tensor (Metal has none).
 
 mod backward;
+mod blocked_attention;
 mod cpu_kernels;
 mod cross_entropy;
 mod cuda_attention;
@@ -43,6 +44,7 @@ pub use backward::{
     gelu_tanh_mul_backward, rms_norm_backward, rms_norm_backward_add, rope_backward, silu_mul_backward,
     softmax_backward,
 };
+pub use blocked_attention::{blocked_attention, blocked_attention_backward, BlockedStats};
 pub use cuda_attention::Logsumexp;
 pub use cuda_cast::cast_many;
 pub use dropout::Dropout;
