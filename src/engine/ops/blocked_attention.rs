@@ -14,10 +14,28 @@ use super::{matmul, metal_dtypes, upcast};
 use candle_core::{DType, Device, Result, Tensor, D};
 use std::collections::HashMap;
 
-/// Queries and keys per block. On the CPU (2 cores, SmolLM2's head shape) 128 and 256 ran within a few per
-/// cent of each other at T = 1024..4096; 128 keeps the per-block temporaries small and skips more of the
-/// masked half of a causal square.
-pub const BLOCK: usize = 128;
+/// The most queries and keys per block. Every block costs a dozen ops whatever its size (a dispatch each on
+/// Metal); on the CPU a 4-layer d=64 model's training step at T = 4096 took 3x the CPU time with blocks of 128
+/// as with 512 (1024: no faster), so blocks are as large as [`BLOCK_SCORES`] allows.
+pub const BLOCK: usize = 512;
+
+/// The fewest queries and keys per block.
+const MIN_BLOCK: usize = 64;
+
+/// The most scores of one block over all batch rows and heads (8 Mi: 32 MiB in f32); a handful of such
+/// temporaries are alive at once, whatever T.
+const BLOCK_SCORES: usize = 1 << 23;
+
+/// Queries and keys per block for `b` sequences of `heads` query heads: the largest power of two from
+/// [`MIN_BLOCK`] to [`BLOCK`] whose (b * heads, block, block) scores fit [`BLOCK_SCORES`]. Llama-3.2-1B (32
+/// heads) at batch 4: 256; SmolLM2-135M (9 heads) at batch 1: 512.
+pub fn block_size(b: usize, heads: usize) -> usize {
+    let mut block = BLOCK;
+    while block > MIN_BLOCK && b * heads * block * block > BLOCK_SCORES {
+        block /= 2;
+    }
+    block
+}
 
 /// What the backward of [`blocked_attention`] needs besides its inputs and output: each row's logsumexp,
 /// (b, kv_heads, rep * rows, 1) per query block, in the accumulators' dtype (f32 for half precision).
@@ -120,17 +138,17 @@ impl Masks {
     }
 }
 
-/// `scale * q_blk k_blk^T` (b, kv, rep * bq, bk) in the accumulators' dtype, masked when `masked`.
+/// `q_blk k_blk^T` (b, kv, rep * bq, bk) in the accumulators' dtype, masked when `masked`; the queries come
+/// scaled (one pass over (T, d) instead of one over every block of scores).
 fn block_scores(
     g: &Geometry,
     masks: &mut Masks,
     q_blk: &Tensor,
     k_blk: &Tensor,
-    scale: f64,
     (qs, bq): (usize, usize),
     (ks, bk, masked): (usize, usize, bool),
 ) -> Result<Tensor> {
-    let s = (upcast(&matmul(q_blk, &k_blk.t()?)?)? * scale)?;
+    let s = upcast(&matmul(q_blk, &k_blk.t()?)?)?;
     if !masked {
         return Ok(s);
     }
@@ -161,7 +179,8 @@ pub fn blocked_attention(
     q_offset: usize,
     window: Option<usize>,
 ) -> Result<(Tensor, BlockedStats)> {
-    blocked_attention_in(q, k, v, scale, q_offset, window, BLOCK)
+    let (b, heads, _, _) = q.dims4()?;
+    blocked_attention_in(q, k, v, scale, q_offset, window, block_size(b, heads))
 }
 
 /// [`blocked_attention`] with blocks of `block` queries and keys.
@@ -178,6 +197,7 @@ pub(crate) fn blocked_attention_in(
     let g = Geometry::new(q, k, q_offset, window, block)?;
     let acc_dtype = accumulator_dtype(q.dtype());
     let mut masks = Masks::new(&g, acc_dtype, q.device());
+    let q = &(q * scale)?;
     let key_blocks: Vec<(Tensor, Tensor)> = (0..g.tk)
         .step_by(g.block)
         .map(|ks| {
@@ -194,7 +214,7 @@ pub(crate) fn blocked_attention_in(
         let mut acc = Tensor::zeros((g.b, g.kv, r, g.d), acc_dtype, q.device())?;
         for keys in g.key_blocks(rows) {
             let (k_blk, v_blk) = &key_blocks[keys.0 / g.block];
-            let s = block_scores(&g, &mut masks, &q_blk, k_blk, scale, rows, keys)?;
+            let s = block_scores(&g, &mut masks, &q_blk, k_blk, rows, keys)?;
             let m_new = m.maximum(&s.max_keepdim(D::Minus1)?)?;
             let p = s.broadcast_sub(&m_new)?.exp()?;
             let alpha = (m - &m_new)?.exp()?;
@@ -235,6 +255,9 @@ pub fn blocked_attention_backward(
     // (b * tq, heads * d) -> (b, heads, tq, d), the layout query_block reads.
     let as_heads = |x: &Tensor| x.reshape((g.b, g.tq, heads, g.d))?.transpose(1, 2);
     let (out, d_out) = (as_heads(out)?, as_heads(d_out)?);
+    // Scaled queries give the scores and, against the unscaled ds = p (dp - D), dk whole; dq takes the scale
+    // once per query block.
+    let q_scaled = (q * scale)?;
     let key_spans: Vec<(usize, usize)> = (0..g.tk).step_by(g.block).map(|ks| (ks, g.block.min(g.tk - ks))).collect();
     let key_blocks: Vec<(Tensor, Tensor)> =
         key_spans.iter().map(|&span| Ok((g.key_block(k, span)?, g.key_block(v, span)?))).collect::<Result<_>>()?;
@@ -248,25 +271,25 @@ pub fn blocked_attention_backward(
         }
     };
     for (rows, lse) in g.query_blocks().into_iter().zip(&stats.lse) {
-        let q_blk = g.query_block(q, rows)?;
+        let q_blk = g.query_block(&q_scaled, rows)?;
         let do_blk = g.query_block(&d_out, rows)?;
         let delta = (upcast(&do_blk)? * upcast(&g.query_block(&out, rows)?)?)?.sum_keepdim(D::Minus1)?;
         let mut dq_blk: Option<Tensor> = None;
         for keys in g.key_blocks(rows) {
             let j = keys.0 / g.block;
             let (k_blk, v_blk) = &key_blocks[j];
-            let s = block_scores(&g, &mut masks, &q_blk, k_blk, scale, rows, keys)?;
+            let s = block_scores(&g, &mut masks, &q_blk, k_blk, rows, keys)?;
             let p = s.broadcast_sub(lse)?.exp()?;
             let dv_j = upcast(&matmul(&p.to_dtype(v.dtype())?.t()?, &do_blk)?)?;
             dv[j] = Some(add(dv[j].take(), dv_j)?);
             let dp = upcast(&matmul(&do_blk, &v_blk.t()?)?)?;
-            let ds = ((p * dp.broadcast_sub(&delta)?)? * scale)?.to_dtype(q.dtype())?;
+            let ds = (p * dp.broadcast_sub(&delta)?)?.to_dtype(q.dtype())?;
             dq_blk = Some(add(dq_blk, upcast(&matmul(&ds, k_blk)?)?)?);
             let dk_j = upcast(&matmul(&ds.t()?, &q_blk)?)?;
             dk[j] = Some(add(dk[j].take(), dk_j)?);
         }
         let dq_blk = match dq_blk {
-            Some(x) => x.to_dtype(q.dtype())?,
+            Some(x) => (x * scale)?.to_dtype(q.dtype())?,
             None => Tensor::zeros((g.b, g.kv, g.rep * rows.1, g.d), q.dtype(), q.device())?,
         };
         dq.push(dq_blk.reshape((g.b, g.kv, g.rep, rows.1, g.d))?);
