@@ -44,7 +44,9 @@ pub use backward::{
     gelu_tanh_mul_backward, rms_norm_backward, rms_norm_backward_add, rope_backward, silu_mul_backward,
     softmax_backward,
 };
-pub use blocked_attention::{blocked_attention, blocked_attention_backward, BlockedStats};
+pub use blocked_attention::{
+    block_size as attention_block_size, blocked_attention, blocked_attention_backward, BlockedStats,
+};
 pub use cuda_attention::Logsumexp;
 pub use cuda_cast::cast_many;
 pub use dropout::Dropout;
