@@ -1,6 +1,6 @@
 //! Attention without the (T x T) matrix, built only from Candle ops that its Metal backend has (matmul,
 //! broadcast arithmetic, exp/log, max/sum over the last dimension, narrow/cat, casts): FlashAttention-2's
-//! algorithm written with tensors. Queries and keys go in blocks of [`BLOCK`]; the forward keeps a running
+//! algorithm written with tensors. Queries and keys go in blocks of [`block_size`]; the forward keeps a running
 //! row maximum and sum (an online softmax) in f32 (f64 stays f64) and returns each row's logsumexp; the
 //! backward recomputes each block's probabilities from it, so no block of scores outlives its step and the
 //! extra memory is O(block^2 x heads) besides the linear-in-T inputs and gradients.
