@@ -35,8 +35,10 @@ pub struct ModelShape {
     /// for a shape known only from its config (then parameters x dtype bytes).
     #[serde(default)]
     pub base_weights_bytes: Option<u64>,
-    /// Attention runs in the fused (flash) kernels, as on CUDA in half precision: no (T x T) scores are ever
-    /// built, so attention's memory grows with T, not T squared. False for a shape known only from its config.
+    /// Attention runs in the fused (flash) kernels, as on CUDA in half precision, or in blocks (the portable graph,
+    /// Metal, other dtypes): no (T x T) scores are ever built, so attention's memory grows with T, not T squared.
+    /// False for a shape known only from its config, and for our CPU f32 kernels (blocked only at long T).
+    /// The serde name stays for saved estimates.
     #[serde(default)]
     pub fused_attention: bool,
 }
@@ -79,7 +81,14 @@ impl ModelShape {
     pub fn of_model(model: &Transformer) -> Self {
         Self {
             base_weights_bytes: Some(model.base_weights_bytes()),
-            fused_attention: crate::engine::ops::fused_attention_applies(
+            // Blocked attention at every length counts; on our CPU f32 kernels only long rows take it (the
+            // estimate stays on the safe side there).
+            fused_attention: crate::engine::ops::blocked_attention_applies(
+                model.device(),
+                model.dtype(),
+                model.config.head_dim,
+                2,
+            ) || crate::engine::ops::fused_attention_applies(
                 model.device(),
                 model.dtype(),
                 model.config.head_dim,

@@ -66,11 +66,12 @@ pub struct AttentionTape {
     o: LinearTape,
 }
 
-/// The composed path keeps the probabilities (b, kv_heads, rep * t, t); the fused one (CUDA) only each row's
-/// logsumexp, linear in t.
+/// The composed path keeps the probabilities (b, kv_heads, rep * t, t); the fused one (CUDA) and the blocked one
+/// (everywhere else) only each row's logsumexp, linear in t.
 enum Scores {
     Probs(Tensor),
     Fused(ops::Logsumexp),
+    Blocked(ops::BlockedStats),
 }
 
 /// Queries, keys and values split into heads, normed (qwen3, gemma3, olmo2) and rotated.
@@ -190,6 +191,11 @@ impl Attention {
             let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
             return Ok(self.o_proj.forward(&out)?);
         }
+        if t > 1 && ops::blocked_attention_applies(x.device(), x.dtype(), self.head_dim, k.dim(2)?) {
+            let offset = k.dim(2)? - t;
+            let (out, _) = ops::blocked_attention(&h.q, &k, &v, self.scale(), offset, self.sliding_window)?;
+            return Ok(self.o_proj.forward(&out)?);
+        }
         let mask = attention_mask(t, start_pos, k.dim(2)?, self.sliding_window, x.device())?;
         let (_, out) = self.attend(&h.q, &k, &v, mask.as_ref())?;
         Ok(self.o_proj.forward(&out)?)
@@ -202,8 +208,13 @@ impl Attention {
         let (cos, sin, mask) = ctx.attention(self.local);
         let h = self.heads(qkv, (b, t), (cos, sin))?;
         let q = h.q.contiguous()?;
+        let blocked = t > 1 && ops::blocked_attention_applies(q.device(), q.dtype(), self.head_dim, t);
         let (scores, attn) = match ops::fused_attention(&q, &h.k, &h.v, self.scale(), 0, self.sliding_window)? {
             Some((out, lse)) => (Scores::Fused(lse), out),
+            None if blocked => {
+                let (out, stats) = ops::blocked_attention(&q, &h.k, &h.v, self.scale(), 0, self.sliding_window)?;
+                (Scores::Blocked(stats), out)
+            }
             None => {
                 let (probs, out) = self.attend(&q, &h.k, &h.v, mask)?;
                 (Scores::Probs(probs), out)
@@ -241,6 +252,10 @@ impl Attention {
             Scores::Fused(lse) => {
                 let (q, k, v) = (&tape.q, &tape.k, &tape.v);
                 ops::fused_attention_backward(q, k, v, &tape.attn, lse, &d_attn, self.scale(), self.sliding_window)?
+            }
+            Scores::Blocked(stats) => {
+                let (q, k, v) = (&tape.q, &tape.k, &tape.v);
+                ops::blocked_attention_backward(q, k, v, &tape.attn, stats, &d_attn, self.scale(), self.sliding_window)?
             }
             Scores::Probs(probs) => self.composed_backward(tape, probs, &d_attn, (b, t))?,
         };

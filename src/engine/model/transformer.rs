@@ -188,8 +188,9 @@ impl Transformer {
     pub fn sequence_context(&self, batch: usize, seq_len: usize, dropout: bool) -> Result<SequenceContext> {
         let (cos, sin) = self.rotary_slice(0, seq_len)?;
         let window = self.layers.iter().find(|l| !l.self_attn.local).and_then(|l| l.self_attn.sliding_window);
-        // The fused attention masks inside its kernels; only the composed one reads the (t, t) masks.
-        let fused = ops::fused_attention_applies(&self.device, self.dtype, self.config.head_dim);
+        // The fused and the blocked attention mask per block; only the composed one reads the (t, t) masks.
+        let fused = ops::fused_attention_applies(&self.device, self.dtype, self.config.head_dim)
+            || (seq_len > 1 && ops::blocked_attention_applies(&self.device, self.dtype, self.config.head_dim, seq_len));
         let mask_for = |window: Option<usize>| -> Result<Option<Tensor>> {
             if fused {
                 Ok(None)

@@ -23,6 +23,7 @@
 
 mod attention;
 mod backward;
+mod blocked_attention;
 mod cpu;
 pub mod cuda;
 mod dropout;
@@ -44,11 +45,15 @@ mod rotary;
 mod scalar;
 
 pub use attention::{
-    fused_attention, fused_attention_applies, fused_attention_backward, scaled_masked_softmax, Logsumexp,
+    blocked_attention_applies, fused_attention, fused_attention_applies, fused_attention_backward,
+    scaled_masked_softmax, Logsumexp, NATIVE_CPU_BLOCKED_KEYS,
 };
 pub use backward::{
     gelu_tanh_mul_backward, rms_norm_backward, rms_norm_backward_add, rope_backward, silu_mul_backward,
     softmax_backward,
+};
+pub use blocked_attention::{
+    block_size as attention_block_size, blocked_attention, blocked_attention_backward, BlockedStats,
 };
 pub use cuda::cast::cast_many;
 pub use dropout::Dropout;

@@ -3,6 +3,7 @@
 
 use candle_core::DType;
 
+use super::attention::{blocked_attention_applies, NATIVE_CPU_BLOCKED_KEYS};
 use super::cuda::{attention as cuda_attention, availability::available as cuda_available, decode as cuda_decode};
 use super::kernel_choice::{kernels, our_cpu_kernels};
 use super::precision::composed_in_f64;
@@ -31,9 +32,17 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
     let attention = if cuda_attention::applies(device, dtype, 64) {
         "our fused CUDA flash attention (training forward/backward, prefill; head_dim 16/32/64/128)".to_string()
     } else if device.is_metal() && options.metal_sdpa {
-        format!("{} (prefill from position 0, decode); else {element_wise}", candle("fused sdpa kernel"))
+        format!(
+            "{} (prefill from position 0, decode); training and other prefills in blocks",
+            candle("fused sdpa kernel")
+        )
+    } else if blocked_attention_applies(device, dtype, 64, 2) {
+        format!("in blocks of queries and keys, online softmax, no T x T scores (products: {batched})")
     } else {
-        format!("scores and values: {batched}; scaled masked softmax: {element_wise}")
+        format!(
+            "scores and values: {batched}; scaled masked softmax: {element_wise}; from {NATIVE_CPU_BLOCKED_KEYS} keys \
+             in blocks (no T x T scores)"
+        )
     };
     let decode_layer = if cuda_decode::enabled(device, dtype) {
         "fused CUDA decoder layer (10 launches; layers with adapters on q/k/v/gate/up or q/k norms: composed)"

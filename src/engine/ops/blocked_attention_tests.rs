@@ -1,0 +1,189 @@
+//! Blocked attention against the whole-matrix attention: Candle's autograd through a composed f64 softmax for
+//! the output and all three gradients (f64 and f32), and the composed path's own half-precision arithmetic for
+//! the bf16/f16 tolerance; grouped-query heads, a cache offset, sliding windows narrower and wider than a
+//! block, and lengths that are not multiples of the block.
+
+use super::*;
+use candle_core::Var;
+
+/// One attention problem: q (b, heads, tq, d) at positions `q_offset..`, k/v (b, kv, tk, d), the output
+/// gradient (b * tq, heads * d).
+struct Case {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    up: Tensor,
+    q_offset: usize,
+    window: Option<usize>,
+    scale: f64,
+}
+
+fn case(b: usize, (heads, kv): (usize, usize), (tq, tk): (usize, usize), window: Option<usize>, seed: u64) -> Case {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let d = 8;
+    let mut r = |shape: &[usize]| {
+        let values: Vec<f64> = (0..shape.iter().product()).map(|_| rng.random_range(-2.0..2.0)).collect();
+        Tensor::from_vec(values, shape, &Device::Cpu).unwrap()
+    };
+    Case {
+        q: r(&[b, heads, tq, d]),
+        k: r(&[b, kv, tk, d]),
+        v: r(&[b, kv, tk, d]),
+        up: r(&[b * tq, heads * d]),
+        q_offset: tk - tq,
+        window,
+        scale: 0.7,
+    }
+}
+
+/// The additive (tq, tk) mask of the whole matrix.
+fn full_mask(c: &Case, dtype: DType) -> Tensor {
+    let (tq, tk, w) = (c.q.dim(2).unwrap(), c.k.dim(2).unwrap(), c.window.unwrap_or(usize::MAX));
+    let mut m = vec![0f32; tq * tk];
+    for i in 0..tq {
+        let p = c.q_offset + i;
+        for j in 0..tk {
+            if j > p || p - j >= w {
+                m[i * tk + j] = f32::NEG_INFINITY;
+            }
+        }
+    }
+    Tensor::from_vec(m, (tq, tk), &Device::Cpu).unwrap().to_dtype(dtype).unwrap()
+}
+
+/// (out (b * tq, heads * d), dq, dk, dv) by autograd through the whole matrix in f64 (K/V heads repeated).
+fn reference(c: &Case) -> [Tensor; 4] {
+    let (b, heads, tq, d) = c.q.dims4().unwrap();
+    let (kv, tk) = (c.k.dim(1).unwrap(), c.k.dim(2).unwrap());
+    let (q, k, v) = (Var::from_tensor(&c.q).unwrap(), Var::from_tensor(&c.k).unwrap(), Var::from_tensor(&c.v).unwrap());
+    let repeat = |x: &Tensor| {
+        x.unsqueeze(2).unwrap().broadcast_as((b, kv, heads / kv, tk, d)).unwrap().reshape((b, heads, tk, d)).unwrap()
+    };
+    let scores = (q.as_tensor().matmul(&repeat(k.as_tensor()).t().unwrap()).unwrap() * c.scale).unwrap();
+    let probs = candle_nn::ops::softmax(&scores.broadcast_add(&full_mask(c, scores.dtype())).unwrap(), D::Minus1);
+    let out = probs.unwrap().matmul(&repeat(v.as_tensor())).unwrap();
+    let out = out.transpose(1, 2).unwrap().reshape((b * tq, heads * d)).unwrap();
+    let grads = (&out * &c.up).unwrap().sum_all().unwrap().backward().unwrap();
+    let g = |x: &Var| grads.get(x.as_tensor()).unwrap().clone();
+    [out, g(&q), g(&k), g(&v)]
+}
+
+/// (out, dq, dk, dv) of the blocked path in `dtype` with blocks of `block`.
+fn blocked(c: &Case, dtype: DType, block: usize) -> [Tensor; 4] {
+    let cast = |x: &Tensor| x.to_dtype(dtype).unwrap();
+    let (q, k, v) = (cast(&c.q), cast(&c.k), cast(&c.v));
+    let (out, stats) = blocked_attention_in(&q, &k, &v, c.scale, c.q_offset, c.window, block).unwrap();
+    assert_eq!(out.dtype(), dtype);
+    let out = out.reshape(c.up.dims()).unwrap();
+    let (dq, dk, dv) = blocked_attention_backward(&q, &k, &v, &out, &stats, &cast(&c.up), c.scale, c.window).unwrap();
+    [out, dq, dk, dv]
+}
+
+/// The composed path as `Attention::attend` / `composed_backward` compute it in `dtype`: products in the
+/// input dtype, the softmax and its backward through f32, the probabilities kept in the input dtype.
+fn composed(c: &Case, dtype: DType) -> [Tensor; 4] {
+    let cast = |x: &Tensor| x.to_dtype(dtype).unwrap();
+    let (b, heads, tq, d) = c.q.dims4().unwrap();
+    let kv = c.k.dim(1).unwrap();
+    let grouped = |x: &Tensor| x.contiguous().unwrap().reshape((b, kv, heads / kv * tq, d)).unwrap();
+    let (q, k, v) = (grouped(&cast(&c.q)), cast(&c.k), cast(&c.v));
+    let scores = matmul(&q, &k.t().unwrap()).unwrap();
+    let mask = full_mask(c, DType::F32);
+    let probs = super::super::attention::scaled_masked_softmax(&scores, c.scale, Some(&mask)).unwrap().to_dtype(dtype).unwrap();
+    let out = matmul(&probs, &v).unwrap().reshape((b, heads, tq, d)).unwrap();
+    let out = out.transpose(1, 2).unwrap().reshape((b * tq, heads * d)).unwrap();
+    let d_o = grouped(&cast(&c.up).reshape((b, tq, heads, d)).unwrap().transpose(1, 2).unwrap());
+    let dv = matmul(&probs.t().unwrap(), &d_o).unwrap();
+    let d_probs = matmul(&d_o, &v.t().unwrap()).unwrap();
+    let ds = super::super::backward::softmax_backward(&probs, &d_probs, c.scale).unwrap().to_dtype(dtype).unwrap();
+    let dq = matmul(&ds, &k).unwrap().reshape((b, heads, tq, d)).unwrap();
+    let dk = matmul(&ds.t().unwrap(), &q).unwrap();
+    [out, dq, dk, dv]
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    let f = |x: &Tensor| x.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
+    (f(a) - f(b)).unwrap().abs().unwrap().max(0).unwrap().to_scalar::<f64>().unwrap()
+}
+
+const NAMES: [&str; 4] = ["out", "dq", "dk", "dv"];
+
+/// GQA, a cache offset, windows narrower and wider than a block, lengths not multiples of the block.
+fn cases() -> Vec<(&'static str, Case)> {
+    vec![
+        ("square causal", case(2, (4, 2), (75, 75), None, 1)),
+        ("offset (prefill after a cache)", case(1, (4, 1), (37, 90), None, 2)),
+        ("window narrower than a block", case(2, (4, 2), (70, 70), Some(5), 3)),
+        ("window wider than a block, offset", case(1, (6, 2), (50, 83), Some(40), 4)),
+        ("window of one key", case(1, (2, 2), (33, 33), Some(1), 5)),
+        ("one block (shorter than it)", case(1, (4, 2), (9, 9), None, 6)),
+    ]
+}
+
+#[test]
+fn blocked_matches_autograd_of_the_whole_matrix_in_f64_and_f32() {
+    for (name, c) in cases() {
+        let want = reference(&c);
+        for block in [16, 32] {
+            let got64 = blocked(&c, DType::F64, block);
+            let got32 = blocked(&c, DType::F32, block);
+            for i in 0..4 {
+                let (e64, e32) = (max_diff(&got64[i], &want[i]), max_diff(&got32[i], &want[i]));
+                assert!(e64 < 1e-10, "{name}, block {block}: f64 {} off by {e64}", NAMES[i]);
+                assert!(e32 < 1e-5, "{name}, block {block}: f32 {} off by {e32}", NAMES[i]);
+            }
+        }
+    }
+}
+
+/// The default block size on a length that needs three blocks (the last partial) and a mask on the diagonal.
+#[test]
+fn default_blocks_match_the_whole_matrix() {
+    let c = case(1, (4, 2), (2 * BLOCK + 11, 2 * BLOCK + 11), Some(BLOCK + 3), 7);
+    let (out, _) = blocked_attention(&c.q, &c.k, &c.v, c.scale, c.q_offset, c.window).unwrap();
+    let want = reference(&c);
+    assert!(max_diff(&out.reshape(c.up.dims()).unwrap(), &want[0]) < 1e-10);
+    let got = blocked(&c, DType::F64, BLOCK);
+    for i in 0..4 {
+        assert!(max_diff(&got[i], &want[i]) < 1e-10, "{}", NAMES[i]);
+    }
+}
+
+/// In half precision the blocked path is about as close to the f64 truth as the composed path is in the same
+/// dtype (which keeps the probabilities rounded to it): the tolerance is the composed path's own error, plus a
+/// few roundings of the case's largest value (D = rowsum(dO O) reads the rounded output, so a gradient that is
+/// exactly zero in the composed path, dq under a one-key window, is off by a rounding of dO v).
+#[test]
+fn blocked_half_precision_is_as_close_as_the_composed_path() {
+    for dtype in [DType::BF16, DType::F16] {
+        let eps = if dtype == DType::BF16 { 1.0 / 256.0 } else { 1.0 / 2048.0 };
+        for (name, c) in cases() {
+            let (want, got, theirs) = (reference(&c), blocked(&c, dtype, 16), composed(&c, dtype));
+            let largest = want.iter().map(|w| max_diff(w, &w.zeros_like().unwrap())).fold(0.0, f64::max);
+            for i in 0..4 {
+                let (ours, composed) = (max_diff(&got[i], &want[i]), max_diff(&theirs[i], &want[i]));
+                assert!(
+                    ours <= 1.5 * composed + 8.0 * eps * largest,
+                    "{dtype:?} {name}: {} off by {ours}, composed by {composed} (largest value {largest})",
+                    NAMES[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn key_blocks_skip_what_no_query_sees_and_mask_only_cut_blocks() {
+    let c = case(1, (1, 1), (64, 64), None, 8);
+    let g = Geometry::new(&c.q, &c.k, 0, None, 16).unwrap();
+    // Query rows 32..48 see key blocks 0 and 1 whole and block 2 (the diagonal) masked; block 3 never.
+    assert_eq!(g.key_blocks((32, 16)), vec![(0, 16, false), (16, 16, false), (32, 16, true)]);
+    let g = Geometry::new(&c.q, &c.k, 0, Some(20), 16).unwrap();
+    // With a 20-key window rows 32..48 reach back to keys 13..28: blocks 0 and 1 are cut by the window.
+    assert_eq!(g.key_blocks((32, 16)), vec![(0, 16, true), (16, 16, true), (32, 16, true)]);
+    // Rows 48..64 reach back to keys 29..44: block 0 is hidden; with a 40-key window block 2 is seen whole.
+    assert_eq!(g.key_blocks((48, 16)), vec![(16, 16, true), (32, 16, true), (48, 16, true)]);
+    let g = Geometry::new(&c.q, &c.k, 0, Some(40), 16).unwrap();
+    assert_eq!(g.key_blocks((48, 16)), vec![(0, 16, true), (16, 16, true), (32, 16, false), (48, 16, true)]);
+}
