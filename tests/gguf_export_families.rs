@@ -225,7 +225,9 @@ fn configs_a_gguf_file_cannot_express_are_refused_before_writing() {
 fn ollama_modelfiles_carry_each_familys_template_and_stops() {
     let exp = expected();
     let dir = tempfile::tempdir().unwrap();
-    // (family, markers its TEMPLATE must hold, stop lines, SYSTEM line start)
+    // (family, markers its TEMPLATE must hold, stop lines, SYSTEM line start). The stops are the end-of-turn
+    // token when the vocabulary has it, then the eos tokens: the tiny phi3 and granite vocabularies lack
+    // `<|end|>` / `<|end_of_text|>` (the shared ChatML tokenizer), so their only stop is the eos `<|im_end|>`.
     let cases: [(&str, &[&str], &[&str], Option<&str>); 5] = [
         (
             "gemma3",
@@ -233,7 +235,7 @@ fn ollama_modelfiles_carry_each_familys_template_and_stops() {
             &["<end_of_turn>", "<eos>"],
             None,
         ),
-        ("phi3", &["<|system|>", "<|user|>", "<|end|>", "<|assistant|>"], &["<|end|>", "<|im_end|>"], None),
+        ("phi3", &["<|system|>", "<|user|>", "<|end|>", "<|assistant|>"], &["<|im_end|>"], None),
         ("olmo2", &["<|user|>\n", "<|assistant|>\n", "<|im_end|>\n"], &["<|im_end|>"], None),
         (
             "smollm3",
@@ -244,7 +246,7 @@ fn ollama_modelfiles_carry_each_familys_template_and_stops() {
         (
             "granite",
             &["<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>"],
-            &["<|end_of_text|>", "<|im_end|>"],
+            &["<|im_end|>"],
             Some("Knowledge Cutoff Date: April 2024."),
         ),
     ];

@@ -5,8 +5,8 @@
 //!
 //! The template is recognised by its markers: ChatML (`<|im_start|>`: SmolLM2, Qwen), SmolLM3's ChatML with its
 //! metadata system block, Llama 3 (`<|start_header_id|>`), Mistral (`[INST]`), Gemma 3 (`<start_of_turn>`; the
-//! system prompt opens the first user turn), Granite (`<|start_of_role|>`), Phi-3 / Phi-4-mini (`<|user|>` with
-//! `<|end|>`) and OLMo 2 (`<|user|>` without). Any other chat template gets no `TEMPLATE` line (Ollama then
+//! system prompt opens the first user turn), Granite (`<|start_of_role|>`), Phi-3 / Phi-4-mini (`<|end|>` and
+//! `<|assistant|>`) and OLMo 2 (`<|user|>` and `<|assistant|>`, no `<|end|>`). Any other chat template gets no `TEMPLATE` line (Ollama then
 //! falls back to the GGUF's own `tokenizer.chat_template` handling) and the Modelfile says so. Ollama passes
 //! system messages in `.Messages` as well as in `.System`; the new templates read `.System` only.
 
@@ -92,7 +92,8 @@ const FAMILIES: [Family; 8] = [
         end_of_turn: "<|end_of_text|>",
         default_system: Some(("<|start_of_role|>system<|end_of_role|>", "<|end_of_text|>")),
     },
-    Family { markers: &["<|user|>", "<|end|>"], template: PHI, end_of_turn: "<|end|>", default_system: None },
+    // Phi-4-mini's template builds `<|user|>` from the role name: its fixed pieces are the markers.
+    Family { markers: &["<|end|>", "<|assistant|>"], template: PHI, end_of_turn: "<|end|>", default_system: None },
     Family { markers: &["<|user|>", "<|assistant|>"], template: OLMO2, end_of_turn: "", default_system: None },
 ];
 
