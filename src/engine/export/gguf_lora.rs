@@ -13,7 +13,7 @@ use super::gguf_metadata::{gguf_architecture, permutes_qk};
 use super::gguf_model::tensor_bytes;
 use super::gguf_writer::{write_gguf, MetaValue, TensorEntry};
 use crate::engine::checkpoint;
-use crate::engine::model::gguf::names::gguf_linear_module;
+use crate::engine::model::gguf::names::gguf_linear_module_in;
 use crate::engine::model::gguf::permute_qk_rows;
 use crate::engine::model::load_model_info;
 use crate::engine::{Error, Result};
@@ -26,7 +26,7 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, 
     let info = load_model_info(base_model)?;
     super::refuse_other_base(Some(ckpt), &info.source, &info.config, allow_other_base)?;
     let config = &info.config;
-    super::gguf_metadata::refuse_unsupported_gguf(config.architecture)?;
+    super::gguf_families::refuse_unexpressible(config)?;
     let adapter = checkpoint::read_adapter_for(config, ckpt)?;
     if adapter.config.use_dora {
         return Err(Error::InvalidSetting(format!(
@@ -39,7 +39,7 @@ pub fn export_gguf_lora(ckpt: &Path, base_model: &Path, allow_other_base: bool, 
     let mut entries = Vec::with_capacity(2 * adapter.pairs.len());
     let mut tensors: Vec<Tensor> = Vec::with_capacity(2 * adapter.pairs.len());
     for (layer, hf_module, lora_a, mut lora_b, _) in adapter.pairs {
-        let module = gguf_linear_module(hf_module)
+        let module = gguf_linear_module_in(config.architecture, hf_module)
             .ok_or_else(|| Error::InvalidSetting(format!("adapter module `{hf_module}` has no llama.cpp name")))?;
         let prefix = format!("blk.{layer}.{module}.weight");
         if permutes_qk(config.architecture) {

@@ -21,25 +21,6 @@ use candle_core::quantized::gguf_file::Value;
 /// A metadata list in writing order.
 pub type Metadata = Vec<(String, MetaValue)>;
 
-/// GGUF exports write the llama-style layout (norms as stored, pre-norms, SwiGLU, separate projections): an
-/// error for the families whose llama.cpp layout differs (gemma3 stores 1 + w norms and has its own metadata
-/// keys; olmo2 its own norms; phi3 fused tensors; smollm3 NoPE layers; granite multipliers), naming the exports
-/// that do work for them.
-pub fn refuse_unsupported_gguf(arch: Architecture) -> Result<()> {
-    match arch {
-        Architecture::Gemma3
-        | Architecture::Olmo2
-        | Architecture::Phi3
-        | Architecture::SmolLM3
-        | Architecture::Granite => Err(Error::InvalidSetting(format!(
-            "GGUF export of {} models is not supported yet; export `merged` (a Hugging Face folder llama.cpp's \
-             convert_hf_to_gguf.py converts) or `peft` instead",
-            arch.as_str()
-        ))),
-        _ => Ok(()),
-    }
-}
-
 fn str(s: impl Into<String>) -> MetaValue {
     MetaValue::Str(s.into())
 }
@@ -50,7 +31,7 @@ fn u32_of(n: usize) -> MetaValue {
 
 /// `general.*` and the architecture's hyperparameters.
 pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bool) -> Result<Metadata> {
-    refuse_unsupported_gguf(c.architecture)?;
+    super::gguf_families::refuse_unexpressible(c)?;
     let arch = gguf_architecture(c.architecture);
     let key = |k: &str| format!("{arch}.{k}");
     let mut meta: Metadata = vec![
@@ -78,7 +59,7 @@ pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bo
         (key("attention.value_length"), u32_of(c.head_dim)),
         (key("attention.layer_norm_rms_epsilon"), MetaValue::F32(c.rms_norm_eps as f32)),
         (key("rope.freq_base"), MetaValue::F32(c.rope_theta as f32)),
-        (key("rope.dimension_count"), u32_of(c.head_dim)),
+        (key("rope.dimension_count"), u32_of(c.rotary_dim)),
     ]);
     match &c.rope_scaling {
         Some(RopeScaling::Linear { factor }) => {
@@ -90,9 +71,10 @@ pub fn model_metadata(c: &ModelConfig, name: &str, file_type: u32, quantized: bo
         Some(RopeScaling::Llama3(s)) => {
             meta.push((key("rope.scaling.original_context_length"), u32_of(s.original_max_position_embeddings)));
         }
-        // Unreachable: gguf_architecture refuses phi3, the one family with LongRoPE.
+        // phi3's factors are tensors and its keys the family's (`gguf_families`).
         Some(RopeScaling::LongRope(_)) | None => {}
     }
+    meta.extend(super::gguf_families::family_metadata(c, &key));
     Ok(meta)
 }
 

@@ -7,13 +7,16 @@
 //! adapter update and the writer quantizes and writes it before asking for the next, so the peak is about one
 //! f32 tensor (the largest: the embedding) plus the adapter.
 
+use super::gguf_families::{config_tensors, phi3_file_name};
 use super::gguf_metadata::{model_metadata, permutes_qk, tokenizer_metadata, Metadata};
 use super::gguf_quant::GgufQuant;
 use super::gguf_writer::{write_gguf, TensorEntry};
 use super::merged_tensors::MergedTensors;
 use super::ExportProgress;
+use crate::engine::model::config::Architecture;
 use crate::engine::model::config::RopeScaling;
-use crate::engine::model::gguf::names::{gguf_module_of, gguf_tensor_name, hf_tensor_name};
+use crate::engine::model::gguf::arch::norm_weight_shift;
+use crate::engine::model::gguf::names::{gguf_module_of, gguf_tensor_name_in, hf_tensor_name_in};
 use crate::engine::model::gguf::{llama3_rope_factors, permute_qk_rows};
 use crate::engine::model::{ModelConfig, ModelInfo};
 use crate::engine::{Error, Result};
@@ -31,6 +34,9 @@ pub fn plan_model_gguf(model: &MergedTensors, name: &str, quant: GgufQuant) -> R
     let mut shapes = model.shapes();
     if let Some(factors) = rope_freqs(&model.info.config)? {
         shapes.push((ROPE_FREQS.into(), factors.dims().to_vec()));
+    }
+    for (name, tensor) in config_tensors(&model.info.config)? {
+        shapes.push((name.into(), tensor.dims().to_vec()));
     }
     Ok((metadata, tensor_entries(&model.info.config, shapes, quant)?))
 }
@@ -51,7 +57,10 @@ pub fn write_model_gguf(
         let tensor = match entry.name.as_str() {
             ROPE_FREQS => rope_freqs(&config)?
                 .ok_or_else(|| Error::InvalidSetting("rope factors without Llama 3 rope scaling".into()))?,
-            name => model.tensor(&hf_name(name), &entry.dims)?,
+            name => match config_tensors(&config)?.into_iter().find(|(n, _)| *n == name) {
+                Some((_, tensor)) => tensor,
+                None => model.tensor(&hf_name(config.architecture, name), &entry.dims)?,
+            },
         };
         tensor_bytes(&prepare(&config, &entry.name, tensor)?, entry.dtype)
     })
@@ -59,14 +68,18 @@ pub fn write_model_gguf(
 
 /// General, architecture and tokenizer metadata.
 fn full_metadata(model: &ModelInfo, name: &str, quant: GgufQuant) -> Result<Metadata> {
-    let mut metadata = model_metadata(&model.config, name, quant.file_type(), quant.is_quantized())?;
+    let name = match model.config.architecture {
+        Architecture::Phi3 => phi3_file_name(name, &|t: &str| model.tokenizer.token_to_id(t).is_some()),
+        _ => name.to_string(),
+    };
+    let mut metadata = model_metadata(&model.config, &name, quant.file_type(), quant.is_quantized())?;
     metadata.extend(tokenizer_metadata(model)?);
     Ok(metadata)
 }
 
 /// The Hugging Face name a GGUF tensor is made from (`rope_freqs.weight` is its own).
-fn hf_name(gguf_name: &str) -> String {
-    hf_tensor_name(gguf_name).unwrap_or_else(|| gguf_name.to_string())
+fn hf_name(arch: Architecture, gguf_name: &str) -> String {
+    hf_tensor_name_in(arch, gguf_name).unwrap_or_else(|| gguf_name.to_string())
 }
 
 /// Llama 3 rope scaling as the per-frequency divisors llama.cpp reads from `rope_freqs.weight`.
@@ -85,9 +98,11 @@ fn tensor_entries(
     quant: GgufQuant,
 ) -> Result<Vec<TensorEntry>> {
     let tied = !shapes.iter().any(|(hf, _)| hf == "lm_head.weight");
+    let own: Vec<&str> = config_tensors(config)?.iter().map(|(n, _)| *n).collect();
     let mut named: Vec<(String, Vec<usize>)> = Vec::with_capacity(shapes.len());
     for (hf, dims) in shapes {
-        let gguf = if hf == ROPE_FREQS { Some(hf.clone()) } else { gguf_tensor_name(&hf) };
+        let own_name = hf == ROPE_FREQS || own.contains(&hf.as_str());
+        let gguf = if own_name { Some(hf.clone()) } else { gguf_tensor_name_in(config.architecture, &hf) };
         let gguf = gguf.ok_or_else(|| {
             Error::InvalidSetting(format!("tensor `{hf}` has no llama.cpp name; this model cannot be exported to GGUF"))
         })?;
@@ -105,21 +120,27 @@ fn tensor_entries(
 
 /// convert_hf_to_gguf.py's order: rope factors, embedding, each layer's tensors, final norm, output.
 fn order_key(name: &str) -> (usize, usize, usize, String) {
-    const LAYER_ORDER: [&str; 11] = [
+    const LAYER_ORDER: [&str; 15] = [
         "attn_norm",
+        "attn_qkv",
         "attn_q",
         "attn_k",
         "attn_v",
         "attn_q_norm",
         "attn_k_norm",
         "attn_output",
+        "post_attention_norm",
         "ffn_norm",
         "ffn_gate",
         "ffn_up",
         "ffn_down",
+        "post_ffw_norm",
+        "layer_output_norm",
     ];
     match name {
-        ROPE_FREQS => (0, 0, 0, String::new()),
+        ROPE_FREQS | super::gguf_families::ROPE_FACTORS_LONG | super::gguf_families::ROPE_FACTORS_SHORT => {
+            (0, 0, 0, name.to_string())
+        }
         "token_embd.weight" => (1, 0, 0, String::new()),
         "output_norm.weight" => (3, 0, 0, String::new()),
         "output.weight" => (4, 0, 0, String::new()),
@@ -132,8 +153,13 @@ fn order_key(name: &str) -> (usize, usize, usize, String) {
     }
 }
 
-/// Hugging Face layout to llama.cpp's: q/k rows (weights and biases) permuted for the `llama` architecture.
+/// Hugging Face layout to llama.cpp's: q/k rows (weights and biases) permuted for the `llama` architecture;
+/// gemma3's norm weights stored as the `1 + w` its norms multiply by.
 fn prepare(config: &ModelConfig, gguf_name: &str, tensor: Tensor) -> Result<Tensor> {
+    let shift = norm_weight_shift(config.architecture);
+    if shift != 0.0 && gguf_name.ends_with("norm.weight") {
+        return Ok(tensor.affine(1.0, shift)?);
+    }
     if !permutes_qk(config.architecture) {
         return Ok(tensor);
     }

@@ -5,6 +5,7 @@
 //! Every front end calls [`export_with`] (or [`export`] for the adapter formats); the GGUF writer lives in
 //! `gguf_writer`, the tensor types in `gguf_quant`, the metadata in `gguf_metadata`.
 
+mod gguf_families;
 mod gguf_lora;
 mod gguf_metadata;
 pub use gguf_metadata::from_candle_value;

@@ -100,6 +100,13 @@ pub fn gguf_linear_module(module: &str) -> Option<&'static str> {
     LAYER_MODULES.iter().find(|(_, hf)| hf.rsplit('.').next() == Some(module)).map(|(g, _)| *g)
 }
 
+/// The GGUF module name of one of our linear modules in a file of architecture `arch` (phi3's fused `qkv_proj`
+/// is `attn_qkv`, its `gate_up_proj` `ffn_up`), for adapter tensor names.
+pub fn gguf_linear_module_in(arch: Architecture, module: &str) -> Option<&'static str> {
+    let mut tables = own_layer_modules(arch).iter().chain(LAYER_MODULES);
+    tables.find(|(_, hf)| hf.rsplit('.').next() == Some(module)).map(|(g, _)| *g)
+}
+
 /// The module part of a GGUF layer tensor name: `attn_q` for `blk.3.attn_q.weight`.
 pub fn gguf_module_of(gguf_name: &str) -> Option<&str> {
     let rest = gguf_name.strip_prefix("blk.")?.split_once('.')?.1;
@@ -127,6 +134,9 @@ mod tests {
         }
         assert_eq!(gguf_tensor_name("model.layers.3.self_attn.o_proj.weight").unwrap(), "blk.3.attn_output.weight");
         assert_eq!(gguf_linear_module("gate_proj"), Some("ffn_gate"));
+        assert_eq!(gguf_linear_module_in(Architecture::Phi3, "qkv_proj"), Some("attn_qkv"));
+        assert_eq!(gguf_linear_module_in(Architecture::Phi3, "gate_up_proj"), Some("ffn_up"));
+        assert_eq!(gguf_linear_module_in(Architecture::Gemma3, "up_proj"), Some("ffn_up"));
         assert_eq!(gguf_module_of("blk.3.attn_q.weight"), Some("attn_q"));
         assert_eq!(hf_tensor_name("rope_freqs.weight"), None);
     }
