@@ -19,7 +19,6 @@
 //! Every published Gemma 3 and SmolLM3 checkpoint has exactly those values; a model that differs would run as
 //! another model in llama.cpp, so [`refuse_unexpressible`] refuses it before anything is written.
 
-use super::gguf_metadata::Metadata;
 use super::gguf_writer::MetaValue;
 use crate::engine::model::config::{Architecture, RopeScaling};
 use crate::engine::model::ModelConfig;
@@ -110,10 +109,10 @@ fn smollm3_rope_layers(num_layers: usize) -> Vec<bool> {
 }
 
 /// The family's own `<arch>.*` keys, after the common ones.
-pub fn family_metadata(c: &ModelConfig, key: &dyn Fn(&str) -> String) -> Metadata {
+pub fn family_metadata(c: &ModelConfig, key: &dyn Fn(&str) -> String) -> Vec<(String, MetaValue)> {
     let f32_of = |v: f64| MetaValue::F32(v as f32);
     let u32_of = |n: usize| MetaValue::U32(u32::try_from(n).unwrap_or(u32::MAX));
-    let mut meta = Metadata::new();
+    let mut meta = Vec::new();
     match c.architecture {
         Architecture::Gemma3 => {
             if let Some(window) = c.sliding_window {
