@@ -111,8 +111,8 @@ const F64_ALLOWED: [(&str, &str); 6] = [
     ("model/safetensors_reader.rs", "\"F64\" => DType::F64,"),
     // Scans stored bytes for NaN; no tensor is made.
     ("model/safetensors_reader.rs", "DType::F64 => scan::<8>(bytes, 0x7FF0_0000_0000_0000),"),
-    ("ops/mod.rs", "match tensors.iter().find(|t| matches!(t.dtype(), DType::F64)) {"),
-    ("ops/mod.rs", "dtype == DType::F64"),
+    ("ops/kernel_choice.rs", "match tensors.iter().find(|t| matches!(t.dtype(), DType::F64)) {"),
+    ("ops/precision.rs", "dtype == DType::F64"),
     ("ops/scalar.rs", "if first.dtype() == DType::F64 {"),
     ("ops/scalar.rs", "return total.to_scalar::<f64>();"),
 ];

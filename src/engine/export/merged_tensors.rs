@@ -7,20 +7,14 @@
 
 use crate::engine::checkpoint::{self, AdapterWeights};
 use crate::engine::model::adapter::merge_weight;
-use crate::engine::model::gguf::{expected_shapes, GgufTensorReader};
-use crate::engine::model::safetensors_weights::Weights;
+use crate::engine::model::base_tensors::BaseTensors;
+use crate::engine::model::gguf::expected_shapes;
 use crate::engine::model::transformer::hf_linear_name;
-use crate::engine::model::{load_model_info, ModelInfo, ModelSource};
+use crate::engine::model::{load_model_info, ModelInfo};
 use crate::engine::Result;
-use candle_core::{DType, Device, Tensor};
+use candle_core::Tensor;
 use std::collections::HashMap;
 use std::path::Path;
-
-/// Where the base tensors come from.
-enum BaseTensors {
-    Folder(Weights),
-    Gguf(Box<GgufTensorReader>),
-}
 
 /// A model to export: what it is ([`ModelInfo`]) and its merged tensors on request.
 pub struct MergedTensors {
@@ -36,17 +30,13 @@ impl MergedTensors {
     /// that does not fit this model.
     pub fn open(ckpt: Option<&Path>, base_model: &Path) -> Result<Self> {
         let mut info = load_model_info(base_model)?;
-        let base = match &info.source {
-            ModelSource::HfFolder(folder) => {
-                let weights = Weights::open_folder(folder)?;
-                // As `Transformer::load`: a folder that ships no lm_head is tied whatever its config says.
-                if !weights.contains("lm_head.weight") {
-                    info.config.tie_word_embeddings = true;
-                }
-                BaseTensors::Folder(weights)
+        let base = BaseTensors::open(&info.source)?;
+        // As `Transformer::load`: a folder that ships no lm_head is tied whatever its config says.
+        if let BaseTensors::Folder(weights) = &base {
+            if !weights.contains("lm_head.weight") {
+                info.config.tie_word_embeddings = true;
             }
-            ModelSource::Gguf(file) => BaseTensors::Gguf(Box::new(GgufTensorReader::open(file)?)),
-        };
+        }
         let (mut deltas, mut scale) = (HashMap::new(), 0.0);
         if let Some(ckpt) = ckpt {
             let AdapterWeights { config, pairs, .. } = checkpoint::read_adapter_for(&info.config, ckpt)?;
@@ -66,10 +56,7 @@ impl MergedTensors {
     /// The tensor `hf_name` (of `shape`) in f32 on the CPU, adapter merged: `W + scale * B @ A` (DoRA: rows
     /// rescaled to the magnitude).
     pub fn tensor(&mut self, hf_name: &str, shape: &[usize]) -> Result<Tensor> {
-        let base = match &mut self.base {
-            BaseTensors::Folder(weights) => weights.get(hf_name, shape, DType::F32, &Device::Cpu)?,
-            BaseTensors::Gguf(reader) => reader.read_hf(hf_name, shape)?,
-        };
+        let base = self.base.read(hf_name, shape)?;
         match self.deltas.get(hf_name) {
             Some((a, b, magnitude)) => Ok(merge_weight(&base, &(b.matmul(a)? * self.scale)?, magnitude.as_ref())?),
             None => Ok(base),

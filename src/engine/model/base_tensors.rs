@@ -1,6 +1,6 @@
 //! A base model's tensors read one at a time by Hugging Face name, in f32 on the CPU, without loading the model:
 //! from a folder's safetensors or dequantized from a GGUF file. For work that visits a model's weights once each
-//! (the adapter X-ray's frozen-weight norms) and must not hold the whole model.
+//! (the adapter X-ray's frozen-weight norms, the streaming merged exports) and must not hold the whole model.
 
 use super::gguf::GgufTensorReader;
 use super::safetensors_weights::Weights;

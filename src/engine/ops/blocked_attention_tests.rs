@@ -90,7 +90,8 @@ fn composed(c: &Case, dtype: DType) -> [Tensor; 4] {
     let (q, k, v) = (grouped(&cast(&c.q)), cast(&c.k), cast(&c.v));
     let scores = matmul(&q, &k.t().unwrap()).unwrap();
     let mask = full_mask(c, DType::F32);
-    let probs = super::super::attention::scaled_masked_softmax(&scores, c.scale, Some(&mask)).unwrap().to_dtype(dtype).unwrap();
+    let probs =
+        super::super::attention::scaled_masked_softmax(&scores, c.scale, Some(&mask)).unwrap().to_dtype(dtype).unwrap();
     let out = matmul(&probs, &v).unwrap().reshape((b, heads, tq, d)).unwrap();
     let out = out.transpose(1, 2).unwrap().reshape((b * tq, heads * d)).unwrap();
     let d_o = grouped(&cast(&c.up).reshape((b, tq, heads, d)).unwrap().transpose(1, 2).unwrap());
