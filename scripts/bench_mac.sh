@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # metal-candle beside MLX on the same model and shapes: our `bench train`, `bench generate` and `bench lora` next to
 # mlx-lm's LoRA training step and generation and plain MLX's version of the LoRA layer micro-benchmark
-# (scripts/bench_mlx.py). Written for a Mac (ours: `--device auto`, i.e. Metal; MLX: its default device, the GPU),
+# (scripts/bench_mlx.py), and our DPO, ORPO and GRPO training steps beside mlx-lm-lora's trainers on the same rows
+# (scripts/bench_mlx_methods.py). Written for a Mac (ours: `--device auto`, i.e. Metal; MLX: its default device, the GPU),
 # and runs anywhere MLX installs: on Linux with `pip install "mlx[cpu]" mlx-lm` both sides run on the CPU.
 # Needs: python3 with scripts/requirements-mlx.txt; a metal-candle binary (built with `cargo build --release` when
 # --bin is not given and target/release/metal-candle is missing; Metal is on by default on macOS).
@@ -18,11 +19,13 @@
 #     --steps N (5) --warmup N (1)                     training benchmark, both sides
 #     --prompt-tokens N (128) --new-tokens N (64) --repeats N (3)   generation benchmark, both sides
 #     --lora-repeats N (10)                            LoRA micro-benchmark repeats, both sides
+#     --method-steps N (3) --method-batch N (2)       DPO/ORPO/GRPO: measured steps after --warmup, rows (prompts)
+#     --group-size G (4) --completion-tokens N (16)    GRPO: completions per prompt, their most tokens
 #     --dtype f32|f16|bf16  model dtype for both sides (default: whatever ours picks on its device, which MLX
 #                        then uses too: f32 on a CPU, bf16 on a GPU with bf16 kernels)
 #     --out PREFIX       writes PREFIX.jsonl (raw JSON lines), PREFIX.md (tables), PREFIX.log (stderr)
 #                        (default bench-results/<mac|cpu>-<UTC date>-bench-mac)
-#     --skip LIST        comma list of check,train,generate,lora to leave out (check: both sides' greedy ids for
+#     --skip LIST        comma list of check,train,generate,lora,dpo,orpo,grpo to leave out (check: both sides' greedy ids for
 #                        one chat prompt, to show they run the same model)
 # A part that fails is logged and shown as "not measured"; the script still writes the table.
 set -uo pipefail
@@ -31,6 +34,7 @@ cd "$(dirname "$0")/.."
 MODEL="" GGUF="" BIN="" PY="python3" DTYPE="" OUT="" SKIP=""
 BATCH=4 SEQ=128 RANK=8 ALPHA="" TARGETS="q_proj,v_proj" STEPS=5 WARMUP=1
 PROMPT=128 NEW=64 REPEATS=3 LORA_REPEATS=10
+METHOD_STEPS=3 METHOD_BATCH=2 GROUP=4 COMPLETION=16
 ARGS_GIVEN="$*"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,6 +53,10 @@ while [ $# -gt 0 ]; do
     --new-tokens) NEW="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
     --lora-repeats) LORA_REPEATS="$2"; shift 2 ;;
+    --method-steps) METHOD_STEPS="$2"; shift 2 ;;
+    --method-batch) METHOD_BATCH="$2"; shift 2 ;;
+    --group-size) GROUP="$2"; shift 2 ;;
+    --completion-tokens) COMPLETION="$2"; shift 2 ;;
     --dtype) DTYPE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --skip) SKIP="$2"; shift 2 ;;
@@ -134,6 +142,24 @@ if ! skipped lora; then
   run lora "$BIN" bench lora --device auto --repeats "$LORA_REPEATS" --json
   run lora "$PY" scripts/bench_mlx.py lora-micro --repeats "$LORA_REPEATS"
 fi
+for method in dpo orpo grpo; do
+  skipped "$method" && continue
+  # DPO/ORPO: one step more than measured (its event comes before its time is known: bench_mlx_methods.py ours).
+  data=assets/sample-preference; extra=(--beta 0.1); iters=$((METHOD_STEPS + WARMUP + 1))
+  [ "$method" = grpo ] && { data=assets/sample-grpo; iters=$((METHOD_STEPS + WARMUP))
+    extra=(--num-generations "$GROUP" --max-new-tokens "$COMPLETION" --temperature 1.0); }
+  run_dir="$(mktemp -d)"
+  note "+ $BIN train --method $method (summarised by bench_mlx_methods.py ours)"
+  "$BIN" train --model "$MODEL" --data "$data" --method "$method" --device auto ${dtype_args[@]+"${dtype_args[@]}"} \
+    --out "$run_dir" --iters "$iters" --batch-size "$METHOD_BATCH" --seq-len "$SEQ" --rank "$RANK" \
+    ${alpha_args[@]+"${alpha_args[@]}"} --targets "$TARGETS" --lr 1e-5 --save-every 0 --val-every 0 "${extra[@]}" --json 2>>"$LOG" \
+    | "$PY" scripts/bench_mlx_methods.py ours --bench "$method" --warmup "$WARMUP" | tee -a "$RAW"
+  rm -rf "$run_dir"
+  mlx_extra=(); [ "$method" = grpo ] && mlx_extra=(--group-size "$GROUP" --max-completion-length "$COMPLETION")
+  run "$method" "$PY" scripts/bench_mlx_methods.py mlx --mode "$method" --model "$MODEL" --data "$data" \
+    --steps "$METHOD_STEPS" --warmup "$WARMUP" --batch-size "$METHOD_BATCH" --seq-len "$SEQ" --rank "$RANK" \
+    ${alpha_args[@]+"${alpha_args[@]}"} --targets "$TARGETS" ${mlx_extra[@]+"${mlx_extra[@]}"}
+done
 
 {
   echo "# bench_mac.sh: metal-candle vs MLX"
@@ -143,6 +169,7 @@ fi
   echo "Command: \`scripts/bench_mac.sh $ARGS_GIVEN\` (raw JSON lines: \`$RAW\`, log: \`$LOG\`)."
   echo
   "$PY" scripts/bench_mlx.py report --raw "$RAW"
+  "$PY" scripts/bench_mlx_methods.py report --raw "$RAW"
 } >"$MD"
 cat "$MD"
 note "wrote $MD, $RAW and $LOG"
