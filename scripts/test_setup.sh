@@ -11,3 +11,10 @@ if ! "$PY" -c "import huggingface_hub" 2>/dev/null && ! "$ROOT/.venv-test/bin/py
   "$PY" -m venv "$ROOT/.venv-test" >&2
   "$ROOT/.venv-test/bin/python" -m pip install --quiet "huggingface_hub>=1.0" >&2
 fi
+# The op recorder (tests/op_coverage.rs): metal-candle's CLI against a recording copy of candle-core, made from
+# cargo's registry copy by patch_candle.py, built in its own workspace (its lock file is a copy of ours) into the
+# shared target/ folder, so the crates both builds share compile once.
+cargo fetch --quiet
+python3 "$ROOT/tools/op-recorder/patch_candle.py" >/dev/null
+cp "$ROOT/Cargo.lock" "$ROOT/tools/op-recorder/Cargo.lock"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}" cargo build --release --quiet --manifest-path "$ROOT/tools/op-recorder/Cargo.toml"
