@@ -166,9 +166,15 @@ impl Transformer {
         if self.config.embedding_multiplier == 1.0 {
             return Ok(x);
         }
-        // transformers casts the multiplier to the weights' dtype first (gemma3: sqrt(3072) is 55.5 in bf16).
-        let multiplier = Tensor::new(self.config.embedding_multiplier, &Device::Cpu)?.to_dtype(self.dtype)?;
-        Ok(x.broadcast_mul(&multiplier.to_device(&self.device)?)?)
+        // transformers casts the multiplier to the weights' dtype first (gemma3: sqrt(3072) is 55.5 in bf16). Rounded
+        // here on the host, so no f64 tensor and no cast kernel exist (Metal has neither).
+        let m = self.config.embedding_multiplier;
+        let multiplier = match self.dtype {
+            DType::BF16 => Tensor::new(half::bf16::from_f64(m), &self.device)?,
+            DType::F16 => Tensor::new(half::f16::from_f64(m), &self.device)?,
+            _ => Tensor::new(m as f32, &self.device)?.to_dtype(self.dtype)?,
+        };
+        Ok(x.broadcast_mul(&multiplier)?)
     }
 
     /// Run decoder layer `index` without a cache or gradients (the frozen layers below every adapter).
