@@ -62,33 +62,14 @@ fn portable_bf16_scores_close_to_the_f32_fixtures() {
     }
 }
 
-/// Step losses of a 20-step `metal-candle train` run (CPU, dropout on) with the given kernel set and dtype. The chat
-/// samples, except for smollm3 and granite, whose chat templates' system prompts alone outgrow 64 tokens: plain text.
+/// Step losses of a 20-step run (dropout on). The chat samples, except for smollm3 and granite, whose chat
+/// templates' system prompts alone outgrow 64 tokens: plain text.
 fn losses_of_a_run(kernels: &str, arch: &str, dtype: &str) -> Vec<f64> {
     let data = match arch {
         "tiny-smollm3" | "tiny-granite" => "tests/fixtures/datasets/text.parquet",
         _ => "assets/sample-chat",
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_metal-candle"))
-        .current_dir(root)
-        .args(["train", "--model", fixture(arch).to_str().unwrap(), "--data", data])
-        .args(["--out", dir.path().to_str().unwrap(), "--name", "portable", "--iters", "20", "--batch-size", "2"])
-        .args(["--seq-len", "64", "--lr", "5e-3", "--warmup", "2", "--targets", "all-linear", "--rank", "4"])
-        .args(["--alpha", "8", "--dropout", "0.1", "--save-every", "0", "--val-every", "10", "--device", "cpu"])
-        .args(["--dtype", dtype, "--kernels", kernels, "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{kernels} {arch} {dtype}: {}", String::from_utf8_lossy(&out.stderr));
-    let losses: Vec<f64> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["event"] == "step")
-        .map(|e| e["loss"].as_f64().unwrap())
-        .collect();
-    assert_eq!(losses.len(), 20, "{kernels} {arch} {dtype}");
-    losses
+    common::cli::step_losses(kernels, arch, dtype, data, 20, &["--dropout", "0.1"])
 }
 
 #[test]

@@ -134,3 +134,43 @@ pub fn same_tensors(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>) ->
     };
     a.len() == b.len() && a.iter().all(|(k, t)| b.get(k).is_some_and(|u| bits(t) == bits(u)))
 }
+
+/// The step events of a `metal-candle train` run on the CPU: `arch` (a tiny fixture) on `data` (relative to the
+/// crate), with the given kernel set and dtype, rank-4 all-linear LoRA, and `extra` flags; the run must succeed and
+/// log `iters` steps.
+pub fn step_events(
+    kernels: &str,
+    arch: &str,
+    dtype: &str,
+    data: &str,
+    iters: usize,
+    extra: &[&str],
+) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let iters_arg = iters.to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_metal-candle"))
+        .current_dir(root)
+        .args(["train", "--model", fixture(arch).to_str().unwrap(), "--data", data])
+        .args(["--out", dir.path().to_str().unwrap(), "--name", "run", "--iters", &iters_arg, "--batch-size", "2"])
+        .args(["--seq-len", "64", "--lr", "5e-3", "--warmup", "2", "--targets", "all-linear", "--rank", "4"])
+        .args(["--alpha", "8", "--save-every", "0", "--val-every", "10", "--device", "cpu"])
+        .args(["--dtype", dtype, "--kernels", kernels, "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let what = format!("{kernels} {arch} {dtype} {extra:?}");
+    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    let steps: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "step")
+        .collect();
+    assert_eq!(steps.len(), iters, "{what}");
+    steps
+}
+
+/// The step losses of [`step_events`]' run.
+pub fn step_losses(kernels: &str, arch: &str, dtype: &str, data: &str, iters: usize, extra: &[&str]) -> Vec<f64> {
+    step_events(kernels, arch, dtype, data, iters, extra).iter().map(|e| e["loss"].as_f64().unwrap()).collect()
+}
