@@ -15,17 +15,7 @@ use metal_candle::engine::model::load_model;
 use metal_candle::engine::ops;
 use metal_candle::engine::runtime::{self, Kernels, RuntimeOptions};
 
-const ARCHS: [&str; 9] = [
-    "tiny-llama",
-    "tiny-mistral",
-    "tiny-qwen2",
-    "tiny-qwen3",
-    "tiny-gemma3",
-    "tiny-phi3",
-    "tiny-smollm3",
-    "tiny-granite",
-    "tiny-olmo2",
-];
+const ARCHS: [&str; 9] = FAMILIES;
 
 /// Fix this process's kernels to the portable set (the same value every test asks for).
 fn portable() {

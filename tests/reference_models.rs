@@ -15,17 +15,7 @@ use metal_candle::engine::model::load_model;
 /// tiny-phi3: fused qkv/gate_up, partial rotary and LongRoPE with an original context of 16 tokens, which
 /// the 44-token score text crosses (long factors) and the greedy run crosses mid-way (short factors in the
 /// cached prompt, long ones after). tiny-smollm3: layer 0 without rope. tiny-granite: all four multipliers.
-const ARCHS: [&str; 9] = [
-    "tiny-llama",
-    "tiny-mistral",
-    "tiny-qwen2",
-    "tiny-qwen3",
-    "tiny-gemma3",
-    "tiny-olmo2",
-    "tiny-phi3",
-    "tiny-smollm3",
-    "tiny-granite",
-];
+const ARCHS: [&str; 9] = FAMILIES;
 
 fn messages(v: &serde_json::Value) -> Vec<ChatMessage> {
     serde_json::from_value(v.clone()).unwrap()

@@ -10,6 +10,19 @@ pub mod studio;
 
 use std::path::PathBuf;
 
+/// The tiny fixture of every family we train (tests/fixtures/README.md says what each one exercises).
+pub const FAMILIES: [&str; 9] = [
+    "tiny-llama",
+    "tiny-mistral",
+    "tiny-qwen2",
+    "tiny-qwen3",
+    "tiny-gemma3",
+    "tiny-olmo2",
+    "tiny-phi3",
+    "tiny-smollm3",
+    "tiny-granite",
+];
+
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
