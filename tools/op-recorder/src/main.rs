@@ -34,43 +34,34 @@ struct Args {
     out: PathBuf,
 }
 
-/// The training flags every training case shares: a few short steps on the CPU, the portable graph.
+/// The training flags every training case shares: a few short steps on the CPU, the portable graph. A flag in
+/// `extra` replaces the default of the same name.
 fn train(model: &Path, data: &str, out: &Path, dtype: &str, seq_len: &str, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> =
-        ["train", "--model", &model.to_string_lossy(), "--data", data].iter().map(|s| s.to_string()).collect();
-    for s in [
-        "--out",
-        &out.to_string_lossy(),
-        "--name",
-        "rec",
-        "--batch-size",
-        "2",
-        "--seq-len",
-        seq_len,
-        "--rank",
-        "4",
-        "--targets",
-        "all-linear",
-        "--dropout",
-        "0.1",
-        "--save-every",
-        "0",
-        "--val-every",
-        "0",
-        "--device",
-        "cpu",
-        "--dtype",
-        dtype,
-        "--kernels",
-        "portable",
-        "--json",
-    ] {
-        a.push(s.to_string());
+    let (model, out) = (model.to_string_lossy(), out.to_string_lossy());
+    let defaults: [(&str, &str); 14] = [
+        ("--model", &model),
+        ("--data", data),
+        ("--out", &out),
+        ("--name", "rec"),
+        ("--iters", "2"),
+        ("--batch-size", "2"),
+        ("--seq-len", seq_len),
+        ("--rank", "4"),
+        ("--targets", "all-linear"),
+        ("--dropout", "0.1"),
+        ("--save-every", "0"),
+        ("--val-every", "0"),
+        ("--device", "cpu"),
+        ("--dtype", dtype),
+    ];
+    let mut a = vec!["train".to_string()];
+    for (flag, value) in defaults {
+        if !extra.contains(&flag) {
+            a.extend([flag.to_string(), value.to_string()]);
+        }
     }
+    a.extend(["--kernels", "portable", "--json"].iter().map(|s| s.to_string()));
     a.extend(extra.iter().map(|s| s.to_string()));
-    if !extra.contains(&"--iters") {
-        a.extend(["--iters".to_string(), "2".to_string()]);
-    }
     a
 }
 
@@ -112,6 +103,18 @@ fn cases(root: &Path, family: &str, dtype: &str, work: &Path) -> Vec<(String, Ve
             ),
         ),
     ];
+    // The merged export of the "sft" case's checkpoint (a merge on the CPU on every machine, portable kernels).
+    let mut export = strings(&["export", "--format", "merged", "--model", &m, "--kernels", "portable", "--checkpoint"]);
+    export.push(run.join("sft/rec/checkpoint-2").to_string_lossy().to_string());
+    export.push("--out".into());
+    export.push(run.join("merged").to_string_lossy().to_string());
+    c.push(("export-merged".into(), export));
+    // A base kept in its GGUF blocks (`--quantize keep`): the real SmolLM2 Q4_1 (a llama), once per dtype.
+    if family == "llama" {
+        let smollm2 = root.join("models/smollm2/SmolLM2-135M-Instruct-Q4_1.gguf");
+        let keep = ["--quantize", "keep", "--targets", "q_proj,v_proj", "--batch-size", "1"];
+        c.push(("keep-q4_1".into(), train(&smollm2, &chat, &run.join("keep"), dtype, "32", &keep)));
+    }
     let mut generate =
         strings(&["generate", "--model", &m, "--prompt", "Hello there", "--max-tokens", "6", "--temperature", "0"]);
     generate.extend(strings(&portable));
