@@ -69,8 +69,8 @@ fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
-/// (label, argv) for one family in one dtype. The training cases save a checkpoint at their end, which the export
-/// and generation cases after them read.
+/// (label, argv) for one family in one dtype. The "sft" case saves a checkpoint at its end, which the export and
+/// generation cases after it read (generation decodes through the KV cache with that adapter on).
 fn cases(root: &Path, family: &str, dtype: &str, work: &Path) -> Vec<(String, Vec<String>)> {
     let model = root.join(format!("tests/fixtures/tiny-{family}"));
     let m = model.to_string_lossy().to_string();
@@ -118,6 +118,8 @@ fn cases(root: &Path, family: &str, dtype: &str, work: &Path) -> Vec<(String, Ve
     let mut generate =
         strings(&["generate", "--model", &m, "--prompt", "Hello there", "--max-tokens", "6", "--temperature", "0"]);
     generate.extend(strings(&portable));
+    generate.push("--adapter".into());
+    generate.push(run.join("sft/rec/checkpoint-2").to_string_lossy().to_string());
     c.push(("generate".into(), generate));
     let mut mc = strings(&["eval", "--model", &m, "--task", "multiple-choice", "--data"]);
     mc.push(root.join("assets/sample-mc/test.jsonl").to_string_lossy().to_string());
