@@ -21,7 +21,7 @@ def branch(layout: str) -> str:
     return "c" if layout == "c" else "x"
 
 
-def gemm_layout_ok(layout: str, transposed_ok: bool = True) -> bool:
+def gemm_layout_ok(layout: str) -> bool:
     """candle-metal-kernels' mlx gemm accepts an operand whose last two strides make it row-major or its transpose
     (mlx_gemm.rs: MatMulNonContiguous otherwise). `layout` is "c" or "x:<dims>:<strides>"."""
     if layout in ("c", "s"):
@@ -32,7 +32,7 @@ def gemm_layout_ok(layout: str, transposed_ok: bool = True) -> bool:
     m1, m2 = strides[-1], strides[-2]
     row_major = (m1 == 1 or cols == 1) and (m2 == cols or rows == 1)
     col_major = (m1 == rows or cols == 1) and (m2 == 1 or rows == 1)
-    return row_major or (transposed_ok and col_major)
+    return row_major or col_major
 
 
 def supported(rec: dict, ops: dict) -> str | None:
@@ -41,7 +41,7 @@ def supported(rec: dict, ops: dict) -> str | None:
     kind, _, sub = op.partition(":")
     if op in ("affine", "powf", "elu", "const_set"):
         ok = dt[0] in ops[op][branch(lay[0])]
-        return None if ok else f"no {branch(lay[0]) == 'c' and 'contiguous' or 'strided'} {op} kernel for {dt[0]}"
+        return None if ok else f"no {'contiguous' if lay[0] == 'c' else 'strided'} {op} kernel for {dt[0]}"
     if op == "to_dtype":
         key = f"{dt[0]},{dt[1]}"
         return None if key in ops["to_dtype"][branch(lay[0])] else f"no cast {dt[0]} -> {dt[1]} ({branch(lay[0])})"

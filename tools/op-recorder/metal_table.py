@@ -97,15 +97,14 @@ def main() -> None:
     impl_at = backend.index("impl BackendStorage for MetalStorage")
     ops: dict = {}
 
-    for name in ("affine", "powf", "elu", "to_dtype", "unary_impl", "const_set"):
+    for name in ("affine", "powf", "elu", "to_dtype", "unary_impl"):
         ops[name] = branches(fn_body(backend, name, impl_at))
-    # A const_set's inner `set` names the kernels; the arms of `match dtype` are contiguous::/strided:: paths.
-    for name, table in (("const_set", ops["const_set"]),):
-        body = fn_body(backend, name, impl_at)
-        table["c"] = sorted({PATH_DTYPE[m] for m in re.findall(r"contiguous::const_set::([A-Z0-9]+)", body)})
-        table["x"] = sorted({PATH_DTYPE[m] for m in re.findall(r"strided::const_set::([A-Z0-9]+)", body)})
-    # unary: the arms map ("uexp", DType::F16) to contiguous::exp::HALF / strided::exp::HALF paths.
-    ops["unary_impl"] = branches(fn_body(backend, "unary_impl", impl_at))
+    # const_set's inner `set` names its kernels as contiguous::/strided::const_set paths, one per dtype.
+    body = fn_body(backend, "const_set", impl_at)
+    ops["const_set"] = {
+        "c": sorted({PATH_DTYPE[m] for m in re.findall(r"contiguous::const_set::([A-Z0-9]+)", body)}),
+        "x": sorted({PATH_DTYPE[m] for m in re.findall(r"strided::const_set::([A-Z0-9]+)", body)}),
+    }
     reduce = branches(fn_body(backend, "reduce_op", impl_at))
     ops["reduce_op"] = reduce
     ops["where_cond"] = branches(fn_body(backend, "where_cond", impl_at))["c"]

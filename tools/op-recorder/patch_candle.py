@@ -86,7 +86,11 @@ impl Record {
     pub(crate) fn reduce(op: &str, dtype: DType, l: &Layout, dims: &[usize]) -> Self {
         let rank = l.dims().len();
         let trailing = dims.iter().enumerate().all(|(i, d)| *d == rank - dims.len() + i);
-        let class = if l.is_contiguous() && trailing { "c".to_string() } else { lay(l).replace('c', "x:reduced-inner") };
+        let class = match (l.is_contiguous(), trailing) {
+            (true, true) => "c".to_string(),
+            (true, false) => "x:reduced-inner".to_string(),
+            (false, _) => lay(l),
+        };
         Self { op: op.into(), dtypes: vec![dt(dtype)], layouts: vec![class] }
     }
     pub(crate) fn copy2d(dtype: DType, d2: usize, src_s: usize, dst_s: usize) -> Self {

@@ -146,7 +146,7 @@ fn main() {
                 full.extend(argv);
                 candle_core::op_record::start();
                 let result = metal_candle::cli::Cli::try_parse_from(&full)
-                    .map_err(anyhow_free)
+                    .map_err(|e| e.to_string())
                     .and_then(|cli| metal_candle::cli::run(cli).map_err(|e| format!("{e:#}")));
                 let records = candle_core::op_record::take();
                 let mut distinct: BTreeMap<_, usize> = BTreeMap::new();
@@ -183,8 +183,4 @@ fn main() {
         writeln!(out, "{line}").unwrap();
     }
     let _ = std::fs::remove_dir_all(&work);
-}
-
-fn anyhow_free(e: clap::Error) -> String {
-    e.to_string()
 }
