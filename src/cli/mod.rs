@@ -3,6 +3,7 @@
 
 mod bench;
 mod data;
+mod data_parallel;
 mod eval;
 mod grpo_flags;
 pub mod hub;

@@ -1,6 +1,7 @@
 //! `train` and `export`: LoRA fine-tuning from the command line, printing the same events the studio plots.
 
 use crate::engine::device::{DTypeChoice, DeviceChoice};
+use crate::engine::distributed::RankSpec;
 use crate::engine::export::{ExportFormat, ExportRequest, GgufQuant};
 use crate::engine::model::LoadOptions;
 use crate::engine::train::run_folder::{self, RunManifest};
@@ -121,6 +122,11 @@ pub struct TrainArgs {
     /// Print one JSON event per line.
     #[arg(long)]
     pub json: bool,
+    /// Data-parallel training on N GPUs of this host: N processes, one per GPU (cuda:0..N-1), each training its
+    /// share of every batch (--batch-size is the whole step's), gradients summed with NCCL. With --device cpu, N
+    /// CPU processes (tests the path). Under torchrun or SLURM, leave it out: RANK, WORLD_SIZE, ... are read.
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<usize>,
 }
 
 impl TrainArgs {
@@ -287,14 +293,27 @@ pub(super) fn resolve_sources(config: &mut TrainConfig) -> anyhow::Result<()> {
 }
 
 pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
+    // One rank of a data-parallel run (torchrun, SLURM, --gpus), or the launcher of one.
+    let rank = super::data_parallel::rank_from_env()?;
+    if let (None, Some(gpus)) = (&rank, args.gpus.filter(|&n| n > 1)) {
+        return super::data_parallel::launch_ranks(args, gpus);
+    }
+    if args.gpus == Some(0) {
+        anyhow::bail!("--gpus 0: give the number of GPUs to train on (1 or more)");
+    }
+    let leader = rank.as_ref().is_none_or(RankSpec::is_leader);
     let mut config = args.to_config()?;
     if config.method.is_reinforcement() {
         // A bad pattern or a missing reward program is refused before the model loads.
         crate::engine::train::grpo::rewards::Rewards::new(&config.grpo.rewards)?;
     }
     resolve_sources(&mut config)?;
-    let placement = crate::engine::device::setup(config.device, config.dtype)?;
-    super::print_placement_notes(&placement);
+    let ordinal = rank.as_ref().map_or(0, |r| r.local_rank);
+    config.distributed = rank;
+    let placement = crate::engine::device::setup_on(config.device, config.dtype, ordinal)?;
+    if leader {
+        super::print_placement_notes(&placement);
+    }
     let options = LoadOptions { quantize: config.quantize };
     let base = super::load_model_showing_progress(&config.model, &placement, &options)?;
     // The engine's one settings check, now against the model (the studio refuses the same, word for word).
@@ -309,14 +328,20 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     }
     let control = TrainControl::default();
     // Ctrl-C or SIGTERM: stop after the current step and save a final checkpoint; a second one exits at once.
-    if crate::stop_signals::install() {
+    // The other ranks of a data-parallel run stop when the leader does (after the same step), not on their own.
+    if crate::stop_signals::install() && leader {
         let ctrl = control.clone();
         crate::stop_signals::forward(move || ctrl.request_stop());
     }
     let json = args.json;
     let mut printer = ProgressPrinter::default();
     let result = train::run_training(&config, &base, &control, &mut |event| {
-        if json {
+        if !leader {
+            // The leader reports the run; another rank says only why it failed.
+            if let TrainEvent::Failed { message, .. } = &event {
+                eprintln!("error: {message}");
+            }
+        } else if json {
             if let Ok(line) = serde_json::to_string(&event) {
                 println!("{line}");
             }
@@ -325,7 +350,7 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
         }
     });
     result.map(|dir| {
-        if !json {
+        if !json && leader {
             eprintln!("run folder: {}", dir.display());
         }
     })?;

@@ -156,25 +156,31 @@ impl std::fmt::Display for DTypeReason {
 /// device and a dtype. `Auto` never fails (it falls back to the CPU with [`Placement::device_note`] saying why);
 /// a dtype the device cannot run (bf16 before Metal 3.1) falls back with [`Placement::dtype_reason`] saying so.
 pub fn setup(device: DeviceChoice, dtype: DTypeChoice) -> Result<Placement> {
-    let (device, device_note) = select_device_with_note(device)?;
+    setup_on(device, dtype, 0)
+}
+
+/// [`setup`] on GPU number `ordinal` of this host (a data-parallel rank's `LOCAL_RANK`; the CPU has one).
+pub fn setup_on(device: DeviceChoice, dtype: DTypeChoice, ordinal: usize) -> Result<Placement> {
+    let (device, device_note) = select_device_with_note(device, ordinal)?;
     let (dtype, dtype_reason) = resolve_dtype(&device, dtype);
     Ok(Placement { device, dtype, device_note, dtype_reason })
 }
 
 /// Resolve a choice to a device. `Auto` never fails: it falls back to the CPU.
 pub fn select_device(choice: DeviceChoice) -> Result<Device> {
-    select_device_with_note(choice).map(|(device, _)| device)
+    select_device_with_note(choice, 0).map(|(device, _)| device)
 }
 
 /// [`select_device`], plus why `Auto` did not get a GPU it tried.
-fn select_device_with_note(choice: DeviceChoice) -> Result<(Device, Option<String>)> {
+fn select_device_with_note(choice: DeviceChoice, ordinal: usize) -> Result<(Device, Option<String>)> {
     match choice {
         DeviceChoice::Cpu => Ok((Device::Cpu, None)),
         DeviceChoice::Cuda => {
             if !candle_core::utils::cuda_is_available() {
                 return Err(Error::Device("CUDA requested but this binary was built without `--features cuda`".into()));
             }
-            let device = new_cuda().map_err(|e| Error::Device(format!("no usable CUDA GPU: {e}")))?;
+            let device =
+                new_cuda(ordinal).map_err(|e| Error::Device(format!("no usable CUDA GPU number {ordinal}: {e}")))?;
             Ok((device, None))
         }
         DeviceChoice::Metal => {
@@ -193,7 +199,7 @@ fn select_device_with_note(choice: DeviceChoice) -> Result<(Device, Option<Strin
                 }
             }
             if candle_core::utils::cuda_is_available() {
-                match new_cuda() {
+                match new_cuda(ordinal) {
                     Ok(d) => return Ok((d, None)),
                     Err(e) => notes.push(format!("CUDA unavailable ({e})")),
                 }
@@ -206,12 +212,12 @@ fn select_device_with_note(choice: DeviceChoice) -> Result<(Device, Option<Strin
 
 /// `Device::new_metal(0)`, which panics instead of failing when Metal lists no GPU (over SSH, under launchd,
 /// in some sandboxes: candle issue 3566). The panic is caught and becomes an error carrying its message.
-/// The first CUDA GPU, without cudarc's per-allocation event tracking. Candle issues all work on the calling
+/// CUDA GPU number `ordinal`, without cudarc's per-allocation event tracking. Candle issues all work on the calling
 /// thread's per-thread stream and never creates a second stream, so cudarc never waits on those events; it still
 /// created and destroyed two CUDA events with every allocation, i.e. with nearly every op: host time that set
 /// the pace of decoding.
-fn new_cuda() -> candle_core::Result<Device> {
-    let device = Device::new_cuda(0)?;
+fn new_cuda(ordinal: usize) -> candle_core::Result<Device> {
+    let device = Device::new_cuda(ordinal)?;
     #[cfg(feature = "cuda")]
     if let Device::Cuda(cuda) = &device {
         // SAFETY: nothing was allocated on this device yet, and all its work goes to one stream per thread
@@ -453,4 +459,14 @@ mod tests {
             assert_eq!(probe(&Device::Cpu, dtype), Ok(()), "{dtype:?}");
         }
     }
+}
+
+/// How many CUDA GPUs this host has (0 in a build without CUDA, or without a driver).
+pub fn cuda_device_count() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        candle_core::cuda_backend::cudarc::driver::CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+    }
+    #[cfg(not(feature = "cuda"))]
+    0
 }

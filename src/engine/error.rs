@@ -90,6 +90,10 @@ pub enum Error {
     #[error("cancelled")]
     Cancelled,
 
+    /// Data-parallel training across processes: a rendezvous that failed, a rank that died or disagreed.
+    #[error("data-parallel training: {0}")]
+    Distributed(String),
+
     #[error(transparent)]
     Hub(#[from] super::hub_error::HubError),
 
@@ -123,6 +127,7 @@ impl Error {
             Error::Training(_) => ErrorKind::Training,
             Error::Reward(_) => ErrorKind::Reward,
             Error::Cancelled => ErrorKind::Cancelled,
+            Error::Distributed(_) => ErrorKind::Device,
             Error::Candle(_) => ErrorKind::Compute,
             Error::Hub(_) => ErrorKind::Hub,
         }

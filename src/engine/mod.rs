@@ -8,6 +8,7 @@ pub mod cpu_pool;
 pub mod cpu_team;
 pub mod data;
 pub mod device;
+pub mod distributed;
 pub mod doctor;
 pub mod error;
 pub mod estimate;

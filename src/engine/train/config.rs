@@ -150,6 +150,10 @@ pub struct TrainConfig {
     /// differs). A choice of one invocation: recorded in run.json's resume history, never saved as a setting.
     #[serde(skip_serializing)]
     pub force_base: bool,
+    /// This process's place in a data-parallel run (one process per device; `--gpus`, torchrun): a choice of
+    /// one invocation, never saved (a run may resume on another number of devices).
+    #[serde(skip)]
+    pub distributed: Option<crate::engine::distributed::RankSpec>,
 }
 
 impl Default for TrainConfig {
@@ -194,6 +198,7 @@ impl Default for TrainConfig {
             data_columns: crate::engine::data::ColumnMap::default(),
             resume: None,
             force_base: false,
+            distributed: None,
         }
     }
 }

@@ -10,6 +10,7 @@ mod clock;
 pub mod config;
 pub mod config_file;
 pub mod data_fit;
+mod distributed_share;
 pub mod early_stop;
 pub mod events;
 pub mod grpo;
@@ -30,14 +31,16 @@ mod step_runner;
 pub mod validate;
 
 pub use config::{lr_at, Checkpointing, LoraSettings, ModelLimits, Schedule, Target, Targets, TrainConfig};
+pub use distributed_share::require_data_parallel_method;
 pub use events::{TrainControl, TrainEvent};
 pub use loss::validation_loss;
 pub use method::{Method, PreferenceLoss, PreferenceSettings};
 pub use plan::plan_batches;
-pub use step_runner::{BegunStep, QueuedUpdate, StepReport, StepRunner};
+pub use step_runner::{BegunStep, QueuedUpdate, StepReport, StepRunner, WholeStep};
 
 use crate::engine::checkpoint::{self, TrainerState};
 use crate::engine::data::{self, BatchPlan, DataOptions, PreparedDataset, TokenizeSpec};
+use crate::engine::distributed::Group;
 use crate::engine::lora::{self, AdapterParam};
 use crate::engine::model::LoadedModel;
 use crate::engine::{Error, Result};
@@ -112,6 +115,8 @@ struct Trainer<'a> {
     notes: Vec<String>,
     /// A GRPO run's rewards, sampling and batch of completions.
     grpo: Option<grpo::run::GrpoRun>,
+    /// The other ranks of a data-parallel run (None: this process trains alone).
+    group: Option<Group>,
 }
 
 impl<'a> Trainer<'a> {
@@ -126,10 +131,18 @@ impl<'a> Trainer<'a> {
             base: crate::engine::model::fingerprint::model_fingerprint(base)?,
             dataset: data::dataset_fingerprint(&config.data)?,
         };
+        // The ranks of a data-parallel run meet once each has its model and data (a rank that failed before is
+        // named by the others' timeout, or stopped by the launcher).
+        let group = distributed_share::join(config, base)?;
+        let leader = group.as_ref().is_none_or(|g| g.spec().is_leader());
         // A clone shares the frozen weights with `base` (tensors are reference counted).
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);
-        let (run_dir, resume, branch) = run_dir_of(config)?;
+        // Only the leader has a run folder; the others read the checkpoint they resume from and write nothing.
+        let (run_dir, resume, branch) = match leader {
+            true => run_dir_of(config)?,
+            false => (PathBuf::new(), config.resume.clone(), None),
+        };
         let mut forced_base = false;
         let params = match &resume {
             Some(ckpt) => {
@@ -150,6 +163,7 @@ impl<'a> Trainer<'a> {
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let mut runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
         runner.checkpointing = config.checkpointing.enabled()?;
+        runner.rank = group.as_ref().map_or(0, |g| g.spec().rank);
         runner.preference = config
             .method
             .is_preference()
@@ -164,15 +178,21 @@ impl<'a> Trainer<'a> {
             )?),
             false => None,
         };
-        let notes = base.notes.iter().chain(&data.summary.notes).cloned().collect();
+        let mut notes: Vec<String> = base.notes.iter().chain(&data.summary.notes).cloned().collect();
+        notes.extend(group.as_ref().map(Group::describe));
         let mut trainer =
-            Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes, grpo };
+            Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes, grpo, group };
         let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
         trainer.notes.extend(config.warmup_note(total_steps));
         trainer.notes.extend(advice::run_warnings(config, &trainer.data.train, total_steps));
         // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.
         let start = trainer.initial_state(resume.as_deref(), &plan, total_steps)?;
         let resume_step = resume.as_ref().map(|_| start.0.step);
+        if !leader {
+            trainer.train(&plan, start, control, rec, started)?;
+            trainer.group.take().map(Group::finish);
+            return Ok(trainer.run_dir);
+        }
         rec.attach(claim_run_dir(config, &trainer.run_dir, resume_step, branch.as_ref(), &fingerprints)?);
         if resume.is_some() {
             // run.json names the best checkpoint this folder holds (a branch's best so far lies in its parent).
@@ -194,10 +214,28 @@ impl<'a> Trainer<'a> {
             )?);
         }
         trainer.train(&plan, start, control, rec, started)?;
+        trainer.group.take().map(Group::finish);
         Ok(trainer.run_dir)
     }
 
+    /// Train from `state` to the end of the plan (or a stop), evaluating and saving on the way. In a data-parallel
+    /// run an error that a lost rank caused says so.
     fn train(
+        &mut self,
+        plan: &BatchPlan,
+        start: (TrainerState, f64),
+        control: &TrainControl,
+        rec: &mut Recorder,
+        started: Instant,
+    ) -> Result<()> {
+        let result = self.train_steps(plan, start, control, rec, started);
+        match &self.group {
+            Some(group) => result.map_err(|e| group.explain(e)),
+            None => result,
+        }
+    }
+
+    fn train_steps(
         &mut self,
         plan: &BatchPlan,
         (mut state, elapsed_before): (TrainerState, f64),
@@ -219,8 +257,11 @@ impl<'a> Trainer<'a> {
         // A step begun before the previous one was read (see `step_runner`): only its passes are queued, so
         // dropping it (a stop, an error) applies nothing of it.
         let mut ahead: Option<TrainerStep> = None;
+        // A data-parallel run stops where the leader's stop request, summed with a step's gradients, reaches every
+        // rank: they all leave after the same step.
+        let mut stop_voted = false;
         while state.step < total_steps && !early_stopped {
-            if control.stop_requested() {
+            if stop_voted || (self.group.is_none() && control.stop_requested()) {
                 stopped_early = true;
                 break;
             }
@@ -243,7 +284,15 @@ impl<'a> Trainer<'a> {
                 },
             };
             let lr = lr_at(cfg, state.step, total_steps);
-            let queued = self.runner.queue_update(current.begun, lr)?;
+            let (begun, votes) = match self.group.as_mut() {
+                Some(group) => {
+                    let stop = [f32::from(u8::from(control.stop_requested()))];
+                    let (begun, votes) = self.runner.share_across(group, current.begun, &stop)?;
+                    (begun, Some(votes))
+                }
+                None => (current.begun, None),
+            };
+            let queued = self.runner.queue_update(begun, lr)?;
             // The next step is begun before this one is read, unless something must see this step's weights
             // (an evaluation, a checkpoint) or the run ends or waits after it.
             let this_step = state.step + 1;
@@ -256,6 +305,9 @@ impl<'a> Trainer<'a> {
                 && !control.is_paused();
             let next_step = if look_ahead { self.begin_step(&mut batches, this_step, control) } else { Ok(None) };
             let report = self.runner.finish_report(queued)?;
+            if let Some(votes) = votes {
+                stop_voted = votes.flatten_all()?.to_vec1::<f32>()?.first().is_some_and(|&v| v > 0.0);
+            }
             let training_secs = current.began.elapsed().as_secs_f64();
             let grpo = report.grpo.and_then(|m| self.grpo.as_ref()?.metrics(state.step, &m, training_secs));
             let progress = StepProgress { report, lr, cursor: current.cursor, tokens: current.tokens };
@@ -363,7 +415,16 @@ impl<'a> Trainer<'a> {
             trained: collated.iter().map(|b| b.lengths.iter().sum::<usize>()).sum(),
             padded: collated.iter().map(|b| b.batch_size * b.seq_len).sum(),
         };
-        Ok(Some(TrainerStep { begun: self.runner.begin(&collated)?, cursor: last.next, tokens, began }))
+        let begun = match &self.group {
+            None => self.runner.begin(&collated)?,
+            Some(group) => {
+                let indices: Vec<Vec<usize>> = micro.iter().map(|b| b.indices.clone()).collect();
+                let (mine, whole) =
+                    distributed_share::shard_step(group, &train.examples, &indices, &collated, self.pad_id)?;
+                self.runner.begin_share(&mine, Some(whole))?
+            }
+        };
+        Ok(Some(TrainerStep { begun, cursor: last.next, tokens, began }))
     }
 
     /// A GRPO step: on a round's first step, sample and score completions of the next prompts (the data position
@@ -456,7 +517,7 @@ impl<'a> Trainer<'a> {
 
     /// The mean validation loss over target tokens, into `state` (its val_loss, best and patience counter), and
     /// what it means for the run (nothing without a validation split).
-    fn evaluate(&self, state: &mut TrainerState, rec: &mut Recorder) -> Result<Verdict> {
+    fn evaluate(&mut self, state: &mut TrainerState, rec: &mut Recorder) -> Result<Verdict> {
         let Some(valid) = self.data.valid.as_ref().filter(|v| !v.examples.is_empty()) else {
             return Ok(Verdict { new_best: false, stop: false });
         };
@@ -465,6 +526,20 @@ impl<'a> Trainer<'a> {
             return self.evaluate_grpo(grpo, valid, state, rec);
         }
         let (loss, perplexity, preference) = match &self.runner.preference {
+            // The replicas are equal: the leader's loss is every rank's (and decides early stopping for all).
+            None if self.group.is_some() => {
+                let leader = self.group.as_ref().is_some_and(|g| g.spec().is_leader());
+                let mine = match leader {
+                    true => Some(validation_loss(model, &valid.examples, batch_size, batches, self.pad_id)?),
+                    false => None,
+                };
+                let device = model.device().clone();
+                let group = self.group.as_mut().ok_or(Error::Cancelled)?;
+                let Some(loss) = distributed_share::leader_value(group, &device, mine)? else {
+                    return Ok(Verdict { new_best: false, stop: false });
+                };
+                (loss, loss.exp(), None)
+            }
             None => {
                 let loss = validation_loss(model, &valid.examples, batch_size, batches, self.pad_id)?;
                 (loss, loss.exp(), None)
@@ -519,6 +594,10 @@ impl<'a> Trainer<'a> {
     /// Save a checkpoint into the run folder, which must still be the one this run claimed; record it in run.json
     /// when it is the best, then keep `save_total_limit`.
     fn save(&self, state: &mut TrainerState, rec: &mut Recorder) -> Result<()> {
+        // The other ranks of a data-parallel run hold the same adapters: only the leader writes.
+        if self.group.as_ref().is_some_and(|g| !g.spec().is_leader()) {
+            return Ok(());
+        }
         state.saved_unix_secs = checkpoint::unix_now();
         rec.check_folder()?;
         let extra = match &self.grpo {

@@ -31,6 +31,16 @@ pub struct StepRunner {
     pub checkpointing: bool,
     /// A preference method's loss over batches of pairs (None: SFT, the mean NLL of the target tokens).
     pub preference: Option<PreferenceObjective>,
+    /// This process's rank in a data-parallel run (0 otherwise): each rank draws its own dropout masks, and rank 0
+    /// draws what a one-device run draws.
+    pub rank: usize,
+}
+
+/// What a data-parallel rank needs to know of the whole step when it runs only its share of the rows.
+#[derive(Debug, Clone, Copy)]
+pub struct WholeStep {
+    /// The step's target tokens over all ranks (SFT's loss is their mean).
+    pub target_tokens: usize,
 }
 
 /// A step whose forward and backward passes are queued: its gradients in the optimizer's order and its mean
@@ -85,7 +95,7 @@ impl StepRunner {
             })
             .collect();
         let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
-        Ok(Self { model, optimizer, max_grad_norm, seed, checkpointing: false, preference: None })
+        Ok(Self { model, optimizer, max_grad_norm, seed, checkpointing: false, preference: None, rank: 0 })
     }
 
     /// Returns (mean loss per target token over all micro-batches, gradient norm before clipping). A
@@ -101,14 +111,24 @@ impl StepRunner {
     /// previous one is finished draws what it would have drawn after (that step being applied; a skipped update
     /// ends a run).
     pub fn begin(&mut self, batches: &[data::Batch]) -> Result<BegunStep> {
-        lora::seed_dropout(&self.model, self.seed, self.optimizer.step);
+        self.begin_share(batches, None)
+    }
+
+    /// [`StepRunner::begin`] on one rank's share of a data-parallel step's rows (`batches`, possibly none): the
+    /// loss is normalised by the whole step's target tokens, so the ranks' gradients and losses add up to the whole
+    /// step's ([`StepRunner::share_across`]). SFT only.
+    pub fn begin_share(&mut self, batches: &[data::Batch], whole: Option<WholeStep>) -> Result<BegunStep> {
+        lora::seed_dropout(&self.model, self.dropout_seed(), self.optimizer.step);
         let pass = Pass { dropout: true, checkpointing: self.checkpointing };
         let mut losses = Vec::with_capacity(batches.len());
         let mut accumulated = crate::engine::model::Gradients::default();
         let mut preference = Vec::new();
         let loss_scale = match &self.preference {
             None => {
-                let target_tokens: usize = batches.iter().map(|b| b.target_tokens).sum();
+                let target_tokens = match whole {
+                    Some(whole) => whole.target_tokens,
+                    None => batches.iter().map(|b| b.target_tokens).sum(),
+                };
                 let scale = 1.0 / target_tokens.max(1) as f64;
                 for batch in batches {
                     let out =
@@ -140,7 +160,7 @@ impl StepRunner {
     /// Queue the forward and backward passes of a GRPO step on the completions of `rollout` (see
     /// [`StepRunner::begin`] for the dropout seeds).
     pub fn begin_grpo(&mut self, objective: &GrpoObjective, rollout: &Rollout) -> Result<BegunStep> {
-        lora::seed_dropout(&self.model, self.seed, self.optimizer.step);
+        lora::seed_dropout(&self.model, self.dropout_seed(), self.optimizer.step);
         let pass = Pass { dropout: true, checkpointing: self.checkpointing };
         let (metrics, accumulated) = objective.loss_and_gradients(&self.model, rollout, pass)?;
         let grads = self.ordered_grads(&accumulated)?;
@@ -149,6 +169,31 @@ impl StepRunner {
             loss: Scalar::Host(metrics.loss),
             measured: Measured { grpo: Some(metrics), ..Default::default() },
         })
+    }
+
+    /// The seed of this rank's dropout masks (rank 0's is the run's seed).
+    fn dropout_seed(&self) -> u64 {
+        self.seed.wrapping_add((self.rank as u64).wrapping_mul(0xD1B5_4A32_D192_ED03))
+    }
+
+    /// Sum a begun step's gradients and loss over the ranks of a data-parallel run, each of which began its share
+    /// of the step's rows ([`StepRunner::begin_share`]): afterwards every rank holds the whole step's gradients and
+    /// loss and queues the same update. `votes` are summed with them (the leader's stop), and returned.
+    pub fn share_across(
+        &self,
+        group: &mut crate::engine::distributed::Group,
+        begun: BegunStep,
+        votes: &[f32],
+    ) -> Result<(BegunStep, Tensor)> {
+        let BegunStep { mut grads, loss, measured } = begun;
+        let device = self.model.device();
+        grads.push(loss.on_device(device)?);
+        grads.push(Tensor::new(votes, device)?);
+        let mut summed = group.all_reduce_sum(&grads)?;
+        let (Some(votes), Some(loss)) = (summed.pop(), summed.pop()) else {
+            return Err(crate::engine::Error::Distributed("the sums came back short".into()));
+        };
+        Ok((BegunStep { grads: summed, loss: Scalar::Device(loss), measured }, votes))
     }
 
     /// The gradients in the optimizer's order (zeros for a parameter the passes did not reach).

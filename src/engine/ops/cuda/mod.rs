@@ -7,6 +7,7 @@
 //! - attention.rs (flash_attention*.cuh, flash_*_ops.cuh): flash attention, training forward/backward and prefill;
 //! - decode.rs and gemv.rs (gemv.cuh): token-by-token decoding; graph.rs: a decode step captured as a CUDA graph;
 //! - gemm.rs: cuBLAS products with alpha and beta; cast.rs: many casts in one launch; optimizer.rs: the AdamW step;
+//! - nccl.rs (the `nccl` feature): NCCL's all-reduce, summing gradients over the ranks of a data-parallel run;
 //! - launch.rs, availability.rs, refuse.rs: the plumbing they share.
 
 pub(super) mod attention;
@@ -19,6 +20,8 @@ pub(super) mod gemv;
 pub mod graph;
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod optimizer;
 pub(crate) mod refuse;
 pub(super) mod residual;

@@ -1,0 +1,134 @@
+//! NCCL for data-parallel training (see engine/distributed): a communicator per rank, created from the unique id
+//! the leader hands out, and an in-place sum of an f32 tensor over all ranks, queued on Candle's stream for this
+//! device so it runs after the backward that produced the tensor and before the update that reads it (no host
+//! wait). Uses cudarc's raw NCCL calls rather than its `Comm`, whose communicator cannot be aborted from another
+//! thread: the distributed watchdog aborts it when a peer dies, so a rank blocked in the sum returns with an error.
+//! libnccl is loaded at first use (cudarc's dynamic loading), like the other CUDA libraries.
+
+use crate::engine::{Error, Result};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::nccl::{result, sys};
+use candle_core::{CudaStorage, DType, Device, Layout, Tensor};
+use std::sync::{Arc, Mutex};
+
+fn nccl_error(what: &str) -> impl Fn(result::NcclError) -> Error + '_ {
+    move |e| Error::Distributed(format!("NCCL {what}: {e:?}"))
+}
+
+/// The raw communicator and whether it is gone (aborted, by the watchdog or at drop).
+struct Raw {
+    comm: sys::ncclComm_t,
+    aborted: bool,
+}
+
+// SAFETY: the communicator is a handle NCCL lets any thread use; every use goes through the mutex, and abort is
+// documented as callable from another thread while a collective is in flight.
+unsafe impl Send for Raw {}
+
+/// This rank's communicator.
+pub struct NcclComm {
+    raw: Arc<Mutex<Raw>>,
+}
+
+/// Aborts the communicator from another thread.
+pub struct AbortHandle(Arc<Mutex<Raw>>);
+
+impl AbortHandle {
+    /// Abort every collective in flight (they return errors); later ones fail at once.
+    pub fn abort(&self) {
+        abort(&self.0);
+    }
+}
+
+fn abort(raw: &Mutex<Raw>) {
+    let Ok(mut raw) = raw.lock() else { return };
+    if !raw.aborted {
+        raw.aborted = true;
+        // SAFETY: the communicator was initialised and is aborted once.
+        let _ = unsafe { result::comm_abort(raw.comm) };
+    }
+}
+
+impl NcclComm {
+    /// A new unique id (the leader makes one and sends it to every rank).
+    pub fn unique_id() -> Result<[u8; 128]> {
+        let id = result::get_uniqueid().map_err(nccl_error("cannot make a unique id (is libnccl installed?)"))?;
+        Ok(id.internal.map(|c| c as u8))
+    }
+
+    /// Join the communicator of `world` ranks as `rank`, on `device` (blocks until every rank has joined).
+    pub fn init(device: &Device, rank: usize, world: usize, id: [u8; 128]) -> Result<Self> {
+        let Device::Cuda(cuda) = device else {
+            return Err(Error::Distributed("NCCL needs a CUDA device".into()));
+        };
+        // NCCL binds to the current device's context.
+        cuda.cuda_stream().context().bind_to_thread().map_err(|e| Error::Distributed(format!("CUDA context: {e}")))?;
+        let id = sys::ncclUniqueId { internal: id.map(|b| b as std::ffi::c_char) };
+        let mut comm = std::mem::MaybeUninit::uninit();
+        // SAFETY: `comm` is written by NCCL before it is read; world and rank were checked by the rendezvous.
+        let comm = unsafe {
+            result::comm_init_rank(comm.as_mut_ptr(), world as i32, id, rank as i32)
+                .map_err(nccl_error("cannot join the communicator"))?;
+            comm.assume_init()
+        };
+        Ok(Self { raw: Arc::new(Mutex::new(Raw { comm, aborted: false })) })
+    }
+
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle(self.raw.clone())
+    }
+
+    /// Sum the contiguous f32 tensor `t` over all ranks, in place (queued on its device's stream).
+    pub fn all_reduce_sum_in_place(&self, t: &Tensor) -> Result<()> {
+        if t.dtype() != DType::F32 || !t.is_contiguous() {
+            return Err(Error::Distributed("the NCCL sum takes a contiguous f32 tensor".into()));
+        }
+        t.inplace_op1(&AllReduce(self.raw.clone()))?;
+        Ok(())
+    }
+}
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        abort(&self.raw);
+    }
+}
+
+struct AllReduce(Arc<Mutex<Raw>>);
+
+impl candle_core::InplaceOp1 for AllReduce {
+    fn name(&self) -> &'static str {
+        "nccl-all-reduce-sum"
+    }
+
+    fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &Layout) -> candle_core::Result<()> {
+        candle_core::bail!("the NCCL sum runs on CUDA tensors only")
+    }
+
+    fn cuda_fwd(&self, storage: &mut CudaStorage, layout: &Layout) -> candle_core::Result<()> {
+        use candle_core::cuda_backend::cudarc::driver::DevicePtrMut;
+        let stream = storage.device().cuda_stream();
+        let (start, count) = (layout.start_offset(), layout.shape().elem_count());
+        let mut slice = storage.as_cuda_slice_mut::<f32>()?.slice_mut(start..start + count);
+        let raw =
+            self.0.lock().map_err(|_| candle_core::Error::Msg("the NCCL communicator's lock is poisoned".into()))?;
+        if raw.aborted {
+            candle_core::bail!("the NCCL communicator was aborted (a rank is gone)");
+        }
+        let (ptr, _record) = slice.device_ptr_mut(&stream);
+        // SAFETY: `ptr` is `count` f32 on this stream's device; NCCL reads and writes it on that stream.
+        unsafe {
+            result::all_reduce(
+                ptr as *const std::ffi::c_void,
+                ptr as *mut std::ffi::c_void,
+                count,
+                sys::ncclDataType_t::ncclFloat32,
+                sys::ncclRedOp_t::ncclSum,
+                raw.comm,
+                stream.cu_stream() as sys::cudaStream_t,
+            )
+        }
+        .map_err(|e| candle_core::Error::Msg(format!("NCCL all-reduce: {e:?}")))?;
+        Ok(())
+    }
+}
