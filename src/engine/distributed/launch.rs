@@ -150,13 +150,20 @@ impl Launch {
         let mut leader_done: Option<Instant> = None;
         loop {
             poll(&self);
-            for rank in &mut self.ranks {
+            let mut failed_now = Vec::new();
+            for (index, rank) in self.ranks.iter_mut().enumerate() {
                 if rank.exited.is_none() {
                     rank.exited = rank.child.try_wait().map_err(|e| Error::Distributed(e.to_string()))?;
+                    if rank.exited.is_some_and(|s| !s.success()) {
+                        failed_now.push(index);
+                    }
                 }
             }
-            if let Some(failed) = self.ranks.iter().find(|r| r.exited.is_some_and(|s| !s.success())) {
-                let message = failure_message(failed);
+            // A rank that fails takes the others down soon after (they see it gone): of those seen failing at the
+            // same look, one killed by a signal is the cause rather than the ones that noticed it.
+            failed_now.sort_by_key(|&i| (self.ranks[i].exited.is_some_and(|s| !killed_by_signal(s)), i));
+            if let Some(&first) = failed_now.first() {
+                let message = failure_message(&self.ranks[first]);
                 self.end_all();
                 return Err(Error::Distributed(message));
             }
@@ -220,6 +227,19 @@ fn failure_message(failed: &RankProcess) -> String {
          (resume from it){output}",
         failed.rank, failed.rank
     )
+}
+
+fn killed_by_signal(status: ExitStatus) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal().is_some()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = status;
+        false
+    }
 }
 
 fn describe_status(status: ExitStatus) -> String {

@@ -64,9 +64,10 @@ pub struct Links {
 impl Links {
     /// `error`, or the reason the run broke when a peer is gone (which is why the collective failed).
     pub fn explain(&self, error: Error) -> Error {
-        match self.lost.lock().ok().and_then(|l| l.clone()) {
-            Some(reason) => Error::Distributed(format!("{reason} ({error})")),
-            None => error,
+        match (self.lost.lock().ok().and_then(|l| l.clone()), &error) {
+            // Already the error that names the lost rank.
+            (Some(_), Error::Distributed(_)) | (None, _) => error,
+            (Some(reason), _) => Error::Distributed(format!("{reason} (what failed here: {error})")),
         }
     }
 
