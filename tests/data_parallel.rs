@@ -43,7 +43,8 @@ fn run(out: &Path, name: &str, processes: usize, extra: &[&str]) -> Command {
 fn max_difference(a: &Path, b: &Path) -> f32 {
     let (a, b) = (load_checkpoint(a), load_checkpoint(b));
     assert_eq!(a.len(), b.len());
-    let largest = |t: &candle_core::Tensor| t.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    let largest =
+        |t: &candle_core::Tensor| t.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
     a.iter()
         .map(|(k, t)| {
             let d = largest(&(t - &b[k]).unwrap()) / largest(t).max(f32::MIN_POSITIVE);
@@ -59,7 +60,8 @@ fn several_processes_train_what_one_trains_on_the_same_global_batch() {
     // Batches of 4 rows: two ranks take 2 each, three take 2, 1 and 1.
     for processes in [2, 3] {
         let name = format!("p{processes}");
-        let many = events(run(dir.path(), &name, processes, &["--iters", "6", "--val-every", "3", "--save-every", "3"]));
+        let many =
+            events(run(dir.path(), &name, processes, &["--iters", "6", "--val-every", "3", "--save-every", "3"]));
         let what = format!("{processes} processes");
         assert_close(&format!("{what}: losses"), &numbers(&one, "step", "loss"), &numbers(&many, "step", "loss"), 1e-5);
         assert_close(&what, &numbers(&one, "step", "grad_norm"), &numbers(&many, "step", "grad_norm"), 1e-5);
@@ -71,7 +73,8 @@ fn several_processes_train_what_one_trains_on_the_same_global_batch() {
         // moment, which magnifies that where a gradient is still near zero (lora_A, while lora_B leaves zero):
         // 1e-3 of the tensor's largest magnitude bounds it (3.4e-5 and 3.5e-4 seen in two runs of this test, in
         // k_proj's lora_A); the validation losses above agree to 1e-5.
-        let worst = max_difference(&dir.path().join("one/checkpoint-6"), &dir.path().join(format!("{name}/checkpoint-6")));
+        let worst =
+            max_difference(&dir.path().join("one/checkpoint-6"), &dir.path().join(format!("{name}/checkpoint-6")));
         assert!(worst < 1e-3, "{what}: checkpoints differ by {worst}");
         // Only rank 0 wrote: one run folder with one record of the run.
         let metrics = std::fs::read_to_string(dir.path().join(&name).join("metrics.jsonl")).unwrap();
@@ -183,7 +186,10 @@ fn what_cannot_train_on_several_processes_is_refused_before_any_starts() {
     assert!(!stderr.contains("started 2 ranks"), "{stderr}");
     if !cfg!(feature = "cuda") {
         let mut gpus = Command::new(env!("CARGO_BIN_EXE_metal-candle"));
-        gpus.args(["train", "--model"]).arg(common::fixture("tiny-llama")).arg("--data").arg(common::cli::sample_data());
+        gpus.args(["train", "--model"])
+            .arg(common::fixture("tiny-llama"))
+            .arg("--data")
+            .arg(common::cli::sample_data());
         gpus.arg("--out").arg(dir.path()).args(["--device", "cuda", "--iters", "2", "--gpus", "2"]);
         let out = gpus.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

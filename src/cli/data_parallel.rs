@@ -43,6 +43,25 @@ pub fn launch_ranks(args: &TrainArgs, gpus: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Apply `stop`, `pause` and `resume` lines read from standard input to `control` (on a thread of its own, until
+/// the input ends).
+pub fn follow_control_lines(control: crate::engine::train::TrainControl) {
+    let spawned = std::thread::Builder::new().name("mc-control".into()).spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::stdin().lock().lines().map_while(std::result::Result::ok) {
+            match line.trim() {
+                "stop" => control.request_stop(),
+                "pause" => control.set_paused(true),
+                "resume" => control.set_paused(false),
+                other => eprintln!("warning: unknown control line `{other}` (stop, pause or resume)"),
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("warning: cannot read control lines: {e}");
+    }
+}
+
 /// The command line of a rank: this one without `--gpus N` (a rank must not launch ranks).
 fn without_gpus_flag(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
     let mut out = Vec::new();

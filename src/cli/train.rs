@@ -127,6 +127,13 @@ pub struct TrainArgs {
     /// CPU processes (tests the path). Under torchrun or SLURM, leave it out: RANK, WORLD_SIZE, ... are read.
     #[arg(long, value_name = "N")]
     pub gpus: Option<usize>,
+    /// In a data-parallel run, sum the gradients on the host over TCP instead of with NCCL (a host without
+    /// libnccl; ranks sharing one GPU). Every rank must be given it.
+    #[arg(long)]
+    pub sum_on_host: bool,
+    /// Read `stop`, `pause` and `resume` lines from standard input (the studio drives a multi-GPU run this way).
+    #[arg(long, hide = true)]
+    pub control_stdin: bool,
 }
 
 impl TrainArgs {
@@ -309,7 +316,7 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     }
     resolve_sources(&mut config)?;
     let ordinal = rank.as_ref().map_or(0, |r| r.local_rank);
-    config.distributed = rank;
+    config.distributed = rank.map(|r| RankSpec { host_sums: args.sum_on_host, ..r });
     let placement = crate::engine::device::setup_on(config.device, config.dtype, ordinal)?;
     if leader {
         super::print_placement_notes(&placement);
@@ -332,6 +339,9 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     if crate::stop_signals::install() && leader {
         let ctrl = control.clone();
         crate::stop_signals::forward(move || ctrl.request_stop());
+    }
+    if args.control_stdin && leader {
+        super::data_parallel::follow_control_lines(control.clone());
     }
     let json = args.json;
     let mut printer = ProgressPrinter::default();

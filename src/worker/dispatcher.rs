@@ -1,6 +1,7 @@
 //! The dispatcher thread: owns the shared base model and the controls of running jobs, turns each command
 //! into a job on its own thread, and keeps track of which jobs are running.
 
+use super::data_parallel_job::data_parallel_job;
 use super::*;
 
 pub(super) struct Dispatcher {
@@ -72,7 +73,10 @@ impl Dispatcher {
             Command::BrowseRows(request) => self.browse_rows(*request),
             Command::CheckAdapter { path } => self.check_adapter(path),
             Command::ScanModels { hf_cache, extra_dirs } => self.scan_models(hf_cache, extra_dirs),
-            Command::StartTraining(config) => self.start_training(*config),
+            Command::StartTraining(config) => self.start_training(*config, None),
+            Command::StartTrainingOnGpus { config, gpus, program } => {
+                self.start_training(*config, Some((gpus, program)))
+            }
             Command::PauseTraining(paused) => {
                 if let Some(c) = &self.training {
                     c.set_paused(paused);
@@ -278,7 +282,8 @@ impl Dispatcher {
         });
     }
 
-    fn start_training(&mut self, config: TrainConfig) {
+    /// Train in this process, or with `on_gpus` (count, this binary) as a data-parallel run of that many processes.
+    fn start_training(&mut self, config: TrainConfig, on_gpus: Option<(usize, std::path::PathBuf)>) {
         // Refusals before a job starts are about settings, not training.
         let fail = |out: &Outbox, message: String| {
             out.send(Event::Train(TrainEvent::Failed { step: 0, message, kind: ErrorKind::Setting }));
@@ -305,9 +310,20 @@ impl Dispatcher {
                 Event::Train(TrainEvent::Failed { step: 0, message: error.message, kind: error.kind })
             },
             move || {
-                jobs::train_job(&config, &base, &control, &out, || {
+                let on_final = || {
                     let _ = inbox.send(Msg::TrainingEnded);
-                });
+                };
+                match on_gpus {
+                    None => jobs::train_job(&config, &base, &control, &out, on_final),
+                    Some((gpus, program)) => {
+                        // The settings are checked against the loaded model before any process starts.
+                        let limits = crate::engine::train::ModelLimits::of(&base.config);
+                        match config.validate_for_model(limits) {
+                            Ok(()) => data_parallel_job(&config, (gpus, &program), &control, &out, on_final),
+                            Err(e) => jobs::RunOutlet::new(&out, &control, on_final).end(Err(e)),
+                        }
+                    }
+                }
             },
         );
     }

@@ -87,13 +87,69 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
 
 /// `config` with `checkpointing = auto` decided against the memory estimate for `base` on its device (the
 /// engine's rule, as the CLI applies it).
-fn with_checkpointing_decided(config: &TrainConfig, base: &LoadedModel) -> TrainConfig {
+pub(super) fn with_checkpointing_decided(config: &TrainConfig, base: &LoadedModel) -> TrainConfig {
     let mut config = config.clone();
     // The plan reads the dataset to find its longest row: only worth it when it decides something.
     if config.checkpointing == crate::engine::train::config::Checkpointing::Auto {
         crate::engine::estimate::plan_run_memory(&mut config, base);
     }
     config
+}
+
+/// Where a training job's events go: to the studio, until the run's final event (later ones are dropped); the
+/// final event runs `on_final` first; a studio that is gone stops the run. [`RunOutlet::end`] guarantees one final
+/// event even if the run forgot it.
+pub(super) struct RunOutlet<'a, F: FnOnce()> {
+    out: &'a Outbox,
+    control: &'a TrainControl,
+    on_final: Option<F>,
+    ended: bool,
+    last_step: usize,
+}
+
+impl<'a, F: FnOnce()> RunOutlet<'a, F> {
+    pub(super) fn new(out: &'a Outbox, control: &'a TrainControl, on_final: F) -> Self {
+        Self { out, control, on_final: Some(on_final), ended: false, last_step: 0 }
+    }
+
+    pub(super) fn emit(&mut self, event: TrainEvent) {
+        if self.ended {
+            return;
+        }
+        match &event {
+            TrainEvent::Step { step, .. } => self.last_step = *step,
+            TrainEvent::Finished { .. } | TrainEvent::Failed { .. } => {
+                self.ended = true;
+                if let Some(f) = self.on_final.take() {
+                    f();
+                }
+            }
+            _ => {}
+        }
+        if !self.out.send(Event::Train(event)) {
+            // The front end is gone: nobody is watching this run any more.
+            self.control.request_stop();
+        }
+    }
+
+    /// The run returned `result`: send the final event it did not send.
+    pub(super) fn end(&mut self, result: Result<()>) {
+        if self.ended {
+            return;
+        }
+        let event = match result {
+            Ok(()) => TrainEvent::Finished {
+                step: self.last_step,
+                final_loss: None,
+                final_val_loss: None,
+                stopped_early: self.control.stop_requested(),
+                elapsed_secs: 0.0,
+                early_stop: None,
+            },
+            Err(e) => TrainEvent::failed(self.last_step, &e),
+        };
+        self.emit(event);
+    }
 }
 
 /// Run a training job, forwarding its events; guarantees one final event even if the engine forgets it.
@@ -105,51 +161,14 @@ pub(super) fn train_job(
     out: &Outbox,
     on_final: impl FnOnce(),
 ) {
-    let mut on_final = Some(on_final);
-    let ended = std::cell::Cell::new(false);
-    let last_step = std::cell::Cell::new(0);
-    let mut emit = |event: TrainEvent| {
-        if ended.get() {
-            return;
-        }
-        match &event {
-            TrainEvent::Step { step, .. } => last_step.set(*step),
-            TrainEvent::Finished { .. } | TrainEvent::Failed { .. } => {
-                ended.set(true);
-                if let Some(f) = on_final.take() {
-                    f();
-                }
-            }
-            _ => {}
-        }
-        if !out.send(Event::Train(event)) {
-            // The front end is gone: nobody is watching this run any more.
-            control.request_stop();
-        }
-    };
+    let mut outlet = RunOutlet::new(out, control, on_final);
     // The engine's one settings check, against this model, before any work starts (the CLI runs the same).
     let config = &with_checkpointing_decided(config, base);
     let result = match config.validate_for_model(ModelLimits::of(&base.config)) {
-        Ok(()) => run_training(config, base, control, &mut emit),
-        Err(e) => {
-            emit(TrainEvent::failed(0, &e));
-            Err(e)
-        }
+        Ok(()) => run_training(config, base, control, &mut |event| outlet.emit(event)).map(|_| ()),
+        Err(e) => Err(e),
     };
-    if !ended.get() {
-        let event = match result {
-            Ok(_) => TrainEvent::Finished {
-                step: last_step.get(),
-                final_loss: None,
-                final_val_loss: None,
-                stopped_early: control.stop_requested(),
-                elapsed_secs: 0.0,
-                early_stop: None,
-            },
-            Err(e) => TrainEvent::failed(last_step.get(), &e),
-        };
-        emit(event);
-    }
+    outlet.end(result);
 }
 
 /// What a probe job does.

@@ -12,6 +12,7 @@
 //!
 //! This module knows nothing of egui: the studio passes a waker that calls `Context::request_repaint`.
 
+mod data_parallel_job;
 mod dispatcher;
 mod eval_jobs;
 mod hub_jobs;
@@ -83,6 +84,13 @@ pub enum Command {
     },
     /// Train on the loaded base model (its path must match `config.model`).
     StartTraining(Box<TrainConfig>),
+    /// Train on `gpus` GPUs of this host, one process of `program` (this binary) each, data-parallel; the loaded
+    /// base model must match `config.model` (its settings are checked against it first).
+    StartTrainingOnGpus {
+        config: Box<TrainConfig>,
+        gpus: usize,
+        program: PathBuf,
+    },
     PauseTraining(bool),
     StopTraining,
     /// Stream a reply; `adapter` applies a checkpoint to a clone of the base model that shares its weights.

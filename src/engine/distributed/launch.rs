@@ -26,13 +26,16 @@ const TAIL_LINES: usize = 30;
 pub enum LeaderOutput {
     /// This process's (the CLI prints the run's progress there).
     Inherit,
-    /// A pipe the caller reads ([`Launch::take_leader_stdout`]; the studio reads its JSON events).
+    /// A pipe the caller reads ([`Launch::take_leader_stdout`]; the studio reads its JSON events), and one it writes
+    /// control lines to ([`Launch::tell_leader`]: the leader runs with `--control-stdin`).
     Piped,
 }
 
 /// The ranks of a run started on this host.
 pub struct Launch {
     ranks: Vec<RankProcess>,
+    /// The leader's standard input, when it was piped.
+    leader_stdin: Option<std::process::ChildStdin>,
 }
 
 struct RankProcess {
@@ -56,7 +59,7 @@ pub fn start(program: &Path, args: &[OsString], world: usize, leader_output: Lea
         return Err(Error::InvalidSetting("a data-parallel run needs at least one process".into()));
     }
     let port = free_port()?;
-    let mut launch = Launch { ranks: Vec::with_capacity(world) };
+    let mut launch = Launch { ranks: Vec::with_capacity(world), leader_stdin: None };
     for rank in 0..world {
         let mut command = Command::new(program);
         command
@@ -65,13 +68,14 @@ pub fn start(program: &Path, args: &[OsString], world: usize, leader_output: Lea
             .env("WORLD_SIZE", world.to_string())
             .env("LOCAL_RANK", rank.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
-            .stdin(Stdio::null());
+            .env("MASTER_PORT", port.to_string());
         // NVLink multicast buys nothing for a LoRA's few megabytes of gradients and needs the fabric manager.
         if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
             command.env("NCCL_NVLS_ENABLE", "0");
         }
         let leader = rank == 0;
+        let piped = leader && leader_output == LeaderOutput::Piped;
+        command.stdin(if piped { Stdio::piped() } else { Stdio::null() });
         command.stdout(match (leader, leader_output) {
             (true, LeaderOutput::Inherit) => Stdio::inherit(),
             (true, LeaderOutput::Piped) => Stdio::piped(),
@@ -89,6 +93,9 @@ pub fn start(program: &Path, args: &[OsString], world: usize, leader_output: Lea
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         if let Some(stderr) = child.stderr.take() {
             keep_tail(stderr, tail.clone());
+        }
+        if piped {
+            launch.leader_stdin = child.stdin.take();
         }
         launch.ranks.push(RankProcess { rank, child, tail, exited: None });
     }
@@ -131,6 +138,14 @@ impl Launch {
         self.ranks.first_mut().and_then(|r| r.child.stdout.take())
     }
 
+    /// Send one control line (`stop`, `pause`, `resume`) to a leader whose input is piped; false when it cannot
+    /// be delivered (the leader has ended).
+    pub fn tell_leader(&mut self, line: &str) -> bool {
+        use std::io::Write;
+        let Some(stdin) = self.leader_stdin.as_mut() else { return false };
+        stdin.write_all(format!("{line}\n").as_bytes()).and_then(|()| stdin.flush()).is_ok()
+    }
+
     /// The ranks' process ids, in rank order.
     pub fn pids(&self) -> Vec<u32> {
         self.ranks.iter().map(|r| r.child.id()).collect()
@@ -146,10 +161,10 @@ impl Launch {
     /// Wait for every rank. `poll` runs about ten times a second (the caller's stop requests). Ok when all of them
     /// exit cleanly; otherwise the others are ended and the error names the first rank that failed, with the end of
     /// its output.
-    pub fn wait(mut self, poll: &mut dyn FnMut(&Launch)) -> Result<()> {
+    pub fn wait(mut self, poll: &mut dyn FnMut(&mut Launch)) -> Result<()> {
         let mut leader_done: Option<Instant> = None;
         loop {
-            poll(&self);
+            poll(&mut self);
             let mut failed_now = Vec::new();
             for (index, rank) in self.ranks.iter_mut().enumerate() {
                 if rank.exited.is_none() {

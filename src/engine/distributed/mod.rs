@@ -36,6 +36,8 @@ pub struct RankSpec {
     pub local_rank: usize,
     pub master_addr: String,
     pub master_port: u16,
+    /// Sum on the host over TCP even on CUDA (a host without NCCL; ranks sharing one GPU, which NCCL refuses).
+    pub host_sums: bool,
 }
 
 /// The variables torchrun, SLURM's launchers and our own [`launch`] set for each process.
@@ -65,7 +67,7 @@ impl RankSpec {
             .ok()
             .filter(|p| *p > 0)
             .ok_or_else(|| Error::Distributed(format!("MASTER_PORT is {port}, not a TCP port (1-65535)")))?;
-        let spec = Self { rank, world_size, local_rank, master_addr, master_port };
+        let spec = Self { rank, world_size, local_rank, master_addr, master_port, host_sums: false };
         spec.check()?;
         Ok(Some(spec))
     }
@@ -130,7 +132,7 @@ impl Group {
     /// (waiting up to `timeout` for all of them), agree on how to sum, and set that up. Every rank must call it.
     pub fn join(spec: &RankSpec, device: &Device, timeout: Duration) -> Result<Self> {
         spec.check()?;
-        let kind = backend_for(device);
+        let kind = backend_for(device, spec.host_sums);
         let nccl_id = match (spec.is_leader(), kind) {
             (true, rendezvous::Backend::Nccl) => nccl_unique_id()?,
             _ => [0u8; rendezvous::ID_BYTES],
@@ -215,9 +217,9 @@ impl Group {
 }
 
 /// What this rank's device can sum with.
-fn backend_for(device: &Device) -> rendezvous::Backend {
+fn backend_for(device: &Device, host_sums: bool) -> rendezvous::Backend {
     match device {
-        Device::Cuda(_) if cfg!(feature = "nccl") => rendezvous::Backend::Nccl,
+        Device::Cuda(_) if cfg!(feature = "nccl") && !host_sums => rendezvous::Backend::Nccl,
         _ => rendezvous::Backend::Host,
     }
 }

@@ -49,6 +49,13 @@ impl TrainConfig {
         }
         toml::from_str(&text).map_err(|e| bad(e.to_string()))
     }
+
+    /// Write these settings as a TOML file [`TrainConfig::from_toml_file`] reads back to the same settings (a run
+    /// the studio hands to other processes).
+    pub fn write_toml_file(&self, path: &Path) -> Result<()> {
+        let text = toml::to_string(self).map_err(|e| Error::InvalidSetting(format!("settings as TOML: {e}")))?;
+        std::fs::write(path, text).map_err(|e| Error::write(path, e))
+    }
 }
 
 /// The top-level keys and the `[lora]` keys a settings file may use.
@@ -106,6 +113,20 @@ fn edit_distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::edit_distance;
     use crate::engine::train::TrainConfig;
+
+    #[test]
+    fn settings_written_as_toml_read_back_the_same() {
+        let dir = std::env::temp_dir().join(format!("mc-toml-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut config = TrainConfig { run_name: Some("r".into()), batch_size: 8, ..TrainConfig::default() };
+        config.model = "/models/m".into();
+        config.resume = Some("/runs/r/checkpoint-4".into());
+        config.lora.dora = true;
+        let path = dir.join("run.toml");
+        config.write_toml_file(&path).unwrap();
+        assert_eq!(TrainConfig::from_toml_file(&path).unwrap(), config);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn dataset_reading_settings_come_from_the_file() {

@@ -3,7 +3,8 @@
 //! device so it runs after the backward that produced the tensor and before the update that reads it (no host
 //! wait). Uses cudarc's raw NCCL calls rather than its `Comm`, whose communicator cannot be aborted from another
 //! thread: the distributed watchdog aborts it when a peer dies, so a rank blocked in the sum returns with an error.
-//! libnccl is loaded at first use (cudarc's dynamic loading), like the other CUDA libraries.
+//! Candle links cudarc's libraries dynamically, so a build with `nccl` needs libnccl.so.2 at start-up, like the
+//! CUDA libraries (the system's NCCL, or the folder of PyTorch's nvidia-nccl wheel on LD_LIBRARY_PATH).
 
 use crate::engine::{Error, Result};
 use candle_core::backend::BackendStorage;
@@ -52,7 +53,7 @@ fn abort(raw: &Mutex<Raw>) {
 impl NcclComm {
     /// A new unique id (the leader makes one and sends it to every rank).
     pub fn unique_id() -> Result<[u8; 128]> {
-        let id = result::get_uniqueid().map_err(nccl_error("cannot make a unique id (is libnccl installed?)"))?;
+        let id = result::get_uniqueid().map_err(nccl_error("cannot make a unique id"))?;
         Ok(id.internal.map(|c| c as u8))
     }
 
