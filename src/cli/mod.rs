@@ -311,7 +311,7 @@ fn open_studio(args: StudioArgs) -> anyhow::Result<()> {
         measure_frames_secs: args.measure_frames,
         measure_out: args.measure_out,
         persist: !args.ephemeral,
-        hub: None,
+        ..Default::default()
     })
 }
 

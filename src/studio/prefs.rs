@@ -133,6 +133,11 @@ pub struct Prefs {
     pub export: crate::studio::export_dialog::ExportPrefs,
     /// The Evaluate page's targets, prompt set and task options.
     pub eval: crate::studio::eval_setup::EvalPrefs,
+    /// GPUs a run trains on (data-parallel above one: one process per GPU).
+    pub gpus: usize,
+    /// CUDA GPUs this machine has (found at start-up, never saved): the GPU count is offered above one.
+    #[serde(skip)]
+    pub gpus_on_host: usize,
 }
 
 impl Default for Prefs {
@@ -156,6 +161,8 @@ impl Default for Prefs {
             overlay_runs: Vec::new(),
             export: crate::studio::export_dialog::ExportPrefs::default(),
             eval: crate::studio::eval_setup::EvalPrefs::default(),
+            gpus: 1,
+            gpus_on_host: 0,
         }
     }
 }

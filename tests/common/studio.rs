@@ -50,6 +50,11 @@ pub fn step_until(h: &mut StudioHarness, what: &str, secs: u64, cond: impl Fn(&S
 /// page), and the bundled sample dataset read with its token lengths.
 pub fn with_model_and_sample(prefs: Prefs, height: f32) -> StudioHarness {
     let options = StudioOptions { discover_defaults: false, persist: false, ..Default::default() };
+    with_model_and_sample_options(prefs, options, height)
+}
+
+/// [`with_model_and_sample`] with `options`.
+pub fn with_model_and_sample_options(prefs: Prefs, options: StudioOptions, height: f32) -> StudioHarness {
     let mut h = build(prefs, options, height, false);
     h.step();
     h.get_by_label("Load model").click();

@@ -64,6 +64,10 @@ pub struct StudioOptions {
     pub persist: bool,
     /// Hub settings (endpoint, cache, token); None: from the environment, as `huggingface_hub` reads it.
     pub hub: Option<crate::engine::hub::HubSettings>,
+    /// How many CUDA GPUs to offer runs on; None: as many as this machine has.
+    pub gpus_on_host: Option<usize>,
+    /// The program a multi-GPU run starts once per GPU; None: this one (the studio is the CLI too).
+    pub rank_program: Option<PathBuf>,
 }
 
 /// A short message in the corner.
@@ -107,6 +111,7 @@ impl StudioApp {
         let worker = Worker::spawn(Arc::new(move || repaint.request_repaint()));
         // A resume is a one-off request, not a setting to carry into the next launch.
         prefs.train.resume = None;
+        prefs.gpus_on_host = options.gpus_on_host.unwrap_or_else(crate::engine::device::cuda_device_count);
         let mut app = Self {
             prefs,
             worker,
@@ -138,6 +143,28 @@ impl StudioApp {
         };
         app.apply_options();
         app
+    }
+
+    /// The command that starts `config`: in this process, or on the GPU count the settings page chose (one
+    /// process per GPU), refused here when this machine has fewer GPUs or the method cannot run that way.
+    fn start_command(&self, config: crate::engine::train::TrainConfig) -> Result<Command, String> {
+        let gpus = self.prefs.gpus;
+        if gpus <= 1 {
+            return Ok(Command::StartTraining(Box::new(config)));
+        }
+        if gpus > self.prefs.gpus_on_host {
+            return Err(format!(
+                "This run is set to train on {gpus} GPUs but this machine has {}: lower the GPU count (LoRA settings).",
+                self.prefs.gpus_on_host
+            ));
+        }
+        crate::engine::train::require_data_parallel_method(&config).map_err(|e| e.to_string())?;
+        let program = match &self.options.rank_program {
+            Some(program) => program.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| format!("cannot find this program to start the GPUs' processes: {e}"))?,
+        };
+        Ok(Command::StartTrainingOnGpus { config: Box::new(config), gpus, program })
     }
 
     fn apply_options(&mut self) {
@@ -275,10 +302,19 @@ impl StudioApp {
                         // Runs on Hub models and datasets record where they came from (run.json, PEFT's base).
                         config.model_source = self.hub.origin_of(RepoKind::Model, &config.model);
                         config.data_source = self.hub.origin_of(RepoKind::Dataset, &config.data);
-                        self.training_panel.on_start_requested(&config);
-                        self.worker.send(Command::StartTraining(Box::new(config)));
-                        // A resume happens once; the next Start begins a fresh run.
-                        self.prefs.train.resume = None;
+                        match self.start_command(config) {
+                            Ok(command) => {
+                                if let Command::StartTraining(config) | Command::StartTrainingOnGpus { config, .. } =
+                                    &command
+                                {
+                                    self.training_panel.on_start_requested(config);
+                                }
+                                self.worker.send(command);
+                                // A resume happens once; the next Start begins a fresh run.
+                                self.prefs.train.resume = None;
+                            }
+                            Err(reason) => self.toast(Tone::Warn, reason),
+                        }
                     }
                     Err(reason) => self.toast(Tone::Warn, reason),
                 }

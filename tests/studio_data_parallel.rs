@@ -1,0 +1,96 @@
+//! The studio's multi-GPU runs, driven through its real panels: the GPU count on the settings page, a run started
+//! on two processes that streams rank 0's losses into the plots and ends with its checkpoint, and a stop that ends
+//! every process after the same step. The ranks run on the CPU here (the same processes, summing on the host); a
+//! machine with several GPUs offers the count by itself, and scripts/gpu_data_parallel.sh runs them there.
+
+#![cfg(feature = "studio")]
+
+mod common;
+
+use common::studio::{app, app_mut, click, goto, step_until, with_model_and_sample_options};
+use egui_kittest::kittest::Queryable;
+use metal_candle::engine::device::DeviceChoice;
+use metal_candle::studio::app::{Page, Prefs, StudioOptions};
+use metal_candle::studio::training_panel::RunStatus;
+use std::path::{Path, PathBuf};
+
+fn prefs(runs: &Path, iters: usize) -> Prefs {
+    let mut prefs = Prefs { device: DeviceChoice::Cpu, auto_load_model: false, gpus: 2, ..Prefs::default() };
+    prefs.model_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama").display().to_string();
+    prefs.train.out = runs.to_path_buf();
+    prefs.train.iters = Some(iters);
+    prefs.train.batch_size = 4;
+    prefs.train.seq_len = 96;
+    prefs.train.warmup = Some(1);
+    prefs.train.val_every = 3;
+    prefs.train.val_batches = 1;
+    prefs.train.save_every = 3;
+    prefs
+}
+
+fn options(gpus_on_host: usize) -> StudioOptions {
+    StudioOptions {
+        discover_defaults: false,
+        persist: false,
+        gpus_on_host: Some(gpus_on_host),
+        rank_program: Some(PathBuf::from(env!("CARGO_BIN_EXE_metal-candle"))),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_run_on_two_processes_plots_like_one_and_stops_with_every_rank() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let mut h = with_model_and_sample_options(prefs(&runs, 6), options(2), 900.0);
+
+    goto(&mut h, Page::Settings);
+    assert!(h.query_by_label("GPUs").is_some(), "the GPU count is offered on a machine with two");
+    assert!(h.query_by_label_contains("rows per GPU").is_some(), "{:?}", app(&h).prefs.gpus);
+
+    goto(&mut h, Page::Training);
+    click(&mut h, "Start training");
+    step_until(&mut h, "the run to finish", 180, |a| !a.training_panel.is_active());
+    {
+        let t = &app(&h).training_panel;
+        assert_eq!(t.status, RunStatus::Finished { stopped_early: false }, "log: {:?}", t.log);
+        let run = t.run.as_ref().unwrap();
+        assert_eq!(run.loss.len(), 6, "rank 0's six steps were plotted");
+        assert!(!run.val_loss.is_empty() && !run.checkpoints.is_empty());
+        assert!(t.log.iter().any(|l| format!("{l:?}").contains("data-parallel over 2 processes")), "{:?}", t.log);
+    }
+    let run_dirs: Vec<_> = std::fs::read_dir(&runs).unwrap().flatten().collect();
+    assert_eq!(run_dirs.len(), 1, "one run folder, written by rank 0");
+    assert!(run_dirs[0].path().join("checkpoint-6").is_dir());
+
+    // A long run, stopped from the studio after a few steps: rank 0 passes the stop to rank 1 and saves.
+    app_mut(&mut h).prefs.train.iters = Some(100_000);
+    app_mut(&mut h).prefs.train.run_name = Some("stopped".into());
+    click(&mut h, "Start training");
+    step_until(&mut h, "three steps", 120, |a| a.training_panel.run.as_ref().is_some_and(|r| r.loss.len() >= 3));
+    click(&mut h, "Stop");
+    step_until(&mut h, "the stopped run to end", 120, |a| !a.training_panel.is_active());
+    let t = &app(&h).training_panel;
+    assert_eq!(t.status, RunStatus::Finished { stopped_early: true }, "log: {:?}", t.log);
+    let last = t.run.as_ref().unwrap().loss.len();
+    assert!(runs.join("stopped").join(format!("checkpoint-{last}")).is_dir(), "the final checkpoint at step {last}");
+}
+
+#[test]
+fn more_gpus_than_the_machine_has_are_refused_before_anything_starts_and_the_count_comes_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let mut p = prefs(&runs, 6);
+    p.gpus = 4;
+    let mut h = with_model_and_sample_options(p, options(2), 900.0);
+    goto(&mut h, Page::Training);
+    click(&mut h, "Start training");
+    h.step();
+    assert!(!app(&h).training_panel.is_active(), "nothing started");
+    assert!(h.query_by_label_contains("this machine has 2").is_some(), "the refusal says why");
+    assert!(!runs.exists(), "nothing was written");
+    // The settings page brings a count chosen on a bigger machine down to this one's.
+    goto(&mut h, Page::Settings);
+    h.step();
+    assert_eq!(app(&h).prefs.gpus, 2);
+}
