@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Data-parallel training on a lent NVIDIA machine, same call: correctness and scaling against PyTorch DDP + PEFT.
-#   G=.gpu/dp bash scripts/gpu_data_parallel.sh OUT [parts]      (parts: any of check,kill,scale; default all)
+#   G=.gpu/dp bash scripts/gpu_data_parallel.sh OUT [parts]   (parts: any of check,torchrun,kill,scale; default all)
 # $G holds: metal-candle.xz (a --features cuda,nccl build), gpu-libs.sh (../shared/cuda), make_smollm2_hf.py and
 # bench_ddp_peft.py (scripts/), unsloth-site.tar.xz and gpu_unsloth.py (../shared/anchors; optional).
 # - check: tiny-llama on sample-chat, f32 and bf16: one GPU against N GPUs through NCCL (--gpus 2, 4 where there are
 #   that many), two ranks sharing GPU 0 summing on the host, and one rank through NCCL alone; losses, gradient norms
 #   and validation losses compared step by step.
+# - torchrun: the same run launched by torchrun (c10d and static rendezvous) against one process.
 # - kill: two ranks started torchrun-style (no supervisor of ours): rank 1 killed with SIGKILL mid-run; rank 0 must
 #   end by itself (the watchdog aborts NCCL) with an error naming rank 1, and its last checkpoint must load. Then the
 #   same through --gpus 2.
 # - scale: the Llama-3.2-1B shape (random bf16 weights), LoRA r8 on all seven linears, 4 x 1024 tokens per GPU:
 #   our step time on 1, 2 (and 4) GPUs, and torchrun + DDP + PEFT (SDPA) on the same counts; nvidia-smi peaks.
 set -uo pipefail
-OUT="$1"; PARTS="${2:-check,kill,scale}"; G="${G:-.gpu/dp}"; mkdir -p "$OUT"; LOG="$OUT/dp.txt"; W=/tmp/dpw
+OUT="$1"; PARTS="${2:-check,torchrun,kill,scale}"; G="${G:-.gpu/dp}"; mkdir -p "$OUT"; LOG="$OUT/dp.txt"; W=/tmp/dpw
 NGPU=$(nvidia-smi -L | wc -l)
 python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('$G/metal-candle.xz'), open('/tmp/mc','wb'))"; chmod +x /tmp/mc
 # The binary links libnccl.so.2, which PyTorch's nvidia-nccl wheel ships.
@@ -62,6 +63,19 @@ if [[ $PARTS == *check* ]]; then
     compare "$W/one-$dt.jsonl" "$W/nccl1-$dt.jsonl" "$dt: 1 rank through NCCL vs one"
   done
   tail -n 3 "$W"/*.err | tail -n 40 >>"$LOG"
+fi
+
+if [[ $PARTS == *torchrun* ]]; then
+  # torchrun as the launcher (--no-python), with its two rendezvous kinds: c10d (--standalone) and static (its agent
+  # serves a store on MASTER_PORT; ours takes the next port). CPU ranks where there is one GPU, else one GPU each.
+  DEV=cpu; [ "$NGPU" -ge 2 ] && DEV=cuda
+  TR="--model tests/fixtures/tiny-llama --data assets/sample-chat --device $DEV --seq-len 96 --batch-size 8 --rank 4 --targets all-linear --dropout 0 --iters 6 --val-every 3 --save-every 3 --lr 2e-3 --warmup 1 --out $W --json"
+  mc train $TR --name tr-one >"$W/tr-one.jsonl" 2>"$W/tr-one.err"
+  timeout 300 torchrun --standalone --nproc-per-node 2 --no-python bash "$G/gpu-libs.sh" /tmp/mc train $TR --name tr-c10d >"$W/tr-c10d.jsonl" 2>"$W/tr-c10d.err"
+  compare "$W/tr-one.jsonl" "$W/tr-c10d.jsonl" "torchrun --standalone, 2 ranks on $DEV"
+  timeout 300 torchrun --nnodes 1 --node-rank 0 --master-addr 127.0.0.1 --master-port 29533 --nproc-per-node 2 --no-python bash "$G/gpu-libs.sh" /tmp/mc train $TR --name tr-static >"$W/tr-static.jsonl" 2>"$W/tr-static.err"
+  compare "$W/tr-one.jsonl" "$W/tr-static.jsonl" "torchrun static rendezvous, 2 ranks on $DEV"
+  tail -n 4 "$W"/tr-*.err >>"$LOG"
 fi
 
 if [[ $PARTS == *kill* && $NGPU -ge 2 ]]; then

@@ -87,6 +87,17 @@ fn several_processes_train_what_one_trains_on_the_same_global_batch() {
 }
 
 #[test]
+fn a_quantized_base_with_checkpointing_trains_on_several_processes_as_on_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags =
+        ["--iters", "4", "--val-every", "2", "--save-every", "0", "--quantize", "q8_0", "--checkpointing", "on"];
+    let one = events(run(dir.path(), "one", 1, &flags));
+    let two = events(run(dir.path(), "two", 2, &flags));
+    assert_close("q8_0 + checkpointing", &numbers(&one, "step", "loss"), &numbers(&two, "step", "loss"), 1e-5);
+    assert_close("q8_0 + checkpointing", &numbers(&one, "eval", "val_loss"), &numbers(&two, "eval", "val_loss"), 1e-5);
+}
+
+#[test]
 fn a_run_resumes_on_another_number_of_processes() {
     let dir = tempfile::tempdir().unwrap();
     let whole = events(run(dir.path(), "whole", 1, &["--iters", "6", "--val-every", "3", "--save-every", "3"]));

@@ -327,10 +327,11 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     config.validate_for_model(ModelLimits::of(&base.config))?;
     // Memory on the rows the run will see (batches are padded to their longest row, not to --seq-len).
     let plan = crate::engine::estimate::plan_run_memory(&mut config, &base);
-    if let Some(warning) = &plan.warning {
+    // Every rank of a data-parallel run decides the same; rank 0 says it.
+    if let (Some(warning), true) = (&plan.warning, leader) {
         eprintln!("warning: {warning}");
     }
-    for note in &plan.notes {
+    for note in plan.notes.iter().filter(|_| leader) {
         eprintln!("note: {note}");
     }
     let control = TrainControl::default();

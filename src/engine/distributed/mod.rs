@@ -43,6 +43,9 @@ pub struct RankSpec {
 /// The variables torchrun, SLURM's launchers and our own [`launch`] set for each process.
 pub const ENV_VARS: [&str; 5] = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"];
 
+/// Set by torchrun when its agent serves a store on `MASTER_PORT` itself (then the rendezvous uses the next port).
+pub const AGENT_STORE: &str = "TORCHELASTIC_USE_AGENT_STORE";
+
 impl RankSpec {
     /// The spec the launcher's variables describe, read through `var` (the front end passes the environment; the
     /// engine reads none). None when `WORLD_SIZE` is unset; an error names a variable that is missing or wrong.
@@ -62,7 +65,12 @@ impl RankSpec {
             None => rank,
         };
         let master_addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
-        let port = number("MASTER_PORT", var("MASTER_PORT"))?;
+        let mut port = number("MASTER_PORT", var("MASTER_PORT"))?;
+        // torchrun's agent may already serve its own store on MASTER_PORT (it says so with this variable): the
+        // rendezvous takes the next port then.
+        if var(AGENT_STORE).is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            port += 1;
+        }
         let master_port = u16::try_from(port)
             .ok()
             .filter(|p| *p > 0)
