@@ -68,7 +68,7 @@ fn fused_adamw_and_grad_norm_match_the_composed_cpu_update() {
         let d = max_rel_diff(a.as_tensor(), b.as_tensor());
         assert!(d <= 2e-5, "{name}: {d}");
     }
-    let (state_cpu, state_cuda) = (on_cpu.state_tensors(), on_cuda.state_tensors());
+    let (state_cpu, state_cuda) = (on_cpu.state_tensors().unwrap(), on_cuda.state_tensors().unwrap());
     for (key, a) in &state_cpu {
         let d = max_rel_diff(a, &state_cuda[key]);
         assert!(d <= 2e-5, "{key}: {d}");

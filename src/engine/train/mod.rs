@@ -609,7 +609,7 @@ impl<'a> Trainer<'a> {
             &self.params,
             &self.adapter_config,
             &self.base_record,
-            &self.runner.optimizer.state_tensors(),
+            &self.runner.optimizer.state_tensors()?,
             state,
             &extra,
         )?;

@@ -27,8 +27,7 @@ impl Default for AdamWParams {
 /// Optimizer state for a fixed list of named parameters.
 pub struct AdamW {
     params: Vec<(String, Var)>,
-    m: Vec<Tensor>,
-    v: Vec<Tensor>,
+    moments: Moments,
     /// Completed optimizer steps.
     pub step: usize,
     hp: AdamWParams,
@@ -38,10 +37,23 @@ pub struct AdamW {
 
 impl AdamW {
     pub fn new(params: Vec<(String, Var)>, hp: AdamWParams) -> Result<Self> {
-        // Two allocations, not clones: the fused update writes each moment in place.
-        let zeros = || params.iter().map(|(_, p)| p.zeros_like()).collect::<candle_core::Result<Vec<_>>>();
-        let (m, v) = (zeros()?, zeros()?);
-        Ok(Self { params, m, v, step: 0, hp, spare_stats: None })
+        let moments = match params.iter().all(|(_, p)| cuda_optimizer::available(p)) {
+            true => {
+                // Two allocations, not clones: the fused update writes each moment in place.
+                let zeros = || params.iter().map(|(_, p)| p.zeros_like()).collect::<candle_core::Result<Vec<_>>>();
+                Moments::Each { m: zeros()?, v: zeros()? }
+            }
+            false => {
+                let zeros = || -> candle_core::Result<Tensor> {
+                    match params.first() {
+                        Some((_, p)) => Tensor::zeros(total_elements(&params), p.dtype(), p.device()),
+                        None => Tensor::zeros(0, candle_core::DType::F32, &candle_core::Device::Cpu),
+                    }
+                };
+                Moments::Joined { m: zeros()?, v: zeros()? }
+            }
+        };
+        Ok(Self { params, moments, step: 0, hp, spare_stats: None })
     }
 
     pub fn params(&self) -> &[(String, Var)] {
@@ -76,13 +88,13 @@ impl AdamW {
         loss: &Scalar,
     ) -> Result<QueuedStep> {
         let fused = !grads.is_empty()
-            && self
-                .params
-                .iter()
-                .zip(grads)
-                .all(|((_, p), g)| cuda_optimizer::available(p) && cuda_optimizer::available(g));
+            && matches!(self.moments, Moments::Each { .. })
+            && grads.iter().all(cuda_optimizer::available);
         if fused {
             let (bias1, bias2) = self.count_step();
+            let Moments::Each { m, v } = &self.moments else {
+                return Err(crate::engine::Error::Training("the fused AdamW update needs its moments apart".into()));
+            };
             let scalars = AdamWScalars {
                 lr: lr as f32,
                 beta1: self.hp.beta1 as f32,
@@ -95,12 +107,7 @@ impl AdamW {
             let device = self.params[0].1.device().clone();
             let grads = grads.iter().map(|g| g.contiguous()).collect::<candle_core::Result<Vec<_>>>()?;
             let slots: Vec<ParamSlot> = (0..self.params.len())
-                .map(|i| ParamSlot {
-                    param: self.params[i].1.as_tensor(),
-                    m: &self.m[i],
-                    v: &self.v[i],
-                    grad: &grads[i],
-                })
+                .map(|i| ParamSlot { param: self.params[i].1.as_tensor(), m: &m[i], v: &v[i], grad: &grads[i] })
                 .collect();
             let host = match self.spare_stats.take() {
                 Some(host) => host,
@@ -142,7 +149,10 @@ impl AdamW {
     }
 
     /// The update in Candle ops with the step's bias corrections, each gradient multiplied by `grad_scale` first
-    /// (the clipping coefficient).
+    /// (the clipping coefficient). All parameters are updated at once, end to end in one vector: the same
+    /// arithmetic per element as a parameter at a time, in about a dozen operations over all of them plus a copy in
+    /// and out per parameter, where a parameter at a time took about sixteen each (the Mac's Metal dispatches every
+    /// operation on its own).
     fn composed_update(
         &mut self,
         grads: &[Tensor],
@@ -150,56 +160,111 @@ impl AdamW {
         grad_scale: f64,
         (bias1, bias2): (f64, f64),
     ) -> Result<()> {
-        let (b1, b2) = (self.hp.beta1, self.hp.beta2);
-        for (i, (_, p)) in self.params.iter().enumerate() {
-            let g = &grads[i].detach();
-            let g = &if grad_scale != 1.0 { (g * grad_scale)? } else { g.clone() };
-            let m = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?;
-            let v = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
-            let denom = ((v.clone() / bias2)?.sqrt()? + self.hp.eps)?;
-            let update = ((m.clone() / bias1)? / denom)?;
-            let decayed = if self.hp.weight_decay > 0.0 {
-                (p.as_tensor() * (1.0 - lr * self.hp.weight_decay))?
-            } else {
-                p.as_tensor().clone()
-            };
-            p.set(&(decayed - (update * lr)?)?)?;
-            self.m[i] = m.detach();
-            self.v[i] = v.detach();
+        let Moments::Joined { m, v } = &mut self.moments else {
+            return Err(crate::engine::Error::Training("the composed AdamW update needs joined moments".into()));
+        };
+        if self.params.is_empty() {
+            return Ok(());
         }
+        let (b1, b2) = (self.hp.beta1, self.hp.beta2);
+        let g = &joined(grads.iter().map(Tensor::detach))?;
+        let g = &if grad_scale != 1.0 { (g * grad_scale)? } else { g.clone() };
+        let m_new = ((&*m * b1)? + (g * (1.0 - b1))?)?;
+        let v_new = ((&*v * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+        let denom = ((v_new.clone() / bias2)?.sqrt()? + self.hp.eps)?;
+        let update = ((m_new.clone() / bias1)? / denom)?;
+        let p = joined(self.params.iter().map(|(_, p)| p.as_tensor().clone()))?;
+        let decayed = if self.hp.weight_decay > 0.0 { (p * (1.0 - lr * self.hp.weight_decay))? } else { p };
+        let updated = (decayed - (update * lr)?)?;
+        for ((_, p), part) in self.params.iter().zip(split_like(&updated, &self.params)?) {
+            p.set(&part)?;
+        }
+        (*m, *v) = (m_new.detach(), v_new.detach());
         Ok(())
     }
 
     /// Moments keyed `<name>.exp_avg` / `<name>.exp_avg_sq`, for saving. They share storage with the optimizer's
     /// own (no copy per checkpoint): the fused update writes the moments in place, so use them before the next
     /// [`Self::guarded_step`], as the checkpoint writer does.
-    pub fn state_tensors(&self) -> HashMap<String, Tensor> {
+    pub fn state_tensors(&self) -> Result<HashMap<String, Tensor>> {
+        let (m, v) = match &self.moments {
+            Moments::Each { m, v } => (m.clone(), v.clone()),
+            Moments::Joined { m, v } => (split_like(m, &self.params)?, split_like(v, &self.params)?),
+        };
         let mut out = HashMap::new();
-        for (i, (name, _)) in self.params.iter().enumerate() {
-            out.insert(format!("{name}.exp_avg"), self.m[i].clone());
-            out.insert(format!("{name}.exp_avg_sq"), self.v[i].clone());
+        for (((name, _), m), v) in self.params.iter().zip(m).zip(v) {
+            out.insert(format!("{name}.exp_avg"), m);
+            out.insert(format!("{name}.exp_avg_sq"), v);
         }
-        out
+        Ok(out)
     }
 
     /// Restore moments saved by [`Self::state_tensors`].
     pub fn load_state(&mut self, tensors: &HashMap<String, Tensor>, step: usize) -> Result<()> {
-        for (i, (name, p)) in self.params.iter().enumerate() {
+        let (mut m, mut v) = (Vec::new(), Vec::new());
+        for (name, p) in &self.params {
             let get = |key: String| -> Result<Tensor> {
                 let t = tensors.get(&key).ok_or_else(|| {
                     crate::engine::Error::Training(format!(
                         "optimizer state has no `{key}`; the checkpoint does not match these LoRA settings"
                     ))
                 })?;
+                if t.shape() != p.shape() {
+                    return Err(crate::engine::Error::Training(format!(
+                        "optimizer state `{key}` is {:?} but its parameter is {:?}; the checkpoint does not match these \
+                         LoRA settings",
+                        t.dims(),
+                        p.dims()
+                    )));
+                }
                 // A copy of its own: the fused update writes the moments in place.
                 Ok(t.to_device(p.device())?.to_dtype(p.dtype())?.contiguous()?.copy()?)
             };
-            self.m[i] = get(format!("{name}.exp_avg"))?;
-            self.v[i] = get(format!("{name}.exp_avg_sq"))?;
+            m.push(get(format!("{name}.exp_avg"))?);
+            v.push(get(format!("{name}.exp_avg_sq"))?);
+        }
+        match &self.moments {
+            Moments::Each { .. } => self.moments = Moments::Each { m, v },
+            Moments::Joined { .. } if !m.is_empty() => {
+                self.moments = Moments::Joined { m: joined(m.into_iter())?, v: joined(v.into_iter())? }
+            }
+            Moments::Joined { .. } => {}
         }
         self.step = step;
         Ok(())
     }
+}
+
+/// The two AdamW moments.
+enum Moments {
+    /// One tensor per parameter, written in place by the fused CUDA update.
+    Each { m: Vec<Tensor>, v: Vec<Tensor> },
+    /// All parameters' moments end to end, in the parameters' order, for the composed update.
+    Joined { m: Tensor, v: Tensor },
+}
+
+fn total_elements(params: &[(String, Var)]) -> usize {
+    params.iter().map(|(_, p)| p.elem_count()).sum()
+}
+
+/// `tensors` flattened and joined end to end.
+fn joined(tensors: impl Iterator<Item = Tensor>) -> candle_core::Result<Tensor> {
+    let flat = tensors.map(|t| t.flatten_all()).collect::<candle_core::Result<Vec<_>>>()?;
+    Tensor::cat(&flat, 0)
+}
+
+/// `all` (the parameters end to end) cut back into tensors shaped as `params` (views, no copies).
+fn split_like(all: &Tensor, params: &[(String, Var)]) -> candle_core::Result<Vec<Tensor>> {
+    let mut offset = 0;
+    params
+        .iter()
+        .map(|(_, p)| {
+            let n = p.elem_count();
+            let part = all.narrow(0, offset, n)?.reshape(p.shape())?;
+            offset += n;
+            Ok(part)
+        })
+        .collect()
 }
 
 /// A step from [`AdamW::queue_guarded_step`], for [`AdamW::finish_step`].
