@@ -42,6 +42,7 @@ pub mod event_log;
 pub mod export_dialog;
 pub mod file_picker;
 pub mod glossary;
+pub mod gpu_count;
 pub mod grpo_fields;
 pub mod grpo_plots;
 pub mod grpo_samples;

@@ -230,10 +230,9 @@ fn optimizer_card_ui(ui: &mut Ui, prefs: &mut Prefs) {
         ui.set_width(ui.available_width());
         ui.label(RichText::new("Optimization").strong().size(15.0));
         ui.add_space(4.0);
-        let (cfg, gpus, gpus_on_host) = (&mut prefs.train, &mut prefs.gpus, prefs.gpus_on_host);
+        let cfg = &mut prefs.train;
         egui::Grid::new("opt-grid").num_columns(2).spacing([14.0, 8.0]).show(ui, |ui| {
             step_rows_ui(ui, cfg);
-            gpus_row_ui(ui, gpus, gpus_on_host, cfg.batch_size);
             duration_rows_ui(ui, cfg);
             bookkeeping_rows_ui(ui, cfg);
         });
@@ -284,32 +283,6 @@ fn step_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
             ui.selectable_value(&mut cfg.checkpointing, c, c.name())
                 .on_hover_text(format!("checkpointing {}", c.name()));
         }
-    });
-}
-
-/// The GPU count, on a machine with more than one.
-fn gpus_row_ui(ui: &mut Ui, gpus: &mut usize, on_host: usize, batch_size: usize) {
-    if on_host <= 1 {
-        return;
-    }
-    let hover = "Train on this many GPUs of this machine: one process per GPU, each holding the model and taking its \
-                 share of every batch (the batch above is the whole step's), with the gradients summed over the GPUs \
-                 (NCCL) before each update, so the run learns what one GPU would on the same batch, faster. Rank 0 \
-                 writes the run and its plots are these.";
-    row_ui(ui, "GPUs", hover, |ui| {
-        // A count chosen on a bigger machine comes down to this one's.
-        ui.add(DragValue::new(gpus).range(1..=on_host.max(1)));
-        let note = match *gpus {
-            n if n > 1 && batch_size < n => {
-                RichText::new(format!("a batch of {batch_size} leaves GPUs idle: raise it to {n} or more"))
-                    .color(palette::WARN)
-            }
-            n if n > 1 => {
-                RichText::new(format!("{:.1} rows per GPU per micro-batch", batch_size as f64 / n as f64)).weak()
-            }
-            _ => RichText::new(format!("{on_host} on this machine")).weak(),
-        };
-        ui.label(note);
     });
 }
 

@@ -487,6 +487,9 @@ impl TrainingPanel {
                     let method = crate::engine::train::run_table::method_text(&ctx.prefs.train);
                     ui.label(RichText::new(format!("method {method}")).weak())
                         .on_hover_text(ctx.prefs.train.method.describe());
+                    let (gpus, on_host, batch) =
+                        (&mut ctx.prefs.gpus, ctx.prefs.gpus_on_host, ctx.prefs.train.batch_size);
+                    super::gpu_count::gpu_count_ui(ui, gpus, on_host, batch);
                 }
             });
             if let Some(ckpt) = ctx.prefs.train.resume.clone() {

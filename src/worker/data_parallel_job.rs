@@ -66,7 +66,8 @@ fn run<F: FnOnce()>(
             outlet.emit(event);
         }
         if control.stop_requested() && !stop_sent {
-            stop_sent = ranks.tell_leader("stop");
+            // A paused run stops too (the studio's Stop un-pauses an in-process run the same way).
+            stop_sent = ranks.tell_leader("resume") && ranks.tell_leader("stop");
         } else if control.is_paused() != paused_sent && !stop_sent {
             let line = if control.is_paused() { "pause" } else { "resume" };
             if ranks.tell_leader(line) {

@@ -145,18 +145,13 @@ impl StudioApp {
         app
     }
 
-    /// The command that starts `config`: in this process, or on the GPU count the settings page chose (one
-    /// process per GPU), refused here when this machine has fewer GPUs or the method cannot run that way.
+    /// The command that starts `config`: in this process, or on the Train page's GPU count (one process per GPU;
+    /// a count saved on a bigger machine comes down to this one's, as the count itself does when shown), refused
+    /// here when the method cannot run that way.
     fn start_command(&self, config: crate::engine::train::TrainConfig) -> Result<Command, String> {
-        let gpus = self.prefs.gpus;
+        let gpus = self.prefs.gpus.min(self.prefs.gpus_on_host.max(1));
         if gpus <= 1 {
             return Ok(Command::StartTraining(Box::new(config)));
-        }
-        if gpus > self.prefs.gpus_on_host {
-            return Err(format!(
-                "This run is set to train on {gpus} GPUs but this machine has {}: lower the GPU count (LoRA settings).",
-                self.prefs.gpus_on_host
-            ));
         }
         crate::engine::train::require_data_parallel_method(&config).map_err(|e| e.to_string())?;
         let program = match &self.options.rank_program {
