@@ -217,16 +217,9 @@ def main() -> None:
 
     liger_version = None
     if args.liger:
-        from importlib.metadata import version
+        from bench_peft_train import apply_liger  # beside this script
 
-        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
-
-        model_type = json.loads((args.model / "config.json").read_text())["model_type"]
-        apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
-        if apply is None:
-            sys.exit(f"liger-kernel {version('liger-kernel')} has no kernels for model_type {model_type!r}")
-        apply()
-        liger_version = version("liger-kernel")
+        liger_version = apply_liger(json.loads((args.model / "config.json").read_text())["model_type"])
 
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=d.dtype, attn_implementation=args.attn)

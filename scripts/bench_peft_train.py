@@ -67,6 +67,20 @@ def vm_hwm_bytes() -> int | None:
     return None
 
 
+
+def apply_liger(model_type: str) -> str:
+    """Patch transformers with Liger's kernels for `model_type` (before the model loads); returns liger-kernel's
+    version. Exits when Liger has no kernels for that type."""
+    from importlib.metadata import version
+
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
+    if apply is None:
+        sys.exit(f"liger-kernel {version('liger-kernel')} has no kernels for model_type {model_type!r}")
+    apply()
+    return version("liger-kernel")
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
@@ -103,17 +117,9 @@ def main() -> None:
 
     liger_version = None
     if args.liger:
-        from importlib.metadata import version
-
-        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
-
         model_type = json.loads(((args.hf_dir or args.gguf.parent) / "config.json").read_text())["model_type"] \
             if args.hf_dir is not None else "llama"
-        apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
-        if apply is None:
-            sys.exit(f"liger-kernel {version('liger-kernel')} has no kernels for model_type {model_type!r}")
-        apply()
-        liger_version = version("liger-kernel")
+        liger_version = apply_liger(model_type)
 
     t0 = time.perf_counter()
     if args.gguf is not None:

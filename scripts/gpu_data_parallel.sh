@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Data-parallel training on a lent NVIDIA machine, same call: correctness and scaling against PyTorch DDP + PEFT.
 #   G=.gpu/dp bash scripts/gpu_data_parallel.sh OUT [parts]   (parts: any of check,torchrun,kill,scale; default all)
-# $G holds: metal-candle.xz (a --features cuda,nccl build), gpu-libs.sh (../shared/cuda), make_smollm2_hf.py and
-# bench_ddp_peft.py (scripts/), unsloth-site.tar.xz and gpu_unsloth.py (../shared/anchors; optional).
+# $G holds: metal-candle.xz (a --features cuda,nccl build), gpu-libs.sh (../shared/cuda), make_smollm2_hf.py,
+# bench_peft_train.py, bench_ddp_peft.py and bench_ddp_unsloth.py (scripts/), and optionally unsloth-site.tar.xz
+# (../shared/anchors: then Unsloth under torchrun joins the scale rows).
 # - check: tiny-llama on sample-chat, f32 and bf16: one GPU against N GPUs through NCCL (--gpus 2, 4 where there are
 #   that many), two ranks sharing GPU 0 summing on the host, and one rank through NCCL alone; losses, gradient norms
 #   and validation losses compared step by step.
@@ -11,7 +12,8 @@
 #   end by itself (the watchdog aborts NCCL) with an error naming rank 1, and its last checkpoint must load. Then the
 #   same through --gpus 2.
 # - scale: the Llama-3.2-1B shape (random bf16 weights), LoRA r8 on all seven linears, 4 x 1024 tokens per GPU:
-#   our step time on 1, 2 (and 4) GPUs, and torchrun + DDP + PEFT (SDPA) on the same counts; nvidia-smi peaks.
+#   our step time on 1, 2 (and 4) GPUs, and torchrun + DDP + PEFT (SDPA) and + Unsloth on the same counts; nvidia-smi
+#   peaks.
 set -uo pipefail
 OUT="$1"; PARTS="${2:-check,torchrun,kill,scale}"; G="${G:-.gpu/dp}"; mkdir -p "$OUT"; LOG="$OUT/dp.txt"; W=/tmp/dpw
 NGPU=$(nvidia-smi -L | wc -l)
@@ -133,8 +135,21 @@ try:
 except Exception as e:
     print(f"torch DDP + PEFT {sys.argv[2]} GPU(s): failed ({e})")
 EOF
+    [ -f "$G/unsloth-site.tar.xz" ] || continue
+    [ -d /tmp/site ] || { mkdir -p /tmp/site && tar -xJf "$G/unsloth-site.tar.xz" -C /tmp/site; }
+    P=$(peak "$W/unsloth$n.mem")
+    PYTHONPATH=/tmp/site timeout 500 torchrun --standalone --nproc-per-node $n "$G/bench_ddp_unsloth.py" --model /tmp/llama1b --global-batch-size $((4 * n)) --seq-len 1024 --rank 8 --targets $ALL --steps 20 --warmup 3 --dtype bf16 2>"$W/unsloth$n.err" | tail -1 >"$W/unsloth$n.json"
+    kill $P
+    python3 - "$W/unsloth$n.json" "$n" "$(sort -n "$W/unsloth$n.mem" | tail -1)" <<'EOF' | tee -a "$LOG"
+import json, sys
+try:
+    d = json.loads(open(sys.argv[1]).read())
+    print(f"Unsloth (torchrun DDP) {sys.argv[2]} GPU(s): median step {d['median_step_secs']:.4f} s, {d['tokens_per_sec']:.0f} tokens/s, peak {sys.argv[3]} MiB (busiest GPU)")
+except Exception as e:
+    print(f"Unsloth (torchrun DDP) {sys.argv[2]} GPU(s): failed ({e})")
+EOF
   done
-  tail -n 5 "$W"/scale*.err "$W"/ddp*.err >>"$LOG" 2>/dev/null
+  tail -n 5 "$W"/scale*.err "$W"/ddp*.err "$W"/unsloth*.err >>"$LOG" 2>/dev/null
 fi
 cp "$W"/*.jsonl "$W"/*.err "$OUT"/ 2>/dev/null
 cat "$LOG"

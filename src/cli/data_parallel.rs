@@ -1,7 +1,6 @@
 //! `train --gpus N`, and `train` as one rank of a run that torchrun, SLURM or `--gpus` started: the CLI's side of
 //! data-parallel training (the engine's is engine/distributed and train/distributed_share.rs).
 
-use super::train::{resolve_sources, TrainArgs};
 use crate::engine::device::DeviceChoice;
 use crate::engine::distributed::{launch, RankSpec};
 use std::ffi::OsString;
@@ -11,12 +10,9 @@ pub fn rank_from_env() -> anyhow::Result<Option<RankSpec>> {
     Ok(RankSpec::from_vars(|name| std::env::var(name).ok())?)
 }
 
-/// Start `gpus` ranks of this same command (without `--gpus`) on this host and wait for them. The settings are
-/// checked and Hub sources downloaded once, here, before any rank starts.
-pub fn launch_ranks(args: &TrainArgs, gpus: usize) -> anyhow::Result<()> {
-    let mut config = args.to_config()?;
-    crate::engine::train::require_data_parallel_method(&config)?;
-    resolve_sources(&mut config)?;
+/// Start `gpus` ranks of this same command (without `--gpus`) on this host and wait for them. `config` is this
+/// command's settings, checked and with its Hub sources downloaded by the caller before any rank starts.
+pub fn launch_ranks(config: &crate::engine::train::TrainConfig, gpus: usize) -> anyhow::Result<()> {
     if config.device != DeviceChoice::Cpu {
         let found = crate::engine::device::cuda_device_count();
         if found < gpus {

@@ -303,7 +303,11 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     // One rank of a data-parallel run (torchrun, SLURM, --gpus), or the launcher of one.
     let rank = super::data_parallel::rank_from_env()?;
     if let (None, Some(gpus)) = (&rank, args.gpus.filter(|&n| n > 1)) {
-        return super::data_parallel::launch_ranks(args, gpus);
+        // The settings are checked and Hub sources downloaded once, here, before any rank starts.
+        let mut config = args.to_config()?;
+        crate::engine::train::require_data_parallel_method(&config)?;
+        resolve_sources(&mut config)?;
+        return super::data_parallel::launch_ranks(&config, gpus);
     }
     if args.gpus == Some(0) {
         anyhow::bail!("--gpus 0: give the number of GPUs to train on (1 or more)");

@@ -12,6 +12,7 @@ pub mod config_file;
 pub mod data_fit;
 mod distributed_share;
 pub mod early_stop;
+mod evaluation;
 pub mod events;
 pub mod grpo;
 pub mod loss;
@@ -513,82 +514,6 @@ impl<'a> Trainer<'a> {
             grpo: None,
             preference,
         })
-    }
-
-    /// The mean validation loss over target tokens, into `state` (its val_loss, best and patience counter), and
-    /// what it means for the run (nothing without a validation split).
-    fn evaluate(&mut self, state: &mut TrainerState, rec: &mut Recorder) -> Result<Verdict> {
-        let Some(valid) = self.data.valid.as_ref().filter(|v| !v.examples.is_empty()) else {
-            return Ok(Verdict { new_best: false, stop: false });
-        };
-        let (model, batch_size, batches) = (&self.runner.model, self.config.batch_size, self.config.val_batches);
-        if let Some(grpo) = &self.grpo {
-            return self.evaluate_grpo(grpo, valid, state, rec);
-        }
-        let (loss, perplexity, preference) = match &self.runner.preference {
-            // The replicas are equal: the leader's loss is every rank's (and decides early stopping for all).
-            None if self.group.is_some() => {
-                let leader = self.group.as_ref().is_some_and(|g| g.spec().is_leader());
-                let mine = match leader {
-                    true => Some(validation_loss(model, &valid.examples, batch_size, batches, self.pad_id)?),
-                    false => None,
-                };
-                let device = model.device().clone();
-                let group = self.group.as_mut().ok_or(Error::Cancelled)?;
-                let Some(loss) = distributed_share::leader_value(group, &device, mine)? else {
-                    return Ok(Verdict { new_best: false, stop: false });
-                };
-                (loss, loss.exp(), None)
-            }
-            None => {
-                let loss = validation_loss(model, &valid.examples, batch_size, batches, self.pad_id)?;
-                (loss, loss.exp(), None)
-            }
-            Some(objective) => match objective.split_metrics(model, valid, batch_size, batches, self.pad_id)? {
-                Some(m) => (m.loss, m.chosen_perplexity(), Some(m)),
-                None => return Ok(Verdict { new_best: false, stop: false }),
-            },
-        };
-        state.val_loss = Some(loss);
-        let verdict = early_stop::observe(state, self.config, state.step, loss);
-        rec.send(TrainEvent::Eval {
-            step: state.step,
-            val_loss: loss,
-            perplexity,
-            best: verdict.new_best,
-            preference,
-            grpo: None,
-        })?;
-        Ok(verdict)
-    }
-
-    /// GRPO's validation: the mean reward of greedy completions of the validation prompts (its loss is minus that
-    /// mean, so the best checkpoint is the one with the highest reward).
-    fn evaluate_grpo(
-        &self,
-        grpo: &grpo::run::GrpoRun,
-        valid: &data::PreparedSplit,
-        state: &mut TrainerState,
-        rec: &mut Recorder,
-    ) -> Result<Verdict> {
-        let max_prompts = self.config.val_batches * self.config.batch_size;
-        let locate = |i: usize| format!("{} (validation prompt {})", self.config.data.display(), i + 1);
-        let Some(metrics) = grpo.validate(&self.runner.model, valid, max_prompts, &locate)? else {
-            return Ok(Verdict { new_best: false, stop: false });
-        };
-        // `0 - r`, not `-r`: a reward of 0 is a loss of 0, not -0.
-        let loss = 0.0 - metrics.reward_mean;
-        state.val_loss = Some(loss);
-        let verdict = early_stop::observe(state, self.config, state.step, loss);
-        rec.send(TrainEvent::Eval {
-            step: state.step,
-            val_loss: loss,
-            perplexity: 0.0,
-            best: verdict.new_best,
-            preference: None,
-            grpo: Some(Box::new(metrics)),
-        })?;
-        Ok(verdict)
     }
 
     /// Save a checkpoint into the run folder, which must still be the one this run claimed; record it in run.json
