@@ -96,3 +96,43 @@ fn a_count_saved_on_a_bigger_machine_comes_down_to_this_ones() {
     assert_eq!(t.status, RunStatus::Finished { stopped_early: false }, "log: {:?}", t.log);
     assert!(!t.log.iter().any(|l| format!("{l:?}").contains("data-parallel")), "{:?}", t.log);
 }
+
+#[test]
+fn a_rank_that_dies_ends_the_run_with_its_name_and_the_saved_checkpoints_stay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let mut p = prefs(&runs, 100_000);
+    p.train.save_every = 2;
+    p.train.run_name = Some("dies".into());
+    let mut h = with_model_and_sample_options(p, options(2), 900.0);
+    goto(&mut h, Page::Training);
+    click(&mut h, "Start training");
+    step_until(&mut h, "four steps", 120, |a| a.training_panel.run.as_ref().is_some_and(|r| r.loss.len() >= 4));
+    // The ranks are this process's children (the worker started them); rank 1 started last.
+    let rank1 = ranks_of_this_process().pop().expect("rank 1");
+    assert!(std::process::Command::new("kill").args(["-KILL", &rank1.to_string()]).status().unwrap().success());
+    step_until(&mut h, "the run to fail", 120, |a| !a.training_panel.is_active());
+    let t = &app(&h).training_panel;
+    let RunStatus::Failed(message) = &t.status else { panic!("{:?}, log {:?}", t.status, t.log) };
+    assert!(message.contains("rank 1") && message.contains("signal 9"), "{message}");
+    assert!(runs.join("dies").join("checkpoint-2").join("adapter_model.safetensors").is_file());
+}
+
+/// This process's children that run `train --control-stdin` (the ranks the worker started), oldest first.
+fn ranks_of_this_process() -> Vec<u32> {
+    let me = std::process::id();
+    let mut found: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let parent =
+                stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            parent == Some(me) && String::from_utf8_lossy(&cmdline).contains("--control-stdin")
+        })
+        .collect();
+    found.sort();
+    found
+}

@@ -61,9 +61,16 @@ fn run<F: FnOnce()>(
         })
         .map_err(|e| Error::Distributed(format!("cannot read rank 0's events: {e}")))?;
     let (mut stop_sent, mut paused_sent) = (false, false);
+    // Rank 0's failure waits for the launcher's verdict: when another rank died first, rank 0 only saw it go, and the
+    // launcher's message (that rank's own last lines) says why.
+    let mut leader_failed: Option<TrainEvent> = None;
+    let mut forward = |event: TrainEvent, outlet: &mut RunOutlet<'_, F>| match event {
+        TrainEvent::Failed { .. } => leader_failed = Some(event),
+        other => outlet.emit(other),
+    };
     let waited = ranks.wait(&mut |ranks| {
         for event in events.try_iter() {
-            outlet.emit(event);
+            forward(event, outlet);
         }
         if control.stop_requested() && !stop_sent {
             // A paused run stops too (the studio's Stop un-pauses an in-process run the same way).
@@ -78,7 +85,20 @@ fn run<F: FnOnce()>(
     // The leader's last events (its final one) may still be in the pipe.
     let _ = reader.join();
     for event in events.try_iter() {
-        outlet.emit(event);
+        forward(event, outlet);
     }
-    waited
+    match (waited, leader_failed) {
+        (Err(launcher), Some(TrainEvent::Failed { step, message, kind }))
+            if !launcher.to_string().contains("rank 0 (device 0)") =>
+        {
+            let message = format!("{launcher}\n(rank 0: {message})");
+            outlet.emit(TrainEvent::Failed { step, message, kind });
+            Ok(())
+        }
+        (_, Some(failed)) => {
+            outlet.emit(failed);
+            Ok(())
+        }
+        (waited, None) => waited,
+    }
 }
