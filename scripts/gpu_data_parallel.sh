@@ -109,6 +109,19 @@ with open('/tmp/long.jsonl', 'w') as f:
         f.write(json.dumps({"text": ' '.join(random.choice(words) for _ in range(900))}) + '\n')
 EOF
   ALL=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
+  anchor() {  # label name gpus script: a torchrun anchor at the same shape, its JSON line and the nvidia-smi peak
+    local P; P=$(peak "$W/$2$3.mem")
+    timeout 500 torchrun --standalone --nproc-per-node "$3" "$4" --model /tmp/llama1b --global-batch-size $((4 * $3)) --seq-len 1024 --rank 8 --targets $ALL --steps 20 --warmup 3 --dtype bf16 2>"$W/$2$3.err" | tail -1 >"$W/$2$3.json"
+    kill "$P"
+    python3 - "$W/$2$3.json" "$1" "$3" "$(sort -n "$W/$2$3.mem" | tail -1)" <<'EOF' | tee -a "$LOG"
+import json, sys
+try:
+    d = json.loads(open(sys.argv[1]).read())
+    print(f"{sys.argv[2]} {sys.argv[3]} GPU(s): median step {d['median_step_secs']:.4f} s, {d['tokens_per_sec']:.0f} tokens/s, peak {sys.argv[4]} MiB (busiest GPU), torch {d.get('torch')}")
+except Exception as e:
+    print(f"{sys.argv[2]} {sys.argv[3]} GPU(s): failed ({e})")
+EOF
+  }
   peak() { (while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | sort -n | tail -1; sleep 0.1; done) >"$1" 2>/dev/null & echo $!; }
   for n in 1 2 4; do
     [ "$NGPU" -ge $n ] || continue
@@ -124,30 +137,10 @@ t = [b['elapsed_secs'] - a['elapsed_secs'] for a, b in zip(steps, steps[1:])][5:
 n = int(sys.argv[2]); med = statistics.median(t) if t else float('nan')
 print(f"ours {n} GPU(s): median step {med:.4f} s, {4*n*1024/med:.0f} tokens/s, last loss {steps[-1]['loss'] if steps else None:.4f}, peak {sys.argv[3]} MiB (busiest GPU)")
 EOF
-    P=$(peak "$W/ddp$n.mem")
-    timeout 400 torchrun --standalone --nproc-per-node $n "$G/bench_ddp_peft.py" --model /tmp/llama1b --global-batch-size $((4 * n)) --seq-len 1024 --rank 8 --targets $ALL --steps 20 --warmup 3 --dtype bf16 2>"$W/ddp$n.err" | tail -1 >"$W/ddp$n.json"
-    kill $P
-    python3 - "$W/ddp$n.json" "$n" "$(sort -n "$W/ddp$n.mem" | tail -1)" <<'EOF' | tee -a "$LOG"
-import json, sys
-try:
-    d = json.loads(open(sys.argv[1]).read())
-    print(f"torch DDP + PEFT {sys.argv[2]} GPU(s): median step {d['median_step_secs']:.4f} s, {d['tokens_per_sec']:.0f} tokens/s, peak {sys.argv[3]} MiB (busiest GPU), torch {d.get('torch')}")
-except Exception as e:
-    print(f"torch DDP + PEFT {sys.argv[2]} GPU(s): failed ({e})")
-EOF
+    anchor "torch DDP + PEFT" ddp "$n" "$G/bench_ddp_peft.py"
     [ -f "$G/unsloth-site.tar.xz" ] || continue
     [ -d /tmp/site ] || { mkdir -p /tmp/site && tar -xJf "$G/unsloth-site.tar.xz" -C /tmp/site; }
-    P=$(peak "$W/unsloth$n.mem")
-    PYTHONPATH=/tmp/site timeout 500 torchrun --standalone --nproc-per-node $n "$G/bench_ddp_unsloth.py" --model /tmp/llama1b --global-batch-size $((4 * n)) --seq-len 1024 --rank 8 --targets $ALL --steps 20 --warmup 3 --dtype bf16 2>"$W/unsloth$n.err" | tail -1 >"$W/unsloth$n.json"
-    kill $P
-    python3 - "$W/unsloth$n.json" "$n" "$(sort -n "$W/unsloth$n.mem" | tail -1)" <<'EOF' | tee -a "$LOG"
-import json, sys
-try:
-    d = json.loads(open(sys.argv[1]).read())
-    print(f"Unsloth (torchrun DDP) {sys.argv[2]} GPU(s): median step {d['median_step_secs']:.4f} s, {d['tokens_per_sec']:.0f} tokens/s, peak {sys.argv[3]} MiB (busiest GPU)")
-except Exception as e:
-    print(f"Unsloth (torchrun DDP) {sys.argv[2]} GPU(s): failed ({e})")
-EOF
+    PYTHONPATH=/tmp/site anchor "Unsloth (torch DDP)" unsloth "$n" "$G/bench_ddp_unsloth.py"
   done
   tail -n 5 "$W"/scale*.err "$W"/ddp*.err "$W"/unsloth*.err >>"$LOG" 2>/dev/null
 fi

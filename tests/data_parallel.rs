@@ -211,24 +211,9 @@ fn what_cannot_train_on_several_processes_is_refused_before_any_starts() {
 
 /// The ranks' process ids: the launcher's children.
 fn rank_pids(launcher: u32) -> Vec<u32> {
-    let ranks = children_of(launcher);
+    let ranks = common::cli::children_of(launcher, "train");
     assert_eq!(ranks.len(), 2, "two ranks under the launcher");
     ranks
-}
-
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut found: Vec<u32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            // pid (comm) state ppid ...: the comm may hold spaces, so read after its closing parenthesis.
-            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok()) == Some(pid)
-        })
-        .collect();
-    found.sort();
-    found
 }
 
 fn process_alive(pid: u32) -> bool {

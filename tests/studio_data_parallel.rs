@@ -109,30 +109,11 @@ fn a_rank_that_dies_ends_the_run_with_its_name_and_the_saved_checkpoints_stay() 
     click(&mut h, "Start training");
     step_until(&mut h, "four steps", 120, |a| a.training_panel.run.as_ref().is_some_and(|r| r.loss.len() >= 4));
     // The ranks are this process's children (the worker started them); rank 1 started last.
-    let rank1 = ranks_of_this_process().pop().expect("rank 1");
+    let rank1 = common::cli::children_of(std::process::id(), "--control-stdin").pop().expect("rank 1");
     assert!(std::process::Command::new("kill").args(["-KILL", &rank1.to_string()]).status().unwrap().success());
     step_until(&mut h, "the run to fail", 120, |a| !a.training_panel.is_active());
     let t = &app(&h).training_panel;
     let RunStatus::Failed(message) = &t.status else { panic!("{:?}, log {:?}", t.status, t.log) };
     assert!(message.contains("rank 1") && message.contains("signal 9"), "{message}");
     assert!(runs.join("dies").join("checkpoint-2").join("adapter_model.safetensors").is_file());
-}
-
-/// This process's children that run `train --control-stdin` (the ranks the worker started), oldest first.
-fn ranks_of_this_process() -> Vec<u32> {
-    let me = std::process::id();
-    let mut found: Vec<u32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            let parent =
-                stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            parent == Some(me) && String::from_utf8_lossy(&cmdline).contains("--control-stdin")
-        })
-        .collect();
-    found.sort();
-    found
 }

@@ -174,3 +174,20 @@ pub fn step_events(
 pub fn step_losses(kernels: &str, arch: &str, dtype: &str, data: &str, iters: usize, extra: &[&str]) -> Vec<f64> {
     step_events(kernels, arch, dtype, data, iters, extra).iter().map(|e| e["loss"].as_f64().unwrap()).collect()
 }
+
+/// The process ids of `parent`'s children whose command line contains `needle`, oldest (lowest id) first, read from
+/// /proc (Linux).
+pub fn children_of(parent: u32, needle: &str) -> Vec<u32> {
+    let mut found: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|entries| entries.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).collect())
+        .unwrap_or_default();
+    found.retain(|p| {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // pid (comm) state ppid ...: the comm may hold spaces, so read after its closing parenthesis.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains(needle)
+    });
+    found.sort();
+    found
+}
