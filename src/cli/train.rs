@@ -351,12 +351,11 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<()> {
     let json = args.json;
     let mut printer = ProgressPrinter::default();
     let result = train::run_training(&config, &base, &control, &mut |event| {
+        // The leader reports the run; another rank's failure is its exit's error message.
         if !leader {
-            // The leader reports the run; another rank says only why it failed.
-            if let TrainEvent::Failed { message, .. } = &event {
-                eprintln!("error: {message}");
-            }
-        } else if json {
+            return;
+        }
+        if json {
             if let Ok(line) = serde_json::to_string(&event) {
                 println!("{line}");
             }

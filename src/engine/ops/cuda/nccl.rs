@@ -13,7 +13,30 @@ use candle_core::{CudaStorage, DType, Device, Layout, Tensor};
 use std::sync::{Arc, Mutex};
 
 fn nccl_error(what: &str) -> impl Fn(result::NcclError) -> Error + '_ {
-    move |e| Error::Distributed(format!("NCCL {what}: {e:?}"))
+    move |e| Error::Distributed(format!("NCCL {what}: {}", describe(e)))
+}
+
+/// NCCL's name and words for `error`, and its last error message (NCCL_DEBUG=WARN prints more).
+fn describe(error: result::NcclError) -> String {
+    let text = |p: *const std::ffi::c_char| match p.is_null() {
+        true => String::new(),
+        // SAFETY: NCCL returns NUL-terminated static or thread-local strings.
+        false => unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().trim().to_string(),
+    };
+    // SAFETY: both take a result code or a null communicator and return a string NCCL owns.
+    let (words, last) =
+        unsafe { (text(sys::ncclGetErrorString(error.0)), text(sys::ncclGetLastError(std::ptr::null_mut()))) };
+    let hint = match error.0 {
+        sys::ncclResult_t::ncclInvalidUsage => {
+            " (NCCL refuses two ranks on one GPU: give each rank its own LOCAL_RANK, or sum on the host with \
+             --sum-on-host)"
+        }
+        _ => "",
+    };
+    match last.is_empty() {
+        true => format!("{:?}, {words}{hint}", error.0),
+        false => format!("{:?}, {words}: {last}{hint}", error.0),
+    }
 }
 
 /// The raw communicator and whether it is gone (aborted, by the watchdog or at drop).
@@ -129,7 +152,7 @@ impl candle_core::InplaceOp1 for AllReduce {
                 stream.cu_stream() as sys::cudaStream_t,
             )
         }
-        .map_err(|e| candle_core::Error::Msg(format!("NCCL all-reduce: {e:?}")))?;
+        .map_err(|e| candle_core::Error::Msg(format!("NCCL all-reduce: {}", describe(e))))?;
         Ok(())
     }
 }
