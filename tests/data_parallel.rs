@@ -45,12 +45,7 @@ fn max_difference(a: &Path, b: &Path) -> f32 {
     assert_eq!(a.len(), b.len());
     let largest =
         |t: &candle_core::Tensor| t.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-    a.iter()
-        .map(|(k, t)| {
-            let d = largest(&(t - &b[k]).unwrap()) / largest(t).max(f32::MIN_POSITIVE);
-            d
-        })
-        .fold(0.0, f32::max)
+    a.iter().map(|(k, t)| largest(&(t - &b[k]).unwrap()) / largest(t).max(f32::MIN_POSITIVE)).fold(0.0, f32::max)
 }
 
 #[test]

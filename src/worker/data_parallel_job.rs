@@ -6,20 +6,27 @@
 use super::jobs::RunOutlet;
 use super::Outbox;
 use crate::engine::distributed::launch::{self, LeaderOutput};
-use crate::engine::train::{TrainConfig, TrainControl, TrainEvent};
+use crate::engine::model::LoadedModel;
+use crate::engine::train::{ModelLimits, TrainConfig, TrainControl, TrainEvent};
 use crate::engine::{Error, Result};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-/// Run `config` on `gpus` processes of `program` (this binary), forwarding the leader's events.
+/// Run `config` on `gpus` processes of `program` (this binary), forwarding the leader's events. The settings are
+/// checked against the loaded `base` first (the engine's one check, as `train_job` runs it), before any process
+/// starts.
 pub(super) fn data_parallel_job(
     config: &TrainConfig,
+    base: &LoadedModel,
     (gpus, program): (usize, &Path),
     control: &TrainControl,
     out: &Outbox,
     on_final: impl FnOnce(),
 ) {
     let mut outlet = RunOutlet::new(out, control, on_final);
+    if let Err(e) = config.validate_for_model(ModelLimits::of(&base.config)) {
+        return outlet.end(Err(e));
+    }
     let settings = settings_file();
     let result = run(config, gpus, program, &settings, control, &mut outlet);
     let _ = std::fs::remove_file(&settings);

@@ -316,12 +316,7 @@ impl Dispatcher {
                 match on_gpus {
                     None => jobs::train_job(&config, &base, &control, &out, on_final),
                     Some((gpus, program)) => {
-                        // The settings are checked against the loaded model before any process starts.
-                        let limits = crate::engine::train::ModelLimits::of(&base.config);
-                        match config.validate_for_model(limits) {
-                            Ok(()) => data_parallel_job(&config, (gpus, &program), &control, &out, on_final),
-                            Err(e) => jobs::RunOutlet::new(&out, &control, on_final).end(Err(e)),
-                        }
+                        data_parallel_job(&config, &base, (gpus, &program), &control, &out, on_final)
                     }
                 }
             },

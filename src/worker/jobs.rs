@@ -87,7 +87,7 @@ fn summarize_model(m: &LoadedModel, load_secs: f64) -> ModelSummary {
 
 /// `config` with `checkpointing = auto` decided against the memory estimate for `base` on its device (the
 /// engine's rule, as the CLI applies it).
-pub(super) fn with_checkpointing_decided(config: &TrainConfig, base: &LoadedModel) -> TrainConfig {
+fn with_checkpointing_decided(config: &TrainConfig, base: &LoadedModel) -> TrainConfig {
     let mut config = config.clone();
     // The plan reads the dataset to find its longest row: only worth it when it decides something.
     if config.checkpointing == crate::engine::train::config::Checkpointing::Auto {

@@ -154,7 +154,7 @@ impl Launch {
     /// Ask the leader to stop after the current step (it saves, and the others stop with it).
     pub fn request_stop(&self) {
         if let Some(leader) = self.ranks.first() {
-            signal(leader.child.id(), Signal::Term);
+            terminate(leader.child.id());
         }
     }
 
@@ -205,7 +205,7 @@ impl Launch {
         let running = |r: &mut RankProcess| matches!(r.child.try_wait(), Ok(None));
         for rank in self.ranks.iter_mut().filter(|r| r.exited.is_none()) {
             if running(rank) {
-                signal(rank.child.id(), Signal::Term);
+                terminate(rank.child.id());
             }
         }
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -268,21 +268,13 @@ fn describe_status(status: ExitStatus) -> String {
     format!("exited with {status}")
 }
 
-enum Signal {
-    Term,
-}
-
-fn signal(pid: u32, which: Signal) {
+/// Send SIGTERM to `pid` (a rank asked to stop; it saves and exits as on Ctrl-C).
+fn terminate(pid: u32) {
     #[cfg(unix)]
-    {
-        let number = match which {
-            Signal::Term => libc::SIGTERM,
-        };
-        // SAFETY: sends a signal to a child this launcher started (and has not reaped).
-        unsafe {
-            libc::kill(pid as libc::pid_t, number);
-        }
+    // SAFETY: sends a signal to a child this launcher started (and has not reaped).
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
     }
     #[cfg(not(unix))]
-    let _ = (pid, which);
+    let _ = pid;
 }

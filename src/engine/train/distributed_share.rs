@@ -16,6 +16,11 @@ pub(super) fn join(config: &TrainConfig, base: &LoadedModel) -> Result<Option<Gr
     Ok(Some(Group::join(spec, base.model.device(), JOIN_TIMEOUT)?))
 }
 
+/// Whether this process leads its run: it trains alone, or it is rank 0 (the one that writes and evaluates).
+pub(super) fn leads(group: Option<&Group>) -> bool {
+    group.is_none_or(|g| g.spec().is_leader())
+}
+
 /// Data-parallel training runs SFT: a preference or GRPO step is not (yet) split into rows the ranks can share.
 pub fn require_data_parallel_method(config: &TrainConfig) -> Result<()> {
     if config.method == super::Method::Sft {

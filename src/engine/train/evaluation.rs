@@ -7,7 +7,7 @@ use super::recorder::Recorder;
 use super::{distributed_share, grpo, validation_loss, TrainEvent, Trainer};
 use crate::engine::checkpoint::TrainerState;
 use crate::engine::data;
-use crate::engine::{Error, Result};
+use crate::engine::Result;
 
 impl Trainer<'_> {
     /// The mean validation loss over target tokens, into `state` (its val_loss, best and patience counter), and
@@ -21,22 +21,19 @@ impl Trainer<'_> {
             return self.evaluate_grpo(grpo, valid, state, rec);
         }
         let (loss, perplexity, preference) = match &self.runner.preference {
-            // The replicas are equal: the leader's loss is every rank's (and decides early stopping for all).
-            None if self.group.is_some() => {
-                let leader = self.group.as_ref().is_some_and(|g| g.spec().is_leader());
-                let mine = match leader {
+            None => {
+                // In a data-parallel run the replicas are equal: the leader's loss is every rank's (and decides
+                // early stopping for all).
+                let mine = match distributed_share::leads(self.group.as_ref()) {
                     true => Some(validation_loss(model, &valid.examples, batch_size, batches, self.pad_id)?),
                     false => None,
                 };
                 let device = model.device().clone();
-                let group = self.group.as_mut().ok_or(Error::Cancelled)?;
-                let Some(loss) = distributed_share::leader_value(group, &device, mine)? else {
-                    return Ok(Verdict { new_best: false, stop: false });
+                let shared = match self.group.as_mut() {
+                    Some(group) => distributed_share::leader_value(group, &device, mine)?,
+                    None => mine,
                 };
-                (loss, loss.exp(), None)
-            }
-            None => {
-                let loss = validation_loss(model, &valid.examples, batch_size, batches, self.pad_id)?;
+                let Some(loss) = shared else { return Ok(Verdict { new_best: false, stop: false }) };
                 (loss, loss.exp(), None)
             }
             Some(objective) => match objective.split_metrics(model, valid, batch_size, batches, self.pad_id)? {

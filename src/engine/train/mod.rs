@@ -135,7 +135,7 @@ impl<'a> Trainer<'a> {
         // The ranks of a data-parallel run meet once each has its model and data (a rank that failed before is
         // named by the others' timeout, or stopped by the launcher).
         let group = distributed_share::join(config, base)?;
-        let leader = group.as_ref().is_none_or(|g| g.spec().is_leader());
+        let leader = distributed_share::leads(group.as_ref());
         // A clone shares the frozen weights with `base` (tensors are reference counted).
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);
@@ -520,7 +520,7 @@ impl<'a> Trainer<'a> {
     /// when it is the best, then keep `save_total_limit`.
     fn save(&self, state: &mut TrainerState, rec: &mut Recorder) -> Result<()> {
         // The other ranks of a data-parallel run hold the same adapters: only the leader writes.
-        if self.group.as_ref().is_some_and(|g| !g.spec().is_leader()) {
+        if !distributed_share::leads(self.group.as_ref()) {
             return Ok(());
         }
         state.saved_unix_secs = checkpoint::unix_now();

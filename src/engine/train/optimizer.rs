@@ -87,10 +87,8 @@ impl AdamW {
         max_norm: Option<f64>,
         loss: &Scalar,
     ) -> Result<QueuedStep> {
-        let fused = !grads.is_empty()
-            && matches!(self.moments, Moments::Each { .. })
-            && grads.iter().all(cuda_optimizer::available);
-        if fused {
+        // The moments' layout, chosen at construction from where the parameters live, decides the path.
+        if !grads.is_empty() && matches!(self.moments, Moments::Each { .. }) {
             let (bias1, bias2) = self.count_step();
             let Moments::Each { m, v } = &self.moments else {
                 return Err(crate::engine::Error::Training("the fused AdamW update needs its moments apart".into()));
@@ -105,7 +103,10 @@ impl AdamW {
                 bias2: bias2 as f32,
             };
             let device = self.params[0].1.device().clone();
-            let grads = grads.iter().map(|g| g.contiguous()).collect::<candle_core::Result<Vec<_>>>()?;
+            let grads = grads
+                .iter()
+                .map(|g| g.to_dtype(candle_core::DType::F32)?.contiguous())
+                .collect::<candle_core::Result<Vec<_>>>()?;
             let slots: Vec<ParamSlot> = (0..self.params.len())
                 .map(|i| ParamSlot { param: self.params[i].1.as_tensor(), m: &m[i], v: &v[i], grad: &grads[i] })
                 .collect();
@@ -160,12 +161,12 @@ impl AdamW {
         grad_scale: f64,
         (bias1, bias2): (f64, f64),
     ) -> Result<()> {
-        let Moments::Joined { m, v } = &mut self.moments else {
-            return Err(crate::engine::Error::Training("the composed AdamW update needs joined moments".into()));
-        };
         if self.params.is_empty() {
             return Ok(());
         }
+        let Moments::Joined { m, v } = &mut self.moments else {
+            return Err(crate::engine::Error::Training("the composed AdamW update needs joined moments".into()));
+        };
         let (b1, b2) = (self.hp.beta1, self.hp.beta2);
         let g = &joined(grads.iter().map(Tensor::detach))?;
         let g = &if grad_scale != 1.0 { (g * grad_scale)? } else { g.clone() };
