@@ -69,10 +69,11 @@ fn check(gpu: &Device, c: Case, dtype: DType, tolerance: f64) {
     let on_gpu = |x: &Tensor| x.to_dtype(dtype).unwrap().to_device(gpu).unwrap();
     let (gq, gk, gv, gd) = (on_gpu(&q), on_gpu(&k), on_gpu(&v), on_gpu(&d_out));
     let scale = 1.0 / (c.d as f64).sqrt();
-    let (out, lse) = ops::fused_attention(&gq, &gk, &gv, scale, 0, c.window).unwrap().expect("fused attention applies");
+    let (out, lse) =
+        ops::fused_attention(&gq, &gk, &gv, scale, 0, c.window, None).unwrap().expect("fused attention applies");
     let rows = (c.b * c.t, c.heads * c.d);
     let (out2, gd2) = (out.reshape(rows).unwrap(), gd.reshape(rows).unwrap());
-    let (dq, dk, dv) = ops::fused_attention_backward(&gq, &gk, &gv, &out2, &lse, &gd2, scale, c.window).unwrap();
+    let (dq, dk, dv) = ops::fused_attention_backward(&gq, &gk, &gv, &out2, &lse, &gd2, scale, c.window, None).unwrap();
     let errors = [relative(&out, &want[0]), relative(&dq, &want[1]), relative(&dk, &want[2]), relative(&dv, &want[3])];
     eprintln!(
         "{c:?} {dtype:?}: relative error out/dq/dk/dv {:.1e} {:.1e} {:.1e} {:.1e}",
@@ -123,12 +124,12 @@ fn fused_attention_backward_is_deterministic() {
     let c = Case { b: 1, heads: 32, kv: 8, t: 2048, d: 64, window: None };
     let [q, k, v, d_out] = inputs(c, DType::BF16).map(|x| x.to_dtype(DType::BF16).unwrap().to_device(&gpu).unwrap());
     let scale = 1.0 / 8.0;
-    let (out, lse) = ops::fused_attention(&q, &k, &v, scale, 0, None).unwrap().expect("fused attention applies");
+    let (out, lse) = ops::fused_attention(&q, &k, &v, scale, 0, None, None).unwrap().expect("fused attention applies");
     let rows = (c.t, c.heads * c.d);
     let (out, d_out) = (out.reshape(rows).unwrap(), d_out.reshape(rows).unwrap());
     let bits = |x: &Tensor| x.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
     let run = || {
-        let (dq, dk, dv) = ops::fused_attention_backward(&q, &k, &v, &out, &lse, &d_out, scale, None).unwrap();
+        let (dq, dk, dv) = ops::fused_attention_backward(&q, &k, &v, &out, &lse, &d_out, scale, None, None).unwrap();
         [bits(&dq), bits(&dk), bits(&dv)]
     };
     let first = run();
@@ -166,7 +167,8 @@ fn fused_prefill_over_a_strided_cache_matches_the_full_attention() {
             };
             let q_new = on_gpu(&q.narrow(2, 60, 7).unwrap());
             let scale = 1.0 / (c.d as f64).sqrt();
-            let (out, _) = ops::fused_attention(&q_new, &cache(&k), &cache(&v), scale, 60, window).unwrap().unwrap();
+            let (out, _) =
+                ops::fused_attention(&q_new, &cache(&k), &cache(&v), scale, 60, window, None).unwrap().unwrap();
             let error = relative(&out, &want);
             eprintln!("prefill at 60, head_dim {d} {dtype:?}, window {window:?}: relative error {error:.1e}");
             assert!(error < tolerance, "head_dim {d} {dtype:?} window {window:?}: {error} over {tolerance}");

@@ -183,7 +183,8 @@ impl Attention {
         };
         if t > 1 {
             let offset = k.dim(2)? - t;
-            if let Some((out, _)) = ops::fused_attention(&h.q, &k, &v, self.scale(), offset, self.sliding_window)? {
+            if let Some((out, _)) = ops::fused_attention(&h.q, &k, &v, self.scale(), offset, self.sliding_window, None)?
+            {
                 return Ok(self.o_proj.forward(&out)?);
             }
         }
@@ -209,7 +210,7 @@ impl Attention {
         let h = self.heads(qkv, (b, t), (cos, sin))?;
         let q = h.q.contiguous()?;
         let blocked = t > 1 && ops::blocked_attention_applies(q.device(), q.dtype(), self.head_dim, t);
-        let (scores, attn) = match ops::fused_attention(&q, &h.k, &h.v, self.scale(), 0, self.sliding_window)? {
+        let (scores, attn) = match ops::fused_attention(&q, &h.k, &h.v, self.scale(), 0, self.sliding_window, None)? {
             Some((out, lse)) => (Scores::Fused(lse), out),
             None if blocked => {
                 let (out, stats) = ops::blocked_attention(&q, &h.k, &h.v, self.scale(), 0, self.sliding_window)?;
@@ -251,7 +252,17 @@ impl Attention {
         let (d_q, d_k, d_v) = match &tape.scores {
             Scores::Fused(lse) => {
                 let (q, k, v) = (&tape.q, &tape.k, &tape.v);
-                ops::fused_attention_backward(q, k, v, &tape.attn, lse, &d_attn, self.scale(), self.sliding_window)?
+                ops::fused_attention_backward(
+                    q,
+                    k,
+                    v,
+                    &tape.attn,
+                    lse,
+                    &d_attn,
+                    self.scale(),
+                    self.sliding_window,
+                    None,
+                )?
             }
             Scores::Blocked(stats) => {
                 let (q, k, v) = (&tape.q, &tape.k, &tape.v);

@@ -42,8 +42,10 @@ pub fn fused_attention_applies(device: &candle_core::Device, dtype: DType, head_
 }
 
 /// Fused (flash-style) causal attention where [`fused_attention_applies`] (CUDA): `q` (b, heads, tq, d) at
-/// positions `q_offset..` against `k`/`v` (b, kv_heads, tk, d), no older than `window` keys back: the output
-/// (b, tq, heads * d) and what [`fused_attention_backward`] needs. None elsewhere: the caller composes.
+/// positions `q_offset..` against `k`/`v` (b, kv_heads, tk, d), no older than `window` keys back and, for packed
+/// rows, none before `row_starts` (u32 (b, t): where each query's own example starts in its row; training only,
+/// `q_offset` 0): the output (b, tq, heads * d) and what [`fused_attention_backward`] needs. None elsewhere: the
+/// caller composes.
 pub fn fused_attention(
     q: &Tensor,
     k: &Tensor,
@@ -51,16 +53,18 @@ pub fn fused_attention(
     scale: f64,
     q_offset: usize,
     window: Option<usize>,
+    row_starts: Option<&Tensor>,
 ) -> Result<Option<(Tensor, Logsumexp)>> {
     let (_, _, _, d) = q.dims4()?;
     if !fused_attention_applies(q.device(), q.dtype(), d) {
         return Ok(None);
     }
-    cuda_attention::forward(q, k, v, scale, q_offset, window.unwrap_or(0)).map(Some)
+    cuda_attention::forward(q, k, v, scale, q_offset, window.unwrap_or(0), row_starts).map(Some)
 }
 
 /// Gradients `(dq (b, heads, t, d), dk, dv (b, kv_heads, t, d))` of a training [`fused_attention`] (from
-/// position 0, tq == tk) for the output gradient `d_out` (b * t, heads * d); `out` is its output.
+/// position 0, tq == tk) for the output gradient `d_out` (b * t, heads * d); `out` is its output; `row_starts` as
+/// the forward had them.
 #[allow(clippy::too_many_arguments)]
 pub fn fused_attention_backward(
     q: &Tensor,
@@ -71,8 +75,9 @@ pub fn fused_attention_backward(
     d_out: &Tensor,
     scale: f64,
     window: Option<usize>,
+    row_starts: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    cuda_attention::backward(q, k, v, out, lse, d_out, scale, window.unwrap_or(0))
+    cuda_attention::backward(q, k, v, out, lse, d_out, scale, window.unwrap_or(0), row_starts)
 }
 
 /// Whether attention of more than one query against `keys` keys in `dtype` on `device` runs in blocks

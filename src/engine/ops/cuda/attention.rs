@@ -31,7 +31,8 @@ pub struct Logsumexp(pub(crate) Tensor);
 
 /// `softmax(q k^T * scale + causal/window mask) v` for `q` (b, heads, tq, d) at positions `q_offset..` and
 /// `k`/`v` (b, kv_heads, tk, d) (rows of d contiguous; a KV cache view may be strided otherwise): the output
-/// (b, tq, heads * d) and the logsumexp. `window` 0: none.
+/// (b, tq, heads * d) and the logsumexp. `window` 0: none. `row_starts` (u32 (b, tq), `q_offset` 0 and tq == tk
+/// only): packed rows, where query i of row r sees no key before `row_starts[r, i]` (its own example's start).
 pub fn forward(
     q: &Tensor,
     k: &Tensor,
@@ -39,14 +40,15 @@ pub fn forward(
     scale: f64,
     q_offset: usize,
     window: usize,
+    row_starts: Option<&Tensor>,
 ) -> Result<(Tensor, Logsumexp)> {
     let (q, k, v) = (&even(&q.contiguous()?)?, &even(k)?, &even(v)?);
-    let (out, lse) = imp::forward(q, k, v, scale as f32, q_offset, window)?;
+    let (out, lse) = imp::forward(q, k, v, scale as f32, q_offset, window, row_starts)?;
     Ok((out, Logsumexp(lse)))
 }
 
 /// Gradients (dq (b, heads, t, d), dk and dv (b, kv_heads, t, d)) of the training forward (`q_offset` 0,
-/// tq == tk) given `out` and `d_out` (b * t, heads * d).
+/// tq == tk) given `out` and `d_out` (b * t, heads * d); `row_starts` as the forward had them.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     q: &Tensor,
@@ -57,9 +59,11 @@ pub fn backward(
     d_out: &Tensor,
     scale: f64,
     window: usize,
+    row_starts: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let c = |t: &Tensor| even(&t.contiguous()?);
-    imp::backward([&c(q)?, &c(k)?, &c(v)?, &c(out)?, &c(d_out)?], &lse.0.contiguous()?, scale as f32, window)
+    let t = [&c(q)?, &c(k)?, &c(v)?, &c(out)?, &c(d_out)?];
+    imp::backward(t, &lse.0.contiguous()?, scale as f32, window, row_starts)
 }
 
 /// `x`, copied when its view starts at an odd element: the tensor-core kernels read 16-bit elements in pairs.
@@ -139,7 +143,11 @@ mod imp {
         scale: f32,
         q_offset: usize,
         window: usize,
+        row_starts: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
+        if row_starts.is_some() {
+            bail!("fused attention: packed rows are not supported by these kernels yet")
+        }
         let (b, heads, tq, d) = q.dims4()?;
         let (kb, kv_heads, tk, kd) = k.dims4()?;
         if kb != b || kd != d || v.dims() != k.dims() || v.stride() != k.stride() || heads % kv_heads != 0 {
@@ -174,7 +182,16 @@ mod imp {
     }
 
     /// `[q, k, v, out, d_out]`, all contiguous.
-    pub fn backward(t: [&Tensor; 5], lse: &Tensor, scale: f32, window: usize) -> Result<(Tensor, Tensor, Tensor)> {
+    pub fn backward(
+        t: [&Tensor; 5],
+        lse: &Tensor,
+        scale: f32,
+        window: usize,
+        row_starts: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        if row_starts.is_some() {
+            bail!("fused attention: packed rows are not supported by these kernels yet")
+        }
         let [q, k, _, out, d_out] = t;
         let (b, heads, tq, d) = q.dims4()?;
         let (_, kv_heads, tk, _) = k.dims4()?;
@@ -243,11 +260,25 @@ mod imp {
 mod imp {
     use candle_core::{bail, Result, Tensor};
 
-    pub fn forward(_: &Tensor, _: &Tensor, _: &Tensor, _: f32, _: usize, _: usize) -> Result<(Tensor, Tensor)> {
+    pub fn forward(
+        _: &Tensor,
+        _: &Tensor,
+        _: &Tensor,
+        _: f32,
+        _: usize,
+        _: usize,
+        _: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
         bail!("fused attention runs on CUDA only")
     }
 
-    pub fn backward(_: [&Tensor; 5], _: &Tensor, _: f32, _: usize) -> Result<(Tensor, Tensor, Tensor)> {
+    pub fn backward(
+        _: [&Tensor; 5],
+        _: &Tensor,
+        _: f32,
+        _: usize,
+        _: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
         bail!("fused attention runs on CUDA only")
     }
 }
