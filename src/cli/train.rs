@@ -61,6 +61,10 @@ pub struct TrainArgs {
     pub batch_size: Option<usize>,
     #[arg(long, allow_negative_numbers = true)]
     pub seq_len: Option<usize>,
+    /// Pack several examples into each row of up to --seq-len tokens, without padding (SFT); attention never
+    /// crosses from one example to the next and positions restart at each. --batch-size then counts rows.
+    #[arg(long)]
+    pub packing: bool,
     #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// constant | linear | cosine
@@ -219,6 +223,7 @@ impl TrainArgs {
         }
         set!(c.batch_size, self.batch_size);
         set!(c.seq_len, self.seq_len);
+        c.packing |= self.packing;
         set!(c.lr, self.lr);
         set!(c.schedule, self.schedule);
         if self.warmup.is_some() {

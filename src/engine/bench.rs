@@ -115,6 +115,7 @@ pub fn random_batch(vocab: usize, batch_size: usize, seq_len: usize, seed: u64) 
         seq_len,
         target_tokens: batch_size * (seq_len - 1),
         lengths: vec![seq_len; batch_size],
+        row_starts: None,
     }
 }
 

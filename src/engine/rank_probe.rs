@@ -178,7 +178,9 @@ fn probe_one(
     let trainable_params = params.iter().map(|p| p.elem_count()).sum();
     let mut runner = StepRunner::new(model, &params, settings.weight_decay, settings.max_grad_norm, settings.seed)?;
     runner.checkpointing = settings.checkpointing.enabled()?;
-    let (plan, total_steps) = train::plan_batches(&probe_cfg, data.data.train.lengths())?;
+    let examples = &data.data.train.examples;
+    let rows = train::TrainRows::new(&probe_cfg, examples);
+    let (plan, total_steps) = train::plan_batches(&probe_cfg, rows.lengths(examples))?;
     let setup_secs = setup_started.elapsed().as_secs_f64();
     let mut batches = plan.iter();
     let started = Instant::now();
@@ -189,10 +191,8 @@ fn probe_one(
             return Err(Error::Cancelled);
         }
         let micro: Vec<_> = (0..settings.grad_accum).filter_map(|_| batches.next()).collect();
-        let collated = micro
-            .iter()
-            .map(|b| crate::engine::data::collate(&data.data.train.examples, &b.indices, data.pad_id))
-            .collect::<Result<Vec<_>>>()?;
+        let collated =
+            micro.iter().map(|b| rows.collate(examples, &b.indices, data.pad_id)).collect::<Result<Vec<_>>>()?;
         tokens += collated.iter().map(|b| b.batch_size * b.seq_len).sum::<usize>();
         runner.step(&collated, lr_at(&probe_cfg, step, total_steps))?;
         memory.sample();

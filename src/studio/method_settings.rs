@@ -71,6 +71,10 @@ pub fn switch_method(cfg: &mut TrainConfig, method: Method) {
     if method.is_preference() || method.is_reinforcement() {
         cfg.train_on_prompt = false;
     }
+    // Packing joins SFT rows; the other methods read whole rows of their own.
+    if method != Method::Sft {
+        cfg.packing = false;
+    }
 }
 
 /// The method does not fit the open dataset: the engine's refusal and the method that fits.

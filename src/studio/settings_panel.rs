@@ -10,7 +10,7 @@ use super::setting_rows::{block_row_ui, bookkeeping_rows_ui, row_ui};
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
 use crate::engine::estimate;
 use crate::engine::train::config::DEFAULT_WARMUP;
-use crate::engine::train::{lr_at, Checkpointing, Schedule, Target, Targets, TrainConfig};
+use crate::engine::train::{lr_at, Checkpointing, Method, Schedule, Target, Targets, TrainConfig};
 use crate::worker::{DatasetReport, ModelSummary, SplitName};
 use egui::{DragValue, RichText, Ui};
 use egui_plot::{Line, Plot, PlotPoints};
@@ -210,6 +210,13 @@ fn data_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
                     if n <= context && ui.selectable_label(cfg.seq_len == n, n.to_string()).on_hover_text(format!("{n} tokens")).clicked() {
                         cfg.seq_len = n;
                     }
+                }
+            });
+            row_ui(ui, "Packing", "Put several short examples end to end in each row of up to the sequence length, without padding. Each example still attends only to itself and its positions restart, so the loss is the same as unpacked; steps hold more examples and run faster on data with short rows. The batch size then counts rows. SFT only.", |ui| {
+                let sft = cfg.method == Method::Sft;
+                ui.add_enabled(sft, egui::Checkbox::new(&mut cfg.packing, "pack examples"));
+                if !sft {
+                    ui.label(RichText::new("SFT only").weak());
                 }
             });
             row_ui(ui, "Train on prompt", "Also compute the loss on system and user turns, not only on the assistant's replies. Usually off for chat data.", |ui| {

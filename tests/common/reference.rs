@@ -26,7 +26,7 @@ pub fn nll_sum(model: &Transformer, batch: &Batch) -> R<Tensor> {
     let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
     let mut x = model.embed(&input, 0).map_err(candle_core::Error::wrap)?.reshape((b * t, model.config.hidden_size))?;
     // The rope tables (global, and gemma3's local ones) are the model's; the masks are built here.
-    let ctx = model.sequence_context(b, t, false).map_err(candle_core::Error::wrap)?;
+    let ctx = model.sequence_context(b, t, false, None).map_err(candle_core::Error::wrap)?;
     for layer in &model.layers {
         let (cos, sin, _) = ctx.attention(layer.self_attn.local);
         x = decoder_layer(layer, &x, b, t, cos, sin)?;

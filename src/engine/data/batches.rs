@@ -246,6 +246,9 @@ pub struct Batch {
     pub target_tokens: usize,
     /// Unpadded length of each row.
     pub lengths: Vec<usize>,
+    /// Packed rows (`data::packing`): for every token, where its own example begins in its row. None: one
+    /// example per row.
+    pub row_starts: Option<Vec<u32>>,
 }
 
 /// Pad the examples at `indices` to the longest of them with `pad_id` (right padding; pads are never
@@ -292,6 +295,7 @@ pub fn collate_rows(rows: &[&Example], pad_id: u32) -> Result<Batch> {
         seq_len,
         target_tokens,
         lengths: rows.iter().map(|e| e.len()).collect(),
+        row_starts: None,
     })
 }
 

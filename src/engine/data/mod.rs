@@ -17,6 +17,7 @@ pub mod files;
 pub mod fingerprint;
 pub mod formats;
 pub mod layout;
+pub mod packing;
 pub mod preference;
 pub mod preference_rows;
 pub mod prompt_rows;
@@ -44,6 +45,7 @@ pub use formats::{
     RowUnit, SourcedRow,
 };
 pub use layout::{dataset_layout, find_splits, DatasetLayout, SplitFiles};
+pub use packing::{collate_packs, pack_examples, pack_lengths};
 pub use preference::{collate_pairs, prompt_tokens, tokenize_pair, tokenize_sequences};
 pub use prompts::{prompt_fits, tokenize_prompt};
 pub use report::{inspect_dataset, inspect_dataset_with, DatasetReport, PreviewRow, SplitReport, TokenStats};

@@ -5,14 +5,16 @@
 
 use super::{memory_warning, padded_to_data, padding_assumption, resolve_checkpointing, training_memory, ModelShape};
 use crate::engine::model::LoadedModel;
-use crate::engine::train::{prepare_data, TrainConfig};
+use crate::engine::train::{prepare_data, TrainConfig, TrainRows};
 use crate::engine::Result;
 
-/// Tokens in the longest training row of `config`'s dataset for `model` (at most `config.seq_len`); None
-/// when the split is empty. Reads and tokenizes the training split (the run reads it again).
+/// Tokens in the longest training row of `config`'s dataset for `model` (at most `config.seq_len`; with
+/// packing, the fullest pack); None when the split is empty. Reads and tokenizes the training split (the run
+/// reads it again).
 pub fn longest_train_row(config: &TrainConfig, model: &LoadedModel) -> Result<Option<usize>> {
     let prepared = prepare_data(config, model)?;
-    Ok(prepared.train.lengths().into_iter().map(|n| n.min(config.seq_len)).max())
+    let rows = TrainRows::new(config, &prepared.train.examples).lengths(&prepared.train.examples);
+    Ok(rows.into_iter().map(|n| n.min(config.seq_len)).max())
 }
 
 /// What a front end says before a run: the memory warning, if the run would not fit, and notes.

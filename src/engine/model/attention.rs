@@ -194,7 +194,7 @@ impl Attention {
         }
         if t > 1 && ops::blocked_attention_applies(x.device(), x.dtype(), self.head_dim, k.dim(2)?) {
             let offset = k.dim(2)? - t;
-            let (out, _) = ops::blocked_attention(&h.q, &k, &v, self.scale(), offset, self.sliding_window)?;
+            let (out, _) = ops::blocked_attention(&h.q, &k, &v, self.scale(), offset, self.sliding_window, None)?;
             return Ok(self.o_proj.forward(&out)?);
         }
         let mask = attention_mask(t, start_pos, k.dim(2)?, self.sliding_window, x.device())?;
@@ -209,11 +209,15 @@ impl Attention {
         let (cos, sin, mask) = ctx.attention(self.local);
         let h = self.heads(qkv, (b, t), (cos, sin))?;
         let q = h.q.contiguous()?;
-        let blocked = t > 1 && ops::blocked_attention_applies(q.device(), q.dtype(), self.head_dim, t);
-        let (scores, attn) = match ops::fused_attention(&q, &h.k, &h.v, self.scale(), 0, self.sliding_window, None)? {
+        let starts = ctx.row_starts();
+        // Packed rows take the fused or the blocked attention: both mask by the rows' starts.
+        let blocked =
+            starts.is_some() || (t > 1 && ops::blocked_attention_applies(q.device(), q.dtype(), self.head_dim, t));
+        let (window, scale) = (self.sliding_window, self.scale());
+        let (scores, attn) = match ops::fused_attention(&q, &h.k, &h.v, scale, 0, window, starts.map(|s| s.0))? {
             Some((out, lse)) => (Scores::Fused(lse), out),
             None if blocked => {
-                let (out, stats) = ops::blocked_attention(&q, &h.k, &h.v, self.scale(), 0, self.sliding_window)?;
+                let (out, stats) = ops::blocked_attention(&q, &h.k, &h.v, scale, 0, window, starts.map(|s| s.1))?;
                 (Scores::Blocked(stats), out)
             }
             None => {
@@ -249,25 +253,23 @@ impl Attention {
     ) -> Result<Option<Tensor>> {
         let (b, t) = (ctx.batch, ctx.seq_len);
         let d_attn = Linear::input_grad(self.o_proj.backward(&tape.o, d_out, grads, InputGrad::New)?)?;
+        let (window, scale, starts) = (self.sliding_window, self.scale(), ctx.row_starts());
+        let (q, k, v) = (&tape.q, &tape.k, &tape.v);
         let (d_q, d_k, d_v) = match &tape.scores {
             Scores::Fused(lse) => {
-                let (q, k, v) = (&tape.q, &tape.k, &tape.v);
-                ops::fused_attention_backward(
-                    q,
-                    k,
-                    v,
-                    &tape.attn,
-                    lse,
-                    &d_attn,
-                    self.scale(),
-                    self.sliding_window,
-                    None,
-                )?
+                ops::fused_attention_backward(q, k, v, &tape.attn, lse, &d_attn, scale, window, starts.map(|s| s.0))?
             }
-            Scores::Blocked(stats) => {
-                let (q, k, v) = (&tape.q, &tape.k, &tape.v);
-                ops::blocked_attention_backward(q, k, v, &tape.attn, stats, &d_attn, self.scale(), self.sliding_window)?
-            }
+            Scores::Blocked(stats) => ops::blocked_attention_backward(
+                q,
+                k,
+                v,
+                &tape.attn,
+                stats,
+                &d_attn,
+                scale,
+                window,
+                starts.map(|s| s.1),
+            )?,
             Scores::Probs(probs) => self.composed_backward(tape, probs, &d_attn, (b, t))?,
         };
         let (cos, sin, _) = ctx.attention(self.local);

@@ -107,6 +107,24 @@ impl RotaryTables {
     }
 }
 
+impl RotaryTables {
+    /// cos/sin (b, t, rotary_dim / 2) for a packed batch whose token k sits at position `positions[k]` of its
+    /// own example (b * t of them): the rows of one forward as long as the longest example, gathered.
+    pub(crate) fn gather(
+        &self,
+        positions: &Tensor,
+        (b, t): (usize, usize),
+        longest: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let (cos, sin) = self.slice(0, longest.max(1))?;
+        let half = cos.dim(1)?;
+        let pick = |table: &Tensor| -> Result<Tensor> {
+            Ok(table.contiguous()?.index_select(positions, 0)?.reshape((b, t, half))?)
+        };
+        Ok((pick(&cos)?, pick(&sin)?))
+    }
+}
+
 /// f32 cos and sin of `position * position_scale * inv_freq` for every position, times `attention_factor`.
 fn tables(
     inv_freq: &[f64],

@@ -14,7 +14,7 @@ use super::norm::RmsNorm;
 use super::quant::{type_name, BaseQuant, VocabRole};
 use super::rotary::RotaryTables;
 use super::safetensors_weights::Weights;
-use super::sequence::{LocalAttention, SequenceContext};
+use super::sequence::{packed_positions, LocalAttention, PackedRows, SequenceContext};
 use super::vocab_matrix::VocabMatrix;
 use super::weight_loader::WeightLoader;
 use crate::engine::ops;
@@ -190,10 +190,21 @@ impl Transformer {
 
     /// What every layer's training forward and backward share for a batch of `batch` sequences of `seq_len`
     /// tokens from position 0: the global layers' rope tables and mask, and the sliding layers' own when the
-    /// model mixes the two (gemma3).
-    pub fn sequence_context(&self, batch: usize, seq_len: usize, dropout: bool) -> Result<SequenceContext> {
-        let (cos, sin) = self.rotary_slice(0, seq_len)?;
+    /// model mixes the two (gemma3). With `row_starts` (packed rows, `data::packing`) each token rotates by its
+    /// position in its own example and attention stays inside it (fused or blocked; no (t, t) mask is made).
+    pub fn sequence_context(
+        &self,
+        batch: usize,
+        seq_len: usize,
+        dropout: bool,
+        row_starts: Option<&[u32]>,
+    ) -> Result<SequenceContext> {
         let window = self.layers.iter().find(|l| !l.self_attn.local).and_then(|l| l.self_attn.sliding_window);
+        let local_layer = self.layers.iter().find(|l| l.self_attn.local);
+        if let Some(starts) = row_starts {
+            return self.packed_context(batch, seq_len, dropout, starts, local_layer.map(|l| self.rotary_for(l)));
+        }
+        let (cos, sin) = self.rotary_slice(0, seq_len)?;
         // The fused and the blocked attention mask per block; only the composed one reads the (t, t) masks.
         let fused = ops::fused_attention_applies(&self.device, self.dtype, self.config.head_dim)
             || (seq_len > 1 && ops::blocked_attention_applies(&self.device, self.dtype, self.config.head_dim, seq_len));
@@ -205,7 +216,7 @@ impl Transformer {
             }
         };
         let mask = mask_for(window)?;
-        let local = match self.layers.iter().find(|l| l.self_attn.local) {
+        let local = match local_layer {
             Some(layer) => {
                 let (cos, sin) = self.rotary_for(layer).slice(0, seq_len)?;
                 let mask = mask_for(layer.self_attn.sliding_window)?;
@@ -213,7 +224,42 @@ impl Transformer {
             }
             None => None,
         };
-        Ok(SequenceContext { batch, seq_len, cos, sin, mask, local, dropout })
+        Ok(SequenceContext { batch, seq_len, cos, sin, mask, local, dropout, packed: None })
+    }
+
+    /// [`Self::sequence_context`] for packed rows: per-token rope tables gathered at each token's position in
+    /// its example, and the starts the attention masks by.
+    fn packed_context(
+        &self,
+        batch: usize,
+        seq_len: usize,
+        dropout: bool,
+        starts: &[u32],
+        local_rotary: Option<&RotaryTables>,
+    ) -> Result<SequenceContext> {
+        if starts.len() != batch * seq_len {
+            return Err(candle_core::Error::Msg(format!(
+                "packed rows: {} row starts for {batch} rows of {seq_len} tokens",
+                starts.len()
+            ))
+            .into());
+        }
+        let positions = packed_positions(starts, seq_len);
+        let longest = positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+        let positions = Tensor::from_vec(positions, batch * seq_len, &self.device)?;
+        let (cos, sin) = self.rotary.gather(&positions, (batch, seq_len), longest)?;
+        let local = match local_rotary {
+            Some(rotary) => {
+                let (cos, sin) = rotary.gather(&positions, (batch, seq_len), longest)?;
+                Some(LocalAttention { cos, sin, mask: None })
+            }
+            None => None,
+        };
+        let packed = PackedRows {
+            starts: Tensor::from_vec(starts.to_vec(), (batch, seq_len), &self.device)?,
+            starts_host: starts.to_vec(),
+        };
+        Ok(SequenceContext { batch, seq_len, cos, sin, mask: None, local, dropout, packed: Some(packed) })
     }
 
     /// What multiplies the final RMS norm's normalised input (its weight, plus 1 for gemma3, divided by

@@ -48,11 +48,11 @@ pub fn rms_norm_backward_add(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor,
 
 /// Gradient of rotary embedding: the inverse rotation of the output gradient (rope with -sin), on the rotary
 /// dimensions only (partial rotary passes the rest through). `dy`: (b, heads, t, head_dim); `cos`/`sin`:
-/// (t, rotary_dim / 2).
+/// (t, rotary_dim / 2), or (b, t, rotary_dim / 2) for packed rows (Candle's kernel then).
 pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     metal_dtypes("rope_backward", &[dy, cos, sin])?;
     on_rotary_dims(dy, cos, |dy| {
-        if is_cpu_f32(dy) {
+        if is_cpu_f32(dy) && cos.rank() == 2 {
             let dx = rope_cpu(&f32_of(dy)?, dy.dims(), &f32_of(cos)?, &f32_of(sin)?, -1.0);
             return Tensor::from_vec(dx, dy.shape(), dy.device());
         }

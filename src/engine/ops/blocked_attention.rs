@@ -8,7 +8,9 @@
 //! Grouped-query heads are never repeated: the query heads that share a KV head are folded into the rows of a
 //! block, (b, kv_heads, rep * block, d), and the key/value gradients sum over them in the products. Causal and
 //! sliding-window masks are made per block from positions, and only for blocks the diagonal or the window's
-//! edge cuts: blocks no query of the block may see are skipped, blocks every query sees take no mask.
+//! edge cuts: blocks no query of the block may see are skipped, blocks every query sees take no mask. Packed
+//! rows (`row_starts`: where each query's own example begins) add a lower bound per query, so their blocks are
+//! skipped, left unmasked or masked per batch row the same way.
 
 use super::kernel_choice::metal_dtypes;
 use super::precision::upcast;
@@ -50,7 +52,7 @@ pub struct BlockedStats {
 
 /// The sizes one call works on.
 #[derive(Clone, Copy)]
-struct Geometry {
+struct Geometry<'a> {
     b: usize,
     kv: usize,
     rep: usize,
@@ -60,18 +62,37 @@ struct Geometry {
     q_offset: usize,
     window: usize,
     block: usize,
+    /// Packed rows: (b * tq) starts, query i of row r seeing no key before `starts[r * tq + i]`.
+    starts: Option<&'a [u32]>,
 }
 
-impl Geometry {
-    fn new(q: &Tensor, k: &Tensor, q_offset: usize, window: Option<usize>, block: usize) -> Result<Self> {
+impl<'a> Geometry<'a> {
+    fn new(
+        q: &Tensor,
+        k: &Tensor,
+        (q_offset, window): (usize, Option<usize>),
+        block: usize,
+        starts: Option<&'a [u32]>,
+    ) -> Result<Self> {
         let (b, heads, tq, d) = q.dims4()?;
         let (kb, kv, tk, kd) = k.dims4()?;
         if kb != b || kd != d || kv == 0 || heads % kv != 0 {
             candle_core::bail!("blocked attention: q {:?} does not fit k {:?}", q.dims(), k.dims());
         }
+        if starts.is_some_and(|s| s.len() != b * tq || q_offset != 0 || tq != tk) {
+            candle_core::bail!("blocked attention: packed rows need one start per query of a training pass");
+        }
         // Some(0) sees nothing; treat it as no window, as the fused kernels do.
         let window = window.filter(|&w| w > 0).unwrap_or(usize::MAX);
-        Ok(Self { b, kv, rep: heads / kv, tq, tk, d, q_offset, window, block: block.max(1) })
+        Ok(Self { b, kv, rep: heads / kv, tq, tk, d, q_offset, window, block: block.max(1), starts })
+    }
+
+    /// The smallest start among the first queries of the block and the largest among its last (the starts
+    /// grow along a row): (0, 0) unpacked.
+    fn start_bounds(&self, (qs, bq): (usize, usize)) -> (usize, usize) {
+        let Some(starts) = self.starts else { return (0, 0) };
+        let at = |i: usize| (0..self.b).map(move |r| starts[r * self.tq + i] as usize);
+        (at(qs).min().unwrap_or(0), at(qs + bq - 1).max().unwrap_or(0))
     }
 
     /// (first row, rows) of each query block.
@@ -83,12 +104,13 @@ impl Geometry {
     /// seen from position p when j <= p and p - j < window.
     fn key_blocks(&self, (qs, bq): (usize, usize)) -> Vec<(usize, usize, bool)> {
         let (q_lo, q_hi) = (self.q_offset + qs, self.q_offset + qs + bq - 1);
+        let (first_start, last_start) = self.start_bounds((qs, bq));
         (0..self.tk)
             .step_by(self.block)
             .filter_map(|ks| {
                 let ke = (ks + self.block).min(self.tk) - 1;
-                let hidden = ks > q_hi || q_lo - ke.min(q_lo) >= self.window;
-                let all_seen = ke <= q_lo && q_hi - ks < self.window;
+                let hidden = ks > q_hi || q_lo - ke.min(q_lo) >= self.window || ke < first_start;
+                let all_seen = ke <= q_lo && q_hi - ks < self.window && ks >= last_start;
                 (!hidden).then_some((ks, ke + 1 - ks, !all_seen))
             })
             .collect()
@@ -108,20 +130,28 @@ impl Geometry {
 }
 
 /// The additive masks (bq, bk) of the cut blocks, made once per distinct (first query position - first key,
-/// bq, bk): along a causal diagonal every block has the same one.
-struct Masks {
+/// bq, bk): along a causal diagonal every block has the same one. Packed rows' masks (b, 1, bq, bk) differ per
+/// block and batch row: made once per (first query, first key).
+struct Masks<'a> {
     made: HashMap<(i64, usize, usize), Tensor>,
     window: usize,
     dtype: DType,
     device: Device,
+    starts: Option<&'a [u32]>,
+    b: usize,
+    t: usize,
 }
 
-impl Masks {
-    fn new(g: &Geometry, dtype: DType, device: &Device) -> Self {
-        Self { made: HashMap::new(), window: g.window, dtype, device: device.clone() }
+impl<'a> Masks<'a> {
+    fn new(g: &Geometry<'a>, dtype: DType, device: &Device) -> Self {
+        let (starts, b, t) = (g.starts, g.b, g.tq);
+        Self { made: HashMap::new(), window: g.window, dtype, device: device.clone(), starts, b, t }
     }
 
     fn get(&mut self, q_pos: usize, ks: usize, bq: usize, bk: usize) -> Result<&Tensor> {
+        if let Some(starts) = self.starts {
+            return self.packed(starts, (q_pos, bq), (ks, bk));
+        }
         let delta = q_pos as i64 - ks as i64;
         if !self.made.contains_key(&(delta, bq, bk)) {
             let mut values = vec![0f32; bq * bk];
@@ -137,6 +167,29 @@ impl Masks {
             self.made.insert((delta, bq, bk), mask);
         }
         Ok(&self.made[&(delta, bq, bk)])
+    }
+
+    /// The mask (b, 1, bq, bk) of queries `qs..qs + bq` against keys `ks..ks + bk` of packed rows (training:
+    /// query positions are row indices).
+    fn packed(&mut self, starts: &[u32], (qs, bq): (usize, usize), (ks, bk): (usize, usize)) -> Result<&Tensor> {
+        let key = (qs as i64, ks, usize::MAX);
+        if !self.made.contains_key(&key) {
+            let mut values = vec![0f32; self.b * bq * bk];
+            for r in 0..self.b {
+                for i in 0..bq {
+                    let (pos, start) = (qs + i, starts[r * self.t + qs + i] as usize);
+                    for j in 0..bk {
+                        let kpos = ks + j;
+                        if kpos > pos || kpos < start || pos - kpos >= self.window {
+                            values[(r * bq + i) * bk + j] = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+            let mask = Tensor::from_vec(values, (self.b, 1, bq, bk), &self.device)?.to_dtype(self.dtype)?;
+            self.made.insert(key, mask);
+        }
+        Ok(&self.made[&key])
     }
 }
 
@@ -155,7 +208,11 @@ fn block_scores(
         return Ok(s);
     }
     let mask = masks.get(g.q_offset + qs, ks, bq, bk)?;
-    s.reshape((g.b * g.kv * g.rep, bq, bk))?.broadcast_add(mask)?.reshape((g.b, g.kv, g.rep * bq, bk))
+    let rows = match g.starts {
+        Some(_) => s.reshape((g.b, g.kv * g.rep, bq, bk))?,
+        None => s.reshape((g.b * g.kv * g.rep, bq, bk))?,
+    };
+    rows.broadcast_add(mask)?.reshape((g.b, g.kv, g.rep * bq, bk))
 }
 
 /// What the sums and statistics are kept in: f32 for half precision, the input's own dtype otherwise.
@@ -171,7 +228,8 @@ fn accumulator_dtype(dtype: DType) -> DType {
 const MAX_FLOOR: f32 = -1e30;
 
 /// `softmax(scale * q k^T + causal/window mask) v` for `q` (b, heads, tq, d) at positions `q_offset..` against
-/// `k`/`v` (b, kv_heads, tk, d) at positions `0..`, a key no older than `window` positions back: the output
+/// `k`/`v` (b, kv_heads, tk, d) at positions `0..`, a key no older than `window` positions back and, for packed
+/// rows, none before `row_starts[r * tq + i]` (query i of row r; training, `q_offset` 0): the output
 /// (b, tq, heads * d) in q's dtype and what [`blocked_attention_backward`] needs.
 pub fn blocked_attention(
     q: &Tensor,
@@ -180,9 +238,10 @@ pub fn blocked_attention(
     scale: f64,
     q_offset: usize,
     window: Option<usize>,
+    row_starts: Option<&[u32]>,
 ) -> Result<(Tensor, BlockedStats)> {
     let (b, heads, _, _) = q.dims4()?;
-    blocked_attention_in(q, k, v, scale, q_offset, window, block_size(b, heads))
+    blocked_attention_in(q, k, v, scale, (q_offset, window), block_size(b, heads), row_starts)
 }
 
 /// [`blocked_attention`] with blocks of `block` queries and keys.
@@ -191,12 +250,12 @@ pub(crate) fn blocked_attention_in(
     k: &Tensor,
     v: &Tensor,
     scale: f64,
-    q_offset: usize,
-    window: Option<usize>,
+    (q_offset, window): (usize, Option<usize>),
     block: usize,
+    row_starts: Option<&[u32]>,
 ) -> Result<(Tensor, BlockedStats)> {
     metal_dtypes("blocked_attention", &[q, k, v])?;
-    let g = Geometry::new(q, k, q_offset, window, block)?;
+    let g = Geometry::new(q, k, (q_offset, window), block, row_starts)?;
     let acc_dtype = accumulator_dtype(q.dtype());
     let mut masks = Masks::new(&g, acc_dtype, q.device());
     let q = &(q * scale)?;
@@ -236,7 +295,8 @@ pub(crate) fn blocked_attention_in(
 }
 
 /// Gradients `(dq (b, heads, tq, d), dk, dv (b, kv_heads, tk, d))` of [`blocked_attention`] for the output
-/// gradient `d_out` (b * tq, heads * d) or (b, tq, heads * d); `out` is its output, `stats` what it returned.
+/// gradient `d_out` (b * tq, heads * d) or (b, tq, heads * d); `out` is its output, `stats` what it returned,
+/// `row_starts` what it was given.
 /// Each block's probabilities are recomputed from the logsumexp (FlashAttention-2's backward, D = rowsum(dO O)).
 #[allow(clippy::too_many_arguments)]
 pub fn blocked_attention_backward(
@@ -248,9 +308,10 @@ pub fn blocked_attention_backward(
     d_out: &Tensor,
     scale: f64,
     window: Option<usize>,
+    row_starts: Option<&[u32]>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     metal_dtypes("blocked_attention_backward", &[q, k, v, out, d_out])?;
-    let g = Geometry::new(q, k, stats.q_offset, window, stats.block)?;
+    let g = Geometry::new(q, k, (stats.q_offset, window), stats.block, row_starts)?;
     let heads = g.kv * g.rep;
     let acc_dtype = accumulator_dtype(q.dtype());
     let mut masks = Masks::new(&g, acc_dtype, q.device());

@@ -16,6 +16,8 @@ struct Case {
     q_offset: usize,
     window: Option<usize>,
     scale: f64,
+    /// Packed rows: where each query's example starts, (b * tq).
+    starts: Option<Vec<u32>>,
 }
 
 fn case(b: usize, (heads, kv): (usize, usize), (tq, tk): (usize, usize), window: Option<usize>, seed: u64) -> Case {
@@ -34,7 +36,25 @@ fn case(b: usize, (heads, kv): (usize, usize), (tq, tk): (usize, usize), window:
         q_offset: tk - tq,
         window,
         scale: 0.7,
+        starts: None,
     }
+}
+
+/// A training case (no offset) whose rows pack examples of the given lengths (each row's lengths sum to t).
+fn packed_case(rows: &[&[usize]], (heads, kv): (usize, usize), window: Option<usize>, seed: u64) -> Case {
+    let t: usize = rows[0].iter().sum();
+    let mut c = case(rows.len(), (heads, kv), (t, t), window, seed);
+    let mut starts = Vec::new();
+    for lengths in rows {
+        assert_eq!(lengths.iter().sum::<usize>(), t);
+        let mut at = 0u32;
+        for &n in lengths.iter() {
+            starts.extend(std::iter::repeat_n(at, n));
+            at += n as u32;
+        }
+    }
+    c.starts = Some(starts);
+    c
 }
 
 /// The additive (tq, tk) mask of the whole matrix.
@@ -52,6 +72,21 @@ fn full_mask(c: &Case, dtype: DType) -> Tensor {
     Tensor::from_vec(m, (tq, tk), &Device::Cpu).unwrap().to_dtype(dtype).unwrap()
 }
 
+/// The additive (b, 1, tq, tk) mask of the whole matrix with packed rows' starts (or none).
+fn batch_mask(c: &Case) -> Tensor {
+    let (b, tq, tk) = (c.q.dim(0).unwrap(), c.q.dim(2).unwrap(), c.k.dim(2).unwrap());
+    let causal = full_mask(c, DType::F64);
+    let mut m = Vec::with_capacity(b * tq * tk);
+    for r in 0..b {
+        for i in 0..tq {
+            let start = c.starts.as_ref().map_or(0, |s| s[r * tq + i] as usize);
+            m.extend((0..tk).map(|j| if j < start { f64::NEG_INFINITY } else { 0.0 }));
+        }
+    }
+    let packed = Tensor::from_vec(m, (b, 1, tq, tk), &Device::Cpu).unwrap();
+    packed.broadcast_add(&causal).unwrap()
+}
+
 /// (out (b * tq, heads * d), dq, dk, dv) by autograd through the whole matrix in f64 (K/V heads repeated).
 fn reference(c: &Case) -> [Tensor; 4] {
     let (b, heads, tq, d) = c.q.dims4().unwrap();
@@ -61,7 +96,7 @@ fn reference(c: &Case) -> [Tensor; 4] {
         x.unsqueeze(2).unwrap().broadcast_as((b, kv, heads / kv, tk, d)).unwrap().reshape((b, heads, tk, d)).unwrap()
     };
     let scores = (q.as_tensor().matmul(&repeat(k.as_tensor()).t().unwrap()).unwrap() * c.scale).unwrap();
-    let probs = candle_nn::ops::softmax(&scores.broadcast_add(&full_mask(c, scores.dtype())).unwrap(), D::Minus1);
+    let probs = candle_nn::ops::softmax(&scores.broadcast_add(&batch_mask(c)).unwrap(), D::Minus1);
     let out = probs.unwrap().matmul(&repeat(v.as_tensor())).unwrap();
     let out = out.transpose(1, 2).unwrap().reshape((b * tq, heads * d)).unwrap();
     let grads = (&out * &c.up).unwrap().sum_all().unwrap().backward().unwrap();
@@ -73,10 +108,12 @@ fn reference(c: &Case) -> [Tensor; 4] {
 fn blocked(c: &Case, dtype: DType, block: usize) -> [Tensor; 4] {
     let cast = |x: &Tensor| x.to_dtype(dtype).unwrap();
     let (q, k, v) = (cast(&c.q), cast(&c.k), cast(&c.v));
-    let (out, stats) = blocked_attention_in(&q, &k, &v, c.scale, c.q_offset, c.window, block).unwrap();
+    let starts = c.starts.as_deref();
+    let (out, stats) = blocked_attention_in(&q, &k, &v, c.scale, (c.q_offset, c.window), block, starts).unwrap();
     assert_eq!(out.dtype(), dtype);
     let out = out.reshape(c.up.dims()).unwrap();
-    let (dq, dk, dv) = blocked_attention_backward(&q, &k, &v, &out, &stats, &cast(&c.up), c.scale, c.window).unwrap();
+    let up = cast(&c.up);
+    let (dq, dk, dv) = blocked_attention_backward(&q, &k, &v, &out, &stats, &up, c.scale, c.window, starts).unwrap();
     [out, dq, dk, dv]
 }
 
@@ -119,6 +156,8 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("window wider than a block, offset", case(1, (6, 2), (50, 83), Some(40), 4)),
         ("window of one key", case(1, (2, 2), (33, 33), Some(1), 5)),
         ("one block (shorter than it)", case(1, (4, 2), (9, 9), None, 6)),
+        ("packed rows", packed_case(&[&[20, 1, 33, 21], &[75]], (4, 2), None, 8)),
+        ("packed rows with a window", packed_case(&[&[40, 30], &[16, 16, 16, 22]], (4, 2), Some(9), 9)),
     ]
 }
 
@@ -142,7 +181,7 @@ fn blocked_matches_autograd_of_the_whole_matrix_in_f64_and_f32() {
 #[test]
 fn default_blocks_match_the_whole_matrix() {
     let c = case(1, (4, 2), (2 * BLOCK + 11, 2 * BLOCK + 11), Some(BLOCK + 3), 7);
-    let (out, _) = blocked_attention(&c.q, &c.k, &c.v, c.scale, c.q_offset, c.window).unwrap();
+    let (out, _) = blocked_attention(&c.q, &c.k, &c.v, c.scale, c.q_offset, c.window, None).unwrap();
     let want = reference(&c);
     assert!(max_diff(&out.reshape(c.up.dims()).unwrap(), &want[0]) < 1e-10);
     let got = blocked(&c, DType::F64, BLOCK);
@@ -159,7 +198,8 @@ fn default_blocks_match_the_whole_matrix() {
 fn blocked_half_precision_is_as_close_as_the_composed_path() {
     for dtype in [DType::BF16, DType::F16] {
         let eps = if dtype == DType::BF16 { 1.0 / 256.0 } else { 1.0 / 2048.0 };
-        for (name, c) in cases() {
+        // The composed path's (t, t) mask has no packed rows.
+        for (name, c) in cases().into_iter().filter(|(_, c)| c.starts.is_none()) {
             let (want, got, theirs) = (reference(&c), blocked(&c, dtype, 16), composed(&c, dtype));
             let largest = want.iter().map(|w| max_diff(w, &w.zeros_like().unwrap())).fold(0.0, f64::max);
             for i in 0..4 {
@@ -177,14 +217,28 @@ fn blocked_half_precision_is_as_close_as_the_composed_path() {
 #[test]
 fn key_blocks_skip_what_no_query_sees_and_mask_only_cut_blocks() {
     let c = case(1, (1, 1), (64, 64), None, 8);
-    let g = Geometry::new(&c.q, &c.k, 0, None, 16).unwrap();
+    let g = Geometry::new(&c.q, &c.k, (0, None), 16, None).unwrap();
     // Query rows 32..48 see key blocks 0 and 1 whole and block 2 (the diagonal) masked; block 3 never.
     assert_eq!(g.key_blocks((32, 16)), vec![(0, 16, false), (16, 16, false), (32, 16, true)]);
-    let g = Geometry::new(&c.q, &c.k, 0, Some(20), 16).unwrap();
+    let g = Geometry::new(&c.q, &c.k, (0, Some(20)), 16, None).unwrap();
     // With a 20-key window rows 32..48 reach back to keys 13..28: blocks 0 and 1 are cut by the window.
     assert_eq!(g.key_blocks((32, 16)), vec![(0, 16, true), (16, 16, true), (32, 16, true)]);
     // Rows 48..64 reach back to keys 29..44: block 0 is hidden; with a 40-key window block 2 is seen whole.
     assert_eq!(g.key_blocks((48, 16)), vec![(16, 16, true), (32, 16, true), (48, 16, true)]);
-    let g = Geometry::new(&c.q, &c.k, 0, Some(40), 16).unwrap();
+    let g = Geometry::new(&c.q, &c.k, (0, Some(40)), 16, None).unwrap();
     assert_eq!(g.key_blocks((48, 16)), vec![(0, 16, true), (16, 16, true), (32, 16, false), (48, 16, true)]);
+}
+
+#[test]
+fn packed_rows_skip_blocks_before_every_start_and_mask_the_cut_ones() {
+    // Row 0 packs 40 + 24 tokens, row 1 holds one example of 64.
+    let c = packed_case(&[&[40, 24], &[64]], (1, 1), None, 10);
+    let g = Geometry::new(&c.q, &c.k, (0, None), 16, c.starts.as_deref()).unwrap();
+    // Rows 48..64: row 1 still sees blocks 0..2 whole, but row 0 starts at 40, so they are masked for it.
+    assert_eq!(g.key_blocks((48, 16)), vec![(0, 16, true), (16, 16, true), (32, 16, true), (48, 16, true)]);
+    let c = packed_case(&[&[40, 24], &[40, 24]], (1, 1), None, 10);
+    let g = Geometry::new(&c.q, &c.k, (0, None), 16, c.starts.as_deref()).unwrap();
+    // Both rows start at 40 there: blocks 0 and 1 are hidden, block 2 is cut, block 3 is the diagonal.
+    assert_eq!(g.key_blocks((48, 16)), vec![(32, 16, true), (48, 16, true)]);
+    assert!(Geometry::new(&c.q, &c.k, (0, None), 16, Some(&[0; 3])).is_err(), "one start per query");
 }

@@ -6,7 +6,7 @@ use candle_core::{Result, Tensor, D};
 use super::kernel_choice::metal_dtypes;
 
 /// Rotary embedding, "rotate half" layout as in Hugging Face Llama. `x`: (b, heads, t, head_dim);
-/// `cos`/`sin`: (t, rotary_dim / 2). Partial rotary (phi3): only the leading `rotary_dim` dimensions of each
+/// `cos`/`sin`: (t, rotary_dim / 2), or (b, t, rotary_dim / 2) for packed rows. Partial rotary (phi3): only the leading `rotary_dim` dimensions of each
 /// head turn, the rest pass through.
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     metal_dtypes("rope", &[x, cos, sin])?;

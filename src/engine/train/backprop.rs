@@ -166,16 +166,26 @@ pub fn loss_and_gradients_at(
     let _copies = lora::ComputeCopies::prepare(model, model.dtype())?;
     let mut timer = PhaseTimer::new(device);
     let input = Tensor::from_vec(batch.input_ids.clone(), (b, t), device)?;
+    let ctx = model.sequence_context(b, t, dropout, batch.row_starts.as_deref())?;
     let mut x = model.embed(&input, 0)?;
-    for index in 0..lowest {
-        x = model.layer_forward(index, &x)?;
+    // Each layer's output is a pair (x, pending) summed by the next layer in one pass with its input norm.
+    let mut pending: Option<Tensor> = None;
+    if ctx.packed.is_some() {
+        // Packed rows need the training forward's attention even where nothing below is trained; the tapes
+        // of the frozen layers are dropped at once.
+        x = x.reshape((b * t, model.config.hidden_size))?;
+        for layer in &model.layers[..lowest] {
+            let (mid, delta, _) = layer.forward_train(&x, pending.as_ref(), &ctx)?;
+            (x, pending) = (mid, Some(delta));
+        }
+    } else {
+        for index in 0..lowest {
+            x = model.layer_forward(index, &x)?;
+        }
     }
-    let ctx = model.sequence_context(b, t, dropout)?;
     let mut x = x.reshape((b * t, model.config.hidden_size))?;
     timer.mark("embed + frozen layers")?;
     let mut tapes = Vec::with_capacity(model.layers.len() - lowest);
-    // Each layer's output is a pair (x, pending) summed by the next layer in one pass with its input norm.
-    let mut pending: Option<Tensor> = None;
     for layer in &model.layers[lowest..] {
         let dropout_counter = lora::dropout_counter(model);
         let (mid, delta, tape) = layer.forward_train(&x, pending.as_ref(), &ctx)?;

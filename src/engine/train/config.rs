@@ -108,6 +108,9 @@ pub struct TrainConfig {
     pub epochs: Option<f64>,
     pub batch_size: usize,
     pub seq_len: usize,
+    /// Padding-free packing (`--packing`, SFT): examples share rows of up to `seq_len` tokens, each attending only
+    /// to itself; `batch_size` then counts rows.
+    pub packing: bool,
     pub lr: f64,
     pub schedule: Schedule,
     /// Warmup steps (a linear rise to `lr`); None: [`DEFAULT_WARMUP`], cut to a tenth of a run that is not longer
@@ -175,6 +178,7 @@ impl Default for TrainConfig {
             epochs: None,
             batch_size: 4,
             seq_len: 512,
+            packing: false,
             lr: 2e-4,
             schedule: Schedule::Cosine,
             warmup: None,

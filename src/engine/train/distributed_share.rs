@@ -2,8 +2,9 @@
 //! share of a step's rows, and the decisions every rank must take alike (stop, early stop) taken from one value.
 
 use super::config::TrainConfig;
+use super::rows::TrainRows;
 use super::WholeStep;
-use crate::engine::data::{self, Batch, Example};
+use crate::engine::data::{Batch, Example};
 use crate::engine::distributed::{Group, JOIN_TIMEOUT};
 use crate::engine::model::LoadedModel;
 use crate::engine::{Error, Result};
@@ -38,7 +39,7 @@ pub fn require_data_parallel_method(config: &TrainConfig) -> Result<()> {
 /// [`RankSpec::shard`]: crate::engine::distributed::RankSpec::shard
 pub(super) fn shard_step(
     group: &Group,
-    examples: &[Example],
+    (units, examples): (&TrainRows, &[Example]),
     micro: &[Vec<usize>],
     whole: &[Batch],
     pad_id: u32,
@@ -47,7 +48,7 @@ pub(super) fn shard_step(
         .iter()
         .map(|indices| &indices[group.spec().shard(indices.len())])
         .filter(|rows| !rows.is_empty())
-        .map(|rows| data::collate(examples, rows, pad_id))
+        .map(|rows| units.collate(examples, rows, pad_id))
         .collect::<Result<Vec<_>>>()?;
     Ok((shards, WholeStep { target_tokens: whole.iter().map(|b| b.target_tokens).sum() }))
 }

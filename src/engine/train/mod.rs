@@ -22,6 +22,7 @@ mod plan;
 pub mod preference;
 mod recorder;
 pub mod resume;
+pub mod rows;
 mod run_claim;
 pub mod run_delete;
 pub mod run_folder;
@@ -37,6 +38,7 @@ pub use events::{TrainControl, TrainEvent};
 pub use loss::validation_loss;
 pub use method::{Method, PreferenceLoss, PreferenceSettings};
 pub use plan::plan_batches;
+pub use rows::TrainRows;
 pub use step_runner::{BegunStep, QueuedUpdate, StepReport, StepRunner, WholeStep};
 
 use crate::engine::checkpoint::{self, TrainerState};
@@ -118,6 +120,8 @@ struct Trainer<'a> {
     grpo: Option<grpo::run::GrpoRun>,
     /// The other ranks of a data-parallel run (None: this process trains alone).
     group: Option<Group>,
+    /// Examples one per row, or packed (`--packing`).
+    rows: TrainRows,
 }
 
 impl<'a> Trainer<'a> {
@@ -181,9 +185,23 @@ impl<'a> Trainer<'a> {
         };
         let mut notes: Vec<String> = base.notes.iter().chain(&data.summary.notes).cloned().collect();
         notes.extend(group.as_ref().map(Group::describe));
-        let mut trainer =
-            Trainer { config, runner, params, data, run_dir, adapter_config, base_record, pad_id, notes, grpo, group };
-        let (plan, total_steps) = plan_batches(config, trainer.data.train.lengths())?;
+        let rows = TrainRows::new(config, &data.train.examples);
+        notes.extend(rows.note(&data.train.examples, config.seq_len));
+        let (plan, total_steps) = plan_batches(config, rows.lengths(&data.train.examples))?;
+        let mut trainer = Trainer {
+            config,
+            runner,
+            params,
+            data,
+            run_dir,
+            adapter_config,
+            base_record,
+            pad_id,
+            notes,
+            grpo,
+            group,
+            rows,
+        };
         trainer.notes.extend(config.warmup_note(total_steps));
         trainer.notes.extend(advice::run_warnings(config, &trainer.data.train, total_steps));
         // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.
@@ -409,7 +427,7 @@ impl<'a> Trainer<'a> {
             .iter()
             .map(|b| match self.runner.preference.is_some() {
                 true => data::collate_pairs(train, &b.indices, self.pad_id),
-                false => data::collate(&train.examples, &b.indices, self.pad_id),
+                false => self.rows.collate(&train.examples, &b.indices, self.pad_id),
             })
             .collect::<Result<Vec<_>>>()?;
         let tokens = StepTokens {
@@ -420,8 +438,13 @@ impl<'a> Trainer<'a> {
             None => self.runner.begin(&collated)?,
             Some(group) => {
                 let indices: Vec<Vec<usize>> = micro.iter().map(|b| b.indices.clone()).collect();
-                let (mine, whole) =
-                    distributed_share::shard_step(group, &train.examples, &indices, &collated, self.pad_id)?;
+                let (mine, whole) = distributed_share::shard_step(
+                    group,
+                    (&self.rows, &train.examples),
+                    &indices,
+                    &collated,
+                    self.pad_id,
+                )?;
                 self.runner.begin_share(&mine, Some(whole))?
             }
         };

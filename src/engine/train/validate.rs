@@ -66,6 +66,13 @@ impl TrainConfig {
                 self.method.name()
             )));
         }
+        if self.packing && self.method != super::method::Method::Sft {
+            return Err(Error::InvalidSetting(format!(
+                "packing (--packing) packs SFT rows; {} compares or scores whole rows of its own, so leave packing \
+                 off",
+                self.method.name()
+            )));
+        }
         self.read_options().validate()?;
         if let Some(name) = &self.run_name {
             super::run_folder::validate_run_name(name)?;

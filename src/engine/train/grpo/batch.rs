@@ -83,6 +83,7 @@ impl Rollout {
             seq_len,
             target_tokens: 0,
             lengths: Vec::with_capacity(rows.len()),
+            row_starts: None,
         };
         let (mut sources, mut targets, mut owners) = (Vec::new(), Vec::new(), Vec::new());
         for (r, c) in rows.iter().enumerate() {

@@ -127,6 +127,7 @@ mod tests {
             batch_size: 4,
             seq_len: 5,
             lengths,
+            row_starts: None,
         }
     }
 
