@@ -58,7 +58,33 @@ pub fn run_warnings(
     total_steps: usize,
 ) -> Vec<String> {
     let truncated = train.examples.iter().filter(|e| e.truncated).count();
-    settings_warnings(config, train.examples.len(), truncated, total_steps)
+    let mut out = settings_warnings(config, train.examples.len(), truncated, total_steps);
+    let lengths: Vec<usize> = train.examples.iter().map(|e| e.len()).collect();
+    out.extend(packing_tip(config, &lengths));
+    out
+}
+
+/// Packing pays when it cuts the rows of an SFT epoch at least this many times.
+pub const PACKING_PAYS: f64 = 2.0;
+
+/// A note when an unpacked SFT run's rows (of `lengths` tokens) are short enough that `--packing` would put
+/// [`PACKING_PAYS`] or more examples in a row. Packing stays a choice: it changes what a step (and so the learning
+/// rate's schedule) covers.
+pub fn packing_tip(config: &TrainConfig, lengths: &[usize]) -> Option<String> {
+    if config.packing || config.method != super::Method::Sft || lengths.is_empty() {
+        return None;
+    }
+    let packs = crate::engine::data::pack_examples(lengths, config.seq_len).len();
+    let per_row = lengths.len() as f64 / packs.max(1) as f64;
+    let mean = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
+    (per_row >= PACKING_PAYS).then(|| {
+        format!(
+            "note: training rows average {mean:.0} tokens against a sequence length of {}: packing (--packing) would \
+             put {per_row:.1} examples in each row without padding, with the same loss per example; --batch-size \
+             then counts rows",
+            config.seq_len
+        )
+    })
 }
 
 #[cfg(test)]
@@ -77,5 +103,16 @@ mod tests {
         assert!(settings_warnings(&cold, 500, 0, 100)[0].contains("barely change"));
         assert!(settings_warnings(&config, 500, 100, 100)[0].contains("100 of 500 training rows (20%)"));
         assert!(settings_warnings(&config, 500, 20, 100).is_empty(), "4% cut is fine");
+    }
+
+    #[test]
+    fn packing_is_suggested_only_where_rows_are_short() {
+        let config = TrainConfig { seq_len: 512, ..Default::default() };
+        let tip = packing_tip(&config, &[100; 40]).unwrap();
+        assert!(tip.contains("average 100 tokens") && tip.contains("5.0 examples in each row"), "{tip}");
+        assert!(packing_tip(&config, &[300; 40]).is_none(), "one a row: nothing to gain");
+        assert!(packing_tip(&TrainConfig { packing: true, ..config.clone() }, &[100; 40]).is_none());
+        let dpo = TrainConfig { method: crate::engine::train::Method::Dpo, ..config };
+        assert!(packing_tip(&dpo, &[100; 40]).is_none(), "DPO cannot pack");
     }
 }

@@ -88,6 +88,7 @@ fn cases(root: &Path, family: &str, dtype: &str, work: &Path) -> Vec<(String, Ve
         ("sft-3-steps".into(), train(&model, &chat, &run.join("sft3"), dtype, "128", &["--iters", "3"])),
         ("sft-checkpointing".into(), train(&model, &chat, &run.join("ckpt"), dtype, "128", &["--checkpointing", "on"])),
         ("dora".into(), train(&model, &chat, &run.join("dora"), dtype, "128", &["--dora"])),
+        ("sft-packing".into(), train(&model, &chat, &run.join("pack"), dtype, "128", &["--packing"])),
         ("q4k".into(), train(&model, &chat, &run.join("q4k"), dtype, "128", &["--quantize", "q4k"])),
         ("dpo".into(), train(&model, &pref, &run.join("dpo"), dtype, "128", &["--method", "dpo"])),
         ("orpo".into(), train(&model, &pref, &run.join("orpo"), dtype, "128", &["--method", "orpo"])),
