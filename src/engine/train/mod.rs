@@ -38,11 +38,11 @@ pub use events::{TrainControl, TrainEvent};
 pub use loss::validation_loss;
 pub use method::{Method, PreferenceLoss, PreferenceSettings};
 pub use plan::plan_batches;
-pub use rows::TrainRows;
+pub use rows::{prepare_data, TrainRows};
 pub use step_runner::{BegunStep, QueuedUpdate, StepReport, StepRunner, WholeStep};
 
 use crate::engine::checkpoint::{self, TrainerState};
-use crate::engine::data::{self, BatchPlan, DataOptions, PreparedDataset, TokenizeSpec};
+use crate::engine::data::{self, BatchPlan, PreparedDataset};
 use crate::engine::distributed::Group;
 use crate::engine::lora::{self, AdapterParam};
 use crate::engine::model::LoadedModel;
@@ -85,23 +85,6 @@ pub fn run_training(
     }
     // The recorder, and with it the claim on the run folder, is dropped only after the final event.
     result
-}
-
-/// Load and tokenize the dataset for `config` with `model`'s tokenizer and chat template.
-pub fn prepare_data(config: &TrainConfig, model: &LoadedModel) -> Result<PreparedDataset> {
-    let options = DataOptions {
-        skip_invalid_rows: config.skip_invalid_rows,
-        seed: config.seed,
-        max_seq_len: config.seq_len,
-        train_on_prompt: config.train_on_prompt,
-        read: config.read_options(),
-        ..Default::default()
-    };
-    let spec = TokenizeSpec::for_model(model, config.seq_len, config.train_on_prompt);
-    let mut prepared = data::prepare_dataset(&config.data, &spec, &options)?;
-    let warnings = crate::engine::data::eos_doctor::check_training(model, &prepared.train.examples);
-    prepared.summary.notes.extend(warnings.iter().map(|w| format!("warning: {w}")));
-    Ok(prepared)
 }
 
 struct Trainer<'a> {

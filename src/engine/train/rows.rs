@@ -1,10 +1,29 @@
-//! What a run's batch plan orders: its training examples one per row, or with `--packing` the packs of them
-//! (`data::packing`, filled once per run). One home for turning the plan's indices into a batch, so the trainer,
-//! a data-parallel rank's share and the rank explorer collate alike.
+//! A run's training rows: its dataset read and tokenized for the model ([`prepare_data`]), and what its batch plan
+//! orders, the examples one per row or with `--packing` the packs of them (`data::packing`, filled once per run).
+//! One home for turning the plan's indices into a batch, so the trainer, a data-parallel rank's share and the rank
+//! explorer collate alike.
 
 use super::config::TrainConfig;
-use crate::engine::data::{self, Batch, Example};
+use crate::engine::data::{self, Batch, DataOptions, Example, PreparedDataset, TokenizeSpec};
+use crate::engine::model::LoadedModel;
 use crate::engine::Result;
+
+/// Load and tokenize the dataset for `config` with `model`'s tokenizer and chat template.
+pub fn prepare_data(config: &TrainConfig, model: &LoadedModel) -> Result<PreparedDataset> {
+    let options = DataOptions {
+        skip_invalid_rows: config.skip_invalid_rows,
+        seed: config.seed,
+        max_seq_len: config.seq_len,
+        train_on_prompt: config.train_on_prompt,
+        read: config.read_options(),
+        ..Default::default()
+    };
+    let spec = TokenizeSpec::for_model(model, config.seq_len, config.train_on_prompt);
+    let mut prepared = data::prepare_dataset(&config.data, &spec, &options)?;
+    let warnings = crate::engine::data::eos_doctor::check_training(model, &prepared.train.examples);
+    prepared.summary.notes.extend(warnings.iter().map(|w| format!("warning: {w}")));
+    Ok(prepared)
+}
 
 /// The units the batch plan shuffles and batches.
 pub struct TrainRows {
