@@ -1,8 +1,9 @@
 //! The fused CUDA attention (`ops::fused_attention` and its backward) against Candle's autograd through the
 //! composed attention (repeated KV heads, additive mask, softmax) in f64 on the CPU: the output and dQ, dK, dV
 //! for causal, grouped-query and sliding-window attention, head sizes 16 to 128, lengths that are not a multiple
-//! of the kernels' tiles, in f32, bf16 and f16; the prefill over a strided KV-cache view at an offset; and the
-//! split of projections into rotated heads and back.
+//! of the kernels' tiles, in f32, bf16 and f16; packed rows (several examples in a row, masked by their starts);
+//! the prefill over a strided KV-cache view at an offset; and the split of projections into rotated heads and
+//! back.
 //! Built with `--features cuda`; skipped without a GPU. Run on a lent GPU machine.
 #![cfg(feature = "cuda")]
 
@@ -20,19 +21,23 @@ struct Case {
 }
 
 /// Output (b, t, heads * d) and the gradients of sum(out * d_out) with respect to q, k, v, by autograd in f64.
-fn reference(q: &Tensor, k: &Tensor, v: &Tensor, d_out: &Tensor, c: Case) -> [Tensor; 4] {
+/// `starts` (packed rows): per batch row, where each query's example starts; no key before it is seen.
+fn reference(q: &Tensor, k: &Tensor, v: &Tensor, d_out: &Tensor, c: Case, starts: Option<&[Vec<u32>]>) -> [Tensor; 4] {
     let (q, k, v) = (Var::from_tensor(q).unwrap(), Var::from_tensor(k).unwrap(), Var::from_tensor(v).unwrap());
     let rep = c.heads / c.kv;
     let repeat = |x: &Tensor| Tensor::cat(&vec![x.clone(); rep], 2).unwrap().reshape((c.b, c.heads, c.t, c.d)).unwrap();
-    let mut mask = vec![0f64; c.t * c.t];
-    for i in 0..c.t {
-        for j in 0..c.t {
-            if j > i || c.window.is_some_and(|w| i - j >= w) {
-                mask[i * c.t + j] = -1e30;
+    let mut mask = vec![0f64; c.b * c.t * c.t];
+    for r in 0..c.b {
+        for i in 0..c.t {
+            let start = starts.map_or(0, |s| s[r][i] as usize);
+            for j in 0..c.t {
+                if j > i || c.window.is_some_and(|w| i - j >= w) || j < start {
+                    mask[(r * c.t + i) * c.t + j] = -1e30;
+                }
             }
         }
     }
-    let mask = Tensor::from_vec(mask, (c.t, c.t), &Device::Cpu).unwrap();
+    let mask = Tensor::from_vec(mask, (c.b, 1, c.t, c.t), &Device::Cpu).unwrap();
     let scale = 1.0 / (c.d as f64).sqrt();
     let scores = (q.as_tensor().matmul(&repeat(k.as_tensor()).t().unwrap()).unwrap() * scale).unwrap();
     let probs = candle_nn::ops::softmax(&scores.broadcast_add(&mask).unwrap(), D::Minus1).unwrap();
@@ -64,22 +69,37 @@ fn inputs(c: Case, dtype: DType) -> [Tensor; 4] {
 }
 
 fn check(gpu: &Device, c: Case, dtype: DType, tolerance: f64) {
-    let [q, k, v, d_out] = inputs(c, dtype);
-    let want = reference(&q, &k, &v, &d_out, c);
-    let on_gpu = |x: &Tensor| x.to_dtype(dtype).unwrap().to_device(gpu).unwrap();
-    let (gq, gk, gv, gd) = (on_gpu(&q), on_gpu(&k), on_gpu(&v), on_gpu(&d_out));
+    check_rows(gpu, c, dtype, tolerance, None);
+}
+
+/// The fused attention's output and gradients on `gpu` (inputs in `dtype`, packed rows' `starts` as a u32 (b, t)
+/// tensor there or None): [out, dq, dk, dv].
+fn fused(gpu: &Device, c: Case, dtype: DType, x: &[Tensor; 4], starts: Option<&Tensor>) -> [Tensor; 4] {
+    let [gq, gk, gv, gd] = x.clone().map(|x| x.to_dtype(dtype).unwrap().to_device(gpu).unwrap());
     let scale = 1.0 / (c.d as f64).sqrt();
     let (out, lse) =
-        ops::fused_attention(&gq, &gk, &gv, scale, 0, c.window, None).unwrap().expect("fused attention applies");
+        ops::fused_attention(&gq, &gk, &gv, scale, 0, c.window, starts).unwrap().expect("fused attention applies");
     let rows = (c.b * c.t, c.heads * c.d);
     let (out2, gd2) = (out.reshape(rows).unwrap(), gd.reshape(rows).unwrap());
-    let (dq, dk, dv) = ops::fused_attention_backward(&gq, &gk, &gv, &out2, &lse, &gd2, scale, c.window, None).unwrap();
-    let errors = [relative(&out, &want[0]), relative(&dq, &want[1]), relative(&dk, &want[2]), relative(&dv, &want[3])];
+    let (dq, dk, dv) =
+        ops::fused_attention_backward(&gq, &gk, &gv, &out2, &lse, &gd2, scale, c.window, starts).unwrap();
+    [out, dq, dk, dv]
+}
+
+/// [`check`] with packed rows: `starts[r][i]` is where query i of batch row r has its example start.
+fn check_rows(gpu: &Device, c: Case, dtype: DType, tolerance: f64, starts: Option<&[Vec<u32>]>) {
+    let x = inputs(c, dtype);
+    let [q, k, v, d_out] = &x;
+    let want = reference(q, k, v, d_out, c, starts);
+    let on_gpu = starts.map(|s| Tensor::new(s.to_vec(), &Device::Cpu).unwrap().to_device(gpu).unwrap());
+    let got = fused(gpu, c, dtype, &x, on_gpu.as_ref());
+    let errors: Vec<f64> = got.iter().zip(&want).map(|(g, w)| relative(g, w)).collect();
+    let packed = if starts.is_some() { " packed" } else { "" };
     eprintln!(
-        "{c:?} {dtype:?}: relative error out/dq/dk/dv {:.1e} {:.1e} {:.1e} {:.1e}",
+        "{c:?} {dtype:?}{packed}: relative error out/dq/dk/dv {:.1e} {:.1e} {:.1e} {:.1e}",
         errors[0], errors[1], errors[2], errors[3]
     );
-    assert!(errors.iter().all(|e| *e < tolerance), "{c:?} {dtype:?}: {errors:?} over {tolerance}");
+    assert!(errors.iter().all(|e| *e < tolerance), "{c:?} {dtype:?}{packed}: {errors:?} over {tolerance}");
 }
 
 const CASES: [Case; 9] = [
@@ -111,6 +131,95 @@ fn fused_attention_matches_autograd_of_the_composed_attention() {
         check(&gpu, c, DType::BF16, 1.5e-2);
         check(&gpu, c, DType::F16, 2e-3);
     }
+}
+
+/// Per batch row, each query's example start for examples of the given lengths laid end to end.
+fn row_starts(segments: &[usize]) -> Vec<u32> {
+    let mut starts = Vec::new();
+    for &len in segments {
+        starts.extend(std::iter::repeat_n(starts.len() as u32, len));
+    }
+    starts
+}
+
+/// Packed rows (several examples laid end to end in one row, each query masked to its own example's keys) against
+/// the reference with the same mask: examples that start mid-tile, a one-token example (it sees only itself), a
+/// boundary on a tile edge and a row of one example, lengths that are not a multiple of the tiles and one with many
+/// key blocks, grouped-query heads, with and without a sliding window; head_dim 64 and 128 (tensor cores in bf16 and
+/// f16, FMAs in f32) and 32 (FMAs). Starts that are all zero change no bit of the unpacked result.
+#[test]
+fn packed_rows_never_attend_across_examples() {
+    let Ok(gpu) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    let kinds = [(DType::F32, 1e-5), (DType::BF16, 1.5e-2), (DType::F16, 2e-3)];
+    for t in [129, 200] {
+        let rows = [vec![37, 1, 90, t - 128], vec![64, 64, t - 128], vec![t]];
+        let starts: Vec<Vec<u32>> = rows.iter().map(|r| row_starts(r)).collect();
+        for d in [32, 64, 128] {
+            for window in [None, Some(50)] {
+                let c = Case { b: rows.len(), heads: 4, kv: 2, t, d, window };
+                for (dtype, tolerance) in kinds {
+                    check_rows(&gpu, c, dtype, tolerance, Some(&starts));
+                }
+            }
+        }
+    }
+    // Many key and query blocks: examples spanning several, the dK/dV blocks' early stop, one-token examples.
+    let t = 517;
+    let rows = [vec![3, 200, 64, 1, 129, 120], vec![256, 261], vec![1, 1, 515]];
+    let starts: Vec<Vec<u32>> = rows.iter().map(|r| row_starts(r)).collect();
+    for d in [64, 128] {
+        for window in [None, Some(130)] {
+            let c = Case { b: rows.len(), heads: 4, kv: 2, t, d, window };
+            check_rows(&gpu, c, DType::BF16, 1.5e-2, Some(&starts));
+        }
+    }
+    check_rows(&gpu, Case { b: 3, heads: 4, kv: 2, t, d: 32, window: None }, DType::F32, 1e-5, Some(&starts));
+
+    // All-zero starts (every row one example) give the unpacked attention's bits.
+    let bits = |x: &Tensor| x.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
+    for (d, dtype) in [(32, DType::F32), (64, DType::BF16), (128, DType::F16), (128, DType::F32)] {
+        for window in [None, Some(50)] {
+            let c = Case { b: 2, heads: 4, kv: 2, t: 200, d, window };
+            let x = inputs(c, dtype);
+            let zeros = Tensor::zeros((c.b, c.t), DType::U32, &gpu).unwrap();
+            let plain = fused(&gpu, c, dtype, &x, None);
+            let packed = fused(&gpu, c, dtype, &x, Some(&zeros));
+            for (name, (a, b)) in ["out", "dq", "dk", "dv"].iter().zip(plain.iter().zip(&packed)) {
+                let (a, b) = (bits(a), bits(b));
+                let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                assert_eq!(differ, 0, "{c:?} {dtype:?} {name}: {differ} elements differ with all-zero starts");
+            }
+        }
+    }
+}
+
+/// Starts the kernels cannot use are refused with an error, not read out of bounds: the wrong shape or dtype, a
+/// prefill at an offset.
+#[test]
+fn packed_row_starts_that_do_not_fit_are_refused() {
+    let Ok(gpu) = Device::new_cuda(0) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    let c = Case { b: 2, heads: 4, kv: 2, t: 16, d: 64, window: None };
+    let [q, k, v, _] = inputs(c, DType::BF16).map(|x| x.to_dtype(DType::BF16).unwrap().to_device(&gpu).unwrap());
+    let scale = 0.125;
+    let attend =
+        |q: &Tensor, offset: usize, starts: &Tensor| ops::fused_attention(q, &k, &v, scale, offset, None, Some(starts));
+    let good = Tensor::zeros((c.b, c.t), DType::U32, &gpu).unwrap();
+    assert!(attend(&q, 0, &good).is_ok());
+    let wrong_shape = Tensor::zeros((c.b, c.t - 1), DType::U32, &gpu).unwrap();
+    assert!(attend(&q, 0, &wrong_shape).is_err(), "starts of the wrong shape");
+    let wrong_dtype = Tensor::zeros((c.b, c.t), DType::F32, &gpu).unwrap();
+    assert!(attend(&q, 0, &wrong_dtype).is_err(), "starts of the wrong dtype");
+    let on_cpu = Tensor::zeros((c.b, c.t), DType::U32, &Device::Cpu).unwrap();
+    assert!(attend(&q, 0, &on_cpu).is_err(), "starts on the CPU");
+    let tail = q.narrow(2, 8, 8).unwrap().contiguous().unwrap();
+    let tail_starts = Tensor::zeros((c.b, 8), DType::U32, &gpu).unwrap();
+    assert!(attend(&tail, 8, &tail_starts).is_err(), "starts with a prefill at an offset");
 }
 
 /// The backward gives the same bits on every run (dQ's sums over key blocks are added in a fixed order), at the
@@ -158,7 +267,7 @@ fn fused_prefill_over_a_strided_cache_matches_the_full_attention() {
         for window in [None, Some(9)] {
             let c = Case { b: 2, heads: 4, kv: 2, t: 67, d, window };
             let [q, k, v, d_out] = inputs(c, dtype);
-            let want = reference(&q, &k, &v, &d_out, c)[0].narrow(1, 60, 7).unwrap();
+            let want = reference(&q, &k, &v, &d_out, c, None)[0].narrow(1, 60, 7).unwrap();
             let on_gpu = |x: &Tensor| x.to_dtype(dtype).unwrap().to_device(&gpu).unwrap();
             // A cache buffer of capacity 80 holding 67 positions: rows of d contiguous, heads 80 rows apart.
             let cache = |x: &Tensor| {

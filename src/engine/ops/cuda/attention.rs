@@ -2,11 +2,12 @@
 //! backward and the prefill, without the (T x T) scores. The forward keeps the output and each row's
 //! logsumexp; the backward recomputes the probabilities tile by tile from them. Memory is linear in T.
 //!
-//! Causal, grouped-query (dK/dV summed over the heads of a group), sliding window; head_dim 16, 32, 64 or
-//! 128; f32, bf16 and f16 storage with f32 accumulation. bf16/f16 at head_dim 64 and 128 run on tensor cores
-//! (flash_attention_mma.cuh; on an H100/H200 warpgroup MMA, flash_attention_wgmma.cuh); f32 and the small heads
-//! on f32 FMAs (exact to rounding). [`applies`] says when; `ops::fused_attention` composes
-//! otherwise.
+//! Causal, grouped-query (dK/dV summed over the heads of a group), sliding window, packed rows (several examples
+//! in one row of the batch, attention never crossing one: each query sees no key before its example's start, a
+//! per-query lower bound the kernels use like the window's, in their loop bounds and tile tests too); head_dim
+//! 16, 32, 64 or 128; f32, bf16 and f16 storage with f32 accumulation. bf16/f16 at head_dim 64 and 128 run on
+//! tensor cores (flash_attention_mma.cuh; on an H100/H200 warpgroup MMA, flash_attention_wgmma.cuh); f32 and the
+//! small heads on f32 FMAs (exact to rounding). [`applies`] says when; `ops::fused_attention` composes otherwise.
 
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -77,7 +78,7 @@ fn even(x: &Tensor) -> Result<Tensor> {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use crate::engine::ops::cuda::launch::{int, load, on_cuda, output, sm90a, view, with_dtype, wrap};
+    use crate::engine::ops::cuda::launch::{device_address, int, load, on_cuda, output, sm90a, view, with_dtype, wrap};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::{CudaDType, WrapErr};
@@ -109,6 +110,27 @@ mod imp {
         let span = (0..3).map(|i| (dims[i].max(1) - 1) * st[i]).sum::<usize>() + dims[3];
         let start = l.start_offset();
         Ok((s.as_cuda_slice::<T>()?.slice(start..start + span), st[0] as i64, st[1] as i64))
+    }
+
+    /// The kernels' `starts` argument: the device address of packed rows' starts, a contiguous u32 (b, t) tensor
+    /// on `q`'s device, or 0 (null) without packing. The tensor outlives the launch (the caller holds it), and
+    /// work on one stream reads it in order.
+    fn starts_address(row_starts: Option<&Tensor>, q: &Tensor, (b, t): (usize, usize)) -> Result<u64> {
+        let Some(starts) = row_starts else { return Ok(0) };
+        if starts.dtype() != DType::U32
+            || starts.dims() != [b, t]
+            || !starts.is_contiguous()
+            || !starts.device().same_device(q.device())
+        {
+            bail!(
+                "fused attention: packed rows' starts must be a contiguous u32 ({b}, {t}) tensor on the queries' \
+                 device, not {:?} {:?} on {:?}",
+                starts.dtype(),
+                starts.shape(),
+                starts.device().location()
+            )
+        }
+        device_address::<u32>(starts, "packed rows' starts")
     }
 
     /// Whether the tensor-core kernels run (bf16/f16 at head_dim 64 and 128: FlashMma in the kernels).
@@ -145,9 +167,6 @@ mod imp {
         window: usize,
         row_starts: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
-        if row_starts.is_some() {
-            bail!("fused attention: packed rows are not supported by these kernels yet")
-        }
         let (b, heads, tq, d) = q.dims4()?;
         let (kb, kv_heads, tk, kd) = k.dims4()?;
         if kb != b || kd != d || v.dims() != k.dims() || v.stride() != k.stride() || heads % kv_heads != 0 {
@@ -156,6 +175,13 @@ mod imp {
         if q_offset + tq > tk || q.dtype() != k.dtype() || v.dtype() != k.dtype() {
             bail!("fused attention: {tq} queries at {q_offset} over {tk} keys ({:?}/{:?})", q.dtype(), k.dtype());
         }
+        if row_starts.is_some() && (q_offset != 0 || tq != tk) {
+            bail!(
+                "fused attention: packed rows' starts are for training (queries from position 0 over as many \
+                 keys), not {tq} queries at {q_offset} over {tk} keys"
+            )
+        }
+        let starts = starts_address(row_starts, q, (b, tq))?;
         let ((qs, ql), (ks, kl), (vs, vl)) = (q.storage_and_layout(), k.storage_and_layout(), v.storage_and_layout());
         let (qs, ks, vs) = (on_cuda(&qs, "q")?, on_cuda(&ks, "k")?, on_cuda(&vs, "v")?);
         let dev = qs.device().clone();
@@ -173,8 +199,9 @@ mod imp {
             a.arg(&out);
             a.arg(&lse);
             candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(tk), bs, hs, int(q_offset));
-            candle_core::builder_arg!(a, int(window), scale);
-            // SAFETY: arguments match the kernel's signature; every view spans what the kernel indexes.
+            candle_core::builder_arg!(a, int(window), starts, scale);
+            // SAFETY: arguments match the kernel's signature; every view spans what the kernel indexes (`starts`:
+            // null, or the address of a checked (b, tq) u32 tensor that outlives this call).
             unsafe { a.launch(query_grid(&dev, tq, heads, b, d, q.dtype())) }.w()?;
             wrap(out, &dev, (b, tq, heads * d))
         });
@@ -189,9 +216,6 @@ mod imp {
         window: usize,
         row_starts: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        if row_starts.is_some() {
-            bail!("fused attention: packed rows are not supported by these kernels yet")
-        }
         let [q, k, _, out, d_out] = t;
         let (b, heads, tq, d) = q.dims4()?;
         let (_, kv_heads, tk, _) = k.dims4()?;
@@ -199,6 +223,7 @@ mod imp {
         if tq != tk || out.elem_count() != rows * d || d_out.elem_count() != rows * d || lse.dtype() != DType::F32 {
             bail!("fused attention backward: q {:?}, k {:?}, out {:?}", q.shape(), k.shape(), out.shape());
         }
+        let starts = starts_address(row_starts, q, (b, tq))?;
         let guards = t.map(|x| x.storage_and_layout());
         let st: Vec<&CudaStorage> = guards.iter().map(|(s, _)| on_cuda(s, "input")).collect::<Result<_>>()?;
         let (ls, ll) = lse.storage_and_layout();
@@ -225,8 +250,8 @@ mod imp {
             a.arg(&lv);
             a.arg(&delta);
             a.arg(&dq);
-            candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), scale);
-            // SAFETY: arguments match the kernel's signature; buffers are sized above.
+            candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), starts, scale);
+            // SAFETY: arguments match the kernel's signature; buffers are sized above (`starts` as in the forward).
             unsafe { a.launch(query_grid(&dev, tq, heads, b, d, q.dtype())) }.w()?;
             let (dk, dv) = (output::<T>(&dev, b * kv_heads * tk * d)?, output::<T>(&dev, b * kv_heads * tk * d)?);
             let mut a = f_dkv.builder();
@@ -238,7 +263,7 @@ mod imp {
             a.arg(&delta);
             a.arg(&dk);
             a.arg(&dv);
-            candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), scale);
+            candle_core::builder_arg!(a, int(heads), int(kv_heads), int(tq), int(window), starts, scale);
             let mut cfg = grid(tk, kv_heads, b, d, q.dtype());
             if d == 128 && tensor_cores(d, q.dtype()) && sm90a(&dev) {
                 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute_enum as Attr;

@@ -13,6 +13,12 @@
 // Query i sits at position q_offset + i; it sees key j when j <= q_offset + i and, with a sliding window w > 0,
 // q_offset + i - j < w. Rows past the causal edge of right-padded batches are computed like any other row (the
 // loss masks them), so no per-row lengths are needed.
+// Packed rows (several examples concatenated in one row of the batch; training, so q_offset 0 and tq == tk): with
+// `starts` (b, t) u32 (null without packing), query i of batch row r also sees no key before starts[r * t + i], the
+// first token of its own example, so attention never crosses an example. A start never passes its query and never
+// decreases along a row: like the window it is a per-query lower bound on the keys that grows with the query, and
+// the loop bounds and tile tests below use it the same way (the smallest start of a tile of queries is its first
+// row's, the largest its last row's). Without starts every bound and mask is what it was (a start of 0).
 //
 // Threads: each row (a query in the forward and dQ, a key in dK/dV) belongs to D / FA_SLICE adjacent threads
 // that each hold FA_SLICE of its D elements in registers; dot products are reduced across them by shuffles.
@@ -59,10 +65,52 @@ template <int D> __device__ __forceinline__ float dot_shared(const float* mine, 
   return row_sum<D / FA_SLICE>(acc);
 }
 
-// Bitwise, not short-circuit: every term is a cheap compare, and `&&` made the compiler branch once per element
-// of a tile.
-__device__ __forceinline__ bool fa_visible(int pos, int j, int limit, int window) {
-  return (j < limit) & (j <= pos) & ((window <= 0) | (pos - j < window));
+// Whether query position `pos`, whose example starts at key `start` (0 unpacked), sees key j. Bitwise, not
+// short-circuit: every term is a cheap compare, and `&&` made the compiler branch once per element of a tile.
+__device__ __forceinline__ bool fa_visible(int pos, int j, int limit, int window, int start) {
+  return (j < limit) & (j <= pos) & (j >= start) & ((window <= 0) | (pos - j < window));
+}
+
+// Batch row bi's starts of packed rows of length t, or null without packing.
+__device__ __forceinline__ const unsigned int* fa_row_starts(const unsigned int* starts, int bi, int t) {
+  return starts ? starts + (size_t)bi * t : nullptr;
+}
+// Where query i's example starts in a row (`row` from fa_row_starts; 0 without packing), or INT_MAX past the row's
+// end: the kernels keep this one bound per query row, and a row that does not exist sees no key (fa_visible).
+__device__ __forceinline__ int fa_start(const unsigned int* row, int i, int t) {
+  return i < t ? (row ? (int)row[i] : 0) : INT_MAX;
+}
+// The end of key j's example in a row: the first query after j whose example starts after j (`hi` if none before
+// it). Queries j.. before it may see key j, later ones do not (starts never decrease). Without packing: `hi`.
+__device__ __forceinline__ int fa_example_end(const unsigned int* row, int j, int hi) {
+  if (!row) return hi;
+  int lo = j;  // a query whose example starts at or before j (j's own), the end in (lo, hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if ((int)row[mid] <= j)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return hi;
+}
+
+// The end of the queries a dK/dV block of keys up to `last_key` may matter to in a packed row: the first query in
+// (last_key, hi) whose example starts after last_key, or `hi` (also without packing). Starts never decrease, so no
+// later query sees the block either, and the block stops there instead of streaming later examples' queries. A
+// search by the whole block (every thread calls it, and gets the answer): each round tests blockDim.x evenly spaced
+// queries of the interval left, two rounds up to 128^2 queries on the tensor-core kernels.
+__device__ __forceinline__ int fa_queries_end(const unsigned int* row, int last_key, int hi) {
+  if (!row) return hi;
+  int lo = last_key;  // a query the block matters to (its own start is at most last_key); the answer is in (lo, hi]
+  while (hi - lo > 1) {
+    const int step = (hi - lo + (int)blockDim.x - 1) / (int)blockDim.x, i = lo + (int)threadIdx.x * step;
+    // The tested queries lo, lo + step, ... that start at or before last_key are a prefix (at least lo itself).
+    const int seen = __syncthreads_count(i < hi && (int)row[i] <= last_key);
+    hi = min(hi, lo + seen * step);
+    lo += (seen - 1) * step;
+  }
+  return hi;
 }
 
 // This block's (row tile, head, batch) in a grid (tiles, heads, b), numbered so that blocks are started longest
@@ -83,13 +131,16 @@ __device__ __forceinline__ FaBlock fa_block_longest_first(bool longest_last) {
 // Grid (ceil(tq / FA_ROWS), heads, b), block FA_ROWS * D / FA_SLICE.
 template <typename T, int D>
 __device__ void flash_forward(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
-                              int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
+                              int tq, int tk, long long bs, long long hs, int q_offset, int window,
+                              const unsigned int* starts, float scale) {
   constexpr int TPR = D / FA_SLICE;
   __shared__ __align__(16) float ks[FA_TILE][D];
   __shared__ __align__(16) float vs[FA_TILE][D];
   const FaBlock blk = fa_block_longest_first(true);
   const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, h = blk.head, bi = blk.batch;
   const int first = blk.tile * FA_ROWS, i = first + row, pos = q_offset + i;
+  const unsigned int* st = fa_row_starts(starts, bi, tq);
+  const int start = fa_start(st, i, tq);
   const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
   const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
   const float c = scale * FA_LOG2E;
@@ -103,7 +154,7 @@ __device__ void flash_forward(const T* q, const T* k, const T* v, T* out, float*
   }
   float m = -INFINITY, l = 0.f;
   const int hi = min(tk, q_offset + min(first + FA_ROWS, tq));
-  const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
+  const int lo = max(window > 0 ? max(0, q_offset + first - window + 1) : 0, fa_start(st, first, tq));
   for (int j0 = lo; j0 < hi; j0 += FA_TILE) {
     __syncthreads();
     load_tile<T, D>(kb, ks, j0, tk);
@@ -114,7 +165,7 @@ __device__ void flash_forward(const T* q, const T* k, const T* v, T* out, float*
 #pragma unroll
     for (int jj = 0; jj < FA_TILE; jj++) {
       const float d = dot_shared<D>(qr, &ks[jj][part * FA_SLICE]);
-      s[jj] = fa_visible(pos, j0 + jj, tk, window) && i < tq ? d : -INFINITY;
+      s[jj] = fa_visible(pos, j0 + jj, tk, window, start) ? d : -INFINITY;  // (start INT_MAX past the end)
       mt = fmaxf(mt, s[jj]);
     }
     const float m_new = fmaxf(m, mt);
@@ -152,13 +203,15 @@ __device__ void flash_forward(const T* q, const T* k, const T* v, T* out, float*
 template <typename T, int D>
 __device__ void flash_backward_dq(const T* q, const T* k, const T* v, const T* out, const T* d_out,
                                   const float* lse, float* delta, T* dq, int heads, int kv_heads, int t, int window,
-                                  float scale) {
+                                  const unsigned int* starts, float scale) {
   constexpr int TPR = D / FA_SLICE;
   __shared__ __align__(16) float ks[FA_TILE][D];
   __shared__ __align__(16) float vs[FA_TILE][D];
   const FaBlock blk = fa_block_longest_first(true);
   const int row = threadIdx.x / TPR, part = threadIdx.x % TPR, h = blk.head, bi = blk.batch;
   const int first = blk.tile * FA_ROWS, i = first + row;
+  const unsigned int* st = fa_row_starts(starts, bi, t);
+  const int start = fa_start(st, i, t);
   const size_t kv_base = ((size_t)bi * kv_heads + h / (heads / kv_heads)) * t * D;
   const size_t row_id = ((size_t)bi * heads + h) * t + i;
   const float c = scale * FA_LOG2E;
@@ -182,7 +235,7 @@ __device__ void flash_backward_dq(const T* q, const T* k, const T* v, const T* o
     dqr[e] = 0.f;
   }
   const int hi = min(t, first + FA_ROWS);
-  const int lo = window > 0 ? max(0, first - window + 1) : 0;
+  const int lo = max(window > 0 ? max(0, first - window + 1) : 0, fa_start(st, first, t));
   for (int j0 = lo; j0 < hi; j0 += FA_TILE) {
     __syncthreads();
     load_tile<T, D>(k + kv_base, ks, j0, t);
@@ -192,7 +245,7 @@ __device__ void flash_backward_dq(const T* q, const T* k, const T* v, const T* o
     for (int jj = 0; jj < FA_TILE; jj++) {
       const float s = dot_shared<D>(qr, &ks[jj][part * FA_SLICE]);
       const float dp = dot_shared<D>(dor, &vs[jj][part * FA_SLICE]);
-      const float p = fa_visible(i, j0 + jj, t, window) && i < t ? exp2f(s - li) : 0.f;
+      const float p = fa_visible(i, j0 + jj, t, window, start) ? exp2f(s - li) : 0.f;
       const float ds = p * (dp - di);
 #pragma unroll
       for (int e = 0; e < FA_SLICE; e++) dqr[e] += ds * ks[jj][part * FA_SLICE + e];
@@ -209,7 +262,7 @@ __device__ void flash_backward_dq(const T* q, const T* k, const T* v, const T* o
 template <typename T, int D>
 __device__ void flash_backward_dkv(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
                                    const float* delta, T* dk, T* dv, int heads, int kv_heads, int t, int window,
-                                   float scale) {
+                                   const unsigned int* starts, float scale) {
   constexpr int TPR = D / FA_SLICE;
   __shared__ __align__(16) float qs[FA_TILE][D];
   __shared__ __align__(16) float dos[FA_TILE][D];
@@ -219,6 +272,11 @@ __device__ void flash_backward_dkv(const T* q, const T* k, const T* v, const T* 
   const int first = blk.tile * FA_ROWS, j = first + row, rep = heads / kv_heads;
   const size_t key_id = ((size_t)bi * kv_heads + kvh) * t + j;
   const float c = scale * FA_LOG2E;
+  const unsigned int* st = fa_row_starts(starts, bi, t);
+  const int lo = first;
+  const int hi = fa_queries_end(st, min(first + FA_ROWS, t) - 1, window > 0 ? min(t, first + FA_ROWS - 1 + window) : t);
+  // The queries that may see this key: up to the end of its example (packed rows), of the row otherwise.
+  const int q_end = min(t, fa_example_end(st, j, hi));
   float kr[FA_SLICE], vr[FA_SLICE], dkr[FA_SLICE], dvr[FA_SLICE];
   if (j < t) {
     load_slice(k + key_id * D + part * FA_SLICE, kr);
@@ -230,8 +288,6 @@ __device__ void flash_backward_dkv(const T* q, const T* k, const T* v, const T* 
     kr[e] *= c;
     dkr[e] = dvr[e] = 0.f;
   }
-  const int lo = first;
-  const int hi = window > 0 ? min(t, first + FA_ROWS - 1 + window) : t;
   for (int g = 0; g < rep; g++) {
     const int h = kvh * rep + g;
     const size_t q_base = ((size_t)bi * heads + h) * t;
@@ -252,7 +308,7 @@ __device__ void flash_backward_dkv(const T* q, const T* k, const T* v, const T* 
       for (int ii = 0; ii < FA_TILE; ii++) {
         const float s = dot_shared<D>(kr, &qs[ii][part * FA_SLICE]);
         const float dp = dot_shared<D>(vr, &dos[ii][part * FA_SLICE]);
-        const float p = fa_visible(i0 + ii, j, t, window) && i0 + ii < t ? exp2f(s - ls[ii]) : 0.f;
+        const float p = fa_visible(i0 + ii, j, t, window, 0) && i0 + ii < q_end ? exp2f(s - ls[ii]) : 0.f;
         const float ds = p * (dp - dls[ii]);
 #pragma unroll
         for (int e = 0; e < FA_SLICE; e++) {
@@ -283,66 +339,73 @@ template <> struct FlashMma<__half, 128> { static constexpr bool value = true; }
 
 template <typename T, int D>
 __device__ void flash_forward_any(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
-                                  int tq, int tk, long long bs, long long hs, int q_offset, int window, float scale) {
+                                  int tq, int tk, long long bs, long long hs, int q_offset, int window,
+                                  const unsigned int* starts, float scale) {
 #ifdef FA_WGMMA
   if constexpr (FlashMma<T, D>::value)
-    flash_forward_wgmma<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
+    flash_forward_wgmma<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, starts, scale);
   else
 #endif
   if constexpr (FlashMma<T, D>::value)
-    flash_forward_mma<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
+    flash_forward_mma<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, starts, scale);
   else
-    flash_forward<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);
+    flash_forward<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, starts, scale);
 }
 
 template <typename T, int D>
 __device__ void flash_backward_dq_any(const T* q, const T* k, const T* v, const T* out, const T* d_out,
                                       const float* lse, float* delta, T* dq, int heads, int kv_heads, int t,
-                                      int window, float scale) {
+                                      int window, const unsigned int* starts, float scale) {
 #ifdef FA_WGMMA
   if constexpr (FlashMma<T, D>::value)
-    flash_backward_dq_wgmma<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+    flash_backward_dq_wgmma<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, starts, scale);
   else
 #endif
   if constexpr (FlashMma<T, D>::value)
-    flash_backward_dq_mma<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+    flash_backward_dq_mma<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, starts, scale);
   else
-    flash_backward_dq<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);
+    flash_backward_dq<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, starts, scale);
 }
 
 template <typename T, int D>
 __device__ void flash_backward_dkv_any(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
                                        const float* delta, T* dk, T* dv, int heads, int kv_heads, int t, int window,
-                                       float scale) {
+                                       const unsigned int* starts, float scale) {
 #ifdef FA_WGMMA
   if constexpr (FlashMma<T, D>::value)
-    flash_backward_dkv_wgmma<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);
+    flash_backward_dkv_wgmma<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, starts, scale);
   else
 #endif
   if constexpr (FlashMma<T, D>::value)
-    flash_backward_dkv_mma<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);
+    flash_backward_dkv_mma<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, starts, scale);
   else
-    flash_backward_dkv<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);
+    flash_backward_dkv<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, starts, scale);
 }
 
+// Kernel parameters: `starts` is packed rows' (b, t) u32 starts, or null (attention.rs passes 0).
 #define INSTANTIATE_FLASH_D(T, SUFFIX, D)                                                                        \
   extern "C" __global__ void flash_forward_d##D##_##SUFFIX(const T* q, const T* k, const T* v, T* out,         \
                                                           float* lse, int heads, int kv_heads, int tq, int tk,   \
-                                                          long long bs, long long hs, int q_offset,              \
-                                                          int window, float scale) {                             \
-    flash_forward_any<T, D>(q, k, v, out, lse, heads, kv_heads, tq, tk, bs, hs, q_offset, window, scale);       \
+                                                          long long bs, long long hs, int q_offset, int window,  \
+                                                          const unsigned int* starts, float scale) {             \
+    flash_forward_any<T, D>(q, k, v, out, lse,                                                                   \
+                            heads, kv_heads, tq, tk, bs, hs, q_offset, window, starts, scale);                   \
   }                                                                                                              \
   extern "C" __global__ void flash_backward_dq_d##D##_##SUFFIX(const T* q, const T* k, const T* v,             \
                                                               const T* out, const T* d_out, const float* lse,    \
                                                               float* delta, T* dq, int heads, int kv_heads,      \
-                                                              int t, int window, float scale) {                  \
-    flash_backward_dq_any<T, D>(q, k, v, out, d_out, lse, delta, dq, heads, kv_heads, t, window, scale);        \
+                                                              int t, int window, const unsigned int* starts,     \
+                                                              float scale) {                                     \
+    flash_backward_dq_any<T, D>(q, k, v, out, d_out, lse, delta, dq,                                             \
+                                heads, kv_heads, t, window, starts, scale);                                      \
   }                                                                                                              \
   extern "C" __global__ void flash_backward_dkv_d##D##_##SUFFIX(const T* q, const T* k, const T* v,            \
                                                                const T* d_out, const float* lse,                 \
                                                                const float* delta, T* dk, T* dv, int heads,      \
-                                                               int kv_heads, int t, int window, float scale) {   \
-    flash_backward_dkv_any<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, scale);        \
+                                                               int kv_heads, int t, int window,                  \
+                                                               const unsigned int* starts, float scale) {        \
+    flash_backward_dkv_any<T, D>(q, k, v, d_out, lse, delta, dk, dv,                                             \
+                                 heads, kv_heads, t, window, starts, scale);                                     \
   }
 
 #define INSTANTIATE_FLASH(T, SUFFIX)                                                                             \

@@ -8,7 +8,9 @@
 // kernels. Accumulators come back in mma's accumulator layout, so the element-wise code is shared. Products go
 // out in several commit groups so the element-wise work on one product's result overlaps the next product
 // (wg_wait<N>). Every key tile is computed, also past the causal edge (masked): products under a data-dependent
-// branch make ptxas serialize them ("C7514" with -Xptxas -v).
+// branch make ptxas serialize them ("C7514" with -Xptxas -v). Packed rows' starts bound the loops and enter the masks
+// and the interior test as in the mma.sync kernels; a tile before some of a block's rows' examples is computed and
+// masked for them like one past their causal edge.
 //
 // Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL: build.rs also asks nvcc for compute_90a on capability
 // 9.0, and launch.rs `ptx` loads that build on 9.0 devices only); other targets keep mma.sync.
@@ -30,7 +32,7 @@
 template <typename T, int D>
 __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, float* lse, int heads, int kv_heads,
                                     int tq, int tk, long long bs, long long hs, int q_offset, int window,
-                                    float scale) {
+                                    const unsigned int* starts, float scale) {
   constexpr int N = MmaTile<D>::N, R = FwdTiles<D>::R, ROWS = FwdTiles<D>::ROWS;
   static_assert(ROWS == 64 * R, "a warpgroup's tiles are 64 rows");
   __shared__ __align__(1024) T ks[2][N * D];
@@ -41,16 +43,16 @@ __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, 
   const T* kb = k + bi * bs + (h / (heads / kv_heads)) * hs;
   const T* vb = v + bi * bs + (h / (heads / kv_heads)) * hs;
   const float c = scale * FA_LOG2E;
+  const unsigned int* st = fa_row_starts(starts, bi, tq);
   uint32_t qf[R][D / 16][4];
   float o[R][D / 8][4], m[R][2], l[R][2];
-  int pos[R][2];
-  bool valid[R][2];
+  int pos[R][2], start[R][2];
 #pragma unroll
   for (int r = 0; r < R; r++)
-    fwd_tile_setup<T, D>(q + ((size_t)bi * heads + h) * tq * D, first + 64 * r + 16 * warp, tq, q_offset, qf[r], o[r],
-                         m[r], l[r], pos[r], valid[r]);
+    fwd_tile_setup<T, D>(q + ((size_t)bi * heads + h) * tq * D, first + 64 * r + 16 * warp, tq, q_offset, st, qf[r],
+                         o[r], m[r], l[r], pos[r], start[r]);
   const int hi = min(tk, q_offset + min(first + ROWS, tq));
-  const int lo = window > 0 ? max(0, q_offset + first - window + 1) : 0;
+  const int lo = max(window > 0 ? max(0, q_offset + first - window + 1) : 0, fa_start(st, first, tq));
   if (lo < hi) wg_kv_tiles_async<T, N, D>(kb, vb, lo, tk, ks[0], vs[0]);
   for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
     const bool next = j0 + N < hi;
@@ -75,9 +77,10 @@ __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, 
       const int row0 = first + 64 * r + 16 * warp, warp_pos = q_offset + row0;
       float mx[2];
       auto mask = [&](auto masked) {
-        fwd_mask_max<decltype(masked)::value, N>(s[r], pos[r], valid[r], j0, tk, window, mx);
+        fwd_mask_max<decltype(masked)::value, N>(s[r], pos[r], start[r], j0, tk, window, mx);
       };
-      fa_tile_loop(row0 + 16 <= tq && j0 + N <= tk && fa_tile_visible(warp_pos, warp_pos + 15, j0, j0 + N - 1, window),
+      fa_tile_loop(row0 + 16 <= tq && j0 + N <= tk &&
+                       fa_tile_visible(warp_pos, warp_pos + 15, j0, j0 + N - 1, window, fa_last_start(start[r])),
                    mask);
       fwd_softmax_step<N, D>(s[r], o[r], m[r], l[r], mx, c);
       wg_pb_group<T, N, D>(o[r], s[r], pa[r], vt);
@@ -87,7 +90,7 @@ __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, 
   }
 #pragma unroll
   for (int r = 0; r < R; r++)
-    fwd_store_tile<T, D>(out, lse, o[r], m[r], l[r], valid[r], first + 64 * r + 16 * warp, bi, h, heads, tq);
+    fwd_store_tile<T, D>(out, lse, o[r], m[r], l[r], first + 64 * r + 16 * warp, bi, h, heads, tq);
 }
 
 // dQ (and each row's delta) of flash_backward_dq_mma at head_dim 64 on wgmma: a block is one warpgroup owning
@@ -99,7 +102,7 @@ __device__ void flash_forward_wgmma(const T* q, const T* k, const T* v, T* out, 
 template <typename T, int D>
 __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, const T* out, const T* d_out,
                                         const float* lse, float* delta, T* dq, int heads, int kv_heads, int tlen,
-                                        int window, float scale) {
+                                        int window, const unsigned int* starts, float scale) {
   // Keys per tile: 64 at head_dim 64 (the mma.sync kernel's 32 are for its registers), MmaTile's 32 at 128.
   constexpr int N = D == 64 ? 64 : MmaTile<D>::N, R = DqTiles<D>::R, ROWS = DqTiles<D>::ROWS;
   static_assert(ROWS == 64 * R, "a warpgroup's tiles are 64 rows");
@@ -112,18 +115,19 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
   const size_t rows_base = ((size_t)bi * heads + h) * tlen;
   const size_t out_base = ((size_t)bi * tlen * heads + h) * D;
   const float c = scale * FA_LOG2E;
+  const unsigned int* st = fa_row_starts(starts, bi, tlen);
   uint32_t qf[R][D / 16][4], df[R][D / 16][4];
   float acc[R][D / 8][4], li[R][2], di[R][2];
-  int row[R][2];
+  int row[R][2], start[R][2];
 #pragma unroll
   for (int r = 0; r < R; r++) {
-    dq_tile_setup<T, D>(q, out, d_out, lse, delta, rows_base, out_base, heads, tlen, first + 64 * r + 16 * warp, qf[r],
-                        df[r], li[r], di[r], row[r]);
+    dq_tile_setup<T, D>(q, out, d_out, lse, delta, st, rows_base, out_base, heads, tlen, first + 64 * r + 16 * warp,
+                        qf[r], df[r], li[r], di[r], row[r], start[r]);
 #pragma unroll
     for (int n = 0; n < D / 8; n++) acc[r][n][0] = acc[r][n][1] = acc[r][n][2] = acc[r][n][3] = 0.f;
   }
   const int hi = min(tlen, first + ROWS);
-  const int lo = window > 0 ? max(0, first - window + 1) : 0;
+  const int lo = max(window > 0 ? max(0, first - window + 1) : 0, fa_start(st, first, tlen));
   if (lo < hi) wg_kv_tiles_async<T, N, D>(k + kv_base, v + kv_base, lo, tlen, ks[0], vs[0]);
   for (int j0 = lo, buf = 0; j0 < hi; j0 += N, buf ^= 1) {
     const bool next = j0 + N < hi;
@@ -146,9 +150,10 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
       wg_hold<N>(s);
       const int row0 = first + 64 * r + 16 * warp;
       auto probs = [&](auto masked) {
-        dq_scores_to_probs<decltype(masked)::value, N>(s, row[r], li[r], j0, tlen, window, c);
+        dq_scores_to_probs<decltype(masked)::value, N>(s, row[r], start[r], li[r], j0, tlen, window, c);
       };
-      fa_tile_loop(row0 + 16 <= tlen && j0 + N <= tlen && fa_tile_visible(row0, row0 + 15, j0, j0 + N - 1, window),
+      fa_tile_loop(row0 + 16 <= tlen && j0 + N <= tlen &&
+                       fa_tile_visible(row0, row0 + 15, j0, j0 + N - 1, window, fa_last_start(start[r])),
                    probs);
       wg_wait<0>();
       wg_hold<N>(dp);
@@ -173,12 +178,13 @@ __device__ void flash_backward_dq_wgmma(const T* q, const T* k, const T* v, cons
 template <typename T, int D>
 __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, const T* d_out, const float* lse,
                                          const float* delta, T* dk, T* dv, int heads, int kv_heads, int tlen,
-                                         int window, float scale) {
+                                         int window, const unsigned int* starts, float scale) {
   constexpr int N = MmaTile<D>::N;
   constexpr bool KV_SHARED = D == 128;
   struct Tiles {
     T q[2][N * D], d_out[2][N * D];
     float lse[2][N], delta[2][N];
+    int start[2][N];  // the streamed queries' starts (packed rows; zeros otherwise)
     __align__(1024) T k[KV_SHARED ? 64 * D : 1];
     __align__(1024) T v[KV_SHARED ? 64 * D : 1];
   };
@@ -211,7 +217,13 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
     dkv_keys_setup<T, D>(k, v, kv_base, key0, tlen, kf, vf, dka, dva);
   }
   const int key[2] = {key0 + g, key0 + g + 8};
-  const int hi = window > 0 ? min(tlen, first + FA_ROWS - 1 + window) : tlen;
+  const unsigned int* row_starts = fa_row_starts(starts, bi, tlen);
+  const int* st = reinterpret_cast<const int*>(row_starts);
+  // Queries past the examples of the block's keys see none of them (fa_queries_end).
+  const int hi = fa_queries_end(row_starts, min(first + FA_ROWS, tlen) - 1,
+                                window > 0 ? min(tlen, first + FA_ROWS - 1 + window) : tlen);
+  if (!st)
+    for (int r = threadIdx.x; r < 2 * N; r += MMA_THREADS) sm->start[r / N][r % N] = 0;
   const int tiles = first < hi ? (hi - first + N - 1) / N : 0, steps = rep * tiles;
   int load_head = kvh * rep, load_tile = 0;
   auto load = [&](int buf) {
@@ -221,8 +233,9 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
     wg_tile_async<T, N, D>(d_out + ((size_t)bi * tlen * heads + load_head) * D, (long long)heads * D, i0, tlen,
                            sm->d_out[buf]);
     for (int r = threadIdx.x; r < N; r += MMA_THREADS) {
-      cp_async_f32(&sm->lse[buf][r], lse, q_base + i0 + r, i0 + r < tlen);
-      cp_async_f32(&sm->delta[buf][r], delta, q_base + i0 + r, i0 + r < tlen);
+      cp_async_4(&sm->lse[buf][r], lse, q_base + i0 + r, i0 + r < tlen);
+      cp_async_4(&sm->delta[buf][r], delta, q_base + i0 + r, i0 + r < tlen);
+      if (st) cp_async_4(&sm->start[buf][r], st, i0 + r, i0 + r < tlen);
     }
     cp_async_commit();
     if (++load_tile == tiles) load_tile = 0, load_head++;
@@ -254,9 +267,11 @@ __device__ void flash_backward_dkv_wgmma(const T* q, const T* k, const T* v, con
     wg_wait<1>();
     wg_hold<N>(s);
     auto probs = [&](auto masked) {
-      dkv_scores_to_probs<decltype(masked)::value, N>(s, key, sm->lse[buf], i0, tlen, window, c);
+      dkv_scores_to_probs<decltype(masked)::value, N>(s, key, sm->lse[buf], sm->start[buf], i0, tlen, window, c);
     };
-    fa_tile_loop(key0 + 16 <= tlen && i0 + N <= tlen && fa_tile_visible(i0, i0 + N - 1, key0, key0 + 15, window),
+    // The tile's last query has the largest start.
+    fa_tile_loop(key0 + 16 <= tlen && i0 + N <= tlen &&
+                     fa_tile_visible(i0, i0 + N - 1, key0, key0 + 15, window, sm->start[buf][N - 1]),
                  probs);
     uint32_t pa[N / 16][4], da[N / 16][4];
     wg_pb_group<T, N, D>(dva, s, pa, dot);  // dO and Q are B here, read MN-major

@@ -139,8 +139,10 @@ __device__ __forceinline__ void mma_rows_async(const T* src, long long stride, i
   const unsigned to0 = static_cast<unsigned>(__cvta_generic_to_shared(&dst[r0][c]));
   cp_async_rows<T, STEP, R / STEP>(src, stride, first, limit, r0, c, to0, STEP * (D + MMA_PAD) * (unsigned)sizeof(T));
 }
-// src[index] into shared `dst` as cp.async (4 bytes), zero-filled when `ok` is false (nothing past src is read).
-__device__ __forceinline__ void cp_async_f32(float* dst, const float* src, size_t index, bool ok) {
+// src[index] (4 bytes: a logsumexp, a delta, a packed row's start) into shared `dst` as cp.async, zero-filled when
+// `ok` is false (nothing past src is read).
+template <typename E> __device__ __forceinline__ void cp_async_4(E* dst, const E* src, size_t index, bool ok) {
+  static_assert(sizeof(E) == 4, "a 4-byte element");
   const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(ok ? src + index : src),
                "r"(ok ? 4 : 0));
