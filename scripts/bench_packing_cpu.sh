@@ -23,7 +23,7 @@ rate = (b["trained_tokens"] - a["trained_tokens"]) / (b["elapsed_secs"] - a["ela
 print(json.dumps(dict(impl="ours " + sys.argv[3], steps=len(steps) - w, real_tokens_per_s=round(rate, 1),
                       mean_tokens_per_step=round((b["trained_tokens"] - a["trained_tokens"]) / (len(steps) - w)))))
 PY
-  grep -h "packing:" "$OUT/$name.err" | head -1 || true
+  grep -o "packing: [^\"]*" "$OUT/$name.jsonl" | head -1 || true
 }
 run packed-b2 --batch-size 2 --packing | tee -a "$OUT/packing.log"
 run padded-b8 --batch-size 8 | tee -a "$OUT/packing.log"

@@ -12,6 +12,8 @@
 set -uo pipefail
 G=${G:-.gpu/pk}; OUT=${1:?OUT}; STEPS=${2:-40}; WARM=${3:-5}
 mkdir -p "$OUT"; LOG=$OUT/packing.log
+# Per-run files stay on the device (too many come back otherwise); the log gathers what counts.
+W=/tmp/packing-work; mkdir -p "$W"
 unxz() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2"; chmod +x "$2"; }
 NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))')
 export LD_LIBRARY_PATH="$NCCL_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -27,9 +29,9 @@ for arch in tiny-llama tiny-gemma3 tiny-qwen3; do
   for dev in cuda cpu; do
     bash "$G/gpu-libs.sh" /tmp/mc train --model tests/fixtures/$arch --data assets/sample-chat --out /tmp/runs-$dev \
       --name $arch --iters 6 --batch-size 2 --seq-len 256 --packing --lr 5e-3 --warmup 2 --targets all-linear --rank 4 \
-      --save-every 0 --val-every 6 --device $dev --dtype f32 --json >"$OUT/tiny-$arch-$dev.jsonl" 2>"$OUT/tiny-$arch-$dev.err"
+      --save-every 0 --val-every 6 --device $dev --dtype f32 --json >"$W/tiny-$arch-$dev.jsonl" 2>"$W/tiny-$arch-$dev.err"
   done
-  python3 - "$OUT/tiny-$arch-cuda.jsonl" "$OUT/tiny-$arch-cpu.jsonl" "$arch" <<'PY' | tee -a "$LOG"
+  python3 - "$W/tiny-$arch-cuda.jsonl" "$W/tiny-$arch-cpu.jsonl" "$arch" <<'PY' | tee -a "$LOG"
 import json, sys
 loss = lambda f: [e["loss"] for e in map(json.loads, filter(str.strip, open(f))) if e.get("event") == "step"]
 a, b = loss(sys.argv[1]), loss(sys.argv[2])
@@ -46,8 +48,8 @@ ours() {
   local name=$1; shift
   bash "$G/gpu-libs.sh" /tmp/mc train --model "$MODEL" --data /tmp/pk.jsonl --format text --seq-len 2048 \
     --iters "$STEPS" --rank 8 --alpha 16 --targets all-linear --dtype bf16 --lr 2e-4 --schedule constant --warmup 0 \
-    --save-every 0 --val-every 0 --out /tmp/runs --name "$name" --json "$@" >"$OUT/$name.jsonl" 2>"$OUT/$name.err"
-  python3 - "$OUT/$name.jsonl" "$WARM" "$name $*" <<'PY' | tee -a "$LOG"
+    --save-every 0 --val-every 0 --out /tmp/runs --name "$name" --json "$@" >"$W/$name.jsonl" 2>"$W/$name.err"
+  python3 - "$W/$name.jsonl" "$WARM" "$name $*" <<'PY' | tee -a "$LOG"
 import json, sys
 steps = [e for e in map(json.loads, filter(str.strip, open(sys.argv[1]))) if e.get("event") == "step"]
 w = int(sys.argv[2]); a, b = steps[w - 1], steps[-1]
@@ -56,16 +58,16 @@ print(json.dumps(dict(impl="ours " + sys.argv[3], steps=len(steps) - w, real_tok
                       mean_tokens_per_step=round((b["trained_tokens"] - a["trained_tokens"]) / (len(steps) - w)),
                       last_loss=round(b["loss"], 4))))
 PY
-  grep -h "packing:" "$OUT/$name.err" | head -1 | tee -a "$LOG"
+  grep -o "packing: [^\"]*" "$W/$name.jsonl" | head -1 | tee -a "$LOG"
 }
-smi() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$OUT/$1.smi" & SMI=$!; }
-peak() { kill $SMI 2>/dev/null; echo "$1 nvidia-smi peak MiB: $(sort -n "$OUT/$1.smi" | tail -1)" | tee -a "$LOG"; }
+smi() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$W/$1.smi" & SMI=$!; }
+peak() { kill $SMI 2>/dev/null; echo "$1 nvidia-smi peak MiB: $(sort -n "$W/$1.smi" | tail -1)" | tee -a "$LOG"; }
 for B in 4 8; do smi ours-packed-b$B; ours ours-packed-b$B --batch-size $B --packing; peak ours-packed-b$B; done
 smi ours-padded-b16; ours ours-padded-b16 --batch-size 16; peak ours-padded-b16
 for mode in packed padded; do
   B=$([ $mode = packed ] && echo 4 || echo 16)
   smi trl-$mode; (cd "$G" && python3 "$OLDPWD/scripts/bench_trl_packing.py" "$MODEL" /tmp/pk.jsonl 2048 $B $mode "$STEPS" "$WARM") \
-    >"$OUT/trl-$mode.out" 2>"$OUT/trl-$mode.err"
-  echo "trl $mode exit $?" | tee -a "$LOG"; tail -1 "$OUT/trl-$mode.out" | tee -a "$LOG"; peak trl-$mode
-  grep -i "warn.*pack\|padding.free\|contamin" "$OUT/trl-$mode.err" | head -3 | tee -a "$LOG"
+    >"$W/trl-$mode.out" 2>"$W/trl-$mode.err"
+  echo "trl $mode exit $?" | tee -a "$LOG"; tail -1 "$W/trl-$mode.out" | tee -a "$LOG"; peak trl-$mode
+  grep -i "warn.*pack\|padding.free\|contamin" "$W/trl-$mode.err" | head -3 | tee -a "$LOG"
 done

@@ -42,6 +42,8 @@ torch.cuda.reset_peak_memory_stats()
 trainer.train()
 timed = sum(tokens[warm:len(stamps)])
 secs = stamps[-1] - stamps[warm - 1]
+gaps = sorted(b - a for a, b in zip(stamps[warm - 1:], stamps[warm:]))
 print(json.dumps(dict(impl=f"unsloth+trl {mode}", seq_len=seq_len, batch=batch, steps=len(stamps) - warm,
+                      median_step_s=round(gaps[len(gaps) // 2], 4), attention=model.config._attn_implementation,
                       real_tokens_per_s=round(timed / secs), mean_tokens_per_step=round(timed / (len(stamps) - warm)),
                       peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2))))
