@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::cli::{checkpoint_dirs, load_checkpoint, train_command, Running};
+use common::cli::{checkpoint_dirs, load_checkpoint, train_command, train_command_at, Running};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -90,6 +90,27 @@ fn a_quantized_base_with_checkpointing_trains_on_several_processes_as_on_one() {
     let two = events(run(dir.path(), "two", 2, &flags));
     assert_close("q8_0 + checkpointing", &numbers(&one, "step", "loss"), &numbers(&two, "step", "loss"), 1e-5);
     assert_close("q8_0 + checkpointing", &numbers(&one, "eval", "val_loss"), &numbers(&two, "eval", "val_loss"), 1e-5);
+}
+
+#[test]
+fn packed_rows_train_on_several_processes_as_on_one() {
+    // Rows of up to 256 tokens hold about three sample examples each; each rank takes whole packed rows.
+    let dir = tempfile::tempdir().unwrap();
+    let packed = |name: &str, processes: usize| {
+        let mut c = train_command_at(dir.path(), name, 256);
+        c.args(["--targets", "all-linear", "--dropout", "0", "--lr", "2e-3", "--warmup", "1", "--packing"]);
+        c.args(["--iters", "4", "--val-every", "4", "--save-every", "0"]);
+        if processes > 1 {
+            c.args(["--gpus", &processes.to_string()]);
+        }
+        events(c)
+    };
+    let (one, two) = (packed("one", 1), packed("two", 2));
+    let started = one.iter().find(|e| e["event"] == "started").unwrap();
+    assert!(started["notes"].to_string().contains("examples a row"), "the run packs: {started}");
+    assert_close("losses", &numbers(&one, "step", "loss"), &numbers(&two, "step", "loss"), 1e-5);
+    assert_close("grad norms", &numbers(&one, "step", "grad_norm"), &numbers(&two, "step", "grad_norm"), 1e-5);
+    assert_close("validation", &numbers(&one, "eval", "val_loss"), &numbers(&two, "eval", "val_loss"), 1e-5);
 }
 
 #[test]

@@ -18,6 +18,11 @@ pub fn sample_data() -> PathBuf {
 
 /// `metal-candle train` on tiny-llama and the sample data, on the CPU, with small batches.
 pub fn train_command(out: &Path, name: &str) -> Command {
+    train_command_at(out, name, 96)
+}
+
+/// [`train_command`] with rows of up to `seq_len` tokens.
+pub fn train_command_at(out: &Path, name: &str, seq_len: usize) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_metal-candle"));
     c.args(["train", "--model"])
         .arg(fixture("tiny-llama"))
@@ -25,7 +30,18 @@ pub fn train_command(out: &Path, name: &str) -> Command {
         .arg(sample_data())
         .arg("--out")
         .arg(out)
-        .args(["--name", name, "--device", "cpu", "--seq-len", "96", "--batch-size", "4", "--rank", "4"]);
+        .args([
+            "--name",
+            name,
+            "--device",
+            "cpu",
+            "--seq-len",
+            &seq_len.to_string(),
+            "--batch-size",
+            "4",
+            "--rank",
+            "4",
+        ]);
     c
 }
 
