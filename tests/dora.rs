@@ -241,10 +241,7 @@ fn dora_with_dropout_gives_the_same_gradients_with_gradient_checkpointing() {
         targets: "all-linear".parse().unwrap(),
         ..Default::default()
     };
-    let params = lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap();
-    for p in &params {
-        p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
-    }
+    let params = random_adapters(&mut m.model, &settings, 3);
     let ids: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 500).collect();
     let example =
         Example { input_ids: ids.clone(), target_mask: (0..ids.len()).map(|i| i > 0).collect(), truncated: false };

@@ -9,7 +9,6 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use metal_candle::engine::data::{collate, collate_packs, Example};
-use metal_candle::engine::lora;
 use metal_candle::engine::model::load_model;
 use metal_candle::engine::train::backprop::{self, Pass};
 use metal_candle::engine::train::{loss, LoraSettings};
@@ -47,10 +46,7 @@ fn packed_rows_give_the_losses_and_gradients_of_unpacked_ones() {
                 targets: "all-linear".parse().unwrap(),
                 ..Default::default()
             };
-            let params = lora::attach_new_adapters(&mut m.model, &settings, 11).unwrap();
-            for p in &params {
-                p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
-            }
+            let params = random_adapters(&mut m.model, &settings, 11);
             let rows = examples(m.config.vocab_size, &[9, 14, 1, 6, 11, 20], 3);
             let unpacked = collate(&rows, &[0, 1, 2, 3, 4, 5], 0).unwrap();
             // Two rows of three examples and a row of one (padded), in another order than unpacked.

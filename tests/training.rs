@@ -182,10 +182,7 @@ fn hand_written_gradients_match_autograd_on_every_architecture() {
             targets: "all-linear".parse().unwrap(),
             ..Default::default()
         };
-        let params = lora::attach_new_adapters(&mut m.model, &settings, 11).unwrap();
-        for p in &params {
-            p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
-        }
+        let params = random_adapters(&mut m.model, &settings, 11);
         let mut batch = random_batch(m.config.vocab_size, 3, 17, 5);
         for (i, mask) in batch.target_mask.iter_mut().enumerate() {
             if i % 17 < 6 && *mask > 0.0 {

@@ -101,3 +101,18 @@ pub fn qlora_train_config(
         ..Default::default()
     }
 }
+
+/// Fresh adapters on `model` (seeded), with B drawn at random (std 0.2) instead of zero, so that every adapter
+/// changes the output and receives a gradient of its A.
+pub fn random_adapters(
+    model: &mut metal_candle::engine::model::transformer::Transformer,
+    settings: &metal_candle::engine::train::LoraSettings,
+    seed: u64,
+) -> Vec<metal_candle::engine::lora::AdapterParam> {
+    let params = metal_candle::engine::lora::attach_new_adapters(model, settings, seed).unwrap();
+    for p in &params {
+        let b = candle_core::Tensor::randn(0f32, 0.2, p.b.shape(), &candle_core::Device::Cpu).unwrap();
+        p.b.set(&b).unwrap();
+    }
+    params
+}

@@ -278,15 +278,7 @@ pub fn collate_rows(rows: &[&Example], pad_id: u32) -> Result<Batch> {
     let mut target_mask = vec![0.0f32; rows.len() * seq_len];
     let mut target_tokens = 0;
     for (r, example) in rows.iter().enumerate() {
-        let base = r * seq_len;
-        input_ids[base..base + example.len()].copy_from_slice(&example.input_ids);
-        for (j, &t) in example.target_mask.iter().enumerate().take(example.len()) {
-            // Position 0 has nothing to be predicted from, whatever the example says.
-            if t && j > 0 {
-                target_mask[base + j] = 1.0;
-                target_tokens += 1;
-            }
-        }
+        target_tokens += place_example(example, r * seq_len, &mut input_ids, &mut target_mask);
     }
     Ok(Batch {
         input_ids,
@@ -297,6 +289,21 @@ pub fn collate_rows(rows: &[&Example], pad_id: u32) -> Result<Batch> {
         lengths: rows.iter().map(|e| e.len()).collect(),
         row_starts: None,
     })
+}
+
+/// Write `example`'s ids and targets into a batch's flat `input_ids` and `target_mask` from index `at`: the number
+/// of targets it placed. Its first token is never a target: it has nothing of its own to be predicted from,
+/// whatever the example says (position 0 of a row, or an example's start in a packed row).
+pub(super) fn place_example(example: &Example, at: usize, input_ids: &mut [u32], target_mask: &mut [f32]) -> usize {
+    input_ids[at..at + example.len()].copy_from_slice(&example.input_ids);
+    let mut targets = 0;
+    for (j, &t) in example.target_mask.iter().enumerate().take(example.len()) {
+        if t && j > 0 {
+            target_mask[at + j] = 1.0;
+            targets += 1;
+        }
+    }
+    targets
 }
 
 /// SplitMix64 (Steele, Lea & Flood 2014): tiny, fast, and fixed forever, unlike `rand`'s `StdRng`.

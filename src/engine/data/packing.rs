@@ -7,7 +7,7 @@
 //! turns it into per-token rotary positions (`j - row_starts[j]`) and an attention that sees no key before it;
 //! the first token of every example predicts nothing, as position 0 does in an unpacked row.
 
-use super::batches::Batch;
+use super::batches::{place_example, Batch};
 use super::tokenize::Example;
 use crate::engine::{Error, Result};
 use std::collections::BTreeMap;
@@ -85,15 +85,8 @@ pub fn collate_packs(examples: &[Example], packs: &[Vec<usize>], pack_indices: &
         let base = r * seq_len;
         let mut at = 0;
         for example in row {
-            input_ids[base + at..base + at + example.len()].copy_from_slice(&example.input_ids);
+            target_tokens += place_example(example, base + at, &mut input_ids, &mut target_mask);
             row_starts[base + at..base + at + example.len()].fill(at as u32);
-            for (j, &t) in example.target_mask.iter().enumerate().take(example.len()) {
-                // An example's first token has nothing of its own to be predicted from.
-                if t && j > 0 {
-                    target_mask[base + at + j] = 1.0;
-                    target_tokens += 1;
-                }
-            }
             at += example.len();
         }
         row_starts[base + at..base + seq_len].fill(at as u32);
