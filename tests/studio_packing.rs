@@ -27,8 +27,13 @@ fn the_packing_box_packs_the_next_run_and_only_for_sft() {
 
     goto(&mut h, Page::Settings);
     assert!(!app(&h).prefs.train.packing);
+    let has = |h: &common::studio::StudioHarness, text: &str| h.query_all_by_label_contains(text).next().is_some();
+    assert!(!has(&h, "packed rows") && has(&h, " rows)"), "unpacked, an epoch is the training rows");
     click(&mut h, "pack examples");
     assert!(app(&h).prefs.train.packing, "the box turns packing on");
+    // The cost card counts the packed rows the trainer will fill, and the memory estimate assumes the fullest.
+    assert!(has(&h, "packed rows)"), "an epoch is packed rows now");
+    assert!(has(&h, "assumes the fullest packed row"), "the estimate pads to a packed row");
 
     goto(&mut h, Page::Training);
     click(&mut h, "Start training");

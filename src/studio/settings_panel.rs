@@ -9,6 +9,7 @@ use super::prefs::Prefs;
 use super::setting_rows::{block_row_ui, bookkeeping_rows_ui, row_ui};
 use super::widgets::{self, banner_ui, card_ui, fmt_count, fmt_sci, palette, Tone};
 use crate::engine::estimate;
+use crate::engine::train::advice::{settings_warnings, RowCounts};
 use crate::engine::train::config::DEFAULT_WARMUP;
 use crate::engine::train::{lr_at, Checkpointing, Method, Schedule, Target, Targets, TrainConfig};
 use crate::worker::{DatasetReport, ModelSummary, SplitName};
@@ -56,8 +57,7 @@ impl SettingsPanel {
                 .and_then(|cfg| super::method_settings::fits_data(cfg, report.as_ref()));
             // The memory card's estimate, on the dataset's real row lengths: a run that would not fit is ready
             // only with a warning, so the banner and the card never disagree.
-            let longest =
-                report.as_ref().and_then(|r| r.tokens.as_ref()).and_then(crate::engine::data::TokenStats::longest_row);
+            let longest = longest_training_row(&ctx.prefs.train, report.as_ref());
             let memory = model.as_ref().and_then(|m| {
                 let cfg = estimate::padded_to_data(&ctx.prefs.train, longest);
                 estimate::memory_warning(&m.shape, &cfg, m.memory_budget_bytes, &m.memory_budget_name)
@@ -194,6 +194,21 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
             });
         });
     });
+}
+
+/// The longest row a run at `cfg` pads a batch to, from the dataset report's token lengths (packed rows with
+/// packing): what the memory estimate assumes.
+fn longest_training_row(cfg: &TrainConfig, report: Option<&DatasetReport>) -> Option<usize> {
+    report?.tokens.as_ref()?.longest_training_row(cfg.seq_len, cfg.packing)
+}
+
+/// Rows in an epoch of a run at `cfg` and what they are: the training split's rows, or with packing the packed rows
+/// the trainer will fill from them.
+fn epoch_rows(cfg: &TrainConfig, report: &DatasetReport) -> (usize, String) {
+    match report.tokens.as_ref().filter(|_| cfg.packing) {
+        Some(tokens) => (tokens.training_rows(cfg.seq_len, true).len(), "packed rows".into()),
+        None => (report.rows(SplitName::Train), report.rows_word().to_string()),
+    }
 }
 
 fn data_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
@@ -352,12 +367,11 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
             ui.label(format!("≤ {}", fmt_count(tokens_per_step)));
             ui.end_row();
             if let Some(r) = report {
-                let rows = r.rows(SplitName::Train);
-                let per_step = (cfg.batch_size * cfg.grad_accum).max(1);
-                let steps_per_epoch = rows.div_ceil(per_step).max(1);
+                let (rows, word) = epoch_rows(cfg, r);
+                let steps_per_epoch = rows.div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1);
                 ui.label(RichText::new("Steps per epoch").weak())
-                    .on_hover_text("training rows / effective batch (before any validation hold-out)");
-                ui.label(format!("≈ {steps_per_epoch} ({rows} {})", r.rows_word()));
+                    .on_hover_text("training rows / effective batch (before any validation hold-out); packed rows hold several examples each");
+                ui.label(format!("≈ {steps_per_epoch} ({rows} {word})"));
                 ui.end_row();
                 let total = total_steps(cfg, steps_per_epoch);
                 ui.label(RichText::new("Total steps").weak());
@@ -371,8 +385,7 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
         ui.add_space(6.0);
         match model {
             Some(m) => {
-                let longest =
-                    report.and_then(|r| r.tokens.as_ref()).and_then(crate::engine::data::TokenStats::longest_row);
+                let longest = longest_training_row(cfg, report);
                 memory_card_ui(ui, m, prefs, false, longest);
             }
             None => {
@@ -381,16 +394,15 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
         }
         ui.add_space(6.0);
         let steps_per_epoch = report
-            .map(|r| r.rows(SplitName::Train).div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1))
+            .map(|r| epoch_rows(cfg, r).0.div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1))
             .unwrap_or(100);
         lr_preview_ui(ui, cfg, total_steps(cfg, steps_per_epoch));
         // The trainer's own start warnings (many epochs over a small set, an unusual lr, many rows cut).
         if let Some(r) = report {
             let truncated = r.tokens.as_ref().map_or(0, |t| t.truncated);
             let total = total_steps(cfg, steps_per_epoch);
-            for warning in
-                crate::engine::train::advice::settings_warnings(cfg, r.rows(SplitName::Train), truncated, total)
-            {
+            let rows = RowCounts { examples: r.rows(SplitName::Train), truncated, per_epoch: epoch_rows(cfg, r).0 };
+            for warning in settings_warnings(cfg, rows, total) {
                 banner_ui(ui, Tone::Warn, warning.trim_start_matches("warning: ").to_string());
             }
         }

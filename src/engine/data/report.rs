@@ -75,6 +75,21 @@ impl TokenStats {
     pub fn longest_row(&self) -> Option<usize> {
         self.lengths.iter().max().copied()
     }
+
+    /// The token length of each row a run trains on: every example cut at `seq_len`, and with `packing` the packs
+    /// of them (`data::packing`, as the trainer fills them).
+    pub fn training_rows(&self, seq_len: usize, packing: bool) -> Vec<usize> {
+        let cut: Vec<usize> = self.lengths.iter().map(|&n| n.min(seq_len)).collect();
+        match packing {
+            true => super::packing::pack_lengths(&super::packing::pack_examples(&cut, seq_len), &cut),
+            false => cut,
+        }
+    }
+
+    /// Tokens of the longest row a run pads a batch to: the longest example, or with `packing` the fullest pack.
+    pub fn longest_training_row(&self, seq_len: usize, packing: bool) -> Option<usize> {
+        self.training_rows(seq_len, packing).into_iter().max()
+    }
 }
 
 /// One previewed row: its text pieces, each flagged trained (true) or masked (false).

@@ -289,6 +289,13 @@ pub fn padded_to_data(config: &TrainConfig, longest_row_tokens: Option<usize>) -
 
 /// What the estimate assumed about row lengths, for the card and the CLI's note.
 pub fn padding_assumption(config: &TrainConfig, longest_row_tokens: Option<usize>) -> String {
+    if let Some(longest) = longest_row_tokens.filter(|n| *n > 0 && config.packing) {
+        return format!(
+            "assumes the fullest packed row, {} tokens: packing fills rows of up to the sequence length {}",
+            longest.min(config.seq_len),
+            config.seq_len
+        );
+    }
     match longest_row_tokens.filter(|n| *n > 0) {
         Some(longest) if longest < config.seq_len => format!(
             "assumes the dataset's longest row, {longest} tokens: batches are padded to their longest row, not to \

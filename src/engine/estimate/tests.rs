@@ -198,6 +198,21 @@ fn the_estimate_pads_batches_to_the_datasets_longest_row() {
     assert_eq!(padded_to_data(&config, None).seq_len, 2048);
     assert!(padding_assumption(&config, Some(91)).contains("longest row, 91 tokens"));
     assert!(padding_assumption(&config, None).contains("full sequence length 2048"));
+    let packed = TrainConfig { packing: true, ..config.clone() };
+    assert!(padding_assumption(&packed, Some(2000)).contains("fullest packed row, 2000 tokens"));
+}
+
+/// With packing the rows a run pads to are packs: the dataset report's lengths packed as the trainer packs them.
+#[test]
+fn packed_rows_are_what_the_estimate_and_the_epoch_count_read() {
+    let stats =
+        crate::engine::data::TokenStats { lengths: vec![91, 40, 300, 30, 60], max_seq_len: 256, ..Default::default() };
+    assert_eq!(stats.training_rows(256, false), vec![91, 40, 256, 30, 60], "cut at the sequence length");
+    assert_eq!(stats.longest_training_row(256, false), Some(256));
+    let packed = stats.training_rows(128, true);
+    assert_eq!(packed.iter().sum::<usize>(), 91 + 40 + 128 + 30 + 60, "every token once");
+    assert_eq!(packed.len(), 3, "{packed:?}");
+    assert_eq!(stats.longest_training_row(128, true), Some(128));
 }
 
 /// The plan reads the run's own dataset: the sample chat rows are far shorter than seq_len 1024, so the

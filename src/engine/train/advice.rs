@@ -13,18 +13,25 @@ pub const USUAL_LR: (f64, f64) = (1e-5, 1e-3);
 /// A sequence length that cuts more than this share of the rows is warned about.
 pub const TRUNCATED_SHARE: f64 = 0.1;
 
-/// The warnings for `config` over `train_rows` rows of which `truncated_rows` are longer than `seq_len`, in a run
-/// of `total_steps` optimizer steps; each starts with "warning: ".
-pub fn settings_warnings(
-    config: &TrainConfig,
-    train_rows: usize,
-    truncated_rows: usize,
-    total_steps: usize,
-) -> Vec<String> {
+/// What the warnings know of a run's training split.
+#[derive(Debug, Clone, Copy)]
+pub struct RowCounts {
+    /// Training examples.
+    pub examples: usize,
+    /// Of them, longer than the sequence length.
+    pub truncated: usize,
+    /// Rows in an epoch: the examples, or with packing the packed rows.
+    pub per_epoch: usize,
+}
+
+/// The warnings for `config` over a training split of `rows`, in a run of `total_steps` optimizer steps; each
+/// starts with "warning: ".
+pub fn settings_warnings(config: &TrainConfig, rows: RowCounts, total_steps: usize) -> Vec<String> {
     let mut out = Vec::new();
+    let RowCounts { examples: train_rows, truncated: truncated_rows, per_epoch } = rows;
     let per_step = (config.batch_size * config.grad_accum).max(1);
     // An epoch is every row once: its last step takes the rows left over (as the settings page counts it).
-    let epochs = total_steps as f64 / train_rows.div_ceil(per_step).max(1) as f64;
+    let epochs = total_steps as f64 / per_epoch.div_ceil(per_step).max(1) as f64;
     if train_rows > 0 && train_rows < SMALL_SET_ROWS && epochs > MANY_EPOCHS {
         out.push(format!(
             "warning: {total_steps} steps of {per_step} rows make {epochs:.0} passes over {train_rows} training rows: \
@@ -58,7 +65,9 @@ pub fn run_warnings(
     total_steps: usize,
 ) -> Vec<String> {
     let truncated = train.examples.iter().filter(|e| e.truncated).count();
-    let mut out = settings_warnings(config, train.examples.len(), truncated, total_steps);
+    let per_epoch = super::TrainRows::new(config, &train.examples).lengths(&train.examples).len();
+    let rows = RowCounts { examples: train.examples.len(), truncated, per_epoch };
+    let mut out = settings_warnings(config, rows, total_steps);
     let lengths: Vec<usize> = train.examples.iter().map(|e| e.len()).collect();
     out.extend(packing_tip(config, &lengths));
     out
@@ -91,18 +100,25 @@ pub fn packing_tip(config: &TrainConfig, lengths: &[usize]) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn counts(examples: usize, truncated: usize) -> RowCounts {
+        RowCounts { examples, truncated, per_epoch: examples }
+    }
+
     #[test]
     fn sensible_settings_say_nothing_and_odd_ones_are_named() {
         let config = TrainConfig { batch_size: 4, lr: 2e-4, seq_len: 512, ..Default::default() };
-        assert!(settings_warnings(&config, 500, 0, 100).is_empty());
-        let warnings = settings_warnings(&config, 40, 0, 200);
+        assert!(settings_warnings(&config, counts(500, 0), 100).is_empty());
+        let warnings = settings_warnings(&config, counts(40, 0), 200);
         assert!(warnings[0].contains("20 passes over 40 training rows"), "{warnings:?}");
         let hot = TrainConfig { lr: 0.5, ..config.clone() };
-        assert!(settings_warnings(&hot, 500, 0, 100)[0].contains("may diverge"));
+        assert!(settings_warnings(&hot, counts(500, 0), 100)[0].contains("may diverge"));
         let cold = TrainConfig { lr: 1e-8, ..config.clone() };
-        assert!(settings_warnings(&cold, 500, 0, 100)[0].contains("barely change"));
-        assert!(settings_warnings(&config, 500, 100, 100)[0].contains("100 of 500 training rows (20%)"));
-        assert!(settings_warnings(&config, 500, 20, 100).is_empty(), "4% cut is fine");
+        assert!(settings_warnings(&cold, counts(500, 0), 100)[0].contains("barely change"));
+        assert!(settings_warnings(&config, counts(500, 100), 100)[0].contains("100 of 500 training rows (20%)"));
+        assert!(settings_warnings(&config, counts(500, 20), 100).is_empty(), "4% cut is fine");
+        // Packed, 40 examples in 8 rows: 200 steps of 4 rows are 100 passes, not 20.
+        let packed = RowCounts { per_epoch: 8, ..counts(40, 0) };
+        assert!(settings_warnings(&config, packed, 200)[0].contains("100 passes over 40 training rows"));
     }
 
     #[test]
