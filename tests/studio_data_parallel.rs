@@ -108,12 +108,26 @@ fn a_rank_that_dies_ends_the_run_with_its_name_and_the_saved_checkpoints_stay() 
     goto(&mut h, Page::Training);
     click(&mut h, "Start training");
     step_until(&mut h, "four steps", 120, |a| a.training_panel.run.as_ref().is_some_and(|r| r.loss.len() >= 4));
-    // The ranks are this process's children (the worker started them); rank 1 started last.
-    let rank1 = common::cli::children_of(std::process::id(), "--control-stdin").pop().expect("rank 1");
+    // The ranks are this process's children (the worker started them); rank 1 started last. The other tests of this
+    // file run beside this one in the same process, so only ranks whose settings name this test's runs folder count.
+    let runs_text = runs.display().to_string();
+    let rank1 = common::cli::children_of(std::process::id(), "--control-stdin")
+        .into_iter()
+        .filter(|&pid| settings_of(pid).is_some_and(|toml| toml.contains(&runs_text)))
+        .next_back()
+        .expect("rank 1");
     assert!(std::process::Command::new("kill").args(["-KILL", &rank1.to_string()]).status().unwrap().success());
     step_until(&mut h, "the run to fail", 120, |a| !a.training_panel.is_active());
     let t = &app(&h).training_panel;
     let RunStatus::Failed(message) = &t.status else { panic!("{:?}, log {:?}", t.status, t.log) };
     assert!(message.contains("rank 1") && message.contains("signal 9"), "{message}");
     assert!(runs.join("dies").join("checkpoint-2").join("adapter_model.safetensors").is_file());
+}
+
+/// The settings file a rank the studio started reads (`train --config FILE`), from its command line.
+fn settings_of(pid: u32) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let file = args.windows(2).find(|w| w[0] == "--config")?.get(1)?.clone();
+    std::fs::read_to_string(file).ok()
 }
