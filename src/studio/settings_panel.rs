@@ -41,7 +41,20 @@ pub fn ready_config(
 
 /// Settings page state (all settings themselves live in the persisted [`Prefs`]).
 #[derive(Default)]
-pub struct SettingsPanel {}
+pub struct SettingsPanel {
+    /// The training rows of the open dataset at the current sequence length and packing, kept between frames:
+    /// packing them is O(n log n) in the rows, so it runs when one of those changes, not every frame.
+    rows: Option<((Vec<usize>, usize, bool), Vec<usize>)>,
+}
+
+/// What the page's cards read of the rows a run at the current settings trains on.
+struct EpochRows {
+    /// Rows in an epoch: the training split's, or with packing the packed rows the trainer will fill.
+    count: usize,
+    word: String,
+    /// The longest row a batch pads to (the fullest pack with packing): what the memory estimate assumes.
+    longest: Option<usize>,
+}
 
 impl SettingsPanel {
     pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
@@ -52,12 +65,13 @@ impl SettingsPanel {
         );
         let model = ctx.model.loaded.clone();
         let report = ctx.dataset.cloned();
+        let rows = report.as_ref().map(|r| self.epoch_rows(&ctx.prefs.train, r));
         egui::ScrollArea::vertical().id_salt("settings-page").auto_shrink([false; 2]).show(ui, |ui| {
             let status = ready_config(ctx.prefs, model.as_ref(), ctx.prefs.dataset.as_ref())
                 .and_then(|cfg| super::method_settings::fits_data(cfg, report.as_ref()));
             // The memory card's estimate, on the dataset's real row lengths: a run that would not fit is ready
             // only with a warning, so the banner and the card never disagree.
-            let longest = longest_training_row(&ctx.prefs.train, report.as_ref());
+            let longest = rows.as_ref().and_then(|r| r.longest);
             let memory = model.as_ref().and_then(|m| {
                 let cfg = estimate::padded_to_data(&ctx.prefs.train, longest);
                 estimate::memory_warning(&m.shape, &cfg, m.memory_budget_bytes, &m.memory_budget_name)
@@ -81,7 +95,7 @@ impl SettingsPanel {
                 super::method_settings::method_card_ui(&mut cols[0], ctx.prefs, report.as_ref());
                 optimizer_card_ui(&mut cols[1], ctx.prefs);
                 cols[1].add_space(8.0);
-                summary_card_ui(&mut cols[1], ctx.prefs, model.as_ref(), report.as_ref());
+                summary_card_ui(&mut cols[1], ctx.prefs, model.as_ref(), report.as_ref().zip(rows.as_ref()));
             });
         });
     }
@@ -196,18 +210,26 @@ fn lora_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>) {
     });
 }
 
-/// The longest row a run at `cfg` pads a batch to, from the dataset report's token lengths (packed rows with
-/// packing): what the memory estimate assumes.
-fn longest_training_row(cfg: &TrainConfig, report: Option<&DatasetReport>) -> Option<usize> {
-    report?.tokens.as_ref()?.longest_training_row(cfg.seq_len, cfg.packing)
-}
-
-/// Rows in an epoch of a run at `cfg` and what they are: the training split's rows, or with packing the packed rows
-/// the trainer will fill from them.
-fn epoch_rows(cfg: &TrainConfig, report: &DatasetReport) -> (usize, String) {
-    match report.tokens.as_ref().filter(|_| cfg.packing) {
-        Some(tokens) => (tokens.training_rows(cfg.seq_len, true).len(), "packed rows".into()),
-        None => (report.rows(SplitName::Train), report.rows_word().to_string()),
+impl SettingsPanel {
+    /// The rows of `report`'s training split a run at `cfg` trains on (`TokenStats::training_rows`, packed as the
+    /// trainer packs them), made again only when the lengths, the sequence length or packing changed.
+    fn epoch_rows(&mut self, cfg: &TrainConfig, report: &DatasetReport) -> EpochRows {
+        let Some(tokens) = report.tokens.as_ref() else {
+            return EpochRows { count: report.rows(SplitName::Train), word: report.rows_word().into(), longest: None };
+        };
+        let fresh = |(lengths, seq_len, packing): &(Vec<usize>, usize, bool)| {
+            *seq_len == cfg.seq_len && *packing == cfg.packing && *lengths == tokens.lengths
+        };
+        if !self.rows.as_ref().is_some_and(|(key, _)| fresh(key)) {
+            let rows = tokens.training_rows(cfg.seq_len, cfg.packing);
+            self.rows = Some(((tokens.lengths.clone(), cfg.seq_len, cfg.packing), rows));
+        }
+        let rows = self.rows.as_ref().map_or(&[][..], |(_, rows)| rows.as_slice());
+        let longest = rows.iter().copied().max();
+        match cfg.packing {
+            true => EpochRows { count: rows.len(), word: "packed rows".into(), longest },
+            false => EpochRows { count: report.rows(SplitName::Train), word: report.rows_word().into(), longest },
+        }
     }
 }
 
@@ -352,7 +374,12 @@ fn duration_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
     });
 }
 
-fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>, report: Option<&DatasetReport>) {
+fn summary_card_ui(
+    ui: &mut Ui,
+    prefs: &mut Prefs,
+    model: Option<&ModelSummary>,
+    report: Option<(&DatasetReport, &EpochRows)>,
+) {
     // A copy: the memory card's one-click fixes change `prefs.train` (seen from the next frame on).
     let cfg = &prefs.train.clone();
     card_ui(ui, |ui| {
@@ -366,8 +393,7 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
                 .on_hover_text("batch × accumulation × sequence length: an upper bound, rows are usually shorter");
             ui.label(format!("≤ {}", fmt_count(tokens_per_step)));
             ui.end_row();
-            if let Some(r) = report {
-                let (rows, word) = epoch_rows(cfg, r);
+            if let Some((_, EpochRows { count: rows, word, .. })) = report {
                 let steps_per_epoch = rows.div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1);
                 ui.label(RichText::new("Steps per epoch").weak())
                     .on_hover_text("training rows / effective batch (before any validation hold-out); packed rows hold several examples each");
@@ -385,23 +411,21 @@ fn summary_card_ui(ui: &mut Ui, prefs: &mut Prefs, model: Option<&ModelSummary>,
         ui.add_space(6.0);
         match model {
             Some(m) => {
-                let longest = longest_training_row(cfg, report);
-                memory_card_ui(ui, m, prefs, false, longest);
+                memory_card_ui(ui, m, prefs, false, report.and_then(|(_, rows)| rows.longest));
             }
             None => {
                 ui.label(RichText::new("Load a model to see trainable parameters and memory.").weak());
             }
         }
         ui.add_space(6.0);
-        let steps_per_epoch = report
-            .map(|r| epoch_rows(cfg, r).0.div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1))
-            .unwrap_or(100);
+        let steps_per_epoch =
+            report.map(|(_, rows)| rows.count.div_ceil((cfg.batch_size * cfg.grad_accum).max(1)).max(1)).unwrap_or(100);
         lr_preview_ui(ui, cfg, total_steps(cfg, steps_per_epoch));
         // The trainer's own start warnings (many epochs over a small set, an unusual lr, many rows cut).
-        if let Some(r) = report {
+        if let Some((r, epoch)) = report {
             let truncated = r.tokens.as_ref().map_or(0, |t| t.truncated);
             let total = total_steps(cfg, steps_per_epoch);
-            let rows = RowCounts { examples: r.rows(SplitName::Train), truncated, per_epoch: epoch_rows(cfg, r).0 };
+            let rows = RowCounts { examples: r.rows(SplitName::Train), truncated, per_epoch: epoch.count };
             for warning in settings_warnings(cfg, rows, total) {
                 banner_ui(ui, Tone::Warn, warning.trim_start_matches("warning: ").to_string());
             }

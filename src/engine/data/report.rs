@@ -85,11 +85,6 @@ impl TokenStats {
             false => cut,
         }
     }
-
-    /// Tokens of the longest row a run pads a batch to: the longest example, or with `packing` the fullest pack.
-    pub fn longest_training_row(&self, seq_len: usize, packing: bool) -> Option<usize> {
-        self.training_rows(seq_len, packing).into_iter().max()
-    }
 }
 
 /// One previewed row: its text pieces, each flagged trained (true) or masked (false).

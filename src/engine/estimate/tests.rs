@@ -208,11 +208,11 @@ fn packed_rows_are_what_the_estimate_and_the_epoch_count_read() {
     let stats =
         crate::engine::data::TokenStats { lengths: vec![91, 40, 300, 30, 60], max_seq_len: 256, ..Default::default() };
     assert_eq!(stats.training_rows(256, false), vec![91, 40, 256, 30, 60], "cut at the sequence length");
-    assert_eq!(stats.longest_training_row(256, false), Some(256));
+    assert_eq!(stats.training_rows(256, false).into_iter().max(), Some(256));
     let packed = stats.training_rows(128, true);
     assert_eq!(packed.iter().sum::<usize>(), 91 + 40 + 128 + 30 + 60, "every token once");
     assert_eq!(packed.len(), 3, "{packed:?}");
-    assert_eq!(stats.longest_training_row(128, true), Some(128));
+    assert_eq!(packed.into_iter().max(), Some(128));
 }
 
 /// The plan reads the run's own dataset: the sample chat rows are far shorter than seq_len 1024, so the

@@ -58,14 +58,15 @@ pub fn settings_warnings(config: &TrainConfig, rows: RowCounts, total_steps: usi
     out
 }
 
-/// [`settings_warnings`] for a prepared training split (the trainer's start notes).
+/// [`settings_warnings`] for a prepared training split whose epoch is `per_epoch` rows (the batch plan's units:
+/// examples, or packed rows) (the trainer's start notes).
 pub fn run_warnings(
     config: &TrainConfig,
     train: &crate::engine::data::PreparedSplit,
+    per_epoch: usize,
     total_steps: usize,
 ) -> Vec<String> {
     let truncated = train.examples.iter().filter(|e| e.truncated).count();
-    let per_epoch = super::TrainRows::new(config, &train.examples).lengths(&train.examples).len();
     let rows = RowCounts { examples: train.examples.len(), truncated, per_epoch };
     let mut out = settings_warnings(config, rows, total_steps);
     let lengths: Vec<usize> = train.examples.iter().map(|e| e.len()).collect();

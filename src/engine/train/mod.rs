@@ -186,7 +186,7 @@ impl<'a> Trainer<'a> {
             rows,
         };
         trainer.notes.extend(config.warmup_note(total_steps));
-        trainer.notes.extend(advice::run_warnings(config, &trainer.data.train, total_steps));
+        trainer.notes.extend(advice::run_warnings(config, &trainer.data.train, plan.num_examples(), total_steps));
         // Everything is checked before anything on disk changes, so a refused resume leaves the folder as it was.
         let start = trainer.initial_state(resume.as_deref(), &plan, total_steps)?;
         let resume_step = resume.as_ref().map(|_| start.0.step);
