@@ -114,15 +114,21 @@ impl ProjectionGroup {
     }
 
     /// Inference: the parts side by side in one tensor, `x` (..., in) -> (..., sum of parts), what the fused
-    /// decode kernels read. One product by the fused dense weight when it exists and no adapter is active;
-    /// otherwise each linear's own forward (a quantized base, adapters included), joined.
+    /// decode kernels read. Without an active adapter, one product: by the fused dense weight when it exists, or
+    /// for a single row, by the quantized weights end to end where our kernel takes them (no biases);
+    /// otherwise each linear's own forward (adapters included), joined.
     pub(super) fn forward_joined(&self, x: &Tensor) -> Result<Tensor> {
-        if let (Some((weight, bias)), false) = (&self.fused, self.has_active_adapter()) {
-            let y = ops::frozen_matmul_t(x, weight)?;
-            return Ok(match bias {
-                Some(bias) => y.broadcast_add(bias)?,
-                None => y,
-            });
+        if !self.has_active_adapter() {
+            if let Some((weight, bias)) = &self.fused {
+                let y = ops::frozen_matmul_t(x, weight)?;
+                return Ok(match bias {
+                    Some(bias) => y.broadcast_add(bias)?,
+                    None => y,
+                });
+            }
+            if let Some(y) = self.quantized_joined(x)? {
+                return Ok(y);
+            }
         }
         match self.linears.as_slice() {
             [(_, linear)] => Ok(linear.forward(x)?),
@@ -131,6 +137,17 @@ impl ProjectionGroup {
                 Ok(Tensor::cat(&parts, D::Minus1)?)
             }
         }
+    }
+
+    /// One launch over every part's quantized weight for a single row `x`, where the kernel takes them (see
+    /// `ops::quantized_gemv_joined`); None when some part is dense or has a bias.
+    fn quantized_joined(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        let quantized = self.linears.iter().map(|(_, l)| match (&l.weight, &l.bias) {
+            (super::linear::BaseWeight::Quantized(q), None) => Some(q.as_ref()),
+            _ => None,
+        });
+        let Some(weights) = quantized.collect::<Option<Vec<_>>>() else { return Ok(None) };
+        Ok(ops::quantized_gemv_joined(x, &weights)?)
     }
 
     /// Whether any linear of the group has an active adapter.

@@ -118,9 +118,10 @@ impl Transformer {
 
     /// Whether a single-token decode step runs entirely on the device through the fused decode kernels, with
     /// nothing read back to the host on the way: what a captured CUDA graph replays (model/decode_graph.rs).
-    /// Quantized embeddings look their rows up through the host, and an embedding multiplier is uploaded.
+    /// Quantized embeddings must be rows our CUDA kernel looks up (`VocabMatrix::looks_up_on_device`); an
+    /// embedding multiplier is uploaded.
     pub fn decode_step_stays_on_device(&self) -> bool {
-        matches!(self.embed_tokens, VocabMatrix::Dense(_))
+        self.embed_tokens.looks_up_on_device(&self.device)
             && self.config.embedding_multiplier == 1.0
             && self.layers.iter().all(|layer| {
                 self.rotary_for(layer).decode_table.is_some() && layer.fused_decode_ready(&self.device, self.dtype)

@@ -120,12 +120,33 @@ impl VocabMatrix {
         }
     }
 
+    /// Whether looking up one row keeps the id on `device` (a decode step that reads nothing back to the host,
+    /// which a CUDA graph can capture): dense rows, or quantized ones our CUDA kernel reads.
+    pub fn looks_up_on_device(&self, device: &Device) -> bool {
+        match self {
+            Self::Dense(_) => true,
+            Self::Quantized { blocks, dtype, .. } => {
+                let blocks = blocks.iter().map(|b| b.as_ref()).collect::<Vec<_>>();
+                ops::quantized_kernels_take(&blocks, device, *dtype)
+            }
+        }
+    }
+
     /// Rows `ids` (n) as an (n, hidden) tensor in the compute dtype: the embedding lookup.
     pub fn rows(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         let (blocks, rows_per_block, hidden, dtype) = match self {
             Self::Dense(w) => return crate::engine::ops::gather_rows(w, ids),
             Self::Quantized { blocks, rows_per_block, hidden, dtype, .. } => (blocks, *rows_per_block, *hidden, *dtype),
         };
+        // One id (a decoded token, which the head's logits chose): looked up where it is, on the device, so that
+        // a captured decode step can replay the lookup.
+        if ids.elem_count() == 1 {
+            let blocks = blocks.iter().map(|b| b.as_ref()).collect::<Vec<_>>();
+            let ids = ids.to_dtype(DType::U32)?;
+            if let Some(row) = ops::quantized_rows_on_device(&blocks, &ids, dtype)? {
+                return Ok(row);
+            }
+        }
         let wanted = ids.to_dtype(DType::U32)?.flatten_all()?.to_vec1::<u32>()?;
         let device = blocks.first().map(|b| b.device()).unwrap_or(Device::Cpu);
         // Each block looks up its own ids; the rows are then put back in the order asked for.
@@ -163,6 +184,10 @@ impl VocabMatrix {
         match self {
             Self::Dense(w) => ops::frozen_matmul_t(hidden, w),
             Self::Quantized { blocks, .. } => {
+                let joined = blocks.iter().map(|b| b.as_ref()).collect::<Vec<_>>();
+                if let Some(logits) = ops::quantized_gemv_joined(hidden, &joined)? {
+                    return Ok(logits);
+                }
                 let parts = blocks
                     .iter()
                     .map(|b| ops::quantized_matmul_t(hidden, b))

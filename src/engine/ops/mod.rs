@@ -67,7 +67,10 @@ pub use metal::sdpa::sdpa;
 pub use norm::{add_rms_norm, rms_norm};
 pub use precision::upcast;
 pub use products::{matmul, matmul_add, matmul_f32};
-pub use quantized::{dequantize, qtensor_to_device, quantize_rows, quantized_matmul, quantized_matmul_t};
+pub use quantized::{
+    dequantize, qtensor_to_device, quantize_rows, quantized_gemv_joined, quantized_kernels_take, quantized_matmul,
+    quantized_matmul_t, quantized_rows_on_device,
+};
 pub use report::implementations;
 pub use rotary::rope;
 pub use scalar::{sum_to_host, Scalar};

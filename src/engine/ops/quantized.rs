@@ -54,9 +54,53 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
     y.reshape(dims)
 }
 
-/// `x W^T` for a single row `x` (1, in) through our own CPU kernel (`qgemv`), in `x`'s dtype; None where
-/// none applies (more rows, another device or type, the portable graph): then the caller multiplies.
+/// `x W^T` for a single row `x` (..., in) against the rows of `weights` end to end (the same row length and
+/// block type: attention's q|k|v, the MLP's gate|up, a vocabulary's blocks), in one launch of our CUDA kernel
+/// (`cuda/qgemv.rs`): (..., sum of rows) in `x`'s dtype. None where it does not run (more rows, another device,
+/// block type or dtype, the portable graph, `--no-gemv`): then the caller multiplies each weight.
+pub fn quantized_gemv_joined(x: &Tensor, weights: &[&QTensor]) -> Result<Option<Tensor>> {
+    #[cfg(feature = "cuda")]
+    if let Some(y) = super::cuda::qgemv::gemv(&x.flatten_all()?, weights)? {
+        let mut dims = x.dims().to_vec();
+        *dims.last_mut().expect("a row has a last dimension") = y.elem_count();
+        return Ok(Some(y.reshape(dims)?));
+    }
+    let _ = (x, weights);
+    Ok(None)
+}
+
+/// Rows `ids` (u32, on the model's CUDA device) of the rows of `weights` end to end, dequantized in `dtype`
+/// without reading the ids back to the host (the embedding lookup of a captured decode step): (ids, in), or
+/// None where our kernel does not run (see [`quantized_gemv_joined`]). Ids past the rows give zero rows.
+pub fn quantized_rows_on_device(weights: &[&QTensor], ids: &Tensor, dtype: DType) -> Result<Option<Tensor>> {
+    if ids.dtype() != DType::U32 || !quantized_kernels_take(weights, ids.device(), dtype) {
+        return Ok(None);
+    }
+    #[cfg(feature = "cuda")]
+    return Ok(Some(super::cuda::qgemv::rows(weights, ids, dtype)?));
+    #[cfg(not(feature = "cuda"))]
+    Ok(None)
+}
+
+/// Whether our CUDA kernels for quantized single rows ([`quantized_gemv_joined`], [`quantized_rows_on_device`])
+/// read `weights` on `device` with activations in `dtype`.
+pub fn quantized_kernels_take(weights: &[&QTensor], device: &Device, dtype: DType) -> bool {
+    #[cfg(feature = "cuda")]
+    return super::cuda::qgemv::takes(weights, device, dtype);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (weights, device, dtype);
+        false
+    }
+}
+
+/// `x W^T` for a single row `x` (1, in) through our own kernels (CUDA: `cuda/qgemv.rs`; CPU: `qgemv`), in
+/// `x`'s dtype; None where none applies (more rows, another device or type, the portable graph): then the
+/// caller multiplies.
 fn quantized_gemv(x: &Tensor, weight: &QTensor) -> Result<Option<Tensor>> {
+    if x.device().is_cuda() {
+        return quantized_gemv_joined(x, &[weight]);
+    }
     let (out_features, in_features) = weight.shape().dims2()?;
     let applies = x.elem_count() == in_features
         && x.device().is_cpu()

@@ -5,7 +5,8 @@
 //! - training.rs (training.cuh, heads.cuh): the training pass's softmax, heads and rotary, SwiGLU, row gathers and
 //!   scatters, cross-entropy, dropout; residual.rs: the residual add fused with the RMS norm, forward and backward;
 //! - attention.rs (flash_attention*.cuh, flash_*_ops.cuh): flash attention, training forward/backward and prefill;
-//! - decode.rs and gemv.rs (gemv.cuh): token-by-token decoding; graph.rs: a decode step captured as a CUDA graph;
+//! - decode.rs, gemv.rs (gemv.cuh) and qgemv.rs (qgemv.cuh: quantized weights): token-by-token decoding; graph.rs: a
+//!   decode step captured as a CUDA graph;
 //! - gemm.rs: cuBLAS products with alpha and beta; cast.rs: many casts in one launch; optimizer.rs: the AdamW step;
 //! - nccl.rs (the `nccl` feature): NCCL's all-reduce, summing gradients over the ranks of a data-parallel run;
 //! - launch.rs, availability.rs, refuse.rs: the plumbing they share.
@@ -23,6 +24,8 @@ pub(crate) mod launch;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod optimizer;
+#[cfg(feature = "cuda")]
+pub(super) mod qgemv;
 pub(crate) mod refuse;
 pub(super) mod residual;
 pub(super) mod training;

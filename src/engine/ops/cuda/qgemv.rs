@@ -1,0 +1,169 @@
+//! Single-row products against GGML-quantized frozen weights on CUDA (cuda/qgemv.cuh), for decoding with a
+//! quantized base: `y = x W^T` for one row `x` of f32 or bf16 and `W` in Q4_K, Q6_K or Q8_0 blocks, one launch
+//! that reads the blocks as they are. Several weights with the same row length multiply as one: their rows are
+//! taken end to end (attention's q|k|v, the MLP's gate|up, a vocabulary's blocks of rows), so a decoder layer's
+//! quantized products are as few launches as its dense ones.
+//!
+//! Candle's path for the same product is four launches (widen to f32, quantize the row to 8 bits, its kernel,
+//! narrow back) per weight, and it rounds the activations to 8 bits; this one keeps them as they are, so the
+//! result equals the dequantized weight's product up to the order of the f32 sums.
+//!
+//! Also [`rows`], the same weights' rows dequantized for ids read on the device: the embedding lookup of a
+//! quantized vocabulary without reading the token back to the host, which a captured decode step needs.
+//!
+//! Taken under the native kernel set when `--no-gemv` is not given; built with the `cuda` feature only.
+
+use crate::engine::ops::cuda::launch::{load, on_cuda, output, view, wrap};
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Result, Tensor};
+
+/// QSEG_MAX of qgemv.cuh: weights per launch.
+pub const MAX_SEGMENTS: usize = 48;
+/// QG_WARPS of qgemv.cuh: warps per block of the product.
+const WARPS: usize = 4;
+
+/// Rows each warp takes (the kernels' ROWS): four where the product has rows enough to keep the GPU's warps
+/// busy anyway (the input a lane loads then serves four rows), fewer for the small products of small models,
+/// which are bound by how many loads are in flight.
+fn rows_per_warp(n: usize) -> usize {
+    match n {
+        16384.. => 4,
+        8192.. => 2,
+        _ => 1,
+    }
+}
+
+/// qgemv.cuh's QSegments: the weights' device addresses and the row each starts at.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Segments {
+    w: [u64; MAX_SEGMENTS],
+    first: [i32; MAX_SEGMENTS + 1],
+    count: i32,
+}
+
+// SAFETY: a plain-old-data struct laid out as the kernels' C struct.
+unsafe impl DeviceRepr for Segments {}
+
+/// The kernel name part of a block type the kernels read.
+fn type_name(t: GgmlDType) -> Option<&'static str> {
+    match t {
+        GgmlDType::Q4K => Some("q4k"),
+        GgmlDType::Q6K => Some("q6k"),
+        GgmlDType::Q8_0 => Some("q8_0"),
+        _ => None,
+    }
+}
+
+/// Whether the kernels read `weights` on `device` with activations of `dtype`: a block type they know, shared by
+/// all, rows of one length that fill whole blocks, at most [`MAX_SEGMENTS`] weights on this CUDA device, under
+/// 2^31 rows, f32 or bf16, and `--no-gemv` not given.
+pub fn takes(weights: &[&QTensor], device: &candle_core::Device, dtype: DType) -> bool {
+    let Some(first) = weights.first() else { return false };
+    let (qtype, k) = (first.dtype(), first.shape().dims().last().copied().unwrap_or(0));
+    let rows: usize = weights.iter().filter_map(|w| w.shape().dims2().ok()).map(|(n, _)| n).sum();
+    type_name(qtype).is_some()
+        && k > 0
+        && k.is_multiple_of(qtype.block_size())
+        && weights.len() <= MAX_SEGMENTS
+        && weights.iter().all(|w| {
+            w.dtype() == qtype && w.shape().dims2().is_ok_and(|(_, wk)| wk == k) && w.device().same_device(device)
+        })
+        && rows < i32::MAX as usize
+        && crate::engine::ops::cuda::availability::available(device, dtype)
+        && crate::engine::runtime::options().gemv
+}
+
+fn segments(weights: &[&QTensor]) -> Result<(Segments, usize)> {
+    let mut s = Segments { w: [0; MAX_SEGMENTS], first: [0; MAX_SEGMENTS + 1], count: weights.len() as i32 };
+    let mut row = 0usize;
+    for (i, w) in weights.iter().enumerate() {
+        s.w[i] = w.device_ptr()? as u64;
+        s.first[i] = row as i32;
+        row += w.shape().dims2()?.0;
+    }
+    s.first[weights.len()] = row as i32;
+    Ok((s, row))
+}
+
+/// `x W^T` for the single row `x` (1, k) and `W` the rows of `weights` end to end: (1, rows), in `x`'s dtype;
+/// None where the kernels do not take them ([`takes`], and `x` a 16-byte aligned contiguous row of k values).
+pub fn gemv(x: &Tensor, weights: &[&QTensor]) -> Result<Option<Tensor>> {
+    if !takes(weights, x.device(), x.dtype()) {
+        return Ok(None);
+    }
+    let k = weights[0].shape().dims2()?.1;
+    let layout = x.layout();
+    let aligned = layout.is_contiguous() && (layout.start_offset() * x.dtype().size_in_bytes()).is_multiple_of(16);
+    if x.elem_count() != k || !aligned {
+        return Ok(None);
+    }
+    Ok(Some(match x.dtype() {
+        DType::F32 => gemv_as::<f32>(x, weights, "f32")?,
+        _ => gemv_as::<half::bf16>(x, weights, "bf16")?,
+    }))
+}
+
+fn gemv_as<T: CudaDType + DeviceRepr>(x: &Tensor, weights: &[&QTensor], suffix: &str) -> Result<Tensor> {
+    let (segs, n) = segments(weights)?;
+    let k = x.elem_count();
+    let (storage, layout) = x.storage_and_layout();
+    let dev = x.device().as_cuda_device()?.clone();
+    let kind = type_name(weights[0].dtype()).expect("takes checked the type");
+    let rows = rows_per_warp(n);
+    let f = load!(&dev, &format!("qgemv_{kind}_r{rows}_{suffix}"))?;
+    let xv = view::<T>(on_cuda(&storage, "the quantized product's input")?, layout, "the quantized product's input")?;
+    let out = output::<T>(&dev, n)?;
+    let mut b = f.builder();
+    b.arg(&xv);
+    b.arg(&segs);
+    b.arg(&out);
+    candle_core::builder_arg!(b, n as i32, k as i32);
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(rows * WARPS) as u32, 1, 1),
+        block_dim: (32 * WARPS as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: arguments match the kernel's signature; `takes` checked types and row lengths; the weights'
+    // addresses stay valid while they live, which outlasts this launch on the stream.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(wrap(out, &dev, (1, n)))
+}
+
+/// Rows `ids` (m, u32 on the device) of the rows of `weights` end to end, dequantized into (m, k) of `dtype`
+/// (f32 or bf16). An id past the rows gives zeros: the kernel cannot fail, so callers that can read ids check
+/// them first. Callers check [`takes`].
+pub fn rows(weights: &[&QTensor], ids: &Tensor, dtype: DType) -> Result<Tensor> {
+    match dtype {
+        DType::F32 => rows_as::<f32>(weights, ids, "f32"),
+        _ => rows_as::<half::bf16>(weights, ids, "bf16"),
+    }
+}
+
+fn rows_as<T: CudaDType + DeviceRepr>(weights: &[&QTensor], ids: &Tensor, suffix: &str) -> Result<Tensor> {
+    let (segs, _) = segments(weights)?;
+    let k = weights[0].shape().dims2()?.1;
+    let ids = ids.flatten_all()?.contiguous()?;
+    let m = ids.elem_count();
+    let (storage, layout) = ids.storage_and_layout();
+    let dev = ids.device().as_cuda_device()?.clone();
+    let kind = type_name(weights[0].dtype()).expect("takes checked the type");
+    let f = load!(&dev, &format!("qrows_{kind}_{suffix}"))?;
+    let idv = view::<u32>(on_cuda(&storage, "token ids")?, layout, "token ids")?;
+    let out = output::<T>(&dev, m * k)?;
+    let mut b = f.builder();
+    b.arg(&segs);
+    b.arg(&idv);
+    b.arg(&out);
+    candle_core::builder_arg!(b, k as i32);
+    let cfg = LaunchConfig {
+        grid_dim: (m.max(1) as u32, k.div_ceil(256).min(64) as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: arguments match the kernel's signature; the output holds m * k elements.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(wrap(out, &dev, (m, k)))
+}
