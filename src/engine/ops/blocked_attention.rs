@@ -208,11 +208,22 @@ fn block_scores(
         return Ok(s);
     }
     let mask = masks.get(g.q_offset + qs, ks, bq, bk)?;
-    let rows = match g.starts {
-        Some(_) => s.reshape((g.b, g.kv * g.rep, bq, bk))?,
-        None => s.reshape((g.b * g.kv * g.rep, bq, bk))?,
+    // Flattened (see [`per_row`]): a mask per batch row (packed) or one for all rows.
+    let masked = match g.starts {
+        Some(_) => s.reshape((g.b, g.kv * g.rep, bq * bk))?.broadcast_add(&mask.reshape((g.b, 1, bq * bk))?)?,
+        None => s.reshape((g.b * g.kv * g.rep, bq * bk))?.broadcast_add(&mask.reshape((1, bq * bk))?)?,
     };
-    rows.broadcast_add(mask)?.reshape((g.b, g.kv, g.rep * bq, bk))
+    masked.reshape((g.b, g.kv, g.rep * bq, bk))
+}
+
+/// `op(x, stat)` for `x` (.., n) and a per-row `stat` (.., 1), on 2-D views of both: Candle's kernels (CUDA
+/// and Metal alike) index a broadcast operand with a division and a remainder per dimension per element, which
+/// made the 4-D broadcasts over score blocks several times slower than the memory allows (158 us for a 33.5 MB
+/// subtraction on an H200). Both must be contiguous (the reshape is then a view).
+fn per_row(x: &Tensor, stat: &Tensor, op: fn(&Tensor, &Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let n = x.dim(D::Minus1)?;
+    let rows = x.elem_count() / n.max(1);
+    op(&x.reshape((rows, n))?, &stat.reshape((rows, 1))?)?.reshape(x.shape())
 }
 
 /// What the sums and statistics are kept in: f32 for half precision, the input's own dtype otherwise.
@@ -277,14 +288,14 @@ pub(crate) fn blocked_attention_in(
             let (k_blk, v_blk) = &key_blocks[keys.0 / g.block];
             let s = block_scores(&g, &mut masks, &q_blk, k_blk, rows, keys)?;
             let m_new = m.maximum(&s.max_keepdim(D::Minus1)?)?;
-            let p = s.broadcast_sub(&m_new)?.exp()?;
+            let p = per_row(&s, &m_new, Tensor::broadcast_sub)?.exp()?;
             let alpha = (m - &m_new)?.exp()?;
             l = ((l * &alpha)? + p.sum_keepdim(D::Minus1)?)?;
             let pv = upcast(&matmul(&p.to_dtype(v.dtype())?, v_blk)?)?;
-            acc = (acc.broadcast_mul(&alpha)? + pv)?;
+            acc = (per_row(&acc, &alpha, Tensor::broadcast_mul)? + pv)?;
             m = m_new;
         }
-        let out = acc.broadcast_div(&l)?.to_dtype(q.dtype())?;
+        let out = per_row(&acc, &l, Tensor::broadcast_div)?.to_dtype(q.dtype())?;
         outs.push(out.reshape((g.b, g.kv, g.rep, rows.1, g.d))?);
         lse.push((m + l.log()?)?);
     }
@@ -342,11 +353,11 @@ pub fn blocked_attention_backward(
             let j = keys.0 / g.block;
             let (k_blk, v_blk) = &key_blocks[j];
             let s = block_scores(&g, &mut masks, &q_blk, k_blk, rows, keys)?;
-            let p = s.broadcast_sub(lse)?.exp()?;
+            let p = per_row(&s, lse, Tensor::broadcast_sub)?.exp()?;
             let dv_j = upcast(&matmul(&p.to_dtype(v.dtype())?.t()?, &do_blk)?)?;
             dv[j] = Some(add(dv[j].take(), dv_j)?);
             let dp = upcast(&matmul(&do_blk, &v_blk.t()?)?)?;
-            let ds = (p * dp.broadcast_sub(&delta)?)?.to_dtype(q.dtype())?;
+            let ds = (p * per_row(&dp, &delta, Tensor::broadcast_sub)?)?.to_dtype(q.dtype())?;
             dq_blk = Some(add(dq_blk, upcast(&matmul(&ds, k_blk)?)?)?);
             let dk_j = upcast(&matmul(&ds.t()?, &q_blk)?)?;
             dk[j] = Some(add(dk[j].take(), dk_j)?);
