@@ -382,6 +382,15 @@ __device__ void flash_backward_dkv_any(const T* q, const T* k, const T* v, const
     flash_backward_dkv<T, D>(q, k, v, d_out, lse, delta, dk, dv, heads, kv_heads, t, window, starts, scale);
 }
 
+// Threads a block of these kernels has (attention.rs launches the same): 4 warps on the tensor cores, d / FA_SLICE a
+// row otherwise. Told to the compiler for the f32 dK/dV kernels (DKV_BOUNDS): without it, sm_80's ptxas gave the
+// head_dim-128 one 134 registers at 512 threads, over a multiprocessor's 64K a block, which an A100 refuses to
+// launch (sm_90's gives it 128 either way). The other kernels fit; a bound changed the compiler's code for them
+// (the tensor-core ones included), so they are left as they were.
+template <typename T, int D> struct FlashThreads {
+  static constexpr int value = FlashMma<T, D>::value ? 128 : FA_ROWS * D / FA_SLICE;
+};
+
 // Kernel parameters: `starts` is packed rows' (b, t) u32 starts, or null (attention.rs passes 0).
 #define INSTANTIATE_FLASH_D(T, SUFFIX, D)                                                                        \
   extern "C" __global__ void flash_forward_d##D##_##SUFFIX(const T* q, const T* k, const T* v, T* out,         \
@@ -399,7 +408,7 @@ __device__ void flash_backward_dkv_any(const T* q, const T* k, const T* v, const
     flash_backward_dq_any<T, D>(q, k, v, out, d_out, lse, delta, dq,                                             \
                                 heads, kv_heads, t, window, starts, scale);                                      \
   }                                                                                                              \
-  extern "C" __global__ void flash_backward_dkv_d##D##_##SUFFIX(const T* q, const T* k, const T* v,            \
+  extern "C" __global__ void DKV_BOUNDS(T, D) flash_backward_dkv_d##D##_##SUFFIX(const T* q, const T* k, const T* v,            \
                                                                const T* d_out, const float* lse,                 \
                                                                const float* delta, T* dk, T* dv, int heads,      \
                                                                int kv_heads, int t, int window,                  \
@@ -414,6 +423,10 @@ __device__ void flash_backward_dkv_any(const T* q, const T* k, const T* v, const
   INSTANTIATE_FLASH_D(T, SUFFIX, 64)                                                                             \
   INSTANTIATE_FLASH_D(T, SUFFIX, 128)
 
+#define DKV_BOUNDS(T, D) __launch_bounds__(FlashThreads<T, D>::value)
 INSTANTIATE_FLASH(float, f32)
+#undef DKV_BOUNDS
+#define DKV_BOUNDS(T, D)
 INSTANTIATE_FLASH(__nv_bfloat16, bf16)
 INSTANTIATE_FLASH(__half, f16)
+#undef DKV_BOUNDS
