@@ -103,16 +103,30 @@ pub fn qlora_train_config(
 }
 
 /// Fresh adapters on `model` (seeded), with B drawn at random (std 0.2) instead of zero, so that every adapter
-/// changes the output and receives a gradient of its A.
+/// changes the output and receives a gradient of its A. B comes from `seed` too (Candle's CPU `randn` cannot be
+/// seeded), so a test's tolerance meets the same numbers on every run.
 pub fn random_adapters(
     model: &mut metal_candle::engine::model::transformer::Transformer,
     settings: &metal_candle::engine::train::LoraSettings,
     seed: u64,
 ) -> Vec<metal_candle::engine::lora::AdapterParam> {
     let params = metal_candle::engine::lora::attach_new_adapters(model, settings, seed).unwrap();
+    // xorshift64* and Box-Muller: normal values, std 0.2.
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut uniform = || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        ((state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
     for p in &params {
-        let b = candle_core::Tensor::randn(0f32, 0.2, p.b.shape(), &candle_core::Device::Cpu).unwrap();
-        p.b.set(&b).unwrap();
+        let values: Vec<f32> = (0..p.b.elem_count())
+            .map(|_| {
+                let (u, v) = (uniform(), uniform());
+                (0.2 * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+            })
+            .collect();
+        p.b.set(&candle_core::Tensor::from_vec(values, p.b.shape(), &candle_core::Device::Cpu).unwrap()).unwrap();
     }
     params
 }
