@@ -7,7 +7,10 @@
 //! Built with `--features cuda`; skipped without a GPU. Run on a lent GPU machine.
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use candle_core::{DType, Device, Tensor, Var, D};
+use common::cuda_or_skip;
 use metal_candle::engine::ops;
 
 #[derive(Debug, Clone, Copy)]
@@ -118,10 +121,7 @@ const CASES: [Case; 9] = [
 
 #[test]
 fn fused_attention_matches_autograd_of_the_composed_attention() {
-    let Ok(gpu) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(gpu) = cuda_or_skip() else { return };
     for c in CASES {
         check(&gpu, c, DType::F32, 1e-5);
     }
@@ -149,10 +149,7 @@ fn row_starts(segments: &[usize]) -> Vec<u32> {
 /// f16, FMAs in f32) and 32 (FMAs). Starts that are all zero change no bit of the unpacked result.
 #[test]
 fn packed_rows_never_attend_across_examples() {
-    let Ok(gpu) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(gpu) = cuda_or_skip() else { return };
     let kinds = [(DType::F32, 1e-5), (DType::BF16, 1.5e-2), (DType::F16, 2e-3)];
     for t in [129, 200] {
         let rows = [vec![37, 1, 90, t - 128], vec![64, 64, t - 128], vec![t]];
@@ -179,7 +176,6 @@ fn packed_rows_never_attend_across_examples() {
     check_rows(&gpu, Case { b: 3, heads: 4, kv: 2, t, d: 32, window: None }, DType::F32, 1e-5, Some(&starts));
 
     // All-zero starts (every row one example) give the unpacked attention's bits.
-    let bits = |x: &Tensor| x.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
     for (d, dtype) in [(32, DType::F32), (64, DType::BF16), (128, DType::F16), (128, DType::F32)] {
         for window in [None, Some(50)] {
             let c = Case { b: 2, heads: 4, kv: 2, t: 200, d, window };
@@ -188,22 +184,28 @@ fn packed_rows_never_attend_across_examples() {
             let plain = fused(&gpu, c, dtype, &x, None);
             let packed = fused(&gpu, c, dtype, &x, Some(&zeros));
             for (name, (a, b)) in ["out", "dq", "dk", "dv"].iter().zip(plain.iter().zip(&packed)) {
-                let (a, b) = (bits(a), bits(b));
-                let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                let differ = differing_bits(&bits(a), &bits(b));
                 assert_eq!(differ, 0, "{c:?} {dtype:?} {name}: {differ} elements differ with all-zero starts");
             }
         }
     }
 }
 
+/// A tensor's values as f32 (exact for f32, bf16 and f16), for comparing bits.
+fn bits(x: &Tensor) -> Vec<f32> {
+    x.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap()
+}
+
+/// How many elements of `a` and `b` differ in their bits.
+fn differing_bits(a: &[f32], b: &[f32]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count()
+}
+
 /// Starts the kernels cannot use are refused with an error, not read out of bounds: the wrong shape or dtype, a
 /// prefill at an offset.
 #[test]
 fn packed_row_starts_that_do_not_fit_are_refused() {
-    let Ok(gpu) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(gpu) = cuda_or_skip() else { return };
     let c = Case { b: 2, heads: 4, kv: 2, t: 16, d: 64, window: None };
     let [q, k, v, _] = inputs(c, DType::BF16).map(|x| x.to_dtype(DType::BF16).unwrap().to_device(&gpu).unwrap());
     let scale = 0.125;
@@ -226,17 +228,13 @@ fn packed_row_starts_that_do_not_fit_are_refused() {
 /// shape of the 1B model's attention, where hundreds of blocks run at once.
 #[test]
 fn fused_attention_backward_is_deterministic() {
-    let Ok(gpu) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(gpu) = cuda_or_skip() else { return };
     let c = Case { b: 1, heads: 32, kv: 8, t: 2048, d: 64, window: None };
     let [q, k, v, d_out] = inputs(c, DType::BF16).map(|x| x.to_dtype(DType::BF16).unwrap().to_device(&gpu).unwrap());
     let scale = 1.0 / 8.0;
     let (out, lse) = ops::fused_attention(&q, &k, &v, scale, 0, None, None).unwrap().expect("fused attention applies");
     let rows = (c.t, c.heads * c.d);
     let (out, d_out) = (out.reshape(rows).unwrap(), d_out.reshape(rows).unwrap());
-    let bits = |x: &Tensor| x.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
     let run = || {
         let (dq, dk, dv) = ops::fused_attention_backward(&q, &k, &v, &out, &lse, &d_out, scale, None, None).unwrap();
         [bits(&dq), bits(&dk), bits(&dv)]
@@ -246,7 +244,7 @@ fn fused_attention_backward_is_deterministic() {
     for _ in 0..4 {
         let again = run();
         for (name, (a, b)) in ["dq", "dk", "dv"].iter().zip(first.iter().zip(&again)) {
-            let differ = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            let differ = differing_bits(a, b);
             assert_eq!(differ, 0, "{name}: {differ} elements differ between two runs of the same backward");
         }
     }
@@ -257,10 +255,7 @@ fn fused_attention_backward_is_deterministic() {
 /// an H100) at 64 and 128.
 #[test]
 fn fused_prefill_over_a_strided_cache_matches_the_full_attention() {
-    let Ok(gpu) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(gpu) = cuda_or_skip() else { return };
     let kinds =
         [(32, DType::F32, 1e-5), (64, DType::BF16, 1.5e-2), (128, DType::BF16, 1.5e-2), (128, DType::F16, 2e-3)];
     for (d, dtype, tolerance) in kinds {
@@ -290,10 +285,7 @@ fn fused_prefill_over_a_strided_cache_matches_the_full_attention() {
 /// and without rotation, one batch and several, in f32 and bf16.
 #[test]
 fn split_heads_with_rope_and_its_backward_match_the_composed_path() {
-    let Ok(gpu) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(gpu) = cuda_or_skip() else { return };
     for (b, t, n, d) in [(1, 5, 3, 64), (2, 37, 4, 128), (3, 16, 2, 16)] {
         let x = Tensor::randn(0f32, 1.0, (b * t, n * d), &Device::Cpu).unwrap();
         let dy = Tensor::randn(0f32, 1.0, (b, n, t, d), &Device::Cpu).unwrap();

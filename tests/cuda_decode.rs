@@ -3,11 +3,15 @@
 //! the plain norm on it (built with `--features cuda`; skipped without a GPU). Run on a lent GPU machine.
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use candle_core::{DType, Device, Tensor};
+use common::cuda_or_skip;
 use metal_candle::engine::generate::KvCache;
 use metal_candle::engine::lora;
 use metal_candle::engine::model::{load_model, load_model_with, BaseQuant, LoadOptions};
 use metal_candle::engine::ops;
+use metal_candle::engine::sampler::argmax;
 use metal_candle::engine::train::LoraSettings;
 
 fn logits_per_step(model_dir: &str, device: &Device, dtype: DType, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
@@ -47,15 +51,6 @@ const PROMPT: [u32; 5] = [281, 358, 289, 422, 348];
 /// A prompt of over 8 tokens: on CUDA its prefill with a quantized base dequantizes the weights (fewer rows go
 /// through Candle's kernel, which rounds them to 8 bits).
 const LONG_PROMPT: [u32; 12] = [281, 358, 289, 422, 348, 300, 311, 402, 290, 377, 351, 333];
-
-/// The first CUDA device, or None (printing that the test is skipped) on a machine without one.
-fn cuda_or_skip() -> Option<Device> {
-    let device = Device::new_cuda(0).ok();
-    if device.is_none() {
-        eprintln!("no CUDA device: skipped");
-    }
-    device
-}
 
 #[test]
 fn fused_decode_logits_match_the_cpu_on_every_architecture() {
@@ -305,9 +300,6 @@ fn graph_decode_matches_eager_decode() {
         let scale = eager.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
         let tol = if model.dtype() == DType::BF16 { 1e-2 } else { 1e-5 } * scale.max(1.0);
         assert!(diffs.iter().all(|d| *d <= tol), "{label}: graph decode differs from eager by more than {tol}");
-        let argmax = |row: &Vec<f32>| {
-            row.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0
-        };
         let same_ids = eager.iter().zip(&graphed).filter(|(a, b)| argmax(a) == argmax(b)).count();
         println!(
             "{label}: {replays} of {steps} steps replayed a graph; greedy ids equal at {same_ids} of {} steps",

@@ -8,7 +8,10 @@
 //! skipped without a GPU).
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use candle_core::{DType, Device, Tensor, Var};
+use common::cuda_or_skip;
 use metal_candle::engine::ops::{self, head_nll, Dropout, Scalar};
 use metal_candle::engine::train::optimizer::{grad_norm, AdamW, AdamWParams};
 
@@ -31,10 +34,7 @@ fn max_rel_diff(a: &Tensor, b: &Tensor) -> f32 {
 
 #[test]
 fn fused_adamw_and_grad_norm_match_the_composed_cpu_update() {
-    let Ok(cuda) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(cuda) = cuda_or_skip() else { return };
     let cpu = Device::Cpu;
     // 30 parameters: two launches of the multi-tensor kernels (24 per launch), lengths from 3 to 65,536.
     let base = [(8usize, 2048usize), (512, 8), (8, 96), (1, 3), (8192, 8)];
@@ -84,10 +84,7 @@ fn fused_adamw_and_grad_norm_match_the_composed_cpu_update() {
 /// A step whose loss or gradient norm is not finite changes nothing, on the device as on the host, and says so.
 #[test]
 fn fused_step_skips_a_non_finite_loss_or_gradient() {
-    let Ok(cuda) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(cuda) = cuda_or_skip() else { return };
     let initial = seeded((8, 64), 0.1, 1);
     let mut opt = AdamW::new(
         vec![("p".into(), Var::from_tensor(&initial.to_device(&cuda).unwrap()).unwrap())],
@@ -119,10 +116,7 @@ fn fused_step_skips_a_non_finite_loss_or_gradient() {
 /// chunk sizes of real heads.
 #[test]
 fn head_loss_kernel_matches_the_cpu_in_f32_and_bf16() {
-    let Ok(cuda) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(cuda) = cuda_or_skip() else { return };
     let cpu = Device::Cpu;
     for (rows, hidden, vocab) in
         [(37usize, 64usize, 4096usize), (9, 32, 1001), (3, 16, 8), (1100, 16, 4096), (300, 8, 999)]
@@ -154,10 +148,7 @@ fn head_loss_kernel_matches_the_cpu_in_f32_and_bf16() {
 /// zeros, so every kept or dropped element of the GPU's mask is checked against the CPU's.
 #[test]
 fn dropout_applied_on_the_gpu_equals_the_cpus_mask() {
-    let Ok(cuda) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(cuda) = cuda_or_skip() else { return };
     let host = |t: &Tensor| -> Vec<f32> {
         t.to_dtype(DType::F32).unwrap().to_device(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap()
     };
@@ -193,10 +184,7 @@ fn dropout_applied_on_the_gpu_equals_the_cpus_mask() {
 /// starts inside its storage.
 #[test]
 fn batched_cast_equals_each_tensors_own_cast() {
-    let Ok(cuda) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(cuda) = cuda_or_skip() else { return };
     let mut tensors: Vec<Tensor> = (0..29u64)
         .map(|i| seeded((3 + i as usize * 37, 1 + (i as usize % 5)), 3.0, i).to_device(&cuda).unwrap())
         .collect();
@@ -223,10 +211,7 @@ fn steps_begun_ahead_equal_steps_taken_one_by_one() {
     use metal_candle::engine::bench::random_batch;
     use metal_candle::engine::lora;
     use metal_candle::engine::train::{LoraSettings, StepRunner};
-    let Ok(cuda) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(cuda) = cuda_or_skip() else { return };
     let base =
         metal_candle::engine::model::load_model(std::path::Path::new("tests/fixtures/tiny-llama"), &cuda, DType::BF16)
             .unwrap();
@@ -286,10 +271,7 @@ fn gathered_rows_equal_index_select() {
     // The embedding's lookup and the head's target rows: 16-byte copies where the rows allow them (2048 and 64
     // columns; the table a view one row in), element copies where they do not (37 columns), against Candle's
     // index_select.
-    let Ok(cuda) = Device::new_cuda(0) else {
-        eprintln!("no CUDA device: skipped");
-        return;
-    };
+    let Some(cuda) = cuda_or_skip() else { return };
     let ids: Vec<u32> = (0..300u32).map(|i| (i * 7919) % 1000).collect();
     let index = Tensor::new(ids.as_slice(), &cuda).unwrap();
     for dtype in [DType::F32, DType::BF16] {

@@ -6,19 +6,15 @@
 //! Built with `--features cuda`; skipped without a GPU. Run on a lent GPU machine.
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
+use common::cuda_or_skip;
 use metal_candle::engine::generate::KvCache;
 use metal_candle::engine::model::{load_model_with, BaseQuant, LoadOptions};
 use metal_candle::engine::ops;
-
-fn cuda_or_skip() -> Option<Device> {
-    let device = Device::new_cuda(0).ok();
-    if device.is_none() {
-        eprintln!("no CUDA device: skipped");
-    }
-    device
-}
+use metal_candle::engine::sampler::argmax;
 
 const TYPES: [GgmlDType; 3] = [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0];
 
@@ -215,9 +211,8 @@ fn quantized_decode_steps_equal_the_dequantized_forward() {
         for _ in 0..24 {
             let logits = steps.next_logits(model, &ids, &mut cache).unwrap();
             let row: Vec<f32> = logits.flatten_all().unwrap().to_vec1().unwrap();
-            let next = row.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0;
+            ids.push(argmax(&row));
             decoded.push(row);
-            ids.push(next as u32);
         }
         assert!(steps.replays() >= 20, "{quantize} {dtype:?}: only {} steps replayed a graph", steps.replays());
         let input = Tensor::new(&ids[..ids.len() - 1], &cuda).unwrap().unsqueeze(0).unwrap();

@@ -102,6 +102,16 @@ pub fn qlora_train_config(
     }
 }
 
+/// The first CUDA device, or None (printing that the test is skipped) where there is none: the CUDA tests run
+/// on a lent GPU machine and skip elsewhere.
+pub fn cuda_or_skip() -> Option<candle_core::Device> {
+    let device = candle_core::Device::new_cuda(0).ok();
+    if device.is_none() {
+        eprintln!("no CUDA device: skipped");
+    }
+    device
+}
+
 /// Fresh adapters on `model` (seeded), with B drawn at random (std 0.2) instead of zero, so that every adapter
 /// changes the output and receives a gradient of its A. B comes from `seed` too (Candle's CPU `randn` cannot be
 /// seeded), so a test's tolerance meets the same numbers on every run.
