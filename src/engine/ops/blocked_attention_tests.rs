@@ -214,31 +214,35 @@ fn blocked_half_precision_is_as_close_as_the_composed_path() {
     }
 }
 
+/// A block's keys run from the first any of its queries sees, rounded down to a multiple of the block, to its
+/// last query; the mask is left out only where every query sees every key of the span.
 #[test]
-fn key_blocks_skip_what_no_query_sees_and_mask_only_cut_blocks() {
+fn key_spans_cover_what_the_block_sees_and_mask_only_cut_spans() {
+    let span = |start, len, masked| KeySpan { start, len, masked };
     let c = case(1, (1, 1), (64, 64), None, 8);
     let g = Geometry::new(&c.q, &c.k, (0, None), 16, None).unwrap();
-    // Query rows 32..48 see key blocks 0 and 1 whole and block 2 (the diagonal) masked; block 3 never.
-    assert_eq!(g.key_blocks((32, 16)), vec![(0, 16, false), (16, 16, false), (32, 16, true)]);
+    // Query rows 32..48 see keys 0..48, the diagonal cut.
+    assert_eq!(g.key_span((32, 16)), span(0, 48, true));
     let g = Geometry::new(&c.q, &c.k, (0, Some(20)), 16, None).unwrap();
-    // With a 20-key window rows 32..48 reach back to keys 13..28: blocks 0 and 1 are cut by the window.
-    assert_eq!(g.key_blocks((32, 16)), vec![(0, 16, true), (16, 16, true), (32, 16, true)]);
-    // Rows 48..64 reach back to keys 29..44: block 0 is hidden; with a 40-key window block 2 is seen whole.
-    assert_eq!(g.key_blocks((48, 16)), vec![(16, 16, true), (32, 16, true), (48, 16, true)]);
-    let g = Geometry::new(&c.q, &c.k, (0, Some(40)), 16, None).unwrap();
-    assert_eq!(g.key_blocks((48, 16)), vec![(0, 16, true), (16, 16, true), (32, 16, false), (48, 16, true)]);
+    // With a 20-key window rows 32..48 reach back to key 13 (block 0), rows 48..64 to key 29 (block 16).
+    assert_eq!(g.key_span((32, 16)), span(0, 48, true));
+    assert_eq!(g.key_span((48, 16)), span(16, 48, true));
+    // One query at the end of a cache sees every key up to its own: no mask.
+    let c = case(1, (1, 1), (1, 64), None, 8);
+    let g = Geometry::new(&c.q, &c.k, (63, None), 16, None).unwrap();
+    assert_eq!(g.key_span((0, 1)), span(0, 64, false));
 }
 
 #[test]
-fn packed_rows_skip_blocks_before_every_start_and_mask_the_cut_ones() {
-    // Row 0 packs 40 + 24 tokens, row 1 holds one example of 64.
+fn packed_spans_start_at_the_earliest_example_start() {
+    let span = |start, len, masked| KeySpan { start, len, masked };
+    // Row 0 packs 40 + 24 tokens, row 1 holds one example of 64: rows 48..64 of row 1 see every key.
     let c = packed_case(&[&[40, 24], &[64]], (1, 1), None, 10);
     let g = Geometry::new(&c.q, &c.k, (0, None), 16, c.starts.as_deref()).unwrap();
-    // Rows 48..64: row 1 still sees blocks 0..2 whole, but row 0 starts at 40, so they are masked for it.
-    assert_eq!(g.key_blocks((48, 16)), vec![(0, 16, true), (16, 16, true), (32, 16, true), (48, 16, true)]);
+    assert_eq!(g.key_span((48, 16)), span(0, 64, true));
+    // Both rows start at 40 there: keys from 32 (40 rounded down to the block).
     let c = packed_case(&[&[40, 24], &[40, 24]], (1, 1), None, 10);
     let g = Geometry::new(&c.q, &c.k, (0, None), 16, c.starts.as_deref()).unwrap();
-    // Both rows start at 40 there: blocks 0 and 1 are hidden, block 2 is cut, block 3 is the diagonal.
-    assert_eq!(g.key_blocks((48, 16)), vec![(32, 16, true), (48, 16, true)]);
+    assert_eq!(g.key_span((48, 16)), span(32, 32, true));
     assert!(Geometry::new(&c.q, &c.k, (0, None), 16, Some(&[0; 3])).is_err(), "one start per query");
 }

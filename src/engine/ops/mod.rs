@@ -22,6 +22,7 @@
 //! functions, and nothing on a GPU path creates an f64 tensor (Metal has none).
 
 mod attention;
+mod attention_masks;
 mod backward;
 mod blocked_attention;
 mod cpu;
