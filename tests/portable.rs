@@ -52,26 +52,16 @@ fn portable_bf16_scores_close_to_the_f32_fixtures() {
     }
 }
 
-/// Step losses of a 20-step run (dropout on). The chat samples, except for smollm3 and granite, whose chat
-/// templates' system prompts alone outgrow 64 tokens: plain text.
-fn losses_of_a_run(kernels: &str, arch: &str, dtype: &str) -> Vec<f64> {
-    let data = match arch {
-        "tiny-smollm3" | "tiny-granite" => "tests/fixtures/datasets/text.parquet",
-        _ => "assets/sample-chat",
-    };
-    common::cli::step_losses(kernels, arch, dtype, data, 20, &["--dropout", "0.1"])
-}
-
 #[test]
 fn portable_training_matches_the_fast_path() {
     portable();
     for arch in ARCHS {
-        let fast = losses_of_a_run("native", arch, "f32");
-        let portable = losses_of_a_run("portable", arch, "f32");
+        let fast = common::cli::family_run_losses("native", arch, "f32");
+        let portable = common::cli::family_run_losses("portable", arch, "f32");
         for (step, (a, b)) in fast.iter().zip(&portable).enumerate() {
             assert!((a - b).abs() < 1e-5, "{arch} step {}: fast {a} vs portable {b}", step + 1);
         }
-        let bf16 = losses_of_a_run("portable", arch, "bf16");
+        let bf16 = common::cli::family_run_losses("portable", arch, "bf16");
         assert!(bf16.iter().all(|l| l.is_finite()), "{arch}: bf16 losses {bf16:?}");
         let (first, last) = (bf16[..3].iter().sum::<f64>() / 3.0, bf16[17..].iter().sum::<f64>() / 3.0);
         assert!(last < first, "{arch}: bf16 portable loss did not fall: {first} -> {last}");

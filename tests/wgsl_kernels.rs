@@ -10,7 +10,7 @@ mod wgsl_support;
 use candle_core::{DType, Device, Tensor, Var, D};
 use metal_candle::engine::ops;
 use metal_candle::engine::ops::metal::wgsl::{self, AttentionShape, Kernel, Precision};
-use wgsl_support::{assert_close, gpu_or_skip, msl, Gpu};
+use wgsl_support::{assert_close, gpu_or_skip, msl, Gpu, Values};
 
 const F32_TOL: f32 = 1e-5;
 const F16_TOL: f32 = 1.0 / 1024.0;
@@ -255,7 +255,7 @@ fn attention_forward_and_gradients() {
 
 /// Seconds per launch of `launch` on `inputs`: two warm-up launches, then `iters` in one submission.
 fn time_launch(gpu: &Gpu, launch: &wgsl::Launch, precision: Precision, head_dim: u32, inputs: &[&[f32]]) -> f64 {
-    let prepared = gpu.prepare(launch, precision, head_dim, inputs);
+    let prepared = gpu.prepare_values(launch, precision, head_dim, inputs);
     prepared.dispatch(2);
     let iters = 20;
     let start = std::time::Instant::now();
@@ -265,7 +265,8 @@ fn time_launch(gpu: &Gpu, launch: &wgsl::Launch, precision: Precision, head_dim:
 
 /// The kernels at the Llama-3.2-1B shapes (4 x 1024 tokens, hidden 2048, vocab 128256, 32 heads / 8 kv heads of
 /// 64), timed through wgpu on whatever adapter it finds: the proxy for their speed on a GPU, to set beside the
-/// CUDA kernels' times. `cargo test --release --test wgsl_kernels -- --ignored --nocapture bench_wgsl`.
+/// CUDA kernels' times. `cargo test --release --features wgpu-kernels --test wgsl_kernels -- --ignored --nocapture
+/// bench_wgsl`.
 #[test]
 #[ignore]
 fn bench_wgsl_1b_shapes() {

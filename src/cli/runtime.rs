@@ -33,8 +33,10 @@ pub struct RuntimeArgs {
     #[arg(long, global = true)]
     pub step_phases: bool,
     /// native: our CPU and CUDA kernels where they apply; portable: only the op graph a Mac runs (Candle's
-    /// kernels and composed ops, no f64), to test or measure that path on this machine.
-    #[arg(long, global = true, value_name = "native|portable", default_value = "native")]
+    /// kernels and composed ops, no f64), to test or measure that path on this machine; wgsl: the portable graph
+    /// with our WGSL kernels for f32/f16 norms, rotary and SwiGLU (Metal on a Mac; CPU tensors through Vulkan in
+    /// a build with the wgpu-kernels feature; refused elsewhere).
+    #[arg(long, global = true, value_name = "native|portable|wgsl", default_value = "native")]
     pub kernels: crate::engine::runtime::Kernels,
     /// Metal: attention through the portable ops instead of Candle's fused sdpa kernel.
     #[arg(long, global = true)]

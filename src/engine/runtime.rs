@@ -42,6 +42,10 @@ pub struct BlasOptions {
     pub mkl_threading_layer_chosen: bool,
 }
 
+/// Whether this build can run our WGSL kernels anywhere (Metal on a Mac, CPU tensors through Vulkan with the
+/// `wgpu-kernels` feature): `--kernels wgsl` is refused otherwise.
+pub const WGSL_ROUTE_BUILT: bool = cfg!(any(target_os = "macos", feature = "wgpu-kernels"));
+
 /// Which kernels the ops may pick (`ops::kernels`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Kernels {
@@ -52,6 +56,10 @@ pub enum Kernels {
     /// the CPU or CUDA this runs the Mac's op graph, and every op checks that its tensors have a dtype Candle's
     /// Metal backend implements, so the portable graph is tested where Metal is not.
     Portable,
+    /// The portable graph with our WGSL kernels where they apply (f32 and f16: RMS norm, rotary, SwiGLU, forward
+    /// and backward): through Metal on a Mac; on CPU tensors through wgpu (Vulkan) in a build with the
+    /// `wgpu-kernels` feature, which is how it is tested where no Mac is.
+    Wgsl,
 }
 
 impl std::str::FromStr for Kernels {
@@ -60,7 +68,8 @@ impl std::str::FromStr for Kernels {
         match s.trim().to_ascii_lowercase().as_str() {
             "native" => Ok(Self::Native),
             "portable" => Ok(Self::Portable),
-            other => Err(format!("unknown kernel set `{other}`; use native or portable")),
+            "wgsl" => Ok(Self::Wgsl),
+            other => Err(format!("unknown kernel set `{other}`; use native, portable or wgsl")),
         }
     }
 }
@@ -113,6 +122,13 @@ static OPTIONS: OnceLock<RuntimeOptions> = OnceLock::new();
 /// Fix the options for the life of the process. Call it once, before loading a model; it fails when the
 /// engine has already started with other options (they cannot change under running kernels).
 pub fn init(options: RuntimeOptions) -> Result<()> {
+    if options.kernels == Kernels::Wgsl && !WGSL_ROUTE_BUILT {
+        return Err(Error::InvalidSetting(
+            "--kernels wgsl runs our WGSL kernels through Metal on a Mac, or on the CPU through Vulkan in a build with \
+             the `wgpu-kernels` feature; this build has neither (use native or portable)"
+                .into(),
+        ));
+    }
     let current = OPTIONS.get_or_init(|| options.clone());
     if *current != options {
         return Err(Error::InvalidSetting(format!(

@@ -192,6 +192,17 @@ pub fn step_losses(kernels: &str, arch: &str, dtype: &str, data: &str, iters: us
     step_events(kernels, arch, dtype, data, iters, extra).iter().map(|e| e["loss"].as_f64().unwrap()).collect()
 }
 
+/// Step losses of a 20-step run of a tiny family fixture (dropout on) with the given kernel set and dtype: the chat
+/// samples, except for smollm3 and granite, whose chat templates' system prompts alone outgrow 64 tokens: plain
+/// text. How the portable graph and `--kernels wgsl` are compared with the paths they stand beside.
+pub fn family_run_losses(kernels: &str, arch: &str, dtype: &str) -> Vec<f64> {
+    let data = match arch {
+        "tiny-smollm3" | "tiny-granite" => "tests/fixtures/datasets/text.parquet",
+        _ => "assets/sample-chat",
+    };
+    step_losses(kernels, arch, dtype, data, 20, &["--dropout", "0.1"])
+}
+
 /// The process ids of `parent`'s children whose command line contains `needle`, oldest (lowest id) first, read from
 /// /proc (Linux).
 pub fn children_of(parent: u32, needle: &str) -> Vec<u32> {

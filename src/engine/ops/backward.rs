@@ -9,6 +9,7 @@ use super::cuda::{availability::available as cuda_available, residual as cuda_re
 use super::elementwise::add;
 use super::gelu::{gelu_tanh, GELU_TANH_C};
 use super::kernel_choice::{is_cpu_f32, metal_dtypes};
+use super::metal;
 use super::precision::upcast;
 use super::rotary::on_rotary_dims;
 use candle_core::{Result, Tensor, D};
@@ -21,6 +22,9 @@ fn fused_on_gpu(x: &Tensor) -> bool {
 /// Gradient of `rms_norm(x, weight, eps)` with respect to `x` (the weight is frozen).
 pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> Result<Tensor> {
     metal_dtypes("rms_norm_backward", &[x, weight, dy])?;
+    if metal::takes(&[x, weight, dy]) {
+        return metal::rms_norm_backward(x, weight, eps, dy);
+    }
     if is_cpu_f32(x) && is_cpu_f32(dy) {
         let dx = rms_norm_backward_f32(&f32_of(x)?, &f32_of(dy)?, &f32_of(weight)?, eps as f32);
         return Tensor::from_vec(dx, x.shape(), x.device());
@@ -52,6 +56,9 @@ pub fn rms_norm_backward_add(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor,
 pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     metal_dtypes("rope_backward", &[dy, cos, sin])?;
     on_rotary_dims(dy, cos, |dy| {
+        if cos.rank() == 2 && metal::takes(&[dy, cos, sin]) {
+            return metal::rope_backward(dy, cos, sin);
+        }
         if is_cpu_f32(dy) && cos.rank() == 2 {
             let dx = rope_cpu(&f32_of(dy)?, dy.dims(), &f32_of(cos)?, &f32_of(sin)?, -1.0);
             return Tensor::from_vec(dx, dy.shape(), dy.device());
@@ -86,6 +93,9 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
     };
     if let Some(grads) = gated_backward_cpu(gate, up, dm, silu_and_slope)? {
         return Ok(grads);
+    }
+    if metal::takes(&[gate, up, dm]) && up.shape() == gate.shape() && dm.shape() == gate.shape() {
+        return metal::silu_mul_backward(gate, up, dm);
     }
     if fused_on_gpu(gate) && up.dtype() == gate.dtype() && dm.dtype() == gate.dtype() {
         return cuda_training::silu_mul_backward(gate, up, dm);

@@ -8,6 +8,7 @@ use super::cpu::elementwise as cpu_elementwise;
 use super::cuda::{availability::available as cuda_available, training as cuda_training};
 use super::gelu::gelu_tanh;
 use super::kernel_choice::metal_dtypes;
+use super::metal;
 
 /// SwiGLU gate: silu(gate) * up (one parallel pass on the CPU in f32).
 pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
@@ -17,6 +18,9 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     }
     if cuda_available(gate.device(), gate.dtype()) && up.dtype() == gate.dtype() && up.shape() == gate.shape() {
         return cuda_training::silu_mul(gate, up);
+    }
+    if metal::takes(&[gate, up]) && up.shape() == gate.shape() {
+        return metal::silu_mul(gate, up);
     }
     candle_nn::ops::silu(gate)? * up
 }

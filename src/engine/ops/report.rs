@@ -8,6 +8,15 @@ use super::cuda::{attention as cuda_attention, availability::available as cuda_a
 use super::kernel_choice::{kernels, our_cpu_kernels};
 use super::precision::composed_in_f64;
 
+/// Where `--kernels wgsl` runs its kernels for tensors on `device`.
+fn wgsl_route(device: &candle_core::Device) -> &'static str {
+    if device.is_metal() {
+        "Metal, MSL by naga"
+    } else {
+        "Vulkan through wgpu"
+    }
+}
+
 /// Which implementation each operation takes on `device` in `dtype`, from the same predicates the ops use:
 /// what `metal-candle doctor` reports.
 pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'static str, String)> {
@@ -37,7 +46,9 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
             candle("fused sdpa kernel")
         )
     } else if blocked_attention_applies(device, dtype, 64, 2) {
-        format!("in blocks of queries and keys, online softmax, no T x T scores (products: {batched})")
+        format!(
+            "in blocks of queries against the keys they see, one fused softmax, no T x T scores (products: {batched})"
+        )
     } else {
         format!(
             "scores and values: {batched}; scaled masked softmax: {element_wise}; from {NATIVE_CPU_BLOCKED_KEYS} keys \
@@ -49,19 +60,34 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
     } else {
         "composed from the ops above"
     };
-    let norm = if composed_in_f64(dtype) { "composed in f64".to_string() } else { candle("fused RMS-norm kernel") };
+    // `--kernels wgsl` on a device and dtype with a route to our WGSL kernels (the same test the dispatchers make).
+    let wgsl = super::metal::takes_on(device, dtype);
+    let ours_wgsl = |what: &str| format!("our WGSL {what} kernel, forward and backward ({})", wgsl_route(device));
+    let norm = if wgsl {
+        ours_wgsl("RMS-norm")
+    } else if composed_in_f64(dtype) {
+        "composed in f64".to_string()
+    } else {
+        candle("fused RMS-norm kernel")
+    };
+    let rotary = if wgsl { ours_wgsl("rope") } else { candle("fused rope kernel") };
+    let swiglu =
+        if wgsl { format!("{}; residual adds: {element_wise}", ours_wgsl("SwiGLU")) } else { element_wise.clone() };
     vec![
         ("kernel set", format!("{:?}", kernels()).to_lowercase()),
         ("frozen and adapter products", products),
         ("RMS norm", norm),
-        ("rotary embedding", candle("fused rope kernel")),
+        ("rotary embedding", rotary),
         ("attention", attention),
-        ("SwiGLU, residual adds", element_wise.clone()),
+        ("SwiGLU, residual adds", swiglu),
         (
             "GeGLU (gemma3) and its backward",
             if ours_cpu { "our CPU f32 kernels".into() } else { candle("gelu kernel and composed ops") },
         ),
-        ("training backward (norm, rope, softmax, SwiGLU)", element_wise.clone()),
+        (
+            "training backward (norm, rope, softmax, SwiGLU)",
+            if wgsl { format!("norm, rope, SwiGLU: as above; softmax: {element_wise}") } else { element_wise.clone() },
+        ),
         (
             "head + loss",
             if ours_cpu && blas.is_some() { "chunked, through BLAS".into() } else { candle("ops, chunked") },

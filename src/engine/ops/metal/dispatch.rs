@@ -131,28 +131,9 @@ impl CustomOp1 for WgslOp {
     }
 }
 
-/// Runs `launch` on the Metal tensors `inputs` (one per input binding, in order; made contiguous here) and
-/// returns its outputs reshaped to `shapes`. `head_dim` specialises the attention kernels (0 otherwise).
+/// Runs `launch` on the Metal tensors `inputs` (one per input binding, in order, checked by `metal::run`; made
+/// contiguous here) and returns its outputs reshaped to `shapes`. `head_dim` specialises the attention kernels.
 pub fn run(launch: &Launch, head_dim: u32, inputs: &[&Tensor], shapes: &[Shape]) -> Result<Vec<Tensor>> {
-    if inputs.len() != launch.inputs().len() || shapes.len() != launch.outputs {
-        candle_core::bail!(
-            "{}: {} inputs and {} output shapes for this launch",
-            launch.entry,
-            inputs.len(),
-            shapes.len()
-        )
-    }
-    for (t, binding) in inputs.iter().zip(launch.inputs()) {
-        if t.elem_count() != binding.len {
-            candle_core::bail!(
-                "{}: binding {} has {} elements, expected {}",
-                launch.entry,
-                binding.index,
-                t.elem_count(),
-                binding.len
-            )
-        }
-    }
     let contiguous: Vec<Tensor> = inputs.iter().map(|t| t.contiguous()).collect::<Result<_>>()?;
     let op = WgslOp { launch: launch.clone(), head_dim, rest: contiguous[1..].to_vec(), extra: Mutex::new(Vec::new()) };
     let first = contiguous[0].apply_op1_no_bwd(&op)?;

@@ -1,9 +1,10 @@
-//! The WGSL kernels as tensor functions on Metal, shaped like their portable counterparts in `ops`
+//! The WGSL kernels as tensor functions, shaped like their portable counterparts in `ops`
 //! (`rms_norm`/`rms_norm_backward`, `rope`/`rope_backward`, `silu_mul`/`silu_mul_backward`) plus the
-//! cross-entropy head, the LoRA epilogue and blocked attention. f32 and f16 tensors on a Metal device only; the
-//! model does not call them yet (the choice of wiring them in is the seam's, ops/mod.rs).
+//! cross-entropy head, the LoRA epilogue and blocked attention. f32 and f16 tensors on a device with a route
+//! (`metal::run`: Metal on a Mac, the CPU through Vulkan with `wgpu-kernels`). The dispatchers take the first six
+//! under `--kernels wgsl`; the last three are not wired into the model yet.
 
-use super::dispatch::run;
+use super::run;
 use super::wgsl::{self, AttentionShape};
 use candle_core::{DType, Result, Shape, Tensor, D};
 

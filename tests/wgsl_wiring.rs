@@ -1,0 +1,83 @@
+//! `--kernels wgsl`: the portable graph with our WGSL kernels (RMS norm, rotary, SwiGLU, forward and backward) where
+//! they apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors to the same kernels and
+//! launches through wgpu on Vulkan (Mesa's lavapipe in CI; `ops::metal::run`'s other route), so the wiring (which op
+//! takes which kernel, with which shapes, and what comes back) is run end to end: a training step records every
+//! kernel's launches, and 20 training steps of every family lose what the portable graph loses, f32 to 1e-5 and f16
+//! to the portable f16 run's own distance from f32. Needs the `wgpu-kernels` feature (the README's test command).
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use common::*;
+use metal_candle::engine::bench::random_batch;
+use metal_candle::engine::lora;
+use metal_candle::engine::model::load_model;
+use metal_candle::engine::ops::{self, metal};
+use metal_candle::engine::runtime::{self, Kernels, RuntimeOptions};
+use metal_candle::engine::train::{backprop, LoraSettings};
+
+/// Fix this process's kernels to the WGSL set; None (the test skips, saying why) without a Vulkan adapter, which
+/// CI (METAL_CANDLE_REQUIRE_VULKAN=1) turns into a failure.
+fn wgsl(test: &str) -> Option<()> {
+    runtime::init(RuntimeOptions { kernels: Kernels::Wgsl, ..RuntimeOptions::default() }).unwrap();
+    assert_eq!(ops::kernels(), Kernels::Wgsl);
+    match metal::vulkan::gpu() {
+        Ok(_) => Some(()),
+        Err(why) if std::env::var("METAL_CANDLE_REQUIRE_VULKAN").is_ok_and(|v| v == "1") => {
+            panic!("{test}: METAL_CANDLE_REQUIRE_VULKAN=1 but {why}")
+        }
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        }
+    }
+}
+
+#[test]
+fn a_training_step_runs_each_wired_kernel() {
+    let Some(()) = wgsl("a_training_step_runs_each_wired_kernel") else { return };
+    let mut m = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F32).unwrap();
+    let settings = LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
+    let params = lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap();
+    for p in &params {
+        p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
+    }
+    let before = metal::launch_counts();
+    let batch = random_batch(m.config.vocab_size, 2, 32, 4);
+    let out = backprop::loss_and_gradients_with(&m.model, &batch, 1.0 / batch.target_tokens as f64, false, false);
+    assert!(out.unwrap().nll_sum.value().unwrap().is_finite());
+    let after = metal::launch_counts();
+    let ran = |entry: &str| after.get(entry).copied().unwrap_or(0) - before.get(entry).copied().unwrap_or(0);
+    // Two layers: two norms each and the final one forward; backward the same but the first layer's input norm
+    // (nothing below it trains); q and k turned and turned back; one SwiGLU each way per layer.
+    for (entry, at_least) in
+        [("rms_norm_fwd", 5), ("rms_norm_bwd_dx", 4), ("rope", 8), ("swiglu_fwd", 2), ("swiglu_bwd", 2)]
+    {
+        assert!(ran(entry) >= at_least, "{entry} ran {} times in a step ({after:?})", ran(entry));
+    }
+}
+
+#[test]
+fn wgsl_training_matches_the_portable_graph_in_every_family() {
+    let Some(()) = wgsl("wgsl_training_matches_the_portable_graph_in_every_family") else { return };
+    for arch in FAMILIES {
+        let (portable, ours) = (
+            common::cli::family_run_losses("portable", arch, "f32"),
+            common::cli::family_run_losses("wgsl", arch, "f32"),
+        );
+        for (step, (a, b)) in portable.iter().zip(&ours).enumerate() {
+            assert!((a - b).abs() < 1e-5, "{arch} step {}: portable {a} vs wgsl {b}", step + 1);
+        }
+    }
+    // f16: the kernels store once in f16 where the composed ops round after each op; over the run the WGSL f16
+    // losses stay as close to the f32 run as the portable f16 ones do (within twice their largest distance, plus
+    // 1e-3).
+    let arch = "tiny-llama";
+    let f32_run = common::cli::family_run_losses("portable", arch, "f32");
+    let (portable, ours) =
+        (common::cli::family_run_losses("portable", arch, "f16"), common::cli::family_run_losses("wgsl", arch, "f16"));
+    let farthest = |run: &[f64]| run.iter().zip(&f32_run).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    let (theirs, mine) = (farthest(&portable), farthest(&ours));
+    eprintln!("f16 against f32, largest loss distance: portable {theirs:.2e}, wgsl {mine:.2e}");
+    assert!(mine <= 2.0 * theirs + 1e-3, "f16: wgsl {mine} from the f32 run, portable {theirs} ({ours:?})");
+}
