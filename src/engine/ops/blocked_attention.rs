@@ -9,8 +9,9 @@
 //! Grouped-query heads are never repeated: the query heads that share a KV head are folded into the rows of a
 //! block, (b, kv_heads, rep * block, d), and the key/value gradients sum over them in the products. A block's
 //! keys start at the first any of its queries sees (the causal start, a sliding window's edge or, for packed
-//! rows, the earliest example start among them), rounded down to a multiple of the block; causal, window and
-//! packed-row masks are made on the device from positions, for blocks that some query does not see whole.
+//! rows, the earliest example start among them), rounded down to a multiple of the block. Blocks that some query
+//! does not see whole are masked (attention_masks.rs): causal and window masks as a view of one relative mask kept
+//! between calls, packed rows' example starts per block on the device.
 
 use super::attention_masks;
 use super::kernel_choice::metal_dtypes;
@@ -58,6 +59,13 @@ struct KeySpan {
     start: usize,
     len: usize,
     masked: bool,
+}
+
+impl KeySpan {
+    /// These keys of `x` (b, kv, tk, d): a view.
+    fn of(self, x: &Tensor) -> Result<Tensor> {
+        x.narrow(2, self.start, self.len)
+    }
 }
 
 /// The sizes one call works on.
@@ -157,18 +165,17 @@ fn starts_on_device(g: &Geometry, device: &Device) -> Result<Option<Tensor>> {
 }
 
 /// The probabilities (b, kv, rep * bq, len) of query block `rows` (scaled queries `q_blk`) over the keys of
-/// `span`, in the inputs' dtype: one product, the mask where the span needs one, one fused softmax. Candle's CPU
+/// `span` (`k_span`: those keys), in the inputs' dtype: one product, the mask where the span needs one, one fused softmax. Candle's CPU
 /// softmax sums in its input's dtype, so half precision goes through f32 there (its CUDA and Metal kernels
 /// accumulate in f32 themselves).
 fn probabilities(
     g: &Geometry,
     q_blk: &Tensor,
-    k: &Tensor,
+    k_span: &Tensor,
     rows: (usize, usize),
     span: KeySpan,
     starts: Option<&Tensor>,
 ) -> Result<Tensor> {
-    let k_span = k.narrow(2, span.start, span.len)?;
     let mut s = matmul(q_blk, &k_span.t()?)?;
     if span.masked {
         s = g.masked(s, rows, span, starts)?;
@@ -214,8 +221,9 @@ pub(crate) fn blocked_attention_in(
     let mut outs = Vec::new();
     for rows in g.query_blocks() {
         let span = g.key_span(rows);
-        let p = probabilities(&g, &g.query_block(q, rows)?, k, rows, span, starts.as_ref())?;
-        let out = matmul(&p, &v.narrow(2, span.start, span.len)?)?;
+        let (k_span, v_span) = (span.of(k)?, span.of(v)?);
+        let p = probabilities(&g, &g.query_block(q, rows)?, &k_span, rows, span, starts.as_ref())?;
+        let out = matmul(&p, &v_span)?;
         outs.push(out.reshape((g.b, g.kv, g.rep, rows.1, g.d))?);
     }
     let heads = g.kv * g.rep;
@@ -276,19 +284,19 @@ impl KeyGradients {
         if let Some((sum, start, _)) = self.sum.take() {
             self.done.push((start, sum));
         }
+        let zeros = |keys: usize| Tensor::zeros((b * kv, keys, d), like.dtype(), like.device());
         let mut pieces = Vec::new();
         let mut at = 0;
         for (start, piece) in self.done.into_iter().rev() {
             if start > at {
-                pieces.push(Tensor::zeros((b * kv, start - at, d), piece.dtype(), piece.device())?);
+                pieces.push(zeros(start - at)?);
             }
             at = start + piece.dim(1)?;
-            pieces.push(piece);
+            pieces.push(piece.to_dtype(like.dtype())?);
         }
         if at < tk {
-            pieces.push(Tensor::zeros((b * kv, tk - at, d), DType::F32, like.device())?);
+            pieces.push(zeros(tk - at)?);
         }
-        let pieces: Vec<Tensor> = pieces.into_iter().map(|p| p.to_dtype(like.dtype())).collect::<Result<_>>()?;
         Tensor::cat(&pieces, 1)?.reshape((b, kv, tk, d))
     }
 }
@@ -324,11 +332,11 @@ pub fn blocked_attention_backward(
     let mut dq = Vec::new();
     for rows in g.query_blocks().into_iter().rev() {
         let span = g.key_span(rows);
-        let (k_span, v_span) = (k.narrow(2, span.start, span.len)?, v.narrow(2, span.start, span.len)?);
+        let (k_span, v_span) = (span.of(k)?, span.of(v)?);
         let q_blk = g.query_block(&q_scaled, rows)?;
         let do_blk = g.query_block(&d_out, rows)?;
         let delta = (upcast(&do_blk)? * upcast(&g.query_block(&out, rows)?)?)?.sum_keepdim(D::Minus1)?;
-        let p = probabilities(&g, &q_blk, k, rows, span, starts.as_ref())?;
+        let p = probabilities(&g, &q_blk, &k_span, rows, span, starts.as_ref())?;
         dv.add(&matmul(&p.t()?, &do_blk)?, span)?;
         let dp = matmul(&do_blk, &v_span.t()?)?;
         let (n, r) = (span.len, g.b * g.kv * g.rep * rows.1);

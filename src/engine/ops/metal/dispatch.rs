@@ -7,10 +7,10 @@
 //! math is proven on Vulkan (tests/wgsl_kernels.rs) and this file type-checks for aarch64-apple-darwin.
 
 use super::msl;
-use super::wgsl::{self, Elem, Kernel, Launch, Precision};
+use super::wgsl::{self, Kernel, Launch, Precision};
 use candle_core::backend::BackendStorage;
 use candle_core::op::BackpropOp;
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, MetalDevice, MetalStorage, Result, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp1, Layout, MetalDevice, MetalStorage, Result, Shape, Storage, Tensor};
 use candle_metal_kernels::metal::{Buffer, ComputeCommandEncoder, ComputePipeline};
 use objc2_metal::{MTLCompileOptions, MTLLanguageVersion, MTLSize};
 use std::collections::HashMap;
@@ -51,14 +51,6 @@ fn pipeline(device: &MetalDevice, launch: &Launch, precision: Precision, head_di
     Ok(found)
 }
 
-fn elem_dtype(elem: Elem, dtype: DType) -> DType {
-    match elem {
-        Elem::Et => dtype,
-        Elem::F32 => DType::F32,
-        Elem::I32 => DType::I32,
-    }
-}
-
 /// The custom op: `launch` with its first input as the argument, the other inputs held here, and the outputs
 /// after the first left in `extra` for [`run`] to wrap.
 struct WgslOp {
@@ -92,7 +84,7 @@ impl CustomOp1 for WgslOp {
         }
         let mut outputs = Vec::new();
         for binding in self.launch.output_bindings() {
-            let out_dtype = elem_dtype(binding.elem, dtype);
+            let out_dtype = binding.elem.dtype(dtype);
             let buffer = device.new_buffer(binding.len, out_dtype, self.launch.entry)?;
             outputs.push(MetalStorage::new(buffer, device.clone(), binding.len, out_dtype));
         }
@@ -100,7 +92,7 @@ impl CustomOp1 for WgslOp {
         let mut sizes = vec![0u32; pipeline.sized_bindings.len().max(1)];
         for (slot, binding) in sizes.iter_mut().zip(&pipeline.sized_bindings) {
             if let Some(b) = self.launch.bindings.iter().find(|b| b.index == *binding) {
-                *slot = (b.len * elem_dtype(b.elem, dtype).size_in_bytes()) as u32;
+                *slot = (b.len * b.elem.dtype(dtype).size_in_bytes()) as u32;
             }
         }
         let guard = device.command_encoder()?;

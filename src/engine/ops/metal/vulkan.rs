@@ -10,6 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use wgpu::util::DeviceExt;
 
+/// What a compiled pipeline is kept by: kernel, precision, head size and entry point.
+type PipelineKey = (Kernel, Precision, u32, &'static str);
+
 /// An open wgpu device and the pipelines built on it.
 pub struct Gpu {
     pub device: wgpu::Device,
@@ -18,7 +21,7 @@ pub struct Gpu {
     pub name: String,
     /// Whether f16 kernels can run (`SHADER_F16`).
     pub f16: bool,
-    pipelines: Mutex<HashMap<(Kernel, Precision, u32, &'static str), wgpu::ComputePipeline>>,
+    pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
 }
 
 /// The process's wgpu device, opened at first use, or why there is none.
@@ -178,15 +181,6 @@ impl Prepared<'_> {
     }
 }
 
-/// The dtype of a binding's elements for a launch at `precision`.
-fn elem_dtype(elem: Elem, precision: Precision) -> DType {
-    match (elem, precision) {
-        (Elem::Et, Precision::F16) => DType::F16,
-        (Elem::I32, _) => DType::I32,
-        _ => DType::F32,
-    }
-}
-
 fn bytes_of(t: &Tensor) -> Result<Vec<u8>> {
     let t = t.flatten_all()?;
     Ok(match t.dtype() {
@@ -235,6 +229,6 @@ pub fn run(launch: &Launch, head_dim: u32, inputs: &[&Tensor], shapes: &[Shape])
         .iter()
         .zip(&outputs)
         .zip(shapes)
-        .map(|((binding, data), shape)| tensor_of(data, elem_dtype(binding.elem, precision), binding.len, shape))
+        .map(|((binding, data), shape)| tensor_of(data, binding.elem.dtype(dtype), binding.len, shape))
         .collect()
 }

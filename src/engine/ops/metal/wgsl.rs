@@ -143,6 +143,17 @@ pub enum Elem {
     I32,
 }
 
+impl Elem {
+    /// The tensor dtype of such a binding in a launch whose element type is `et`.
+    pub fn dtype(self, et: candle_core::DType) -> candle_core::DType {
+        match self {
+            Elem::Et => et,
+            Elem::F32 => candle_core::DType::F32,
+            Elem::I32 => candle_core::DType::I32,
+        }
+    }
+}
+
 /// A storage buffer of a launch: its binding, element kind and length in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Binding {
