@@ -153,7 +153,7 @@ fn dropout_applied_on_the_gpu_equals_the_cpus_mask() {
         t.to_dtype(DType::F32).unwrap().to_device(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap()
     };
     for (shape, p, seed) in [((4096usize, 2048usize), 0.05f32, 3u64), ((37, 1001), 0.5, 99), ((1, 3), 0.1, 7)] {
-        let drop = Dropout { seed, p };
+        let drop = Dropout::new(seed, p);
         for dtype in [DType::F32, DType::BF16] {
             let mask = drop.mask(&shape.into(), dtype, &Device::Cpu).unwrap();
             assert_eq!(mask.dtype(), dtype);

@@ -109,7 +109,7 @@ fn sampling_is_seeded_and_gradients_match_finite_differences() {
         rollout.old_logps = Some(old);
         rollout.ref_logps = objective.reference_logps(&rollout).unwrap();
         assert!(rollout.ref_logps.is_some());
-        let pass = Pass { dropout: false, checkpointing: false };
+        let pass = Pass::default();
         let (metrics, grads) = objective.loss_and_gradients(&model, &rollout, pass).unwrap();
         let host = host_loss(&objective, &model, &rollout);
         assert!((metrics.loss - host).abs() < 1e-5 * host.abs().max(1.0), "{loss:?}: {} vs {host}", metrics.loss);

@@ -162,7 +162,7 @@ fn every_case_matches_trls_grpo_loss() {
         r.old_logps = logps(case.get("old_logps"));
         assert_eq!(r.old_logps.is_some(), s.num_iterations > 1, "{name}");
 
-        let pass = Pass { dropout: false, checkpointing: false };
+        let pass = Pass::default();
         let (step, ours) = objective.loss_and_gradients(&model, &r, pass).unwrap();
         close(step.loss, case["loss"].as_f64().unwrap(), &format!("{name}: loss"));
 

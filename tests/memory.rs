@@ -149,6 +149,57 @@ fn a_checkpointed_run_records_the_setting_and_auto_is_decided_by_the_estimate() 
     }
 }
 
+/// A checkpointed layer's recompute defers its MLP to the backward, which runs it over blocks of rows (at long
+/// context a few thousand at a time): with dropout on and blocks that cut the rows unevenly, the same input gradient
+/// and adapter gradients as the MLP forward and backward over all rows at once.
+#[test]
+fn the_deferred_mlp_backward_over_blocks_of_rows_equals_the_whole_one() {
+    for arch in ["tiny-llama", "tiny-gemma3", "tiny-phi3"] {
+        let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
+        let params = random_adapters(&mut m.model, &dropout_lora(), 4);
+        let mlp = &m.model.layers[1].mlp;
+        let hidden = m.config.hidden_size;
+        let rows = 23;
+        let x = Tensor::randn(0f32, 1.0, (rows, hidden), &Device::Cpu).unwrap();
+        let d_out = Tensor::randn(0f32, 1.0, (rows, hidden), &Device::Cpu).unwrap();
+        let ctx = m.model.sequence_context(1, rows, true, None).unwrap();
+        let run = |deferred: bool, block_rows: usize| {
+            lora::seed_dropout(&m.model, 3, 1);
+            let mut grads = metal_candle::engine::model::Gradients::default();
+            let tape = if deferred { mlp.defer(&x, &ctx) } else { mlp.forward_train(&x, &ctx).unwrap().1 };
+            let d_in = mlp.backward_in_blocks(&tape, &d_out, &mut grads, block_rows).unwrap();
+            (d_in, grads)
+        };
+        let (whole_d_in, whole) = run(false, rows);
+        for block_rows in [5, 1, rows] {
+            let (d_in, blocks) = run(true, block_rows);
+            let size: f32 = whole_d_in.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+            assert!(max_diff(&d_in, &whole_d_in) <= 1e-5 * size, "{arch} blocks of {block_rows}: input gradient");
+            for p in params
+                .iter()
+                .filter(|p| p.layer == 1 && ["gate_proj", "up_proj", "down_proj", "gate_up_proj"].contains(&p.module))
+            {
+                for var in [&p.a, &p.b] {
+                    let (a, b) = (whole.get(var.as_tensor()).unwrap(), blocks.get(var.as_tensor()).unwrap());
+                    let size: f32 = a.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+                    assert!(size > 0.0, "{arch} {}: zero gradient", p.module);
+                    assert!(
+                        max_diff(a, b) <= 1e-5 * size,
+                        "{arch} blocks of {block_rows} {}: {}",
+                        p.module,
+                        max_diff(a, b)
+                    );
+                }
+            }
+        }
+        // Dropout really is on: other masks give another input gradient.
+        lora::seed_dropout(&m.model, 4, 1);
+        let mut grads = metal_candle::engine::model::Gradients::default();
+        let other = mlp.backward(&mlp.defer(&x, &ctx), &d_out, &mut grads).unwrap();
+        assert!(max_diff(&other, &whole_d_in) > 1e-4, "{arch}: dropout changed nothing");
+    }
+}
+
 #[test]
 fn the_settings_file_takes_checkpointing_and_refuses_a_bad_value() {
     let dir = tempfile::tempdir().unwrap();
@@ -159,7 +210,10 @@ fn the_settings_file_takes_checkpointing_and_refuses_a_bad_value() {
     let err = TrainConfig::from_toml_file(&path).unwrap_err().to_string();
     assert!(err.contains("run.toml") && err.contains("sometimes"), "{err}");
     assert_eq!("on".parse::<Checkpointing>().unwrap(), Checkpointing::On);
-    assert!("yes".parse::<Checkpointing>().unwrap_err().contains("on, off or auto"));
+    assert_eq!("offload".parse::<Checkpointing>().unwrap(), Checkpointing::Offload);
+    std::fs::write(&path, "checkpointing = \"offload\"\n").unwrap();
+    assert_eq!(TrainConfig::from_toml_file(&path).unwrap().checkpointing, Checkpointing::Offload);
+    assert!("yes".parse::<Checkpointing>().unwrap_err().contains("on, off, offload or auto"));
 }
 
 /// Scoring runs the head over chunks of 128 positions: 200 positions make two chunks, and every

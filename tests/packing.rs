@@ -54,7 +54,7 @@ fn packed_rows_give_the_losses_and_gradients_of_unpacked_ones() {
             let packed = collate_packs(&rows, &packs, &[0, 1, 2], 0).unwrap();
             assert_eq!(packed.target_tokens, unpacked.target_tokens);
             let n = unpacked.target_tokens as f64;
-            let pass = Pass { dropout: false, checkpointing };
+            let pass = Pass { checkpointing, ..Pass::default() };
             let run = |batch| {
                 let targets = loss::target_positions(batch);
                 let weights = backprop::TokenWeights::Uniform(1.0 / n);

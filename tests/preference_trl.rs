@@ -153,7 +153,7 @@ fn one_batch_gradients_equal_trls() {
             let mut model = base.model.clone();
             let (_, params) = checkpoint::load_adapter_params(&mut model, &dir().join("tiny-llama-adapter")).unwrap();
             let objective = PreferenceObjective::new(method, settings, &base.model);
-            let pass = Pass { dropout: false, checkpointing: false };
+            let pass = Pass::default();
             let (_, out) = objective.loss_and_gradients(&model, &batch, 1.0, pass).unwrap();
             let theirs =
                 candle_core::safetensors::load(dir().join(format!("grads-{form}-{name}.safetensors")), &Device::Cpu)

@@ -87,8 +87,9 @@ pub struct TrainBenchArgs {
     pub steps: usize,
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
-    /// Gradient checkpointing: on | off | auto (auto: on when the memory estimate does not fit).
-    #[arg(long, default_value = "off", value_name = "on|off|auto")]
+    /// Gradient checkpointing: on | off | offload (on, the kept inputs in host memory on CUDA) | auto (auto: on when
+    /// the memory estimate does not fit).
+    #[arg(long, default_value = "off", value_name = "on|off|offload|auto")]
     pub checkpointing: crate::engine::train::Checkpointing,
     /// sft (random rows) | dpo | orpo (random pairs: --batch-size pairs of two --seq-len sequences, half prompt).
     #[arg(long, default_value = "sft", value_name = "sft|dpo|orpo")]
@@ -286,6 +287,7 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
         steps: args.steps,
         warmup_steps: args.warmup,
         checkpointing,
+        offload: config.checkpointing.offloads(),
         method: args.method,
     };
     let r = bench::bench_train(&m, &spec)?;

@@ -120,8 +120,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "none|keep|q8_0|q6k|q5k|q4k|q4_1|q4_0")]
     pub quantize: Option<crate::engine::model::BaseQuant>,
     /// Gradient checkpointing: keep each layer's input only and recompute the layer in the backward (less
-    /// memory, about a third more compute); auto: on when the memory estimate says the run would not fit.
-    #[arg(long, value_name = "on|off|auto")]
+    /// memory, about a third more compute); offload: on, with those inputs in pinned host memory on a CUDA GPU
+    /// (copied while the layers compute; long contexts); auto: on when the memory estimate says the run would not fit.
+    #[arg(long, value_name = "on|off|offload|auto")]
     pub checkpointing: Option<crate::engine::train::Checkpointing>,
     /// Print one JSON event per line.
     #[arg(long)]

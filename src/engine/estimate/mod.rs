@@ -41,6 +41,9 @@ pub struct ModelShape {
     /// The serde name stays for saved estimates.
     #[serde(default)]
     pub fused_attention: bool,
+    /// `--checkpointing offload` moves the kept layer inputs off the device (CUDA; see `ops::offload_applies`).
+    #[serde(default)]
+    pub offloads_checkpoints: bool,
 }
 
 impl ModelShape {
@@ -74,6 +77,7 @@ impl ModelShape {
                 .collect(),
             base_weights_bytes: None,
             fused_attention: false,
+            offloads_checkpoints: false,
         }
     }
 
@@ -93,6 +97,7 @@ impl ModelShape {
                 model.dtype(),
                 model.config.head_dim,
             ),
+            offloads_checkpoints: crate::engine::ops::offload_applies(model.device()),
             ..Self::of(&model.config, model.dtype().size_in_bytes())
         }
     }
@@ -203,7 +208,7 @@ const RUNTIME_BYTES_PER_TOKEN: u64 = 400;
 /// that for a preference method: a pair is two sequences),
 /// with checkpointing as `config` says (`auto` counts as off: what the run needs without it).
 pub fn training_memory(model: &ModelShape, config: &TrainConfig) -> MemoryEstimate {
-    training_memory_with(model, config, config.checkpointing == Checkpointing::On)
+    training_memory_with(model, config, matches!(config.checkpointing, Checkpointing::On | Checkpointing::Offload))
 }
 
 /// [`training_memory`] with checkpointing on or off.
@@ -241,8 +246,13 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     let (probs_per_token, lse_bytes_per_token) = if model.fused_attention { (0, heads * 4) } else { (heads * t, 0) };
     let tape_per_token = 2 * h + 2 * q + 2 * kv + 2 * i + inputs_per_token + probs_per_token + lora_per_token;
     let layer_tape = tokens * (tape_per_token * bytes + lse_bytes_per_token);
-    let activations_bytes =
-        if checkpointing { trained_layers * tokens * h * bytes + layer_tape } else { trained_layers * layer_tape };
+    // Offloaded layer inputs wait in host memory: on the device only the layer being recomputed (and the next
+    // input on its way back).
+    let kept_inputs_bytes = match checkpointing && config.checkpointing.offloads() && model.offloads_checkpoints {
+        true => 2 * tokens * h * bytes,
+        false => trained_layers * tokens * h * bytes,
+    };
+    let activations_bytes = if checkpointing { kept_inputs_bytes + layer_tape } else { trained_layers * layer_tape };
     // Attention backward: the probabilities' gradient and the scores' gradient (f32 on the CPU, through f32
     // upcasts in half precision), or with the fused kernels dq, dk, dv and one f32 per head and token; MLP
     // backward: three (tokens x intermediate) gradients.
@@ -363,6 +373,7 @@ pub fn checkpointing_decision(
     let without = training_memory_with(model, config, false).total_bytes();
     match (config.checkpointing, budget_bytes) {
         (Checkpointing::On, _) => CheckpointingDecision { enabled: true, reason: "set to on".into() },
+        (Checkpointing::Offload, _) => CheckpointingDecision { enabled: true, reason: "set to offload".into() },
         (Checkpointing::Off, _) => CheckpointingDecision { enabled: false, reason: "set to off".into() },
         (Checkpointing::Auto, None) => CheckpointingDecision {
             enabled: false,
@@ -429,7 +440,7 @@ pub fn memory_fix(
         return None;
     }
     let mut candidates = Vec::new();
-    if config.checkpointing != Checkpointing::On {
+    if !matches!(config.checkpointing, Checkpointing::On | Checkpointing::Offload) {
         candidates.push(MemoryFix::Checkpointing);
     }
     candidates.extend(

@@ -114,6 +114,6 @@ impl LoraAdapter {
     /// The next dropout mask, drawn from the shared seeded counter (so a training pass and a reference pass that
     /// draw in the same order get identical masks): its seed, applied with `Dropout::apply`.
     pub fn next_dropout(&self) -> crate::engine::ops::Dropout {
-        crate::engine::ops::Dropout { seed: self.dropout_seed.fetch_add(1, Ordering::Relaxed), p: self.dropout }
+        crate::engine::ops::Dropout::new(self.dropout_seed.fetch_add(1, Ordering::Relaxed), self.dropout)
     }
 }

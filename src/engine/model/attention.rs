@@ -66,6 +66,24 @@ pub struct AttentionTape {
     o: LinearTape,
 }
 
+/// The fused attention's results in one layer's training forward: what a checkpointed layer whose input waits in
+/// host memory keeps beside it, so that its recompute skips the attention (at 8B x 32k tokens the flash forward is a
+/// tenth of the step). The output (rows, heads * d) and each query's logsumexp.
+pub struct AttentionResult {
+    pub out: Tensor,
+    pub lse: Tensor,
+}
+
+impl AttentionTape {
+    /// This forward's [`AttentionResult`], where the fused kernels ran (None elsewhere: the recompute attends again).
+    pub fn fused_result(&self) -> Option<AttentionResult> {
+        match &self.scores {
+            Scores::Fused(lse) => Some(AttentionResult { out: self.attn.clone(), lse: lse.0.clone() }),
+            _ => None,
+        }
+    }
+}
+
 /// The composed path keeps the probabilities (b, kv_heads, rep * t, t); the fused one (CUDA) and the blocked one
 /// (everywhere else) only each row's logsumexp, linear in t.
 enum Scores {
@@ -203,7 +221,14 @@ impl Attention {
     }
 
     /// Training forward: `normed_in` (rows, hidden) -> (rows, hidden) and the tape.
-    pub(super) fn forward_train(&self, normed_in: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, AttentionTape)> {
+    /// `known`: this input's [`AttentionResult`] from an earlier forward (a checkpointed layer's recompute), taken
+    /// instead of attending again.
+    pub(super) fn forward_train(
+        &self,
+        normed_in: &Tensor,
+        ctx: &SequenceContext,
+        known: Option<AttentionResult>,
+    ) -> Result<(Tensor, AttentionTape)> {
         let (b, t) = (ctx.batch, ctx.seq_len);
         let (qkv, qkv_tapes) = self.qkv.forward_train(normed_in, ctx.dropout)?;
         let (cos, sin, mask) = ctx.attention(self.local);
@@ -214,7 +239,11 @@ impl Attention {
         let blocked =
             starts.is_some() || (t > 1 && ops::blocked_attention_applies(q.device(), q.dtype(), self.head_dim, t));
         let (window, scale) = (self.sliding_window, self.scale());
-        let (scores, attn) = match ops::fused_attention(&q, &h.k, &h.v, scale, 0, window, starts.map(|s| s.0))? {
+        let attended = match known {
+            Some(AttentionResult { out, lse }) => Some((out, ops::Logsumexp(lse))),
+            None => ops::fused_attention(&q, &h.k, &h.v, scale, 0, window, starts.map(|s| s.0))?,
+        };
+        let (scores, attn) = match attended {
             Some((out, lse)) => (Scores::Fused(lse), out),
             None if blocked => {
                 let (out, stats) = ops::blocked_attention(&q, &h.k, &h.v, scale, 0, window, starts.map(|s| s.1))?;

@@ -7,7 +7,7 @@
 //! device has them, for pre-norm SwiGLU layers; gemma3's and olmo2's layers decode through the composed ops
 //! on every device, CUDA included).
 
-use super::attention::{Attention, AttentionTape};
+use super::attention::{Attention, AttentionResult, AttentionTape};
 use super::config::NormSite;
 use super::gradients::Gradients;
 use super::kv_cache::LayerCache;
@@ -127,6 +127,12 @@ impl LayerTape {
     pub fn input(&self) -> &Tensor {
         &self.x
     }
+
+    /// The fused attention's output and logsumexp, which a checkpointed layer may keep so that [`DecoderLayer::recompute`]
+    /// skips the attention (None where the fused kernels did not run).
+    pub fn attention_result(&self) -> Option<AttentionResult> {
+        self.attention.fused_result()
+    }
 }
 
 impl DecoderLayer {
@@ -197,18 +203,44 @@ impl DecoderLayer {
         pending: Option<&Tensor>,
         ctx: &SequenceContext,
     ) -> Result<(Tensor, Tensor, LayerTape)> {
+        let (x_mid, delta, tape) = self.train(x, pending, ctx, None, false)?;
+        let delta = delta.ok_or_else(|| candle_core::Error::Msg("layer forward without its output".into()))?;
+        Ok((x_mid, delta, tape))
+    }
+
+    /// Gradient checkpointing's recompute of the layer from its kept input `x`: the tape its backward needs,
+    /// taking the attention's result from `known` when the forward kept it ([`LayerTape::attention_result`]). The
+    /// layer's output is not made again: the MLP block is deferred to its backward ([`Mlp::defer`]) unless a
+    /// post-norm needs its output (gemma3, olmo2).
+    pub fn recompute(&self, x: &Tensor, known: Option<AttentionResult>, ctx: &SequenceContext) -> Result<LayerTape> {
+        Ok(self.train(x, None, ctx, known, true)?.2)
+    }
+
+    /// The training forward; with `recompute`, the MLP's output only where the backward needs it.
+    fn train(
+        &self,
+        x: &Tensor,
+        pending: Option<&Tensor>,
+        ctx: &SequenceContext,
+        known: Option<AttentionResult>,
+        recompute: bool,
+    ) -> Result<(Tensor, Option<Tensor>, LayerTape)> {
         let (x, normed_in) = match pending {
             Some(delta) => add_then_apply(&self.norms.attention_input, x, delta)?,
             None => (x.clone(), apply(&self.norms.attention_input, x)?),
         };
-        let (attn_out, attention) = self.self_attn.forward_train(&normed_in, ctx)?;
+        let (attn_out, attention) = self.self_attn.forward_train(&normed_in, ctx, known)?;
         let attn_raw = self.norms.attention_output.as_ref().map(|_| attn_out.clone());
         let attn_delta = self.residual(apply(&self.norms.attention_output, &attn_out)?)?;
         let (x_mid, normed_mid) = add_then_apply(&self.norms.mlp_input, &x, &attn_delta)?;
+        if recompute && self.norms.mlp_output.is_none() {
+            let mlp = self.mlp.defer(&normed_mid, ctx);
+            return Ok((x_mid.clone(), None, LayerTape { x, x_mid, attn_raw, mlp_raw: None, attention, mlp }));
+        }
         let (down, mlp) = self.mlp.forward_train(&normed_mid, ctx)?;
         let mlp_raw = self.norms.mlp_output.as_ref().map(|_| down.clone());
         let mlp_delta = self.residual(apply(&self.norms.mlp_output, &down)?)?;
-        Ok((x_mid.clone(), mlp_delta, LayerTape { x, x_mid, attn_raw, mlp_raw, attention, mlp }))
+        Ok((x_mid.clone(), Some(mlp_delta), LayerTape { x, x_mid, attn_raw, mlp_raw, attention, mlp }))
     }
 
     /// Given the gradient of the layer's output, accumulate its adapters' gradients and return the gradient

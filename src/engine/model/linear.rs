@@ -228,21 +228,48 @@ impl Linear {
 
     /// Training forward, `x`: (rows, in) -> (rows, out), with adapter dropout when `dropout` is set.
     pub fn forward_train(&self, x: &Tensor, dropout: bool) -> Result<(Tensor, LinearTape)> {
+        self.forward_train_masked(x, self.draw_mask(dropout))
+    }
+
+    /// The dropout mask this projection's adapter applies in a training forward, drawn from the shared counter as
+    /// [`Self::forward_train`] draws it (None without an active adapter, or without dropout).
+    pub fn draw_mask(&self, dropout: bool) -> Option<ops::Dropout> {
+        self.active_adapter().filter(|a| dropout && a.dropout > 0.0).map(|a| a.next_dropout())
+    }
+
+    /// [`Self::forward_train`] with the adapter's mask given: a block of rows of an input whose mask was drawn whole
+    /// (`ops::Dropout::rows_from`).
+    pub fn forward_train_masked(&self, x: &Tensor, mask: Option<ops::Dropout>) -> Result<(Tensor, LinearTape)> {
+        let (y, tape) = self.train(x, mask, true)?;
+        Ok((y.ok_or_else(|| candle_core::Error::Msg("training forward without its output".into()))?, tape))
+    }
+
+    /// The tape of a training forward whose output nobody reads (a checkpointed layer's last projection, run again
+    /// for its backward): LoRA's tape without the frozen product. DoRA's tape holds that product, so it runs whole.
+    pub fn tape_only(&self, x: &Tensor, mask: Option<ops::Dropout>) -> Result<LinearTape> {
+        Ok(self.train(x, mask, false)?.1)
+    }
+
+    /// The training forward: the output when `output` is set (always for DoRA), and the tape.
+    fn train(&self, x: &Tensor, mask: Option<ops::Dropout>, output: bool) -> Result<(Option<Tensor>, LinearTape)> {
         let Some(adapter) = self.active_adapter() else {
-            return Ok((self.base(x)?, LinearTape { adapter: None }));
+            return Ok((output.then(|| self.base(x)).transpose()?, LinearTape { adapter: None }));
         };
         let (a, b) = adapter.matrices(x.dtype())?;
-        let mask = (dropout && adapter.dropout > 0.0).then(|| adapter.next_dropout());
         let xd = match &mask {
             Some(mask) => Some(mask.apply(x)?),
             None => None,
         };
         let xa = ops::matmul(xd.as_ref().unwrap_or(x), &a)?;
         if let Some(dora) = &adapter.dora {
-            return self.forward_train_dora(x, xd, mask, xa, (a, b), adapter, dora);
+            let (y, tape) = self.forward_train_dora(x, xd, mask, xa, (a, b), adapter, dora)?;
+            return Ok((Some(y), tape));
         }
         // `y` is the fresh frozen product: the update lands in it.
-        let y = ops::matmul_add(Some(self.base(x)?), &xa, &b, adapter.scale)?;
+        let y = match output {
+            true => Some(ops::matmul_add(Some(self.base(x)?), &xa, &b, adapter.scale)?),
+            false => None,
+        };
         Ok((y, LinearTape { adapter: Some(AdapterTape { input: x.clone(), mask, xa, a, b, dora: None }) }))
     }
 
@@ -414,7 +441,7 @@ mod tests {
             let seed = adapter.dropout_seed.load(std::sync::atomic::Ordering::Relaxed);
             let (y, tape) = lin.forward_train(&x, true).unwrap();
             let mask = (p_drop > 0.0)
-                .then(|| ops::Dropout { seed, p: p_drop }.mask(x.shape(), DType::F64, &Device::Cpu).unwrap());
+                .then(|| ops::Dropout::new(seed, p_drop).mask(x.shape(), DType::F64, &Device::Cpu).unwrap());
 
             let f64_of = |v: &Var| v.as_tensor().to_dtype(DType::F64).unwrap();
             let params = [f64_of(&a), f64_of(&b), f64_of(&m), x.clone()];

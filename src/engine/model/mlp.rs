@@ -3,6 +3,12 @@
 //! rows first; see [`super::projection_group`]). This file owns all of the block's math: the
 //! inference forward, the training forward that records what the backward needs, the backward, and the fused
 //! single-token decode step.
+//!
+//! A checkpointed layer's recompute does not run the block forward at all ([`Mlp::defer`]): its tape is the input and
+//! the adapters' dropout masks, and the backward runs the block forward and back over blocks of rows at a time
+//! (`MLP_BLOCK_ELEMENTS` of the intermediate width each). The output, which only the next layer read, is never made
+//! again, and at long context the (tokens x intermediate) activations and their gradients, six of them, exist for one
+//! block of rows instead of all (at 8B x 32k tokens, 5 GiB).
 
 use super::config::MlpActivation;
 use super::gradients::Gradients;
@@ -26,13 +32,31 @@ pub struct Mlp {
 }
 
 /// What the MLP backward needs from its training forward.
-pub struct MlpTape {
+pub enum MlpTape {
+    /// Every activation (the training forward ran).
+    Kept(MlpActivations),
+    /// The input and the masks only: the backward recomputes the rest block by block ([`Mlp::defer`]).
+    Deferred(DeferredMlp),
+}
+
+/// The activations of a training forward.
+pub struct MlpActivations {
     gate: Tensor,
     up: Tensor,
     /// The gate|up group's tapes.
     gate_up_tapes: Vec<LinearTape>,
     down: LinearTape,
 }
+
+/// A deferred block's input (rows, hidden) and the dropout masks its adapters draw: gate|up's, then down's.
+pub struct DeferredMlp {
+    input: Tensor,
+    gate_up_masks: Vec<Option<ops::Dropout>>,
+    down_mask: Option<ops::Dropout>,
+}
+
+/// Rows of a deferred block's backward run together: this many elements of the intermediate width.
+const MLP_BLOCK_ELEMENTS: usize = 1 << 27;
 
 impl Mlp {
     pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str) -> Result<Self> {
@@ -61,18 +85,65 @@ impl Mlp {
     }
 
     /// Training forward: `normed_in` (rows, hidden) -> (rows, hidden) and the tape.
-    pub(super) fn forward_train(&self, normed_in: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, MlpTape)> {
-        let (gate_up, gate_up_tapes) = self.gate_up.forward_train(normed_in, ctx.dropout)?;
+    pub fn forward_train(&self, normed_in: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, MlpTape)> {
+        let masks = self.gate_up.draw_masks(ctx.dropout);
+        let (activations, down) = self.run(normed_in, &masks, self.down_proj.draw_mask(ctx.dropout), true)?;
+        let down = down.ok_or_else(|| candle_core::Error::Msg("MLP forward without its output".into()))?;
+        Ok((down, MlpTape::Kept(activations)))
+    }
+
+    /// The tape of a training forward whose output is not needed (a checkpointed layer's recompute): the input and
+    /// the masks the forward would draw, drawn now in its order (see the module notes).
+    pub fn defer(&self, normed_in: &Tensor, ctx: &SequenceContext) -> MlpTape {
+        let gate_up_masks = self.gate_up.draw_masks(ctx.dropout);
+        let down_mask = self.down_proj.draw_mask(ctx.dropout);
+        MlpTape::Deferred(DeferredMlp { input: normed_in.clone(), gate_up_masks, down_mask })
+    }
+
+    /// The forward over `x` with the adapters' masks given: the activations, and the output when `output` is set.
+    fn run(
+        &self,
+        x: &Tensor,
+        gate_up_masks: &[Option<ops::Dropout>],
+        down_mask: Option<ops::Dropout>,
+        output: bool,
+    ) -> Result<(MlpActivations, Option<Tensor>)> {
+        let (gate_up, gate_up_tapes) = self.gate_up.forward_train_masked(x, gate_up_masks)?;
         let [gate, up] = two(gate_up)?;
         let gated = self.gate(&gate, &up)?;
-        let (down, down_tape) = self.down_proj.forward_train(&gated, ctx.dropout)?;
-        let tape = MlpTape { gate, up, gate_up_tapes, down: down_tape };
-        Ok((down, tape))
+        let (down, down_tape) = match output {
+            true => {
+                let (y, tape) = self.down_proj.forward_train_masked(&gated, down_mask)?;
+                (Some(y), tape)
+            }
+            false => (None, self.down_proj.tape_only(&gated, down_mask)?),
+        };
+        Ok((MlpActivations { gate, up, gate_up_tapes, down: down_tape }, down))
     }
 
     /// Given the gradient of the block's output, accumulate its adapters' gradients and return the gradient
     /// of its input.
-    pub(super) fn backward(&self, tape: &MlpTape, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
+    pub fn backward(&self, tape: &MlpTape, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
+        let intermediate = self.down_proj.weight.dims2()?.1;
+        self.backward_in_blocks(tape, d_out, grads, (MLP_BLOCK_ELEMENTS / intermediate.max(1)).max(1))
+    }
+
+    /// [`Self::backward`], a deferred tape's rows taken `block_rows` at a time (`backward` takes
+    /// `MLP_BLOCK_ELEMENTS` of the intermediate width).
+    pub fn backward_in_blocks(
+        &self,
+        tape: &MlpTape,
+        d_out: &Tensor,
+        grads: &mut Gradients,
+        block_rows: usize,
+    ) -> Result<Tensor> {
+        match tape {
+            MlpTape::Kept(activations) => self.backward_of(activations, d_out, grads),
+            MlpTape::Deferred(deferred) => self.backward_deferred(deferred, d_out, grads, block_rows.max(1)),
+        }
+    }
+
+    fn backward_of(&self, tape: &MlpActivations, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
         let d_gated = Linear::input_grad(self.down_proj.backward(&tape.down, d_out, grads, InputGrad::New)?)?;
         let (d_gate, d_up) = match self.activation {
             MlpActivation::Silu => ops::silu_mul_backward(&tape.gate, &tape.up, &d_gated)?,
@@ -80,6 +151,32 @@ impl Mlp {
         };
         let d_in = self.gate_up.backward(&tape.gate_up_tapes, &[d_gate, d_up], grads, true)?;
         Ok(Linear::input_grad(d_in)?)
+    }
+
+    /// The backward of a deferred block: forward and back over blocks of rows, each block's masks the rows of the
+    /// whole masks, the adapters' gradients summed over the blocks.
+    fn backward_deferred(
+        &self,
+        tape: &DeferredMlp,
+        d_out: &Tensor,
+        grads: &mut Gradients,
+        block: usize,
+    ) -> Result<Tensor> {
+        let DeferredMlp { input, gate_up_masks, down_mask } = tape;
+        let (rows, hidden) = input.dims2()?;
+        let intermediate = self.down_proj.weight.dims2()?.1;
+        let mut d_in = Vec::with_capacity(rows.div_ceil(block));
+        for start in (0..rows).step_by(block) {
+            let n = block.min(rows - start);
+            let masks: Vec<_> = gate_up_masks.iter().map(|m| m.map(|m| m.rows_from(start, hidden))).collect();
+            let down_mask = down_mask.map(|m| m.rows_from(start, intermediate));
+            let (activations, _) = self.run(&input.narrow(0, start, n)?, &masks, down_mask, false)?;
+            d_in.push(self.backward_of(&activations, &d_out.narrow(0, start, n)?, grads)?);
+        }
+        Ok(match d_in.len() {
+            1 => d_in.remove(0),
+            _ => Tensor::cat(&d_in, 0)?,
+        })
     }
 
     /// Whether the fused decode kernels model this block: SwiGLU only (the kernels have no gelu: gemma3 takes

@@ -68,10 +68,25 @@ impl ProjectionGroup {
 
     /// Training forward: one output per part and one tape per linear.
     pub(super) fn forward_train(&self, x: &Tensor, dropout: bool) -> Result<(Vec<Tensor>, Vec<LinearTape>)> {
+        self.forward_train_masked(x, &self.draw_masks(dropout))
+    }
+
+    /// Each linear's adapter dropout mask for a training forward, drawn in the order [`Self::forward_train`] draws
+    /// them.
+    pub(super) fn draw_masks(&self, dropout: bool) -> Vec<Option<ops::Dropout>> {
+        self.linears.iter().map(|(_, linear)| linear.draw_mask(dropout)).collect()
+    }
+
+    /// [`Self::forward_train`] with each linear's mask given (see `Linear::forward_train_masked`).
+    pub(super) fn forward_train_masked(
+        &self,
+        x: &Tensor,
+        masks: &[Option<ops::Dropout>],
+    ) -> Result<(Vec<Tensor>, Vec<LinearTape>)> {
         let mut outputs = Vec::with_capacity(self.linears.len());
         let mut tapes = Vec::with_capacity(self.linears.len());
-        for (_, linear) in &self.linears {
-            let (y, tape) = linear.forward_train(x, dropout)?;
+        for ((_, linear), mask) in self.linears.iter().zip(masks) {
+            let (y, tape) = linear.forward_train_masked(x, *mask)?;
             outputs.push(y);
             tapes.push(tape);
         }

@@ -30,18 +30,32 @@ fn kept(base: u64, i: u64, threshold: u32) -> bool {
 }
 
 /// One dropout mask, by its seed and drop probability (0 < p < 1): what a training tape keeps instead of the mask
-/// itself (a mask is as large as the input it drops from).
+/// itself (a mask is as large as the input it drops from). `first`: the element of the whole mask this one starts
+/// at, for a block of rows drawn alone ([`Dropout::rows_from`]); 0 for a whole mask.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Dropout {
     pub seed: u64,
     pub p: f32,
+    pub first: u64,
 }
 
 impl Dropout {
-    /// (generator start, kept-below threshold, kept value).
+    /// The whole mask drawn with `seed`.
+    pub fn new(seed: u64, p: f32) -> Self {
+        Self { seed, p, first: 0 }
+    }
+
+    /// The part of this mask over rows `row..` of a (rows, `row_len`) input: what a block of those rows, run on its
+    /// own, multiplies by (the same elements as the whole mask's).
+    pub fn rows_from(&self, row: usize, row_len: usize) -> Self {
+        Self { first: self.first + (row * row_len) as u64, ..*self }
+    }
+
+    /// (generator start, kept-below threshold, kept value). Element `i` of a mask starting at `first` is element
+    /// `first + i` of the whole one: the generator's start moves by `first` steps.
     fn parts(&self) -> (u64, u32, f32) {
         let keep = 1.0 - self.p;
-        (mix(self.seed), threshold(keep), 1.0 / keep)
+        (mix(self.seed).wrapping_add(self.first.wrapping_mul(GOLDEN)), threshold(keep), 1.0 / keep)
     }
 
     /// The mask of `shape`: 0 or `1 / (1 - p)` per element, in `dtype` on `device` (drawn on the CPU; on CUDA
@@ -74,10 +88,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_block_of_rows_draws_the_whole_masks_rows() {
+        let whole = Dropout::new(11, 0.3).mask(&Shape::from((10, 37)), DType::F32, &Device::Cpu).unwrap();
+        let block =
+            Dropout::new(11, 0.3).rows_from(4, 37).mask(&Shape::from((5, 37)), DType::F32, &Device::Cpu).unwrap();
+        let rows: Vec<f32> = whole.narrow(0, 4, 5).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(rows, block.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        let later = Dropout::new(11, 0.3).rows_from(4, 37).rows_from(3, 37);
+        assert_eq!(later, Dropout::new(11, 0.3).rows_from(7, 37), "blocks of blocks add up");
+    }
+
+    #[test]
     fn masks_keep_their_share_scale_the_kept_and_differ_by_seed() {
         let shape = Shape::from((300, 1000));
         let mask = |seed| -> Vec<f32> {
-            let m = Dropout { seed, p: 0.1 }.mask(&shape, DType::F32, &Device::Cpu).unwrap();
+            let m = Dropout::new(seed, 0.1).mask(&shape, DType::F32, &Device::Cpu).unwrap();
             m.flatten_all().unwrap().to_vec1().unwrap()
         };
         let a = mask(7);
@@ -88,8 +113,7 @@ mod tests {
         let b = mask(8);
         // The product with the mask is what `apply` gives off CUDA.
         let x = Tensor::ones(shape.clone(), DType::F32, &Device::Cpu).unwrap();
-        let applied: Vec<f32> =
-            Dropout { seed: 7, p: 0.1 }.apply(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let applied: Vec<f32> = Dropout::new(7, 0.1).apply(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(applied, a);
         let same = a.iter().zip(&b).filter(|(x, y)| (**x == 0.0) == (**y == 0.0)).count() as f64 / a.len() as f64;
         // Independent masks agree where both keep or both drop: 0.9^2 + 0.1^2 = 0.82 of the elements.

@@ -13,7 +13,8 @@
 //!
 //! The dispatchers, one file per family of operations: norm.rs, rotary.rs, heads.rs, attention.rs, elementwise.rs,
 //! products.rs, frozen_matmul.rs (products against frozen weights), quantized.rs (the quantized base), head/ (the
-//! output head with its loss), backward.rs (the hand-written training backward), dropout.rs, scalar.rs. What every
+//! output head with its loss), backward.rs (the hand-written training backward), dropout.rs, scalar.rs, offload.rs
+//! (where checkpointed layer inputs wait for the backward: the device, or pinned host memory on CUDA). What every
 //! dispatcher asks first lives in kernel_choice.rs and precision.rs; report.rs says which implementation each
 //! operation takes (`metal-candle doctor`). Adding a kernel means working in one device room plus one dispatch line in
 //! the operation's dispatcher.
@@ -38,6 +39,7 @@ pub(crate) mod kernel_choice;
 mod kernel_tests;
 pub mod metal;
 mod norm;
+mod offload;
 mod precision;
 mod products;
 mod quantized;
@@ -66,6 +68,7 @@ pub use heads::{merge_heads_backward, split_heads};
 pub use kernel_choice::{kernels, Kernels};
 pub use metal::sdpa::sdpa;
 pub use norm::{add_rms_norm, rms_norm};
+pub use offload::{offload_applies, Offloader, Parked};
 pub use precision::upcast;
 pub use products::{matmul, matmul_add, matmul_f32};
 pub use quantized::{

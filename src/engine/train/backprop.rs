@@ -11,13 +11,16 @@
 //! Gradient checkpointing keeps only each layer's input through the forward pass and runs the layer's
 //! training forward again just before its backward (one more forward per step, a layer's activations instead
 //! of all of them). Dropout masks come from a shared seeded counter: the recompute puts the counter back where
-//! it stood before the layer's first forward, so it draws the same masks and gives the same gradients.
+//! it stood before the layer's first forward, so it draws the same masks and gives the same gradients. With
+//! `offload` the kept inputs wait in pinned host memory on a CUDA GPU (`ops::Offloader`): each is copied out while
+//! the layers above run forward and back while the layer above it runs backward.
 //!
 //! The autograd reference these gradients are checked against lives in the tests (tests/common/reference.rs),
 //! with finite differences.
 
 use crate::engine::data::Batch;
 use crate::engine::lora;
+use crate::engine::model::attention::AttentionResult;
 use crate::engine::model::decoder_layer::LayerTape;
 use crate::engine::model::linear::{InputGrad, Linear};
 use crate::engine::model::transformer::Transformer;
@@ -108,8 +111,42 @@ pub fn loss_and_gradients(
 enum Saved {
     /// Every activation the backward needs.
     Tape(Box<LayerTape>),
-    /// Checkpointing: the layer's input and where the dropout counter stood before its forward.
-    Input { x: Tensor, dropout_counter: Option<u64> },
+    /// Checkpointing: the layer's input (on the device or in host memory), where the dropout counter stood before
+    /// its forward, and, when the input is offloaded, the fused attention's output and logsumexp beside it (the
+    /// recompute then skips the attention).
+    Input { x: ops::Parked, attention: Option<[ops::Parked; 2]>, dropout_counter: Option<u64> },
+}
+
+/// What checkpointing keeps of a layer whose forward recorded `tape`: its input, parked by `offloader`, and where
+/// the input leaves the device, the fused attention's result too (the recompute then skips the attention: host memory
+/// for device time).
+fn keep_input(offloader: &mut ops::Offloader, tape: &LayerTape, dropout_counter: Option<u64>) -> Result<Saved> {
+    let result = tape.attention_result().filter(|_| offloader.offloads());
+    let mut kept = match &result {
+        Some(r) => offloader.park(&[tape.input(), &r.out, &r.lse])?,
+        None => offloader.park(&[tape.input()])?,
+    };
+    let attention = match kept.len() {
+        3 => {
+            let lse = kept.pop();
+            let out = kept.pop();
+            out.zip(lse).map(|(out, lse)| [out, lse])
+        }
+        _ => None,
+    };
+    let x = kept.pop().ok_or_else(|| candle_core::Error::Msg("a layer input was not kept".into()))?;
+    Ok(Saved::Input { x, attention, dropout_counter })
+}
+
+/// Start bringing back what checkpointing kept of a layer (nothing to do for a tape or a resident input).
+fn prefetch(offloader: &mut ops::Offloader, saved: &mut Saved) -> Result<()> {
+    if let Saved::Input { x, attention, .. } = saved {
+        offloader.prefetch(x)?;
+        for parked in attention.iter_mut().flatten() {
+            offloader.prefetch(parked)?;
+        }
+    }
+    Ok(())
 }
 
 /// [`loss_and_gradients`], with gradient checkpointing when `checkpointing` is set: the same losses and
@@ -121,8 +158,17 @@ pub fn loss_and_gradients_with(
     dropout: bool,
     checkpointing: bool,
 ) -> Result<BatchGradients> {
+    sft_loss_and_gradients(model, batch, loss_scale, Pass { dropout, checkpointing, offload: false })
+}
+
+/// The SFT loss of one batch (every target token weighed `loss_scale`) and its gradients, the pass run as `pass` says.
+pub fn sft_loss_and_gradients(
+    model: &Transformer,
+    batch: &Batch,
+    loss_scale: f64,
+    pass: Pass,
+) -> Result<BatchGradients> {
     let (sources, targets) = loss::target_positions(batch);
-    let pass = Pass { dropout, checkpointing };
     loss_and_gradients_at(model, batch, (sources, targets), TokenWeights::Uniform(loss_scale), pass)
 }
 
@@ -137,11 +183,13 @@ pub enum TokenWeights<'a> {
     PerToken { weigh: &'a mut dyn FnMut(&[f64]) -> Result<Vec<f64>>, temperature: f64 },
 }
 
-/// How a training pass runs: adapter dropout, gradient checkpointing.
-#[derive(Debug, Clone, Copy)]
+/// How a training pass runs: adapter dropout, gradient checkpointing, and where checkpointing keeps the layer inputs.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Pass {
     pub dropout: bool,
     pub checkpointing: bool,
+    /// With checkpointing: the kept layer inputs wait in host memory where the device offloads (`ops::Offloader`).
+    pub offload: bool,
 }
 
 /// Forward and backward for one batch, scoring the tokens `targets` from the hidden states at the flat positions
@@ -154,7 +202,7 @@ pub fn loss_and_gradients_at(
     weights: TokenWeights<'_>,
     pass: Pass,
 ) -> Result<BatchGradients> {
-    let Pass { dropout, checkpointing } = pass;
+    let Pass { dropout, checkpointing, offload } = pass;
     let device = model.device();
     let (b, t) = (batch.batch_size, batch.seq_len);
     let mut grads = Gradients::default();
@@ -186,17 +234,22 @@ pub fn loss_and_gradients_at(
     let mut x = x.reshape((b * t, model.config.hidden_size))?;
     timer.mark("embed + frozen layers")?;
     let mut tapes = Vec::with_capacity(model.layers.len() - lowest);
+    let mut offloader = ops::Offloader::new(device, checkpointing && offload)?;
     for layer in &model.layers[lowest..] {
         let dropout_counter = lora::dropout_counter(model);
         let (mid, delta, tape) = layer.forward_train(&x, pending.as_ref(), &ctx)?;
         tapes.push(if checkpointing {
-            Saved::Input { x: tape.input().clone(), dropout_counter }
+            keep_input(&mut offloader, &tape, dropout_counter)?
         } else {
             Saved::Tape(Box::new(tape))
         });
         (x, pending) = (mid, Some(delta));
     }
     let counter_after_forward = lora::dropout_counter(model);
+    // The top layer's kept tensors come back while the head and the loss run.
+    if let Some(top) = tapes.last_mut() {
+        prefetch(&mut offloader, top)?;
+    }
     timer.mark("layers forward")?;
 
     let (x, normed) = model.final_norm_after(&x, pending.as_ref())?;
@@ -205,6 +258,8 @@ pub fn loss_and_gradients_at(
     let (head, d_picked) = head_loss(model, &picked, &targets, weights)?;
     let d_normed = ops::scatter_rows(&d_picked, &source_index, normed.dim(0)?)?;
     let mut d_x = model.final_norm_backward(&x, &d_normed)?;
+    // The last copy out is long done by now.
+    offloader.settle()?;
     timer.mark("final norm + head + loss, forward and backward")?;
     // Each layer's tape is dropped as soon as its backward is done.
     while let Some(saved) = tapes.pop() {
@@ -212,11 +267,22 @@ pub fn loss_and_gradients_at(
         let layer = &model.layers[index];
         let tape = match saved {
             Saved::Tape(tape) => *tape,
-            Saved::Input { x, dropout_counter } => {
+            Saved::Input { x, attention, dropout_counter } => {
+                let x = offloader.fetch(x)?;
+                let known = match attention {
+                    Some([out, lse]) => {
+                        Some(AttentionResult { out: offloader.fetch(out)?, lse: offloader.fetch(lse)? })
+                    }
+                    None => None,
+                };
+                // The layer below comes back while this one is recomputed and differentiated.
+                if let Some(below) = tapes.last_mut() {
+                    prefetch(&mut offloader, below)?;
+                }
                 if let Some(counter) = dropout_counter {
                     lora::set_dropout_counter(model, counter);
                 }
-                layer.forward_train(&x, None, &ctx)?.2
+                layer.recompute(&x, known, &ctx)?
             }
         };
         match layer.backward(&tape, &d_x, &ctx, &mut grads, index > lowest)? {

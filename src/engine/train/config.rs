@@ -38,17 +38,22 @@ pub enum Checkpointing {
     /// On when the memory estimate says the run would not fit the device's memory otherwise; the front end
     /// resolves it before training (`estimate::resolve_checkpointing`), and run.json records the decision.
     Auto,
+    /// On, with the kept layer inputs in pinned host memory on a CUDA GPU, copied out and back on a second stream
+    /// while the layers compute (`ops::Offloader`): long contexts whose inputs alone fill the GPU. The same
+    /// gradients, bit for bit; elsewhere the same as on (the CPU's memory is the host's; a Mac's GPU shares it).
+    Offload,
 }
 
 impl Checkpointing {
-    pub const ALL: [Checkpointing; 3] = [Checkpointing::Off, Checkpointing::On, Checkpointing::Auto];
+    pub const ALL: [Checkpointing; 4] =
+        [Checkpointing::Off, Checkpointing::On, Checkpointing::Offload, Checkpointing::Auto];
 
     /// Whether a run checkpoints; `auto` must have been resolved against the memory estimate first
     /// (`estimate::resolve_checkpointing`, which every front end calls before starting a run).
     pub fn enabled(self) -> crate::engine::Result<bool> {
         match self {
             Self::Off => Ok(false),
-            Self::On => Ok(true),
+            Self::On | Self::Offload => Ok(true),
             Self::Auto => Err(crate::engine::Error::InvalidSetting(
                 "checkpointing `auto` was not resolved against the memory estimate before the run started; set \
                  checkpointing to on or off"
@@ -62,7 +67,13 @@ impl Checkpointing {
             Self::Off => "off",
             Self::On => "on",
             Self::Auto => "auto",
+            Self::Offload => "offload",
         }
+    }
+
+    /// Whether the kept layer inputs wait in host memory (where the device offloads: see [`Checkpointing::Offload`]).
+    pub fn offloads(self) -> bool {
+        self == Self::Offload
     }
 }
 
@@ -72,7 +83,7 @@ impl std::str::FromStr for Checkpointing {
         Self::ALL
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| format!("unknown checkpointing `{s}`; use on, off or auto"))
+            .ok_or_else(|| format!("unknown checkpointing `{s}`; use on, off, offload or auto"))
     }
 }
 

@@ -29,6 +29,8 @@ pub struct StepRunner {
     pub seed: u64,
     /// Gradient checkpointing (off unless set; see backprop.rs).
     pub checkpointing: bool,
+    /// With checkpointing, keep the layer inputs in host memory where the device offloads (`--checkpointing offload`).
+    pub offload_checkpoints: bool,
     /// A preference method's loss over batches of pairs (None: SFT, the mean NLL of the target tokens).
     pub preference: Option<PreferenceObjective>,
     /// This process's rank in a data-parallel run (0 otherwise): each rank draws its own dropout masks, and rank 0
@@ -95,7 +97,16 @@ impl StepRunner {
             })
             .collect();
         let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
-        Ok(Self { model, optimizer, max_grad_norm, seed, checkpointing: false, preference: None, rank: 0 })
+        Ok(Self {
+            model,
+            optimizer,
+            max_grad_norm,
+            seed,
+            checkpointing: false,
+            offload_checkpoints: false,
+            preference: None,
+            rank: 0,
+        })
     }
 
     /// Returns (mean loss per target token over all micro-batches, gradient norm before clipping). A
@@ -119,7 +130,7 @@ impl StepRunner {
     /// step's ([`StepRunner::share_across`]). SFT only.
     pub fn begin_share(&mut self, batches: &[data::Batch], whole: Option<WholeStep>) -> Result<BegunStep> {
         lora::seed_dropout(&self.model, self.dropout_seed(), self.optimizer.step);
-        let pass = Pass { dropout: true, checkpointing: self.checkpointing };
+        let pass = Pass { dropout: true, checkpointing: self.checkpointing, offload: self.offload_checkpoints };
         let mut losses = Vec::with_capacity(batches.len());
         let mut accumulated = crate::engine::model::Gradients::default();
         let mut preference = Vec::new();
@@ -131,8 +142,7 @@ impl StepRunner {
                 };
                 let scale = 1.0 / target_tokens.max(1) as f64;
                 for batch in batches {
-                    let out =
-                        backprop::loss_and_gradients_with(&self.model, batch, scale, pass.dropout, pass.checkpointing)?;
+                    let out = backprop::sft_loss_and_gradients(&self.model, batch, scale, pass)?;
                     losses.push(out.nll_sum);
                     accumulated.merge(out.grads)?;
                 }
@@ -161,7 +171,7 @@ impl StepRunner {
     /// [`StepRunner::begin`] for the dropout seeds).
     pub fn begin_grpo(&mut self, objective: &GrpoObjective, rollout: &Rollout) -> Result<BegunStep> {
         lora::seed_dropout(&self.model, self.dropout_seed(), self.optimizer.step);
-        let pass = Pass { dropout: true, checkpointing: self.checkpointing };
+        let pass = Pass { dropout: true, checkpointing: self.checkpointing, offload: self.offload_checkpoints };
         let (metrics, accumulated) = objective.loss_and_gradients(&self.model, rollout, pass)?;
         let grads = self.ordered_grads(&accumulated)?;
         Ok(BegunStep {

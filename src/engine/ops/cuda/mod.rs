@@ -8,6 +8,7 @@
 //! - decode.rs, gemv.rs (gemv.cuh) and qgemv.rs (qgemv.cuh: quantized weights): token-by-token decoding; graph.rs: a
 //!   decode step captured as a CUDA graph;
 //! - gemm.rs: cuBLAS products with alpha and beta; cast.rs: many casts in one launch; optimizer.rs: the AdamW step;
+//! - offload.rs: checkpoints parked in pinned host memory, copied on a second stream;
 //! - nccl.rs (the `nccl` feature): NCCL's all-reduce, summing gradients over the ranks of a data-parallel run;
 //! - launch.rs, availability.rs, refuse.rs: the plumbing they share.
 
@@ -23,6 +24,7 @@ pub mod graph;
 pub(crate) mod launch;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod offload;
 pub mod optimizer;
 #[cfg(feature = "cuda")]
 pub(super) mod qgemv;

@@ -1,0 +1,76 @@
+//! `--checkpointing offload` on a CUDA GPU: the kept layer inputs (and the fused attention's output and logsumexp
+//! beside them) copied to pinned host memory and back on a second stream give the gradients of checkpoints kept on the
+//! device, bit for bit, pass after pass (the second pass reuses the pooled host buffers), with dropout on and on packed
+//! rows; and the pass really went through host memory (built with `--features cuda`; skipped without a GPU).
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use candle_core::{DType, Tensor};
+use common::fixture;
+use metal_candle::engine::bench::random_batch;
+use metal_candle::engine::device::{select_device, DeviceChoice};
+use metal_candle::engine::lora;
+use metal_candle::engine::model::load_model;
+use metal_candle::engine::train::backprop::{sft_loss_and_gradients, Pass};
+use metal_candle::engine::train::LoraSettings;
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+#[test]
+fn offloaded_checkpoints_give_the_resident_gradients_bit_for_bit() {
+    let Ok(device) = select_device(DeviceChoice::Cuda) else {
+        eprintln!("no CUDA device: skipped");
+        return;
+    };
+    for (arch, dtype, packed) in
+        [("tiny-llama", DType::F32, false), ("tiny-qwen3", DType::BF16, false), ("tiny-llama", DType::BF16, true)]
+    {
+        let mut m = load_model(&fixture(arch), &device, dtype).unwrap();
+        let settings = LoraSettings {
+            rank: 4,
+            alpha: 8.0,
+            dropout: 0.1,
+            targets: "all-linear".parse().unwrap(),
+            ..Default::default()
+        };
+        let params = lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap();
+        for (i, p) in params.iter().enumerate() {
+            let b = Tensor::randn(0f32, 0.2, p.b.shape(), &candle_core::Device::Cpu).unwrap();
+            let b = (b * (1.0 + i as f64 * 0.01)).unwrap().to_device(&device).unwrap();
+            p.b.set(&b).unwrap();
+        }
+        let tag = format!("{arch} {dtype:?}{}", if packed { " packed" } else { "" });
+        for seed in [1u64, 2] {
+            let mut batch = random_batch(m.config.vocab_size, 2, 40, seed);
+            if packed {
+                // Two examples per row: the second starts at 15.
+                batch.row_starts = Some((0..2).flat_map(|_| (0..40u32).map(|j| if j < 15 { 0 } else { 15 })).collect());
+            }
+            let scale = 1.0 / batch.target_tokens as f64;
+            let run = |offload: bool| {
+                lora::seed_dropout(&m.model, 9, seed as usize);
+                let pass = Pass { dropout: true, checkpointing: true, offload };
+                sft_loss_and_gradients(&m.model, &batch, scale, pass).unwrap()
+            };
+            let resident = run(false);
+            let offloaded = run(true);
+            assert!(
+                metal_candle::engine::ops::cuda::offload::pooled_bytes() > 0,
+                "{tag}: nothing went through host memory"
+            );
+            assert_eq!(resident.nll_sum.value().unwrap(), offloaded.nll_sum.value().unwrap(), "{tag} loss");
+            for p in &params {
+                for var in [&p.a, &p.b] {
+                    let (a, b) =
+                        (resident.grads.get(var.as_tensor()).unwrap(), offloaded.grads.get(var.as_tensor()).unwrap());
+                    let (a, b) = (values(a), values(b));
+                    assert!(a.iter().any(|v| *v != 0.0), "{tag} layer {} {}: zero gradient", p.layer, p.module);
+                    assert!(a == b, "{tag} pass {seed} layer {} {}: the offloaded gradient differs", p.layer, p.module);
+                }
+            }
+        }
+    }
+}
