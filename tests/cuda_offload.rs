@@ -1,7 +1,8 @@
 //! `--checkpointing offload` on a CUDA GPU: the kept layer inputs (and the fused attention's output and logsumexp
 //! beside them) copied to pinned host memory and back on a second stream give the gradients of checkpoints kept on the
 //! device, bit for bit, pass after pass (the second pass reuses the pooled host buffers), with dropout on and on packed
-//! rows; and the pass really went through host memory (built with `--features cuda`; skipped without a GPU).
+//! rows; and the pass really went through host memory; both match the pass that keeps every activation (built with
+//! `--features cuda`; skipped without a GPU).
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -13,7 +14,6 @@ use metal_candle::engine::device::{select_device, DeviceChoice};
 use metal_candle::engine::lora;
 use metal_candle::engine::model::load_model;
 use metal_candle::engine::train::backprop::{sft_loss_and_gradients, Pass};
-use metal_candle::engine::train::LoraSettings;
 
 fn values(t: &Tensor) -> Vec<f32> {
     t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
@@ -29,14 +29,7 @@ fn offloaded_checkpoints_give_the_resident_gradients_bit_for_bit() {
         [("tiny-llama", DType::F32, false), ("tiny-qwen3", DType::BF16, false), ("tiny-llama", DType::BF16, true)]
     {
         let mut m = load_model(&fixture(arch), &device, dtype).unwrap();
-        let settings = LoraSettings {
-            rank: 4,
-            alpha: 8.0,
-            dropout: 0.1,
-            targets: "all-linear".parse().unwrap(),
-            ..Default::default()
-        };
-        let params = lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap();
+        let params = lora::attach_new_adapters(&mut m.model, &common::all_linear_lora(0.1), 3).unwrap();
         for (i, p) in params.iter().enumerate() {
             let b = Tensor::randn(0f32, 0.2, p.b.shape(), &candle_core::Device::Cpu).unwrap();
             let b = (b * (1.0 + i as f64 * 0.01)).unwrap().to_device(&device).unwrap();
@@ -50,13 +43,14 @@ fn offloaded_checkpoints_give_the_resident_gradients_bit_for_bit() {
                 batch.row_starts = Some((0..2).flat_map(|_| (0..40u32).map(|j| if j < 15 { 0 } else { 15 })).collect());
             }
             let scale = 1.0 / batch.target_tokens as f64;
-            let run = |offload: bool| {
+            let run = |checkpointing: bool, offload: bool| {
                 lora::seed_dropout(&m.model, 9, seed as usize);
-                let pass = Pass { dropout: true, checkpointing: true, offload };
+                let pass = Pass { dropout: true, checkpointing, offload };
                 sft_loss_and_gradients(&m.model, &batch, scale, pass).unwrap()
             };
-            let resident = run(false);
-            let offloaded = run(true);
+            let kept = run(false, false);
+            let resident = run(true, false);
+            let offloaded = run(true, true);
             assert!(
                 metal_candle::engine::ops::cuda::offload::pooled_bytes() > 0,
                 "{tag}: nothing went through host memory"
@@ -69,6 +63,18 @@ fn offloaded_checkpoints_give_the_resident_gradients_bit_for_bit() {
                     let (a, b) = (values(a), values(b));
                     assert!(a.iter().any(|v| *v != 0.0), "{tag} layer {} {}: zero gradient", p.layer, p.module);
                     assert!(a == b, "{tag} pass {seed} layer {} {}: the offloaded gradient differs", p.layer, p.module);
+                    // The recompute (attention result kept, MLP deferred) against the pass that keeps everything:
+                    // the same up to the order of sums (f32), or half precision's rounding.
+                    let full = values(kept.grads.get(var.as_tensor()).unwrap());
+                    let size = full.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let diff = full.iter().zip(&a).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+                    let tolerance = if dtype == DType::F32 { 1e-4 } else { 5e-2 };
+                    assert!(
+                        diff <= tolerance * size,
+                        "{tag} layer {} {}: checkpointed {diff} off ({size})",
+                        p.layer,
+                        p.module
+                    );
                 }
             }
         }

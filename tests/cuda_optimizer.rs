@@ -210,18 +210,12 @@ fn steps_begun_ahead_equal_steps_taken_one_by_one() {
     // bit for bit, with dropout (seeded per step) and the fused update.
     use metal_candle::engine::bench::random_batch;
     use metal_candle::engine::lora;
-    use metal_candle::engine::train::{LoraSettings, StepRunner};
+    use metal_candle::engine::train::StepRunner;
     let Some(cuda) = cuda_or_skip() else { return };
     let base =
         metal_candle::engine::model::load_model(std::path::Path::new("tests/fixtures/tiny-llama"), &cuda, DType::BF16)
             .unwrap();
-    let settings = LoraSettings {
-        rank: 4,
-        alpha: 8.0,
-        dropout: 0.1,
-        targets: "all-linear".parse().unwrap(),
-        ..Default::default()
-    };
+    let settings = common::all_linear_lora(0.1);
     let new_runner = || {
         let mut model = base.model.clone();
         lora::detach_adapters(&mut model);

@@ -22,7 +22,7 @@ fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
 }
 
 fn dropout_lora() -> LoraSettings {
-    LoraSettings { rank: 4, alpha: 8.0, dropout: 0.2, targets: "all-linear".parse().unwrap(), ..Default::default() }
+    all_linear_lora(0.2)
 }
 
 #[test]

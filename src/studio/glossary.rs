@@ -119,8 +119,11 @@ pub const CHECKPOINTING: Term = Term {
     name: "Checkpointing",
     meaning: "Gradient checkpointing: keep only each layer's input during the forward pass and recompute the \
               layer before its backward. Activation memory drops to about one layer's worth, for about a third \
-              more compute. Not to be confused with the saved checkpoints of a run.",
-    typical: "auto turns it on when the memory estimate says the run would not fit otherwise.",
+              more compute. offload: the same, with the kept inputs in the computer's memory on an NVIDIA GPU \
+              (copied while the layers compute): long contexts whose inputs alone fill the GPU. Not to be confused \
+              with the saved checkpoints of a run.",
+    typical: "auto turns it on when the memory estimate says the run would not fit otherwise; offload for long \
+              contexts on NVIDIA (elsewhere it is the same as on).",
     page: "LoRA settings",
 };
 

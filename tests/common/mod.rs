@@ -104,6 +104,17 @@ pub fn qlora_train_config(
 
 /// The first CUDA device, or None (printing that the test is skipped) where there is none: the CUDA tests run
 /// on a lent GPU machine and skip elsewhere.
+/// LoRA rank 4, alpha 8 on every linear, with adapter dropout `dropout`.
+pub fn all_linear_lora(dropout: f32) -> metal_candle::engine::train::LoraSettings {
+    metal_candle::engine::train::LoraSettings {
+        rank: 4,
+        alpha: 8.0,
+        dropout,
+        targets: "all-linear".parse().unwrap(),
+        ..Default::default()
+    }
+}
+
 pub fn cuda_or_skip() -> Option<candle_core::Device> {
     let device = candle_core::Device::new_cuda(0).ok();
     if device.is_none() {

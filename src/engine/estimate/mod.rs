@@ -326,6 +326,8 @@ pub fn padding_assumption(config: &TrainConfig, longest_row_tokens: Option<usize
 pub enum MemoryFix {
     /// Turn gradient checkpointing on.
     Checkpointing,
+    /// Checkpointing with the kept layer inputs in host memory (CUDA).
+    OffloadCheckpoints,
     /// Lower the batch size to this.
     BatchSize(usize),
     /// Lower the sequence length to this.
@@ -337,6 +339,9 @@ impl MemoryFix {
     pub fn describe(self) -> String {
         match self {
             Self::Checkpointing => "turn gradient checkpointing on (--checkpointing on)".into(),
+            Self::OffloadCheckpoints => {
+                "keep the checkpointed layer inputs in host memory (--checkpointing offload)".into()
+            }
             Self::BatchSize(n) => format!("lower the batch size to {n} (--batch-size {n})"),
             Self::SeqLen(n) => format!("lower the sequence length to {n} (--seq-len {n})"),
         }
@@ -345,6 +350,7 @@ impl MemoryFix {
     pub fn apply(self, config: &mut TrainConfig) {
         match self {
             Self::Checkpointing => config.checkpointing = Checkpointing::On,
+            Self::OffloadCheckpoints => config.checkpointing = Checkpointing::Offload,
             Self::BatchSize(n) => config.batch_size = n,
             Self::SeqLen(n) => config.seq_len = n,
         }
@@ -355,7 +361,20 @@ impl MemoryFix {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckpointingDecision {
     pub enabled: bool,
+    /// With the kept layer inputs in host memory (`offload`).
+    pub offload: bool,
     pub reason: String,
+}
+
+impl CheckpointingDecision {
+    /// The setting this decision stands for (what run.json records for `auto`).
+    pub fn setting(&self) -> Checkpointing {
+        match (self.enabled, self.offload) {
+            (false, _) => Checkpointing::Off,
+            (true, false) => Checkpointing::On,
+            (true, true) => Checkpointing::Offload,
+        }
+    }
 }
 
 fn gib(bytes: u64) -> f64 {
@@ -363,7 +382,8 @@ fn gib(bytes: u64) -> f64 {
 }
 
 /// The one rule for `checkpointing = auto`: on when the run would not fit `budget_bytes` (named
-/// `budget_name`) without it; off when it fits or the budget is unknown. `on` and `off` are taken as set.
+/// `budget_name`) without it, and offloaded where the device offloads and the kept inputs alone would not fit
+/// either; off when it fits or the budget is unknown. `on`, `offload` and `off` are taken as set.
 pub fn checkpointing_decision(
     model: &ModelShape,
     config: &TrainConfig,
@@ -371,24 +391,45 @@ pub fn checkpointing_decision(
     budget_name: &str,
 ) -> CheckpointingDecision {
     let without = training_memory_with(model, config, false).total_bytes();
+    let decided = |enabled, offload, reason: String| CheckpointingDecision { enabled, offload, reason };
     match (config.checkpointing, budget_bytes) {
-        (Checkpointing::On, _) => CheckpointingDecision { enabled: true, reason: "set to on".into() },
-        (Checkpointing::Offload, _) => CheckpointingDecision { enabled: true, reason: "set to offload".into() },
-        (Checkpointing::Off, _) => CheckpointingDecision { enabled: false, reason: "set to off".into() },
-        (Checkpointing::Auto, None) => CheckpointingDecision {
-            enabled: false,
-            reason: format!("auto: off, {budget_name} is unknown (the run needs about {:.1} GiB)", gib(without)),
-        },
-        (Checkpointing::Auto, Some(budget)) if without > budget => CheckpointingDecision {
-            enabled: true,
-            reason: format!(
-                "auto: on, the run needs about {:.1} GiB without it and {budget_name} is {:.1} GiB",
-                gib(without),
-                gib(budget)
-            ),
-        },
+        (Checkpointing::On, _) => decided(true, false, "set to on".into()),
+        (Checkpointing::Offload, _) => decided(true, true, "set to offload".into()),
+        (Checkpointing::Off, _) => decided(false, false, "set to off".into()),
+        (Checkpointing::Auto, None) => decided(
+            false,
+            false,
+            format!("auto: off, {budget_name} is unknown (the run needs about {:.1} GiB)", gib(without)),
+        ),
+        (Checkpointing::Auto, Some(budget)) if without > budget => {
+            let on = TrainConfig { checkpointing: Checkpointing::On, ..config.clone() };
+            let with_inputs = training_memory_with(model, &on, true).total_bytes();
+            if with_inputs > budget && model.offloads_checkpoints {
+                return decided(
+                    true,
+                    true,
+                    format!(
+                        "auto: offload, the run needs about {:.1} GiB without checkpointing and {:.1} GiB with the \
+                         kept inputs on the device, and {budget_name} is {:.1} GiB",
+                        gib(without),
+                        gib(with_inputs),
+                        gib(budget)
+                    ),
+                );
+            }
+            decided(
+                true,
+                false,
+                format!(
+                    "auto: on, the run needs about {:.1} GiB without it and {budget_name} is {:.1} GiB",
+                    gib(without),
+                    gib(budget)
+                ),
+            )
+        }
         (Checkpointing::Auto, Some(budget)) => CheckpointingDecision {
             enabled: false,
+            offload: false,
             reason: format!(
                 "auto: off, the run fits {budget_name} without it ({:.1} of {:.1} GiB)",
                 gib(without),
@@ -411,7 +452,7 @@ pub fn resolve_checkpointing(
         return None;
     }
     let decision = checkpointing_decision(model, config, budget_bytes, budget_name);
-    config.checkpointing = if decision.enabled { Checkpointing::On } else { Checkpointing::Off };
+    config.checkpointing = decision.setting();
     Some(format!("gradient checkpointing {}", decision.reason))
 }
 
@@ -422,11 +463,13 @@ pub fn run_memory(
     budget_bytes: Option<u64>,
     budget_name: &str,
 ) -> MemoryEstimate {
-    let enabled = checkpointing_decision(model, config, budget_bytes, budget_name).enabled;
-    training_memory_with(model, config, enabled)
+    let decision = checkpointing_decision(model, config, budget_bytes, budget_name);
+    let decided = TrainConfig { checkpointing: decision.setting(), ..config.clone() };
+    training_memory_with(model, &decided, decision.enabled)
 }
 
-/// The first settings change that makes the run fit `budget_bytes`: checkpointing on, then a smaller batch,
+/// The first settings change that makes the run fit `budget_bytes`: checkpointing on, then offloaded (where the
+/// device offloads), then a smaller batch,
 /// then a shorter sequence (halving down to 1 sequence and 64 tokens), with its estimate; None when the run
 /// fits already, when the budget is unknown, or when no such change fits.
 pub fn memory_fix(
@@ -442,6 +485,9 @@ pub fn memory_fix(
     let mut candidates = Vec::new();
     if !matches!(config.checkpointing, Checkpointing::On | Checkpointing::Offload) {
         candidates.push(MemoryFix::Checkpointing);
+    }
+    if model.offloads_checkpoints && config.checkpointing != Checkpointing::Offload {
+        candidates.push(MemoryFix::OffloadCheckpoints);
     }
     candidates.extend(
         std::iter::successors(Some(config.batch_size / 2), |n| Some(n / 2))

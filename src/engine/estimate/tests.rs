@@ -27,6 +27,7 @@ pub(crate) fn smollm_like() -> ModelShape {
         ],
         base_weights_bytes: None,
         fused_attention: false,
+        offloads_checkpoints: false,
     }
 }
 
@@ -130,6 +131,7 @@ fn llama_1b_bf16(fused_attention: bool) -> ModelShape {
             .collect(),
         base_weights_bytes: None,
         fused_attention,
+        offloads_checkpoints: false,
     }
 }
 
@@ -152,6 +154,34 @@ fn fused_attention_keeps_no_quadratic_scores_and_auto_checkpointing_sees_it() {
     let auto = TrainConfig { checkpointing: Checkpointing::Auto, ..cfg };
     assert!(!checkpointing_decision(&fused, &auto, Some(24 << 30), "GPU memory").enabled);
     assert!(checkpointing_decision(&composed, &auto, Some(24 << 30), "GPU memory").enabled);
+}
+
+#[test]
+fn offloaded_checkpoints_leave_the_device_only_where_the_device_offloads() {
+    let cfg = TrainConfig { batch_size: 1, seq_len: 32768, checkpointing: Checkpointing::On, ..TrainConfig::default() };
+    let offload = TrainConfig { checkpointing: Checkpointing::Offload, ..cfg.clone() };
+    let resident = llama_1b_bf16(true);
+    let cuda = ModelShape { offloads_checkpoints: true, ..llama_1b_bf16(true) };
+    let on = training_memory(&cuda, &cfg);
+    // The CPU (or a Mac) keeps them where they were: offload is on there.
+    assert_eq!(training_memory(&resident, &offload), training_memory(&resident, &cfg));
+    // On CUDA two layers' inputs stay (the one recomputed, the next on its way back), not all 16.
+    let off_device = training_memory(&cuda, &offload);
+    let input_bytes = 32768 * 2048 * 2;
+    assert_eq!(on.activations_bytes - off_device.activations_bytes, (16 - 2) * input_bytes);
+    assert!(off_device.checkpointing);
+    assert!(checkpointing_decision(&cuda, &offload, Some(1), "GPU memory").enabled);
+    // auto offloads where the kept inputs alone would not fit; the fix for a run set to on is to offload.
+    let auto = TrainConfig { checkpointing: Checkpointing::Auto, ..cfg.clone() };
+    let between = (on.total_bytes() + off_device.total_bytes()) / 2;
+    let decision = checkpointing_decision(&cuda, &auto, Some(between), "GPU memory");
+    assert_eq!(decision.setting(), Checkpointing::Offload, "{}", decision.reason);
+    assert_eq!(run_memory(&cuda, &auto, Some(between), "GPU memory"), off_device);
+    assert_eq!(checkpointing_decision(&cuda, &auto, Some(on.total_bytes()), "GPU memory").setting(), Checkpointing::On);
+    assert_eq!(checkpointing_decision(&resident, &auto, Some(between), "GPU memory").setting(), Checkpointing::On);
+    assert_eq!(memory_fix(&cuda, &cfg, Some(between), "GPU memory").unwrap().0, MemoryFix::OffloadCheckpoints);
+    let elsewhere = memory_fix(&resident, &cfg, Some(between), "GPU memory").map(|f| f.0);
+    assert_ne!(elsewhere, Some(MemoryFix::OffloadCheckpoints), "only where the device offloads");
 }
 
 #[test]
