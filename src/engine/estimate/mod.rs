@@ -44,6 +44,9 @@ pub struct ModelShape {
     /// `--checkpointing offload` moves the kept layer inputs off the device (CUDA; see `ops::offload_applies`).
     #[serde(default)]
     pub offloads_checkpoints: bool,
+    /// A checkpointed recompute defers the MLP to the backward (no norm after the MLP: `model::mlp::Mlp::defer`).
+    #[serde(default)]
+    pub defers_mlp: bool,
 }
 
 impl ModelShape {
@@ -78,6 +81,7 @@ impl ModelShape {
             base_weights_bytes: None,
             fused_attention: false,
             offloads_checkpoints: false,
+            defers_mlp: !config.norm_layout.norms_mlp_output(),
         }
     }
 
@@ -246,13 +250,19 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     let (probs_per_token, lse_bytes_per_token) = if model.fused_attention { (0, heads * 4) } else { (heads * t, 0) };
     let tape_per_token = 2 * h + 2 * q + 2 * kv + 2 * i + inputs_per_token + probs_per_token + lora_per_token;
     let layer_tape = tokens * (tape_per_token * bytes + lse_bytes_per_token);
+    // A checkpointed recompute that defers the MLP keeps none of its activations (gate, up, down's input); its
+    // backward holds six (rows x intermediate) tensors for one block of rows at a time.
+    let deferred = checkpointing && model.defers_mlp;
+    let mlp_tape = tokens * (2 * i + if adapted(&["down_proj"]) { i } else { 0 }) * bytes;
+    let recomputed_tape = if deferred { layer_tape.saturating_sub(mlp_tape) } else { layer_tape };
     // Offloaded layer inputs wait in host memory: on the device only the layer being recomputed (and the next
     // input on its way back).
     let kept_inputs_bytes = match checkpointing && config.checkpointing.offloads() && model.offloads_checkpoints {
         true => 2 * tokens * h * bytes,
         false => trained_layers * tokens * h * bytes,
     };
-    let activations_bytes = if checkpointing { kept_inputs_bytes + layer_tape } else { trained_layers * layer_tape };
+    let activations_bytes =
+        if checkpointing { kept_inputs_bytes + recomputed_tape } else { trained_layers * layer_tape };
     // Attention backward: the probabilities' gradient and the scores' gradient (f32 on the CPU, through f32
     // upcasts in half precision), or with the fused kernels dq, dk, dv and one f32 per head and token; MLP
     // backward: three (tokens x intermediate) gradients.
@@ -261,7 +271,12 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     } else {
         b * heads * t * t * (bytes + 4 + if bytes < 4 { 12 } else { 0 })
     };
-    let mlp = 3 * tokens * i * bytes;
+    let mlp = match deferred {
+        true => {
+            6 * tokens.min(crate::engine::model::mlp::deferred_block_rows(model.intermediate_size) as u64) * i * bytes
+        }
+        false => 3 * tokens * i * bytes,
+    };
     let vocab = model.vocab_size as u64;
     let chunk_rows = crate::engine::ops::logits_chunk_rows(model.vocab_size, true) as u64;
     // f32 logits of one chunk (and, in half precision, the composed path's f32 temporaries), the final

@@ -28,6 +28,7 @@ pub(crate) fn smollm_like() -> ModelShape {
         base_weights_bytes: None,
         fused_attention: false,
         offloads_checkpoints: false,
+        defers_mlp: false,
     }
 }
 
@@ -132,6 +133,7 @@ fn llama_1b_bf16(fused_attention: bool) -> ModelShape {
         base_weights_bytes: None,
         fused_attention,
         offloads_checkpoints: false,
+        defers_mlp: false,
     }
 }
 
@@ -182,6 +184,21 @@ fn offloaded_checkpoints_leave_the_device_only_where_the_device_offloads() {
     assert_eq!(memory_fix(&cuda, &cfg, Some(between), "GPU memory").unwrap().0, MemoryFix::OffloadCheckpoints);
     let elsewhere = memory_fix(&resident, &cfg, Some(between), "GPU memory").map(|f| f.0);
     assert_ne!(elsewhere, Some(MemoryFix::OffloadCheckpoints), "only where the device offloads");
+}
+
+#[test]
+fn a_deferred_mlp_leaves_the_recomputed_layer_without_its_mlp_activations() {
+    let cfg = TrainConfig { batch_size: 1, seq_len: 65536, checkpointing: Checkpointing::On, ..TrainConfig::default() };
+    let (kept, deferred) = (llama_1b_bf16(true), ModelShape { defers_mlp: true, ..llama_1b_bf16(true) });
+    let (k, d) = (training_memory(&kept, &cfg), training_memory(&deferred, &cfg));
+    let per_row = 8192 * 2;
+    // gate and up (down's input is not kept: the default targets are q and v) leave the recomputed tape.
+    assert_eq!(k.activations_bytes - d.activations_bytes, 65536 * 2 * per_row);
+    // The backward's six (rows x intermediate) tensors exist for one block of 16,384 rows, not three for all rows.
+    assert_eq!(k.transient_bytes - d.transient_bytes, (3 * 65536 - 6 * 16384) * per_row);
+    // Without checkpointing nothing is deferred.
+    let off = TrainConfig { checkpointing: Checkpointing::Off, ..cfg };
+    assert_eq!(training_memory(&kept, &off), training_memory(&deferred, &off));
 }
 
 #[test]

@@ -52,6 +52,12 @@ impl LayerNorms {
         [&self.attention_input, &self.attention_output, &self.mlp_input, &self.mlp_output].into_iter().flatten()
     }
 
+    /// No norm after the MLP, which would need its output in the backward: a checkpointed recompute may defer the
+    /// MLP ([`Mlp::defer`]).
+    pub fn defers_mlp(&self) -> bool {
+        self.mlp_output.is_none()
+    }
+
     /// Only the pre-norms (llama's layout): what the fused decode kernels model.
     fn pre_norms_only(&self) -> bool {
         self.attention_input.is_some()
@@ -233,7 +239,7 @@ impl DecoderLayer {
         let attn_raw = self.norms.attention_output.as_ref().map(|_| attn_out.clone());
         let attn_delta = self.residual(apply(&self.norms.attention_output, &attn_out)?)?;
         let (x_mid, normed_mid) = add_then_apply(&self.norms.mlp_input, &x, &attn_delta)?;
-        if recompute && self.norms.mlp_output.is_none() {
+        if recompute && self.norms.defers_mlp() {
             let mlp = self.mlp.defer(&normed_mid, ctx);
             return Ok((x_mid.clone(), None, LayerTape { x, x_mid, attn_raw, mlp_raw: None, attention, mlp }));
         }

@@ -58,6 +58,11 @@ pub struct DeferredMlp {
 /// Rows of a deferred block's backward run together: this many elements of the intermediate width.
 const MLP_BLOCK_ELEMENTS: usize = 1 << 27;
 
+/// The rows a deferred block's backward runs together for an `intermediate` width (the memory estimate counts them).
+pub fn deferred_block_rows(intermediate: usize) -> usize {
+    (MLP_BLOCK_ELEMENTS / intermediate.max(1)).max(1)
+}
+
 impl Mlp {
     pub(super) fn new(cfg: &ModelConfig, w: &WeightLoader, prefix: &str) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
@@ -125,7 +130,7 @@ impl Mlp {
     /// of its input.
     pub fn backward(&self, tape: &MlpTape, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
         let intermediate = self.down_proj.weight.dims2()?.1;
-        self.backward_in_blocks(tape, d_out, grads, (MLP_BLOCK_ELEMENTS / intermediate.max(1)).max(1))
+        self.backward_in_blocks(tape, d_out, grads, deferred_block_rows(intermediate))
     }
 
     /// [`Self::backward`], a deferred tape's rows taken `block_rows` at a time (`backward` takes

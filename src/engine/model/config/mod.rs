@@ -116,6 +116,11 @@ pub enum NormSite {
 }
 
 impl NormLayout {
+    /// Whether a norm follows the MLP (its backward then reads the MLP's output).
+    pub fn norms_mlp_output(self) -> bool {
+        self.norms().iter().any(|(site, _)| *site == NormSite::MlpOutput)
+    }
+
     /// The layer's norms in the order it applies them, with their Hugging Face names (under `model.layers.N.`).
     pub fn norms(self) -> &'static [(NormSite, &'static str)] {
         use NormSite::*;
