@@ -70,6 +70,15 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
     } else {
         candle("fused RMS-norm kernel")
     };
+    let head_loss = if wgsl {
+        format!("chunked; loss and gradient: our WGSL cross-entropy kernel ({})", wgsl_route(device))
+    } else if ours_cpu && blas.is_some() {
+        "chunked, through BLAS".into()
+    } else if ours_cuda {
+        "chunked; loss and gradient: our CUDA cross-entropy kernel".into()
+    } else {
+        candle("ops, chunked")
+    };
     let rotary = if wgsl { ours_wgsl("rope") } else { candle("fused rope kernel") };
     let swiglu =
         if wgsl { format!("{}; residual adds: {element_wise}", ours_wgsl("SwiGLU")) } else { element_wise.clone() };
@@ -88,10 +97,7 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
             "training backward (norm, rope, softmax, SwiGLU)",
             if wgsl { format!("norm, rope, SwiGLU: as above; softmax: {element_wise}") } else { element_wise.clone() },
         ),
-        (
-            "head + loss",
-            if ours_cpu && blas.is_some() { "chunked, through BLAS".into() } else { candle("ops, chunked") },
-        ),
+        ("head + loss", head_loss),
         ("decode step", decode_layer.to_string()),
     ]
 }

@@ -92,6 +92,9 @@ pub fn head_nll_rows(
     if let Some(&bad) = targets.iter().find(|&&t| t as usize >= vocab) {
         candle_core::bail!("head loss: target id {bad} is outside the vocabulary of {vocab}");
     }
+    if crate::engine::ops::metal::takes(&[hidden, head]) {
+        return head_nll_wgsl(hidden, head, targets, grad_scale, row_nll);
+    }
     if is_cpu_f32(hidden) && is_cpu_f32(head) && crate::engine::blas::available() {
         return head_nll_cpu(hidden, head, targets, grad_scale, row_nll);
     }
@@ -172,6 +175,39 @@ fn head_nll_cpu(
     }
     let grad_hidden = grad.map(|g| Tensor::from_vec(g, (n, h), hidden.device())).transpose()?;
     Ok(HeadLoss { nll_sum: Scalar::Host(nll_sum), grad_hidden })
+}
+
+/// Under `--kernels wgsl` (a Mac through Metal; the CPU through Vulkan): each chunk's logits go through our WGSL
+/// cross-entropy kernel (`metal::cross_entropy`: the rows' losses and the logits' gradient in one launch), where the
+/// composed path makes an f32 copy and about ten passes over it.
+fn head_nll_wgsl(
+    hidden: &Tensor,
+    head: &Tensor,
+    targets: &[u32],
+    grad_scale: Option<f64>,
+    mut row_nll: Option<&mut Vec<f64>>,
+) -> Result<HeadLoss> {
+    let (n, _) = hidden.dims2()?;
+    let (vocab, _) = head.dims2()?;
+    let chunk_rows = logits_chunk_rows(vocab, false);
+    let ids: Vec<i32> = targets.iter().map(|&t| t as i32).collect();
+    let ids = Tensor::from_vec(ids, n, hidden.device())?;
+    let (mut nll_parts, mut grads) = (Vec::new(), Vec::new());
+    for start in (0..n).step_by(chunk_rows) {
+        let rows = chunk_rows.min(n - start);
+        let logits = frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?;
+        let scale = grad_scale.unwrap_or(0.0) as f32;
+        let (nll, dlogits) = crate::engine::ops::metal::cross_entropy(&logits, &ids.narrow(0, start, rows)?, scale)?;
+        if let Some(out) = row_nll.as_deref_mut() {
+            out.extend(nll.to_vec1::<f32>()?.into_iter().map(f64::from));
+        }
+        nll_parts.push(nll.sum_all()?);
+        if grad_scale.is_some() {
+            grads.push(frozen_matmul(&dlogits, head)?);
+        }
+    }
+    let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
+    Ok(HeadLoss { nll_sum: Scalar::Host(sum_to_host(&nll_parts)?), grad_hidden })
 }
 
 fn head_nll_composed(
