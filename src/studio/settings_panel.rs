@@ -324,8 +324,11 @@ fn step_rows_ui(ui: &mut Ui, cfg: &mut TrainConfig) {
     });
     row_ui(ui, glossary::CHECKPOINTING.name, &glossary::CHECKPOINTING.hover(), |ui| {
         for c in Checkpointing::ALL {
-            ui.selectable_value(&mut cfg.checkpointing, c, c.name())
-                .on_hover_text(format!("checkpointing {}", c.name()));
+            ui.selectable_value(&mut cfg.checkpointing, c, c.name()).on_hover_text(format!(
+                "checkpointing {}: {}",
+                c.name(),
+                c.describe()
+            ));
         }
     });
 }

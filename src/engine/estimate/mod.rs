@@ -409,7 +409,12 @@ pub fn checkpointing_decision(
     let decided = |enabled, offload, reason: String| CheckpointingDecision { enabled, offload, reason };
     match (config.checkpointing, budget_bytes) {
         (Checkpointing::On, _) => decided(true, false, "set to on".into()),
-        (Checkpointing::Offload, _) => decided(true, true, "set to offload".into()),
+        (Checkpointing::Offload, _) if model.offloads_checkpoints => decided(true, true, "set to offload".into()),
+        (Checkpointing::Offload, _) => decided(
+            true,
+            true,
+            "set to offload, the same as on for this device (offloading moves them off an NVIDIA GPU)".into(),
+        ),
         (Checkpointing::Off, _) => decided(false, false, "set to off".into()),
         (Checkpointing::Auto, None) => decided(
             false,

@@ -71,6 +71,24 @@ impl Checkpointing {
         }
     }
 
+    /// What the setting does, in a line (the studio's hover on each choice).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Off => "keep every layer's activations for the backward: the fastest, the most memory",
+            Self::On => {
+                "keep only each layer's input and recompute the layer in the backward: less memory, more compute"
+            }
+            Self::Offload => {
+                "as on, with the kept inputs in the computer's memory on an NVIDIA GPU (copied while the layers \
+                 compute): long contexts; elsewhere the same as on"
+            }
+            Self::Auto => {
+                "on when the memory estimate says the run would not fit otherwise, offloaded on an NVIDIA \
+                           GPU when even that would not fit"
+            }
+        }
+    }
+
     /// Whether the kept layer inputs wait in host memory (where the device offloads: see [`Checkpointing::Offload`]).
     pub fn offloads(self) -> bool {
         self == Self::Offload
