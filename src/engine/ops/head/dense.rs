@@ -114,17 +114,34 @@ fn head_nll_cuda(
     head: &Tensor,
     targets: &[u32],
     grad_scale: Option<f64>,
-    mut row_nll: Option<&mut Vec<f64>>,
+    row_nll: Option<&mut Vec<f64>>,
 ) -> Result<HeadLoss> {
-    let (n, _) = hidden.dims2()?;
-    let (vocab, _) = head.dims2()?;
-    let chunk_rows = device_chunk_rows(CUDA_CHUNK_ELEMS, vocab);
-    let targets = Tensor::from_slice(targets, n, hidden.device())?;
+    let chunk_rows = device_chunk_rows(CUDA_CHUNK_ELEMS, head.dim(0)?);
+    let targets = Tensor::from_slice(targets, hidden.dim(0)?, hidden.device())?;
+    let (nll_parts, grad_hidden) =
+        head_nll_chunks(hidden, head, grad_scale, row_nll, chunk_rows, |logits, start, rows| {
+            cuda_training::cross_entropy_rows(logits, &targets.narrow(0, start, rows)?, grad_scale)
+        })?;
+    Ok(HeadLoss { nll_sum: Scalar::device_sum(&nll_parts)?, grad_hidden })
+}
+
+/// The chunk loop of the heads whose loss is one kernel: each chunk of `chunk_rows` rows' logits, in the model's
+/// dtype, goes to `loss_kernel` (with the chunk's first row and row count), which returns the rows' NLLs and, with a
+/// gradient scale, the logits' gradient. Returns each chunk's NLL sum and the hidden states' gradient.
+fn head_nll_chunks(
+    hidden: &Tensor,
+    head: &Tensor,
+    grad_scale: Option<f64>,
+    mut row_nll: Option<&mut Vec<f64>>,
+    chunk_rows: usize,
+    mut loss_kernel: impl FnMut(Tensor, usize, usize) -> Result<(Tensor, Option<Tensor>)>,
+) -> Result<(Vec<Tensor>, Option<Tensor>)> {
+    let n = hidden.dim(0)?;
     let (mut nll_parts, mut grads) = (Vec::new(), Vec::new());
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
         let logits = frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?;
-        let (nll, dlogits) = cuda_training::cross_entropy_rows(logits, &targets.narrow(0, start, rows)?, grad_scale)?;
+        let (nll, dlogits) = loss_kernel(logits, start, rows)?;
         if let Some(out) = row_nll.as_deref_mut() {
             out.extend(nll.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?.into_iter().map(f64::from));
         }
@@ -134,7 +151,7 @@ fn head_nll_cuda(
         }
     }
     let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
-    Ok(HeadLoss { nll_sum: Scalar::device_sum(&nll_parts)?, grad_hidden })
+    Ok((nll_parts, grad_hidden))
 }
 
 fn head_nll_cpu(
@@ -185,28 +202,17 @@ fn head_nll_wgsl(
     head: &Tensor,
     targets: &[u32],
     grad_scale: Option<f64>,
-    mut row_nll: Option<&mut Vec<f64>>,
+    row_nll: Option<&mut Vec<f64>>,
 ) -> Result<HeadLoss> {
-    let (n, _) = hidden.dims2()?;
-    let (vocab, _) = head.dims2()?;
-    let chunk_rows = logits_chunk_rows(vocab, false);
-    let ids: Vec<i32> = targets.iter().map(|&t| t as i32).collect();
-    let ids = Tensor::from_vec(ids, n, hidden.device())?;
-    let (mut nll_parts, mut grads) = (Vec::new(), Vec::new());
-    for start in (0..n).step_by(chunk_rows) {
-        let rows = chunk_rows.min(n - start);
-        let logits = frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?;
-        let scale = grad_scale.unwrap_or(0.0) as f32;
-        let (nll, dlogits) = crate::engine::ops::metal::cross_entropy(&logits, &ids.narrow(0, start, rows)?, scale)?;
-        if let Some(out) = row_nll.as_deref_mut() {
-            out.extend(nll.to_vec1::<f32>()?.into_iter().map(f64::from));
-        }
-        nll_parts.push(nll.sum_all()?);
-        if grad_scale.is_some() {
-            grads.push(frozen_matmul(&dlogits, head)?);
-        }
-    }
-    let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
+    let chunk_rows = logits_chunk_rows(head.dim(0)?, false);
+    let ids = Tensor::from_vec(targets.iter().map(|&t| t as i32).collect(), targets.len(), hidden.device())?;
+    let scale = grad_scale.unwrap_or(0.0) as f32;
+    let (nll_parts, grad_hidden) =
+        head_nll_chunks(hidden, head, grad_scale, row_nll, chunk_rows, |logits, start, rows| {
+            let (nll, dlogits) =
+                crate::engine::ops::metal::cross_entropy(&logits, &ids.narrow(0, start, rows)?, scale)?;
+            Ok((nll, grad_scale.map(|_| dlogits)))
+        })?;
     Ok(HeadLoss { nll_sum: Scalar::Host(sum_to_host(&nll_parts)?), grad_hidden })
 }
 
