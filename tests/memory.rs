@@ -68,7 +68,7 @@ fn checkpointed_steps_track_uncheckpointed_steps() {
         let mut model = base.model.clone();
         let params = lora::attach_new_adapters(&mut model, &dropout_lora(), 9).unwrap();
         let mut r = StepRunner::new(model, &params, 0.01, Some(1.0), 9).unwrap();
-        r.checkpointing = checkpointing;
+        r.set_checkpointing(if checkpointing { Checkpointing::On } else { Checkpointing::Off }).unwrap();
         (r, params)
     };
     let ((mut plain, plain_params), (mut ckpt, ckpt_params)) = (runner(false), runner(true));

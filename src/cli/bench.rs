@@ -279,15 +279,13 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
         eprintln!("note: {note}");
     }
     let estimate = crate::engine::estimate::training_memory(&shape, &config);
-    let checkpointing = config.checkpointing.enabled()?;
     let spec = bench::TrainBenchSpec {
         lora,
         batch_size: args.batch_size,
         seq_len: args.seq_len,
         steps: args.steps,
         warmup_steps: args.warmup,
-        checkpointing,
-        offload: config.checkpointing.offloads(),
+        checkpointing: config.checkpointing,
         method: args.method,
     };
     let r = bench::bench_train(&m, &spec)?;

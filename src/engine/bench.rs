@@ -144,25 +144,22 @@ pub struct TrainBenchSpec {
     pub seq_len: usize,
     pub steps: usize,
     pub warmup_steps: usize,
-    pub checkpointing: bool,
-    /// With checkpointing, the kept layer inputs in host memory where the device offloads.
-    pub offload: bool,
+    /// Gradient checkpointing, decided (on, off or offload).
+    pub checkpointing: crate::engine::train::Checkpointing,
     pub method: crate::engine::train::Method,
 }
 
 /// Time full training steps (forward, backward, AdamW) on random batches of a fixed shape; for DPO and ORPO on
 /// random pairs with their default settings (DPO's reference pass included).
 pub fn bench_train(model: &LoadedModel, spec: &TrainBenchSpec) -> Result<TrainBench> {
-    let TrainBenchSpec { lora, batch_size, seq_len, steps, warmup_steps, checkpointing, offload, method } =
-        spec.clone();
+    let TrainBenchSpec { lora, batch_size, seq_len, steps, warmup_steps, checkpointing, method } = spec.clone();
     let lora = &lora;
     let mut m = model.model.clone();
     crate::engine::lora::detach_adapters(&mut m);
     let params = crate::engine::lora::attach_new_adapters(&mut m, lora, 0)?;
     let trainable_params = params.iter().map(|p| p.elem_count()).sum();
     let mut runner = crate::engine::train::StepRunner::new(m, &params, 0.0, None, 0)?;
-    runner.checkpointing = checkpointing;
-    runner.offload_checkpoints = offload;
+    runner.set_checkpointing(checkpointing)?;
     runner.preference = method
         .is_preference()
         .then(|| crate::engine::train::preference::PreferenceObjective::new(method, Default::default(), &model.model));

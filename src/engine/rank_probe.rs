@@ -177,8 +177,7 @@ fn probe_one(
     let params = crate::engine::lora::attach_new_adapters(&mut model, &lora, settings.seed)?;
     let trainable_params = params.iter().map(|p| p.elem_count()).sum();
     let mut runner = StepRunner::new(model, &params, settings.weight_decay, settings.max_grad_norm, settings.seed)?;
-    runner.checkpointing = settings.checkpointing.enabled()?;
-    runner.offload_checkpoints = settings.checkpointing.offloads();
+    runner.set_checkpointing(settings.checkpointing)?;
     let examples = &data.data.train.examples;
     let rows = train::TrainRows::new(&probe_cfg, examples);
     let (plan, total_steps) = train::plan_batches(&probe_cfg, rows.lengths(examples))?;

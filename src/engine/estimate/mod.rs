@@ -212,7 +212,7 @@ const RUNTIME_BYTES_PER_TOKEN: u64 = 400;
 /// that for a preference method: a pair is two sequences),
 /// with checkpointing as `config` says (`auto` counts as off: what the run needs without it).
 pub fn training_memory(model: &ModelShape, config: &TrainConfig) -> MemoryEstimate {
-    training_memory_with(model, config, matches!(config.checkpointing, Checkpointing::On | Checkpointing::Offload))
+    training_memory_with(model, config, config.checkpointing.recomputes())
 }
 
 /// [`training_memory`] with checkpointing on or off.
@@ -503,7 +503,7 @@ pub fn memory_fix(
         return None;
     }
     let mut candidates = Vec::new();
-    if !matches!(config.checkpointing, Checkpointing::On | Checkpointing::Offload) {
+    if !config.checkpointing.recomputes() {
         candidates.push(MemoryFix::Checkpointing);
     }
     if model.offloads_checkpoints && config.checkpointing != Checkpointing::Offload {

@@ -52,14 +52,18 @@ impl Checkpointing {
     /// (`estimate::resolve_checkpointing`, which every front end calls before starting a run).
     pub fn enabled(self) -> crate::engine::Result<bool> {
         match self {
-            Self::Off => Ok(false),
-            Self::On | Self::Offload => Ok(true),
             Self::Auto => Err(crate::engine::Error::InvalidSetting(
                 "checkpointing `auto` was not resolved against the memory estimate before the run started; set \
                  checkpointing to on or off"
                     .into(),
             )),
+            decided => Ok(decided.recomputes()),
         }
+    }
+
+    /// Whether the layers are recomputed in the backward: on or offload (auto, not decided yet, counts as off).
+    pub fn recomputes(self) -> bool {
+        matches!(self, Self::On | Self::Offload)
     }
 
     pub fn name(self) -> &'static str {

@@ -150,8 +150,7 @@ impl<'a> Trainer<'a> {
         let base_record = checkpoint::BaseRecord::new(&config.model, fingerprints.base.clone());
         let pad_id = base.eos_token_ids.first().copied().unwrap_or(0);
         let mut runner = StepRunner::new(model, &params, config.weight_decay, config.max_grad_norm, config.seed)?;
-        runner.checkpointing = config.checkpointing.enabled()?;
-        runner.offload_checkpoints = config.checkpointing.offloads();
+        runner.set_checkpointing(config.checkpointing)?;
         runner.rank = group.as_ref().map_or(0, |g| g.spec().rank);
         runner.preference = config
             .method

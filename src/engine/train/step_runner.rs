@@ -7,6 +7,7 @@
 //! [`StepRunner::step`] does the three in a row (the rank explorer, tests).
 
 use super::backprop::{self, Pass};
+use super::config::Checkpointing;
 use super::grpo::batch::Rollout;
 use super::grpo::step::{GrpoObjective, GrpoStepMetrics};
 use super::optimizer::{AdamW, AdamWParams, QueuedStep};
@@ -27,10 +28,8 @@ pub struct StepRunner {
     pub max_grad_norm: Option<f64>,
     /// Base of the per-step dropout seeds, so a resumed run draws the same masks.
     pub seed: u64,
-    /// Gradient checkpointing (off unless set; see backprop.rs).
-    pub checkpointing: bool,
-    /// With checkpointing, keep the layer inputs in host memory where the device offloads (`--checkpointing offload`).
-    pub offload_checkpoints: bool,
+    /// Gradient checkpointing, decided (off unless set: [`StepRunner::set_checkpointing`]; see backprop.rs).
+    checkpointing: Checkpointing,
     /// A preference method's loss over batches of pairs (None: SFT, the mean NLL of the target tokens).
     pub preference: Option<PreferenceObjective>,
     /// This process's rank in a data-parallel run (0 otherwise): each rank draws its own dropout masks, and rank 0
@@ -97,16 +96,7 @@ impl StepRunner {
             })
             .collect();
         let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
-        Ok(Self {
-            model,
-            optimizer,
-            max_grad_norm,
-            seed,
-            checkpointing: false,
-            offload_checkpoints: false,
-            preference: None,
-            rank: 0,
-        })
+        Ok(Self { model, optimizer, max_grad_norm, seed, checkpointing: Checkpointing::Off, preference: None, rank: 0 })
     }
 
     /// Returns (mean loss per target token over all micro-batches, gradient norm before clipping). A
@@ -130,7 +120,7 @@ impl StepRunner {
     /// step's ([`StepRunner::share_across`]). SFT only.
     pub fn begin_share(&mut self, batches: &[data::Batch], whole: Option<WholeStep>) -> Result<BegunStep> {
         lora::seed_dropout(&self.model, self.dropout_seed(), self.optimizer.step);
-        let pass = Pass { dropout: true, checkpointing: self.checkpointing, offload: self.offload_checkpoints };
+        let pass = self.pass();
         let mut losses = Vec::with_capacity(batches.len());
         let mut accumulated = crate::engine::model::Gradients::default();
         let mut preference = Vec::new();
@@ -171,7 +161,7 @@ impl StepRunner {
     /// [`StepRunner::begin`] for the dropout seeds).
     pub fn begin_grpo(&mut self, objective: &GrpoObjective, rollout: &Rollout) -> Result<BegunStep> {
         lora::seed_dropout(&self.model, self.dropout_seed(), self.optimizer.step);
-        let pass = Pass { dropout: true, checkpointing: self.checkpointing, offload: self.offload_checkpoints };
+        let pass = self.pass();
         let (metrics, accumulated) = objective.loss_and_gradients(&self.model, rollout, pass)?;
         let grads = self.ordered_grads(&accumulated)?;
         Ok(BegunStep {
@@ -179,6 +169,18 @@ impl StepRunner {
             loss: Scalar::Host(metrics.loss),
             measured: Measured { grpo: Some(metrics), ..Default::default() },
         })
+    }
+
+    /// Gradient checkpointing as `setting` says (on, off or offload; `auto` must have been decided first).
+    pub fn set_checkpointing(&mut self, setting: Checkpointing) -> Result<()> {
+        setting.enabled()?;
+        self.checkpointing = setting;
+        Ok(())
+    }
+
+    /// How this runner's training passes run: dropout on, checkpointing as set.
+    fn pass(&self) -> Pass {
+        Pass { dropout: true, checkpointing: self.checkpointing.recomputes(), offload: self.checkpointing.offloads() }
     }
 
     /// The seed of this rank's dropout masks (rank 0's is the run's seed).
