@@ -220,13 +220,10 @@ impl VocabMatrix {
     pub fn to_dense(&self, dtype: DType) -> candle_core::Result<Tensor> {
         match self {
             Self::Dense(w) => w.to_dtype(dtype),
-            Self::Quantized { blocks, .. } => {
-                let parts = blocks
-                    .iter()
-                    .map(|b| ops::dequantize(b, &b.device(), dtype))
-                    .collect::<candle_core::Result<Vec<_>>>()?;
-                Tensor::cat(&parts, 0)
-            }
+            Self::Quantized { blocks, .. } => match blocks.first() {
+                Some(first) => ops::dequantize_stacked(blocks, &first.device(), dtype),
+                None => candle_core::bail!("a quantized vocabulary without blocks"),
+            },
         }
     }
 }

@@ -77,10 +77,7 @@ impl Offloader {
         match parked {
             Parked::Resident(_) => Ok(()),
             #[cfg(feature = "cuda")]
-            Parked::Host(host) => match self.copier.as_mut() {
-                Some(copier) => copier.prefetch(host),
-                None => candle_core::bail!("a checkpoint in host memory without the pass's copier"),
-            },
+            Parked::Host(host) => self.copier()?.prefetch(host),
         }
     }
 
@@ -89,10 +86,16 @@ impl Offloader {
         match parked {
             Parked::Resident(t) => Ok(t),
             #[cfg(feature = "cuda")]
-            Parked::Host(host) => match self.copier.as_mut() {
-                Some(copier) => copier.fetch(host),
-                None => candle_core::bail!("a checkpoint in host memory without the pass's copier"),
-            },
+            Parked::Host(host) => self.copier()?.fetch(host),
+        }
+    }
+
+    /// The copy stream that parked a tensor in host memory.
+    #[cfg(feature = "cuda")]
+    fn copier(&mut self) -> Result<&mut super::cuda::offload::Copier> {
+        match self.copier.as_mut() {
+            Some(copier) => Ok(copier),
+            None => candle_core::bail!("a checkpoint in host memory without the pass's copier"),
         }
     }
 }

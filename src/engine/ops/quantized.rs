@@ -182,6 +182,13 @@ pub fn dequantize(weight: &QTensor, device: &Device, dtype: DType) -> Result<Ten
     dequantize_rows(weight, 0, weight.shape().dims2()?.0, device, dtype)
 }
 
+/// Weights of the same row length held as consecutive blocks of rows (a quantized vocabulary), dense in `dtype` on
+/// `device` as one (sum of rows, in) tensor.
+pub fn dequantize_stacked(blocks: &[Arc<QTensor>], device: &Device, dtype: DType) -> Result<Tensor> {
+    let parts = blocks.iter().map(|b| dequantize(b, device, dtype)).collect::<Result<Vec<_>>>()?;
+    Tensor::cat(&parts, 0)
+}
+
 /// Rows `start..start + n` of `weight` dense, in `dtype` on `device`: on the CPU dequantized in parallel on our
 /// team (Candle's dequantize is one thread: at 8B it was several seconds of each step), elsewhere the whole weight
 /// through Candle's dequantize (the only piece there).

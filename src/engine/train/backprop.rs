@@ -121,20 +121,18 @@ enum Saved {
 /// the input leaves the device, the fused attention's result too (the recompute then skips the attention: host memory
 /// for device time).
 fn keep_input(offloader: &mut ops::Offloader, tape: &LayerTape, dropout_counter: Option<u64>) -> Result<Saved> {
-    let result = tape.attention_result().filter(|_| offloader.offloads());
-    let mut kept = match &result {
-        Some(r) => offloader.park(&[tape.input(), &r.out, &r.lse])?,
-        None => offloader.park(&[tape.input()])?,
-    };
-    let attention = match kept.len() {
-        3 => {
-            let lse = kept.pop();
-            let out = kept.pop();
-            out.zip(lse).map(|(out, lse)| [out, lse])
+    let missing = |_| candle_core::Error::Msg("the offloader kept another number of tensors than it was given".into());
+    let (x, attention) = match tape.attention_result().filter(|_| offloader.offloads()) {
+        Some(r) => {
+            let [x, out, lse]: [ops::Parked; 3] =
+                offloader.park(&[tape.input(), &r.out, &r.lse])?.try_into().map_err(missing)?;
+            (x, Some([out, lse]))
         }
-        _ => None,
+        None => {
+            let [x]: [ops::Parked; 1] = offloader.park(&[tape.input()])?.try_into().map_err(missing)?;
+            (x, None)
+        }
     };
-    let x = kept.pop().ok_or_else(|| candle_core::Error::Msg("a layer input was not kept".into()))?;
     Ok(Saved::Input { x, attention, dropout_counter })
 }
 

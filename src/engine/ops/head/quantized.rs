@@ -16,7 +16,7 @@
 
 use super::dense::HeadLoss;
 use crate::engine::ops::frozen_matmul::{frozen_matmul, frozen_matmul_t};
-use crate::engine::ops::quantized::dequantize;
+use crate::engine::ops::quantized::{dequantize, dequantize_stacked};
 use crate::engine::ops::scalar::Scalar;
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Result, Tensor};
@@ -60,8 +60,8 @@ pub fn quantized_head_nll(
     }
     let device = hidden.device();
     if crate::engine::ops::cuda::availability::available(device, hidden.dtype()) {
-        let parts = head.blocks.iter().map(|b| dequantize(b, device, hidden.dtype())).collect::<Result<Vec<_>>>()?;
-        return super::dense::head_nll_rows(hidden, &Tensor::cat(&parts, 0)?, targets, grad_scale, row_nll);
+        let dense = dequantize_stacked(head.blocks, device, hidden.dtype())?;
+        return super::dense::head_nll_rows(hidden, &dense, targets, grad_scale, row_nll);
     }
     let (mut max, mut sum, mut target_logit): (Option<Tensor>, Option<Tensor>, Option<Tensor>) = (None, None, None);
     for (start, block) in block_starts(head) {
