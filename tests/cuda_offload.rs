@@ -1,6 +1,6 @@
 //! `--checkpointing offload` on a CUDA GPU: the kept layer inputs (and the fused attention's output and logsumexp
-//! beside them) copied to pinned host memory and back on a second stream give the gradients of checkpoints kept on the
-//! device, bit for bit, pass after pass (the second pass reuses the pooled host buffers), with dropout on and on packed
+//! beside them, or, with a host budget too small for those, the inputs only) copied to pinned host memory and back on
+//! a second stream give the gradients of checkpoints kept on the device, bit for bit, pass after pass (the second pass reuses the pooled host buffers), with dropout on and on packed
 //! rows; and the pass really went through host memory; both match the pass that keeps every activation (built with
 //! `--features cuda`; skipped without a GPU).
 #![cfg(feature = "cuda")]
@@ -50,12 +50,21 @@ fn offloaded_checkpoints_give_the_resident_gradients_bit_for_bit() {
             };
             let kept = run(false, false);
             let resident = run(true, false);
+            // A host budget of nothing: only the layer inputs go to host memory, the recompute attends again.
+            std::env::set_var("METAL_CANDLE_OFFLOAD_HOST_GIB", "0");
+            let inputs_only = run(true, true);
+            std::env::remove_var("METAL_CANDLE_OFFLOAD_HOST_GIB");
             let offloaded = run(true, true);
             assert!(
                 metal_candle::engine::ops::cuda::offload::pooled_bytes() > 0,
                 "{tag}: nothing went through host memory"
             );
             assert_eq!(resident.nll_sum.value().unwrap(), offloaded.nll_sum.value().unwrap(), "{tag} loss");
+            assert_eq!(
+                resident.nll_sum.value().unwrap(),
+                inputs_only.nll_sum.value().unwrap(),
+                "{tag} loss, inputs only"
+            );
             for p in &params {
                 for var in [&p.a, &p.b] {
                     let (a, b) =
@@ -63,6 +72,8 @@ fn offloaded_checkpoints_give_the_resident_gradients_bit_for_bit() {
                     let (a, b) = (values(a), values(b));
                     assert!(a.iter().any(|v| *v != 0.0), "{tag} layer {} {}: zero gradient", p.layer, p.module);
                     assert!(a == b, "{tag} pass {seed} layer {} {}: the offloaded gradient differs", p.layer, p.module);
+                    let c = values(inputs_only.grads.get(var.as_tensor()).unwrap());
+                    assert!(a == c, "{tag} pass {seed} layer {} {}: inputs-only offload differs", p.layer, p.module);
                     // The recompute (attention result kept, MLP deferred) against the pass that keeps everything:
                     // the same up to the order of sums (f32), or half precision's rounding.
                     let full = values(kept.grads.get(var.as_tensor()).unwrap());

@@ -200,6 +200,23 @@ fn the_deferred_mlp_backward_over_blocks_of_rows_equals_the_whole_one() {
     }
 }
 
+/// The MLP's training tape keeps gate and up, not their product (down_proj's input, made again in the backward):
+/// two (rows x intermediate) tensors where three were kept, as the memory estimate counts them.
+#[test]
+fn the_mlp_tape_keeps_gate_and_up_but_not_down_projs_input() {
+    for arch in ["tiny-llama", "tiny-phi3"] {
+        let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
+        random_adapters(&mut m.model, &all_linear_lora(0.0), 4);
+        let mlp = &m.model.layers[0].mlp;
+        let rows = 7;
+        let x = Tensor::randn(0f32, 1.0, (rows, m.config.hidden_size), &Device::Cpu).unwrap();
+        let ctx = m.model.sequence_context(1, rows, true, None).unwrap();
+        let (_, tape) = mlp.forward_train(&x, &ctx).unwrap();
+        assert_eq!(tape.intermediate_bytes(), 2 * rows * m.config.intermediate_size * 4, "{arch}");
+        assert_eq!(mlp.defer(&x, &ctx).intermediate_bytes(), 0, "{arch}: a deferred tape keeps none");
+    }
+}
+
 #[test]
 fn the_settings_file_takes_checkpointing_and_refuses_a_bad_value() {
     let dir = tempfile::tempdir().unwrap();

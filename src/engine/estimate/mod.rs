@@ -228,7 +228,8 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     let trained_layers = adapted_layers(model.layers, config.lora.layers).len() as u64;
     // One layer's tape per token: the layer input, the mid residual, q, k, v, the attention output, gate and
     // up; the inputs of adapted linears only (a frozen product's input gradient needs no input): the
-    // attention norm's output (q|k|v), the MLP norm's output (gate|up), the SwiGLU product (down); then the
+    // attention norm's output (q|k|v), the MLP norm's output (gate|up) (down's input, the SwiGLU product, is made
+    // again from gate and up in the backward); then the
     // attention probabilities (heads x T per token), or with the fused kernels one f32 logsumexp per head; then
     // per adapted linear x·A (rank) (a dropout mask is kept as its seed and drawn again in the backward).
     let targets = model.targets_of(&config.lora).unwrap_or_else(|_| config.lora.targets.clone());
@@ -238,7 +239,6 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     let kept_inputs = [
         (adapted(&["q_proj", "k_proj", "v_proj", "qkv_proj"]), h),
         (adapted(&["gate_proj", "up_proj", "gate_up_proj"]), h),
-        (adapted(&["down_proj"]), i),
     ];
     let inputs_per_token: u64 = kept_inputs.iter().filter(|(kept, _)| *kept).map(|(_, width)| width).sum();
     let rank = config.lora.rank as u64;
@@ -250,10 +250,10 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     let (probs_per_token, lse_bytes_per_token) = if model.fused_attention { (0, heads * 4) } else { (heads * t, 0) };
     let tape_per_token = 2 * h + 2 * q + 2 * kv + 2 * i + inputs_per_token + probs_per_token + lora_per_token;
     let layer_tape = tokens * (tape_per_token * bytes + lse_bytes_per_token);
-    // A checkpointed recompute that defers the MLP keeps none of its activations (gate, up, down's input); its
-    // backward holds six (rows x intermediate) tensors for one block of rows at a time.
+    // A checkpointed recompute that defers the MLP keeps none of its activations (gate and up); its backward holds
+    // six (rows x intermediate) tensors for one block of rows at a time.
     let deferred = checkpointing && model.defers_mlp;
-    let mlp_tape = tokens * (2 * i + if adapted(&["down_proj"]) { i } else { 0 }) * bytes;
+    let mlp_tape = tokens * 2 * i * bytes;
     let recomputed_tape = if deferred { layer_tape.saturating_sub(mlp_tape) } else { layer_tape };
     // Offloaded layer inputs wait in host memory: on the device only the layer being recomputed (and the next
     // input on its way back).

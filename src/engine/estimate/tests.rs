@@ -192,7 +192,7 @@ fn a_deferred_mlp_leaves_the_recomputed_layer_without_its_mlp_activations() {
     let (kept, deferred) = (llama_1b_bf16(true), ModelShape { defers_mlp: true, ..llama_1b_bf16(true) });
     let (k, d) = (training_memory(&kept, &cfg), training_memory(&deferred, &cfg));
     let per_row = 8192 * 2;
-    // gate and up (down's input is not kept: the default targets are q and v) leave the recomputed tape.
+    // gate and up (down's input is never kept) leave the recomputed tape.
     assert_eq!(k.activations_bytes - d.activations_bytes, 65536 * 2 * per_row);
     // The backward's six (rows x intermediate) tensors exist for one block of 16,384 rows, not three for all rows.
     assert_eq!(k.transient_bytes - d.transient_bytes, (3 * 65536 - 6 * 16384) * per_row);

@@ -115,10 +115,31 @@ pub struct LinearTape {
     adapter: Option<AdapterTape>,
 }
 
+impl LinearTape {
+    /// Lets go of the projection's input: the caller makes it again and hands it to [`Linear::backward_with_input`]
+    /// (the MLP's down_proj, whose input is one element-wise product of what the tape keeps anyway).
+    pub fn forget_input(&mut self) {
+        if let Some(adapter) = &mut self.adapter {
+            adapter.input = None;
+        }
+    }
+
+    /// Whether the backward needs the input handed to it ([`Self::forget_input`]).
+    pub fn needs_input(&self) -> bool {
+        matches!(&self.adapter, Some(AdapterTape { input: None, .. }))
+    }
+
+    /// The bytes of the input the tape keeps (0 for a frozen projection or a forgotten input).
+    pub fn input_bytes(&self) -> usize {
+        self.adapter.as_ref().and_then(|a| a.input.as_ref()).map_or(0, |x| x.elem_count() * x.dtype().size_in_bytes())
+    }
+}
+
 /// An active adapter's part of [`LinearTape`].
 struct AdapterTape {
-    /// The projection's input `x` (the A gradient reads it).
-    input: Tensor,
+    /// The projection's input `x` (the A gradient reads it); None when the caller makes it again for the backward
+    /// ([`LinearTape::forget_input`]).
+    input: Option<Tensor>,
     /// The dropout mask applied to the adapter's input, by its seed (None without dropout).
     mask: Option<ops::Dropout>,
     /// `dropout(x) A` (rows, r).
@@ -270,7 +291,7 @@ impl Linear {
             true => Some(ops::matmul_add(Some(self.base(x)?), &xa, &b, adapter.scale)?),
             false => None,
         };
-        Ok((y, LinearTape { adapter: Some(AdapterTape { input: x.clone(), mask, xa, a, b, dora: None }) }))
+        Ok((y, LinearTape { adapter: Some(AdapterTape { input: Some(x.clone()), mask, xa, a, b, dora: None }) }))
     }
 
     /// [`Self::forward_train`] for a DoRA adapter (see the module docs), `xd` the masked input (None: no dropout)
@@ -296,7 +317,10 @@ impl Linear {
             y = ops::add(&y, &self.weight.matmul_t(&(x - xd)?)?)?;
         }
         let dora = Some(DoraTape { factor, inv_norm, zd });
-        Ok((self.add_bias(y)?, LinearTape { adapter: Some(AdapterTape { input: x.clone(), mask, xa, a, b, dora }) }))
+        Ok((
+            self.add_bias(y)?,
+            LinearTape { adapter: Some(AdapterTape { input: Some(x.clone()), mask, xa, a, b, dora }) },
+        ))
     }
 
     /// Accumulates the adapter's gradients into `grads` and returns the input gradient as `input_grad` asks
@@ -308,18 +332,37 @@ impl Linear {
         grads: &mut Gradients,
         input_grad: InputGrad,
     ) -> Result<Option<Tensor>> {
-        if let (Some(adapter), Some(tape @ AdapterTape { dora: Some(dora), .. })) =
-            (self.active_adapter(), &tape.adapter)
+        self.backward_with_input(tape, None, dy, grads, input_grad)
+    }
+
+    /// [`Self::backward`] with the projection's input given, for a tape that let it go ([`LinearTape::forget_input`]);
+    /// None: the tape's own.
+    pub fn backward_with_input(
+        &self,
+        tape: &LinearTape,
+        input: Option<&Tensor>,
+        dy: &Tensor,
+        grads: &mut Gradients,
+        input_grad: InputGrad,
+    ) -> Result<Option<Tensor>> {
+        let x = match &tape.adapter {
+            Some(adapter) => Some(input.or(adapter.input.as_ref()).ok_or_else(|| {
+                candle_core::Error::Msg("a projection's backward without its input (forgotten, not given)".into())
+            })?),
+            None => None,
+        };
+        if let (Some(adapter), Some(tape @ AdapterTape { dora: Some(dora), .. }), Some(x)) =
+            (self.active_adapter(), &tape.adapter, x)
         {
-            return self.backward_dora(adapter, tape, dora, dy, grads, input_grad);
+            return self.backward_dora(adapter, tape, x, dora, dy, grads, input_grad);
         }
         let dx = match input_grad {
             InputGrad::Skip => None,
             InputGrad::New => Some(self.weight.matmul(dy, None)?),
             InputGrad::AddTo(acc) => Some(self.weight.matmul(dy, Some(acc))?),
         };
-        let (Some(adapter), Some(AdapterTape { input: x, mask, xa, a, b, .. })) =
-            (self.active_adapter(), &tape.adapter)
+        let (Some(adapter), Some(AdapterTape { mask, xa, a, b, .. }), Some(x)) =
+            (self.active_adapter(), &tape.adapter, x)
         else {
             return Ok(dx);
         };
@@ -340,16 +383,18 @@ impl Linear {
     }
 
     /// [`Self::backward`] for a DoRA adapter (see the module docs).
+    #[allow(clippy::too_many_arguments)]
     fn backward_dora(
         &self,
         adapter: &LoraAdapter,
         tape: &AdapterTape,
+        x: &Tensor,
         dora_tape: &DoraTape,
         dy: &Tensor,
         grads: &mut Gradients,
         input_grad: InputGrad,
     ) -> Result<Option<Tensor>> {
-        let AdapterTape { input: x, mask, xa, a, b, .. } = tape;
+        let AdapterTape { mask, xa, a, b, .. } = tape;
         let DoraTape { factor, inv_norm, zd } = dora_tape;
         if let Some(dora) = &adapter.dora {
             let dm = (dy.to_dtype(DType::F32)? * zd.to_dtype(DType::F32)?)?.sum(0)?;

@@ -4,6 +4,10 @@
 //! inference forward, the training forward that records what the backward needs, the backward, and the fused
 //! single-token decode step.
 //!
+//! The training forward's tape keeps gate and up but not their product `act(gate) * up`, which down_proj's adapter
+//! reads in the backward: one element-wise pass makes it again there (a third of the block's activations: 1 GiB
+//! of the 1B shape's step at 4,096 tokens).
+//!
 //! A checkpointed layer's recompute does not run the block forward at all ([`Mlp::defer`]): its tape is the input and
 //! the adapters' dropout masks, and the backward runs the block forward and back over blocks of rows at a time
 //! (`MLP_BLOCK_ELEMENTS` of the intermediate width each). The output, which only the next layer read, is never made
@@ -37,6 +41,18 @@ pub enum MlpTape {
     Kept(MlpActivations),
     /// The input and the masks only: the backward recomputes the rest block by block ([`Mlp::defer`]).
     Deferred(DeferredMlp),
+}
+
+impl MlpTape {
+    /// The bytes of the (rows x intermediate) activations the tape keeps: gate, up and down_proj's input when kept
+    /// (a deferred tape keeps none).
+    pub fn intermediate_bytes(&self) -> usize {
+        let bytes = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        match self {
+            MlpTape::Kept(a) => bytes(&a.gate) + bytes(&a.up) + a.down.input_bytes(),
+            MlpTape::Deferred(_) => 0,
+        }
+    }
 }
 
 /// The activations of a training forward.
@@ -92,8 +108,10 @@ impl Mlp {
     /// Training forward: `normed_in` (rows, hidden) -> (rows, hidden) and the tape.
     pub fn forward_train(&self, normed_in: &Tensor, ctx: &SequenceContext) -> Result<(Tensor, MlpTape)> {
         let masks = self.gate_up.draw_masks(ctx.dropout);
-        let (activations, down) = self.run(normed_in, &masks, self.down_proj.draw_mask(ctx.dropout), true)?;
+        let (mut activations, down) = self.run(normed_in, &masks, self.down_proj.draw_mask(ctx.dropout), true)?;
         let down = down.ok_or_else(|| candle_core::Error::Msg("MLP forward without its output".into()))?;
+        // down_proj's input, `act(gate) * up`, is made again in the backward from the gate and up the tape keeps.
+        activations.down.forget_input();
         Ok((down, MlpTape::Kept(activations)))
     }
 
@@ -149,7 +167,13 @@ impl Mlp {
     }
 
     fn backward_of(&self, tape: &MlpActivations, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
-        let d_gated = Linear::input_grad(self.down_proj.backward(&tape.down, d_out, grads, InputGrad::New)?)?;
+        let gated = match tape.down.needs_input() {
+            true => Some(self.gate(&tape.gate, &tape.up)?),
+            false => None,
+        };
+        let d_gated = self.down_proj.backward_with_input(&tape.down, gated.as_ref(), d_out, grads, InputGrad::New)?;
+        drop(gated);
+        let d_gated = Linear::input_grad(d_gated)?;
         let (d_gate, d_up) = match self.activation {
             MlpActivation::Silu => ops::silu_mul_backward(&tape.gate, &tape.up, &d_gated)?,
             MlpActivation::GeluTanh => ops::gelu_tanh_mul_backward(&tape.gate, &tape.up, &d_gated)?,

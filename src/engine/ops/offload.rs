@@ -23,6 +23,34 @@ pub enum Parked {
 pub struct Offloader {
     #[cfg(feature = "cuda")]
     copier: Option<super::cuda::offload::Copier>,
+    /// Whether the layers' attention results go to host memory beside their inputs, decided at the first layer.
+    attention: Option<bool>,
+}
+
+/// Whether the attention results of `layers` layers fit in host memory beside their inputs (`input_bytes` and
+/// `attention_bytes` a layer) within `budget_bytes` ([`host_pin_budget`]). When not, only the inputs leave the device
+/// and the recompute attends again: the kept attention output doubles the host memory a token costs (at 8B, 512 KiB
+/// instead of 256), so a long run on a host of 128 GiB would stop near 250k tokens where the inputs alone reach
+/// twice as far.
+pub fn attention_fits_in_host(input_bytes: u64, attention_bytes: u64, layers: u64, budget_bytes: u64) -> bool {
+    layers.saturating_mul(input_bytes + attention_bytes) <= budget_bytes
+}
+
+/// The host memory an offloading pass may pin: `METAL_CANDLE_OFFLOAD_HOST_GIB` where set, else three quarters of
+/// what the kernel reports available (Linux) plus the pinned buffers a previous pass left in the pool for reuse.
+/// None where unknown.
+pub fn host_pin_budget() -> Option<u64> {
+    if let Some(gib) = std::env::var("METAL_CANDLE_OFFLOAD_HOST_GIB").ok().and_then(|v| v.trim().parse::<f64>().ok()) {
+        return Some((gib.max(0.0) * (1u64 << 30) as f64) as u64);
+    }
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let available = line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024;
+    #[cfg(feature = "cuda")]
+    let pooled = super::cuda::offload::pooled_bytes() as u64;
+    #[cfg(not(feature = "cuda"))]
+    let pooled = 0;
+    Some((available + pooled) / 4 * 3)
 }
 
 impl Offloader {
@@ -36,12 +64,12 @@ impl Offloader {
                 }
                 _ => None,
             };
-            Ok(Self { copier })
+            Ok(Self { copier, attention: None })
         }
         #[cfg(not(feature = "cuda"))]
         {
             let _ = (device, offload);
-            Ok(Self {})
+            Ok(Self { attention: None })
         }
     }
 
@@ -51,6 +79,31 @@ impl Offloader {
         return self.copier.is_some();
         #[cfg(not(feature = "cuda"))]
         false
+    }
+
+    /// Whether a layer's attention result (`attention_bytes`, its input `input_bytes`) is parked beside the input,
+    /// for `layers` layers: only when tensors leave the device, and only while they fit in host memory
+    /// ([`attention_fits_in_host`]); decided once a pass, at its first layer.
+    pub fn parks_attention(&mut self, input_bytes: u64, attention_bytes: u64, layers: u64) -> bool {
+        if !self.offloads() {
+            return false;
+        }
+        *self.attention.get_or_insert_with(|| {
+            let fits = host_pin_budget()
+                .is_none_or(|budget| attention_fits_in_host(input_bytes, attention_bytes, layers, budget));
+            if !fits {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "checkpointing offload: {:.1} GiB of layer inputs and attention results would not fit in \
+                         host memory; keeping the inputs only ({:.1} GiB) and attending again in the backward",
+                        (layers * (input_bytes + attention_bytes)) as f64 / (1u64 << 30) as f64,
+                        (layers * input_bytes) as f64 / (1u64 << 30) as f64
+                    )
+                });
+            }
+            fits
+        })
     }
 
     /// Keep one layer's `tensors` for later: their copies out start now, behind the work queued so far (the layer's
@@ -97,5 +150,24 @@ impl Offloader {
             Some(copier) => Ok(copier),
             None => candle_core::bail!("a checkpoint in host memory without the pass's copier"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 8B shape at 250k tokens: inputs and attention results (512 KiB a token) do not fit in three quarters of
+    /// a 128 GiB host; the inputs alone would, and 32k tokens fit with both.
+    #[test]
+    fn attention_results_are_parked_only_while_they_fit_in_host_memory() {
+        let (layers, host) = (32, 96u64 << 30);
+        let per_token = 4096 * 2;
+        let at = |tokens: u64| (tokens * per_token, tokens * (per_token + 32 * 4));
+        let (input, attention) = at(250_000);
+        assert!(!attention_fits_in_host(input, attention, layers, host));
+        assert!(attention_fits_in_host(input, 0, layers, host));
+        let (input, attention) = at(32_768);
+        assert!(attention_fits_in_host(input, attention, layers, host));
     }
 }

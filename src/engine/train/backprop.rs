@@ -118,11 +118,20 @@ enum Saved {
 }
 
 /// What checkpointing keeps of a layer whose forward recorded `tape`: its input, parked by `offloader`, and where
-/// the input leaves the device, the fused attention's result too (the recompute then skips the attention: host memory
-/// for device time).
-fn keep_input(offloader: &mut ops::Offloader, tape: &LayerTape, dropout_counter: Option<u64>) -> Result<Saved> {
+/// the input leaves the device, the fused attention's result too while the `layers` trained layers' results fit in
+/// host memory (the recompute then skips the attention: host memory for device time).
+fn keep_input(
+    offloader: &mut ops::Offloader,
+    tape: &LayerTape,
+    dropout_counter: Option<u64>,
+    layers: usize,
+) -> Result<Saved> {
     let missing = |_| candle_core::Error::Msg("the offloader kept another number of tensors than it was given".into());
-    let (x, attention) = match tape.attention_result().filter(|_| offloader.offloads()) {
+    let bytes = |t: &Tensor| (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+    let parked_attention = tape
+        .attention_result()
+        .filter(|r| offloader.parks_attention(bytes(tape.input()), bytes(&r.out) + bytes(&r.lse), layers as u64));
+    let (x, attention) = match parked_attention {
         Some(r) => {
             let [x, out, lse]: [ops::Parked; 3] =
                 offloader.park(&[tape.input(), &r.out, &r.lse])?.try_into().map_err(missing)?;
@@ -237,7 +246,7 @@ pub fn loss_and_gradients_at(
         let dropout_counter = lora::dropout_counter(model);
         let (mid, delta, tape) = layer.forward_train(&x, pending.as_ref(), &ctx)?;
         tapes.push(if checkpointing {
-            keep_input(&mut offloader, &tape, dropout_counter)?
+            keep_input(&mut offloader, &tape, dropout_counter, model.layers.len() - lowest)?
         } else {
             Saved::Tape(Box::new(tape))
         });
