@@ -20,6 +20,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 M=/tmp/m/llama-3.1-8b; M1=/tmp/m/llama-3.2-1b
 if printf '%s\n' "$@" | grep -qE '^(ours|timeline):'; then
   [ -f "$M/config.json" ] || MC_RANDOM_TILED=1 python3 scripts/make_random_model.py "$M" --preset llama-3.1-8b >>"$LOG" 2>&1
+  # Past Llama-3.1's 131,072 positions our runs refuse the length: the model's context is raised to the longest T
+  # asked (the shape of this model's long-context variants; the rotary tables grow with it).
+  longest=$(printf '%s\n' "$@" | awk -F: '$1 == "ours" && $3 > m { m = $3 } END { print m + 0 }')
+  python3 -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['max_position_embeddings']=max(131072,int(sys.argv[2])); json.dump(c,open(p,'w'),indent=2)" "$M/config.json" "$longest"
 fi
 if printf '%s\n' "$@" | grep -q '^ours1b:'; then
   [ -f "$M1/config.json" ] || python3 scripts/make_random_model.py "$M1" --preset llama-3.2-1b >>"$LOG" 2>&1

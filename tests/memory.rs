@@ -201,9 +201,10 @@ fn the_deferred_mlp_backward_over_blocks_of_rows_equals_the_whole_one() {
 }
 
 /// The MLP's training tape keeps gate and up, not their product (down_proj's input, made again in the backward):
-/// two (rows x intermediate) tensors where three were kept, as the memory estimate counts them.
+/// two (rows x intermediate) tensors where three were kept, as the memory estimate counts them; and the layer's
+/// tape keeps no normed block input.
 #[test]
-fn the_mlp_tape_keeps_gate_and_up_but_not_down_projs_input() {
+fn training_tapes_keep_no_input_the_backward_can_make_again() {
     for arch in ["tiny-llama", "tiny-phi3"] {
         let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
         random_adapters(&mut m.model, &all_linear_lora(0.0), 4);
@@ -214,6 +215,11 @@ fn the_mlp_tape_keeps_gate_and_up_but_not_down_projs_input() {
         let (_, tape) = mlp.forward_train(&x, &ctx).unwrap();
         assert_eq!(tape.intermediate_bytes(), 2 * rows * m.config.intermediate_size * 4, "{arch}");
         assert_eq!(mlp.defer(&x, &ctx).intermediate_bytes(), 0, "{arch}: a deferred tape keeps none");
+        // The layer's tape lets the normed inputs of q|k|v and gate|up go (the backward makes them again from the
+        // residuals it keeps); a checkpointed recompute's tape, read at once, keeps them.
+        let layer = &m.model.layers[0];
+        assert!(layer.forward_train(&x, None, &ctx).unwrap().2.remakes_normed_inputs(), "{arch}");
+        assert!(!layer.recompute(&x, None, &ctx).unwrap().remakes_normed_inputs(), "{arch}");
     }
 }
 

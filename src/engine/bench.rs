@@ -153,6 +153,7 @@ pub struct TrainBenchSpec {
 /// random pairs with their default settings (DPO's reference pass included).
 pub fn bench_train(model: &LoadedModel, spec: &TrainBenchSpec) -> Result<TrainBench> {
     let TrainBenchSpec { lora, batch_size, seq_len, steps, warmup_steps, checkpointing, method } = spec.clone();
+    crate::engine::train::validate::check_seq_len(seq_len, model.config.max_position_embeddings)?;
     let lora = &lora;
     let mut m = model.model.clone();
     crate::engine::lora::detach_adapters(&mut m);

@@ -227,11 +227,12 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     // The backward runs from the top down to the lowest adapted layer.
     let trained_layers = adapted_layers(model.layers, config.lora.layers).len() as u64;
     // One layer's tape per token: the layer input, the mid residual, q, k, v, the attention output, gate and
-    // up; the inputs of adapted linears only (a frozen product's input gradient needs no input): the
-    // attention norm's output (q|k|v), the MLP norm's output (gate|up) (down's input, the SwiGLU product, is made
-    // again from gate and up in the backward); then the
-    // attention probabilities (heads x T per token), or with the fused kernels one f32 logsumexp per head; then
-    // per adapted linear x·A (rank) (a dropout mask is kept as its seed and drawn again in the backward).
+    // up; then the attention probabilities (heads x T per token), or with the fused kernels one f32 logsumexp per
+    // head; then per adapted linear x·A (rank) (a dropout mask is kept as its seed and drawn again in the
+    // backward). The inputs of adapted linears (a frozen product's input gradient needs no input) are made again
+    // in the backward: the attention norm's output (q|k|v) and the MLP norm's output (gate|up) from the residuals
+    // the tape keeps, the SwiGLU product (down) from gate and up. A checkpointed layer's recompute, read at once,
+    // keeps the two normed inputs.
     let targets = model.targets_of(&config.lora).unwrap_or_else(|_| config.lora.targets.clone());
     let adapted_linears: Vec<&(String, usize, usize)> =
         model.linear_shapes.iter().filter(|(name, _, _)| targets.contains_name(name)).collect();
@@ -248,13 +249,14 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
     let lora_per_token: u64 = rank * adapted_linears.len() as u64 + dora_per_token;
     let heads = model.attention_heads as u64;
     let (probs_per_token, lse_bytes_per_token) = if model.fused_attention { (0, heads * 4) } else { (heads * t, 0) };
-    let tape_per_token = 2 * h + 2 * q + 2 * kv + 2 * i + inputs_per_token + probs_per_token + lora_per_token;
+    let tape_per_token = 2 * h + 2 * q + 2 * kv + 2 * i + probs_per_token + lora_per_token;
     let layer_tape = tokens * (tape_per_token * bytes + lse_bytes_per_token);
+    let recompute_inputs = tokens * inputs_per_token * bytes;
     // A checkpointed recompute that defers the MLP keeps none of its activations (gate and up); its backward holds
     // six (rows x intermediate) tensors for one block of rows at a time.
     let deferred = checkpointing && model.defers_mlp;
     let mlp_tape = tokens * 2 * i * bytes;
-    let recomputed_tape = if deferred { layer_tape.saturating_sub(mlp_tape) } else { layer_tape };
+    let recomputed_tape = recompute_inputs + if deferred { layer_tape.saturating_sub(mlp_tape) } else { layer_tape };
     // Offloaded layer inputs wait in host memory: on the device only the layer being recomputed (and the next
     // input on its way back).
     let kept_inputs_bytes = match checkpointing && config.checkpointing.offloads() && model.offloads_checkpoints {

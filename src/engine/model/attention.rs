@@ -66,6 +66,19 @@ pub struct AttentionTape {
     o: LinearTape,
 }
 
+impl AttentionTape {
+    /// Lets go of the block's input (the normed layer input) where q|k|v's adapters kept it: the layer makes it again
+    /// for the backward from the input it keeps anyway.
+    pub(super) fn forget_input(&mut self) {
+        self.qkv.iter_mut().for_each(LinearTape::forget_input);
+    }
+
+    /// Whether the backward needs the block's input handed to it ([`Self::forget_input`]).
+    pub(super) fn needs_input(&self) -> bool {
+        self.qkv.iter().any(LinearTape::needs_input)
+    }
+}
+
 /// The fused attention's results in one layer's training forward: what a checkpointed layer whose input waits in
 /// host memory keeps beside it, so that its recompute skips the attention (at 8B x 32k tokens the flash forward is a
 /// tenth of the step). The output (rows, heads * d) and each query's logsumexp.
@@ -272,9 +285,11 @@ impl Attention {
 
     /// Given the gradient of the block's output (rows, hidden), accumulate its adapters' gradients and return
     /// the gradient of its input (None when `need_input_grad` is false).
+    /// `input`: the block's input when the tape let it go ([`AttentionTape::forget_input`]).
     pub(super) fn backward(
         &self,
         tape: &AttentionTape,
+        input: Option<&Tensor>,
         d_out: &Tensor,
         ctx: &SequenceContext,
         grads: &mut Gradients,
@@ -326,7 +341,7 @@ impl Attention {
             // The rotation back and the merge of the heads in one pass where the fused kernel runs.
             norm_backward(merge(&d_q, rope)?, merge(&d_k, rope)?)?
         };
-        self.qkv.backward(&tape.qkv, &[d_q, d_k, d_v], grads, need_input_grad)
+        self.qkv.backward(&tape.qkv, input, &[d_q, d_k, d_v], grads, need_input_grad)
     }
 
     /// Gradients (dq (b, heads, t, d), dk, dv (b, kv_heads, t, d)) of the composed attention from its saved

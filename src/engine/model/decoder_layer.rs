@@ -134,6 +134,12 @@ impl LayerTape {
         &self.x
     }
 
+    /// Whether the backward makes the blocks' normed inputs again from the residuals (a training forward's tape with
+    /// adapters on both blocks' input projections; a recompute's tape keeps them, it is read at once).
+    pub fn remakes_normed_inputs(&self) -> bool {
+        self.attention.needs_input() && self.mlp.needs_input()
+    }
+
     /// The fused attention's output and logsumexp, which a checkpointed layer may keep so that [`DecoderLayer::recompute`]
     /// skips the attention (None where the fused kernels did not run).
     pub fn attention_result(&self) -> Option<AttentionResult> {
@@ -243,7 +249,18 @@ impl DecoderLayer {
             let mlp = self.mlp.defer(&normed_mid, ctx);
             return Ok((x_mid.clone(), None, LayerTape { x, x_mid, attn_raw, mlp_raw: None, attention, mlp }));
         }
-        let (down, mlp) = self.mlp.forward_train(&normed_mid, ctx)?;
+        let (down, mut mlp) = self.mlp.forward_train(&normed_mid, ctx)?;
+        // The blocks' normed inputs are made again in the backward from the layer's input and mid residual, which
+        // the tape keeps for the norms' backward anyway (a recompute's tape is read at once: it keeps them).
+        let mut attention = attention;
+        if !recompute {
+            if self.norms.attention_input.is_some() {
+                attention.forget_input();
+            }
+            if self.norms.mlp_input.is_some() {
+                mlp.forget_input();
+            }
+        }
         let mlp_raw = self.norms.mlp_output.as_ref().map(|_| down.clone());
         let mlp_delta = self.residual(apply(&self.norms.mlp_output, &down)?)?;
         Ok((x_mid.clone(), Some(mlp_delta), LayerTape { x, x_mid, attn_raw, mlp_raw, attention, mlp }))
@@ -260,11 +277,18 @@ impl DecoderLayer {
         need_input_grad: bool,
     ) -> Result<Option<Tensor>> {
         let d_down = apply_backward(&self.norms.mlp_output, tape.mlp_raw.as_ref(), self.residual(d_out.clone())?)?;
-        let d_normed_mid = self.mlp.backward(&tape.mlp, &d_down, grads)?;
+        let normed_mid = tape.mlp.needs_input().then(|| apply(&self.norms.mlp_input, &tape.x_mid)).transpose()?;
+        let d_normed_mid = self.mlp.backward_with_input(&tape.mlp, normed_mid.as_ref(), &d_down, grads)?;
+        drop(normed_mid);
         let d_mid = apply_backward_add(&self.norms.mlp_input, Some(&tape.x_mid), d_normed_mid, d_out)?;
         let d_attn =
             apply_backward(&self.norms.attention_output, tape.attn_raw.as_ref(), self.residual(d_mid.clone())?)?;
-        let Some(d_normed_in) = self.self_attn.backward(&tape.attention, &d_attn, ctx, grads, need_input_grad)? else {
+        let normed_in =
+            tape.attention.needs_input().then(|| apply(&self.norms.attention_input, &tape.x)).transpose()?;
+        let backward =
+            self.self_attn.backward(&tape.attention, normed_in.as_ref(), &d_attn, ctx, grads, need_input_grad);
+        drop(normed_in);
+        let Some(d_normed_in) = backward? else {
             return Ok(None);
         };
         Ok(Some(apply_backward_add(&self.norms.attention_input, Some(&tape.x), d_normed_in, &d_mid)?))

@@ -44,6 +44,19 @@ pub enum MlpTape {
 }
 
 impl MlpTape {
+    /// Lets go of the block's input (the normed mid residual) where gate|up's adapters kept it: the layer makes it
+    /// again for the backward from the residual it keeps anyway. A deferred tape keeps its input.
+    pub(super) fn forget_input(&mut self) {
+        if let MlpTape::Kept(a) = self {
+            a.gate_up_tapes.iter_mut().for_each(LinearTape::forget_input);
+        }
+    }
+
+    /// Whether the backward needs the block's input handed to it ([`Self::forget_input`]).
+    pub(super) fn needs_input(&self) -> bool {
+        matches!(self, MlpTape::Kept(a) if a.gate_up_tapes.iter().any(LinearTape::needs_input))
+    }
+
     /// The bytes of the (rows x intermediate) activations the tape keeps: gate, up and down_proj's input when kept
     /// (a deferred tape keeps none).
     pub fn intermediate_bytes(&self) -> usize {
@@ -147,8 +160,22 @@ impl Mlp {
     /// Given the gradient of the block's output, accumulate its adapters' gradients and return the gradient
     /// of its input.
     pub fn backward(&self, tape: &MlpTape, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
+        self.backward_with_input(tape, None, d_out, grads)
+    }
+
+    /// [`Self::backward`] with the block's input given, for a tape that let it go ([`MlpTape::forget_input`]).
+    pub(super) fn backward_with_input(
+        &self,
+        tape: &MlpTape,
+        input: Option<&Tensor>,
+        d_out: &Tensor,
+        grads: &mut Gradients,
+    ) -> Result<Tensor> {
         let intermediate = self.down_proj.weight.dims2()?.1;
-        self.backward_in_blocks(tape, d_out, grads, deferred_block_rows(intermediate))
+        match tape {
+            MlpTape::Kept(activations) => self.backward_of(activations, input, d_out, grads),
+            MlpTape::Deferred(_) => self.backward_in_blocks(tape, d_out, grads, deferred_block_rows(intermediate)),
+        }
     }
 
     /// [`Self::backward`], a deferred tape's rows taken `block_rows` at a time (`backward` takes
@@ -161,12 +188,19 @@ impl Mlp {
         block_rows: usize,
     ) -> Result<Tensor> {
         match tape {
-            MlpTape::Kept(activations) => self.backward_of(activations, d_out, grads),
+            MlpTape::Kept(activations) => self.backward_of(activations, None, d_out, grads),
             MlpTape::Deferred(deferred) => self.backward_deferred(deferred, d_out, grads, block_rows.max(1)),
         }
     }
 
-    fn backward_of(&self, tape: &MlpActivations, d_out: &Tensor, grads: &mut Gradients) -> Result<Tensor> {
+    /// The backward over kept activations, `input` the block's input where gate|up's tapes let it go.
+    fn backward_of(
+        &self,
+        tape: &MlpActivations,
+        input: Option<&Tensor>,
+        d_out: &Tensor,
+        grads: &mut Gradients,
+    ) -> Result<Tensor> {
         let gated = match tape.down.needs_input() {
             true => Some(self.gate(&tape.gate, &tape.up)?),
             false => None,
@@ -178,7 +212,7 @@ impl Mlp {
             MlpActivation::Silu => ops::silu_mul_backward(&tape.gate, &tape.up, &d_gated)?,
             MlpActivation::GeluTanh => ops::gelu_tanh_mul_backward(&tape.gate, &tape.up, &d_gated)?,
         };
-        let d_in = self.gate_up.backward(&tape.gate_up_tapes, &[d_gate, d_up], grads, true)?;
+        let d_in = self.gate_up.backward(&tape.gate_up_tapes, input, &[d_gate, d_up], grads, true)?;
         Ok(Linear::input_grad(d_in)?)
     }
 
@@ -200,7 +234,7 @@ impl Mlp {
             let masks: Vec<_> = gate_up_masks.iter().map(|m| m.map(|m| m.rows_from(start, hidden))).collect();
             let down_mask = down_mask.map(|m| m.rows_from(start, intermediate));
             let (activations, _) = self.run(&input.narrow(0, start, n)?, &masks, down_mask, false)?;
-            d_in.push(self.backward_of(&activations, &d_out.narrow(0, start, n)?, grads)?);
+            d_in.push(self.backward_of(&activations, None, &d_out.narrow(0, start, n)?, grads)?);
         }
         Ok(match d_in.len() {
             1 => d_in.remove(0),

@@ -98,9 +98,11 @@ impl ProjectionGroup {
 
     /// Given each part's output gradient, accumulate the adapters' gradients and return the input gradient
     /// (the sum over linears; None when `need_input_grad` is false).
+    /// `input`: the group's input, for tapes that let it go ([`LinearTape::forget_input`]); None: the tapes' own.
     pub(super) fn backward(
         &self,
         tapes: &[LinearTape],
+        input: Option<&Tensor>,
         d_parts: &[Tensor],
         grads: &mut Gradients,
         need_input_grad: bool,
@@ -120,7 +122,7 @@ impl ProjectionGroup {
                 (true, None) => InputGrad::New,
                 (true, Some(so_far)) => InputGrad::AddTo(so_far),
             };
-            sum = linear.backward(tape, dy, grads, input_grad)?;
+            sum = linear.backward_with_input(tape, input, dy, grads, input_grad)?;
             if need_input_grad {
                 sum = Some(Linear::input_grad(sum)?);
             }

@@ -28,17 +28,24 @@ fn check(ok: bool, name: &str, value: impl std::fmt::Display, allowed: &str) -> 
     }
 }
 
+/// A sequence of `seq_len` tokens must fit the model's context (`max_position_embeddings`): its positions past it
+/// have no rotation the model was made for.
+pub fn check_seq_len(seq_len: usize, context_length: usize) -> Result<()> {
+    if seq_len > context_length {
+        return Err(Error::InvalidSetting(format!(
+            "seq_len {seq_len} is longer than the model's context of {context_length} tokens; set seq_len to at \
+             most {context_length}"
+        )));
+    }
+    Ok(())
+}
+
 impl TrainConfig {
     /// The one settings check every front end runs before any work starts: [`Self::validate`] plus what needs
     /// the model (the sequence length must fit its context; `layers` cannot exceed its layer count).
     pub fn validate_for_model(&self, model: ModelLimits) -> Result<()> {
         self.validate()?;
-        if self.seq_len > model.context_length {
-            return Err(Error::InvalidSetting(format!(
-                "seq_len {} is longer than the model's context of {} tokens; set seq_len to at most {}",
-                self.seq_len, model.context_length, model.context_length
-            )));
-        }
+        check_seq_len(self.seq_len, model.context_length)?;
         if let Some(n) = self.lora.layers.filter(|&n| n > model.num_layers) {
             return Err(Error::InvalidSetting(format!(
                 "`layers` asks to adapt the last {n} layers but the model has only {}; set it to at most {} (or unset \
