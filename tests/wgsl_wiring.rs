@@ -1,5 +1,5 @@
-//! `--kernels wgsl`: the portable graph with our WGSL kernels (RMS norm, rotary, SwiGLU, forward and backward, and the
-//! head's cross-entropy) where they apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors
+//! `--kernels wgsl`: the portable graph with our WGSL kernels (RMS norm, rotary, SwiGLU, attention, forward and
+//! backward, and the head's cross-entropy) where they apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors
 //! to the same kernels and launches through wgpu on Vulkan (Mesa's lavapipe in CI; `ops::metal::run`'s other route),
 //! so the wiring (which op takes which kernel, with which shapes, and what comes back) is run end to end: a training
 //! step records every kernel's launches, and 20 training steps of every family lose what the portable graph loses,
@@ -50,7 +50,8 @@ fn a_training_step_runs_each_wired_kernel() {
     let after = metal::launch_counts();
     let ran = |entry: &str| after.get(entry).copied().unwrap_or(0) - before.get(entry).copied().unwrap_or(0);
     // Two layers: two norms each and the final one forward; backward the same but the first layer's input norm
-    // (nothing below it trains); q and k turned and turned back; one SwiGLU each way per layer; the loss.
+    // (nothing below it trains); q and k turned and turned back; one SwiGLU each way per layer; the attention each
+    // way per layer; the loss.
     for (entry, at_least) in [
         ("rms_norm_fwd", 5),
         ("rms_norm_bwd_dx", 4),
@@ -58,6 +59,9 @@ fn a_training_step_runs_each_wired_kernel() {
         ("swiglu_fwd", 2),
         ("swiglu_bwd", 2),
         ("cross_entropy_fwd_bwd", 1),
+        ("attention_fwd", 2),
+        ("attention_bwd_dq", 2),
+        ("attention_bwd_dkdv", 2),
     ] {
         assert!(ran(entry) >= at_least, "{entry} ran {} times in a step ({after:?})", ran(entry));
     }

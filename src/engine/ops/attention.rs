@@ -55,11 +55,35 @@ pub fn fused_attention(
     window: Option<usize>,
     row_starts: Option<&Tensor>,
 ) -> Result<Option<(Tensor, Logsumexp)>> {
-    let (_, _, _, d) = q.dims4()?;
+    let (b, heads, t, d) = q.dims4()?;
+    if wgsl_attention_takes(q, k, q_offset, window, row_starts)? {
+        let (out, lse) = super::metal::attention(&q.contiguous()?, &k.contiguous()?, &v.contiguous()?, scale)?;
+        return Ok(Some((out.transpose(1, 2)?.reshape((b, t, heads * d))?, Logsumexp(lse))));
+    }
     if !fused_attention_applies(q.device(), q.dtype(), d) {
         return Ok(None);
     }
     cuda_attention::forward(q, k, v, scale, q_offset, window.unwrap_or(0), row_starts).map(Some)
+}
+
+/// Whether [`fused_attention`] takes our WGSL attention kernels (`--kernels wgsl`, metal/kernels.rs): causal over
+/// the whole sequence from position 0 (training, a prefill without a cache), no window, no packed rows, a head
+/// size the kernels are made for. Elsewhere (gemma3's sliding layers, packed rows, a cache) the blocked attention
+/// of the portable graph runs.
+fn wgsl_attention_takes(
+    q: &Tensor,
+    k: &Tensor,
+    q_offset: usize,
+    window: Option<usize>,
+    row_starts: Option<&Tensor>,
+) -> Result<bool> {
+    let (_, _, t, d) = q.dims4()?;
+    Ok(super::metal::takes(&[q, k])
+        && q_offset == 0
+        && window.is_none()
+        && row_starts.is_none()
+        && k.dim(2)? == t
+        && super::metal::wgsl::ATTENTION_HEAD_DIMS.contains(&(d as u32)))
 }
 
 /// Gradients `(dq (b, heads, t, d), dk, dv (b, kv_heads, t, d))` of a training [`fused_attention`] (from
@@ -77,6 +101,13 @@ pub fn fused_attention_backward(
     window: Option<usize>,
     row_starts: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
+    if wgsl_attention_takes(q, k, 0, window, row_starts)? {
+        let (b, heads, t, d) = q.dims4()?;
+        let heads_first = |x: &Tensor| x.reshape((b, t, heads, d))?.transpose(1, 2)?.contiguous();
+        let (k, v) = (k.contiguous()?, v.contiguous()?);
+        let q = q.contiguous()?;
+        return super::metal::attention_backward(&q, &k, &v, &heads_first(out)?, &heads_first(d_out)?, &lse.0, scale);
+    }
     cuda_attention::backward(q, k, v, out, lse, d_out, scale, window.unwrap_or(0), row_starts)
 }
 

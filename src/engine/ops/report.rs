@@ -63,6 +63,14 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
     // `--kernels wgsl` on a device and dtype with a route to our WGSL kernels (the same test the dispatchers make).
     let wgsl = super::metal::takes_on(device, dtype);
     let ours_wgsl = |what: &str| format!("our WGSL {what} kernel, forward and backward ({})", wgsl_route(device));
+    let attention = match wgsl {
+        true => format!(
+            "{} (causal from position 0, head_dim 16/32/64/96/128); sliding windows, packed rows and cached prefills: \
+             {attention}",
+            ours_wgsl("flash attention")
+        ),
+        false => attention,
+    };
     let norm = if wgsl {
         ours_wgsl("RMS-norm")
     } else if composed_in_f64(dtype) {

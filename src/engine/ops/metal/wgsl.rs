@@ -113,7 +113,7 @@ impl Kernel {
 pub const ATTENTION_BLOCK: u32 = 64;
 /// Head sizes the attention kernels are specialised for (register arrays of HEAD_DIM floats per thread; tiles of
 /// 16 x HEAD_DIM f32 fit the 16 KiB of workgroup memory WebGPU guarantees up to 128).
-pub const ATTENTION_HEAD_DIMS: [u32; 4] = [32, 64, 96, 128];
+pub const ATTENTION_HEAD_DIMS: [u32; 5] = [16, 32, 64, 96, 128];
 /// Largest LoRA rank the epilogue holds in workgroup memory (`MAX_RANK` in lora.wgsl).
 pub const LORA_MAX_RANK: u32 = 128;
 /// Workgroups per grid dimension that every backend accepts; larger launches spill into y.
