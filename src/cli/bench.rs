@@ -278,6 +278,9 @@ fn train(args: &TrainBenchArgs) -> anyhow::Result<()> {
     if let Some(note) = crate::engine::estimate::resolve_checkpointing(&shape, &mut config, budget, budget_name) {
         eprintln!("note: {note}");
     }
+    if let Some(note) = crate::engine::estimate::offload_host_note(&shape, &config) {
+        eprintln!("note: {note}");
+    }
     let estimate = crate::engine::estimate::training_memory(&shape, &config);
     let spec = bench::TrainBenchSpec {
         lora,

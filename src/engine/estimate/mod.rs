@@ -560,7 +560,9 @@ pub fn memory_warning(
     ))
 }
 
+mod offload_host;
 mod run_plan;
+pub use offload_host::{offload_host_note, OffloadedLayers};
 pub use run_plan::{longest_train_row, plan_run_memory, MemoryPlan};
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub fn plan_run_memory(config: &mut TrainConfig, model: &LoadedModel) -> MemoryP
     if let Some(note) = resolve_checkpointing(&shape, &mut estimated, budget, name) {
         plan.notes.push(note);
     }
+    plan.notes.extend(super::offload_host_note(&shape, &estimated));
     let total = training_memory(&shape, &estimated).total_bytes();
     plan.notes.push(format!(
         "memory estimate {:.2} GB ({:.2} GiB); it {}",

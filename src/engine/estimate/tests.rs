@@ -293,3 +293,29 @@ fn grpo_counts_completions_and_generation_caches() {
     assert!(b.activations_bytes >= 7 * a.activations_bytes, "{a:?} {b:?}");
     assert!(b.generation_bytes > 0 && a.generation_bytes == 0);
 }
+
+/// An offloading run parks each trained layer's input and attention result in host memory while both fit the
+/// pinning budget, else the inputs only; the note says which before the run; where the device does not offload there
+/// is nothing to say.
+#[test]
+fn the_offload_note_says_what_host_memory_holds() {
+    let cfg = TrainConfig {
+        batch_size: 1,
+        seq_len: 262_144,
+        checkpointing: Checkpointing::Offload,
+        ..TrainConfig::default()
+    };
+    let offloading = ModelShape { offloads_checkpoints: true, ..llama_1b_bf16(true) };
+    let parked = OffloadedLayers::of(&offloading, &cfg);
+    assert_eq!(parked.layers, 16);
+    assert_eq!(parked.input_bytes, 262_144 * 2048 * 2);
+    assert_eq!(parked.attention_bytes, 262_144 * (32 * 64 * 2 + 32 * 4));
+    // 16 GiB of inputs, 32.5 GiB with the attention results.
+    assert!(!parked.parks_attention(Some(20 << 30)));
+    assert!(parked.parks_attention(Some(40 << 30)));
+    assert!(parked.parks_attention(None), "an unknown budget keeps the pass's default");
+    assert!(offload_host_note(&offloading, &cfg).is_some_and(|n| n.starts_with("offload: ")));
+    assert_eq!(offload_host_note(&llama_1b_bf16(true), &cfg), None, "this device does not offload");
+    let on = TrainConfig { checkpointing: Checkpointing::On, ..cfg };
+    assert_eq!(offload_host_note(&offloading, &on), None);
+}

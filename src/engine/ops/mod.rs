@@ -68,7 +68,7 @@ pub use heads::{merge_heads_backward, split_heads};
 pub use kernel_choice::{kernels, Kernels};
 pub use metal::sdpa::sdpa;
 pub use norm::{add_rms_norm, rms_norm};
-pub use offload::{offload_applies, Offloader, Parked};
+pub use offload::{attention_fits_in_host, host_pin_budget, offload_applies, Offloader, Parked};
 pub use precision::upcast;
 pub use products::{matmul, matmul_add, matmul_f32};
 pub use quantized::{
