@@ -47,6 +47,9 @@ pub struct ModelShape {
     /// A checkpointed recompute defers the MLP to the backward (no norm after the MLP: `model::mlp::Mlp::defer`).
     #[serde(default)]
     pub defers_mlp: bool,
+    /// The head is quantized and its loss dequantizes it whole for the pass (CUDA: `ops::dequantizes_whole_head`).
+    #[serde(default)]
+    pub dequantizes_head: bool,
 }
 
 impl ModelShape {
@@ -82,6 +85,7 @@ impl ModelShape {
             fused_attention: false,
             offloads_checkpoints: false,
             defers_mlp: !config.norm_layout.norms_mlp_output(),
+            dequantizes_head: false,
         }
     }
 
@@ -102,6 +106,8 @@ impl ModelShape {
                 model.config.head_dim,
             ),
             offloads_checkpoints: crate::engine::ops::offload_applies(model.device()),
+            dequantizes_head: model.head().quantized_type().is_some()
+                && crate::engine::ops::dequantizes_whole_head(model.device(), model.dtype()),
             ..Self::of(&model.config, model.dtype().size_in_bytes())
         }
     }
@@ -288,7 +294,10 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
         base_weights_bytes: model.base_weights_bytes.unwrap_or(model.parameters as u64 * bytes),
         adapter_state_bytes: trainable_params(model, &config.lora).unwrap_or(0) as u64 * 16,
         activations_bytes,
-        logits_bytes: logits_chunk + 4 * tokens * h * bytes.max(4),
+        // A quantized head dequantized whole for the loss adds its dense copy.
+        logits_bytes: logits_chunk
+            + 4 * tokens * h * bytes.max(4)
+            + if model.dequantizes_head { vocab * h * bytes } else { 0 },
         transient_bytes: attention.max(mlp) + 2 * tokens * h * bytes,
         runtime_bytes: runtime_bytes(vocab),
         checkpointing,

@@ -29,6 +29,7 @@ pub(crate) fn smollm_like() -> ModelShape {
         fused_attention: false,
         offloads_checkpoints: false,
         defers_mlp: false,
+        dequantizes_head: false,
     }
 }
 
@@ -134,6 +135,7 @@ fn llama_1b_bf16(fused_attention: bool) -> ModelShape {
         fused_attention,
         offloads_checkpoints: false,
         defers_mlp: false,
+        dequantizes_head: false,
     }
 }
 
@@ -318,4 +320,14 @@ fn the_offload_note_says_what_host_memory_holds() {
     assert_eq!(offload_host_note(&llama_1b_bf16(true), &cfg), None, "this device does not offload");
     let on = TrainConfig { checkpointing: Checkpointing::On, ..cfg };
     assert_eq!(offload_host_note(&offloading, &on), None);
+}
+
+/// A quantized head whose loss dequantizes it whole for the pass (CUDA) holds its dense copy during the head phase.
+#[test]
+fn a_head_dequantized_for_the_loss_is_counted() {
+    let cfg = TrainConfig { batch_size: 1, seq_len: 1024, ..TrainConfig::default() };
+    let blockwise = llama_1b_bf16(true);
+    let whole = ModelShape { dequantizes_head: true, ..llama_1b_bf16(true) };
+    let (a, b) = (training_memory(&blockwise, &cfg), training_memory(&whole, &cfg));
+    assert_eq!(b.logits_bytes - a.logits_bytes, 128_256 * 2048 * 2);
 }

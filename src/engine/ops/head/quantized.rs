@@ -47,6 +47,13 @@ fn block_logits(hidden: &Tensor, block: &QTensor) -> Result<(Tensor, Tensor)> {
 /// Negative log-likelihood of `targets[i]` after `hidden[i]` (n, h) through the quantized head, pushing each
 /// row's onto `row_nll` when given, and with `grad_scale` the gradient of `grad_scale * nll_sum` with respect
 /// to `hidden`.
+/// Whether the loss over a quantized head on `device` in `dtype` dequantizes the whole vocabulary for the pass (CUDA:
+/// then the dense head's cross-entropy kernel runs; a (vocab x hidden) transient the memory estimate counts), rather
+/// than going block by block.
+pub fn dequantizes_whole_head(device: &candle_core::Device, dtype: candle_core::DType) -> bool {
+    crate::engine::ops::cuda::availability::available(device, dtype)
+}
+
 pub fn quantized_head_nll(
     hidden: &Tensor,
     head: &QuantizedHead<'_>,
@@ -59,7 +66,7 @@ pub fn quantized_head_nll(
         candle_core::bail!("head loss: {n} rows but {} targets", targets.len());
     }
     let device = hidden.device();
-    if crate::engine::ops::cuda::availability::available(device, hidden.dtype()) {
+    if dequantizes_whole_head(device, hidden.dtype()) {
         let dense = dequantize_stacked(head.blocks, device, hidden.dtype())?;
         return super::dense::head_nll_rows(hidden, &dense, targets, grad_scale, row_nll);
     }
