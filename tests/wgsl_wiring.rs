@@ -1,5 +1,5 @@
 //! `--kernels wgsl`: the portable graph with our WGSL kernels (RMS norm, rotary, SwiGLU, attention, forward and
-//! backward, and the head's cross-entropy) where they apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors
+//! backward, the head's cross-entropy, and the LoRA epilogue at inference) where they apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors
 //! to the same kernels and launches through wgpu on Vulkan (Mesa's lavapipe in CI; `ops::metal::run`'s other route),
 //! so the wiring (which op takes which kernel, with which shapes, and what comes back) is run end to end: a training
 //! step records every kernel's launches, and 20 training steps of every family lose what the portable graph loses,
@@ -91,4 +91,30 @@ fn wgsl_training_matches_the_portable_graph_in_every_family() {
     let (theirs, mine) = (farthest(&portable), farthest(&ours));
     eprintln!("f16 against f32, largest loss distance: portable {theirs:.2e}, wgsl {mine:.2e}");
     assert!(mine <= 2.0 * theirs + 1e-3, "f16: wgsl {mine} from the f32 run, portable {theirs} ({ours:?})");
+}
+
+/// At inference an adapter's update goes through the WGSL LoRA epilogue (one launch: `y + scale (x A) B`), and gives
+/// the frozen product plus the update computed with Candle's own products.
+#[test]
+fn an_adapter_at_inference_takes_the_lora_epilogue() {
+    let Some(()) = wgsl("an_adapter_at_inference_takes_the_lora_epilogue") else { return };
+    let mut m = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F32).unwrap();
+    let settings = LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
+    for p in lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap() {
+        p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
+    }
+    let down = &m.model.layers[0].mlp.down_proj;
+    let x = Tensor::randn(0f32, 1.0, (2, 5, down.in_features()), &Device::Cpu).unwrap();
+    let before = metal::launch_counts().get("lora_epilogue").copied().unwrap_or(0);
+    let y = down.forward(&x).unwrap();
+    assert!(metal::launch_counts().get("lora_epilogue").copied().unwrap_or(0) > before, "no lora_epilogue launch");
+    let adapter = down.active_adapter().unwrap();
+    let (a, b) = adapter.matrices(DType::F32).unwrap();
+    let rows = x.reshape((10, down.in_features())).unwrap();
+    let w = down.weight.to_dense(DType::F32).unwrap();
+    let update = (rows.matmul(&a).unwrap().matmul(&b).unwrap() * adapter.scale).unwrap();
+    let expected = (rows.matmul(&w.t().unwrap()).unwrap() + update).unwrap().reshape(y.shape()).unwrap();
+    let diff: f32 = (&y - &expected).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    let size: f32 = expected.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    assert!(diff <= 1e-5 * size, "epilogue {diff} off ({size})");
 }

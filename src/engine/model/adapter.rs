@@ -107,8 +107,9 @@ impl LoraAdapter {
         let in_features = x.dim(candle_core::D::Minus1)?;
         let rows = x.elem_count() / in_features.max(1);
         let (a, b) = self.matrices(x.dtype())?;
-        let update = (x.reshape((rows, in_features))?.matmul(&a)?.matmul(&b)? * self.scale)?;
-        y + update.reshape(y.shape())?
+        let out_features = y.dim(candle_core::D::Minus1)?;
+        let (y2, x2) = (y.reshape((rows, out_features))?, x.reshape((rows, in_features))?);
+        crate::engine::ops::lora_add(&y2, &x2, &a, &b, self.scale)?.reshape(y.shape())
     }
 
     /// The next dropout mask, drawn from the shared seeded counter (so a training pass and a reference pass that

@@ -34,6 +34,17 @@ pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Re
     }
 }
 
+/// A LoRA update added to a base output at inference, `y + scale * (x a) b` for `y` (rows, out), `x` (rows, in), `a`
+/// (in, rank), `b` (rank, out): under `--kernels wgsl` our WGSL epilogue (one launch, the (rows, rank) product kept
+/// in workgroup memory; ranks up to `wgsl::LORA_MAX_RANK`), elsewhere the two products and the add.
+pub fn lora_add(y: &Tensor, x: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
+    if super::metal::takes(&[y, x, a, b]) && a.dim(1)? <= super::metal::wgsl::LORA_MAX_RANK as usize {
+        let (a_rows, b_rows) = (a.t()?.contiguous()?, b.t()?.contiguous()?);
+        return super::metal::lora_epilogue(&y.contiguous()?, &x.contiguous()?, &a_rows, &b_rows, scale);
+    }
+    y + (matmul(&matmul(x, a)?, b)? * scale)?
+}
+
 /// `alpha * a b` in f32 whatever the operands' dtype: an adapter's gradient (kept in f32). On CUDA one cuBLAS call
 /// writes the f32 accumulators as they are (no product rounded to the operands' half precision, no cast pass);
 /// elsewhere the product, scaled, then converted.

@@ -92,7 +92,13 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
         if wgsl { format!("{}; residual adds: {element_wise}", ours_wgsl("SwiGLU")) } else { element_wise.clone() };
     vec![
         ("kernel set", format!("{:?}", kernels()).to_lowercase()),
-        ("frozen and adapter products", products),
+        (
+            "frozen and adapter products",
+            match wgsl {
+                true => format!("{products}; an adapter's update at inference: our WGSL LoRA epilogue kernel"),
+                false => products,
+            },
+        ),
         ("RMS norm", norm),
         ("rotary embedding", rotary),
         ("attention", attention),
