@@ -372,16 +372,25 @@ pub fn reset_peak_rss() -> bool {
 }
 
 fn proc_status_kib(key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(key))?;
+    proc_file_kib("/proc/self/status", key)
+}
+
+/// The value in KiB of the line that starts with `key` in a /proc file of `key: value kB` lines.
+fn proc_file_kib(path: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Physical memory of this machine in bytes (Linux: /proc/meminfo; None where unknown).
 pub fn total_memory_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)
+    proc_file_kib("/proc/meminfo", "MemTotal:").map(|kib| kib * 1024)
+}
+
+/// Memory the kernel estimates is available to a new allocation without swapping, in bytes (Linux: /proc/meminfo's
+/// MemAvailable; None where unknown).
+pub fn available_memory_bytes() -> Option<u64> {
+    proc_file_kib("/proc/meminfo", "MemAvailable:").map(|kib| kib * 1024)
 }
 
 /// Memory a run on `device` can use before it swaps or fails: the machine's RAM on the CPU; on a Mac's GPU,

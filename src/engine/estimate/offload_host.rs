@@ -32,7 +32,7 @@ impl OffloadedLayers {
 
     /// Whether the attention results go beside the inputs within `budget_bytes` (the pass's own rule).
     pub fn parks_attention(&self, budget_bytes: Option<u64>) -> bool {
-        budget_bytes.is_none_or(|b| attention_fits_in_host(self.input_bytes, self.attention_bytes, self.layers, b))
+        attention_fits_in_host(self.input_bytes, self.attention_bytes, self.layers, budget_bytes)
     }
 }
 

@@ -241,7 +241,7 @@ impl DecoderLayer {
             Some(delta) => add_then_apply(&self.norms.attention_input, x, delta)?,
             None => (x.clone(), apply(&self.norms.attention_input, x)?),
         };
-        let (attn_out, attention) = self.self_attn.forward_train(&normed_in, ctx, known)?;
+        let (attn_out, mut attention) = self.self_attn.forward_train(&normed_in, ctx, known)?;
         let attn_raw = self.norms.attention_output.as_ref().map(|_| attn_out.clone());
         let attn_delta = self.residual(apply(&self.norms.attention_output, &attn_out)?)?;
         let (x_mid, normed_mid) = add_then_apply(&self.norms.mlp_input, &x, &attn_delta)?;
@@ -252,7 +252,6 @@ impl DecoderLayer {
         let (down, mut mlp) = self.mlp.forward_train(&normed_mid, ctx)?;
         // The blocks' normed inputs are made again in the backward from the layer's input and mid residual, which
         // the tape keeps for the norms' backward anyway (a recompute's tape is read at once: it keeps them).
-        let mut attention = attention;
         if !recompute {
             if self.norms.attention_input.is_some() {
                 attention.forget_input();

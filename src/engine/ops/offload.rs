@@ -28,12 +28,12 @@ pub struct Offloader {
 }
 
 /// Whether the attention results of `layers` layers fit in host memory beside their inputs (`input_bytes` and
-/// `attention_bytes` a layer) within `budget_bytes` ([`host_pin_budget`]). When not, only the inputs leave the device
+/// `attention_bytes` a layer) within `budget_bytes` ([`host_pin_budget`]; unknown: they go). When not, only the inputs leave the device
 /// and the recompute attends again: the kept attention output doubles the host memory a token costs (at 8B, 512 KiB
 /// instead of 256), so a long run on a host of 128 GiB would stop near 250k tokens where the inputs alone reach
 /// twice as far.
-pub fn attention_fits_in_host(input_bytes: u64, attention_bytes: u64, layers: u64, budget_bytes: u64) -> bool {
-    layers.saturating_mul(input_bytes + attention_bytes) <= budget_bytes
+pub fn attention_fits_in_host(input_bytes: u64, attention_bytes: u64, layers: u64, budget_bytes: Option<u64>) -> bool {
+    budget_bytes.is_none_or(|budget| layers.saturating_mul(input_bytes + attention_bytes) <= budget)
 }
 
 /// The host memory an offloading pass may pin: `METAL_CANDLE_OFFLOAD_HOST_GIB` where set, else three quarters of
@@ -43,9 +43,7 @@ pub fn host_pin_budget() -> Option<u64> {
     if let Some(gib) = std::env::var("METAL_CANDLE_OFFLOAD_HOST_GIB").ok().and_then(|v| v.trim().parse::<f64>().ok()) {
         return Some((gib.max(0.0) * (1u64 << 30) as f64) as u64);
     }
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let available = line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024;
+    let available = crate::engine::device::available_memory_bytes()?;
     #[cfg(feature = "cuda")]
     let pooled = super::cuda::offload::pooled_bytes() as u64;
     #[cfg(not(feature = "cuda"))]
@@ -89,8 +87,7 @@ impl Offloader {
             return false;
         }
         *self.attention.get_or_insert_with(|| {
-            let fits = host_pin_budget()
-                .is_none_or(|budget| attention_fits_in_host(input_bytes, attention_bytes, layers, budget));
+            let fits = attention_fits_in_host(input_bytes, attention_bytes, layers, host_pin_budget());
             if !fits {
                 static SAID: std::sync::Once = std::sync::Once::new();
                 SAID.call_once(|| {
@@ -165,9 +162,10 @@ mod tests {
         let per_token = 4096 * 2;
         let at = |tokens: u64| (tokens * per_token, tokens * (per_token + 32 * 4));
         let (input, attention) = at(250_000);
-        assert!(!attention_fits_in_host(input, attention, layers, host));
-        assert!(attention_fits_in_host(input, 0, layers, host));
+        assert!(!attention_fits_in_host(input, attention, layers, Some(host)));
+        assert!(attention_fits_in_host(input, 0, layers, Some(host)));
+        assert!(attention_fits_in_host(input, attention, layers, None), "an unknown budget: they go");
         let (input, attention) = at(32_768);
-        assert!(attention_fits_in_host(input, attention, layers, host));
+        assert!(attention_fits_in_host(input, attention, layers, Some(host)));
     }
 }

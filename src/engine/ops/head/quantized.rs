@@ -44,9 +44,6 @@ fn block_logits(hidden: &Tensor, block: &QTensor) -> Result<(Tensor, Tensor)> {
     Ok((logits, dense))
 }
 
-/// Negative log-likelihood of `targets[i]` after `hidden[i]` (n, h) through the quantized head, pushing each
-/// row's onto `row_nll` when given, and with `grad_scale` the gradient of `grad_scale * nll_sum` with respect
-/// to `hidden`.
 /// Whether the loss over a quantized head on `device` in `dtype` dequantizes the whole vocabulary for the pass (CUDA:
 /// then the dense head's cross-entropy kernel runs; a (vocab x hidden) transient the memory estimate counts), rather
 /// than going block by block.
@@ -54,6 +51,9 @@ pub fn dequantizes_whole_head(device: &candle_core::Device, dtype: candle_core::
     crate::engine::ops::cuda::availability::available(device, dtype)
 }
 
+/// Negative log-likelihood of `targets[i]` after `hidden[i]` (n, h) through the quantized head, pushing each
+/// row's onto `row_nll` when given, and with `grad_scale` the gradient of `grad_scale * nll_sum` with respect
+/// to `hidden`.
 pub fn quantized_head_nll(
     hidden: &Tensor,
     head: &QuantizedHead<'_>,
