@@ -5,7 +5,8 @@
 //
 // The weight may be several tensors end to end (QSegments): attention's q|k|v, the MLP's gate|up, or the
 // vocabulary's blocks of rows are one launch. Each warp takes 1, 2 or 4 consecutive rows and walks them together,
-// so the input values a lane loads serve each of them. A lane takes 32 weights of a row per step: for Q4_K, 16
+// so the input values a lane loads serve each of them; for the middling products a block's four warps share two
+// rows, each walking a quarter of their blocks (qgemv_rows' SPLIT). A lane takes 32 weights of a row per step: for Q4_K, 16
 // low and 16 high nibbles of one 16-byte load (one sub-block pair); for Q6_K, four groups of 8 (one per 32-weight
 // quarter of a half block); for Q8_0, one whole 32-weight block. Math is in f32 with the activations as given
 // (no 8-bit quantization of x, unlike llama.cpp's and Candle's kernels), so the result is the dequantized product
@@ -184,14 +185,18 @@ struct Q80 {
 };
 
 #define QG_WARPS 4
-// Grid ceil(n / (ROWS * QG_WARPS)), block 32 * QG_WARPS; each warp takes ROWS consecutive rows (the host picks 1, 2
-// or 4: fewer rows per warp, more warps in flight for small products). k is a multiple of Q::BLOCK; x is 16-byte
-// aligned.
-template <typename T, typename Q, int ROWS>
+// Grid ceil(n / (ROWS * QG_WARPS / SPLIT)), block 32 * QG_WARPS. Each group of SPLIT warps takes ROWS consecutive
+// rows (the host picks ROWS 1, 2 or 4 and SPLIT 1 or QG_WARPS): with SPLIT 1 a warp walks the whole row; with
+// SPLIT QG_WARPS the block's warps share its rows, each taking every SPLIT-th step of blocks, and their sums meet
+// in shared memory. Splitting puts four times the loads in flight for the products with few rows (a layer's
+// q|k|v, o and down at 8B have 4,096-6,144 rows: one or two warps an SM's scheduler short of hiding the memory's
+// latency). k is a multiple of Q::BLOCK; x is 16-byte aligned.
+template <typename T, typename Q, int ROWS, int SPLIT>
 __device__ void qgemv_rows(const T* x, const QSegments& segs, T* y, int n, int k) {
-  const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * QG_WARPS + (threadIdx.x >> 5)) * ROWS;
-  if (row0 >= n) return;
+  static_assert(SPLIT == 1 || SPLIT == QG_WARPS, "a group of warps is one warp or the whole block");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row0 = ((blockIdx.x * QG_WARPS + warp) / SPLIT) * ROWS;
+  if (row0 >= n) return;  // with SPLIT > 1 the whole block returns together
   const int blocks = k / Q::BLOCK;
   const size_t row_bytes = (size_t)blocks * Q::BYTES;
   const uint8_t* rows[ROWS];
@@ -200,28 +205,48 @@ __device__ void qgemv_rows(const T* x, const QSegments& segs, T* y, int n, int k
   constexpr int BLOCKS_PER_STEP = 32 / Q::LANES_PER_BLOCK;
   const int sub = lane % Q::LANES_PER_BLOCK;
   float acc[ROWS] = {};
-  for (int b = lane / Q::LANES_PER_BLOCK; b < blocks; b += BLOCKS_PER_STEP) {
+  for (int b = lane / Q::LANES_PER_BLOCK + (warp % SPLIT) * BLOCKS_PER_STEP; b < blocks;
+       b += BLOCKS_PER_STEP * SPLIT) {
     typename Q::Input in;
     Q::template input<T>(x, b, sub, in);
 #pragma unroll
     for (int r = 0; r < ROWS; r++) acc[r] += Q::dot(rows[r], b, sub, in);
   }
 #pragma unroll
-  for (int r = 0; r < ROWS; r++) {
-    const float s = warp_sum(acc[r]);
-    if (lane == 0 && row0 + r < n) y[row0 + r] = from_f<T>(s);
+  for (int r = 0; r < ROWS; r++) acc[r] = warp_sum(acc[r]);
+  if (SPLIT > 1) {
+    __shared__ float partial[QG_WARPS][ROWS];
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < ROWS; r++) partial[warp][r] = acc[r];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+      acc[r] = 0.f;
+#pragma unroll
+      for (int w = 0; w < SPLIT; w++) acc[r] += partial[w][r];
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+      if (row0 + r < n) y[row0 + r] = from_f<T>(acc[r]);
   }
 }
 
-#define QGEMV_ROWS(QNAME, Q, R)                                                                                   \
-  extern "C" __global__ void qgemv_##QNAME##_r##R##_f32(const float* x, QSegments s, float* y, int n, int k) {    \
-    qgemv_rows<float, Q, R>(x, s, y, n, k);                                                                       \
+#define QGEMV_ROWS(QNAME, Q, R, S)                                                                                \
+  extern "C" __global__ void qgemv_##QNAME##_r##R##_s##S##_f32(const float* x, QSegments s, float* y, int n,      \
+                                                               int k) {                                           \
+    qgemv_rows<float, Q, R, S>(x, s, y, n, k);                                                                    \
   }                                                                                                               \
-  extern "C" __global__ void qgemv_##QNAME##_r##R##_bf16(const __nv_bfloat16* x, QSegments s, __nv_bfloat16* y,   \
-                                                         int n, int k) {                                          \
-    qgemv_rows<__nv_bfloat16, Q, R>(x, s, y, n, k);                                                               \
+  extern "C" __global__ void qgemv_##QNAME##_r##R##_s##S##_bf16(const __nv_bfloat16* x, QSegments s,              \
+                                                                __nv_bfloat16* y, int n, int k) {                 \
+    qgemv_rows<__nv_bfloat16, Q, R, S>(x, s, y, n, k);                                                            \
   }
-#define QGEMV(QNAME, Q) QGEMV_ROWS(QNAME, Q, 1) QGEMV_ROWS(QNAME, Q, 2) QGEMV_ROWS(QNAME, Q, 4)
+#define QGEMV_SPLITS(QNAME, Q, R) QGEMV_ROWS(QNAME, Q, R, 1) QGEMV_ROWS(QNAME, Q, R, 4)
+#define QGEMV(QNAME, Q) QGEMV_SPLITS(QNAME, Q, 1) QGEMV_SPLITS(QNAME, Q, 2) QGEMV_SPLITS(QNAME, Q, 4)
 QGEMV(q4k, Q4K)
 QGEMV(q6k, Q6K)
 QGEMV(q8_0, Q80)

@@ -24,17 +24,18 @@ pub const MAX_SEGMENTS: usize = 48;
 /// QG_WARPS of qgemv.cuh: warps per block of the product.
 const WARPS: usize = 4;
 
-/// Rows each warp takes (the kernels' ROWS): four where the product has rows enough to keep the GPU's warps
-/// busy anyway (the input a lane loads then serves four rows), fewer for the small products of small models,
-/// which are bound by how many loads are in flight. Measured on an H200 at the 8B shape, q4k decode
-/// (`scripts/gpu_qgemv_rows.sh`): two rows from 4096 (q|k|v, o and down) gave 268.8 tok/s against 258.7 with two
-/// from 8192 (one row for those) and 227.9 with four from 4096; a 1B model's products (below 4096 but the MLP's
-/// and the head's) are unchanged.
-fn rows_per_warp(n: usize) -> usize {
+/// How a product of `n` rows is spread over warps: (rows a group of warps takes, warps in the group), the
+/// kernels' ROWS and SPLIT. Measured on an H200, q4k decode, 256 tokens (`scripts/gpu_qgemv_rows.sh`, one call):
+/// - from 16,384 rows (the MLP's gate|up, a vocabulary) four rows to a warp, which walks them alone: the input a
+///   lane loads serves four rows, and there are warps enough. Splitting them too cost 5% at 8B and 15% at 1B.
+/// - from 4,096 rows (an 8B layer's q|k|v, o and down) two rows to a group of the block's four warps, which split
+///   the rows' blocks between them: four times the loads in flight. 8B 268.7 -> 274.5 tok/s (bf16 210.2).
+/// - fewer rows (a 1B model's) one row to a warp: splitting them cost 4% (1,051 -> 1,014 tok/s).
+fn launch_shape(n: usize) -> (usize, usize) {
     match n {
-        16384.. => 4,
-        4096.. => 2,
-        _ => 1,
+        16384.. => (4, 1),
+        4096.. => (2, WARPS),
+        _ => (1, 1),
     }
 }
 
@@ -115,8 +116,8 @@ fn gemv_as<T: CudaDType + DeviceRepr>(x: &Tensor, weights: &[&QTensor], suffix: 
     let (storage, layout) = x.storage_and_layout();
     let dev = x.device().as_cuda_device()?.clone();
     let kind = type_name(weights[0].dtype()).expect("takes checked the type");
-    let rows = rows_per_warp(n);
-    let f = load!(&dev, &format!("qgemv_{kind}_r{rows}_{suffix}"))?;
+    let (rows, split) = launch_shape(n);
+    let f = load!(&dev, &format!("qgemv_{kind}_r{rows}_s{split}_{suffix}"))?;
     let xv = view::<T>(on_cuda(&storage, "the quantized product's input")?, layout, "the quantized product's input")?;
     let out = output::<T>(&dev, n)?;
     let mut b = f.builder();
@@ -125,7 +126,7 @@ fn gemv_as<T: CudaDType + DeviceRepr>(x: &Tensor, weights: &[&QTensor], suffix: 
     b.arg(&out);
     candle_core::builder_arg!(b, n as i32, k as i32);
     let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(rows * WARPS) as u32, 1, 1),
+        grid_dim: (n.div_ceil(rows * WARPS / split) as u32, 1, 1),
         block_dim: (32 * WARPS as u32, 1, 1),
         shared_mem_bytes: 0,
     };
