@@ -5,7 +5,9 @@
 //! - [`add_rms_norm`]: residual add and the following RMS norm in one pass (both results returned).
 //! - [`silu_mul_halves`]: SwiGLU on a fused gate|up product.
 //! - [`kv_write`]: rotate the new keys and write keys and values into the layer's cache in place.
-//! - [`attention`]: one query per head against the cache, rotating the query on the way in.
+//! - [`attention`]: one query per head against the cache, rotating the query on the way in; the keys are cut
+//!   into shares, a block each, and the shares merged by a second launch (flash-decoding), so the whole GPU
+//!   works on it at any context length.
 //! - [`argmax`]: the index of the largest of a row of f32 logits (greedy sampling reads back one id).
 //!
 //! The cache write and the attention take the token's position either as a number or, for a step captured in a
@@ -253,6 +255,18 @@ mod imp {
         }
     }
 
+    /// Shares the keys of each (head, batch row) are cut into for the decode attention (attn_decode_part): about
+    /// two blocks per SM over the `blocks` (head, row) pairs, at most 32, and none smaller than 32 keys of a full
+    /// cache of `cap` positions. It depends on the device and the shapes only, never on the position, so a
+    /// captured decode step replays at every position with the same launch.
+    fn key_shares(dev: &candle_core::CudaDevice, blocks: usize, cap: usize) -> Result<usize> {
+        use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
+        let sms =
+            dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).w()?
+                as usize;
+        Ok((2 * sms).div_ceil(blocks.max(1)).clamp(1, 32).min(cap.div_ceil(32).max(1)))
+    }
+
     pub struct Attention {
         pub shape: DecodeShape,
         pub position: Option<Tensor>,
@@ -277,18 +291,20 @@ mod imp {
             let s = self.shape;
             let (b, cap) = check(&s, ql, cl, rl)?;
             let dev = qkv.device().clone();
-            let f = func!(qkv, "attn_decode")?;
+            let (part_fn, merge_fn) = (func!(qkv, "attn_decode_part")?, func!(qkv, "attn_decode_merge")?);
             let rope_view = view::<f32>(rope, rl, "rope")?;
             let position = position_address(self.position.as_ref())?;
             let scale = 1.0 / (s.head_dim as f64).sqrt();
+            let splits = key_shares(&dev, s.heads * b, cap)?;
+            let part = output::<f32>(&dev, b * s.heads * splits * (s.head_dim + 2))?;
             let slice = with_dtype!(qkv, T, {
                 let out = output::<T>(&dev, b * s.heads * s.head_dim)?;
                 let (q, c) = (view::<T>(qkv, ql, "qkv")?, view::<T>(cache, cl, "cache")?);
-                let mut b_ = f.builder();
+                let mut b_ = part_fn.builder();
                 b_.arg(&q);
                 b_.arg(&rope_view);
                 b_.arg(&c);
-                b_.arg(&out);
+                b_.arg(&part);
                 candle_core::builder_arg!(
                     b_,
                     int(s.heads),
@@ -302,12 +318,24 @@ mod imp {
                     scale as f32
                 );
                 let cfg = LaunchConfig {
-                    grid_dim: (s.heads as u32, b as u32, 1),
+                    grid_dim: (s.heads as u32, b as u32, splits as u32),
                     // DEC_THREADS in fused.cu.
                     block_dim: (256, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                // SAFETY: arguments match the kernel's signature; `check` bounds every index.
+                // SAFETY: arguments match the kernel's signature; `check` bounds every index; `part` holds
+                // (b * heads * splits) rows of d + 2.
+                unsafe { b_.launch(cfg) }.w()?;
+                let mut b_ = merge_fn.builder();
+                b_.arg(&part);
+                b_.arg(&out);
+                candle_core::builder_arg!(b_, int(s.heads), int(s.head_dim), int(splits));
+                let cfg = LaunchConfig {
+                    grid_dim: (s.heads as u32, b as u32, 1),
+                    block_dim: (s.head_dim.next_multiple_of(32).min(256) as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: as above; the merge reads the parts the launch before it wrote on the same stream.
                 unsafe { b_.launch(cfg) }.w()?;
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             });

@@ -272,25 +272,38 @@ __device__ __forceinline__ void add_weighted(const __nv_bfloat16* v, float p, fl
 }
 
 // Attention of one new query per head at `pos` (read from `pos_dev` when not null, as in `kv_write`) over the
-// `pos + 1` cached positions (keys `window` or more back, when window > 0, fall outside a sliding window). The
-// query is rotated here. Keys are taken DEC_CHUNK at a time: every thread scores its own keys (a whole row
-// each, so a block scores blockDim.x keys at once), the chunk's softmax weights sit in shared memory, then the
-// threads split into groups of d / w lanes, each lane summing a w-element slice (one 16-byte load) of the
-// weighted value rows of its group's keys (with d = 64 in bf16: 32 groups, so a few loads per thread at short
-// contexts, where latency, not bandwidth, sets the time); an online softmax carries over chunks and the groups
-// are summed at the end. Grid (heads, b), block DEC_THREADS; d <= 256. out: (b, heads * d).
+// `pos + 1` cached positions (keys `window` or more back, when window > 0, fall outside a sliding window), in two
+// launches (flash-decoding): attn_decode_part, grid (heads, b, splits), then attn_decode_merge, grid (heads, b).
+// The keys the token sees are cut into `splits` contiguous shares, one block each, so a model with 32 heads keeps
+// every SM busy instead of 32 (one block per head walked all the keys: 15 us a layer at 384 keys on an H200,
+// and growing with the context). The share count is fixed by the host and the shares by the position the kernel
+// reads, so a captured decode step replays at every position.
+//
+// attn_decode_part rotates the query, then takes its keys DEC_CHUNK at a time: every thread scores its own keys
+// (a whole row each), the chunk's softmax weights sit in shared memory, then the threads split into groups of
+// d / w lanes, each lane summing a w-element slice (one 16-byte load) of the weighted value rows of its group's
+// keys; an online softmax carries over chunks and the groups are summed at the end. It writes its share's
+// running maximum, sum of weights and unnormalised output to part ((b * heads + h) * splits + share) * (d + 2):
+// [m, l, acc[0 .. d)] in f32 (an empty share: m = -inf, l = 0). Block DEC_THREADS; d <= 256.
 #define DEC_THREADS 256
 #define DEC_CHUNK 1024
 template <typename T>
-__device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* out, int heads, int kv, int d,
-                            int cap, int b, const unsigned* pos_dev, int pos, int window, float scale) {
+__device__ void attn_decode_part(const T* qkv, const float* rope, const T* cache, float* part, int heads, int kv,
+                                 int d, int cap, int b, const unsigned* pos_dev, int pos, int window, float scale) {
   if (pos_dev) pos = (int)*pos_dev;
   const int len = pos + 1, lo = window > 0 ? max(0, len - window) : 0;
+  const int splits = gridDim.z, share = (len - lo + splits - 1) / splits;
+  const int k0 = lo + (int)blockIdx.z * share, k1 = min(len, k0 + share);
+  const int h = blockIdx.x, bi = blockIdx.y, half = d / 2, tid = threadIdx.x;
+  float* mine = part + (((size_t)bi * heads + h) * splits + blockIdx.z) * (d + 2);
+  if (k0 >= k1) {  // the whole block: nothing to see
+    for (int i = tid; i < d + 2; i += blockDim.x) mine[i] = i == 0 ? -INFINITY : 0.f;
+    return;
+  }
   __shared__ __align__(16) float q_s[256];
   __shared__ float p_s[DEC_CHUNK];
   __shared__ __align__(16) float acc_s[DEC_THREADS * 8];
   __shared__ float scratch[32];
-  const int h = blockIdx.x, bi = blockIdx.y, half = d / 2, tid = threadIdx.x;
   const int kvh = h / (heads / kv);
   const T* q = qkv + (size_t)bi * (heads + 2 * kv) * d + (size_t)h * d;
   for (int i = tid; i < half; i += blockDim.x) {
@@ -309,8 +322,8 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
   const int groups = max(1, (int)blockDim.x / lanes), group = tid / lanes, lane = tid % lanes;
   const bool sums = group < groups;
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, m = -INFINITY, l = 0.f;
-  for (int c0 = lo; c0 < len; c0 += DEC_CHUNK) {
-    const int n = min(DEC_CHUNK, len - c0);
+  for (int c0 = k0; c0 < k1; c0 += DEC_CHUNK) {
+    const int n = min(DEC_CHUNK, k1 - c0);
     float mx = -INFINITY;
     for (int j = tid; j < n; j += blockDim.x) {
       const float s = dot_key(q_s, kbase + (size_t)(c0 + j) * d, d, wide);
@@ -319,13 +332,13 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
     }
     const float m_new = fmaxf(m, block_max(mx, scratch));
     const float corr = __expf(m - m_new);
-    float part = 0.f;
+    float part_sum = 0.f;
     for (int j = tid; j < n; j += blockDim.x) {
       const float p = __expf(p_s[j] - m_new);
       p_s[j] = p;
-      part += p;
+      part_sum += p;
     }
-    l = l * corr + block_sum(part, scratch);
+    l = l * corr + block_sum(part_sum, scratch);
     m = m_new;
     __syncthreads();
     if (sums) {
@@ -343,10 +356,37 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
       if (e < w) acc_s[group * d + lane * w + e] = acc[e];
   }
   __syncthreads();
-  T* o = out + (size_t)bi * heads * d + (size_t)h * d;
   for (int i = tid; i < d; i += blockDim.x) {
     float v = 0.f;
     for (int g = 0; g < groups; g++) v += acc_s[g * d + i];
+    mine[2 + i] = v;
+  }
+  if (tid == 0) {
+    mine[0] = m;
+    mine[1] = l;
+  }
+}
+
+// The shares' results of attn_decode_part for one (head, batch row) rescaled to their common maximum and summed:
+// out (b, heads * d). Grid (heads, b), any block.
+template <typename T>
+__device__ void attn_decode_merge(const float* part, T* out, int heads, int d, int splits) {
+  const int h = blockIdx.x, bi = blockIdx.y;
+  const float* parts = part + ((size_t)bi * heads + h) * splits * (d + 2);
+  float m = -INFINITY;
+  for (int s = 0; s < splits; s++) m = fmaxf(m, parts[(size_t)s * (d + 2)]);
+  float l = 0.f;
+  for (int s = 0; s < splits; s++) {
+    const float ms = parts[(size_t)s * (d + 2)];
+    if (ms != -INFINITY) l += parts[(size_t)s * (d + 2) + 1] * __expf(ms - m);
+  }
+  T* o = out + (size_t)bi * heads * d + (size_t)h * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = 0.f;
+    for (int s = 0; s < splits; s++) {
+      const float ms = parts[(size_t)s * (d + 2)];
+      if (ms != -INFINITY) v += parts[(size_t)s * (d + 2) + 2 + i] * __expf(ms - m);
+    }
     o[i] = from_f<T>(v / l);
   }
 }
@@ -363,10 +403,15 @@ __device__ void attn_decode(const T* qkv, const float* rope, const T* cache, T* 
                                                int d, int cap, int b, const unsigned* pos_dev, int pos) {        \
     kv_write<T>(qkv, rope, cache, heads, kv, d, cap, b, pos_dev, pos);                                           \
   }                                                                                                              \
-  extern "C" __global__ void attn_decode_##SUFFIX(const T* qkv, const float* rope, const T* cache, T* out,       \
-                                                  int heads, int kv, int d, int cap, int b,                      \
-                                                  const unsigned* pos_dev, int pos, int window, float scale) {   \
-    attn_decode<T>(qkv, rope, cache, out, heads, kv, d, cap, b, pos_dev, pos, window, scale);                    \
+  extern "C" __global__ void attn_decode_part_##SUFFIX(const T* qkv, const float* rope, const T* cache,          \
+                                                       float* part, int heads, int kv, int d, int cap, int b,   \
+                                                       const unsigned* pos_dev, int pos, int window,            \
+                                                       float scale) {                                           \
+    attn_decode_part<T>(qkv, rope, cache, part, heads, kv, d, cap, b, pos_dev, pos, window, scale);              \
+  }                                                                                                              \
+  extern "C" __global__ void attn_decode_merge_##SUFFIX(const float* part, T* out, int heads, int d,             \
+                                                        int splits) {                                            \
+    attn_decode_merge<T>(part, out, heads, d, splits);                                                           \
   }
 
 INSTANTIATE(float, f32)
