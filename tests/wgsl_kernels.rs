@@ -204,63 +204,110 @@ fn lora_epilogue_matches_two_matmuls() {
 }
 
 /// Causal GQA attention by the T x T definition, with Candle's autograd for the gradients of sum(o * d_o).
+/// Computed in f64 (from the same inputs), so the reference's own rounding stays far below the f32 tolerance at the
+/// longer rows (t = 129, d = 128).
 fn attention_reference(s: &AttentionShape, q: &Tensor, k: &Tensor, v: &Tensor, d_o: &Tensor) -> [Tensor; 5] {
-    let (qv, kv, vv) = (Var::from_tensor(q).unwrap(), Var::from_tensor(k).unwrap(), Var::from_tensor(v).unwrap());
+    let f64_of = |x: &Tensor| x.to_dtype(DType::F64).unwrap();
+    let (q, k, v, d_o) = (f64_of(q), f64_of(k), f64_of(v), f64_of(d_o));
+    let (qv, kv, vv) = (Var::from_tensor(&q).unwrap(), Var::from_tensor(&k).unwrap(), Var::from_tensor(&v).unwrap());
     let group = s.heads / s.kv_heads;
     let repeat = |x: &Tensor| {
         let (b, h, t, d) = x.dims4().unwrap();
         x.unsqueeze(2).unwrap().expand((b, h, group, t, d)).unwrap().reshape((b, h * group, t, d)).unwrap()
     };
     let mask: Vec<f32> = (0..s.seq * s.seq).map(|i| if i % s.seq > i / s.seq { -1e9 } else { 0.0 }).collect();
-    let mask = t(&mask, &[s.seq, s.seq]);
+    let mask = f64_of(&t(&mask, &[s.seq, s.seq]));
     let scores =
         (qv.matmul(&repeat(&kv).t().unwrap()).unwrap() * s.scale as f64).unwrap().broadcast_add(&mask).unwrap();
     let lse = scores.exp().unwrap().sum(D::Minus1).unwrap().log().unwrap();
     let p = candle_nn::ops::softmax(&scores, D::Minus1).unwrap();
     let o = p.matmul(&repeat(&vv)).unwrap();
-    let grads = (o.clone() * d_o).unwrap().sum_all().unwrap().backward().unwrap();
+    let grads = (o.clone() * &d_o).unwrap().sum_all().unwrap().backward().unwrap();
     let g = |x: &Var| grads.get(x).unwrap().clone();
     [o, lse, g(&qv), g(&kv), g(&vv)]
+}
+
+/// (seq, head_dim, heads, kv_heads): every head size the kernels are made for, sequences shorter than, equal to,
+/// between and past the 64-row tiles (1, 7, 64, 100, 129, 200), and query groups of 1, 2 and 4 heads.
+const ATTENTION_CASES: [(usize, usize, usize, usize); 9] = [
+    (70, 64, 4, 2),
+    (33, 32, 4, 2),
+    (21, 16, 4, 2),
+    (1, 64, 4, 2),
+    (7, 16, 2, 2),
+    (64, 32, 4, 1),
+    (100, 96, 4, 2),
+    (129, 128, 4, 1),
+    (200, 64, 2, 2),
+];
+
+/// [`assert_close`], except against an exact zero (dq and dk of a one-token sequence, whose softmax is constant:
+/// dP - delta cancels only up to rounding) each value must be within `tol` of 0, the other gradients being O(1).
+fn assert_close_or_zero(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    if want.iter().all(|w| *w == 0.0) {
+        let worst = got.iter().fold(0.0f32, |m, g| m.max(g.abs()));
+        assert!(worst <= tol, "{what}: {worst:e} against an exact zero (tolerance {tol:e})");
+        eprintln!("{what}: max absolute value {worst:e} against an exact zero (tolerance {tol:e})");
+    } else {
+        assert_close(what, got, want, tol);
+    }
 }
 
 #[test]
 fn attention_forward_and_gradients() {
     let Some(gpu) = gpu_or_skip("attention_forward_and_gradients") else { return };
-    for (seq, head_dim) in [(70, 64), (33, 32), (21, 16)] {
-        let s =
-            AttentionShape { batch: 2, heads: 4, kv_heads: 2, seq, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
-        let (qn, kn) = (2 * 4 * seq * head_dim, 2 * 2 * seq * head_dim);
+    let covered: std::collections::BTreeSet<u32> = ATTENTION_CASES.iter().map(|c| c.1 as u32).collect();
+    assert_eq!(covered.into_iter().collect::<Vec<_>>(), wgsl::ATTENTION_HEAD_DIMS, "a head size without a case");
+    for (seq, head_dim, heads, kv_heads) in ATTENTION_CASES {
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let s = AttentionShape { batch: 2, heads, kv_heads, seq, head_dim, scale };
+        let (qn, kn) = (2 * heads * seq * head_dim, 2 * kv_heads * seq * head_dim);
         for (precision, tol) in precisions(gpu) {
             let (q, k, v) =
                 (values(qn, 13, 2.0, precision), values(kn, 14, 2.0, precision), values(kn, 15, 1.0, precision));
             let d_o = values(qn, 16, 1.0, precision);
-            let (qs, kvs) = ([2, 4, seq, head_dim], [2, 2, seq, head_dim]);
+            let (qs, kvs) = ([2, heads, seq, head_dim], [2, kv_heads, seq, head_dim]);
             let [o, lse, dq, dk, dv] = attention_reference(&s, &t(&q, &qs), &t(&k, &kvs), &t(&v, &kvs), &t(&d_o, &qs));
             let hd = head_dim as u32;
             let fwd = gpu.run(&wgsl::attention_fwd(&s), precision, hd, &[&q, &k, &v]);
-            let what = |name: &str| format!("attention {name} t={seq} d={head_dim} {precision:?}");
+            let what = |name: &str| format!("attention {name} t={seq} d={head_dim} h={heads}/{kv_heads} {precision:?}");
             assert_close(&what("o"), &fwd[0], &flat(&o), tol);
             assert_close(&what("lse"), &fwd[1], &flat(&lse), F32_TOL);
             // The backward reads the kernel's own o and lse, as training does.
             let bq = gpu.run(&wgsl::attention_bwd_dq(&s), precision, hd, &[&q, &k, &v, &fwd[0], &d_o, &fwd[1]]);
             let bkv = gpu.run(&wgsl::attention_bwd_dkdv(&s), precision, hd, &[&q, &k, &v, &d_o, &fwd[1], &bq[1]]);
-            // f16: o is stored in f16 before delta = sum(dO * o) is formed; dp - delta can cancel, so allow 4x.
-            let btol = if precision == Precision::F16 { 4.0 * tol } else { tol };
-            assert_close(&what("dq"), &bq[0], &flat(&dq), btol);
-            assert_close(&what("dk"), &bkv[0], &flat(&dk), btol);
+            // f16: o is stored in f16 before delta = sum(dO * o) is formed; dp - delta can cancel, so allow 8x (dk
+            // at t=100 d=96 is 4.0e-3 off, the same to the digit from the earlier one-thread-per-row kernel).
+            let btol = if precision == Precision::F16 { 8.0 * tol } else { tol };
+            assert_close_or_zero(&what("dq"), &bq[0], &flat(&dq), btol);
+            assert_close_or_zero(&what("dk"), &bkv[0], &flat(&dk), btol);
             assert_close(&what("dv"), &bkv[1], &flat(&dv), btol);
         }
     }
 }
 
-/// Seconds per launch of `launch` on `inputs`: two warm-up launches, then `iters` in one submission.
-fn time_launch(gpu: &Gpu, launch: &wgsl::Launch, precision: Precision, head_dim: u32, inputs: &[&[f32]]) -> f64 {
+/// Seconds per launch of `launch` on `inputs`: a timed warm-up launch, then as many launches as fill about half a
+/// second (1 to 20, so a CPU adapter such as lavapipe finishes) in one submission. `None` where a binding is larger
+/// than the adapter lets one storage binding be (lavapipe's 128 MiB against the f32 logits).
+fn time_launch(
+    gpu: &Gpu,
+    launch: &wgsl::Launch,
+    precision: Precision,
+    head_dim: u32,
+    inputs: &[&[f32]],
+) -> Option<f64> {
+    let max = gpu.device.limits().max_storage_buffer_binding_size as usize;
+    let bytes = |b: &wgsl::Binding| b.len * if b.elem == wgsl::Elem::Et { precision.size_in_bytes() } else { 4 };
+    if launch.bindings.iter().any(|b| bytes(b) > max) {
+        return None;
+    }
     let prepared = gpu.prepare_values(launch, precision, head_dim, inputs);
-    prepared.dispatch(2);
-    let iters = 20;
+    let start = std::time::Instant::now();
+    prepared.dispatch(1);
+    let iters = (0.5 / start.elapsed().as_secs_f64()).clamp(1.0, 20.0) as usize;
     let start = std::time::Instant::now();
     prepared.dispatch(iters);
-    start.elapsed().as_secs_f64() / iters as f64
+    Some(start.elapsed().as_secs_f64() / iters as f64)
 }
 
 /// The kernels at the Llama-3.2-1B shapes (4 x 1024 tokens, hidden 2048, vocab 128256, 32 heads / 8 kv heads of
@@ -315,8 +362,10 @@ fn bench_wgsl_1b_shapes() {
             ),
         ];
         for (name, launch, inputs, head_dim) in cases {
-            let secs = time_launch(gpu, &launch, precision, head_dim, &inputs);
-            println!("BENCH {precision:?} {name}: {:.3} ms", secs * 1e3);
+            match time_launch(gpu, &launch, precision, head_dim, &inputs) {
+                Some(secs) => println!("BENCH {precision:?} {name}: {:.3} ms", secs * 1e3),
+                None => println!("BENCH {precision:?} {name}: skipped, a binding exceeds the adapter's limit"),
+            }
         }
     }
 }

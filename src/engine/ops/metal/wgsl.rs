@@ -102,17 +102,20 @@ impl Kernel {
     /// Threads per workgroup (the `@workgroup_size` of every entry point of the module).
     pub fn workgroup_size(self) -> u32 {
         if self.needs_head_dim() {
-            ATTENTION_BLOCK
+            ATTENTION_THREADS
         } else {
             256
         }
     }
 }
 
-/// Queries (or keys) per attention workgroup: one per thread.
+/// Queries (or keys) per attention workgroup: the side of the 64 x 64 score tiles its threads share.
 pub const ATTENTION_BLOCK: u32 = 64;
-/// Head sizes the attention kernels are specialised for (register arrays of HEAD_DIM floats per thread; tiles of
-/// 16 x HEAD_DIM f32 fit the 16 KiB of workgroup memory WebGPU guarantees up to 128).
+/// Threads per attention workgroup: a 16 x 16 grid, each with a 4 x 4 micro-tile of a score tile.
+pub const ATTENTION_THREADS: u32 = 256;
+/// Head sizes the attention kernels are specialised for (`HEAD_DIM` sizes their staging and output splits; at
+/// most 30 KiB of workgroup memory for every one, within the 32 KiB of lavapipe and Apple GPUs; the wgpu device
+/// asks for the adapter's own limits).
 pub const ATTENTION_HEAD_DIMS: [u32; 5] = [16, 32, 64, 96, 128];
 /// Largest LoRA rank the epilogue holds in workgroup memory (`MAX_RANK` in lora.wgsl).
 pub const LORA_MAX_RANK: u32 = 128;

@@ -1,7 +1,16 @@
 // Causal grouped-query attention backward by recomputation (FlashAttention-2's split): probabilities are rebuilt
-// from the forward's log-sum-exp, never stored. Pass 1 (attention_bwd_dq, one thread per query row) writes dq and
-// delta_i = sum_c dO_ic O_ic; pass 2 (attention_bwd_dkdv, one thread per key row of a kv head) sums over every
-// query head of its group and every later query, so no atomics are needed. Shapes as in attention_fwd.wgsl.
+// from the forward's log-sum-exp, never stored. Shapes as in attention_fwd.wgsl, and the same tiling: 256 threads
+// per workgroup, 64 x 64 tiles of scores with a 4 x 4 register micro-tile per thread (vec4s, products over
+// slices of DC = 8 of the head dim staged transposed in workgroup memory), the 64 x 64 matrix that feeds the next
+// product in `pt`, and a second split of the threads for the 64 x HEAD_DIM results (RO rows x VO vec4 columns
+// in the named registers of struct Acc) against rows staged KC at a time. Masked tiles are never visited.
+// - attention_bwd_dq: one workgroup per (64 queries, batch x head), last blocks first. It writes
+//   delta_i = sum_c dO_ic O_ic, then for each key tile up to its diagonal forms S = q k^T and dP = dO v^T in the
+//   same pass, dS = P (dP - delta) into pt, and dq += dS k.
+// - attention_bwd_dkdv: one workgroup per (64 keys, batch x kv head), summing over every query head of its group
+//   and every query tile from its diagonal on (so no atomics): S^T = k q^T and dP^T = v dO^T, P^T into pt for
+//   dv += P^T dO, then dS^T into pt for dk += dS^T q.
+// Workgroup memory: 8.5 + 17 + 0.5 KiB.
 
 struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 }
 
@@ -17,149 +26,346 @@ struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, pad
 @group(0) @binding(9) var<storage, read_write> dv: array<ET>;
 @group(0) @binding(10) var<storage, read_write> delta: array<f32>;
 
-const BQ: u32 = 64u;
-const BK: u32 = 16u;
-var<workgroup> tile_a: array<f32, BK * HEAD_DIM>;
-var<workgroup> tile_b: array<f32, BK * HEAD_DIM>;
-var<workgroup> row_lse: array<f32, BK>;
-var<workgroup> row_delta: array<f32, BK>;
+const BT: u32 = 64u;
+const THREADS: u32 = 256u;
+const PAD4: u32 = 17u;
+const DC: u32 = 8u;
+const D4: u32 = HEAD_DIM / 4u;
+const VO: u32 = max(1u, HEAD_DIM / 32u);
+const TXO: u32 = D4 / VO;
+const RO: u32 = BT * TXO / THREADS;
+const KC: u32 = min(BT, 2048u / HEAD_DIM / 16u * 16u);
+const NEG: f32 = -3.0e38;
 
-@compute @workgroup_size(64)
+// Four transposed slices (DC x 64, padded) for the scores, or KC x D4 rows for the results.
+var<workgroup> stage: array<vec4<f32>, 4u * DC * PAD4>;
+var<workgroup> pt: array<vec4<f32>, BT * PAD4>;
+var<workgroup> row_lse: array<vec4<f32>, BT / 4u>;
+var<workgroup> row_delta: array<vec4<f32>, BT / 4u>;
+
+struct Acc { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
+             b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32> }
+
+fn ld4_v(i: u32, ok: bool) -> vec4<f32> {
+    if (ok) { return vec4<f32>(f32(v[i]), f32(v[i + 1u]), f32(v[i + 2u]), f32(v[i + 3u])); }
+    return vec4<f32>();
+}
+fn ld4_q(i: u32, ok: bool) -> vec4<f32> {
+    if (ok) { return vec4<f32>(f32(q[i]), f32(q[i + 1u]), f32(q[i + 2u]), f32(q[i + 3u])); }
+    return vec4<f32>();
+}
+fn ld4_k(i: u32, ok: bool) -> vec4<f32> {
+    if (ok) { return vec4<f32>(f32(k[i]), f32(k[i + 1u]), f32(k[i + 2u]), f32(k[i + 3u])); }
+    return vec4<f32>();
+}
+fn ld4_do(i: u32, ok: bool) -> vec4<f32> {
+    if (ok) { return vec4<f32>(f32(d_o[i]), f32(d_o[i + 1u]), f32(d_o[i + 2u]), f32(d_o[i + 3u])); }
+    return vec4<f32>();
+}
+fn st4_dq(i: u32, x: vec4<f32>) { dq[i] = ET(x.x); dq[i + 1u] = ET(x.y); dq[i + 2u] = ET(x.z); dq[i + 3u] = ET(x.w); }
+fn st4_dk(i: u32, x: vec4<f32>) { dk[i] = ET(x.x); dk[i + 1u] = ET(x.y); dk[i + 2u] = ET(x.z); dk[i + 3u] = ET(x.w); }
+fn st4_dv(i: u32, x: vec4<f32>) { dv[i] = ET(x.x); dv[i + 1u] = ET(x.y); dv[i + 2u] = ET(x.z); dv[i + 3u] = ET(x.w); }
+
+// Head-dim entries dd .. dd + 3 of row r into the transposed slice `s` (0..4) of the stage.
+fn put4_t(s: u32, dd: u32, r: u32, x: vec4<f32>) {
+    let at = (s * DC + dd) * PAD4 + r / 4u;
+    let c = r % 4u;
+    stage[at][c] = x.x;
+    stage[at + PAD4][c] = x.y;
+    stage[at + 2u * PAD4][c] = x.z;
+    stage[at + 3u * PAD4][c] = x.w;
+}
+fn get_t(s: u32, dd: u32, i: u32) -> vec4<f32> { return stage[(s * DC + dd) * PAD4 + i]; }
+
+fn acc_key(acc: ptr<function, Acc>, x: f32, y: f32, base: u32) {
+    let v0 = stage[base];
+    (*acc).a0 += x * v0;
+    if (RO > 1u) { (*acc).b0 += y * v0; }
+    if (VO > 1u) {
+        let v1 = stage[base + TXO];
+        (*acc).a1 += x * v1;
+        if (RO > 1u) { (*acc).b1 += y * v1; }
+    }
+    if (VO > 2u) {
+        let v2 = stage[base + 2u * TXO];
+        (*acc).a2 += x * v2;
+        if (RO > 1u) { (*acc).b2 += y * v2; }
+    }
+    if (VO > 3u) {
+        let v3 = stage[base + 3u * TXO];
+        (*acc).a3 += x * v3;
+        if (RO > 1u) { (*acc).b3 += y * v3; }
+    }
+}
+
+// acc (rows r0, r0 + 1) += pt[rows, c0 .. c0 + KC] x the KC staged rows (vec4 column `col` onwards).
+fn accumulate(acc: ptr<function, Acc>, r0: u32, c0: u32, col: u32) {
+    for (var c = 0u; c < KC; c += 4u) {
+        let x = pt[r0 * PAD4 + (c0 + c) / 4u];
+        var y = vec4<f32>();
+        if (RO > 1u) { y = pt[(r0 + 1u) * PAD4 + (c0 + c) / 4u]; }
+        let base = c * D4 + col;
+        acc_key(acc, x.x, y.x, base);
+        acc_key(acc, x.y, y.y, base + D4);
+        acc_key(acc, x.z, y.z, base + 2u * D4);
+        acc_key(acc, x.w, y.w, base + 3u * D4);
+    }
+}
+
+// Row i (0 or 1) of acc's micro-tile, vec4 column u.
+fn acc_get(acc: Acc, i: u32, u: u32) -> vec4<f32> {
+    if (i == 0u) { return select(select(select(acc.a0, acc.a1, u == 1u), acc.a2, u == 2u), acc.a3, u == 3u); }
+    return select(select(select(acc.b0, acc.b1, u == 1u), acc.b2, u == 2u), acc.b3, u == 3u);
+}
+
+fn causal(s: vec4<f32>, row: u32, col0: u32) -> vec4<f32> {
+    return select(s, vec4<f32>(NEG), vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u) > vec4<u32>(row));
+}
+
+// Writes P^T's dS^T (or dS) micro-tile rows into pt.
+fn put_tile(rr: u32, tx: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) {
+    pt[rr * PAD4 + tx] = x0;
+    pt[(rr + 1u) * PAD4 + tx] = x1;
+    pt[(rr + 2u) * PAD4 + tx] = x2;
+    pt[(rr + 3u) * PAD4 + tx] = x3;
+}
+
+@compute @workgroup_size(256)
 fn attention_bwd_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let bh = wid.y;
     let h = bh % p.heads;
     let bi = bh / p.heads;
     let kvh = h / (p.heads / p.kv_heads);
-    let q0 = wid.x * BQ;
-    let i = q0 + lid;
-    let valid = i < p.seq;
-    let row = bh * p.seq + min(i, p.seq - 1u);
-    let q_base = row * HEAD_DIM;
+    let qt = (p.seq + BT - 1u) / BT - 1u - wid.x;
+    let q0 = qt * BT;
+    let q_base = bh * p.seq * HEAD_DIM;
     let kv_base = (bi * p.kv_heads + kvh) * p.seq * HEAD_DIM;
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let rr = ty * 4u;
+    let tyo = lid / TXO;
+    let txo = lid % TXO;
 
-    var qr: array<f32, HEAD_DIM>;
-    var dor: array<f32, HEAD_DIM>;
-    var acc: array<f32, HEAD_DIM>;
-    var dl = 0.0;
-    for (var c = 0u; c < HEAD_DIM; c++) {
-        qr[c] = f32(q[q_base + c]) * p.scale;
-        dor[c] = f32(d_o[q_base + c]);
-        dl += dor[c] * f32(o[q_base + c]);
-        acc[c] = 0.0;
-    }
-    let li = lse[row];
-    let kv_end = min(p.seq, q0 + BQ);
-    for (var j0 = 0u; j0 < kv_end; j0 += BK) {
-        workgroupBarrier();
-        for (var e = lid; e < BK * HEAD_DIM; e += BQ) {
-            let jr = j0 + e / HEAD_DIM;
-            var kv = 0.0;
-            var vv = 0.0;
-            if (jr < p.seq) {
-                kv = f32(k[kv_base + jr * HEAD_DIM + e % HEAD_DIM]);
-                vv = f32(v[kv_base + jr * HEAD_DIM + e % HEAD_DIM]);
-            }
-            tile_a[e] = kv;
-            tile_b[e] = vv;
+    // delta = rowsum(dO o): four threads per row, met in pt.
+    {
+        let r = lid / 4u;
+        let part = lid % 4u;
+        var sum = 0.0;
+        if (q0 + r < p.seq) {
+            let base = q_base + (q0 + r) * HEAD_DIM + part * D4;
+            for (var c = 0u; c < D4; c++) { sum += f32(d_o[base + c]) * f32(o[base + c]); }
         }
-        workgroupBarrier();
-        if (valid) {
-            for (var jj = 0u; jj < BK; jj++) {
-                if (j0 + jj <= i) {
-                    var sc = 0.0;
-                    var dp = 0.0;
-                    for (var c = 0u; c < HEAD_DIM; c++) {
-                        sc += qr[c] * tile_a[jj * HEAD_DIM + c];
-                        dp += dor[c] * tile_b[jj * HEAD_DIM + c];
-                    }
-                    let ds = exp(sc - li) * (dp - dl);
-                    for (var c = 0u; c < HEAD_DIM; c++) { acc[c] += ds * tile_a[jj * HEAD_DIM + c]; }
+        pt[r][part] = sum;
+    }
+    workgroupBarrier();
+    if (lid < BT) {
+        let row = q0 + lid;
+        let x = pt[lid];
+        let dl = (x.x + x.y) + (x.z + x.w);
+        var lv = 0.0;
+        if (row < p.seq) {
+            delta[bh * p.seq + row] = dl;
+            lv = lse[bh * p.seq + row];
+        }
+        row_delta[lid / 4u][lid % 4u] = dl;
+        row_lse[lid / 4u][lid % 4u] = lv;
+    }
+
+    var acc = Acc();
+    for (var kt = 0u; kt <= qt; kt++) {
+        let j0 = kt * BT;
+        var s0 = vec4<f32>();
+        var s1 = vec4<f32>();
+        var s2 = vec4<f32>();
+        var s3 = vec4<f32>();
+        var g0 = vec4<f32>();
+        var g1 = vec4<f32>();
+        var g2 = vec4<f32>();
+        var g3 = vec4<f32>();
+        for (var d0 = 0u; d0 < HEAD_DIM; d0 += DC) {
+            workgroupBarrier();
+            {
+                // Threads 0..128 stage a 4-wide run of a q row and its dO row, the others of a k row and its v row.
+                let e = lid % 128u;
+                let dd = (e % 2u) * 4u;
+                let r = e / 2u;
+                if (lid < 128u) {
+                    let qi = q_base + (q0 + r) * HEAD_DIM + d0 + dd;
+                    put4_t(0u, dd, r, ld4_q(qi, q0 + r < p.seq) * p.scale);
+                    put4_t(1u, dd, r, ld4_do(qi, q0 + r < p.seq));
+                } else {
+                    let ki = kv_base + (j0 + r) * HEAD_DIM + d0 + dd;
+                    put4_t(2u, dd, r, ld4_k(ki, j0 + r < p.seq));
+                    put4_t(3u, dd, r, ld4_v(ki, j0 + r < p.seq));
                 }
             }
+            workgroupBarrier();
+            for (var dd = 0u; dd < DC; dd++) {
+                let a = get_t(0u, dd, ty);
+                let b = get_t(2u, dd, tx);
+                s0 += a.x * b;
+                s1 += a.y * b;
+                s2 += a.z * b;
+                s3 += a.w * b;
+                let c = get_t(1u, dd, ty);
+                let w = get_t(3u, dd, tx);
+                g0 += c.x * w;
+                g1 += c.y * w;
+                g2 += c.z * w;
+                g3 += c.w * w;
+            }
+        }
+        let r0 = q0 + rr;
+        let c0 = j0 + tx * 4u;
+        let ls = row_lse[ty];
+        let dl = row_delta[ty];
+        let ds0 = exp(causal(s0, r0, c0) - ls.x) * (g0 - dl.x);
+        let ds1 = exp(causal(s1, r0 + 1u, c0) - ls.y) * (g1 - dl.y);
+        let ds2 = exp(causal(s2, r0 + 2u, c0) - ls.z) * (g2 - dl.z);
+        let ds3 = exp(causal(s3, r0 + 3u, c0) - ls.w) * (g3 - dl.w);
+        // Every thread is done with the staged slices (and the last tile's pt): dS and k's first rows go in.
+        workgroupBarrier();
+        put_tile(rr, tx, ds0, ds1, ds2, ds3);
+        for (var kc = 0u; kc < BT; kc += KC) {
+            if (kc > 0u) { workgroupBarrier(); }
+            for (var e = lid; e < KC * D4; e += THREADS) {
+                let j = j0 + kc + e / D4;
+                stage[e] = ld4_k(kv_base + j * HEAD_DIM + (e % D4) * 4u, j < p.seq);
+            }
+            workgroupBarrier();
+            accumulate(&acc, tyo * RO, kc, txo);
         }
     }
-    if (valid) {
-        for (var c = 0u; c < HEAD_DIM; c++) { dq[q_base + c] = ET(acc[c] * p.scale); }
-        delta[row] = dl;
+    for (var i = 0u; i < RO; i++) {
+        let row = q0 + tyo * RO + i;
+        if (row < p.seq) {
+            let base = q_base + row * HEAD_DIM + txo * 4u;
+            for (var u = 0u; u < VO; u++) { st4_dq(base + u * TXO * 4u, acc_get(acc, i, u) * p.scale); }
+        }
     }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn attention_bwd_dkdv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let bkv = wid.y;
     let kvh = bkv % p.kv_heads;
     let bi = bkv / p.kv_heads;
     let group = p.heads / p.kv_heads;
-    let k0 = wid.x * BQ;
-    let j = k0 + lid;
-    let valid = j < p.seq;
-    let k_base = (bkv * p.seq + min(j, p.seq - 1u)) * HEAD_DIM;
+    let kt = wid.x;
+    let k0 = kt * BT;
+    let kv_base = bkv * p.seq * HEAD_DIM;
+    let blocks = (p.seq + BT - 1u) / BT;
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let rr = ty * 4u;
+    let tyo = lid / TXO;
+    let txo = lid % TXO;
 
-    var kr: array<f32, HEAD_DIM>;
-    var vr: array<f32, HEAD_DIM>;
-    var dka: array<f32, HEAD_DIM>;
-    var dva: array<f32, HEAD_DIM>;
-    for (var c = 0u; c < HEAD_DIM; c++) {
-        kr[c] = f32(k[k_base + c]) * p.scale;
-        vr[c] = f32(v[k_base + c]);
-        dka[c] = 0.0;
-        dva[c] = 0.0;
-    }
+    var acc_k = Acc();
+    var acc_v = Acc();
     for (var g = 0u; g < group; g++) {
         let bh = bi * p.heads + kvh * group + g;
-        // Causal: queries before this block's first key see none of its keys.
-        for (var i0 = k0 - k0 % BK; i0 < p.seq; i0 += BK) {
-            workgroupBarrier();
-            for (var e = lid; e < BK * HEAD_DIM; e += BQ) {
-                let ir = i0 + e / HEAD_DIM;
-                var qv = 0.0;
-                var dov = 0.0;
-                if (ir < p.seq) {
-                    qv = f32(q[(bh * p.seq + ir) * HEAD_DIM + e % HEAD_DIM]);
-                    dov = f32(d_o[(bh * p.seq + ir) * HEAD_DIM + e % HEAD_DIM]);
-                }
-                tile_a[e] = qv;
-                tile_b[e] = dov;
-            }
-            if (lid < BK) {
-                let ir = i0 + lid;
-                var lv = 0.0;
-                var dv0 = 0.0;
-                if (ir < p.seq) {
-                    lv = lse[bh * p.seq + ir];
-                    dv0 = delta[bh * p.seq + ir];
-                }
-                row_lse[lid] = lv;
-                row_delta[lid] = dv0;
-            }
-            workgroupBarrier();
-            if (valid) {
-                for (var ii = 0u; ii < BK; ii++) {
-                    let i = i0 + ii;
-                    if (i >= j && i < p.seq) {
-                        var sc = 0.0;
-                        var dp = 0.0;
-                        for (var c = 0u; c < HEAD_DIM; c++) {
-                            sc += kr[c] * tile_a[ii * HEAD_DIM + c];
-                            dp += vr[c] * tile_b[ii * HEAD_DIM + c];
-                        }
-                        let pr = exp(sc - row_lse[ii]);
-                        let ds = pr * (dp - row_delta[ii]);
-                        for (var c = 0u; c < HEAD_DIM; c++) {
-                            dva[c] += pr * tile_b[ii * HEAD_DIM + c];
-                            dka[c] += ds * tile_a[ii * HEAD_DIM + c];
-                        }
+        let q_base = bh * p.seq * HEAD_DIM;
+        // Causal: query tiles before this key tile see none of its keys.
+        for (var qt = kt; qt < blocks; qt++) {
+            let i0 = qt * BT;
+            var s0 = vec4<f32>();
+            var s1 = vec4<f32>();
+            var s2 = vec4<f32>();
+            var s3 = vec4<f32>();
+            var g0 = vec4<f32>();
+            var g1 = vec4<f32>();
+            var g2 = vec4<f32>();
+            var g3 = vec4<f32>();
+            for (var d0 = 0u; d0 < HEAD_DIM; d0 += DC) {
+                workgroupBarrier();
+                {
+                    let e = lid % 128u;
+                    let dd = (e % 2u) * 4u;
+                    let r = e / 2u;
+                    if (lid < 128u) {
+                        let ki = kv_base + (k0 + r) * HEAD_DIM + d0 + dd;
+                        put4_t(0u, dd, r, ld4_k(ki, k0 + r < p.seq));
+                        put4_t(1u, dd, r, ld4_v(ki, k0 + r < p.seq));
+                    } else {
+                        let qi = q_base + (i0 + r) * HEAD_DIM + d0 + dd;
+                        put4_t(2u, dd, r, ld4_q(qi, i0 + r < p.seq) * p.scale);
+                        put4_t(3u, dd, r, ld4_do(qi, i0 + r < p.seq));
                     }
                 }
+                if (d0 == 0u && lid < BT) {
+                    let row = i0 + lid;
+                    var lv = 0.0;
+                    var dl = 0.0;
+                    if (row < p.seq) {
+                        lv = lse[bh * p.seq + row];
+                        dl = delta[bh * p.seq + row];
+                    }
+                    row_lse[lid / 4u][lid % 4u] = lv;
+                    row_delta[lid / 4u][lid % 4u] = dl;
+                }
+                workgroupBarrier();
+                for (var dd = 0u; dd < DC; dd++) {
+                    let a = get_t(0u, dd, ty);
+                    let b = get_t(2u, dd, tx);
+                    s0 += a.x * b;
+                    s1 += a.y * b;
+                    s2 += a.z * b;
+                    s3 += a.w * b;
+                    let c = get_t(1u, dd, ty);
+                    let w = get_t(3u, dd, tx);
+                    g0 += c.x * w;
+                    g1 += c.y * w;
+                    g2 += c.z * w;
+                    g3 += c.w * w;
+                }
+            }
+            // Rows are keys (k0 + rr ..), columns queries (i0 + tx * 4 ..): a key is seen by the queries at or
+            // after it, inside the sequence.
+            let r0 = k0 + rr;
+            let c0 = i0 + tx * 4u;
+            let ls = row_lse[tx];
+            let dl = row_delta[tx];
+            let cols = vec4<u32>(c0) + vec4<u32>(0u, 1u, 2u, 3u);
+            let inside = cols < vec4<u32>(p.seq);
+            let p0 = select(vec4<f32>(), exp(s0 - ls), inside & (cols >= vec4<u32>(r0)));
+            let p1 = select(vec4<f32>(), exp(s1 - ls), inside & (cols >= vec4<u32>(r0 + 1u)));
+            let p2 = select(vec4<f32>(), exp(s2 - ls), inside & (cols >= vec4<u32>(r0 + 2u)));
+            let p3 = select(vec4<f32>(), exp(s3 - ls), inside & (cols >= vec4<u32>(r0 + 3u)));
+            workgroupBarrier();
+            put_tile(rr, tx, p0, p1, p2, p3);
+            for (var qc = 0u; qc < BT; qc += KC) {
+                if (qc > 0u) { workgroupBarrier(); }
+                for (var e = lid; e < KC * D4; e += THREADS) {
+                    let i = i0 + qc + e / D4;
+                    stage[e] = ld4_do(q_base + i * HEAD_DIM + (e % D4) * 4u, i < p.seq);
+                }
+                workgroupBarrier();
+                accumulate(&acc_v, tyo * RO, qc, txo);
+            }
+            workgroupBarrier();
+            put_tile(rr, tx, p0 * (g0 - dl), p1 * (g1 - dl), p2 * (g2 - dl), p3 * (g3 - dl));
+            for (var qc = 0u; qc < BT; qc += KC) {
+                if (qc > 0u) { workgroupBarrier(); }
+                for (var e = lid; e < KC * D4; e += THREADS) {
+                    let i = i0 + qc + e / D4;
+                    stage[e] = ld4_q(q_base + i * HEAD_DIM + (e % D4) * 4u, i < p.seq);
+                }
+                workgroupBarrier();
+                accumulate(&acc_k, tyo * RO, qc, txo);
             }
         }
     }
-    if (valid) {
-        for (var c = 0u; c < HEAD_DIM; c++) {
-            dk[k_base + c] = ET(dka[c] * p.scale);
-            dv[k_base + c] = ET(dva[c]);
+    for (var i = 0u; i < RO; i++) {
+        let row = k0 + tyo * RO + i;
+        if (row < p.seq) {
+            let base = kv_base + row * HEAD_DIM + txo * 4u;
+            for (var u = 0u; u < VO; u++) {
+                st4_dk(base + u * TXO * 4u, acc_get(acc_k, i, u) * p.scale);
+                st4_dv(base + u * TXO * 4u, acc_get(acc_v, i, u));
+            }
         }
     }
 }

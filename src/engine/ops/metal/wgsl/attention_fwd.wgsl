@@ -1,8 +1,21 @@
 // Causal grouped-query attention forward without the T x T matrix (FlashAttention's blocked online softmax):
 // q (b, hq, t, d), k/v (b, hkv, t, d), o (b, hq, t, d), lse (b * hq * t, f32: the row's log-sum-exp for the
-// backward's recomputation). One workgroup per (block of BQ queries, batch x head); each thread owns one query
-// row (q and the output accumulator in registers) and the keys/values stream through workgroup memory in tiles
-// of BK rows. HEAD_DIM comes from the prelude.
+// backward's recomputation). HEAD_DIM comes from the prelude.
+//
+// One workgroup of 256 threads per (block of BQ = 64 queries, batch x head), heaviest (last) query blocks first;
+// it walks the key tiles of BK = 64 up to its diagonal (masked tiles are never visited). Per tile:
+// - scores: the threads form a 16 x 16 grid, each owning a 4 x 4 register micro-tile of the 64 x 64 scores (rows
+//   ty*4.., keys tx*4..) as four vec4s. q (pre-scaled) and k stream through workgroup memory in slices of DC = 16
+//   of the head dim, stored transposed ([d][row], rows padded to 68 floats) so each step is two vec4 loads and
+//   16 FMAs;
+// - softmax: each thread's row maxima meet in `red` (64 x 16), every thread of a row reads them back (so all
+//   agree on the running max m), turns its scores into P = exp(s - m) in `pt` (64 x 68) and keeps its partial
+//   row sums, rescaled with m; the rescale factors go to `row_a` for the output's owners;
+// - output: O (64 x HEAD_DIM) is owned in another split: 8 (4 for HEAD_DIM 16) threads across the head dim,
+//   each holding RO rows x VO vec4 columns in named registers (struct Acc, no indexed arrays), and V streams
+//   through the same staging buffer in KC rows at a time.
+// The row sums meet in `red` once at the end. Workgroup memory: 8.5 + 17 + 4 + 0.25 KiB, under the 32 KiB of
+// lavapipe and Apple GPUs (the device asks for the adapter's limits). Deterministic: no atomics.
 
 struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 }
 
@@ -14,76 +27,243 @@ struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, pad
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 
 const BQ: u32 = 64u;
-const BK: u32 = 16u;
-var<workgroup> k_tile: array<f32, BK * HEAD_DIM>;
-var<workgroup> v_tile: array<f32, BK * HEAD_DIM>;
+const BK: u32 = 64u;
+const THREADS: u32 = 256u;
+// vec4s per padded 64-float row of a transposed slice or of pt (68 floats: consecutive rows 4 banks apart).
+const PAD4: u32 = 17u;
+// Head-dim slice of q and k staged per step of the scores.
+const DC: u32 = 16u;
+const D4: u32 = HEAD_DIM / 4u;
+// Output split: VO vec4 columns x RO rows per thread, TXO threads across the head dim.
+const VO: u32 = max(1u, HEAD_DIM / 32u);
+const TXO: u32 = D4 / VO;
+const RO: u32 = BQ * TXO / THREADS;
+// Rows of V staged at a time (fills the staging buffer; divides BK).
+const KC: u32 = min(BK, 2048u / HEAD_DIM / 16u * 16u);
+const NEG: f32 = -3.0e38;
 
-@compute @workgroup_size(64)
+var<workgroup> stage: array<vec4<f32>, 2u * DC * PAD4>;
+var<workgroup> pt: array<vec4<f32>, BQ * PAD4>;
+var<workgroup> red: array<vec4<f32>, BQ * 4u>;
+var<workgroup> row_a: array<f32, BQ>;
+
+// An output micro-tile: row 0 in a*, row 1 (RO == 2) in b*, vec4 columns 0..VO.
+struct Acc { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
+             b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32> }
+
+fn ld4_q(i: u32, ok: bool) -> vec4<f32> {
+    if (ok) { return vec4<f32>(f32(q[i]), f32(q[i + 1u]), f32(q[i + 2u]), f32(q[i + 3u])); }
+    return vec4<f32>();
+}
+fn ld4_k(i: u32, ok: bool) -> vec4<f32> {
+    if (ok) { return vec4<f32>(f32(k[i]), f32(k[i + 1u]), f32(k[i + 2u]), f32(k[i + 3u])); }
+    return vec4<f32>();
+}
+fn ld4_v(i: u32, ok: bool) -> vec4<f32> {
+    if (ok) { return vec4<f32>(f32(v[i]), f32(v[i + 1u]), f32(v[i + 2u]), f32(v[i + 3u])); }
+    return vec4<f32>();
+}
+fn st4_o(i: u32, x: vec4<f32>) { o[i] = ET(x.x); o[i + 1u] = ET(x.y); o[i + 2u] = ET(x.z); o[i + 3u] = ET(x.w); }
+
+// Head-dim entries dd .. dd + 3 of row r into the transposed slice `slot` (0: q, 1: k).
+fn put4_t(slot: u32, dd: u32, r: u32, x: vec4<f32>) {
+    let at = (slot * DC + dd) * PAD4 + r / 4u;
+    let c = r % 4u;
+    stage[at][c] = x.x;
+    stage[at + PAD4][c] = x.y;
+    stage[at + 2u * PAD4][c] = x.z;
+    stage[at + 3u * PAD4][c] = x.w;
+}
+
+// Key `col` of a score vec4 starting at key col0 is masked when it lies after query `row`.
+fn causal(s: vec4<f32>, row: u32, col0: u32) -> vec4<f32> {
+    return select(s, vec4<f32>(NEG), vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u) > vec4<u32>(row));
+}
+fn hmax(x: vec4<f32>) -> f32 { return max(max(x.x, x.y), max(x.z, x.w)); }
+fn row_max(r: u32) -> f32 {
+    return hmax(max(max(red[r * 4u], red[r * 4u + 1u]), max(red[r * 4u + 2u], red[r * 4u + 3u])));
+}
+fn row_sum(r: u32) -> f32 {
+    let s = (red[r * 4u] + red[r * 4u + 1u]) + (red[r * 4u + 2u] + red[r * 4u + 3u]);
+    return (s.x + s.y) + (s.z + s.w);
+}
+
+// One key of the output update: acc rows += (x, y) * the staged row at `base` (vec4 columns col, col + TXO, ..).
+fn acc_key(acc: ptr<function, Acc>, x: f32, y: f32, base: u32) {
+    let v0 = stage[base];
+    (*acc).a0 += x * v0;
+    if (RO > 1u) { (*acc).b0 += y * v0; }
+    if (VO > 1u) {
+        let v1 = stage[base + TXO];
+        (*acc).a1 += x * v1;
+        if (RO > 1u) { (*acc).b1 += y * v1; }
+    }
+    if (VO > 2u) {
+        let v2 = stage[base + 2u * TXO];
+        (*acc).a2 += x * v2;
+        if (RO > 1u) { (*acc).b2 += y * v2; }
+    }
+    if (VO > 3u) {
+        let v3 = stage[base + 3u * TXO];
+        (*acc).a3 += x * v3;
+        if (RO > 1u) { (*acc).b3 += y * v3; }
+    }
+}
+
+// acc (rows r0, r0 + 1) += pt[rows, c0 .. c0 + KC] x the KC staged rows (vec4 column `col` onwards).
+fn accumulate(acc: ptr<function, Acc>, r0: u32, c0: u32, col: u32) {
+    for (var c = 0u; c < KC; c += 4u) {
+        let x = pt[r0 * PAD4 + (c0 + c) / 4u];
+        var y = vec4<f32>();
+        if (RO > 1u) { y = pt[(r0 + 1u) * PAD4 + (c0 + c) / 4u]; }
+        let base = c * D4 + col;
+        acc_key(acc, x.x, y.x, base);
+        acc_key(acc, x.y, y.y, base + D4);
+        acc_key(acc, x.z, y.z, base + 2u * D4);
+        acc_key(acc, x.w, y.w, base + 3u * D4);
+    }
+}
+
+fn scale_acc(acc: ptr<function, Acc>, x: f32, y: f32) {
+    (*acc).a0 *= x; (*acc).a1 *= x; (*acc).a2 *= x; (*acc).a3 *= x;
+    (*acc).b0 *= y; (*acc).b1 *= y; (*acc).b2 *= y; (*acc).b3 *= y;
+}
+
+// Stages V rows j0 .. j0 + KC (zeros past the sequence) as KC x D4 vec4s.
+fn stage_v(lid: u32, kv_base: u32, j0: u32) {
+    for (var e = lid; e < KC * D4; e += THREADS) {
+        let j = j0 + e / D4;
+        stage[e] = ld4_v(kv_base + j * HEAD_DIM + (e % D4) * 4u, j < p.seq);
+    }
+}
+
+@compute @workgroup_size(256)
 fn attention_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let bh = wid.y;
     let h = bh % p.heads;
     let bi = bh / p.heads;
     let kvh = h / (p.heads / p.kv_heads);
-    let q0 = wid.x * BQ;
-    let i = q0 + lid;
-    let valid = i < p.seq;
-    let q_base = (bh * p.seq + min(i, p.seq - 1u)) * HEAD_DIM;
+    let blocks = (p.seq + BQ - 1u) / BQ;
+    let qt = blocks - 1u - wid.x;
+    let q0 = qt * BQ;
+    let q_base = bh * p.seq * HEAD_DIM;
     let kv_base = (bi * p.kv_heads + kvh) * p.seq * HEAD_DIM;
+    // Score split.
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let r0 = q0 + ty * 4u;
+    // Output split.
+    let tyo = lid / TXO;
+    let txo = lid % TXO;
 
-    var qr: array<f32, HEAD_DIM>;
-    var acc: array<f32, HEAD_DIM>;
-    for (var c = 0u; c < HEAD_DIM; c++) {
-        qr[c] = f32(q[q_base + c]) * p.scale;
-        acc[c] = 0.0;
-    }
-    var m = -3.0e38;
-    var l = 0.0;
-    // Causal: this block's last query sees keys up to q0 + BQ - 1.
-    let kv_end = min(p.seq, q0 + BQ);
-    for (var j0 = 0u; j0 < kv_end; j0 += BK) {
-        workgroupBarrier();
-        for (var e = lid; e < BK * HEAD_DIM; e += BQ) {
-            let jr = j0 + e / HEAD_DIM;
-            var kv = 0.0;
-            var vv = 0.0;
-            if (jr < p.seq) {
-                kv = f32(k[kv_base + jr * HEAD_DIM + e % HEAD_DIM]);
-                vv = f32(v[kv_base + jr * HEAD_DIM + e % HEAD_DIM]);
+    var m = vec4<f32>(NEG);
+    var l = vec4<f32>();
+    var acc = Acc();
+    for (var kt = 0u; kt <= qt; kt++) {
+        let j0 = kt * BK;
+        var s0 = vec4<f32>();
+        var s1 = vec4<f32>();
+        var s2 = vec4<f32>();
+        var s3 = vec4<f32>();
+        for (var d0 = 0u; d0 < HEAD_DIM; d0 += DC) {
+            workgroupBarrier();
+            {
+                // One 4-wide run of the head dim of one q row and one k row per thread.
+                let dd = (lid % 4u) * 4u;
+                let r = lid / 4u;
+                put4_t(0u, dd, r, ld4_q(q_base + (q0 + r) * HEAD_DIM + d0 + dd, q0 + r < p.seq) * p.scale);
+                put4_t(1u, dd, r, ld4_k(kv_base + (j0 + r) * HEAD_DIM + d0 + dd, j0 + r < p.seq));
             }
-            k_tile[e] = kv;
-            v_tile[e] = vv;
+            workgroupBarrier();
+            for (var dd = 0u; dd < DC; dd++) {
+                let a = stage[dd * PAD4 + ty];
+                let b = stage[(DC + dd) * PAD4 + tx];
+                s0 += a.x * b;
+                s1 += a.y * b;
+                s2 += a.z * b;
+                s3 += a.w * b;
+            }
         }
+        let c0 = j0 + tx * 4u;
+        s0 = causal(s0, r0, c0);
+        s1 = causal(s1, r0 + 1u, c0);
+        s2 = causal(s2, r0 + 2u, c0);
+        s3 = causal(s3, r0 + 3u, c0);
+        let rr = ty * 4u;
+        red[rr * 4u + tx / 4u][tx % 4u] = hmax(s0);
+        red[(rr + 1u) * 4u + tx / 4u][tx % 4u] = hmax(s1);
+        red[(rr + 2u) * 4u + tx / 4u][tx % 4u] = hmax(s2);
+        red[(rr + 3u) * 4u + tx / 4u][tx % 4u] = hmax(s3);
         workgroupBarrier();
-        if (valid && j0 <= i) {
-            var s: array<f32, BK>;
-            var tile_max = m;
-            for (var jj = 0u; jj < BK; jj++) {
-                let j = j0 + jj;
-                var sc = -3.0e38;
-                if (j <= i) {
-                    sc = 0.0;
-                    for (var c = 0u; c < HEAD_DIM; c++) { sc += qr[c] * k_tile[jj * HEAD_DIM + c]; }
-                }
-                s[jj] = sc;
-                tile_max = max(tile_max, sc);
-            }
-            let corr = exp(m - tile_max);
-            l *= corr;
-            for (var c = 0u; c < HEAD_DIM; c++) { acc[c] *= corr; }
-            for (var jj = 0u; jj < BK; jj++) {
-                if (j0 + jj <= i) {
-                    let pr = exp(s[jj] - tile_max);
-                    l += pr;
-                    for (var c = 0u; c < HEAD_DIM; c++) { acc[c] += pr * v_tile[jj * HEAD_DIM + c]; }
-                }
-            }
-            m = tile_max;
+        // Every key tile visited holds a visible key for each row, so the new maxima are finite.
+        let mn = max(m, vec4<f32>(row_max(rr), row_max(rr + 1u), row_max(rr + 2u), row_max(rr + 3u)));
+        let alpha = exp(m - mn);
+        m = mn;
+        let p0 = exp(s0 - mn.x);
+        let p1 = exp(s1 - mn.y);
+        let p2 = exp(s2 - mn.z);
+        let p3 = exp(s3 - mn.w);
+        l = l * alpha + vec4<f32>(dot(p0, vec4<f32>(1.0)), dot(p1, vec4<f32>(1.0)), dot(p2, vec4<f32>(1.0)),
+                                  dot(p3, vec4<f32>(1.0)));
+        pt[rr * PAD4 + tx] = p0;
+        pt[(rr + 1u) * PAD4 + tx] = p1;
+        pt[(rr + 2u) * PAD4 + tx] = p2;
+        pt[(rr + 3u) * PAD4 + tx] = p3;
+        if (tx == 0u) {
+            row_a[rr] = alpha.x;
+            row_a[rr + 1u] = alpha.y;
+            row_a[rr + 2u] = alpha.z;
+            row_a[rr + 3u] = alpha.w;
+        }
+        // The scores' reads of the staging buffer ended at the barrier above: V's first rows go in now.
+        stage_v(lid, kv_base, j0);
+        workgroupBarrier();
+        scale_acc(&acc, row_a[tyo * RO], row_a[min(tyo * RO + 1u, BQ - 1u)]);
+        accumulate(&acc, tyo * RO, 0u, txo);
+        for (var kc = KC; kc < BK; kc += KC) {
+            workgroupBarrier();
+            stage_v(lid, kv_base, j0 + kc);
+            workgroupBarrier();
+            accumulate(&acc, tyo * RO, kc, txo);
         }
     }
-    if (valid) {
-        let inv = 1.0 / l;
-        for (var c = 0u; c < HEAD_DIM; c++) { o[q_base + c] = ET(acc[c] * inv); }
-        lse[bh * p.seq + i] = m + log(l);
+    // The row sums and maxima meet in red and row_a once every thread is past its last tile.
+    workgroupBarrier();
+    let rr = ty * 4u;
+    red[rr * 4u + tx / 4u][tx % 4u] = l.x;
+    red[(rr + 1u) * 4u + tx / 4u][tx % 4u] = l.y;
+    red[(rr + 2u) * 4u + tx / 4u][tx % 4u] = l.z;
+    red[(rr + 3u) * 4u + tx / 4u][tx % 4u] = l.w;
+    if (tx == 0u) {
+        row_a[rr] = m.x;
+        row_a[rr + 1u] = m.y;
+        row_a[rr + 2u] = m.z;
+        row_a[rr + 3u] = m.w;
+    }
+    workgroupBarrier();
+    for (var i = 0u; i < RO; i++) {
+        let r = tyo * RO + i;
+        let row = q0 + r;
+        if (row < p.seq) {
+            let sum = row_sum(r);
+            let inv = 1.0 / sum;
+            var x = acc.a0;
+            var y = acc.a1;
+            var z = acc.a2;
+            var w = acc.a3;
+            if (i == 1u) {
+                x = acc.b0;
+                y = acc.b1;
+                z = acc.b2;
+                w = acc.b3;
+            }
+            let base = q_base + row * HEAD_DIM + txo * 4u;
+            st4_o(base, x * inv);
+            if (VO > 1u) { st4_o(base + TXO * 4u, y * inv); }
+            if (VO > 2u) { st4_o(base + 2u * TXO * 4u, z * inv); }
+            if (VO > 3u) { st4_o(base + 3u * TXO * 4u, w * inv); }
+            if (txo == 0u) { lse[bh * p.seq + row] = row_a[r] + log(sum); }
+        }
     }
 }
