@@ -69,11 +69,11 @@ fn every_kernel_validates_and_translates_to_msl() {
     }
     // Bindings land at the buffer slots the glue binds: binding N -> [[buffer(N)]].
     let out = msl::translate(&wgsl::source(Kernel::AttentionBwd, Precision::F32, 64)).unwrap();
-    for slot in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
+    for slot in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] {
         assert!(out.source.contains(&format!("[[buffer({slot})]]")), "no [[buffer({slot})]] in the attention MSL");
     }
     assert!(out.source.contains(&format!("[[buffer({})]]", msl::BUFFER_SIZES_SLOT)), "no buffer-sizes slot");
-    assert_eq!(out.sized_bindings, (1..=10).collect::<Vec<u32>>());
+    assert_eq!(out.sized_bindings, (1..=11).collect::<Vec<u32>>());
     assert_eq!(msl::MSL_VERSION, (2, 4));
 }
 
@@ -203,10 +203,16 @@ fn lora_epilogue_matches_two_matmuls() {
     }
 }
 
-/// Causal GQA attention by the T x T definition, with Candle's autograd for the gradients of sum(o * d_o).
-/// Computed in f64 (from the same inputs), so the reference's own rounding stays far below the f32 tolerance at the
-/// longer rows (t = 129, d = 128).
-fn attention_reference(s: &AttentionShape, q: &Tensor, k: &Tensor, v: &Tensor, d_o: &Tensor) -> [Tensor; 5] {
+/// Whether the query at `i` of batch row `bi` sees key `j`, by the definition (the blocked attention's): causal, no
+/// older than `window` (0: none) and, for packed rows, not before the query's example start.
+fn sees(bi: usize, i: usize, j: usize, s: &AttentionShape, starts: Option<&[u32]>) -> bool {
+    j <= i && (s.window == 0 || i - j < s.window) && starts.is_none_or(|st| j >= st[bi * s.seq + i] as usize)
+}
+
+/// Causal GQA attention by the T x T definition, its mask built element by element from [`sees`], with Candle's
+/// autograd for the gradients of sum(o * d_o). Computed in f64 (from the same inputs), so the reference's own
+/// rounding stays far below the f32 tolerance at the longer rows (t = 129, d = 128).
+fn attention_reference(s: &AttentionShape, starts: Option<&[u32]>, [q, k, v, d_o]: [&Tensor; 4]) -> [Tensor; 5] {
     let f64_of = |x: &Tensor| x.to_dtype(DType::F64).unwrap();
     let (q, k, v, d_o) = (f64_of(q), f64_of(k), f64_of(v), f64_of(d_o));
     let (qv, kv, vv) = (Var::from_tensor(&q).unwrap(), Var::from_tensor(&k).unwrap(), Var::from_tensor(&v).unwrap());
@@ -215,8 +221,10 @@ fn attention_reference(s: &AttentionShape, q: &Tensor, k: &Tensor, v: &Tensor, d
         let (b, h, t, d) = x.dims4().unwrap();
         x.unsqueeze(2).unwrap().expand((b, h, group, t, d)).unwrap().reshape((b, h * group, t, d)).unwrap()
     };
-    let mask: Vec<f32> = (0..s.seq * s.seq).map(|i| if i % s.seq > i / s.seq { -1e9 } else { 0.0 }).collect();
-    let mask = f64_of(&t(&mask, &[s.seq, s.seq]));
+    let (b, t) = (s.batch, s.seq);
+    let mask: Vec<f64> =
+        (0..b * t * t).map(|e| if sees(e / (t * t), e / t % t, e % t, s, starts) { 0.0 } else { -1e9 }).collect();
+    let mask = Tensor::from_vec(mask, (b, 1, t, t), &Device::Cpu).unwrap();
     let scores =
         (qv.matmul(&repeat(&kv).t().unwrap()).unwrap() * s.scale as f64).unwrap().broadcast_add(&mask).unwrap();
     let lse = scores.exp().unwrap().sum(D::Minus1).unwrap().log().unwrap();
@@ -253,36 +261,105 @@ fn assert_close_or_zero(what: &str, got: &[f32], want: &[f32], tol: f32) {
     }
 }
 
+/// The three attention launches of `s` (with packed rows' `starts`, (batch, seq)) against [`attention_reference`],
+/// in every precision the adapter runs; `case` names the case in messages.
+fn check_attention(gpu: &Gpu, s: &AttentionShape, starts: Option<&[u32]>, case: &str) {
+    let (seq, head_dim, heads, kv_heads, b) = (s.seq, s.head_dim, s.heads, s.kv_heads, s.batch);
+    assert_eq!(s.packed, starts.is_some());
+    let (qn, kn) = (b * heads * seq * head_dim, b * kv_heads * seq * head_dim);
+    let rs: Vec<f32> = starts.map_or(vec![0.0], |st| st.iter().map(|&x| x as f32).collect());
+    for (precision, tol) in precisions(gpu) {
+        let (q, k, v) =
+            (values(qn, 13, 2.0, precision), values(kn, 14, 2.0, precision), values(kn, 15, 1.0, precision));
+        let d_o = values(qn, 16, 1.0, precision);
+        let (qs, kvs) = ([b, heads, seq, head_dim], [b, kv_heads, seq, head_dim]);
+        let [o, lse, dq, dk, dv] =
+            attention_reference(s, starts, [&t(&q, &qs), &t(&k, &kvs), &t(&v, &kvs), &t(&d_o, &qs)]);
+        let hd = head_dim as u32;
+        let fwd = gpu.run(&wgsl::attention_fwd(s), precision, hd, &[&q, &k, &v, &rs]);
+        let what =
+            |name: &str| format!("attention {name} t={seq} d={head_dim} h={heads}/{kv_heads} {case} {precision:?}");
+        assert_close(&what("o"), &fwd[0], &flat(&o), tol);
+        assert_close(&what("lse"), &fwd[1], &flat(&lse), F32_TOL);
+        // The backward reads the kernel's own o and lse, as training does.
+        let bq = gpu.run(&wgsl::attention_bwd_dq(s), precision, hd, &[&q, &k, &v, &fwd[0], &d_o, &fwd[1], &rs]);
+        let bkv = gpu.run(&wgsl::attention_bwd_dkdv(s), precision, hd, &[&q, &k, &v, &d_o, &fwd[1], &bq[1], &rs]);
+        // f16: o is stored in f16 before delta = sum(dO * o) is formed; dp - delta can cancel, so allow 8x (dk
+        // at t=100 d=96 is 4.0e-3 off, the same to the digit from the earlier one-thread-per-row kernel).
+        let btol = if precision == Precision::F16 { 8.0 * tol } else { tol };
+        assert_close_or_zero(&what("dq"), &bq[0], &flat(&dq), btol);
+        assert_close_or_zero(&what("dk"), &bkv[0], &flat(&dk), btol);
+        assert_close(&what("dv"), &bkv[1], &flat(&dv), btol);
+    }
+}
+
+fn shape(seq: usize, head_dim: usize, heads: usize, kv_heads: usize) -> AttentionShape {
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    AttentionShape { batch: 2, heads, kv_heads, seq, head_dim, scale, window: 0, packed: false }
+}
+
 #[test]
 fn attention_forward_and_gradients() {
     let Some(gpu) = gpu_or_skip("attention_forward_and_gradients") else { return };
     let covered: std::collections::BTreeSet<u32> = ATTENTION_CASES.iter().map(|c| c.1 as u32).collect();
     assert_eq!(covered.into_iter().collect::<Vec<_>>(), wgsl::ATTENTION_HEAD_DIMS, "a head size without a case");
     for (seq, head_dim, heads, kv_heads) in ATTENTION_CASES {
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        let s = AttentionShape { batch: 2, heads, kv_heads, seq, head_dim, scale };
-        let (qn, kn) = (2 * heads * seq * head_dim, 2 * kv_heads * seq * head_dim);
-        for (precision, tol) in precisions(gpu) {
-            let (q, k, v) =
-                (values(qn, 13, 2.0, precision), values(kn, 14, 2.0, precision), values(kn, 15, 1.0, precision));
-            let d_o = values(qn, 16, 1.0, precision);
-            let (qs, kvs) = ([2, heads, seq, head_dim], [2, kv_heads, seq, head_dim]);
-            let [o, lse, dq, dk, dv] = attention_reference(&s, &t(&q, &qs), &t(&k, &kvs), &t(&v, &kvs), &t(&d_o, &qs));
-            let hd = head_dim as u32;
-            let fwd = gpu.run(&wgsl::attention_fwd(&s), precision, hd, &[&q, &k, &v]);
-            let what = |name: &str| format!("attention {name} t={seq} d={head_dim} h={heads}/{kv_heads} {precision:?}");
-            assert_close(&what("o"), &fwd[0], &flat(&o), tol);
-            assert_close(&what("lse"), &fwd[1], &flat(&lse), F32_TOL);
-            // The backward reads the kernel's own o and lse, as training does.
-            let bq = gpu.run(&wgsl::attention_bwd_dq(&s), precision, hd, &[&q, &k, &v, &fwd[0], &d_o, &fwd[1]]);
-            let bkv = gpu.run(&wgsl::attention_bwd_dkdv(&s), precision, hd, &[&q, &k, &v, &d_o, &fwd[1], &bq[1]]);
-            // f16: o is stored in f16 before delta = sum(dO * o) is formed; dp - delta can cancel, so allow 8x (dk
-            // at t=100 d=96 is 4.0e-3 off, the same to the digit from the earlier one-thread-per-row kernel).
-            let btol = if precision == Precision::F16 { 8.0 * tol } else { tol };
-            assert_close_or_zero(&what("dq"), &bq[0], &flat(&dq), btol);
-            assert_close_or_zero(&what("dk"), &bkv[0], &flat(&dk), btol);
-            assert_close(&what("dv"), &bkv[1], &flat(&dv), btol);
+        check_attention(gpu, &shape(seq, head_dim, heads, kv_heads), None, "causal");
+    }
+}
+
+/// Packed rows' starts (batch rows of `seq`) for examples of the given lengths end to end in each row; the rest
+/// of a row, if any, is one more span (the padding, as `data::packing` makes it).
+fn packed_starts(rows: &[&[usize]], seq: usize) -> Vec<u32> {
+    let mut starts = Vec::new();
+    for lengths in rows {
+        let mut at = 0;
+        for &len in lengths.iter().chain(std::iter::once(&seq)) {
+            let len = len.min(seq - at);
+            starts.extend(std::iter::repeat_n(at as u32, len));
+            at += len;
         }
+    }
+    starts
+}
+
+/// Sliding windows narrower than, as wide as and wider than a 64-key tile, at several head sizes and groups.
+#[test]
+fn attention_with_a_sliding_window() {
+    let Some(gpu) = gpu_or_skip("attention_with_a_sliding_window") else { return };
+    // (seq, head_dim, heads, kv_heads, window)
+    for (seq, head_dim, heads, kv_heads, window) in [
+        (150, 64, 4, 2, 5),
+        (200, 16, 4, 1, 64),
+        (200, 128, 2, 2, 100),
+        (129, 32, 4, 2, 65),
+        (70, 96, 4, 4, 1),
+        (40, 64, 4, 2, 100),
+    ] {
+        let s = AttentionShape { window, ..shape(seq, head_dim, heads, kv_heads) };
+        check_attention(gpu, &s, None, &format!("window {window}"));
+    }
+}
+
+/// Packed rows: several examples a row, of one token, inside a tile, across tile edges and starting at one, with
+/// and without a window.
+#[test]
+fn attention_over_packed_rows() {
+    let Some(gpu) = gpu_or_skip("attention_over_packed_rows") else { return };
+    // (seq, head_dim, heads, kv_heads, window, example lengths of each of the two rows)
+    type Case = (usize, usize, usize, usize, usize, &'static [&'static [usize]]);
+    let cases: [Case; 5] = [
+        (150, 64, 4, 2, 0, &[&[1, 30, 1, 70, 1, 47], &[64, 1, 65, 20]]),
+        (200, 16, 4, 1, 0, &[&[100, 3, 1, 1, 90], &[13, 51, 64, 1, 40]]),
+        (129, 128, 2, 2, 0, &[&[129], &[1, 1, 1, 60, 66]]),
+        (100, 32, 4, 2, 9, &[&[40, 30], &[16, 16, 16, 22]]),
+        (180, 96, 4, 2, 70, &[&[1, 120, 59], &[90, 90]]),
+    ];
+    for (seq, head_dim, heads, kv_heads, window, rows) in cases {
+        let starts = packed_starts(rows, seq);
+        assert_eq!(starts.len(), 2 * seq);
+        let s = AttentionShape { window, packed: true, ..shape(seq, head_dim, heads, kv_heads) };
+        check_attention(gpu, &s, Some(&starts), &format!("packed {rows:?} window {window}"));
     }
 }
 
@@ -320,7 +397,16 @@ fn bench_wgsl_1b_shapes() {
     let Some(gpu) = gpu_or_skip("bench_wgsl_1b_shapes") else { return };
     println!("adapter: {}", gpu.name);
     let (rows, hidden, ce_rows, vocab, rank) = (4 * 1024, 2048, 1024, 128256, 8);
-    let s = AttentionShape { batch: 4, heads: 32, kv_heads: 8, seq: 1024, head_dim: 64, scale: 0.125 };
+    let s = AttentionShape {
+        batch: 4,
+        heads: 32,
+        kv_heads: 8,
+        seq: 1024,
+        head_dim: 64,
+        scale: 0.125,
+        window: 0,
+        packed: false,
+    };
     let n = rows * hidden;
     let big = values(n, 1, 1.0, Precision::F16);
     let big2 = values(n, 2, 1.0, Precision::F16);
@@ -333,34 +419,40 @@ fn bench_wgsl_1b_shapes() {
     let (qn, kvn) = (4 * 32 * 1024 * 64, 4 * 8 * 1024 * 64);
     let (q, k, v, o, d_o) = (&big[..qn], &big2[..kvn], &big3[..kvn], &big2[..qn], &big3[..qn]);
     let rowstat = vec![1.0f32; 4 * 32 * 1024];
+    let unpacked = [0.0f32];
+    let (win, packed) = (AttentionShape { window: 256, ..s }, AttentionShape { packed: true, ..s });
+    let starts: Vec<f32> = (0..4 * 1024).map(|i| (i % 1024 / 256 * 256) as f32).collect();
     for (precision, _) in precisions(gpu) {
-        let cases: Vec<(&str, wgsl::Launch, Vec<&[f32]>, u32)> = vec![
-            ("rms_norm fwd 4x1024x2048", wgsl::rms_norm_fwd(rows, hidden, 1e-5), vec![&big, &w], 0),
-            ("rms_norm bwd dx 4x1024x2048", wgsl::rms_norm_bwd_dx(rows, hidden, 1e-5), vec![&big, &w, &big2], 0),
-            ("rope 4x32x1024x64", wgsl::rope(4 * 32 * 1024, 1024, 32, 1.0), vec![&big, &cs, &cs], 0),
-            ("swiglu fwd 4x1024x2048", wgsl::swiglu_fwd(n), vec![&big, &big2], 0),
-            ("swiglu bwd 4x1024x2048", wgsl::swiglu_bwd(n), vec![&big, &big2, &big3], 0),
+        let mut cases: Vec<(String, wgsl::Launch, Vec<&[f32]>, u32)> = vec![
+            ("rms_norm fwd 4x1024x2048".into(), wgsl::rms_norm_fwd(rows, hidden, 1e-5), vec![&big, &w], 0),
+            ("rms_norm bwd dx 4x1024x2048".into(), wgsl::rms_norm_bwd_dx(rows, hidden, 1e-5), vec![&big, &w, &big2], 0),
+            ("rope 4x32x1024x64".into(), wgsl::rope(4 * 32 * 1024, 1024, 32, 1.0), vec![&big, &cs, &cs], 0),
+            ("swiglu fwd 4x1024x2048".into(), wgsl::swiglu_fwd(n), vec![&big, &big2], 0),
+            ("swiglu bwd 4x1024x2048".into(), wgsl::swiglu_bwd(n), vec![&big, &big2, &big3], 0),
             (
-                "cross_entropy 1024 x 128256",
+                "cross_entropy 1024 x 128256".into(),
                 wgsl::cross_entropy(ce_rows, vocab, 1.0 / 1024.0),
                 vec![&logits, &targets],
                 0,
             ),
             (
-                "lora epilogue 4096x2048->2048 r8",
+                "lora epilogue 4096x2048->2048 r8".into(),
                 wgsl::lora_epilogue(rows, hidden, hidden, rank, 2.0),
                 vec![&big2, &big, &a, &a],
                 0,
             ),
-            ("attention fwd 4x1024 h32/8 d64", wgsl::attention_fwd(&s), vec![q, k, v], 64),
-            ("attention bwd dq 4x1024 h32/8 d64", wgsl::attention_bwd_dq(&s), vec![q, k, v, o, d_o, &rowstat], 64),
-            (
-                "attention bwd dkdv 4x1024 h32/8 d64",
-                wgsl::attention_bwd_dkdv(&s),
-                vec![q, k, v, d_o, &rowstat, &rowstat],
-                64,
-            ),
         ];
+        // Causal, then a 256-key sliding window, then packed rows of four 256-token examples: fully masked tiles are
+        // skipped, so those visit 70 and 40 of the causal 136 (query tile, key tile) pairs per head.
+        for (variant, shape, starts) in
+            [("", s, &unpacked[..]), (" window 256", win, &unpacked), (" packed 4x256", packed, &starts)]
+        {
+            let at = |what: &str| format!("attention {what} 4x1024 h32/8 d64{variant}");
+            cases.push((at("fwd"), wgsl::attention_fwd(&shape), vec![q, k, v, starts], 64));
+            cases.push((at("bwd dq"), wgsl::attention_bwd_dq(&shape), vec![q, k, v, o, d_o, &rowstat, starts], 64));
+            let dkdv = vec![q, k, v, d_o, &rowstat, &rowstat, starts];
+            cases.push((at("bwd dkdv"), wgsl::attention_bwd_dkdv(&shape), dkdv, 64));
+        }
         for (name, launch, inputs, head_dim) in cases {
             match time_launch(gpu, &launch, precision, head_dim, &inputs) {
                 Some(secs) => println!("BENCH {precision:?} {name}: {:.3} ms", secs * 1e3),

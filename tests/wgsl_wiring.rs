@@ -1,16 +1,18 @@
 //! `--kernels wgsl`: the portable graph with our WGSL kernels (RMS norm, rotary, SwiGLU, attention, forward and
-//! backward, the head's cross-entropy, and the LoRA epilogue at inference) where they apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors
-//! to the same kernels and launches through wgpu on Vulkan (Mesa's lavapipe in CI; `ops::metal::run`'s other route),
-//! so the wiring (which op takes which kernel, with which shapes, and what comes back) is run end to end: a training
-//! step records every kernel's launches, and 20 training steps of every family lose what the portable graph loses,
-//! f32 to 1e-5 of the loss and f16 to the portable f16 run's own distance from f32. Needs the `wgpu-kernels` feature
-//! (the README's test command).
+//! backward, the head's cross-entropy, and the LoRA epilogue at inference) where they apply, which a Mac runs through
+//! Metal. Here the same dispatchers send CPU tensors to the same kernels and launches through wgpu on Vulkan (Mesa's
+//! lavapipe in CI; `ops::metal::run`'s other route), so the wiring (which op takes which kernel, with which shapes,
+//! and what comes back) is run end to end: a training step records every kernel's launches (and the attention's
+//! with a sliding window and with packed rows), and 20 training steps of every family, and packed runs of
+//! tiny-llama and tiny-gemma3, lose what the portable graph loses, f32 to 1e-5 of the loss and f16 to the portable
+//! f16 run's own distance from f32. Needs the `wgpu-kernels` feature (the README's test command).
 
 mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use metal_candle::engine::bench::random_batch;
+use metal_candle::engine::data::Batch;
 use metal_candle::engine::lora;
 use metal_candle::engine::model::load_model;
 use metal_candle::engine::ops::{self, metal};
@@ -34,36 +36,64 @@ fn wgsl(test: &str) -> Option<()> {
     }
 }
 
+/// Packed rows for a (2, 32) batch: examples of 1, 10 and 21 tokens in the first row, 20 and 12 in the second, the
+/// first token of each predicting nothing.
+fn pack(batch: &mut Batch) {
+    let mut starts = Vec::new();
+    for lengths in [[1, 10, 21].as_slice(), &[20, 12]] {
+        let row = starts.len();
+        for len in lengths {
+            starts.extend(std::iter::repeat_n((starts.len() - row) as u32, *len));
+        }
+    }
+    for (i, &start) in starts.iter().enumerate() {
+        batch.target_mask[i] = if start as usize == i % batch.seq_len { 0.0 } else { 1.0 };
+    }
+    batch.target_tokens = batch.target_mask.iter().filter(|m| **m > 0.0).count();
+    batch.row_starts = Some(starts);
+}
+
+/// A training step of tiny-llama records every wired kernel's launches; with tiny-gemma3 (whose first layer attends
+/// through a sliding window) and with packed rows, each layer's attention still goes through the WGSL kernels each
+/// way. The cases run one after another: the launch counts are the process's.
 #[test]
 fn a_training_step_runs_each_wired_kernel() {
     let Some(()) = wgsl("a_training_step_runs_each_wired_kernel") else { return };
-    let mut m = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F32).unwrap();
-    let settings = LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
-    let params = lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap();
-    for p in &params {
-        p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
-    }
-    let before = metal::launch_counts();
-    let batch = random_batch(m.config.vocab_size, 2, 32, 4);
-    let out = backprop::loss_and_gradients_with(&m.model, &batch, 1.0 / batch.target_tokens as f64, false, false);
-    assert!(out.unwrap().nll_sum.value().unwrap().is_finite());
-    let after = metal::launch_counts();
-    let ran = |entry: &str| after.get(entry).copied().unwrap_or(0) - before.get(entry).copied().unwrap_or(0);
-    // Two layers: two norms each and the final one forward; backward the same but the first layer's input norm
-    // (nothing below it trains); q and k turned and turned back; one SwiGLU each way per layer; the attention each
-    // way per layer; the loss.
-    for (entry, at_least) in [
-        ("rms_norm_fwd", 5),
-        ("rms_norm_bwd_dx", 4),
-        ("rope", 8),
-        ("swiglu_fwd", 2),
-        ("swiglu_bwd", 2),
-        ("cross_entropy_fwd_bwd", 1),
-        ("attention_fwd", 2),
-        ("attention_bwd_dq", 2),
-        ("attention_bwd_dkdv", 2),
-    ] {
-        assert!(ran(entry) >= at_least, "{entry} ran {} times in a step ({after:?})", ran(entry));
+    for (arch, packed) in [("tiny-llama", false), ("tiny-llama", true), ("tiny-gemma3", false), ("tiny-gemma3", true)] {
+        let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
+        let settings =
+            LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
+        let params = lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap();
+        for p in &params {
+            p.b.set(&Tensor::randn(0f32, 0.2, p.b.shape(), &Device::Cpu).unwrap()).unwrap();
+        }
+        let before = metal::launch_counts();
+        let mut batch = random_batch(m.config.vocab_size, 2, 32, 4);
+        if packed {
+            pack(&mut batch);
+        }
+        let out = backprop::loss_and_gradients_with(&m.model, &batch, 1.0 / batch.target_tokens as f64, false, false);
+        assert!(out.unwrap().nll_sum.value().unwrap().is_finite());
+        let after = metal::launch_counts();
+        let ran = |entry: &str| after.get(entry).copied().unwrap_or(0) - before.get(entry).copied().unwrap_or(0);
+        let what = format!("{arch} (packed: {packed})");
+        // Two layers: the attention each way per layer, the sliding layer's and packed rows' too.
+        let mut expected = vec![("attention_fwd", 2), ("attention_bwd_dq", 2), ("attention_bwd_dkdv", 2)];
+        if (arch, packed) == ("tiny-llama", false) {
+            // Two norms each and the final one forward; backward the same but the first layer's input norm
+            // (nothing below it trains); q and k turned and turned back; one SwiGLU each way per layer; the loss.
+            expected.extend([
+                ("rms_norm_fwd", 5),
+                ("rms_norm_bwd_dx", 4),
+                ("rope", 8),
+                ("swiglu_fwd", 2),
+                ("swiglu_bwd", 2),
+                ("cross_entropy_fwd_bwd", 1),
+            ]);
+        }
+        for (entry, at_least) in expected {
+            assert!(ran(entry) >= at_least, "{what}: {entry} ran {} times in a step ({after:?})", ran(entry));
+        }
     }
 }
 
@@ -78,6 +108,18 @@ fn wgsl_training_matches_the_portable_graph_in_every_family() {
         for (step, (a, b)) in portable.iter().zip(&ours).enumerate() {
             // The loss is a mean in f32 (an ulp at 7 is 5e-7): the kernels' sums in another order move it by a few.
             assert!((a - b).abs() < 1e-5 * a.abs().max(1.0), "{arch} step {}: portable {a} vs wgsl {b}", step + 1);
+        }
+    }
+    // Packed rows (gemma3's sliding layer: a window and example starts at once), same tolerance.
+    for arch in ["tiny-llama", "tiny-gemma3"] {
+        let losses = |kernels| {
+            let extra = ["--dropout", "0.1", "--packing", "--seq-len", "256"];
+            common::cli::step_losses(kernels, arch, "f32", "assets/sample-chat", 20, &extra)
+        };
+        let (portable, ours) = (losses("portable"), losses("wgsl"));
+        for (step, (a, b)) in portable.iter().zip(&ours).enumerate() {
+            let step = step + 1;
+            assert!((a - b).abs() < 1e-5 * a.abs().max(1.0), "{arch} packed step {step}: portable {a} vs wgsl {b}");
         }
     }
     // f16: the kernels store once in f16 where the composed ops round after each op; over the run the WGSL f16

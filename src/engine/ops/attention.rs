@@ -1,6 +1,7 @@
 //! Attention's dispatch: the scaled, masked softmax of composed attention (our CPU f32 kernel, our CUDA kernel,
-//! Candle's softmax elsewhere), and the fused flash attention of cuda/attention.rs where it applies (then no T x T
-//! scores are built). Prefill on Metal goes through Candle's sdpa (metal/sdpa.rs).
+//! Candle's softmax elsewhere), and the fused flash attention where it applies (then no T x T scores are built):
+//! cuda/attention.rs, or our WGSL kernels under `--kernels wgsl` (metal/kernels.rs). Prefill on Metal goes through
+//! Candle's sdpa (metal/sdpa.rs) otherwise.
 
 use candle_core::{DType, Result, Tensor, D};
 
@@ -8,6 +9,7 @@ use super::cpu::{host::f32_of, training as cpu_training};
 pub use super::cuda::attention::Logsumexp;
 use super::cuda::{attention as cuda_attention, availability::available as cuda_available, training as cuda_training};
 use super::kernel_choice::{is_cpu_f32, metal_dtypes, our_cpu_kernels};
+use super::metal::AttentionMask;
 use super::precision::upcast;
 
 /// Attention probabilities `softmax(scale * scores + mask)` for scores (..., rows, total) whose rows are
@@ -41,11 +43,11 @@ pub fn fused_attention_applies(device: &candle_core::Device, dtype: DType, head_
     cuda_attention::applies(device, dtype, head_dim)
 }
 
-/// Fused (flash-style) causal attention where [`fused_attention_applies`] (CUDA): `q` (b, heads, tq, d) at
-/// positions `q_offset..` against `k`/`v` (b, kv_heads, tk, d), no older than `window` keys back and, for packed
-/// rows, none before `row_starts` (u32 (b, t): where each query's own example starts in its row; training only,
-/// `q_offset` 0): the output (b, tq, heads * d) and what [`fused_attention_backward`] needs. None elsewhere: the
-/// caller composes.
+/// Fused (flash-style) causal attention where [`fused_attention_applies`] (CUDA) or `--kernels wgsl` takes it
+/// (`wgsl_attention_takes`): `q` (b, heads, tq, d) at positions `q_offset..` against `k`/`v` (b, kv_heads, tk, d),
+/// no older than `window` keys back and, for packed rows, none before `row_starts` (u32 (b, t): where each query's
+/// own example starts in its row; training only, `q_offset` 0): the output (b, tq, heads * d) and what
+/// [`fused_attention_backward`] needs. None elsewhere: the caller composes.
 pub fn fused_attention(
     q: &Tensor,
     k: &Tensor,
@@ -56,8 +58,9 @@ pub fn fused_attention(
     row_starts: Option<&Tensor>,
 ) -> Result<Option<(Tensor, Logsumexp)>> {
     let (b, heads, t, d) = q.dims4()?;
-    if wgsl_attention_takes(q, k, q_offset, window, row_starts)? {
-        let (out, lse) = super::metal::attention(&q.contiguous()?, &k.contiguous()?, &v.contiguous()?, scale)?;
+    if wgsl_attention_takes(q, k, q_offset)? {
+        let mask = AttentionMask { window, row_starts };
+        let (out, lse) = super::metal::attention(&q.contiguous()?, &k.contiguous()?, &v.contiguous()?, scale, mask)?;
         return Ok(Some((out.transpose(1, 2)?.reshape((b, t, heads * d))?, Logsumexp(lse))));
     }
     if !fused_attention_applies(q.device(), q.dtype(), d) {
@@ -67,21 +70,14 @@ pub fn fused_attention(
 }
 
 /// Whether [`fused_attention`] takes our WGSL attention kernels (`--kernels wgsl`, metal/kernels.rs): causal over
-/// the whole sequence from position 0 (training, a prefill without a cache), no window, no packed rows, a head
-/// size the kernels are made for. Elsewhere (gemma3's sliding layers, packed rows, a cache) the blocked attention
-/// of the portable graph runs.
-fn wgsl_attention_takes(
-    q: &Tensor,
-    k: &Tensor,
-    q_offset: usize,
-    window: Option<usize>,
-    row_starts: Option<&Tensor>,
-) -> Result<bool> {
+/// the whole sequence from position 0 (training, a prefill without a cache) and a head size the kernels are made
+/// for; a sliding window (gemma3's sliding layers, mistral's `sliding_window`) and packed rows' example starts are
+/// masked in the kernels. With a cache (queries after position 0) the blocked attention of the portable graph
+/// runs.
+fn wgsl_attention_takes(q: &Tensor, k: &Tensor, q_offset: usize) -> Result<bool> {
     let (_, _, t, d) = q.dims4()?;
     Ok(super::metal::takes(&[q, k])
         && q_offset == 0
-        && window.is_none()
-        && row_starts.is_none()
         && k.dim(2)? == t
         && super::metal::wgsl::ATTENTION_HEAD_DIMS.contains(&(d as u32)))
 }
@@ -101,12 +97,13 @@ pub fn fused_attention_backward(
     window: Option<usize>,
     row_starts: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    if wgsl_attention_takes(q, k, 0, window, row_starts)? {
+    if wgsl_attention_takes(q, k, 0)? {
         let (b, heads, t, d) = q.dims4()?;
         let heads_first = |x: &Tensor| x.reshape((b, t, heads, d))?.transpose(1, 2)?.contiguous();
-        let (k, v) = (k.contiguous()?, v.contiguous()?);
-        let q = q.contiguous()?;
-        return super::metal::attention_backward(&q, &k, &v, &heads_first(out)?, &heads_first(d_out)?, &lse.0, scale);
+        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+        let (out, d_out) = (heads_first(out)?, heads_first(d_out)?);
+        let mask = AttentionMask { window, row_starts };
+        return super::metal::attention_backward(&q, &k, &v, &out, &d_out, &lse.0, scale, mask);
     }
     cuda_attention::backward(q, k, v, out, lse, d_out, scale, window.unwrap_or(0), row_starts)
 }

@@ -65,8 +65,8 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
     let ours_wgsl = |what: &str| format!("our WGSL {what} kernel, forward and backward ({})", wgsl_route(device));
     let attention = match wgsl {
         true => format!(
-            "{} (causal from position 0, head_dim 16/32/64/96/128); sliding windows, packed rows and cached prefills: \
-             {attention}",
+            "{} (causal from position 0 with sliding windows and packed rows, head_dim 16/32/64/96/128); cached \
+             prefills: {attention}",
             ours_wgsl("flash attention")
         ),
         false => attention,

@@ -1,8 +1,8 @@
 //! The WGSL kernels as tensor functions, shaped like their portable counterparts in `ops`
 //! (`rms_norm`/`rms_norm_backward`, `rope`/`rope_backward`, `silu_mul`/`silu_mul_backward`) plus the
 //! cross-entropy head, the LoRA epilogue and blocked attention. f32 and f16 tensors on a device with a route
-//! (`metal::run`: Metal on a Mac, the CPU through Vulkan with `wgpu-kernels`). The dispatchers take the first six
-//! under `--kernels wgsl`; the last three are not wired into the model yet.
+//! (`metal::run`: Metal on a Mac, the CPU through Vulkan with `wgpu-kernels`). The dispatchers take them under
+//! `--kernels wgsl` (ops/rotary.rs, ops/attention.rs, ...).
 
 use super::run;
 use super::wgsl::{self, AttentionShape};
@@ -88,25 +88,48 @@ pub fn lora_epilogue(y: &Tensor, x: &Tensor, a: &Tensor, b: &Tensor, scale: f64)
     Ok(out[0].clone())
 }
 
-fn attention_shape(q: &Tensor, k: &Tensor, scale: f64) -> Result<AttentionShape> {
+/// What hides keys from a query besides causality: a sliding window (None or 0: none) and packed rows' example
+/// starts (u32 (b, t)).
+#[derive(Clone, Copy)]
+pub struct AttentionMask<'a> {
+    /// A query sees no key `window` or more positions back.
+    pub window: Option<usize>,
+    /// Where each query's own example starts in its row: it sees no key before that.
+    pub row_starts: Option<&'a Tensor>,
+}
+
+/// The launches' shape and their row-starts input (the starts as u32, or one placeholder element unpacked).
+fn attention_shape(q: &Tensor, k: &Tensor, scale: f64, mask: AttentionMask) -> Result<(AttentionShape, Tensor)> {
     let (batch, heads, seq, head_dim) = q.dims4()?;
     let kv_heads = k.dim(1)?;
     if !wgsl::ATTENTION_HEAD_DIMS.contains(&(head_dim as u32)) || kv_heads == 0 || heads % kv_heads != 0 {
         candle_core::bail!("attention: head size {head_dim} / {heads} heads over {kv_heads} kv heads has no kernel")
     }
-    Ok(AttentionShape { batch, heads, kv_heads, seq, head_dim, scale: scale as f32 })
+    let starts = match mask.row_starts {
+        Some(starts) if starts.dims() != [batch, seq] => {
+            candle_core::bail!("attention: row starts {:?} for {batch} rows of {seq} queries", starts.dims())
+        }
+        Some(starts) => starts.to_dtype(DType::U32)?,
+        None => Tensor::zeros(1, DType::U32, q.device())?,
+    };
+    let window = mask.window.unwrap_or(0);
+    let packed = mask.row_starts.is_some();
+    Ok((AttentionShape { batch, heads, kv_heads, seq, head_dim, scale: scale as f32, window, packed }, starts))
 }
 
-/// Causal grouped-query attention of `q` (b, heads, t, d) over `k`/`v` (b, kv_heads, t, d) without the T x T
-/// scores: the output and the per-row log-sum-exp (b, heads, t; f32) the backward needs.
-pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<(Tensor, Tensor)> {
-    let s = attention_shape(q, k, scale)?;
+/// Causal grouped-query attention of `q` (b, heads, t, d) over `k`/`v` (b, kv_heads, t, d), further limited by
+/// `mask`, without the T x T scores: the output and the per-row log-sum-exp (b, heads, t; f32) the backward
+/// needs.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, mask: AttentionMask) -> Result<(Tensor, Tensor)> {
+    let (s, starts) = attention_shape(q, k, scale, mask)?;
     let lse = Shape::from((s.batch, s.heads, s.seq));
-    let out = run(&wgsl::attention_fwd(&s), s.head_dim as u32, &[q, k, v], &[q.shape().clone(), lse])?;
+    let out = run(&wgsl::attention_fwd(&s), s.head_dim as u32, &[q, k, v, &starts], &[q.shape().clone(), lse])?;
     Ok((out[0].clone(), out[1].clone()))
 }
 
-/// Gradients (dq, dk, dv) of [`attention`] from its output `o`, log-sum-exp `lse` and the output gradient.
+/// Gradients (dq, dk, dv) of [`attention`] from its output `o`, log-sum-exp `lse`, the output gradient and the
+/// forward's `mask`.
+#[allow(clippy::too_many_arguments)]
 pub fn attention_backward(
     q: &Tensor,
     k: &Tensor,
@@ -115,12 +138,15 @@ pub fn attention_backward(
     d_o: &Tensor,
     lse: &Tensor,
     scale: f64,
+    mask: AttentionMask,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    let s = attention_shape(q, k, scale)?;
+    let (s, starts) = attention_shape(q, k, scale, mask)?;
     let hd = s.head_dim as u32;
     let rows = Shape::from((s.batch, s.heads, s.seq));
-    let first = run(&wgsl::attention_bwd_dq(&s), hd, &[q, k, v, o, d_o, lse], &[q.shape().clone(), rows])?;
+    let inputs = [q, k, v, o, d_o, lse, &starts];
+    let first = run(&wgsl::attention_bwd_dq(&s), hd, &inputs, &[q.shape().clone(), rows])?;
     let kv = k.shape().clone();
-    let second = run(&wgsl::attention_bwd_dkdv(&s), hd, &[q, k, v, d_o, lse, &first[1]], &[kv.clone(), kv])?;
+    let inputs = [q, k, v, d_o, lse, &first[1], &starts];
+    let second = run(&wgsl::attention_bwd_dkdv(&s), hd, &inputs, &[kv.clone(), kv])?;
     Ok((first[0].clone(), second[0].clone(), second[1].clone()))
 }

@@ -186,6 +186,7 @@ fn bytes_of(t: &Tensor) -> Result<Vec<u8>> {
     Ok(match t.dtype() {
         DType::F16 => t.to_vec1::<half::f16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::I32 => t.to_vec1::<i32>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::U32 => t.to_vec1::<u32>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         _ => t.to_dtype(DType::F32)?.to_vec1::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
     })
 }

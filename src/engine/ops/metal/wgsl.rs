@@ -50,7 +50,7 @@ pub enum Kernel {
     CrossEntropy,
     /// y + scale * (x A^T) B^T in one launch.
     LoraEpilogue,
-    /// Blocked causal GQA attention forward (output + log-sum-exp).
+    /// Blocked causal GQA attention forward (output + log-sum-exp), with a sliding window and packed rows.
     AttentionFwd,
     /// Its backward: dq (+ delta), then dk/dv.
     AttentionBwd,
@@ -135,7 +135,8 @@ pub fn source(kernel: Kernel, precision: Precision, head_dim: u32) -> String {
     prelude + kernel.body()
 }
 
-/// What a storage binding holds: the kernel's element type, f32 (statistics such as rstd or log-sum-exp), or i32.
+/// What a storage binding holds: the kernel's element type, f32 (statistics such as rstd or log-sum-exp), i32 or
+/// u32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Elem {
     /// The kernel's element type [`Precision`].
@@ -144,6 +145,8 @@ pub enum Elem {
     F32,
     /// Always i32 (token ids; negative = ignored).
     I32,
+    /// Always u32 (packed rows' example starts).
+    U32,
 }
 
 impl Elem {
@@ -153,6 +156,7 @@ impl Elem {
             Elem::Et => et,
             Elem::F32 => candle_core::DType::F32,
             Elem::I32 => candle_core::DType::I32,
+            Elem::U32 => candle_core::DType::U32,
         }
     }
 }
@@ -354,7 +358,9 @@ pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale:
     }
 }
 
-/// The shape of a causal GQA attention: q (batch, heads, seq, head_dim), k/v (batch, kv_heads, seq, head_dim).
+/// The shape of a causal GQA attention: q (batch, heads, seq, head_dim), k/v (batch, kv_heads, seq, head_dim), and
+/// what else hides keys from a query: a sliding window and packed rows. The query at position i sees key j iff
+/// j <= i, i - j < window (0: no window) and, packed, j >= row_starts[batch row, i].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionShape {
     /// Batch size.
@@ -369,12 +375,19 @@ pub struct AttentionShape {
     pub head_dim: usize,
     /// Score scale, usually 1 / sqrt(head_dim).
     pub scale: f32,
+    /// Sliding window: a query sees no key `window` or more positions back; 0 for none.
+    pub window: usize,
+    /// Packed rows: the launches take a u32 (batch, seq) input of where each query's example starts in its row
+    /// (nondecreasing along a row, as `data::packing` makes them), and a query sees no key before it. Unpacked,
+    /// that input is one placeholder element the kernels never read.
+    pub packed: bool,
 }
 
 impl AttentionShape {
     fn params(&self) -> Vec<u32> {
         let s = self;
-        words(&[s.batch as u32, s.heads as u32, s.kv_heads as u32, s.seq as u32, s.scale.to_bits()])
+        let (window, packed) = (s.window as u32, u32::from(s.packed));
+        words(&[s.batch as u32, s.heads as u32, s.kv_heads as u32, s.seq as u32, s.scale.to_bits(), window, packed])
     }
     fn q_len(&self) -> usize {
         self.batch * self.heads * self.seq * self.head_dim
@@ -388,9 +401,14 @@ impl AttentionShape {
     fn blocks(&self) -> u32 {
         (self.seq as u32).div_ceil(ATTENTION_BLOCK)
     }
+    /// The row starts' input at binding `index`: (batch, seq) packed, one placeholder element otherwise.
+    fn row_starts(&self, index: u32) -> Binding {
+        b(index, Elem::U32, if self.packed { self.batch * self.seq } else { 1 })
+    }
 }
 
-/// Attention forward: inputs q, k, v; outputs o and the log-sum-exp per query row (f32).
+/// Attention forward: inputs q, k, v, row starts ([`AttentionShape::packed`]); outputs o and the log-sum-exp per
+/// query row (f32).
 pub fn attention_fwd(s: &AttentionShape) -> Launch {
     Launch {
         kernel: Kernel::AttentionFwd,
@@ -400,6 +418,7 @@ pub fn attention_fwd(s: &AttentionShape) -> Launch {
             b(1, Elem::Et, s.q_len()),
             b(2, Elem::Et, s.kv_len()),
             b(3, Elem::Et, s.kv_len()),
+            s.row_starts(6),
             b(4, Elem::Et, s.q_len()),
             b(5, Elem::F32, s.rows()),
         ],
@@ -408,7 +427,7 @@ pub fn attention_fwd(s: &AttentionShape) -> Launch {
     }
 }
 
-/// Attention backward, pass 1: inputs q, k, v, o, dO, lse; outputs dq and delta (f32 per query row).
+/// Attention backward, pass 1: inputs q, k, v, o, dO, lse, row starts; outputs dq and delta (f32 per query row).
 pub fn attention_bwd_dq(s: &AttentionShape) -> Launch {
     let (q, kv) = (s.q_len(), s.kv_len());
     Launch {
@@ -422,6 +441,7 @@ pub fn attention_bwd_dq(s: &AttentionShape) -> Launch {
             b(4, Elem::Et, q),
             b(5, Elem::Et, q),
             b(6, Elem::F32, s.rows()),
+            s.row_starts(11),
             b(7, Elem::Et, q),
             b(10, Elem::F32, s.rows()),
         ],
@@ -430,7 +450,7 @@ pub fn attention_bwd_dq(s: &AttentionShape) -> Launch {
     }
 }
 
-/// Attention backward, pass 2: inputs q, k, v, dO, lse, delta (from pass 1); outputs dk, dv.
+/// Attention backward, pass 2: inputs q, k, v, dO, lse, delta (from pass 1), row starts; outputs dk, dv.
 pub fn attention_bwd_dkdv(s: &AttentionShape) -> Launch {
     let (q, kv) = (s.q_len(), s.kv_len());
     Launch {
@@ -444,6 +464,7 @@ pub fn attention_bwd_dkdv(s: &AttentionShape) -> Launch {
             b(5, Elem::Et, q),
             b(6, Elem::F32, s.rows()),
             b(10, Elem::F32, s.rows()),
+            s.row_starts(11),
             b(8, Elem::Et, kv),
             b(9, Elem::Et, kv),
         ],

@@ -1,18 +1,22 @@
 // Causal grouped-query attention backward by recomputation (FlashAttention-2's split): probabilities are rebuilt
-// from the forward's log-sum-exp, never stored. Shapes as in attention_fwd.wgsl, and the same tiling: 256 threads
+// from the forward's log-sum-exp, never stored. Shapes, the sliding window (p.window) and packed rows (p.packed,
+// row_starts) as in attention_fwd.wgsl: query i sees the keys first_key(i) ..= i. The same tiling: 256 threads
 // per workgroup, 64 x 64 tiles of scores with a 4 x 4 register micro-tile per thread (vec4s, products over
 // slices of DC = 8 of the head dim staged transposed in workgroup memory), the 64 x 64 matrix that feeds the next
 // product in `pt`, and a second split of the threads for the 64 x HEAD_DIM results (RO rows x VO vec4 columns
-// in the named registers of struct Acc) against rows staged KC at a time. Masked tiles are never visited.
+// in the named registers of struct Acc) against rows staged KC at a time. Fully masked tiles are never visited;
+// the others are masked per element.
 // - attention_bwd_dq: one workgroup per (64 queries, batch x head), last blocks first. It writes
-//   delta_i = sum_c dO_ic O_ic, then for each key tile up to its diagonal forms S = q k^T and dP = dO v^T in the
-//   same pass, dS = P (dP - delta) into pt, and dq += dS k.
+//   delta_i = sum_c dO_ic O_ic, then for each key tile from the one holding its first query's first key up to its
+//   diagonal forms S = q k^T and dP = dO v^T in the same pass, dS = P (dP - delta) into pt, and dq += dS k.
 // - attention_bwd_dkdv: one workgroup per (64 keys, batch x kv head), summing over every query head of its group
-//   and every query tile from its diagonal on (so no atomics): S^T = k q^T and dP^T = v dO^T, P^T into pt for
-//   dv += P^T dO, then dS^T into pt for dk += dS^T q.
-// Workgroup memory: 8.5 + 17 + 0.5 KiB.
+//   and every query tile from its diagonal on (so no atomics) until the first whose first query sees no key of
+//   this tile (first keys only grow along a row, so no later query does either): S^T = k q^T and dP^T = v dO^T,
+//   P^T into pt for dv += P^T dO, then dS^T into pt for dk += dS^T q.
+// Workgroup memory: 8.5 + 17 + 0.75 KiB.
 
-struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 }
+// window: 0 = none; packed: 0 = row_starts is not read.
+struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, window: u32, packed: u32, pad0: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<ET>;
@@ -25,6 +29,7 @@ struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, pad
 @group(0) @binding(8) var<storage, read_write> dk: array<ET>;
 @group(0) @binding(9) var<storage, read_write> dv: array<ET>;
 @group(0) @binding(10) var<storage, read_write> delta: array<f32>;
+@group(0) @binding(11) var<storage, read> row_starts: array<u32>;
 
 const BT: u32 = 64u;
 const THREADS: u32 = 256u;
@@ -42,6 +47,8 @@ var<workgroup> stage: array<vec4<f32>, 4u * DC * PAD4>;
 var<workgroup> pt: array<vec4<f32>, BT * PAD4>;
 var<workgroup> row_lse: array<vec4<f32>, BT / 4u>;
 var<workgroup> row_delta: array<vec4<f32>, BT / 4u>;
+// attention_bwd_dkdv: the first key of each query of the tile.
+var<workgroup> row_lo: array<vec4<u32>, BT / 4u>;
 
 struct Acc { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
              b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32> }
@@ -118,8 +125,25 @@ fn acc_get(acc: Acc, i: u32, u: u32) -> vec4<f32> {
     return select(select(select(acc.b0, acc.b1, u == 1u), acc.b2, u == 2u), acc.b3, u == 3u);
 }
 
-fn causal(s: vec4<f32>, row: u32, col0: u32) -> vec4<f32> {
-    return select(s, vec4<f32>(NEG), vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u) > vec4<u32>(row));
+// The first key the query at `row` (< seq) of batch row `bi` sees: its window's edge, its example's start.
+fn first_key(bi: u32, row: u32) -> u32 {
+    var lo = 0u;
+    if (p.window > 0u && row >= p.window) { lo = row + 1u - p.window; }
+    if (p.packed != 0u) { lo = max(lo, row_starts[bi * p.seq + row]); }
+    return lo;
+}
+
+// Keys col0 .. col0 + 3 of a score vec4 are masked outside lo ..= row (query `row`, its first key `lo`).
+fn masked(s: vec4<f32>, row: u32, lo: u32, col0: u32) -> vec4<f32> {
+    let cols = vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u);
+    return select(s, vec4<f32>(NEG), (cols > vec4<u32>(row)) | (cols < vec4<u32>(lo)));
+}
+
+// P^T of key `key` against the queries `cols` (first keys `lo`, log-sum-exps `ls`): 0 where a query past the
+// sequence, before the key or with its first key after it does not see it.
+fn seen_by(s: vec4<f32>, ls: vec4<f32>, key: u32, cols: vec4<u32>, lo: vec4<u32>) -> vec4<f32> {
+    let seen = (cols < vec4<u32>(p.seq)) & (cols >= vec4<u32>(key)) & (lo <= vec4<u32>(key));
+    return select(vec4<f32>(), exp(s - ls), seen);
 }
 
 // Writes P^T's dS^T (or dS) micro-tile rows into pt.
@@ -146,6 +170,11 @@ fn attention_bwd_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     let rr = ty * 4u;
     let tyo = lid / TXO;
     let txo = lid % TXO;
+    // This thread's rows' first keys (rows past the sequence take the last row's: their results are dropped).
+    let r0 = q0 + rr;
+    let last = p.seq - 1u;
+    let lo = vec4<u32>(first_key(bi, min(r0, last)), first_key(bi, min(r0 + 1u, last)),
+                       first_key(bi, min(r0 + 2u, last)), first_key(bi, min(r0 + 3u, last)));
 
     // delta = rowsum(dO o): four threads per row, met in pt.
     {
@@ -173,7 +202,7 @@ fn attention_bwd_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     }
 
     var acc = Acc();
-    for (var kt = 0u; kt <= qt; kt++) {
+    for (var kt = first_key(bi, q0) / BT; kt <= qt; kt++) {
         let j0 = kt * BT;
         var s0 = vec4<f32>();
         var s1 = vec4<f32>();
@@ -216,14 +245,13 @@ fn attention_bwd_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
                 g3 += c.w * w;
             }
         }
-        let r0 = q0 + rr;
         let c0 = j0 + tx * 4u;
         let ls = row_lse[ty];
         let dl = row_delta[ty];
-        let ds0 = exp(causal(s0, r0, c0) - ls.x) * (g0 - dl.x);
-        let ds1 = exp(causal(s1, r0 + 1u, c0) - ls.y) * (g1 - dl.y);
-        let ds2 = exp(causal(s2, r0 + 2u, c0) - ls.z) * (g2 - dl.z);
-        let ds3 = exp(causal(s3, r0 + 3u, c0) - ls.w) * (g3 - dl.w);
+        let ds0 = exp(masked(s0, r0, lo.x, c0) - ls.x) * (g0 - dl.x);
+        let ds1 = exp(masked(s1, r0 + 1u, lo.y, c0) - ls.y) * (g1 - dl.y);
+        let ds2 = exp(masked(s2, r0 + 2u, lo.z, c0) - ls.z) * (g2 - dl.z);
+        let ds3 = exp(masked(s3, r0 + 3u, lo.w, c0) - ls.w) * (g3 - dl.w);
         // Every thread is done with the staged slices (and the last tile's pt): dS and k's first rows go in.
         workgroupBarrier();
         put_tile(rr, tx, ds0, ds1, ds2, ds3);
@@ -268,9 +296,11 @@ fn attention_bwd_dkdv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
     for (var g = 0u; g < group; g++) {
         let bh = bi * p.heads + kvh * group + g;
         let q_base = bh * p.seq * HEAD_DIM;
-        // Causal: query tiles before this key tile see none of its keys.
+        // Causal: query tiles before this key tile see none of its keys; windows and examples: nor do those
+        // from the first whose first query's first key lies past this tile.
         for (var qt = kt; qt < blocks; qt++) {
             let i0 = qt * BT;
+            if (first_key(bi, i0) >= k0 + BT) { break; }
             var s0 = vec4<f32>();
             var s1 = vec4<f32>();
             var s2 = vec4<f32>();
@@ -299,12 +329,15 @@ fn attention_bwd_dkdv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
                     let row = i0 + lid;
                     var lv = 0.0;
                     var dl = 0.0;
+                    var first = 0u;
                     if (row < p.seq) {
                         lv = lse[bh * p.seq + row];
                         dl = delta[bh * p.seq + row];
+                        first = first_key(bi, row);
                     }
                     row_lse[lid / 4u][lid % 4u] = lv;
                     row_delta[lid / 4u][lid % 4u] = dl;
+                    row_lo[lid / 4u][lid % 4u] = first;
                 }
                 workgroupBarrier();
                 for (var dd = 0u; dd < DC; dd++) {
@@ -323,17 +356,17 @@ fn attention_bwd_dkdv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
                 }
             }
             // Rows are keys (k0 + rr ..), columns queries (i0 + tx * 4 ..): a key is seen by the queries at or
-            // after it, inside the sequence.
+            // after it, inside the sequence, whose first key is not after it.
             let r0 = k0 + rr;
             let c0 = i0 + tx * 4u;
             let ls = row_lse[tx];
             let dl = row_delta[tx];
+            let lo = row_lo[tx];
             let cols = vec4<u32>(c0) + vec4<u32>(0u, 1u, 2u, 3u);
-            let inside = cols < vec4<u32>(p.seq);
-            let p0 = select(vec4<f32>(), exp(s0 - ls), inside & (cols >= vec4<u32>(r0)));
-            let p1 = select(vec4<f32>(), exp(s1 - ls), inside & (cols >= vec4<u32>(r0 + 1u)));
-            let p2 = select(vec4<f32>(), exp(s2 - ls), inside & (cols >= vec4<u32>(r0 + 2u)));
-            let p3 = select(vec4<f32>(), exp(s3 - ls), inside & (cols >= vec4<u32>(r0 + 3u)));
+            let p0 = seen_by(s0, ls, r0, cols, lo);
+            let p1 = seen_by(s1, ls, r0 + 1u, cols, lo);
+            let p2 = seen_by(s2, ls, r0 + 2u, cols, lo);
+            let p3 = seen_by(s3, ls, r0 + 3u, cols, lo);
             workgroupBarrier();
             put_tile(rr, tx, p0, p1, p2, p3);
             for (var qc = 0u; qc < BT; qc += KC) {

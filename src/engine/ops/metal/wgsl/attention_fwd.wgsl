@@ -1,23 +1,32 @@
 // Causal grouped-query attention forward without the T x T matrix (FlashAttention's blocked online softmax):
 // q (b, hq, t, d), k/v (b, hkv, t, d), o (b, hq, t, d), lse (b * hq * t, f32: the row's log-sum-exp for the
-// backward's recomputation). HEAD_DIM comes from the prelude.
+// backward's recomputation). HEAD_DIM comes from the prelude. The query at position i sees the keys first_key(i)
+// ..= i: with a sliding window (p.window > 0) none older than window - 1 positions back, and for packed rows
+// (p.packed != 0; row_starts u32 (b, t), where each query's own example starts in its row) none before its
+// example's start. Unpacked, row_starts is a one-element placeholder that is never read.
 //
 // One workgroup of 256 threads per (block of BQ = 64 queries, batch x head), heaviest (last) query blocks first;
-// it walks the key tiles of BK = 64 up to its diagonal (masked tiles are never visited). Per tile:
+// it walks the key tiles of BK = 64 from the one holding its first query's first key (the earliest any of its
+// queries sees: window edges and example starts only grow along a row) up to its diagonal, so fully masked
+// tiles are never visited. Per tile:
 // - scores: the threads form a 16 x 16 grid, each owning a 4 x 4 register micro-tile of the 64 x 64 scores (rows
 //   ty*4.., keys tx*4..) as four vec4s. q (pre-scaled) and k stream through workgroup memory in slices of DC = 16
 //   of the head dim, stored transposed ([d][row], rows padded to 68 floats) so each step is two vec4 loads and
-//   16 FMAs;
+//   16 FMAs; keys outside a row's first_key ..= row are masked per element;
 // - softmax: each thread's row maxima meet in `red` (64 x 16), every thread of a row reads them back (so all
 //   agree on the running max m), turns its scores into P = exp(s - m) in `pt` (64 x 68) and keeps its partial
-//   row sums, rescaled with m; the rescale factors go to `row_a` for the output's owners;
+//   row sums, rescaled with m; the rescale factors go to `row_a` for the output's owners. A row may see none of
+//   a visited tile's keys (a window's or an example's edge inside the tile): while it has seen none at all its
+//   maximum stays at NEG and its probabilities are taken against 0, so they come out 0;
 // - output: O (64 x HEAD_DIM) is owned in another split: 8 (4 for HEAD_DIM 16) threads across the head dim,
 //   each holding RO rows x VO vec4 columns in named registers (struct Acc, no indexed arrays), and V streams
 //   through the same staging buffer in KC rows at a time.
-// The row sums meet in `red` once at the end. Workgroup memory: 8.5 + 17 + 4 + 0.25 KiB, under the 32 KiB of
-// lavapipe and Apple GPUs (the device asks for the adapter's limits). Deterministic: no atomics.
+// The row sums meet in `red` once at the end (every query sees at least itself, so none is 0). Workgroup memory:
+// 8.5 + 17 + 4 + 0.25 KiB, under the 32 KiB of lavapipe and Apple GPUs (the device asks for the adapter's
+// limits). Deterministic: no atomics.
 
-struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 }
+// window: 0 = none; packed: 0 = row_starts is not read.
+struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, window: u32, packed: u32, pad0: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<ET>;
@@ -25,6 +34,7 @@ struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, pad
 @group(0) @binding(3) var<storage, read> v: array<ET>;
 @group(0) @binding(4) var<storage, read_write> o: array<ET>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(6) var<storage, read> row_starts: array<u32>;
 
 const BQ: u32 = 64u;
 const BK: u32 = 64u;
@@ -75,9 +85,18 @@ fn put4_t(slot: u32, dd: u32, r: u32, x: vec4<f32>) {
     stage[at + 3u * PAD4][c] = x.w;
 }
 
-// Key `col` of a score vec4 starting at key col0 is masked when it lies after query `row`.
-fn causal(s: vec4<f32>, row: u32, col0: u32) -> vec4<f32> {
-    return select(s, vec4<f32>(NEG), vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u) > vec4<u32>(row));
+// The first key the query at `row` (< seq) of batch row `bi` sees: its window's edge, its example's start.
+fn first_key(bi: u32, row: u32) -> u32 {
+    var lo = 0u;
+    if (p.window > 0u && row >= p.window) { lo = row + 1u - p.window; }
+    if (p.packed != 0u) { lo = max(lo, row_starts[bi * p.seq + row]); }
+    return lo;
+}
+
+// Keys col0 .. col0 + 3 of a score vec4 are masked outside lo ..= row (query `row`, its first key `lo`).
+fn masked(s: vec4<f32>, row: u32, lo: u32, col0: u32) -> vec4<f32> {
+    let cols = vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u);
+    return select(s, vec4<f32>(NEG), (cols > vec4<u32>(row)) | (cols < vec4<u32>(lo)));
 }
 fn hmax(x: vec4<f32>) -> f32 { return max(max(x.x, x.y), max(x.z, x.w)); }
 fn row_max(r: u32) -> f32 {
@@ -156,11 +175,15 @@ fn attention_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     // Output split.
     let tyo = lid / TXO;
     let txo = lid % TXO;
+    // This thread's rows' first keys (rows past the sequence take the last row's: their results are dropped).
+    let last = p.seq - 1u;
+    let lo = vec4<u32>(first_key(bi, min(r0, last)), first_key(bi, min(r0 + 1u, last)),
+                       first_key(bi, min(r0 + 2u, last)), first_key(bi, min(r0 + 3u, last)));
 
     var m = vec4<f32>(NEG);
     var l = vec4<f32>();
     var acc = Acc();
-    for (var kt = 0u; kt <= qt; kt++) {
+    for (var kt = first_key(bi, q0) / BK; kt <= qt; kt++) {
         let j0 = kt * BK;
         var s0 = vec4<f32>();
         var s1 = vec4<f32>();
@@ -186,24 +209,26 @@ fn attention_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
             }
         }
         let c0 = j0 + tx * 4u;
-        s0 = causal(s0, r0, c0);
-        s1 = causal(s1, r0 + 1u, c0);
-        s2 = causal(s2, r0 + 2u, c0);
-        s3 = causal(s3, r0 + 3u, c0);
+        s0 = masked(s0, r0, lo.x, c0);
+        s1 = masked(s1, r0 + 1u, lo.y, c0);
+        s2 = masked(s2, r0 + 2u, lo.z, c0);
+        s3 = masked(s3, r0 + 3u, lo.w, c0);
         let rr = ty * 4u;
         red[rr * 4u + tx / 4u][tx % 4u] = hmax(s0);
         red[(rr + 1u) * 4u + tx / 4u][tx % 4u] = hmax(s1);
         red[(rr + 2u) * 4u + tx / 4u][tx % 4u] = hmax(s2);
         red[(rr + 3u) * 4u + tx / 4u][tx % 4u] = hmax(s3);
         workgroupBarrier();
-        // Every key tile visited holds a visible key for each row, so the new maxima are finite.
         let mn = max(m, vec4<f32>(row_max(rr), row_max(rr + 1u), row_max(rr + 2u), row_max(rr + 3u)));
         let alpha = exp(m - mn);
         m = mn;
-        let p0 = exp(s0 - mn.x);
-        let p1 = exp(s1 - mn.y);
-        let p2 = exp(s2 - mn.z);
-        let p3 = exp(s3 - mn.w);
+        // A row that has seen no key yet (all masked so far: mn is NEG) takes its probabilities against 0, so
+        // they are exp(NEG) = 0 rather than exp(NEG - NEG) = 1.
+        let mref = select(mn, vec4<f32>(), mn == vec4<f32>(NEG));
+        let p0 = exp(s0 - mref.x);
+        let p1 = exp(s1 - mref.y);
+        let p2 = exp(s2 - mref.z);
+        let p3 = exp(s3 - mref.w);
         l = l * alpha + vec4<f32>(dot(p0, vec4<f32>(1.0)), dot(p1, vec4<f32>(1.0)), dot(p2, vec4<f32>(1.0)),
                                   dot(p3, vec4<f32>(1.0)));
         pt[rr * PAD4 + tx] = p0;
