@@ -76,8 +76,13 @@ impl Kernel {
             Kernel::Swiglu => include_str!("wgsl/swiglu.wgsl"),
             Kernel::CrossEntropy => include_str!("wgsl/cross_entropy.wgsl"),
             Kernel::LoraEpilogue => include_str!("wgsl/lora.wgsl"),
-            Kernel::AttentionFwd => include_str!("wgsl/attention_fwd.wgsl"),
-            Kernel::AttentionBwd => include_str!("wgsl/attention_bwd.wgsl"),
+            // Both attention modules start with what they share (parameters, masking, the output micro-tile).
+            Kernel::AttentionFwd => {
+                concat!(include_str!("wgsl/attention_common.wgsl"), include_str!("wgsl/attention_fwd.wgsl"))
+            }
+            Kernel::AttentionBwd => {
+                concat!(include_str!("wgsl/attention_common.wgsl"), include_str!("wgsl/attention_bwd.wgsl"))
+            }
         }
     }
 

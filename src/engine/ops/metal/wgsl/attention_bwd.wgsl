@@ -14,9 +14,8 @@
 //   this tile (first keys only grow along a row, so no later query does either): S^T = k q^T and dP^T = v dO^T,
 //   P^T into pt for dv += P^T dO, then dS^T into pt for dk += dS^T q.
 // Workgroup memory: 8.5 + 17 + 0.75 KiB.
-
-// window: 0 = none; packed: 0 = row_starts is not read.
-struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, window: u32, packed: u32, pad0: u32 }
+// Params, first_key/masked (the masking rule), the loads of q/k/v and the output micro-tile (Acc, accumulate) are
+// in attention_common.wgsl, which wgsl.rs puts before this file.
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<ET>;
@@ -50,21 +49,6 @@ var<workgroup> row_delta: array<vec4<f32>, BT / 4u>;
 // attention_bwd_dkdv: the first key of each query of the tile.
 var<workgroup> row_lo: array<vec4<u32>, BT / 4u>;
 
-struct Acc { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
-             b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32> }
-
-fn ld4_v(i: u32, ok: bool) -> vec4<f32> {
-    if (ok) { return vec4<f32>(f32(v[i]), f32(v[i + 1u]), f32(v[i + 2u]), f32(v[i + 3u])); }
-    return vec4<f32>();
-}
-fn ld4_q(i: u32, ok: bool) -> vec4<f32> {
-    if (ok) { return vec4<f32>(f32(q[i]), f32(q[i + 1u]), f32(q[i + 2u]), f32(q[i + 3u])); }
-    return vec4<f32>();
-}
-fn ld4_k(i: u32, ok: bool) -> vec4<f32> {
-    if (ok) { return vec4<f32>(f32(k[i]), f32(k[i + 1u]), f32(k[i + 2u]), f32(k[i + 3u])); }
-    return vec4<f32>();
-}
 fn ld4_do(i: u32, ok: bool) -> vec4<f32> {
     if (ok) { return vec4<f32>(f32(d_o[i]), f32(d_o[i + 1u]), f32(d_o[i + 2u]), f32(d_o[i + 3u])); }
     return vec4<f32>();
@@ -84,59 +68,10 @@ fn put4_t(s: u32, dd: u32, r: u32, x: vec4<f32>) {
 }
 fn get_t(s: u32, dd: u32, i: u32) -> vec4<f32> { return stage[(s * DC + dd) * PAD4 + i]; }
 
-fn acc_key(acc: ptr<function, Acc>, x: f32, y: f32, base: u32) {
-    let v0 = stage[base];
-    (*acc).a0 += x * v0;
-    if (RO > 1u) { (*acc).b0 += y * v0; }
-    if (VO > 1u) {
-        let v1 = stage[base + TXO];
-        (*acc).a1 += x * v1;
-        if (RO > 1u) { (*acc).b1 += y * v1; }
-    }
-    if (VO > 2u) {
-        let v2 = stage[base + 2u * TXO];
-        (*acc).a2 += x * v2;
-        if (RO > 1u) { (*acc).b2 += y * v2; }
-    }
-    if (VO > 3u) {
-        let v3 = stage[base + 3u * TXO];
-        (*acc).a3 += x * v3;
-        if (RO > 1u) { (*acc).b3 += y * v3; }
-    }
-}
-
-// acc (rows r0, r0 + 1) += pt[rows, c0 .. c0 + KC] x the KC staged rows (vec4 column `col` onwards).
-fn accumulate(acc: ptr<function, Acc>, r0: u32, c0: u32, col: u32) {
-    for (var c = 0u; c < KC; c += 4u) {
-        let x = pt[r0 * PAD4 + (c0 + c) / 4u];
-        var y = vec4<f32>();
-        if (RO > 1u) { y = pt[(r0 + 1u) * PAD4 + (c0 + c) / 4u]; }
-        let base = c * D4 + col;
-        acc_key(acc, x.x, y.x, base);
-        acc_key(acc, x.y, y.y, base + D4);
-        acc_key(acc, x.z, y.z, base + 2u * D4);
-        acc_key(acc, x.w, y.w, base + 3u * D4);
-    }
-}
-
 // Row i (0 or 1) of acc's micro-tile, vec4 column u.
 fn acc_get(acc: Acc, i: u32, u: u32) -> vec4<f32> {
     if (i == 0u) { return select(select(select(acc.a0, acc.a1, u == 1u), acc.a2, u == 2u), acc.a3, u == 3u); }
     return select(select(select(acc.b0, acc.b1, u == 1u), acc.b2, u == 2u), acc.b3, u == 3u);
-}
-
-// The first key the query at `row` (< seq) of batch row `bi` sees: its window's edge, its example's start.
-fn first_key(bi: u32, row: u32) -> u32 {
-    var lo = 0u;
-    if (p.window > 0u && row >= p.window) { lo = row + 1u - p.window; }
-    if (p.packed != 0u) { lo = max(lo, row_starts[bi * p.seq + row]); }
-    return lo;
-}
-
-// Keys col0 .. col0 + 3 of a score vec4 are masked outside lo ..= row (query `row`, its first key `lo`).
-fn masked(s: vec4<f32>, row: u32, lo: u32, col0: u32) -> vec4<f32> {
-    let cols = vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u);
-    return select(s, vec4<f32>(NEG), (cols > vec4<u32>(row)) | (cols < vec4<u32>(lo)));
 }
 
 // P^T of key `key` against the queries `cols` (first keys `lo`, log-sum-exps `ls`): 0 where a query past the
