@@ -97,6 +97,14 @@ fn a_training_step_runs_each_wired_kernel() {
     }
 }
 
+/// Each step's f32 loss of a `--kernels wgsl` run within 1e-5 (relative, at least absolute) of the portable run's.
+fn assert_same_losses(what: &str, portable: &[f64], ours: &[f64]) {
+    for (step, (a, b)) in portable.iter().zip(ours).enumerate() {
+        // The loss is a mean in f32 (an ulp at 7 is 5e-7): the kernels' sums in another order move it by a few.
+        assert!((a - b).abs() < 1e-5 * a.abs().max(1.0), "{what} step {}: portable {a} vs wgsl {b}", step + 1);
+    }
+}
+
 #[test]
 fn wgsl_training_matches_the_portable_graph_in_every_family() {
     let Some(()) = wgsl("wgsl_training_matches_the_portable_graph_in_every_family") else { return };
@@ -105,10 +113,7 @@ fn wgsl_training_matches_the_portable_graph_in_every_family() {
             common::cli::family_run_losses("portable", arch, "f32"),
             common::cli::family_run_losses("wgsl", arch, "f32"),
         );
-        for (step, (a, b)) in portable.iter().zip(&ours).enumerate() {
-            // The loss is a mean in f32 (an ulp at 7 is 5e-7): the kernels' sums in another order move it by a few.
-            assert!((a - b).abs() < 1e-5 * a.abs().max(1.0), "{arch} step {}: portable {a} vs wgsl {b}", step + 1);
-        }
+        assert_same_losses(arch, &portable, &ours);
     }
     // Packed rows (gemma3's sliding layer: a window and example starts at once), same tolerance.
     for arch in ["tiny-llama", "tiny-gemma3"] {
@@ -116,11 +121,7 @@ fn wgsl_training_matches_the_portable_graph_in_every_family() {
             let extra = ["--dropout", "0.1", "--packing", "--seq-len", "256"];
             common::cli::step_losses(kernels, arch, "f32", "assets/sample-chat", 20, &extra)
         };
-        let (portable, ours) = (losses("portable"), losses("wgsl"));
-        for (step, (a, b)) in portable.iter().zip(&ours).enumerate() {
-            let step = step + 1;
-            assert!((a - b).abs() < 1e-5 * a.abs().max(1.0), "{arch} packed step {step}: portable {a} vs wgsl {b}");
-        }
+        assert_same_losses(&format!("{arch} packed"), &losses("portable"), &losses("wgsl"));
     }
     // f16: the kernels store once in f16 where the composed ops round after each op; over the run the WGSL f16
     // losses stay as close to the f32 run as the portable f16 ones do (within twice their largest distance, plus

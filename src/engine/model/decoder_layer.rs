@@ -318,8 +318,8 @@ impl DecoderLayer {
 
     /// Ten launches per layer: (pending residual add +) norm, qkv product, cache write, attention (two: key
     /// shares and their merge), o_proj, add + norm, gate|up product, SwiGLU, down_proj (plus any adapter on
-    /// o_proj or down_proj); the MLP's residual add is left pending (see [`Self::forward_pending`]). Pre-norm layers only
-    /// (`LayerNorms::pre_norms_only`): gemma3's and olmo2's post-norms take the composed path.
+    /// o_proj or down_proj); the MLP's residual add is left pending (see [`Self::forward_pending`]). Pre-norm
+    /// layers only (`LayerNorms::pre_norms_only`): gemma3's and olmo2's post-norms take the composed path.
     fn decode_fused(
         &self,
         x: &Tensor,

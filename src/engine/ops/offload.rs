@@ -28,10 +28,10 @@ pub struct Offloader {
 }
 
 /// Whether the attention results of `layers` layers fit in host memory beside their inputs (`input_bytes` and
-/// `attention_bytes` a layer) within `budget_bytes` ([`host_pin_budget`]; unknown: they go). When not, only the inputs leave the device
-/// and the recompute attends again: the kept attention output doubles the host memory a token costs (at 8B, 512 KiB
-/// instead of 256), so a long run on a host of 128 GiB would stop near 250k tokens where the inputs alone reach
-/// twice as far.
+/// `attention_bytes` a layer) within `budget_bytes` ([`host_pin_budget`]; unknown: they go). When not, only the
+/// inputs leave the device and the recompute attends again: the kept attention output doubles the host memory a
+/// token costs (at 8B, 512 KiB instead of 256), so a long run on a host of 128 GiB would stop near 250k tokens where
+/// the inputs alone reach twice as far.
 pub fn attention_fits_in_host(input_bytes: u64, attention_bytes: u64, layers: u64, budget_bytes: Option<u64>) -> bool {
     budget_bytes.is_none_or(|budget| layers.saturating_mul(input_bytes + attention_bytes) <= budget)
 }

@@ -63,13 +63,15 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
     // `--kernels wgsl` on a device and dtype with a route to our WGSL kernels (the same test the dispatchers make).
     let wgsl = super::metal::takes_on(device, dtype);
     let ours_wgsl = |what: &str| format!("our WGSL {what} kernel, forward and backward ({})", wgsl_route(device));
-    let attention = match wgsl {
-        true => format!(
-            "{} (causal from position 0 with sliding windows and packed rows, head_dim 16/32/64/96/128); cached \
+    let attention = if wgsl {
+        let head_dims = super::metal::wgsl::ATTENTION_HEAD_DIMS.map(|d| d.to_string()).join("/");
+        format!(
+            "{} (causal from position 0 with sliding windows and packed rows, head_dim {head_dims}); cached \
              prefills: {attention}",
             ours_wgsl("flash attention")
-        ),
-        false => attention,
+        )
+    } else {
+        attention
     };
     let norm = if wgsl {
         ours_wgsl("RMS-norm")
@@ -94,9 +96,10 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
         ("kernel set", format!("{:?}", kernels()).to_lowercase()),
         (
             "frozen and adapter products",
-            match wgsl {
-                true => format!("{products}; an adapter's update at inference: our WGSL LoRA epilogue kernel"),
-                false => products,
+            if wgsl {
+                format!("{products}; an adapter's update at inference: our WGSL LoRA epilogue kernel")
+            } else {
+                products
             },
         ),
         ("RMS norm", norm),
