@@ -103,8 +103,19 @@ fn search_pick_download_cancel_resume_and_load() {
     });
 
     // The dataset page searches datasets too; "Download and open" opens the pick (here already cached).
+    // The click lands even when the page above the search changes between finding the button and the click's
+    // frame (the dataset's rows arriving did that, and the click was lost).
+    step_until(&mut h, "the dataset's rows", 60, |a| {
+        a.dataset_panel.rows.page.is_some() && !a.dataset_panel.rows.is_waiting()
+    });
     app_mut(&mut h).dataset_panel.hub.0.query = "sample".into();
-    click_button(&mut h, "Search");
+    h.get_by_role_and_label(Role::Button, "Search").scroll_to_me();
+    h.step();
+    h.step();
+    h.get_by_role_and_label(Role::Button, "Search").click_accesskit();
+    app_mut(&mut h).dataset_panel.rows.reset();
+    h.step();
+    assert!(app(&h).dataset_panel.hub.0.is_searching() || !app(&h).dataset_panel.hub.0.hits.is_empty());
     step_until(&mut h, "dataset search results", 30, |a| !a.dataset_panel.hub.0.hits.is_empty());
     assert!(app(&h).model_panel.hub.hits.iter().all(|hit| hit.id != "org/sample-chat"), "searches stay on their page");
     h.step();

@@ -64,7 +64,15 @@ impl HubPanel {
         }));
     }
 
+    /// The search card, in a scope of its own: its widgets' ids do not depend on what the page shows above it. A
+    /// dataset's rows that arrive between a press on Search and its release (or between a screen reader finding the
+    /// button and clicking it) would otherwise renumber the button and lose the click.
     pub fn ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
+        let scope = egui::Id::unique(("hub-search", self.kind));
+        ui.scope_builder(egui::UiBuilder::new().scope_id(scope), |ui| self.card_ui(ui, ctx));
+    }
+
+    fn card_ui(&mut self, ui: &mut Ui, ctx: &mut PanelCtx<'_>) {
         let (title, hint, typed) = match self.kind {
             RepoKind::Model => (
                 "Find on Hugging Face",
