@@ -42,20 +42,30 @@ fn dequantized(weights: &[&QTensor]) -> Vec<Vec<f64>> {
 }
 
 /// One row against weights split into several tensors (q|k|v-like, so one launch spans three), row counts that
-/// are not a multiple of a block's 16 rows, row lengths that leave a warp's last step partly idle, f32 and bf16.
+/// are not a multiple of a block's 16 rows, row lengths that leave a warp's last step partly idle, enough rows
+/// (16,400) for the launch shape of an MLP's gate|up, f32 and bf16.
 ///
 /// Tolerance, derived: the kernel and the reference use the same dequantized weights; the kernel sums in f32
 /// in another order and splits each block's scale and offset out of the sum (for Q4_K, d sc sum(x q) -
 /// dmin m sum(x)). Each of the k terms it adds has magnitude at most 2 M |x_i| (M = the largest |w|: a block's
 /// positive and offset parts are each at most twice it), so the f32 sums are within k u 2 M sum|x| of the exact
 /// one (u = 2^-24, the standard bound on recursive summation), doubled for the two sums the offset split makes.
-/// A bf16 result adds one rounding, 2^-8 |y|. Any misread weight would be off by about M |x_i| / 2 or more:
+/// A bf16 result adds one rounding, 2^-8 |y|. Q4_K's tensor-core kernel (qgemv_mma.cuh, bf16 only) sums
+/// x (128 + q) over each 32-weight sub-block and takes 128 sum(x) off after: terms of at most 143 |x_i| times the
+/// sub-block's d sc (at most M / 7.5, as a block's codes span 0..15), so its sums are within 32 u 143 M / 7.5 sum|x|
+/// < 2^-14 M sum|x|: inside the bound from k = 256. Any misread weight would be off by about M |x_i| / 2 or more:
 /// over 100 times this bound at k <= 4096.
 #[test]
 fn quantized_single_row_products_match_the_dequantized_product() {
     let Some(cuda) = cuda_or_skip() else { return };
     for qtype in TYPES {
-        for (parts, k) in [(vec![40usize, 8, 8], 256usize), (vec![96, 32, 32], 1536), (vec![64, 16, 16], 4096)] {
+        let shapes = [
+            (vec![40usize, 8, 8], 256usize),
+            (vec![96, 32, 32], 1536),
+            (vec![64, 16, 16], 4096),
+            (vec![16400, 8], 256),
+        ];
+        for (parts, k) in shapes {
             let pairs: Vec<(QTensor, QTensor)> =
                 parts.iter().enumerate().map(|(i, &n)| weight(n, k, qtype, &cuda, i as u64)).collect();
             let cpu: Vec<&QTensor> = pairs.iter().map(|p| &p.0).collect();
@@ -63,11 +73,12 @@ fn quantized_single_row_products_match_the_dequantized_product() {
             let rows = dequantized(&cpu);
             let m = rows.iter().flatten().fold(0f64, |a, v| a.max(v.abs()));
             let x = Tensor::randn(0f32, 1.0, (1, k), &Device::Cpu).unwrap();
-            for dtype in [DType::F32, DType::BF16] {
+            // bf16 twice: the FMA kernel, and Q4_K's tensor-core kernel (`--q4k-tensor-cores`; other types ignore it).
+            for (dtype, tensor_cores) in [(DType::F32, false), (DType::BF16, false), (DType::BF16, true)] {
                 let x = x.to_dtype(dtype).unwrap();
                 let xs: Vec<f64> = x.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap();
                 let want: Vec<f64> = rows.iter().map(|r| r.iter().zip(&xs).map(|(a, b)| a * b).sum()).collect();
-                let got = ops::quantized_gemv_joined(&x.to_device(&cuda).unwrap(), &gpu)
+                let got = ops::quantized_gemv_joined_with(&x.to_device(&cuda).unwrap(), &gpu, tensor_cores)
                     .unwrap()
                     .unwrap_or_else(|| panic!("{qtype:?} {k}: the kernel does not take the weights"));
                 assert_eq!(got.dims(), &[1, parts.iter().sum::<usize>()]);
@@ -80,9 +91,15 @@ fn quantized_single_row_products_match_the_dequantized_product() {
                     let rounding = if dtype == DType::BF16 { 2f64.powi(-8) * w.abs() } else { 0.0 };
                     let err = (w - *g as f64).abs();
                     worst = worst.max(err / (bound + rounding));
-                    assert!(err <= bound + rounding, "{qtype:?} k {k} {dtype:?} row {i}: {g} against {w}");
+                    assert!(
+                        err <= bound + rounding,
+                        "{qtype:?} k {k} {dtype:?} tensor cores {tensor_cores} row {i}: {g} against {w}"
+                    );
                 }
-                println!("{qtype:?} rows {parts:?} k {k} {dtype:?}: worst error {worst:.3} of the bound {bound:.2e}");
+                println!(
+                    "{qtype:?} rows {parts:?} k {k} {dtype:?} tensor cores {tensor_cores}: worst error {worst:.3} of \
+                     the bound {bound:.2e}"
+                );
             }
             // Candle's own CUDA product of one of the weights (it rounds the row to 8 bits): the same values to
             // within that rounding, so both read the blocks alike.

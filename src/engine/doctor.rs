@@ -50,8 +50,16 @@ fn build_lines() -> Vec<(String, String)> {
         (
             "runtime options".into(),
             format!(
-                "kernels {:?}, gemv {}, fused decode {}, cuda graphs {}, fused attention {}, metal sdpa {}, step phases {}",
-                o.kernels, o.gemv, o.fused_decode, o.cuda_graphs, o.fused_attention, o.metal_sdpa, o.step_phases
+                "kernels {:?}, gemv {}, q4k tensor cores {}, fused decode {}, cuda graphs {}, fused attention {}, \
+                 metal sdpa {}, step phases {}",
+                o.kernels,
+                o.gemv,
+                o.q4k_tensor_cores,
+                o.fused_decode,
+                o.cuda_graphs,
+                o.fused_attention,
+                o.metal_sdpa,
+                o.step_phases
             )
             .to_lowercase(),
         ),

@@ -100,6 +100,10 @@ pub struct RuntimeOptions {
     /// On Metal, attention runs through Candle's fused `sdpa` kernel where it applies; false keeps the portable
     /// attention (the switch back if that kernel misbehaves on some Mac).
     pub metal_sdpa: bool,
+    /// CUDA decoding with a Q4_K base and bf16 activations runs its single-row products on the tensor cores
+    /// (`ops/cuda/qgemv_mma.cuh`) instead of the FMA units (`qgemv.cuh`). Off until it has run on a GPU: written
+    /// and checked lane by lane in emulation, never yet timed or tested on hardware.
+    pub q4k_tensor_cores: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -113,6 +117,7 @@ impl Default for RuntimeOptions {
             step_phases: false,
             kernels: Kernels::Native,
             metal_sdpa: true,
+            q4k_tensor_cores: false,
         }
     }
 }

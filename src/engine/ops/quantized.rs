@@ -59,13 +59,19 @@ pub fn quantized_matmul_t(x: &Tensor, weight: &QTensor) -> Result<Tensor> {
 /// (`cuda/qgemv.rs`): (..., sum of rows) in `x`'s dtype. None where it does not run (more rows, another device,
 /// block type or dtype, the portable graph, `--no-gemv`): then the caller multiplies each weight.
 pub fn quantized_gemv_joined(x: &Tensor, weights: &[&QTensor]) -> Result<Option<Tensor>> {
+    quantized_gemv_joined_with(x, weights, crate::engine::runtime::options().q4k_tensor_cores)
+}
+
+/// [`quantized_gemv_joined`], with Q4_K in bf16 on the tensor cores when `q4k_tensor_cores` (whatever the runtime
+/// options: the tests compare both kernels in one process).
+pub fn quantized_gemv_joined_with(x: &Tensor, weights: &[&QTensor], q4k_tensor_cores: bool) -> Result<Option<Tensor>> {
     #[cfg(feature = "cuda")]
-    if let Some(y) = super::cuda::qgemv::gemv(&x.flatten_all()?, weights)? {
+    if let Some(y) = super::cuda::qgemv::gemv(&x.flatten_all()?, weights, q4k_tensor_cores)? {
         let mut dims = x.dims().to_vec();
         *dims.last_mut().expect("a row has a last dimension") = y.elem_count();
         return Ok(Some(y.reshape(dims)?));
     }
-    let _ = (x, weights);
+    let _ = (x, weights, q4k_tensor_cores);
     Ok(None)
 }
 

@@ -471,6 +471,10 @@ extern "C" __global__ void argmax_final_f32(const float* pmax, const unsigned* p
 // ---- Fused (flash-style) attention: training forward and backward, prefill ----
 #include "flash_attention.cuh"
 
+// ---- Decoding: single-row products against Q4_K weights on the tensor cores (after the attention, whose
+// mma16816 they use) ----
+#include "qgemv_mma.cuh"
+
 // ---- The optimizer: multi-tensor AdamW in place, the gradient norm and the step's guard, all on the device
 // (src/engine/ops/cuda/optimizer.rs) ----
 

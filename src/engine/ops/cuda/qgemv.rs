@@ -4,6 +4,9 @@
 //! taken end to end (attention's q|k|v, the MLP's gate|up, a vocabulary's blocks of rows), so a decoder layer's
 //! quantized products are as few launches as its dense ones.
 //!
+//! With bf16 activations and `--q4k-tensor-cores`, Q4_K weights go through the tensor cores (qgemv_mma.cuh,
+//! [`mma_takes`]); the rest through the FMA units (qgemv.cuh).
+//!
 //! Candle's path for the same product is four launches (widen to f32, quantize the row to 8 bits, its kernel,
 //! narrow back) per weight, and it rounds the activations to 8 bits; this one keeps them as they are, so the
 //! result equals the dequantized weight's product up to the order of the f32 sums.
@@ -21,7 +24,7 @@ use candle_core::{DType, Result, Tensor};
 
 /// QSEG_MAX of qgemv.cuh: weights per launch.
 pub const MAX_SEGMENTS: usize = 48;
-/// QG_WARPS of qgemv.cuh: warps per block of the product.
+/// QG_WARPS of qgemv.cuh and QMMA_WARPS of qgemv_mma.cuh: warps per block of the product.
 const WARPS: usize = 4;
 
 /// How a product of `n` rows is spread over warps: (rows a group of warps takes, warps in the group), the
@@ -94,7 +97,8 @@ fn segments(weights: &[&QTensor]) -> Result<(Segments, usize)> {
 
 /// `x W^T` for the single row `x` (1, k) and `W` the rows of `weights` end to end: (1, rows), in `x`'s dtype;
 /// None where the kernels do not take them ([`takes`], and `x` a 16-byte aligned contiguous row of k values).
-pub fn gemv(x: &Tensor, weights: &[&QTensor]) -> Result<Option<Tensor>> {
+/// Q4_K in bf16 goes through the tensor cores when `tensor_cores` (the runtime option `q4k_tensor_cores`).
+pub fn gemv(x: &Tensor, weights: &[&QTensor], tensor_cores: bool) -> Result<Option<Tensor>> {
     if !takes(weights, x.device(), x.dtype()) {
         return Ok(None);
     }
@@ -105,19 +109,53 @@ pub fn gemv(x: &Tensor, weights: &[&QTensor]) -> Result<Option<Tensor>> {
         return Ok(None);
     }
     Ok(Some(match x.dtype() {
-        DType::F32 => gemv_as::<f32>(x, weights, "f32")?,
-        _ => gemv_as::<half::bf16>(x, weights, "bf16")?,
+        DType::F32 => gemv_as::<f32>(x, weights, "f32", false)?,
+        _ => gemv_as::<half::bf16>(x, weights, "bf16", tensor_cores)?,
     }))
 }
 
-fn gemv_as<T: CudaDType + DeviceRepr>(x: &Tensor, weights: &[&QTensor], suffix: &str) -> Result<Tensor> {
+/// The dynamic shared memory of the tensor-core Q4_K kernel (qgemv_mma.cuh) for rows of `k`: x staged as pairs, the
+/// sub-blocks' sums and 16 zero words.
+fn mma_shared_bytes(k: usize) -> usize {
+    (k / 2 + k / 32 + 16) * 4
+}
+
+/// Whether a product of bf16 `x` and Q4_K weights of rows of `k` can run on the tensor cores (qgemv_mma.cuh, about
+/// two instructions a weight where the FMA kernel spends five): its staged x fits the 48 KiB of shared memory a
+/// block gets without asking (k up to 22,784: every layer of the published models to 8B, whose widest is 14,336).
+fn mma_takes(qtype: GgmlDType, dtype: DType, k: usize) -> bool {
+    qtype == GgmlDType::Q4K && dtype == DType::BF16 && mma_shared_bytes(k) <= 48 * 1024
+}
+
+/// The tensor-core kernel's (split, rows a block takes): from 16,384 rows each warp takes 16 rows alone (64 a
+/// block), fewer rows split each 16 over the block's four warps (`launch_shape`'s reasons).
+fn mma_launch_shape(n: usize) -> (usize, usize) {
+    if n >= 16384 {
+        (1, 16 * WARPS)
+    } else {
+        (WARPS, 16)
+    }
+}
+
+fn gemv_as<T: CudaDType + DeviceRepr>(
+    x: &Tensor,
+    weights: &[&QTensor],
+    suffix: &str,
+    tensor_cores: bool,
+) -> Result<Tensor> {
     let (segs, n) = segments(weights)?;
     let k = x.elem_count();
     let (storage, layout) = x.storage_and_layout();
     let dev = x.device().as_cuda_device()?.clone();
     let kind = type_name(weights[0].dtype()).expect("takes checked the type");
-    let (rows, split) = launch_shape(n);
-    let f = load!(&dev, &format!("qgemv_{kind}_r{rows}_s{split}_{suffix}"))?;
+    let (name, grid, shared) = if tensor_cores && mma_takes(weights[0].dtype(), x.dtype(), k) {
+        let (split, block_rows) = mma_launch_shape(n);
+        (format!("qgemv_q4k_mma_s{split}_bf16"), n.div_ceil(block_rows), mma_shared_bytes(k))
+    } else {
+        let (rows, split) = launch_shape(n);
+        (format!("qgemv_{kind}_r{rows}_s{split}_{suffix}"), n.div_ceil(rows * WARPS / split), 0)
+    };
+    let f = load!(&dev, &name)?;
     let xv = view::<T>(on_cuda(&storage, "the quantized product's input")?, layout, "the quantized product's input")?;
     let out = output::<T>(&dev, n)?;
     let mut b = f.builder();
@@ -126,9 +164,9 @@ fn gemv_as<T: CudaDType + DeviceRepr>(x: &Tensor, weights: &[&QTensor], suffix: 
     b.arg(&out);
     candle_core::builder_arg!(b, n as i32, k as i32);
     let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(rows * WARPS / split) as u32, 1, 1),
+        grid_dim: (grid as u32, 1, 1),
         block_dim: (32 * WARPS as u32, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: shared as u32,
     };
     // SAFETY: arguments match the kernel's signature; `takes` checked types and row lengths; the weights'
     // addresses stay valid while they live, which outlasts this launch on the stream.
