@@ -206,10 +206,11 @@ fn lora_epilogue_matches_two_matmuls() {
     }
 }
 
-/// Whether the query at `i` of batch row `bi` sees key `j`, by the definition (the blocked attention's): causal, no
-/// older than `window` (0: none) and, for packed rows, not before the query's example start.
+/// Whether query `i` (at position q_offset + i) of batch row `bi` sees key `j`, by the definition (the blocked
+/// attention's): causal, no older than `window` (0: none) and, for packed rows, not before the query's example start.
 fn sees(bi: usize, i: usize, j: usize, s: &AttentionShape, starts: Option<&[u32]>) -> bool {
-    j <= i && (s.window == 0 || i - j < s.window) && starts.is_none_or(|st| j >= st[bi * s.seq + i] as usize)
+    let at = s.q_offset + i;
+    j <= at && (s.window == 0 || at - j < s.window) && starts.is_none_or(|st| j >= st[bi * s.seq + i] as usize)
 }
 
 /// Causal GQA attention by the T x T definition, its mask built element by element from [`sees`], with Candle's
@@ -224,10 +225,10 @@ fn attention_reference(s: &AttentionShape, starts: Option<&[u32]>, [q, k, v, d_o
         let (b, h, t, d) = x.dims4().unwrap();
         x.unsqueeze(2).unwrap().expand((b, h, group, t, d)).unwrap().reshape((b, h * group, t, d)).unwrap()
     };
-    let (b, t) = (s.batch, s.seq);
-    let mask: Vec<f64> =
-        (0..b * t * t).map(|e| if sees(e / (t * t), e / t % t, e % t, s, starts) { 0.0 } else { -1e9 }).collect();
-    let mask = Tensor::from_vec(mask, (b, 1, t, t), &Device::Cpu).unwrap();
+    let (b, t, tk) = (s.batch, s.seq, s.q_offset + s.seq);
+    let sees_at = |e: usize| sees(e / (t * tk), e / tk % t, e % tk, s, starts);
+    let mask: Vec<f64> = (0..b * t * tk).map(|e| if sees_at(e) { 0.0 } else { -1e9 }).collect();
+    let mask = Tensor::from_vec(mask, (b, 1, t, tk), &Device::Cpu).unwrap();
     let scores =
         (qv.matmul(&repeat(&kv).t().unwrap()).unwrap() * s.scale as f64).unwrap().broadcast_add(&mask).unwrap();
     let lse = scores.exp().unwrap().sum(D::Minus1).unwrap().log().unwrap();
@@ -265,25 +266,34 @@ fn assert_close_or_zero(what: &str, got: &[f32], want: &[f32], tol: f32) {
 }
 
 /// The three attention launches of `s` (with packed rows' `starts`, (batch, seq)) against [`attention_reference`],
-/// in every precision the adapter runs; `case` names the case in messages.
+/// in every precision the adapter runs; after a cache (`q_offset` > 0) the forward only, as only a prefill runs it;
+/// `case` names the case in messages.
 fn check_attention(gpu: &Gpu, s: &AttentionShape, starts: Option<&[u32]>, case: &str) {
     let (seq, head_dim, heads, kv_heads, b) = (s.seq, s.head_dim, s.heads, s.kv_heads, s.batch);
+    let keys = s.q_offset + seq;
     assert_eq!(s.packed, starts.is_some());
-    let (qn, kn) = (b * heads * seq * head_dim, b * kv_heads * seq * head_dim);
+    let (qn, kn) = (b * heads * seq * head_dim, b * kv_heads * keys * head_dim);
     let rs: Vec<f32> = starts.map_or(vec![0.0], |st| st.iter().map(|&x| x as f32).collect());
     for (precision, tol) in precisions(gpu) {
         let (q, k, v) =
             (values(qn, 13, 2.0, precision), values(kn, 14, 2.0, precision), values(kn, 15, 1.0, precision));
         let d_o = values(qn, 16, 1.0, precision);
-        let (qs, kvs) = ([b, heads, seq, head_dim], [b, kv_heads, seq, head_dim]);
+        let (qs, kvs) = ([b, heads, seq, head_dim], [b, kv_heads, keys, head_dim]);
         let [o, lse, dq, dk, dv] =
             attention_reference(s, starts, [&t(&q, &qs), &t(&k, &kvs), &t(&v, &kvs), &t(&d_o, &qs)]);
         let hd = head_dim as u32;
         let fwd = gpu.run(&wgsl::attention_fwd(s), precision, hd, &[&q, &k, &v, &rs]);
-        let what =
-            |name: &str| format!("attention {name} t={seq} d={head_dim} h={heads}/{kv_heads} {case} {precision:?}");
+        let what = |name: &str| {
+            format!(
+                "attention {name} t={seq} from {} d={head_dim} h={heads}/{kv_heads} {case} {precision:?}",
+                s.q_offset
+            )
+        };
         assert_close(&what("o"), &fwd[0], &flat(&o), tol);
         assert_close(&what("lse"), &fwd[1], &flat(&lse), F32_TOL);
+        if s.q_offset > 0 {
+            continue;
+        }
         // The backward reads the kernel's own o and lse, as training does.
         let bq = gpu.run(&wgsl::attention_bwd_dq(s), precision, hd, &[&q, &k, &v, &fwd[0], &d_o, &fwd[1], &rs]);
         let bkv = gpu.run(&wgsl::attention_bwd_dkdv(s), precision, hd, &[&q, &k, &v, &d_o, &fwd[1], &bq[1], &rs]);
@@ -298,7 +308,7 @@ fn check_attention(gpu: &Gpu, s: &AttentionShape, starts: Option<&[u32]>, case: 
 
 fn shape(seq: usize, head_dim: usize, heads: usize, kv_heads: usize) -> AttentionShape {
     let scale = 1.0 / (head_dim as f32).sqrt();
-    AttentionShape { batch: 2, heads, kv_heads, seq, head_dim, scale, window: 0, packed: false }
+    AttentionShape { batch: 2, heads, kv_heads, seq, q_offset: 0, head_dim, scale, window: 0, packed: false }
 }
 
 #[test]
@@ -341,6 +351,26 @@ fn attention_with_a_sliding_window() {
     ] {
         let s = AttentionShape { window, ..shape(seq, head_dim, heads, kv_heads) };
         check_attention(gpu, &s, None, &format!("window {window}"));
+    }
+}
+
+/// A prefill after a cache: queries from position q_offset against the cached keys and their own, one query and
+/// many, cache lengths inside a tile, on a tile's edge and past several tiles, with and without a sliding window.
+#[test]
+fn attention_after_a_cache() {
+    let Some(gpu) = gpu_or_skip("attention_after_a_cache") else { return };
+    // (q_offset, seq, head_dim, heads, kv_heads, window)
+    for (q_offset, seq, head_dim, heads, kv_heads, window) in [
+        (9, 1, 64, 4, 2, 0),
+        (64, 64, 32, 4, 1, 0),
+        (100, 37, 16, 4, 2, 0),
+        (130, 70, 128, 2, 2, 0),
+        (1, 129, 96, 4, 2, 0),
+        (150, 20, 64, 4, 2, 50),
+        (63, 90, 32, 4, 4, 64),
+    ] {
+        let s = AttentionShape { q_offset, window, ..shape(seq, head_dim, heads, kv_heads) };
+        check_attention(gpu, &s, None, &format!("after a cache, window {window}"));
     }
 }
 
@@ -405,6 +435,7 @@ fn bench_wgsl_1b_shapes() {
         heads: 32,
         kv_heads: 8,
         seq: 1024,
+        q_offset: 0,
         head_dim: 64,
         scale: 0.125,
         window: 0,

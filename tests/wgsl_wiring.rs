@@ -19,13 +19,16 @@ use metal_candle::engine::ops::{self, metal};
 use metal_candle::engine::runtime::{self, Kernels, RuntimeOptions};
 use metal_candle::engine::train::{backprop, LoraSettings};
 
-/// Fix this process's kernels to the WGSL set; None (the test skips, saying why) without a Vulkan adapter, which
-/// CI (METAL_CANDLE_REQUIRE_VULKAN=1) turns into a failure.
-fn wgsl(test: &str) -> Option<()> {
+/// Fix this process's kernels to the WGSL set and hold the tests' turn (the launch counts are the process's, so
+/// the tests run one at a time); None (the test skips, saying why) without a Vulkan adapter, which CI
+/// (METAL_CANDLE_REQUIRE_VULKAN=1) turns into a failure.
+fn wgsl(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     runtime::init(RuntimeOptions { kernels: Kernels::Wgsl, ..RuntimeOptions::default() }).unwrap();
     assert_eq!(ops::kernels(), Kernels::Wgsl);
     match metal::vulkan::gpu() {
-        Ok(_) => Some(()),
+        Ok(_) => Some(turn),
         Err(why) if std::env::var("METAL_CANDLE_REQUIRE_VULKAN").is_ok_and(|v| v == "1") => {
             panic!("{test}: METAL_CANDLE_REQUIRE_VULKAN=1 but {why}")
         }
@@ -55,10 +58,10 @@ fn pack(batch: &mut Batch) {
 
 /// A training step of tiny-llama records every wired kernel's launches; with tiny-gemma3 (whose first layer attends
 /// through a sliding window) and with packed rows, each layer's attention still goes through the WGSL kernels each
-/// way. The cases run one after another: the launch counts are the process's.
+/// way.
 #[test]
 fn a_training_step_runs_each_wired_kernel() {
-    let Some(()) = wgsl("a_training_step_runs_each_wired_kernel") else { return };
+    let Some(_turn) = wgsl("a_training_step_runs_each_wired_kernel") else { return };
     for (arch, packed) in [("tiny-llama", false), ("tiny-llama", true), ("tiny-gemma3", false), ("tiny-gemma3", true)] {
         let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
         let settings =
@@ -107,7 +110,7 @@ fn assert_same_losses(what: &str, portable: &[f64], ours: &[f64]) {
 
 #[test]
 fn wgsl_training_matches_the_portable_graph_in_every_family() {
-    let Some(()) = wgsl("wgsl_training_matches_the_portable_graph_in_every_family") else { return };
+    let Some(_turn) = wgsl("wgsl_training_matches_the_portable_graph_in_every_family") else { return };
     for arch in FAMILIES {
         let (portable, ours) = (
             common::cli::family_run_losses("portable", arch, "f32"),
@@ -140,7 +143,7 @@ fn wgsl_training_matches_the_portable_graph_in_every_family() {
 /// the frozen product plus the update computed with Candle's own products.
 #[test]
 fn an_adapter_at_inference_takes_the_lora_epilogue() {
-    let Some(()) = wgsl("an_adapter_at_inference_takes_the_lora_epilogue") else { return };
+    let Some(_turn) = wgsl("an_adapter_at_inference_takes_the_lora_epilogue") else { return };
     let mut m = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F32).unwrap();
     let settings = LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
     for p in lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap() {
@@ -160,4 +163,24 @@ fn an_adapter_at_inference_takes_the_lora_epilogue() {
     let diff: f32 = (&y - &expected).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
     let size: f32 = expected.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
     assert!(diff <= 1e-5 * size, "epilogue {diff} off ({size})");
+}
+
+/// A prefill after a cache (a chat's second turn: queries from the cache's length on) goes through the WGSL
+/// attention too, and gives the logits of one forward over the whole sequence (f32, to 1e-5 of their size).
+#[test]
+fn a_prefill_after_a_cache_takes_the_wgsl_attention() {
+    let Some(_turn) = wgsl("a_prefill_after_a_cache_takes_the_wgsl_attention") else { return };
+    let m = load_model(&fixture("tiny-llama"), &Device::Cpu, DType::F32).unwrap();
+    let ids: Vec<u32> = (0..90u32).map(|i| (i * 37 + 11) % 200).collect();
+    let row = |range: std::ops::Range<usize>| Tensor::new(&ids[range], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let mut cache = metal_candle::engine::generate::KvCache::new(m.model.config.num_layers);
+    m.model.forward(&row(0..70), 0, Some(&mut cache)).unwrap();
+    let before = metal::launch_counts().get("attention_fwd").copied().unwrap_or(0);
+    let second = m.model.forward(&row(70..90), 70, Some(&mut cache)).unwrap();
+    let launched = metal::launch_counts().get("attention_fwd").copied().unwrap_or(0) - before;
+    assert_eq!(launched, m.model.config.num_layers, "one attention launch a layer for the prefill after the cache");
+    let whole = m.model.forward(&row(0..90), 0, None).unwrap().narrow(1, 70, 20).unwrap();
+    let diff: f32 = (&second - &whole).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    let size: f32 = whole.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    assert!(diff <= 1e-5 * size, "cached prefill {diff} off the whole forward ({size})");
 }

@@ -60,7 +60,8 @@ pub fn fused_attention(
     let (b, heads, t, d) = q.dims4()?;
     if wgsl_attention_takes(q, k, q_offset)? {
         let mask = AttentionMask { window, row_starts };
-        let (out, lse) = super::metal::attention(&q.contiguous()?, &k.contiguous()?, &v.contiguous()?, scale, mask)?;
+        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+        let (out, lse) = super::metal::attention(&q, &k, &v, scale, q_offset, mask)?;
         return Ok(Some((out.transpose(1, 2)?.reshape((b, t, heads * d))?, Logsumexp(lse))));
     }
     if !fused_attention_applies(q.device(), q.dtype(), d) {
@@ -69,16 +70,14 @@ pub fn fused_attention(
     cuda_attention::forward(q, k, v, scale, q_offset, window.unwrap_or(0), row_starts).map(Some)
 }
 
-/// Whether [`fused_attention`] takes our WGSL attention kernels (`--kernels wgsl`, metal/kernels.rs): causal over
-/// the whole sequence from position 0 (training, a prefill without a cache) and a head size the kernels are made
-/// for; a sliding window (gemma3's sliding layers, mistral's `sliding_window`) and packed rows' example starts are
-/// masked in the kernels. With a cache (queries after position 0) the blocked attention of the portable graph
-/// runs.
+/// Whether [`fused_attention`] takes our WGSL attention kernels (`--kernels wgsl`, metal/kernels.rs): causal, the
+/// queries the last of the keys (training and a first prefill from position 0, a prefill after a cache from
+/// `q_offset`), and a head size the kernels are made for; a sliding window (gemma3's sliding layers, mistral's
+/// `sliding_window`) and packed rows' example starts (position 0 only) are masked in the kernels.
 fn wgsl_attention_takes(q: &Tensor, k: &Tensor, q_offset: usize) -> Result<bool> {
     let (_, _, t, d) = q.dims4()?;
     Ok(super::metal::takes(&[q, k])
-        && q_offset == 0
-        && k.dim(2)? == t
+        && k.dim(2)? == q_offset + t
         && super::metal::wgsl::ATTENTION_HEAD_DIMS.contains(&(d as u32)))
 }
 

@@ -66,8 +66,8 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
     let attention = if wgsl {
         let head_dims = super::metal::wgsl::ATTENTION_HEAD_DIMS.map(|d| d.to_string()).join("/");
         format!(
-            "{} (causal from position 0 with sliding windows and packed rows, head_dim {head_dims}); cached \
-             prefills: {attention}",
+            "{} (causal, from position 0 or after a cache, with sliding windows and packed rows, head_dim \
+             {head_dims}); other shapes: {attention}",
             ours_wgsl("flash attention")
         )
     } else {

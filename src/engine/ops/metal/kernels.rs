@@ -98,12 +98,25 @@ pub struct AttentionMask<'a> {
     pub row_starts: Option<&'a Tensor>,
 }
 
-/// The launches' shape and their row-starts input (the starts as u32, or one placeholder element unpacked).
-fn attention_shape(q: &Tensor, k: &Tensor, scale: f64, mask: AttentionMask) -> Result<(AttentionShape, Tensor)> {
+/// The launches' shape for queries from position `q_offset` and their row-starts input (the starts as u32, or one
+/// placeholder element unpacked).
+fn attention_shape(
+    q: &Tensor,
+    k: &Tensor,
+    scale: f64,
+    q_offset: usize,
+    mask: AttentionMask,
+) -> Result<(AttentionShape, Tensor)> {
     let (batch, heads, seq, head_dim) = q.dims4()?;
     let kv_heads = k.dim(1)?;
     if !wgsl::ATTENTION_HEAD_DIMS.contains(&(head_dim as u32)) || kv_heads == 0 || heads % kv_heads != 0 {
         candle_core::bail!("attention: head size {head_dim} / {heads} heads over {kv_heads} kv heads has no kernel")
+    }
+    if k.dim(2)? != q_offset + seq || (q_offset > 0 && mask.row_starts.is_some()) {
+        candle_core::bail!(
+            "attention: {seq} queries from position {q_offset} against {} keys (packed rows start at 0)",
+            k.dim(2)?
+        )
     }
     let starts = match mask.row_starts {
         Some(starts) if starts.dims() != [batch, seq] => {
@@ -114,21 +127,29 @@ fn attention_shape(q: &Tensor, k: &Tensor, scale: f64, mask: AttentionMask) -> R
     };
     let window = mask.window.unwrap_or(0);
     let packed = mask.row_starts.is_some();
-    Ok((AttentionShape { batch, heads, kv_heads, seq, head_dim, scale: scale as f32, window, packed }, starts))
+    let scale = scale as f32;
+    Ok((AttentionShape { batch, heads, kv_heads, seq, q_offset, head_dim, scale, window, packed }, starts))
 }
 
-/// Causal grouped-query attention of `q` (b, heads, t, d) over `k`/`v` (b, kv_heads, t, d), further limited by
-/// `mask`, without the T x T scores: the output and the per-row log-sum-exp (b, heads, t; f32) the backward
-/// needs.
-pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, mask: AttentionMask) -> Result<(Tensor, Tensor)> {
-    let (s, starts) = attention_shape(q, k, scale, mask)?;
+/// Causal grouped-query attention of `q` (b, heads, t, d) at positions `q_offset..` over `k`/`v` (b, kv_heads,
+/// q_offset + t, d) from position 0 (a prefill after a cache; 0 for training), further limited by `mask`, without
+/// the T x T scores: the output and the per-row log-sum-exp (b, heads, t; f32) the backward needs.
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    q_offset: usize,
+    mask: AttentionMask,
+) -> Result<(Tensor, Tensor)> {
+    let (s, starts) = attention_shape(q, k, scale, q_offset, mask)?;
     let lse = Shape::from((s.batch, s.heads, s.seq));
     let out = run(&wgsl::attention_fwd(&s), s.head_dim as u32, &[q, k, v, &starts], &[q.shape().clone(), lse])?;
     Ok((out[0].clone(), out[1].clone()))
 }
 
-/// Gradients (dq, dk, dv) of [`attention`] from its output `o`, log-sum-exp `lse`, the output gradient and the
-/// forward's `mask`.
+/// Gradients (dq, dk, dv) of a training [`attention`] (`q_offset` 0) from its output `o`, log-sum-exp `lse`, the
+/// output gradient and the forward's `mask`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward(
     q: &Tensor,
@@ -140,7 +161,7 @@ pub fn attention_backward(
     scale: f64,
     mask: AttentionMask,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    let (s, starts) = attention_shape(q, k, scale, mask)?;
+    let (s, starts) = attention_shape(q, k, scale, 0, mask)?;
     let hd = s.head_dim as u32;
     let rows = Shape::from((s.batch, s.heads, s.seq));
     let inputs = [q, k, v, o, d_o, lse, &starts];

@@ -363,9 +363,10 @@ pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale:
     }
 }
 
-/// The shape of a causal GQA attention: q (batch, heads, seq, head_dim), k/v (batch, kv_heads, seq, head_dim), and
-/// what else hides keys from a query: a sliding window and packed rows. The query at position i sees key j iff
-/// j <= i, i - j < window (0: no window) and, packed, j >= row_starts[batch row, i].
+/// The shape of a causal GQA attention: q (batch, heads, seq, head_dim) at positions q_offset .., k/v (batch,
+/// kv_heads, q_offset + seq, head_dim) from position 0, and what else hides keys from a query: a sliding window and
+/// packed rows. The query at position i sees key j iff j <= i, i - j < window (0: no window) and, packed,
+/// j >= row_starts[batch row, i].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionShape {
     /// Batch size.
@@ -374,8 +375,11 @@ pub struct AttentionShape {
     pub heads: usize,
     /// Key/value heads (divides `heads`).
     pub kv_heads: usize,
-    /// Sequence length (queries = keys, causal from position 0).
+    /// Queries (and keys, when `q_offset` is 0).
     pub seq: usize,
+    /// The first query's position: the keys before it (a cache) come first. The forward only; training and the
+    /// backward have 0.
+    pub q_offset: usize,
     /// Head size, one of [`ATTENTION_HEAD_DIMS`].
     pub head_dim: usize,
     /// Score scale, usually 1 / sqrt(head_dim).
@@ -391,14 +395,15 @@ pub struct AttentionShape {
 impl AttentionShape {
     fn params(&self) -> Vec<u32> {
         let s = self;
-        let (window, packed) = (s.window as u32, u32::from(s.packed));
-        words(&[s.batch as u32, s.heads as u32, s.kv_heads as u32, s.seq as u32, s.scale.to_bits(), window, packed])
+        let (window, packed, offset) = (s.window as u32, u32::from(s.packed), s.q_offset as u32);
+        let (batch, heads, kv_heads, seq) = (s.batch as u32, s.heads as u32, s.kv_heads as u32, s.seq as u32);
+        words(&[batch, heads, kv_heads, seq, s.scale.to_bits(), window, packed, offset])
     }
     fn q_len(&self) -> usize {
         self.batch * self.heads * self.seq * self.head_dim
     }
     fn kv_len(&self) -> usize {
-        self.batch * self.kv_heads * self.seq * self.head_dim
+        self.batch * self.kv_heads * (self.q_offset + self.seq) * self.head_dim
     }
     fn rows(&self) -> usize {
         self.batch * self.heads * self.seq

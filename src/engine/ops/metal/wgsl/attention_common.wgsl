@@ -3,8 +3,12 @@
 // `pt` and rows staged in `stage`. Each kernel file declares the bindings (p, q, k, v, row_starts), the
 // workgroup arrays and the tile constants these read (WGSL lets module-scope names come in any order).
 
-// window: 0 = none; packed: 0 = row_starts is not read.
-struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, window: u32, packed: u32, pad0: u32 }
+// seq: queries; q_offset: the first query's position (keys: q_offset + seq, from position 0; the backward has 0);
+// window: 0 = none; packed: 0 = row_starts is not read (packed rows have q_offset 0).
+struct Params { batch: u32, heads: u32, kv_heads: u32, seq: u32, scale: f32, window: u32, packed: u32, q_offset: u32 }
+
+// Keys per (batch row, kv head): those before the queries (a cache) and the queries' own.
+fn key_count() -> u32 { return p.q_offset + p.seq; }
 
 // An output micro-tile: row 0 in a*, row 1 (RO == 2) in b*, vec4 columns 0..VO.
 struct Acc { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
@@ -25,18 +29,20 @@ fn ld4_v(i: u32, ok: bool) -> vec4<f32> {
     return vec4<f32>();
 }
 
-// The first key the query at `row` (< seq) of batch row `bi` sees: its window's edge, its example's start.
+// The first key query `row` (< seq, at position q_offset + row) of batch row `bi` sees: its window's edge, its
+// example's start.
 fn first_key(bi: u32, row: u32) -> u32 {
+    let at = p.q_offset + row;
     var lo = 0u;
-    if (p.window > 0u && row >= p.window) { lo = row + 1u - p.window; }
+    if (p.window > 0u && at >= p.window) { lo = at + 1u - p.window; }
     if (p.packed != 0u) { lo = max(lo, row_starts[bi * p.seq + row]); }
     return lo;
 }
 
-// Keys col0 .. col0 + 3 of a score vec4 are masked outside lo ..= row (query `row`, its first key `lo`).
+// Keys col0 .. col0 + 3 of a score vec4 are masked outside lo ..= q_offset + row (query `row`, its first key `lo`).
 fn masked(s: vec4<f32>, row: u32, lo: u32, col0: u32) -> vec4<f32> {
     let cols = vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u);
-    return select(s, vec4<f32>(NEG), (cols > vec4<u32>(row)) | (cols < vec4<u32>(lo)));
+    return select(s, vec4<f32>(NEG), (cols > vec4<u32>(p.q_offset + row)) | (cols < vec4<u32>(lo)));
 }
 
 // One key of the output update: acc rows += (x, y) * the staged row at `base` (vec4 columns col, col + TXO, ..).

@@ -1,14 +1,15 @@
 // Causal grouped-query attention forward without the T x T matrix (FlashAttention's blocked online softmax):
-// q (b, hq, t, d), k/v (b, hkv, t, d), o (b, hq, t, d), lse (b * hq * t, f32: the row's log-sum-exp for the
-// backward's recomputation). HEAD_DIM comes from the prelude. The query at position i sees the keys first_key(i)
-// ..= i: with a sliding window (p.window > 0) none older than window - 1 positions back, and for packed rows
+// q (b, hq, t, d) at positions q_offset .. q_offset + t, k/v (b, hkv, q_offset + t, d) from position 0 (a prefill
+// after a cache has q_offset > 0; training and a first prefill 0), o (b, hq, t, d), lse (b * hq * t, f32: the row's
+// log-sum-exp for the backward's recomputation). HEAD_DIM comes from the prelude. The query at position i sees the
+// keys first_key(i) ..= i: with a sliding window (p.window > 0) none older than window - 1 positions back, and for packed rows
 // (p.packed != 0; row_starts u32 (b, t), where each query's own example starts in its row) none before its
 // example's start. Unpacked, row_starts is a one-element placeholder that is never read.
 //
 // One workgroup of 256 threads per (block of BQ = 64 queries, batch x head), heaviest (last) query blocks first;
 // it walks the key tiles of BK = 64 from the one holding its first query's first key (the earliest any of its
-// queries sees: window edges and example starts only grow along a row) up to its diagonal, so fully masked
-// tiles are never visited. Per tile:
+// queries sees: window edges and example starts only grow along a row) up to the one holding its last query's
+// position, so fully masked tiles are never visited. Per tile:
 // - scores: the threads form a 16 x 16 grid, each owning a 4 x 4 register micro-tile of the 64 x 64 scores (rows
 //   ty*4.., keys tx*4..) as four vec4s. q (pre-scaled) and k stream through workgroup memory in slices of DC = 16
 //   of the head dim, stored transposed ([d][row], rows padded to 68 floats) so each step is two vec4 loads and
@@ -86,7 +87,7 @@ fn scale_acc(acc: ptr<function, Acc>, x: f32, y: f32) {
 fn stage_v(lid: u32, kv_base: u32, j0: u32) {
     for (var e = lid; e < KC * D4; e += THREADS) {
         let j = j0 + e / D4;
-        stage[e] = ld4_v(kv_base + j * HEAD_DIM + (e % D4) * 4u, j < p.seq);
+        stage[e] = ld4_v(kv_base + j * HEAD_DIM + (e % D4) * 4u, j < key_count());
     }
 }
 
@@ -101,7 +102,7 @@ fn attention_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     let qt = blocks - 1u - wid.x;
     let q0 = qt * BQ;
     let q_base = bh * p.seq * HEAD_DIM;
-    let kv_base = (bi * p.kv_heads + kvh) * p.seq * HEAD_DIM;
+    let kv_base = (bi * p.kv_heads + kvh) * key_count() * HEAD_DIM;
     // Score split.
     let ty = lid / 16u;
     let tx = lid % 16u;
@@ -117,7 +118,9 @@ fn attention_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     var m = vec4<f32>(NEG);
     var l = vec4<f32>();
     var acc = Acc();
-    for (var kt = first_key(bi, q0) / BK; kt <= qt; kt++) {
+    // The last tile holds the block's last query's own key (or the last key, for a block past the queries' end).
+    let last_tile = min(p.q_offset + q0 + BQ - 1u, key_count() - 1u) / BK;
+    for (var kt = first_key(bi, q0) / BK; kt <= last_tile; kt++) {
         let j0 = kt * BK;
         var s0 = vec4<f32>();
         var s1 = vec4<f32>();
@@ -130,7 +133,7 @@ fn attention_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
                 let dd = (lid % 4u) * 4u;
                 let r = lid / 4u;
                 put4_t(0u, dd, r, ld4_q(q_base + (q0 + r) * HEAD_DIM + d0 + dd, q0 + r < p.seq) * p.scale);
-                put4_t(1u, dd, r, ld4_k(kv_base + (j0 + r) * HEAD_DIM + d0 + dd, j0 + r < p.seq));
+                put4_t(1u, dd, r, ld4_k(kv_base + (j0 + r) * HEAD_DIM + d0 + dd, j0 + r < key_count()));
             }
             workgroupBarrier();
             for (var dd = 0u; dd < DC; dd++) {
