@@ -206,6 +206,26 @@ fn lora_epilogue_matches_two_matmuls() {
     }
 }
 
+/// The training form: y + scale * x B^T from a given (rows, rank) x, at ranks 1, 8 and the kernel's largest, a
+/// negative scale, and output widths past a workgroup's 256 threads.
+#[test]
+fn lowrank_add_matches_a_matmul() {
+    let Some(gpu) = gpu_or_skip("lowrank_add_matches_a_matmul") else { return };
+    for (rows, rank, n_out, scale) in
+        [(70, 8, 260, 2.0f32), (5, 1, 33, -0.5), (3, wgsl::LORA_MAX_RANK as usize, 300, 1.0)]
+    {
+        for (precision, tol) in precisions(gpu) {
+            let y = values(rows * n_out, 21, 1.0, precision);
+            let x = values(rows * rank, 22, 1.0, precision);
+            let bw = values(n_out * rank, 23, 0.1, precision);
+            let out = gpu.run(&wgsl::lowrank_add(rows, rank, n_out, scale), precision, 0, &[&y, &x, &bw]);
+            let (yt, xt, bt) = (t(&y, &[rows, n_out]), t(&x, &[rows, rank]), t(&bw, &[n_out, rank]));
+            let want = (yt + (xt.matmul(&bt.t().unwrap()).unwrap() * scale as f64).unwrap()).unwrap();
+            assert_close(&format!("lowrank add rank {rank} {precision:?}"), &out[0], &flat(&want), tol);
+        }
+    }
+}
+
 /// Whether query `i` (at position q_offset + i) of batch row `bi` sees key `j`, by the definition (the blocked
 /// attention's): causal, no older than `window` (0: none) and, for packed rows, not before the query's example start.
 fn sees(bi: usize, i: usize, j: usize, s: &AttentionShape, starts: Option<&[u32]>) -> bool {

@@ -1,6 +1,6 @@
 //! `--kernels wgsl`: the portable graph with our WGSL kernels (RMS norm, rotary, SwiGLU, attention, forward and
-//! backward, the head's cross-entropy, and the LoRA epilogue at inference) where they apply, which a Mac runs through
-//! Metal. Here the same dispatchers send CPU tensors to the same kernels and launches through wgpu on Vulkan (Mesa's
+//! backward, the head's cross-entropy, the LoRA update in training, and the LoRA epilogue at inference) where they
+//! apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors to the same kernels and launches through wgpu on Vulkan (Mesa's
 //! lavapipe in CI; `ops::metal::run`'s other route), so the wiring (which op takes which kernel, with which shapes,
 //! and what comes back) is run end to end: a training step records every kernel's launches (and the attention's
 //! with a sliding window and with packed rows), and 20 training steps of every family, and packed runs of
@@ -84,8 +84,10 @@ fn a_training_step_runs_each_wired_kernel() {
         let mut expected = vec![("attention_fwd", 2), ("attention_bwd_dq", 2), ("attention_bwd_dkdv", 2)];
         if (arch, packed) == ("tiny-llama", false) {
             // Two norms each and the final one forward; backward the same but the first layer's input norm
-            // (nothing below it trains); q and k turned and turned back; one SwiGLU each way per layer; the loss.
+            // (nothing below it trains); q and k turned and turned back; one SwiGLU each way per layer; the loss;
+            // the LoRA update of each of the 14 adapted projections forward (and their input gradients back).
             expected.extend([
+                ("lowrank_add", 14),
                 ("rms_norm_fwd", 5),
                 ("rms_norm_bwd_dx", 4),
                 ("rope", 8),

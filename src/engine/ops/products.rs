@@ -20,11 +20,15 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `acc + alpha * a b` (or `alpha * a b` without `acc`) for 2-D `a` (m, k) and `b` (k, n), which may be
 /// transposed views. On CUDA one cuBLAS call that writes into `acc` in place (`ops/cuda/gemm.rs`), so the
-/// caller must own `acc` alone (a fresh product, never a tensor kept elsewhere); elsewhere [`matmul`] then
-/// [`add_scaled`] (or a scale), as composed before.
+/// caller must own `acc` alone (a fresh product, never a tensor kept elsewhere); under `--kernels wgsl`, with
+/// `acc` and a low rank k (a LoRA update: `x A` times B, or `dy B` times A^T), our WGSL low-rank add in one
+/// launch; elsewhere [`matmul`] then [`add_scaled`] (or a scale), as composed before.
 pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
     if cuda_gemm::takes(acc.as_ref(), a, b) {
         return cuda_gemm::matmul_add(acc, a, b, alpha);
+    }
+    if let Some(acc) = acc.as_ref().filter(|acc| wgsl_lowrank_takes(acc, a, b)) {
+        return super::metal::lowrank_add(&acc.contiguous()?, &a.contiguous()?, &b.t()?.contiguous()?, alpha);
     }
     let product = matmul(a, b)?;
     match acc {
@@ -32,6 +36,16 @@ pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Re
         None if alpha == 1.0 => Ok(product),
         None => product * alpha,
     }
+}
+
+/// Whether [`matmul_add`] takes the WGSL low-rank add: `--kernels wgsl` for these tensors, 2-D operands matching
+/// `acc`, and an inner size up to `wgsl::LORA_MAX_RANK`.
+fn wgsl_lowrank_takes(acc: &Tensor, a: &Tensor, b: &Tensor) -> bool {
+    let (Ok((m, k)), Ok((kb, n))) = (a.dims2(), b.dims2()) else { return false };
+    super::metal::takes(&[acc, a, b])
+        && k == kb
+        && k <= super::metal::wgsl::LORA_MAX_RANK as usize
+        && acc.dims2().is_ok_and(|d| d == (m, n))
 }
 
 /// A LoRA update added to a base output at inference, `y + scale * (x a) b` for `y` (rows, out), `x` (rows, in), `a`

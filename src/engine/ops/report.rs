@@ -97,7 +97,10 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
         (
             "frozen and adapter products",
             if wgsl {
-                format!("{products}; an adapter's update at inference: our WGSL LoRA epilogue kernel")
+                format!(
+                    "{products}; an adapter's update: our WGSL LoRA epilogue kernel at inference, our WGSL low-rank \
+                     add in training (forward and the input gradient)"
+                )
             } else {
                 products
             },

@@ -1,6 +1,6 @@
 //! The WGSL kernels as tensor functions, shaped like their portable counterparts in `ops`
 //! (`rms_norm`/`rms_norm_backward`, `rope`/`rope_backward`, `silu_mul`/`silu_mul_backward`) plus the
-//! cross-entropy head, the LoRA epilogue and blocked attention. f32 and f16 tensors on a device with a route
+//! cross-entropy head, the LoRA epilogue (and its training form, the low-rank add) and blocked attention. f32 and f16 tensors on a device with a route
 //! (`metal::run`: Metal on a Mac, the CPU through Vulkan with `wgpu-kernels`). The dispatchers take them under
 //! `--kernels wgsl` (ops/rotary.rs, ops/attention.rs, ...).
 
@@ -85,6 +85,24 @@ pub fn lora_epilogue(y: &Tensor, x: &Tensor, a: &Tensor, b: &Tensor, scale: f64)
     }
     let launch = wgsl::lora_epilogue(rows, n_in, n_out, rank, scale as f32);
     let out = run(&launch, 0, &[y, x, a, b], &[y.shape().clone()])?;
+    Ok(out[0].clone())
+}
+
+/// `y + scale * x b^T` for `y` (rows, n_out), `x` (rows, rank) and `b` (n_out, rank): a training step's LoRA update
+/// from the `x A` it keeps, in one launch.
+pub fn lowrank_add(y: &Tensor, x: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
+    let (rows, rank) = x.dims2()?;
+    let (n_out, b_rank) = b.dims2()?;
+    if rank > wgsl::LORA_MAX_RANK as usize || b_rank != rank || y.dims2()? != (rows, n_out) {
+        candle_core::bail!(
+            "lowrank_add: y {:?} + x {:?} b^T {:?} (rank at most {})",
+            y.dims(),
+            x.dims(),
+            b.dims(),
+            wgsl::LORA_MAX_RANK
+        )
+    }
+    let out = run(&wgsl::lowrank_add(rows, rank, n_out, scale as f32), 0, &[y, x, b], &[y.shape().clone()])?;
     Ok(out[0].clone())
 }
 

@@ -48,7 +48,7 @@ pub enum Kernel {
     Swiglu,
     /// Per-row cross-entropy loss and its logits gradient in one launch.
     CrossEntropy,
-    /// y + scale * (x A^T) B^T in one launch.
+    /// y + scale * (x A^T) B^T in one launch (inference), and y + scale * x B^T for a given x A (training).
     LoraEpilogue,
     /// Blocked causal GQA attention forward (output + log-sum-exp), with a sliding window and packed rows.
     AttentionFwd,
@@ -93,7 +93,7 @@ impl Kernel {
             Kernel::Rope => &["rope"],
             Kernel::Swiglu => &["swiglu_fwd", "swiglu_bwd"],
             Kernel::CrossEntropy => &["cross_entropy_fwd_bwd"],
-            Kernel::LoraEpilogue => &["lora_epilogue"],
+            Kernel::LoraEpilogue => &["lora_epilogue", "lowrank_add"],
             Kernel::AttentionFwd => &["attention_fwd"],
             Kernel::AttentionBwd => &["attention_bwd_dq", "attention_bwd_dkdv"],
         }
@@ -355,6 +355,24 @@ pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale:
             b(1, Elem::Et, rows * n_out),
             b(2, Elem::Et, rows * n_in),
             b(3, Elem::Et, rank * n_in),
+            b(4, Elem::Et, n_out * rank),
+            b(5, Elem::Et, rows * n_out),
+        ],
+        outputs: 1,
+        groups: row_grid(rows),
+    }
+}
+
+/// y (rows, n_out) + scale * x (rows, rank) B^T (n_out, rank), rank <= [`LORA_MAX_RANK`]: a training step's LoRA
+/// update from the x A it keeps (and its backward's dx + dy B A). Inputs y, x, b; output the sum.
+pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32) -> Launch {
+    Launch {
+        kernel: Kernel::LoraEpilogue,
+        entry: "lowrank_add",
+        params: words(&[rows as u32, rank as u32, n_out as u32, rank as u32, scale.to_bits()]),
+        bindings: vec![
+            b(1, Elem::Et, rows * n_out),
+            b(2, Elem::Et, rows * rank),
             b(4, Elem::Et, n_out * rank),
             b(5, Elem::Et, rows * n_out),
         ],

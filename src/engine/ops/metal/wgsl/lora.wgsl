@@ -1,6 +1,9 @@
-// The LoRA epilogue of a linear: out = y + scale * (x A^T) B^T for one row per workgroup, y the base
-// output (rows, n_out), x (rows, n_in), A (rank, n_in), B (n_out, rank). The rank-sized x A^T stays in
-// workgroup memory, so the adapter costs one launch and no (rows, rank) tensor. rank <= MAX_RANK.
+// The LoRA update of a linear, one row per workgroup, rank <= MAX_RANK:
+// - lora_epilogue (inference): out = y + scale * (x A^T) B^T, y the base output (rows, n_out), x (rows, n_in),
+//   A (rank, n_in), B (n_out, rank). The rank-sized x A^T stays in workgroup memory, so the adapter costs one
+//   launch and no (rows, rank) tensor.
+// - lowrank_add (training): out = y + scale * x B^T with x (rows, rank) given, the x A the step keeps for its
+//   backward (or, in the backward, dy B with B := A^T): the product and the sum in one launch. n_in is unused.
 
 struct Params { rows: u32, n_in: u32, n_out: u32, rank: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 }
 
@@ -36,6 +39,23 @@ fn lora_epilogue(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
         if (lid == 0u) { xa[k] = red[0] * p.scale; }
         workgroupBarrier();
     }
+    add_update(row, lid);
+}
+
+@compute @workgroup_size(256)
+fn lowrank_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
+    let row = wid.x + wid.y * 65535u;
+    if (row >= p.rows) { return; }
+    let lid = lid3.x;
+    for (var k = lid; k < p.rank; k += WG) {
+        xa[k] = f32(x[row * p.rank + k]) * p.scale;
+    }
+    workgroupBarrier();
+    add_update(row, lid);
+}
+
+// out[row] = y[row] + xa B^T (xa already scaled, in workgroup memory).
+fn add_update(row: u32, lid: u32) {
     let ybase = row * p.n_out;
     for (var o = lid; o < p.n_out; o += WG) {
         var acc = f32(y[ybase + o]);
