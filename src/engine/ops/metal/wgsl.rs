@@ -347,35 +347,35 @@ pub fn cross_entropy(rows: usize, vocab: usize, grad_scale: f32) -> Launch {
 /// y (rows, n_out) + scale * (x (rows, n_in) A^T (rank, n_in)) B^T (n_out, rank), rank <= [`LORA_MAX_RANK`].
 /// Inputs y, x, a, b; output the sum.
 pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale: f32) -> Launch {
-    Launch {
-        kernel: Kernel::LoraEpilogue,
-        entry: "lora_epilogue",
-        params: words(&[rows as u32, n_in as u32, n_out as u32, rank as u32, scale.to_bits()]),
-        bindings: vec![
-            b(1, Elem::Et, rows * n_out),
-            b(2, Elem::Et, rows * n_in),
-            b(3, Elem::Et, rank * n_in),
-            b(4, Elem::Et, n_out * rank),
-            b(5, Elem::Et, rows * n_out),
-        ],
-        outputs: 1,
-        groups: row_grid(rows),
-    }
+    lora_launch("lora_epilogue", rows, n_in, n_out, rank, scale, true)
 }
 
 /// y (rows, n_out) + scale * x (rows, rank) B^T (n_out, rank), rank <= [`LORA_MAX_RANK`]: a training step's LoRA
 /// update from the x A it keeps (and its backward's dx + dy B A). Inputs y, x, b; output the sum.
 pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32) -> Launch {
+    lora_launch("lowrank_add", rows, rank, n_out, rank, scale, false)
+}
+
+/// A launch of lora.wgsl's `entry` (one workgroup a row): y, x (rows, n_in), A (rank, n_in) when `with_a`, B.
+fn lora_launch(
+    entry: &'static str,
+    rows: usize,
+    n_in: usize,
+    n_out: usize,
+    rank: usize,
+    scale: f32,
+    with_a: bool,
+) -> Launch {
+    let mut bindings = vec![b(1, Elem::Et, rows * n_out), b(2, Elem::Et, rows * n_in)];
+    if with_a {
+        bindings.push(b(3, Elem::Et, rank * n_in));
+    }
+    bindings.extend([b(4, Elem::Et, n_out * rank), b(5, Elem::Et, rows * n_out)]);
     Launch {
         kernel: Kernel::LoraEpilogue,
-        entry: "lowrank_add",
-        params: words(&[rows as u32, rank as u32, n_out as u32, rank as u32, scale.to_bits()]),
-        bindings: vec![
-            b(1, Elem::Et, rows * n_out),
-            b(2, Elem::Et, rows * rank),
-            b(4, Elem::Et, n_out * rank),
-            b(5, Elem::Et, rows * n_out),
-        ],
+        entry,
+        params: words(&[rows as u32, n_in as u32, n_out as u32, rank as u32, scale.to_bits()]),
+        bindings,
         outputs: 1,
         groups: row_grid(rows),
     }

@@ -89,6 +89,67 @@ fn put_tile(rr: u32, tx: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: v
     pt[(rr + 3u) * PAD4 + tx] = x3;
 }
 
+// Four rows of a score micro-tile.
+struct Tile4 { r0: vec4<f32>, r1: vec4<f32>, r2: vec4<f32>, r3: vec4<f32> }
+
+// A 4-wide run of head-dim slice d0 of the tile's rows, staged transposed: the query side (q pre-scaled, and dO)
+// into slots `q_slot`, `q_slot + 1` from rows q_row0.. of q_base, the key side (k and v) into `k_slot`, `k_slot + 1`
+// from rows k_row0.. of kv_base. Threads 0..128 take the side in slots 0 and 1, the others the other.
+fn stage_slices(lid: u32, d0: u32, q_slot: u32, q_base: u32, q_row0: u32, k_base: u32, k_row0: u32) {
+    let e = lid % 128u;
+    let dd = (e % 2u) * 4u;
+    let r = e / 2u;
+    let k_slot = 2u - q_slot;
+    if ((lid < 128u) == (q_slot == 0u)) {
+        let qi = q_base + (q_row0 + r) * HEAD_DIM + d0 + dd;
+        put4_t(q_slot, dd, r, ld4_q(qi, q_row0 + r < p.seq) * p.scale);
+        put4_t(q_slot + 1u, dd, r, ld4_do(qi, q_row0 + r < p.seq));
+    } else {
+        let ki = k_base + (k_row0 + r) * HEAD_DIM + d0 + dd;
+        put4_t(k_slot, dd, r, ld4_k(ki, k_row0 + r < p.seq));
+        put4_t(k_slot + 1u, dd, r, ld4_v(ki, k_row0 + r < p.seq));
+    }
+}
+
+// The staged slice's share of the two products: s += slot 0 x slot 2 (the scores), g += slot 1 x slot 3 (dP).
+fn slice_products(ty: u32, tx: u32, s: ptr<function, Tile4>, g: ptr<function, Tile4>) {
+    for (var dd = 0u; dd < DC; dd++) {
+        let a = get_t(0u, dd, ty);
+        let b = get_t(2u, dd, tx);
+        (*s).r0 += a.x * b;
+        (*s).r1 += a.y * b;
+        (*s).r2 += a.z * b;
+        (*s).r3 += a.w * b;
+        let c = get_t(1u, dd, ty);
+        let w = get_t(3u, dd, tx);
+        (*g).r0 += c.x * w;
+        (*g).r1 += c.y * w;
+        (*g).r2 += c.z * w;
+        (*g).r3 += c.w * w;
+    }
+}
+
+// Row `i` (inside the sequence when ok) of q (which 0), k (1) or dO (2) at element `at`, as a vec4 run.
+fn ld4_of(which: u32, at: u32, ok: bool) -> vec4<f32> {
+    if (which == 0u) { return ld4_q(at, ok); }
+    if (which == 1u) { return ld4_k(at, ok); }
+    return ld4_do(at, ok);
+}
+
+// acc += pt (the 64 x 64 tile already in it) x rows row0 .. row0 + 64 of q, k or dO (`which`, as ld4_of) at
+// `base`, staged KC rows at a time.
+fn accumulate_rows(acc: ptr<function, Acc>, which: u32, base: u32, row0: u32, lid: u32, tyo: u32, txo: u32) {
+    for (var c = 0u; c < BT; c += KC) {
+        if (c > 0u) { workgroupBarrier(); }
+        for (var e = lid; e < KC * D4; e += THREADS) {
+            let i = row0 + c + e / D4;
+            stage[e] = ld4_of(which, base + i * HEAD_DIM + (e % D4) * 4u, i < p.seq);
+        }
+        workgroupBarrier();
+        accumulate(acc, tyo * RO, c, txo);
+    }
+}
+
 @compute @workgroup_size(256)
 fn attention_bwd_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
@@ -139,66 +200,26 @@ fn attention_bwd_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     var acc = Acc();
     for (var kt = first_key(bi, q0) / BT; kt <= qt; kt++) {
         let j0 = kt * BT;
-        var s0 = vec4<f32>();
-        var s1 = vec4<f32>();
-        var s2 = vec4<f32>();
-        var s3 = vec4<f32>();
-        var g0 = vec4<f32>();
-        var g1 = vec4<f32>();
-        var g2 = vec4<f32>();
-        var g3 = vec4<f32>();
+        var s = Tile4();
+        var g = Tile4();
         for (var d0 = 0u; d0 < HEAD_DIM; d0 += DC) {
             workgroupBarrier();
-            {
-                // Threads 0..128 stage a 4-wide run of a q row and its dO row, the others of a k row and its v row.
-                let e = lid % 128u;
-                let dd = (e % 2u) * 4u;
-                let r = e / 2u;
-                if (lid < 128u) {
-                    let qi = q_base + (q0 + r) * HEAD_DIM + d0 + dd;
-                    put4_t(0u, dd, r, ld4_q(qi, q0 + r < p.seq) * p.scale);
-                    put4_t(1u, dd, r, ld4_do(qi, q0 + r < p.seq));
-                } else {
-                    let ki = kv_base + (j0 + r) * HEAD_DIM + d0 + dd;
-                    put4_t(2u, dd, r, ld4_k(ki, j0 + r < p.seq));
-                    put4_t(3u, dd, r, ld4_v(ki, j0 + r < p.seq));
-                }
-            }
+            // Threads 0..128 stage a 4-wide run of a q row and its dO row, the others of a k row and its v row.
+            stage_slices(lid, d0, 0u, q_base, q0, kv_base, j0);
             workgroupBarrier();
-            for (var dd = 0u; dd < DC; dd++) {
-                let a = get_t(0u, dd, ty);
-                let b = get_t(2u, dd, tx);
-                s0 += a.x * b;
-                s1 += a.y * b;
-                s2 += a.z * b;
-                s3 += a.w * b;
-                let c = get_t(1u, dd, ty);
-                let w = get_t(3u, dd, tx);
-                g0 += c.x * w;
-                g1 += c.y * w;
-                g2 += c.z * w;
-                g3 += c.w * w;
-            }
+            slice_products(ty, tx, &s, &g);
         }
         let c0 = j0 + tx * 4u;
         let ls = row_lse[ty];
         let dl = row_delta[ty];
-        let ds0 = exp(masked(s0, r0, lo.x, c0) - ls.x) * (g0 - dl.x);
-        let ds1 = exp(masked(s1, r0 + 1u, lo.y, c0) - ls.y) * (g1 - dl.y);
-        let ds2 = exp(masked(s2, r0 + 2u, lo.z, c0) - ls.z) * (g2 - dl.z);
-        let ds3 = exp(masked(s3, r0 + 3u, lo.w, c0) - ls.w) * (g3 - dl.w);
+        let ds0 = exp(masked(s.r0, r0, lo.x, c0) - ls.x) * (g.r0 - dl.x);
+        let ds1 = exp(masked(s.r1, r0 + 1u, lo.y, c0) - ls.y) * (g.r1 - dl.y);
+        let ds2 = exp(masked(s.r2, r0 + 2u, lo.z, c0) - ls.z) * (g.r2 - dl.z);
+        let ds3 = exp(masked(s.r3, r0 + 3u, lo.w, c0) - ls.w) * (g.r3 - dl.w);
         // Every thread is done with the staged slices (and the last tile's pt): dS and k's first rows go in.
         workgroupBarrier();
         put_tile(rr, tx, ds0, ds1, ds2, ds3);
-        for (var kc = 0u; kc < BT; kc += KC) {
-            if (kc > 0u) { workgroupBarrier(); }
-            for (var e = lid; e < KC * D4; e += THREADS) {
-                let j = j0 + kc + e / D4;
-                stage[e] = ld4_k(kv_base + j * HEAD_DIM + (e % D4) * 4u, j < p.seq);
-            }
-            workgroupBarrier();
-            accumulate(&acc, tyo * RO, kc, txo);
-        }
+        accumulate_rows(&acc, 1u, kv_base, j0, lid, tyo, txo);
     }
     for (var i = 0u; i < RO; i++) {
         let row = q0 + tyo * RO + i;
@@ -236,30 +257,12 @@ fn attention_bwd_dkdv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
         for (var qt = kt; qt < blocks; qt++) {
             let i0 = qt * BT;
             if (first_key(bi, i0) >= k0 + BT) { break; }
-            var s0 = vec4<f32>();
-            var s1 = vec4<f32>();
-            var s2 = vec4<f32>();
-            var s3 = vec4<f32>();
-            var g0 = vec4<f32>();
-            var g1 = vec4<f32>();
-            var g2 = vec4<f32>();
-            var g3 = vec4<f32>();
+            var s = Tile4();
+            var g = Tile4();
             for (var d0 = 0u; d0 < HEAD_DIM; d0 += DC) {
                 workgroupBarrier();
-                {
-                    let e = lid % 128u;
-                    let dd = (e % 2u) * 4u;
-                    let r = e / 2u;
-                    if (lid < 128u) {
-                        let ki = kv_base + (k0 + r) * HEAD_DIM + d0 + dd;
-                        put4_t(0u, dd, r, ld4_k(ki, k0 + r < p.seq));
-                        put4_t(1u, dd, r, ld4_v(ki, k0 + r < p.seq));
-                    } else {
-                        let qi = q_base + (i0 + r) * HEAD_DIM + d0 + dd;
-                        put4_t(2u, dd, r, ld4_q(qi, i0 + r < p.seq) * p.scale);
-                        put4_t(3u, dd, r, ld4_do(qi, i0 + r < p.seq));
-                    }
-                }
+                // Threads 0..128 stage a k row and its v row, the others a q row and its dO row.
+                stage_slices(lid, d0, 2u, q_base, i0, kv_base, k0);
                 if (d0 == 0u && lid < BT) {
                     let row = i0 + lid;
                     var lv = 0.0;
@@ -275,20 +278,7 @@ fn attention_bwd_dkdv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
                     row_lo[lid / 4u][lid % 4u] = first;
                 }
                 workgroupBarrier();
-                for (var dd = 0u; dd < DC; dd++) {
-                    let a = get_t(0u, dd, ty);
-                    let b = get_t(2u, dd, tx);
-                    s0 += a.x * b;
-                    s1 += a.y * b;
-                    s2 += a.z * b;
-                    s3 += a.w * b;
-                    let c = get_t(1u, dd, ty);
-                    let w = get_t(3u, dd, tx);
-                    g0 += c.x * w;
-                    g1 += c.y * w;
-                    g2 += c.z * w;
-                    g3 += c.w * w;
-                }
+                slice_products(ty, tx, &s, &g);
             }
             // Rows are keys (k0 + rr ..), columns queries (i0 + tx * 4 ..): a key is seen by the queries at or
             // after it, inside the sequence, whose first key is not after it.
@@ -298,32 +288,16 @@ fn attention_bwd_dkdv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
             let dl = row_delta[tx];
             let lo = row_lo[tx];
             let cols = vec4<u32>(c0) + vec4<u32>(0u, 1u, 2u, 3u);
-            let p0 = seen_by(s0, ls, r0, cols, lo);
-            let p1 = seen_by(s1, ls, r0 + 1u, cols, lo);
-            let p2 = seen_by(s2, ls, r0 + 2u, cols, lo);
-            let p3 = seen_by(s3, ls, r0 + 3u, cols, lo);
+            let p0 = seen_by(s.r0, ls, r0, cols, lo);
+            let p1 = seen_by(s.r1, ls, r0 + 1u, cols, lo);
+            let p2 = seen_by(s.r2, ls, r0 + 2u, cols, lo);
+            let p3 = seen_by(s.r3, ls, r0 + 3u, cols, lo);
             workgroupBarrier();
             put_tile(rr, tx, p0, p1, p2, p3);
-            for (var qc = 0u; qc < BT; qc += KC) {
-                if (qc > 0u) { workgroupBarrier(); }
-                for (var e = lid; e < KC * D4; e += THREADS) {
-                    let i = i0 + qc + e / D4;
-                    stage[e] = ld4_do(q_base + i * HEAD_DIM + (e % D4) * 4u, i < p.seq);
-                }
-                workgroupBarrier();
-                accumulate(&acc_v, tyo * RO, qc, txo);
-            }
+            accumulate_rows(&acc_v, 2u, q_base, i0, lid, tyo, txo);
             workgroupBarrier();
-            put_tile(rr, tx, p0 * (g0 - dl), p1 * (g1 - dl), p2 * (g2 - dl), p3 * (g3 - dl));
-            for (var qc = 0u; qc < BT; qc += KC) {
-                if (qc > 0u) { workgroupBarrier(); }
-                for (var e = lid; e < KC * D4; e += THREADS) {
-                    let i = i0 + qc + e / D4;
-                    stage[e] = ld4_q(q_base + i * HEAD_DIM + (e % D4) * 4u, i < p.seq);
-                }
-                workgroupBarrier();
-                accumulate(&acc_k, tyo * RO, qc, txo);
-            }
+            put_tile(rr, tx, p0 * (g.r0 - dl), p1 * (g.r1 - dl), p2 * (g.r2 - dl), p3 * (g.r3 - dl));
+            accumulate_rows(&acc_k, 0u, q_base, i0, lid, tyo, txo);
         }
     }
     for (var i = 0u; i < RO; i++) {
