@@ -116,7 +116,10 @@ def main() -> None:
                 missing.setdefault((key, why), []).append(f"{case['case']} ({case['dtype']})")
     print(f"{len(lines)} cases, {len(distinct)} distinct (op, dtypes, layouts) records; table {table_path.name}")
     for p in per_step:
-        print(f"ops per SFT step ({p['family']}, {p['dtype']}, batch {p['batch']} x {p['seq_len']}): {p['ops_per_step']}")
+        wgsl = p.get("wgsl_launches_per_step", 0)
+        launches = f" + {wgsl} WGSL launches ({p['ops_per_step'] + wgsl} dispatches)" if wgsl else ""
+        print(f"ops per SFT step ({p['family']}, {p['dtype']}, batch {p['batch']} x {p['seq_len']}, "
+              f"kernels {p.get('kernels', 'portable')}): {p['ops_per_step']}{launches}")
     for (key, why), cases in sorted(missing.items()):
         print(f"UNSUPPORTED on Metal: {key[0]} {list(key[1])} {list(key[2])}: {why}\n    in {', '.join(cases[:6])}"
               + (f" and {len(cases) - 6} more" if len(cases) > 6 else ""))
