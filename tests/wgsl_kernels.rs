@@ -9,7 +9,7 @@ mod wgsl_support;
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use metal_candle::engine::ops;
-use metal_candle::engine::ops::metal::wgsl::{self, AttentionShape, Kernel, Precision};
+use metal_candle::engine::ops::metal::wgsl::{self, AttentionShape, Kernel, LowRankB, Precision};
 use wgsl_support::{assert_close, gpu_or_skip, msl, Gpu, Values};
 
 const F32_TOL: f32 = 1e-5;
@@ -218,10 +218,15 @@ fn lowrank_add_matches_a_matmul() {
             let y = values(rows * n_out, 21, 1.0, precision);
             let x = values(rows * rank, 22, 1.0, precision);
             let bw = values(n_out * rank, 23, 0.1, precision);
-            let out = gpu.run(&wgsl::lowrank_add(rows, rank, n_out, scale), precision, 0, &[&y, &x, &bw]);
-            let (yt, xt, bt) = (t(&y, &[rows, n_out]), t(&x, &[rows, rank]), t(&bw, &[n_out, rank]));
+            let (yt, xt) = (t(&y, &[rows, n_out]), t(&x, &[rows, rank]));
+            // B stored both ways: (n_out, rank) rows, and (rank, n_out) rows (the same values transposed).
+            let bt = t(&bw, &[n_out, rank]);
             let want = (yt + (xt.matmul(&bt.t().unwrap()).unwrap() * scale as f64).unwrap()).unwrap();
-            assert_close(&format!("lowrank add rank {rank} {precision:?}"), &out[0], &flat(&want), tol);
+            let by_rank = flat(&bt.t().unwrap().contiguous().unwrap());
+            for (layout, b) in [(LowRankB::OutByRank, &bw), (LowRankB::RankByOut, &by_rank)] {
+                let out = gpu.run(&wgsl::lowrank_add(rows, rank, n_out, scale, layout), precision, 0, &[&y, &x, b]);
+                assert_close(&format!("lowrank add rank {rank} {layout:?} {precision:?}"), &out[0], &flat(&want), tol);
+            }
         }
     }
 }

@@ -28,7 +28,7 @@ pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Re
         return cuda_gemm::matmul_add(acc, a, b, alpha);
     }
     if let Some(acc) = acc.as_ref().filter(|acc| wgsl_lowrank_takes(acc, a, b)) {
-        return super::metal::lowrank_add(&acc.contiguous()?, &a.contiguous()?, &b.t()?.contiguous()?, alpha);
+        return super::metal::lowrank_add(acc, a, b, alpha);
     }
     let product = matmul(a, b)?;
     match acc {

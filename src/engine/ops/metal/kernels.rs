@@ -88,21 +88,30 @@ pub fn lora_epilogue(y: &Tensor, x: &Tensor, a: &Tensor, b: &Tensor, scale: f64)
     Ok(out[0].clone())
 }
 
-/// `y + scale * x b^T` for `y` (rows, n_out), `x` (rows, rank) and `b` (n_out, rank): a training step's LoRA update
-/// from the `x A` it keeps, in one launch.
-pub fn lowrank_add(y: &Tensor, x: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
+/// `y + scale * x q` for `y` (rows, n_out), `x` (rows, rank) and `q` (rank, n_out): a training step's LoRA update
+/// from the `x A` it keeps, in one launch. `q` is read as it lies, whether rows of it or a transposed view of a
+/// (n_out, rank) matrix (the backward's A^T): no copy.
+pub fn lowrank_add(y: &Tensor, x: &Tensor, q: &Tensor, scale: f64) -> Result<Tensor> {
     let (rows, rank) = x.dims2()?;
-    let (n_out, b_rank) = b.dims2()?;
-    if rank > wgsl::LORA_MAX_RANK as usize || b_rank != rank || y.dims2()? != (rows, n_out) {
+    let (q_rank, n_out) = q.dims2()?;
+    if rank > wgsl::LORA_MAX_RANK as usize || q_rank != rank || y.dims2()? != (rows, n_out) {
         candle_core::bail!(
-            "lowrank_add: y {:?} + x {:?} b^T {:?} (rank at most {})",
+            "lowrank_add: y {:?} + x {:?} q {:?} (rank at most {})",
             y.dims(),
             x.dims(),
-            b.dims(),
+            q.dims(),
             wgsl::LORA_MAX_RANK
         )
     }
-    let out = run(&wgsl::lowrank_add(rows, rank, n_out, scale as f32), 0, &[y, x, b], &[y.shape().clone()])?;
+    let (b, layout) = if q.is_contiguous() {
+        (q.clone(), wgsl::LowRankB::RankByOut)
+    } else if q.t()?.is_contiguous() {
+        (q.t()?, wgsl::LowRankB::OutByRank)
+    } else {
+        (q.contiguous()?, wgsl::LowRankB::RankByOut)
+    };
+    let launch = wgsl::lowrank_add(rows, rank, n_out, scale as f32, layout);
+    let out = run(&launch, 0, &[&y.contiguous()?, &x.contiguous()?, &b], &[y.shape().clone()])?;
     Ok(out[0].clone())
 }
 

@@ -347,16 +347,25 @@ pub fn cross_entropy(rows: usize, vocab: usize, grad_scale: f32) -> Launch {
 /// y (rows, n_out) + scale * (x (rows, n_in) A^T (rank, n_in)) B^T (n_out, rank), rank <= [`LORA_MAX_RANK`].
 /// Inputs y, x, a, b; output the sum.
 pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale: f32) -> Launch {
-    lora_launch("lora_epilogue", rows, n_in, n_out, rank, scale, true)
+    lora_launch("lora_epilogue", rows, n_in, n_out, rank, scale, LowRankB::OutByRank)
 }
 
-/// y (rows, n_out) + scale * x (rows, rank) B^T (n_out, rank), rank <= [`LORA_MAX_RANK`]: a training step's LoRA
-/// update from the x A it keeps (and its backward's dx + dy B A). Inputs y, x, b; output the sum.
-pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32) -> Launch {
-    lora_launch("lowrank_add", rows, rank, n_out, rank, scale, false)
+/// How the low-rank add's B is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LowRankB {
+    /// (n_out, rank) rows.
+    OutByRank,
+    /// (rank, n_out) rows: an adapter's B as it is kept, or A^T read from A (in, rank).
+    RankByOut,
 }
 
-/// A launch of lora.wgsl's `entry` (one workgroup a row): y, x (rows, n_in), A (rank, n_in) when `with_a`, B.
+/// y (rows, n_out) + scale * x (rows, rank) B^T, rank <= [`LORA_MAX_RANK`]: a training step's LoRA update from the
+/// x A it keeps (and its backward's dx + dy B A^T), with B stored as `b` says. Inputs y, x, b; output the sum.
+pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32, b: LowRankB) -> Launch {
+    lora_launch("lowrank_add", rows, rank, n_out, rank, scale, b)
+}
+
+/// A launch of lora.wgsl's `entry` (one workgroup a row): y, x (rows, n_in), A (rank, n_in) for the epilogue, B.
 fn lora_launch(
     entry: &'static str,
     rows: usize,
@@ -364,17 +373,21 @@ fn lora_launch(
     n_out: usize,
     rank: usize,
     scale: f32,
-    with_a: bool,
+    b_is: LowRankB,
 ) -> Launch {
     let mut bindings = vec![b(1, Elem::Et, rows * n_out), b(2, Elem::Et, rows * n_in)];
-    if with_a {
+    if entry == "lora_epilogue" {
         bindings.push(b(3, Elem::Et, rank * n_in));
     }
     bindings.extend([b(4, Elem::Et, n_out * rank), b(5, Elem::Et, rows * n_out)]);
+    let (b_k, b_o) = match b_is {
+        LowRankB::OutByRank => (1, rank as u32),
+        LowRankB::RankByOut => (n_out as u32, 1),
+    };
     Launch {
         kernel: Kernel::LoraEpilogue,
         entry,
-        params: words(&[rows as u32, n_in as u32, n_out as u32, rank as u32, scale.to_bits()]),
+        params: words(&[rows as u32, n_in as u32, n_out as u32, rank as u32, scale.to_bits(), b_k, b_o]),
         bindings,
         outputs: 1,
         groups: row_grid(rows),

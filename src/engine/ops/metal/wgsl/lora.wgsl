@@ -4,8 +4,10 @@
 //   launch and no (rows, rank) tensor.
 // - lowrank_add (training): out = y + scale * x B^T with x (rows, rank) given, the x A the step keeps for its
 //   backward (or, in the backward, dy B with B := A^T): the product and the sum in one launch. n_in is unused.
+// B's element (output o, rank k) is b[k * b_k + o * b_o]: (n_out, rank) rows (b_k 1, b_o rank), or the adapter's
+// own (rank, n_out) matrix as it is stored (b_k n_out, b_o 1), so no transposed copy is made for the kernel.
 
-struct Params { rows: u32, n_in: u32, n_out: u32, rank: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 }
+struct Params { rows: u32, n_in: u32, n_out: u32, rank: u32, scale: f32, b_k: u32, b_o: u32, pad0: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> y: array<ET>;
@@ -60,7 +62,7 @@ fn add_update(row: u32, lid: u32) {
     for (var o = lid; o < p.n_out; o += WG) {
         var acc = f32(y[ybase + o]);
         for (var k = 0u; k < p.rank; k++) {
-            acc += xa[k] * f32(b[o * p.rank + k]);
+            acc += xa[k] * f32(b[k * p.b_k + o * p.b_o]);
         }
         out[ybase + o] = ET(acc);
     }
