@@ -9,7 +9,7 @@ mod wgsl_support;
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use metal_candle::engine::ops;
-use metal_candle::engine::ops::metal::wgsl::{self, AttentionShape, Kernel, LowRankB, Precision};
+use metal_candle::engine::ops::metal::wgsl::{self, AttentionShape, Factors, Kernel, Precision};
 use wgsl_support::{assert_close, gpu_or_skip, msl, Gpu, Values};
 
 const F32_TOL: f32 = 1e-5;
@@ -197,12 +197,18 @@ fn lora_epilogue_matches_two_matmuls() {
         let x = values(rows * n_in, 10, 1.0, precision);
         let a = values(rank * n_in, 11, 0.1, precision);
         let bw = values(n_out * rank, 12, 0.1, precision);
-        let out = gpu.run(&wgsl::lora_epilogue(rows, n_in, n_out, rank, scale), precision, 0, &[&y, &x, &a, &bw]);
         let (yt, xt, at, bt) =
             (t(&y, &[rows, n_out]), t(&x, &[rows, n_in]), t(&a, &[rank, n_in]), t(&bw, &[n_out, rank]));
         let xa = xt.matmul(&at.t().unwrap()).unwrap();
         let want = (yt + (xa.matmul(&bt.t().unwrap()).unwrap() * scale as f64).unwrap()).unwrap();
-        assert_close(&format!("lora epilogue {precision:?}"), &out[0], &flat(&want), tol);
+        // The factors both ways: (rank, n_in) and (n_out, rank) rows, and as an adapter keeps them (transposed).
+        let kept = |m: &Tensor| flat(&m.t().unwrap().contiguous().unwrap());
+        let (a_kept, b_kept) = (kept(&at), kept(&bt));
+        for (factors, a, b) in [(Factors::Transposed, &a, &bw), (Factors::AsKept, &a_kept, &b_kept)] {
+            let launch = wgsl::lora_epilogue(rows, n_in, n_out, rank, scale, factors);
+            let out = gpu.run(&launch, precision, 0, &[&y, &x, a, b]);
+            assert_close(&format!("lora epilogue {factors:?} {precision:?}"), &out[0], &flat(&want), tol);
+        }
     }
 }
 
@@ -223,7 +229,7 @@ fn lowrank_add_matches_a_matmul() {
             let bt = t(&bw, &[n_out, rank]);
             let want = (yt + (xt.matmul(&bt.t().unwrap()).unwrap() * scale as f64).unwrap()).unwrap();
             let by_rank = flat(&bt.t().unwrap().contiguous().unwrap());
-            for (layout, b) in [(LowRankB::OutByRank, &bw), (LowRankB::RankByOut, &by_rank)] {
+            for (layout, b) in [(Factors::Transposed, &bw), (Factors::AsKept, &by_rank)] {
                 let out = gpu.run(&wgsl::lowrank_add(rows, rank, n_out, scale, layout), precision, 0, &[&y, &x, b]);
                 assert_close(&format!("lowrank add rank {rank} {layout:?} {precision:?}"), &out[0], &flat(&want), tol);
             }
@@ -496,7 +502,7 @@ fn bench_wgsl_1b_shapes() {
             ),
             (
                 "lora epilogue 4096x2048->2048 r8".into(),
-                wgsl::lora_epilogue(rows, hidden, hidden, rank, 2.0),
+                wgsl::lora_epilogue(rows, hidden, hidden, rank, 2.0, Factors::Transposed),
                 vec![&big2, &big, &a, &a],
                 0,
             ),

@@ -53,8 +53,7 @@ fn wgsl_lowrank_takes(acc: &Tensor, a: &Tensor, b: &Tensor) -> bool {
 /// in workgroup memory; ranks up to `wgsl::LORA_MAX_RANK`), elsewhere the two products and the add.
 pub fn lora_add(y: &Tensor, x: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
     if super::metal::takes(&[y, x, a, b]) && a.dim(1)? <= super::metal::wgsl::LORA_MAX_RANK as usize {
-        let (a_rows, b_rows) = (a.t()?.contiguous()?, b.t()?.contiguous()?);
-        return super::metal::lora_epilogue(&y.contiguous()?, &x.contiguous()?, &a_rows, &b_rows, scale);
+        return super::metal::lora_epilogue(y, x, a, b, scale);
     }
     y + (matmul(&matmul(x, a)?, b)? * scale)?
 }

@@ -76,15 +76,22 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor, grad_scale: f32) -> Resu
     Ok((out[1].clone(), out[0].clone()))
 }
 
-/// `y + scale * (x A^T) B^T` for `y` (rows, n_out), `x` (rows, n_in), `a` (rank, n_in), `b` (n_out, rank).
+/// `y + scale * (x a) b` for `y` (rows, n_out), `x` (rows, n_in), `a` (n_in, rank), `b` (rank, n_out): an adapter's
+/// update at inference in one launch. The factors are read as they lie: as kept, or transposed views of (rank,
+/// n_in) and (n_out, rank) rows (copied only when neither).
 pub fn lora_epilogue(y: &Tensor, x: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
-    let (rank, n_in) = a.dims2()?;
+    let (n_in, rank) = a.dims2()?;
     let (rows, n_out) = rows_cols(y)?;
     if rank > wgsl::LORA_MAX_RANK as usize {
         candle_core::bail!("lora_epilogue: rank {rank} is above the kernel's {}", wgsl::LORA_MAX_RANK)
     }
-    let launch = wgsl::lora_epilogue(rows, n_in, n_out, rank, scale as f32);
-    let out = run(&launch, 0, &[y, x, a, b], &[y.shape().clone()])?;
+    let (a, b, factors) = if a.t()?.is_contiguous() && b.t()?.is_contiguous() {
+        (a.t()?, b.t()?, wgsl::Factors::Transposed)
+    } else {
+        (a.contiguous()?, b.contiguous()?, wgsl::Factors::AsKept)
+    };
+    let launch = wgsl::lora_epilogue(rows, n_in, n_out, rank, scale as f32, factors);
+    let out = run(&launch, 0, &[&y.contiguous()?, &x.contiguous()?, &a, &b], &[y.shape().clone()])?;
     Ok(out[0].clone())
 }
 
@@ -103,14 +110,12 @@ pub fn lowrank_add(y: &Tensor, x: &Tensor, q: &Tensor, scale: f64) -> Result<Ten
             wgsl::LORA_MAX_RANK
         )
     }
-    let (b, layout) = if q.is_contiguous() {
-        (q.clone(), wgsl::LowRankB::RankByOut)
-    } else if q.t()?.is_contiguous() {
-        (q.t()?, wgsl::LowRankB::OutByRank)
+    let (b, factors) = if q.t()?.is_contiguous() && !q.is_contiguous() {
+        (q.t()?, wgsl::Factors::Transposed)
     } else {
-        (q.contiguous()?, wgsl::LowRankB::RankByOut)
+        (q.contiguous()?, wgsl::Factors::AsKept)
     };
-    let launch = wgsl::lowrank_add(rows, rank, n_out, scale as f32, layout);
+    let launch = wgsl::lowrank_add(rows, rank, n_out, scale as f32, factors);
     let out = run(&launch, 0, &[&y.contiguous()?, &x.contiguous()?, &b], &[y.shape().clone()])?;
     Ok(out[0].clone())
 }

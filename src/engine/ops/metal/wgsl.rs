@@ -344,25 +344,26 @@ pub fn cross_entropy(rows: usize, vocab: usize, grad_scale: f32) -> Launch {
     }
 }
 
-/// y (rows, n_out) + scale * (x (rows, n_in) A^T (rank, n_in)) B^T (n_out, rank), rank <= [`LORA_MAX_RANK`].
-/// Inputs y, x, a, b; output the sum.
-pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale: f32) -> Launch {
-    lora_launch("lora_epilogue", rows, n_in, n_out, rank, scale, LowRankB::OutByRank)
-}
-
-/// How the low-rank add's B is stored.
+/// How the LoRA kernels' factor matrices lie in memory (lora.wgsl reads either without a copy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LowRankB {
-    /// (n_out, rank) rows.
-    OutByRank,
-    /// (rank, n_out) rows: an adapter's B as it is kept, or A^T read from A (in, rank).
-    RankByOut,
+pub enum Factors {
+    /// A as (rank, n_in) rows, B as (n_out, rank) rows.
+    Transposed,
+    /// As an adapter keeps them: A (n_in, rank), B (rank, n_out).
+    AsKept,
 }
 
-/// y (rows, n_out) + scale * x (rows, rank) B^T, rank <= [`LORA_MAX_RANK`]: a training step's LoRA update from the
-/// x A it keeps (and its backward's dx + dy B A^T), with B stored as `b` says. Inputs y, x, b; output the sum.
-pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32, b: LowRankB) -> Launch {
-    lora_launch("lowrank_add", rows, rank, n_out, rank, scale, b)
+/// y (rows, n_out) + scale * (x (rows, n_in) A^T) B^T with A (rank, n_in) and B (n_out, rank) laid out as
+/// `factors` says, rank <= [`LORA_MAX_RANK`]. Inputs y, x, a, b; output the sum.
+pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale: f32, factors: Factors) -> Launch {
+    lora_launch("lora_epilogue", rows, n_in, n_out, rank, scale, factors)
+}
+
+/// y (rows, n_out) + scale * x (rows, rank) B^T, rank <= [`LORA_MAX_RANK`], B laid out as `factors` says: a
+/// training step's LoRA update from the x A it keeps (and its backward's dx + dy B A^T). Inputs y, x, b; output
+/// the sum.
+pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32, factors: Factors) -> Launch {
+    lora_launch("lowrank_add", rows, rank, n_out, rank, scale, factors)
 }
 
 /// A launch of lora.wgsl's `entry` (one workgroup a row): y, x (rows, n_in), A (rank, n_in) for the epilogue, B.
@@ -373,25 +374,22 @@ fn lora_launch(
     n_out: usize,
     rank: usize,
     scale: f32,
-    b_is: LowRankB,
+    factors: Factors,
 ) -> Launch {
     let mut bindings = vec![b(1, Elem::Et, rows * n_out), b(2, Elem::Et, rows * n_in)];
     if entry == "lora_epilogue" {
         bindings.push(b(3, Elem::Et, rank * n_in));
     }
     bindings.extend([b(4, Elem::Et, n_out * rank), b(5, Elem::Et, rows * n_out)]);
-    let (b_k, b_o) = match b_is {
-        LowRankB::OutByRank => (1, rank as u32),
-        LowRankB::RankByOut => (n_out as u32, 1),
+    let (n_in, n_out, rank) = (n_in as u32, n_out as u32, rank as u32);
+    // (b_k, b_o, a_k, a_j): the steps between B's ranks and outputs, A's ranks and inputs.
+    let strides = match factors {
+        Factors::Transposed => [1, rank, n_in, 1],
+        Factors::AsKept => [n_out, 1, 1, rank],
     };
-    Launch {
-        kernel: Kernel::LoraEpilogue,
-        entry,
-        params: words(&[rows as u32, n_in as u32, n_out as u32, rank as u32, scale.to_bits(), b_k, b_o]),
-        bindings,
-        outputs: 1,
-        groups: row_grid(rows),
-    }
+    let mut params = vec![rows as u32, n_in, n_out, rank, scale.to_bits()];
+    params.extend(strides);
+    Launch { kernel: Kernel::LoraEpilogue, entry, params: words(&params), bindings, outputs: 1, groups: row_grid(rows) }
 }
 
 /// The shape of a causal GQA attention: q (batch, heads, seq, head_dim) at positions q_offset .., k/v (batch,

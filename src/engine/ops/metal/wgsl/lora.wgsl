@@ -4,10 +4,12 @@
 //   launch and no (rows, rank) tensor.
 // - lowrank_add (training): out = y + scale * x B^T with x (rows, rank) given, the x A the step keeps for its
 //   backward (or, in the backward, dy B with B := A^T): the product and the sum in one launch. n_in is unused.
-// B's element (output o, rank k) is b[k * b_k + o * b_o]: (n_out, rank) rows (b_k 1, b_o rank), or the adapter's
-// own (rank, n_out) matrix as it is stored (b_k n_out, b_o 1), so no transposed copy is made for the kernel.
+// The factors are read where they lie, so no transposed copy is made for the kernels: A's element (rank k, input
+// j) is a[k * a_k + j * a_j] and B's (output o, rank k) b[k * b_k + o * b_o], for (rank, n_in) and (n_out, rank)
+// rows or the adapter's own (n_in, rank) A and (rank, n_out) B.
 
-struct Params { rows: u32, n_in: u32, n_out: u32, rank: u32, scale: f32, b_k: u32, b_o: u32, pad0: u32 }
+struct Params { rows: u32, n_in: u32, n_out: u32, rank: u32, scale: f32, b_k: u32, b_o: u32, a_k: u32, a_j: u32,
+                pad0: u32, pad1: u32, pad2: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> y: array<ET>;
@@ -30,7 +32,7 @@ fn lora_epilogue(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     for (var k = 0u; k < p.rank; k++) {
         var acc = 0.0;
         for (var j = lid; j < p.n_in; j += WG) {
-            acc += f32(x[xbase + j]) * f32(a[k * p.n_in + j]);
+            acc += f32(x[xbase + j]) * f32(a[k * p.a_k + j * p.a_j]);
         }
         red[lid] = acc;
         workgroupBarrier();
