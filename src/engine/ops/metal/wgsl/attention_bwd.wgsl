@@ -111,21 +111,19 @@ fn stage_slices(lid: u32, d0: u32, q_slot: u32, q_base: u32, q_row0: u32, k_base
     }
 }
 
+// t += the outer product of a (the tile's four rows) and b (four columns).
+fn add_outer(t: ptr<function, Tile4>, a: vec4<f32>, b: vec4<f32>) {
+    (*t).r0 += a.x * b;
+    (*t).r1 += a.y * b;
+    (*t).r2 += a.z * b;
+    (*t).r3 += a.w * b;
+}
+
 // The staged slice's share of the two products: s += slot 0 x slot 2 (the scores), g += slot 1 x slot 3 (dP).
 fn slice_products(ty: u32, tx: u32, s: ptr<function, Tile4>, g: ptr<function, Tile4>) {
     for (var dd = 0u; dd < DC; dd++) {
-        let a = get_t(0u, dd, ty);
-        let b = get_t(2u, dd, tx);
-        (*s).r0 += a.x * b;
-        (*s).r1 += a.y * b;
-        (*s).r2 += a.z * b;
-        (*s).r3 += a.w * b;
-        let c = get_t(1u, dd, ty);
-        let w = get_t(3u, dd, tx);
-        (*g).r0 += c.x * w;
-        (*g).r1 += c.y * w;
-        (*g).r2 += c.z * w;
-        (*g).r3 += c.w * w;
+        add_outer(s, get_t(0u, dd, ty), get_t(2u, dd, tx));
+        add_outer(g, get_t(1u, dd, ty), get_t(3u, dd, tx));
     }
 }
 
