@@ -164,11 +164,9 @@ fn attention_bwd_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     let rr = ty * 4u;
     let tyo = lid / TXO;
     let txo = lid % TXO;
-    // This thread's rows' first keys (rows past the sequence take the last row's: their results are dropped).
     let r0 = q0 + rr;
-    let last = p.seq - 1u;
-    let lo = vec4<u32>(first_key(bi, min(r0, last)), first_key(bi, min(r0 + 1u, last)),
-                       first_key(bi, min(r0 + 2u, last)), first_key(bi, min(r0 + 3u, last)));
+    // This thread's rows' first keys.
+    let lo = first_keys(bi, r0);
 
     // delta = rowsum(dO o): four threads per row, met in pt.
     {

@@ -39,6 +39,13 @@ fn first_key(bi: u32, row: u32) -> u32 {
     return lo;
 }
 
+// The first keys of queries r0 .. r0 + 3 (rows past the sequence take the last row's: their results are dropped).
+fn first_keys(bi: u32, r0: u32) -> vec4<u32> {
+    let last = p.seq - 1u;
+    return vec4<u32>(first_key(bi, min(r0, last)), first_key(bi, min(r0 + 1u, last)),
+                     first_key(bi, min(r0 + 2u, last)), first_key(bi, min(r0 + 3u, last)));
+}
+
 // Keys col0 .. col0 + 3 of a score vec4 are masked outside lo ..= q_offset + row (query `row`, its first key `lo`).
 fn masked(s: vec4<f32>, row: u32, lo: u32, col0: u32) -> vec4<f32> {
     let cols = vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u);

@@ -2,9 +2,9 @@
 // q (b, hq, t, d) at positions q_offset .. q_offset + t, k/v (b, hkv, q_offset + t, d) from position 0 (a prefill
 // after a cache has q_offset > 0; training and a first prefill 0), o (b, hq, t, d), lse (b * hq * t, f32: the row's
 // log-sum-exp for the backward's recomputation). HEAD_DIM comes from the prelude. The query at position i sees the
-// keys first_key(i) ..= i: with a sliding window (p.window > 0) none older than window - 1 positions back, and for packed rows
-// (p.packed != 0; row_starts u32 (b, t), where each query's own example starts in its row) none before its
-// example's start. Unpacked, row_starts is a one-element placeholder that is never read.
+// keys first_key(i) ..= i: with a sliding window (p.window > 0) none older than window - 1 positions back, and for
+// packed rows (p.packed != 0; row_starts u32 (b, t), where each query's own example starts in its row) none before
+// its example's start. Unpacked, row_starts is a one-element placeholder that is never read.
 //
 // One workgroup of 256 threads per (block of BQ = 64 queries, batch x head), heaviest (last) query blocks first;
 // it walks the key tiles of BK = 64 from the one holding its first query's first key (the earliest any of its
@@ -110,10 +110,8 @@ fn attention_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     // Output split.
     let tyo = lid / TXO;
     let txo = lid % TXO;
-    // This thread's rows' first keys (rows past the sequence take the last row's: their results are dropped).
-    let last = p.seq - 1u;
-    let lo = vec4<u32>(first_key(bi, min(r0, last)), first_key(bi, min(r0 + 1u, last)),
-                       first_key(bi, min(r0 + 2u, last)), first_key(bi, min(r0 + 3u, last)));
+    // This thread's rows' first keys.
+    let lo = first_keys(bi, r0);
 
     var m = vec4<f32>(NEG);
     var l = vec4<f32>();
