@@ -9,7 +9,7 @@ mod wgsl_support;
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use metal_candle::engine::ops;
-use metal_candle::engine::ops::metal::wgsl::{self, AttentionShape, Factors, Kernel, Precision};
+use metal_candle::engine::ops::metal::wgsl::{self, AttentionShape, Factor, Kernel, Precision};
 use wgsl_support::{assert_close, gpu_or_skip, msl, Gpu, Values};
 
 const F32_TOL: f32 = 1e-5;
@@ -204,10 +204,13 @@ fn lora_epilogue_matches_two_matmuls() {
         // The factors both ways: (rank, n_in) and (n_out, rank) rows, and as an adapter keeps them (transposed).
         let kept = |m: &Tensor| flat(&m.t().unwrap().contiguous().unwrap());
         let (a_kept, b_kept) = (kept(&at), kept(&bt));
-        for (factors, a, b) in [(Factors::Transposed, &a, &bw), (Factors::AsKept, &a_kept, &b_kept)] {
-            let launch = wgsl::lora_epilogue(rows, n_in, n_out, rank, scale, factors);
+        let tr = Factor::Transposed;
+        let (a_both, b_both) = ([(tr, &a), (Factor::AsKept, &a_kept)], [(tr, &bw), (Factor::AsKept, &b_kept)]);
+        for ((a_is, a), (b_is, b)) in a_both.iter().flat_map(|a| b_both.iter().map(move |b| (a, b))) {
+            let launch = wgsl::lora_epilogue(rows, n_in, n_out, rank, scale, *a_is, *b_is);
             let out = gpu.run(&launch, precision, 0, &[&y, &x, a, b]);
-            assert_close(&format!("lora epilogue {factors:?} {precision:?}"), &out[0], &flat(&want), tol);
+            let what = format!("lora epilogue A {a_is:?} B {b_is:?} {precision:?}");
+            assert_close(&what, &out[0], &flat(&want), tol);
         }
     }
 }
@@ -229,7 +232,7 @@ fn lowrank_add_matches_a_matmul() {
             let bt = t(&bw, &[n_out, rank]);
             let want = (yt + (xt.matmul(&bt.t().unwrap()).unwrap() * scale as f64).unwrap()).unwrap();
             let by_rank = flat(&bt.t().unwrap().contiguous().unwrap());
-            for (layout, b) in [(Factors::Transposed, &bw), (Factors::AsKept, &by_rank)] {
+            for (layout, b) in [(Factor::Transposed, &bw), (Factor::AsKept, &by_rank)] {
                 let out = gpu.run(&wgsl::lowrank_add(rows, rank, n_out, scale, layout), precision, 0, &[&y, &x, b]);
                 assert_close(&format!("lowrank add rank {rank} {layout:?} {precision:?}"), &out[0], &flat(&want), tol);
             }
@@ -502,7 +505,7 @@ fn bench_wgsl_1b_shapes() {
             ),
             (
                 "lora epilogue 4096x2048->2048 r8".into(),
-                wgsl::lora_epilogue(rows, hidden, hidden, rank, 2.0, Factors::Transposed),
+                wgsl::lora_epilogue(rows, hidden, hidden, rank, 2.0, Factor::Transposed, Factor::Transposed),
                 vec![&big2, &big, &a, &a],
                 0,
             ),

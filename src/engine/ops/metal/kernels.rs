@@ -1,8 +1,8 @@
 //! The WGSL kernels as tensor functions, shaped like their portable counterparts in `ops`
-//! (`rms_norm`/`rms_norm_backward`, `rope`/`rope_backward`, `silu_mul`/`silu_mul_backward`) plus the
-//! cross-entropy head, the LoRA epilogue (and its training form, the low-rank add) and blocked attention. f32 and f16 tensors on a device with a route
-//! (`metal::run`: Metal on a Mac, the CPU through Vulkan with `wgpu-kernels`). The dispatchers take them under
-//! `--kernels wgsl` (ops/rotary.rs, ops/attention.rs, ...).
+//! (`rms_norm`/`rms_norm_backward`, `rope`/`rope_backward`, `silu_mul`/`silu_mul_backward`) plus the cross-entropy
+//! head, the LoRA epilogue (and its training form, the low-rank add) and blocked attention. f32 and f16 tensors on a
+//! device with a route (`metal::run`: Metal on a Mac, the CPU through Vulkan with `wgpu-kernels`). The dispatchers take
+//! them under `--kernels wgsl` (ops/rotary.rs, ops/attention.rs, ...).
 
 use super::run;
 use super::wgsl::{self, AttentionShape};
@@ -76,28 +76,34 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor, grad_scale: f32) -> Resu
     Ok((out[1].clone(), out[0].clone()))
 }
 
+/// A LoRA factor as the kernels read it: itself when contiguous, the contiguous matrix it is a transposed view of
+/// (the backward's A^T), else a contiguous copy.
+fn factor(m: &Tensor) -> Result<(Tensor, wgsl::Factor)> {
+    Ok(if m.is_contiguous() {
+        (m.clone(), wgsl::Factor::AsKept)
+    } else if m.t()?.is_contiguous() {
+        (m.t()?, wgsl::Factor::Transposed)
+    } else {
+        (m.contiguous()?, wgsl::Factor::AsKept)
+    })
+}
+
 /// `y + scale * (x a) b` for `y` (rows, n_out), `x` (rows, n_in), `a` (n_in, rank), `b` (rank, n_out): an adapter's
-/// update at inference in one launch. The factors are read as they lie: as kept, or transposed views of (rank,
-/// n_in) and (n_out, rank) rows (copied only when neither).
+/// update at inference in one launch, the factors read where they lie ([`factor`]).
 pub fn lora_epilogue(y: &Tensor, x: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
     let (n_in, rank) = a.dims2()?;
     let (rows, n_out) = rows_cols(y)?;
     if rank > wgsl::LORA_MAX_RANK as usize {
         candle_core::bail!("lora_epilogue: rank {rank} is above the kernel's {}", wgsl::LORA_MAX_RANK)
     }
-    let (a, b, factors) = if a.t()?.is_contiguous() && b.t()?.is_contiguous() {
-        (a.t()?, b.t()?, wgsl::Factors::Transposed)
-    } else {
-        (a.contiguous()?, b.contiguous()?, wgsl::Factors::AsKept)
-    };
-    let launch = wgsl::lora_epilogue(rows, n_in, n_out, rank, scale as f32, factors);
+    let ((a, a_is), (b, b_is)) = (factor(a)?, factor(b)?);
+    let launch = wgsl::lora_epilogue(rows, n_in, n_out, rank, scale as f32, a_is, b_is);
     let out = run(&launch, 0, &[&y.contiguous()?, &x.contiguous()?, &a, &b], &[y.shape().clone()])?;
     Ok(out[0].clone())
 }
 
 /// `y + scale * x q` for `y` (rows, n_out), `x` (rows, rank) and `q` (rank, n_out): a training step's LoRA update
-/// from the `x A` it keeps, in one launch. `q` is read as it lies, whether rows of it or a transposed view of a
-/// (n_out, rank) matrix (the backward's A^T): no copy.
+/// from the `x A` it keeps, in one launch, `q` read where it lies ([`factor`]).
 pub fn lowrank_add(y: &Tensor, x: &Tensor, q: &Tensor, scale: f64) -> Result<Tensor> {
     let (rows, rank) = x.dims2()?;
     let (q_rank, n_out) = q.dims2()?;
@@ -110,12 +116,8 @@ pub fn lowrank_add(y: &Tensor, x: &Tensor, q: &Tensor, scale: f64) -> Result<Ten
             wgsl::LORA_MAX_RANK
         )
     }
-    let (b, factors) = if q.t()?.is_contiguous() && !q.is_contiguous() {
-        (q.t()?, wgsl::Factors::Transposed)
-    } else {
-        (q.contiguous()?, wgsl::Factors::AsKept)
-    };
-    let launch = wgsl::lowrank_add(rows, rank, n_out, scale as f32, factors);
+    let (b, b_is) = factor(q)?;
+    let launch = wgsl::lowrank_add(rows, rank, n_out, scale as f32, b_is);
     let out = run(&launch, 0, &[&y.contiguous()?, &x.contiguous()?, &b], &[y.shape().clone()])?;
     Ok(out[0].clone())
 }

@@ -344,29 +344,29 @@ pub fn cross_entropy(rows: usize, vocab: usize, grad_scale: f32) -> Launch {
     }
 }
 
-/// How the LoRA kernels' factor matrices lie in memory (lora.wgsl reads either without a copy).
+/// How one LoRA factor lies in memory (lora.wgsl reads either without a copy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Factors {
-    /// A as (rank, n_in) rows, B as (n_out, rank) rows.
-    Transposed,
-    /// As an adapter keeps them: A (n_in, rank), B (rank, n_out).
+pub enum Factor {
+    /// As an adapter keeps it: A (n_in, rank), B (rank, n_out).
     AsKept,
+    /// Transposed: A as (rank, n_in) rows, B as (n_out, rank) rows.
+    Transposed,
 }
 
-/// y (rows, n_out) + scale * (x (rows, n_in) A^T) B^T with A (rank, n_in) and B (n_out, rank) laid out as
-/// `factors` says, rank <= [`LORA_MAX_RANK`]. Inputs y, x, a, b; output the sum.
-pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale: f32, factors: Factors) -> Launch {
-    lora_launch("lora_epilogue", rows, n_in, n_out, rank, scale, factors)
+/// y (rows, n_out) + scale * (x (rows, n_in) A) B with A (n_in, rank) and B (rank, n_out) laid out as `a` and `b`
+/// say, rank <= [`LORA_MAX_RANK`]. Inputs y, x, a, b; output the sum.
+pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale: f32, a: Factor, b: Factor) -> Launch {
+    lora_launch("lora_epilogue", rows, n_in, n_out, rank, scale, (Some(a), b))
 }
 
-/// y (rows, n_out) + scale * x (rows, rank) B^T, rank <= [`LORA_MAX_RANK`], B laid out as `factors` says: a
+/// y (rows, n_out) + scale * x (rows, rank) B, rank <= [`LORA_MAX_RANK`], B (rank, n_out) laid out as `b` says: a
 /// training step's LoRA update from the x A it keeps (and its backward's dx + dy B A^T). Inputs y, x, b; output
 /// the sum.
-pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32, factors: Factors) -> Launch {
-    lora_launch("lowrank_add", rows, rank, n_out, rank, scale, factors)
+pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32, b: Factor) -> Launch {
+    lora_launch("lowrank_add", rows, rank, n_out, rank, scale, (None, b))
 }
 
-/// A launch of lora.wgsl's `entry` (one workgroup a row): y, x (rows, n_in), A (rank, n_in) for the epilogue, B.
+/// A launch of lora.wgsl's `entry` (one workgroup a row): y, x (rows, n_in), A when it has one, B.
 fn lora_launch(
     entry: &'static str,
     rows: usize,
@@ -374,22 +374,25 @@ fn lora_launch(
     n_out: usize,
     rank: usize,
     scale: f32,
-    factors: Factors,
+    (a, b_is): (Option<Factor>, Factor),
 ) -> Launch {
     let mut bindings = vec![b(1, Elem::Et, rows * n_out), b(2, Elem::Et, rows * n_in)];
-    if entry == "lora_epilogue" {
+    if a.is_some() {
         bindings.push(b(3, Elem::Et, rank * n_in));
     }
     bindings.extend([b(4, Elem::Et, n_out * rank), b(5, Elem::Et, rows * n_out)]);
     let (n_in, n_out, rank) = (n_in as u32, n_out as u32, rank as u32);
-    // (b_k, b_o, a_k, a_j): the steps between B's ranks and outputs, A's ranks and inputs.
-    let strides = match factors {
-        Factors::Transposed => [1, rank, n_in, 1],
-        Factors::AsKept => [n_out, 1, 1, rank],
+    // The steps between B's ranks and outputs (b_k, b_o), and between A's ranks and inputs (a_k, a_j).
+    let (b_k, b_o) = match b_is {
+        Factor::AsKept => (n_out, 1),
+        Factor::Transposed => (1, rank),
     };
-    let mut params = vec![rows as u32, n_in, n_out, rank, scale.to_bits()];
-    params.extend(strides);
-    Launch { kernel: Kernel::LoraEpilogue, entry, params: words(&params), bindings, outputs: 1, groups: row_grid(rows) }
+    let (a_k, a_j) = match a.unwrap_or(Factor::AsKept) {
+        Factor::AsKept => (1, rank),
+        Factor::Transposed => (n_in, 1),
+    };
+    let params = words(&[rows as u32, n_in, n_out, rank, scale.to_bits(), b_k, b_o, a_k, a_j]);
+    Launch { kernel: Kernel::LoraEpilogue, entry, params, bindings, outputs: 1, groups: row_grid(rows) }
 }
 
 /// The shape of a causal GQA attention: q (batch, heads, seq, head_dim) at positions q_offset .., k/v (batch,
