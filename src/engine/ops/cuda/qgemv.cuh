@@ -3,16 +3,16 @@
 // as Q4_K, Q6_K or Q8_0 blocks, y in x's type. Also the rows of such a weight dequantized (the embedding lookup
 // of a quantized vocabulary, with the token ids read on the device so that a captured decode step can replay it).
 //
-// The weight may be several tensors end to end (QSegments): attention's q|k|v, the MLP's gate|up, or the
-// vocabulary's blocks of rows are one launch. Each warp takes 1, 2 or 4 consecutive rows and walks them together,
-// so the input values a lane loads serve each of them; for the middling products a block's four warps share two
-// rows, each walking a quarter of their blocks (qgemv_rows' SPLIT). A lane takes 32 weights of a row per step: for Q4_K, 16
-// low and 16 high nibbles of one 16-byte load (one sub-block pair); for Q6_K, four groups of 8 (one per 32-weight
-// quarter of a half block); for Q8_0, one whole 32-weight block. Math is in f32 with the activations as given
-// (no 8-bit quantization of x, unlike llama.cpp's and Candle's kernels), so the result is the dequantized product
-// up to the order of the f32 sums. Per block, scale and offset leave the inner loop: for Q4_K,
-// sum(x (d sc q - dmin m)) = d sc sum(x q) - dmin m sum(x); Q6_K's and Q8_0's zero points (32, and 128 after
-// flipping the sign bit) likewise come out as a multiple of sum(x).
+// The weight may be several tensors end to end (QSegments): attention's q|k|v, the MLP's gate|up, or the vocabulary's
+// blocks of rows are one launch. Each warp takes 1, 2 or 4 consecutive rows and walks them together, so the input
+// values a lane loads serve each of them; for the middling products a block's four warps share two rows, each walking a
+// quarter of their blocks (qgemv_rows' SPLIT). A lane takes 32 weights of a row per step: for Q4_K, 16 low and 16 high
+// nibbles of one 16-byte load (one sub-block pair); for Q6_K, four groups of 8 (one per 32-weight quarter of a half
+// block); for Q8_0, one whole 32-weight block. Math is in f32 with the activations as given (no 8-bit quantization of
+// x, unlike llama.cpp's and Candle's kernels), so the result is the dequantized product up to the order of the f32
+// sums. Per block, scale and offset leave the inner loop: for Q4_K, sum(x (d sc q - dmin m)) = d sc sum(x q) - dmin m
+// sum(x); Q6_K's and Q8_0's zero points (32, and 128 after flipping the sign bit) likewise come out as a multiple of
+// sum(x).
 //
 // Layouts are ggml's (ggml-common.h; candle-core's k_quants.rs holds the same structs):
 //   Q4_K: 144 bytes per 256 weights: half d, half dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles.
@@ -45,20 +45,20 @@ __device__ __forceinline__ uint32_t u32_at2(const uint8_t* p) {
   const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
   return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
 }
-// Byte `i` of `w` (0..255) as a float, exactly: the byte under the exponent of 2^23, then 2^23 taken off (a byte
-// permute and an add, where a conversion instruction would run at a sixteenth of the rate).
-template <int i> __device__ __forceinline__ float byte_f(uint32_t w) {
-  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | i)) - 8388608.f;
+// Byte `e` (0..3; a constant or a lane's own) of `w` as a float, exactly: the byte under the exponent of 2^23, then
+// 2^23 taken off (a byte permute and an add, where a conversion instruction would run at a sixteenth of the rate).
+__device__ __forceinline__ float byte_at(uint32_t w, int e) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | e)) - 8388608.f;
 }
 // sum(x[e] * byte e of w[e / 4]) over n bytes of w.
 template <int n> __device__ __forceinline__ float dot_bytes(const uint32_t* w, const float* x) {
   float s = 0.f;
 #pragma unroll
   for (int j = 0; j < n / 4; j++) {
-    s = fmaf(x[4 * j + 0], byte_f<0>(w[j]), s);
-    s = fmaf(x[4 * j + 1], byte_f<1>(w[j]), s);
-    s = fmaf(x[4 * j + 2], byte_f<2>(w[j]), s);
-    s = fmaf(x[4 * j + 3], byte_f<3>(w[j]), s);
+    s = fmaf(x[4 * j + 0], byte_at(w[j], 0), s);
+    s = fmaf(x[4 * j + 1], byte_at(w[j], 1), s);
+    s = fmaf(x[4 * j + 2], byte_at(w[j], 2), s);
+    s = fmaf(x[4 * j + 3], byte_at(w[j], 3), s);
   }
   return s;
 }

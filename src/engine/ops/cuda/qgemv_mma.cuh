@@ -70,11 +70,6 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// Byte e (0..3, may vary by lane) of w as a float, exactly (byte_f of qgemv.cuh with the byte chosen at run time).
-__device__ __forceinline__ float byte_at(uint32_t w, int e) {
-  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | e)) - 8388608.f;
-}
-
 // What one row's block adds for sub-blocks 2t and 2t + 1: c0, c1 are the accumulator's C of those columns, x0, x1
 // the sub-blocks' sums of x; head is the block's first 16 bytes (d, dmin, the 12 bytes of 6-bit scales and mins).
 __device__ __forceinline__ float q4k_mma_fold(const uint4& head, int t, float c0, float c1, float x0, float x1) {
