@@ -1,11 +1,11 @@
 //! `--kernels wgsl`: the portable graph with our WGSL kernels (RMS norm, rotary, SwiGLU, attention, forward and
 //! backward, the head's cross-entropy, the LoRA update in training, and the LoRA epilogue at inference) where they
-//! apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors to the same kernels and launches through wgpu on Vulkan (Mesa's
-//! lavapipe in CI; `ops::metal::run`'s other route), so the wiring (which op takes which kernel, with which shapes,
-//! and what comes back) is run end to end: a training step records every kernel's launches (and the attention's
-//! with a sliding window and with packed rows), and 20 training steps of every family, and packed runs of
-//! tiny-llama and tiny-gemma3, lose what the portable graph loses, f32 to 1e-5 of the loss and f16 to the portable
-//! f16 run's own distance from f32. Needs the `wgpu-kernels` feature (the README's test command).
+//! apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors to the same kernels and launches
+//! through wgpu on Vulkan (Mesa's lavapipe in CI; `ops::metal::run`'s other route), so the wiring (which op takes which
+//! kernel, with which shapes, and what comes back) is run end to end: a training step records every kernel's launches
+//! (and the attention's with a sliding window and with packed rows), and 20 training steps of every family, and packed
+//! runs of tiny-llama and tiny-gemma3, lose what the portable graph loses, f32 to 1e-5 of the loss and f16 to the
+//! portable f16 run's own distance from f32. Needs the `wgpu-kernels` feature (the README's test command).
 
 mod common;
 
@@ -37,6 +37,18 @@ fn wgsl(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
             None
         }
     }
+}
+
+/// How many times this process has launched the WGSL entry point `entry`.
+fn launched(entry: &str) -> usize {
+    metal::launch_counts().get(entry).copied().unwrap_or(0)
+}
+
+/// `got` within `1e-5` of `want`'s largest magnitude, element by element (f32 runs of the same math).
+fn assert_within_1e5(what: &str, got: &Tensor, want: &Tensor) {
+    let diff: f32 = (got - want).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    let size: f32 = want.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    assert!(diff <= 1e-5 * size, "{what} {diff} off ({size})");
 }
 
 /// Packed rows for a (2, 32) batch: examples of 1, 10 and 21 tokens in the first row, 20 and 12 in the second, the
@@ -153,18 +165,16 @@ fn an_adapter_at_inference_takes_the_lora_epilogue() {
     }
     let down = &m.model.layers[0].mlp.down_proj;
     let x = Tensor::randn(0f32, 1.0, (2, 5, down.in_features()), &Device::Cpu).unwrap();
-    let before = metal::launch_counts().get("lora_epilogue").copied().unwrap_or(0);
+    let before = launched("lora_epilogue");
     let y = down.forward(&x).unwrap();
-    assert!(metal::launch_counts().get("lora_epilogue").copied().unwrap_or(0) > before, "no lora_epilogue launch");
+    assert!(launched("lora_epilogue") > before, "no lora_epilogue launch");
     let adapter = down.active_adapter().unwrap();
     let (a, b) = adapter.matrices(DType::F32).unwrap();
     let rows = x.reshape((10, down.in_features())).unwrap();
     let w = down.weight.to_dense(DType::F32).unwrap();
     let update = (rows.matmul(&a).unwrap().matmul(&b).unwrap() * adapter.scale).unwrap();
     let expected = (rows.matmul(&w.t().unwrap()).unwrap() + update).unwrap().reshape(y.shape()).unwrap();
-    let diff: f32 = (&y - &expected).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
-    let size: f32 = expected.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
-    assert!(diff <= 1e-5 * size, "epilogue {diff} off ({size})");
+    assert_within_1e5("epilogue", &y, &expected);
 }
 
 /// A prefill after a cache (a chat's second turn: queries from the cache's length on) goes through the WGSL
@@ -177,12 +187,14 @@ fn a_prefill_after_a_cache_takes_the_wgsl_attention() {
     let row = |range: std::ops::Range<usize>| Tensor::new(&ids[range], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let mut cache = metal_candle::engine::generate::KvCache::new(m.model.config.num_layers);
     m.model.forward(&row(0..70), 0, Some(&mut cache)).unwrap();
-    let before = metal::launch_counts().get("attention_fwd").copied().unwrap_or(0);
+    let before = launched("attention_fwd");
     let second = m.model.forward(&row(70..90), 70, Some(&mut cache)).unwrap();
-    let launched = metal::launch_counts().get("attention_fwd").copied().unwrap_or(0) - before;
-    assert_eq!(launched, m.model.config.num_layers, "one attention launch a layer for the prefill after the cache");
+    let layers = m.model.config.num_layers;
+    assert_eq!(
+        launched("attention_fwd") - before,
+        layers,
+        "one attention launch a layer for the prefill after the cache"
+    );
     let whole = m.model.forward(&row(0..90), 0, None).unwrap().narrow(1, 70, 20).unwrap();
-    let diff: f32 = (&second - &whole).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
-    let size: f32 = whole.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
-    assert!(diff <= 1e-5 * size, "cached prefill {diff} off the whole forward ({size})");
+    assert_within_1e5("cached prefill against the whole forward:", &second, &whole);
 }

@@ -178,7 +178,8 @@ fn main() {
                         "op": op, "dtypes": dtypes, "layouts": layouts, "count": n })).collect::<Vec<_>>(),
                 });
                 writeln!(out, "{line}").unwrap();
-                eprintln!("{case} {dtype}: {} ops, {} distinct, {launches} WGSL launches", records.len(), distinct.len());
+                let (ops, kinds) = (records.len(), distinct.len());
+                eprintln!("{case} {dtype}: {ops} ops, {kinds} distinct, {launches} WGSL launches");
                 sft_ops.insert(label, (records.len(), launches));
             }
             if let (Some(two), Some(three)) = (sft_ops.get("sft"), sft_ops.get("sft-3-steps")) {
