@@ -97,8 +97,26 @@ pub enum Error {
     #[error(transparent)]
     Hub(#[from] super::hub_error::HubError),
 
+    /// Candle's error, without the backtrace Candle appends when `RUST_BACKTRACE` is set (see the `From` below).
     #[error(transparent)]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
+}
+
+impl From<candle_core::Error> for Error {
+    /// A message a user reads wants no backtrace: Candle captures one into its errors when `RUST_BACKTRACE` is set
+    /// (a rank's lost-peer error printed twenty lines of frames), so it is dropped here, where every Candle error
+    /// becomes ours.
+    fn from(error: candle_core::Error) -> Self {
+        Error::Candle(without_backtrace(error))
+    }
+}
+
+/// `error` without the backtraces Candle wraps around it.
+pub fn without_backtrace(error: candle_core::Error) -> candle_core::Error {
+    match error {
+        candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(*inner),
+        other => other,
+    }
 }
 
 /// Shorthand used throughout the engine.
@@ -251,4 +269,20 @@ pub fn read_to_string(path: &std::path::Path) -> Result<String> {
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T> {
     let text = read_to_string(path)?;
     serde_json::from_str(&text).map_err(|e| Error::Json { path: path.to_path_buf(), message: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn a_candle_error_reads_without_its_backtrace() {
+        let inner = candle_core::Error::Msg("the NCCL communicator was aborted".into());
+        let traced = candle_core::Error::WithBacktrace {
+            inner: Box::new(inner),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        assert!(traced.to_string().lines().count() > 1, "Candle prints the frames: {traced}");
+        assert_eq!(Error::from(traced).to_string(), "the NCCL communicator was aborted");
+    }
 }

@@ -6,6 +6,7 @@
 //! every tensor must lie inside the file and no two may share bytes.
 
 use super::corrupt;
+use crate::engine::error::without_backtrace;
 use crate::engine::{Error, Result};
 use candle_core::quantized::gguf_file::{Content, TensorInfo};
 use std::collections::HashSet;
@@ -35,16 +36,8 @@ pub(crate) fn open_gguf(path: &Path) -> Result<(Content, BufReader<File>)> {
 pub(super) fn guarded<T>(path: &Path, what: &str, read: impl FnOnce() -> candle_core::Result<T>) -> Result<T> {
     match std::panic::catch_unwind(AssertUnwindSafe(read)) {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(corrupt(path, format!("{what}: {}", without_backtrace(&e)))),
+        Ok(Err(e)) => Err(corrupt(path, format!("{what}: {}", without_backtrace(e)))),
         Err(_) => Err(corrupt(path, format!("{what}: the GGUF reader failed on malformed data"))),
-    }
-}
-
-/// candle appends a backtrace to its errors when `RUST_BACKTRACE` is set; a user-facing message wants none.
-fn without_backtrace(e: &candle_core::Error) -> &candle_core::Error {
-    match e {
-        candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(inner),
-        other => other,
     }
 }
 
