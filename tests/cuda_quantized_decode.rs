@@ -73,7 +73,7 @@ fn quantized_single_row_products_match_the_dequantized_product() {
             let rows = dequantized(&cpu);
             let m = rows.iter().flatten().fold(0f64, |a, v| a.max(v.abs()));
             let x = Tensor::randn(0f32, 1.0, (1, k), &Device::Cpu).unwrap();
-            // bf16 twice: the FMA kernel, and Q4_K's tensor-core kernel (`--q4k-tensor-cores`; other types ignore it).
+            // bf16 twice: the FMA kernel, and Q4_K's tensor-core kernel (the default; other types ignore it).
             for (dtype, tensor_cores) in [(DType::F32, false), (DType::BF16, false), (DType::BF16, true)] {
                 let x = x.to_dtype(dtype).unwrap();
                 let xs: Vec<f64> = x.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap();

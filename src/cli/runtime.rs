@@ -41,10 +41,11 @@ pub struct RuntimeArgs {
     /// Metal: attention through the portable ops instead of Candle's fused sdpa kernel.
     #[arg(long, global = true)]
     pub no_metal_sdpa: bool,
-    /// CUDA: decode a Q4_K base in bf16 with the tensor-core product (not yet measured on a GPU; A/B runs).
-    /// Env: METAL_CANDLE_Q4K_TENSOR_CORES=1.
+    /// CUDA: decode a Q4_K base in bf16 on the FMA units instead of the tensor cores (the default's A/B
+    /// partner, and the switch back if the tensor-core product misbehaves on some GPU).
+    /// Env: METAL_CANDLE_NO_Q4K_TENSOR_CORES.
     #[arg(long, global = true)]
-    pub q4k_tensor_cores: bool,
+    pub no_q4k_tensor_cores: bool,
 }
 
 impl RuntimeArgs {
@@ -78,7 +79,7 @@ impl RuntimeArgs {
             step_phases: self.step_phases || set("METAL_CANDLE_STEP_PHASES"),
             kernels: self.kernels,
             metal_sdpa: !self.no_metal_sdpa,
-            q4k_tensor_cores: self.q4k_tensor_cores || set("METAL_CANDLE_Q4K_TENSOR_CORES"),
+            q4k_tensor_cores: !(self.no_q4k_tensor_cores || set("METAL_CANDLE_NO_Q4K_TENSOR_CORES")),
         }
     }
 }

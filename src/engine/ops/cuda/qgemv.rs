@@ -4,8 +4,8 @@
 //! taken end to end (attention's q|k|v, the MLP's gate|up, a vocabulary's blocks of rows), so a decoder layer's
 //! quantized products are as few launches as its dense ones.
 //!
-//! With bf16 activations and `--q4k-tensor-cores`, Q4_K weights go through the tensor cores (qgemv_mma.cuh,
-//! [`mma_takes`]); the rest through the FMA units (qgemv.cuh).
+//! With bf16 activations, Q4_K weights go through the tensor cores (qgemv_mma.cuh, [`mma_takes`]) unless
+//! `--no-q4k-tensor-cores`; the rest through the FMA units (qgemv.cuh).
 //!
 //! Candle's path for the same product is four launches (widen to f32, quantize the row to 8 bits, its kernel,
 //! narrow back) per weight, and it rounds the activations to 8 bits; this one keeps them as they are, so the
