@@ -14,6 +14,11 @@
 # - scale: the Llama-3.2-1B shape (random bf16 weights), LoRA r8 on all seven linears, 4 x 1024 tokens per GPU:
 #   our step time on 1, 2 (and 4) GPUs, and torchrun + DDP + PEFT (SDPA) and + Unsloth on the same counts; nvidia-smi
 #   peaks.
+# - profile (not in the default parts): the scale row's 1- and 2-GPU runs of ours under the CUPTI timeline ($G/tl, from
+#   scripts/gpu_timeline/build.sh) with NCCL_DEBUG=INFO: each rank's GPU time per step, its idle gaps and NCCL's
+#   transport, to see where the second GPU's step loses time.
+# - tune (not in the default parts): ours on 2 GPUs at the scale row under each NCCL setting in $TUNE (";"-separated
+#   lists of VAR=value, "-" for none), median step and the sum's kernel time per step.
 set -uo pipefail
 OUT="$1"; PARTS="${2:-check,torchrun,kill,scale}"; G="${G:-.gpu/dp}"; mkdir -p "$OUT"; LOG="$OUT/dp.txt"; W=/tmp/dpw
 NGPU=$(nvidia-smi -L | wc -l)
@@ -143,6 +148,45 @@ EOF
     PYTHONPATH=/tmp/site anchor "Unsloth (torch DDP)" unsloth "$n" "$G/bench_ddp_unsloth.py"
   done
   tail -n 5 "$W"/scale*.err "$W"/ddp*.err "$W"/unsloth*.err >>"$LOG" 2>/dev/null
+fi
+if [[ $PARTS == *profile* ]]; then
+  [ -d /tmp/llama1b ] || python3 "$G/make_smollm2_hf.py" --out /tmp/llama1b --shape llama-3.2-1b --dtype bf16 --tokenizer tests/fixtures/tiny-llama/tokenizer.json >/dev/null
+  [ -f /tmp/long.jsonl ] || python3 -c "
+import json, random
+random.seed(0)
+w = [''.join(random.choice('abcdefghij') for _ in range(random.randint(2, 9))) for _ in range(3000)]
+open('/tmp/long.jsonl', 'w').writelines(json.dumps({'text': ' '.join(random.choice(w) for _ in range(900))}) + '\n' for _ in range(600))"
+  for n in 1 2; do
+    GPUS=""; [ $n -gt 1 ] && GPUS="--gpus $n"
+    NCCL_DEBUG=INFO CUDA_INJECTION64_PATH="$PWD/$G/tl/libtimeline.so" TIMELINE_OUT="$W/tl$n-%d.tsv" mc train --model /tmp/llama1b --data /tmp/long.jsonl --format text --device cuda --dtype bf16 --seq-len 1024 --batch-size $((4 * n)) --rank 8 --targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --iters 30 --warmup 2 --val-every 0 --save-every 0 --out $W --name prof$n --json $GPUS >"$W/prof$n.jsonl" 2>"$W/prof$n.err"
+    grep -E "via|Channel 00|NCCL INFO comm .* nRanks" "$W/prof$n.err" | head -8 | tee -a "$LOG"
+    for f in "$W"/tl$n-*.tsv; do
+      say "== $n GPU(s), $(basename "$f") =="
+      python3 scripts/gpu_timeline/report.py "$f" --every-read --steps 8 --top 6 2>&1 | head -40 | tee -a "$LOG"
+      python3 scripts/gpu_timeline/report.py "$f" --by-kernel 30 2>&1 | head -14 | tee -a "$LOG"
+    done
+  done
+fi
+if [[ $PARTS == *tune* ]]; then
+  [ -d /tmp/llama1b ] || python3 "$G/make_smollm2_hf.py" --out /tmp/llama1b --shape llama-3.2-1b --dtype bf16 --tokenizer tests/fixtures/tiny-llama/tokenizer.json >/dev/null
+  [ -f /tmp/long.jsonl ] || python3 -c "
+import json, random
+random.seed(0)
+w = [''.join(random.choice('abcdefghij') for _ in range(random.randint(2, 9))) for _ in range(3000)]
+open('/tmp/long.jsonl', 'w').writelines(json.dumps({'text': ' '.join(random.choice(w) for _ in range(900))}) + '\n' for _ in range(600))"
+  IFS=';' read -ra VARIANTS <<<"${TUNE:--}"
+  for round in 1 2; do
+    for v in "${VARIANTS[@]}"; do
+      envs=(); [ "$v" = - ] || read -ra envs <<<"$v"
+      tag=$(echo "$v" | tr -c 'A-Za-z0-9\n' _)
+      env "${envs[@]}" bash "$G/gpu-libs.sh" /tmp/mc train --model /tmp/llama1b --data /tmp/long.jsonl --format text --device cuda --dtype bf16 --seq-len 1024 --batch-size 8 --rank 8 --targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --iters 30 --warmup 2 --val-every 0 --save-every 0 --out $W --name tune-$round-$tag --json --gpus 2 >"$W/tune.jsonl" 2>"$W/tune-$tag.err"
+      grep -o '{"event":"step".*' "$W/tune.jsonl" | python3 -c "
+import sys, json, statistics
+e = [json.loads(l) for l in sys.stdin]
+t = [b['elapsed_secs'] - a['elapsed_secs'] for a, b in zip(e, e[1:])][5:-1]
+print(f'tune round $round [$v]: median step {statistics.median(t) * 1000:.2f} ms over {len(t)} steps')" 2>&1 | tee -a "$LOG"
+    done
+  done
 fi
 cp "$W"/*.jsonl "$W"/*.err "$OUT"/ 2>/dev/null
 cat "$LOG"

@@ -1,7 +1,8 @@
 // A CUDA injection library that records the GPU timeline of any process (ours or PyTorch's) through CUPTI's
 // activity API: every kernel, memcpy and memset with its start and end on the GPU, and every driver API call with
 // its start and end on the host, on one clock. Loaded by the driver when CUDA_INJECTION64_PATH names it; at exit
-// it writes TIMELINE_OUT (default timeline.tsv), one record a line:
+// it writes TIMELINE_OUT (default timeline.tsv; a "%d" in it becomes the process id, for launchers that start one
+// process per GPU), one record a line:
 //   K <start ns> <end ns> <correlation> <grid x*y*z> <kernel name>
 //   M <start ns> <end ns> <correlation> <bytes> memcpy-<copy kind>
 //   S <start ns> <end ns> <correlation> <bytes> memset
@@ -12,6 +13,7 @@
 #include <cupti.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static FILE *out;
 static const size_t BUFFER = 8u << 20;
@@ -72,7 +74,9 @@ static void finish(void) {
 
 int InitializeInjection(void) {
   const char *path = getenv("TIMELINE_OUT");
-  out = fopen(path ? path : "timeline.tsv", "w");
+  char named[4096];
+  snprintf(named, sizeof named, path ? path : "timeline.tsv", (int)getpid());
+  out = fopen(named, "w");
   if (!out) return 0;
   cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);

@@ -1,8 +1,9 @@
 //! Data-parallel training over several processes, one per device (the way torchrun, SLURM and PyTorch DDP run it).
 //!
 //! Every process ("rank") holds the whole base model and a replica of the adapters and runs its share of each
-//! step's rows ([`RankSpec::shard`]); the adapter gradients and the step's loss are then summed over all ranks
-//! ([`Group::all_reduce_sum`]) before the one optimizer update, so every replica applies the same update to the
+//! step's rows ([`RankSpec::shard`]); the adapter gradients and the step's loss are summed over all ranks before
+//! the one optimizer update ([`StepSum`]: with NCCL, layer by layer while the backward runs, see
+//! train/layer_sums.rs), so every replica applies the same update to the
 //! same weights and they stay equal, step after step. The loss of a step is normalised by the whole step's target
 //! tokens, so a run on N ranks computes what one device computes on the same global batch.
 //!
@@ -19,10 +20,12 @@
 mod host_sum;
 pub mod launch;
 mod rendezvous;
+mod step_sum;
+pub use step_sum::StepSum;
 mod watchdog;
 
 use crate::engine::{Error, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::Device;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -176,41 +179,6 @@ impl Group {
             "data-parallel over {} processes (this is rank {}); gradients {how}",
             self.spec.world_size, self.spec.rank
         )
-    }
-
-    /// The element-wise sums of `tensors` over all ranks (each rank passes tensors of the same shapes in the same
-    /// order), in their dtypes. Every rank gets the same bits: NCCL's all-reduce gives all ranks one result, and
-    /// the host sums are computed once, by the leader, in rank order.
-    pub fn all_reduce_sum(&mut self, tensors: &[Tensor]) -> Result<Vec<Tensor>> {
-        if tensors.is_empty() {
-            return Ok(Vec::new());
-        }
-        let device = tensors[0].device().clone();
-        let flat =
-            tensors.iter().map(|t| t.to_dtype(DType::F32)?.flatten_all()).collect::<candle_core::Result<Vec<_>>>()?;
-        let joined = Tensor::cat(&flat, 0)?;
-        let summed = match &self.summer {
-            Summer::Host => {
-                let values = joined.to_vec1::<f32>()?;
-                let sums = host_sum::all_reduce(&mut self.links, &self.spec, values)?;
-                Tensor::from_vec(sums, joined.dim(0)?, &device)?
-            }
-            #[cfg(feature = "nccl")]
-            Summer::Nccl(comm) => {
-                comm.all_reduce_sum_in_place(&joined).map_err(|e| self.links.explain(e.into()))?;
-                joined
-            }
-        };
-        let mut offset = 0;
-        tensors
-            .iter()
-            .map(|t| {
-                let n = t.elem_count();
-                let part = summed.narrow(0, offset, n)?.reshape(t.shape())?.to_dtype(t.dtype())?;
-                offset += n;
-                Ok(part)
-            })
-            .collect()
     }
 
     /// `error`, or, when a rank of the run is known to be gone (which is why the work failed), the error naming it.

@@ -40,8 +40,8 @@ pub fn linear_forward_backward(projection: &Linear, x: &Tensor) -> candle_core::
     Ok((y, dx, grads))
 }
 
-/// The runtime option `step_phases` (`--step-phases`) prints each phase of the pass (device synchronised) to stderr: a profile
-/// for devices where no profiler runs (the lent GPUs).
+/// The runtime option `step_phases` (`--step-phases`) prints each phase of the pass (device synchronised) to
+/// stderr: a profile for devices where no profiler runs (the lent GPUs).
 struct PhaseTimer {
     device: candle_core::Device,
     last: Option<std::time::Instant>,
@@ -205,14 +205,42 @@ pub struct Pass {
 pub fn loss_and_gradients_at(
     model: &Transformer,
     batch: &Batch,
+    scored: (Vec<u32>, Vec<u32>),
+    weights: TokenWeights<'_>,
+    pass: Pass,
+) -> Result<BatchGradients> {
+    loss_and_gradients_onto(model, batch, scored, weights, pass, (Gradients::default(), &mut |_, _| Ok(())))
+}
+
+/// What a layer's backward is followed by: given the layer's index and the gradients so far, in which that layer's
+/// adapters have their last contribution of the pass (a data-parallel rank starts summing them there).
+pub type AfterLayer<'a> = &'a mut dyn FnMut(usize, &Gradients) -> Result<()>;
+
+/// The SFT pass of [`sft_loss_and_gradients`], its gradients added onto `grads` (the step's earlier micro-batches),
+/// with `after_layer` called as each layer's backward is done (see [`AfterLayer`]).
+pub fn sft_loss_and_gradients_onto(
+    model: &Transformer,
+    batch: &Batch,
+    loss_scale: f64,
+    pass: Pass,
+    onto: (Gradients, AfterLayer<'_>),
+) -> Result<BatchGradients> {
+    let scored = loss::target_positions(batch);
+    loss_and_gradients_onto(model, batch, scored, TokenWeights::Uniform(loss_scale), pass, onto)
+}
+
+/// [`loss_and_gradients_at`], its gradients added onto `grads`, `after_layer` called after each layer's backward.
+fn loss_and_gradients_onto(
+    model: &Transformer,
+    batch: &Batch,
     (sources, targets): (Vec<u32>, Vec<u32>),
     weights: TokenWeights<'_>,
     pass: Pass,
+    (mut grads, after_layer): (Gradients, AfterLayer<'_>),
 ) -> Result<BatchGradients> {
     let Pass { dropout, checkpointing, offload } = pass;
     let device = model.device();
     let (b, t) = (batch.batch_size, batch.seq_len);
-    let mut grads = Gradients::default();
     if targets.is_empty() {
         return Ok(BatchGradients { nll_sum: ops::Scalar::Host(0.0), target_tokens: 0, grads });
     }
@@ -292,7 +320,9 @@ pub fn loss_and_gradients_at(
                 layer.recompute(&x, known, &ctx)?
             }
         };
-        match layer.backward(&tape, &d_x, &ctx, &mut grads, index > lowest)? {
+        let below = layer.backward(&tape, &d_x, &ctx, &mut grads, index > lowest)?;
+        after_layer(index, &grads)?;
+        match below {
             Some(d) => d_x = d,
             None => break,
         }

@@ -15,6 +15,7 @@ pub mod early_stop;
 mod evaluation;
 pub mod events;
 pub mod grpo;
+mod layer_sums;
 pub mod loss;
 pub mod method;
 pub mod optimizer;
@@ -299,12 +300,15 @@ impl<'a> Trainer<'a> {
             // (an evaluation, a checkpoint) or the run ends or waits after it.
             let this_step = state.step + 1;
             // GRPO samples with the weights of the step before: nothing is begun ahead.
+            // In a data-parallel run the ranks sum a step's gradients while they begin it, so all of them must
+            // begin the same steps: a stop or pause request, which reaches each rank at its own moment (or only
+            // the leader), does not decide it there (the leader's stop is voted on with the step's sums).
+            let asked_to_wait = self.group.is_none() && (control.stop_requested() || control.is_paused());
             let look_ahead = this_step < total_steps
                 && self.grpo.is_none()
                 && !self.eval_due(this_step, total_steps)
                 && !self.save_due(this_step, total_steps)
-                && !control.stop_requested()
-                && !control.is_paused();
+                && !asked_to_wait;
             let next_step = if look_ahead { self.begin_step(&mut batches, this_step, control) } else { Ok(None) };
             let report = self.runner.finish_report(queued)?;
             if let Some(votes) = votes {
@@ -417,7 +421,7 @@ impl<'a> Trainer<'a> {
             trained: collated.iter().map(|b| b.lengths.iter().sum::<usize>()).sum(),
             padded: collated.iter().map(|b| b.batch_size * b.seq_len).sum(),
         };
-        let begun = match &self.group {
+        let begun = match self.group.as_mut() {
             None => self.runner.begin(&collated)?,
             Some(group) => {
                 let indices: Vec<Vec<usize>> = micro.iter().map(|b| b.indices.clone()).collect();
@@ -428,7 +432,7 @@ impl<'a> Trainer<'a> {
                     &collated,
                     self.pad_id,
                 )?;
-                self.runner.begin_share(&mine, Some(whole))?
+                self.runner.begin_share(&mine, Some(whole), Some(group))?
             }
         };
         Ok(Some(TrainerStep { begun, cursor: last.next, tokens, began }))

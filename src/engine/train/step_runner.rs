@@ -10,15 +10,17 @@ use super::backprop::{self, Pass};
 use super::config::Checkpointing;
 use super::grpo::batch::Rollout;
 use super::grpo::step::{GrpoObjective, GrpoStepMetrics};
+use super::layer_sums::LayerSums;
 use super::optimizer::{AdamW, AdamWParams, QueuedStep};
 use super::preference::{PreferenceMetrics, PreferenceObjective};
 use crate::engine::checkpoint;
 use crate::engine::data;
+use crate::engine::distributed::Group;
 use crate::engine::lora::{self, AdapterParam};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::ops::Scalar;
 use crate::engine::Result;
-use candle_core::Tensor;
+use candle_core::{Tensor, Var};
 
 /// The model being trained and its optimizer. Shared by the trainer, the rank explorer and the training
 /// benchmark.
@@ -35,6 +37,8 @@ pub struct StepRunner {
     /// This process's rank in a data-parallel run (0 otherwise): each rank draws its own dropout masks, and rank 0
     /// draws what a one-device run draws.
     pub rank: usize,
+    /// The layer of each optimizer parameter (its order): a data-parallel step sums them layer by layer.
+    param_layers: Vec<usize>,
 }
 
 /// What a data-parallel rank needs to know of the whole step when it runs only its share of the rows.
@@ -50,6 +54,9 @@ pub struct BegunStep {
     grads: Vec<Tensor>,
     loss: Scalar,
     measured: Measured,
+    /// A data-parallel rank's step: its sums in flight and the gradients they are taken from (`grads` is empty
+    /// until [`StepRunner::share_across`]).
+    sharing: Option<(LayerSums, crate::engine::model::Gradients)>,
 }
 
 /// What a step measured beside its loss.
@@ -95,8 +102,19 @@ impl StepRunner {
                     .chain(magnitude)
             })
             .collect();
+        let param_layers =
+            params.iter().flat_map(|p| [p.layer; 2].into_iter().chain(p.magnitude.as_ref().map(|_| p.layer))).collect();
         let optimizer = AdamW::new(named, AdamWParams { weight_decay, ..Default::default() })?;
-        Ok(Self { model, optimizer, max_grad_norm, seed, checkpointing: Checkpointing::Off, preference: None, rank: 0 })
+        Ok(Self {
+            model,
+            optimizer,
+            max_grad_norm,
+            seed,
+            checkpointing: Checkpointing::Off,
+            preference: None,
+            rank: 0,
+            param_layers,
+        })
     }
 
     /// Returns (mean loss per target token over all micro-batches, gradient norm before clipping). A
@@ -112,13 +130,19 @@ impl StepRunner {
     /// previous one is finished draws what it would have drawn after (that step being applied; a skipped update
     /// ends a run).
     pub fn begin(&mut self, batches: &[data::Batch]) -> Result<BegunStep> {
-        self.begin_share(batches, None)
+        self.begin_share(batches, None, None)
     }
 
     /// [`StepRunner::begin`] on one rank's share of a data-parallel step's rows (`batches`, possibly none): the
     /// loss is normalised by the whole step's target tokens, so the ranks' gradients and losses add up to the whole
-    /// step's ([`StepRunner::share_across`]). SFT only.
-    pub fn begin_share(&mut self, batches: &[data::Batch], whole: Option<WholeStep>) -> Result<BegunStep> {
+    /// step's ([`StepRunner::share_across`]). SFT only. With `group`, the last micro-batch's backward hands each
+    /// layer's gradients to the sum over the ranks as soon as they are final (layer_sums.rs).
+    pub fn begin_share(
+        &mut self,
+        batches: &[data::Batch],
+        whole: Option<WholeStep>,
+        mut group: Option<&mut Group>,
+    ) -> Result<BegunStep> {
         lora::seed_dropout(&self.model, self.dropout_seed(), self.optimizer.step);
         let pass = self.pass();
         let mut losses = Vec::with_capacity(batches.len());
@@ -131,10 +155,29 @@ impl StepRunner {
                     None => batches.iter().map(|b| b.target_tokens).sum(),
                 };
                 let scale = 1.0 / target_tokens.max(1) as f64;
-                for batch in batches {
-                    let out = backprop::sft_loss_and_gradients(&self.model, batch, scale, pass)?;
-                    losses.push(out.nll_sum);
-                    accumulated.merge(out.grads)?;
+                let params: Vec<Var> = self.optimizer.params().iter().map(|(_, v)| v.clone()).collect();
+                let mut sums = group.as_deref().map(|g| LayerSums::new(g, &self.param_layers));
+                for (i, batch) in batches.iter().enumerate() {
+                    let out = match (group.as_deref_mut(), sums.as_mut()) {
+                        (Some(group), Some(sums)) if i + 1 == batches.len() => {
+                            let mut after = |layer, grads: &_| sums.after_layer(group, layer, grads, &params);
+                            let onto = (std::mem::take(&mut accumulated), &mut after as backprop::AfterLayer<'_>);
+                            let out = backprop::sft_loss_and_gradients_onto(&self.model, batch, scale, pass, onto)?;
+                            accumulated = out.grads;
+                            out.nll_sum
+                        }
+                        _ => {
+                            let out = backprop::sft_loss_and_gradients(&self.model, batch, scale, pass)?;
+                            accumulated.merge(out.grads)?;
+                            out.nll_sum
+                        }
+                    };
+                    losses.push(out);
+                }
+                if let Some(sums) = sums {
+                    let loss = Scalar::scaled_sum(&losses, scale)?;
+                    let measured = Measured::default();
+                    return Ok(BegunStep { grads: Vec::new(), loss, measured, sharing: Some((sums, accumulated)) });
                 }
                 scale
             }
@@ -154,7 +197,7 @@ impl StepRunner {
         let grads = self.ordered_grads(&accumulated)?;
         let loss = Scalar::scaled_sum(&losses, loss_scale)?;
         let measured = Measured { preference: PreferenceMetrics::combine(&preference), grpo: None };
-        Ok(BegunStep { grads, loss, measured })
+        Ok(BegunStep { grads, loss, measured, sharing: None })
     }
 
     /// Queue the forward and backward passes of a GRPO step on the completions of `rollout` (see
@@ -168,6 +211,7 @@ impl StepRunner {
             grads,
             loss: Scalar::Host(metrics.loss),
             measured: Measured { grpo: Some(metrics), ..Default::default() },
+            sharing: None,
         })
     }
 
@@ -191,21 +235,19 @@ impl StepRunner {
     /// Sum a begun step's gradients and loss over the ranks of a data-parallel run, each of which began its share
     /// of the step's rows ([`StepRunner::begin_share`]): afterwards every rank holds the whole step's gradients and
     /// loss and queues the same update. `votes` are summed with them (the leader's stop), and returned.
-    pub fn share_across(
-        &self,
-        group: &mut crate::engine::distributed::Group,
-        begun: BegunStep,
-        votes: &[f32],
-    ) -> Result<(BegunStep, Tensor)> {
-        let BegunStep { mut grads, loss, measured } = begun;
+    pub fn share_across(&self, group: &mut Group, begun: BegunStep, votes: &[f32]) -> Result<(BegunStep, Tensor)> {
+        let BegunStep { loss, measured, sharing, .. } = begun;
+        let (sums, accumulated) = sharing.ok_or_else(|| {
+            crate::engine::Error::Distributed("a step begun for one device cannot be summed over ranks".into())
+        })?;
         let device = self.model.device();
-        grads.push(loss.on_device(device)?);
-        grads.push(Tensor::new(votes, device)?);
-        let mut summed = group.all_reduce_sum(&grads)?;
-        let (Some(votes), Some(loss)) = (summed.pop(), summed.pop()) else {
+        let params: Vec<Var> = self.optimizer.params().iter().map(|(_, v)| v.clone()).collect();
+        let tail = [loss.on_device(device)?, Tensor::new(votes, device)?];
+        let (grads, mut tail) = sums.finish(group, &accumulated, &params, &tail)?;
+        let (Some(votes), Some(loss)) = (tail.pop(), tail.pop()) else {
             return Err(crate::engine::Error::Distributed("the sums came back short".into()));
         };
-        Ok((BegunStep { grads: summed, loss: Scalar::Device(loss), measured }, votes))
+        Ok((BegunStep { grads, loss: Scalar::Device(loss), measured, sharing: None }, votes))
     }
 
     /// The gradients in the optimizer's order (zeros for a parameter the passes did not reach).
@@ -222,7 +264,10 @@ impl StepRunner {
     /// GPU still runs the step (stream-ordered frees, behind the update): freed after the read, their ~70
     /// frees were a quarter of a millisecond of idle GPU between steps at 1B. Off CUDA the update is done here.
     pub fn queue_update(&mut self, begun: BegunStep, lr: f64) -> Result<QueuedUpdate> {
-        let BegunStep { grads, loss, measured } = begun;
+        let BegunStep { grads, loss, measured, sharing } = begun;
+        if sharing.is_some() {
+            return Err(crate::engine::Error::Distributed("a rank's step was updated before its sum".into()));
+        }
         // The update changes the DoRA norms that inference keeps.
         lora::forget_dora_factors(&self.model);
         Ok(QueuedUpdate(self.optimizer.queue_guarded_step(&grads, lr, self.max_grad_norm, &loss)?, measured))

@@ -1,13 +1,15 @@
 //! NCCL for data-parallel training (see engine/distributed): a communicator per rank, created from the unique id
-//! the leader hands out, and an in-place sum of an f32 tensor over all ranks, queued on Candle's stream for this
-//! device so it runs after the backward that produced the tensor and before the update that reads it (no host
-//! wait). Uses cudarc's raw NCCL calls rather than its `Comm`, whose communicator cannot be aborted from another
-//! thread: the distributed watchdog aborts it when a peer dies, so a rank blocked in the sum returns with an error.
+//! the leader hands out, and in-place sums of f32 tensors over all ranks on a stream of their own beside Candle's.
+//! Each sum waits for the work Candle's stream had queued when it was asked for (the backward of the layer whose
+//! gradients it holds), so the layers below are differentiated while it travels; a [`StreamJoin`] then makes
+//! Candle's stream wait for every sum asked for so far, before the update that reads them. No host wait anywhere.
+//! Uses cudarc's raw NCCL calls rather than its `Comm`, whose communicator cannot be aborted from another thread:
+//! the distributed watchdog aborts it when a peer dies, so a rank blocked in a sum returns with an error.
 //! Candle links cudarc's libraries dynamically, so a build with `nccl` needs libnccl.so.2 at start-up, like the
 //! CUDA libraries (the system's NCCL, or the folder of PyTorch's nvidia-nccl wheel on LD_LIBRARY_PATH).
 
 use crate::engine::{Error, Result};
-use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::CudaStream;
 use candle_core::cuda_backend::cudarc::nccl::{result, sys};
 use candle_core::{CudaStorage, DType, Device, Layout, Tensor};
 use std::sync::{Arc, Mutex};
@@ -49,9 +51,10 @@ struct Raw {
 // documented as callable from another thread while a collective is in flight.
 unsafe impl Send for Raw {}
 
-/// This rank's communicator.
+/// This rank's communicator, and the stream its sums run on.
 pub struct NcclComm {
     raw: Arc<Mutex<Raw>>,
+    sums: Arc<CudaStream>,
 }
 
 /// Aborts the communicator from another thread.
@@ -95,20 +98,46 @@ impl NcclComm {
                 .map_err(nccl_error("cannot join the communicator"))?;
             comm.assume_init()
         };
-        Ok(Self { raw: Arc::new(Mutex::new(Raw { comm, aborted: false })) })
+        let sums =
+            cuda.cuda_stream().context().new_stream().map_err(|e| Error::Distributed(format!("CUDA stream: {e}")))?;
+        Ok(Self { raw: Arc::new(Mutex::new(Raw { comm, aborted: false })), sums })
     }
 
     pub fn abort_handle(&self) -> AbortHandle {
         AbortHandle(self.raw.clone())
     }
 
-    /// Sum the contiguous f32 tensor `t` over all ranks, in place (queued on its device's stream).
+    /// Sum the contiguous f32 tensor `t` over all ranks, in place, on the sums' stream once the work queued so far
+    /// on `t`'s device stream is done. Nothing may read or free `t` on that stream before [`StreamJoin::join`].
     pub fn all_reduce_sum_in_place(&self, t: &Tensor) -> Result<()> {
         if t.dtype() != DType::F32 || !t.is_contiguous() {
             return Err(Error::Distributed("the NCCL sum takes a contiguous f32 tensor".into()));
         }
-        t.inplace_op1(&AllReduce(self.raw.clone()))?;
+        let Device::Cuda(cuda) = t.device() else {
+            return Err(Error::Distributed("the NCCL sum takes a CUDA tensor".into()));
+        };
+        let driver =
+            |e: candle_core::cuda_backend::cudarc::driver::DriverError| Error::Distributed(format!("CUDA: {e}"));
+        let written = cuda.cuda_stream().record_event(None).map_err(driver)?;
+        self.sums.wait(&written).map_err(driver)?;
+        t.inplace_op1(&AllReduce(self.raw.clone(), self.sums.clone()))?;
         Ok(())
+    }
+
+    /// What makes a device's stream wait for the sums.
+    pub fn stream_join(&self) -> StreamJoin {
+        StreamJoin(self.sums.clone())
+    }
+}
+
+/// The sums' stream, for [`StreamJoin::join`].
+pub struct StreamJoin(Arc<CudaStream>);
+
+impl StreamJoin {
+    /// Make `device`'s stream wait for every sum asked for so far: what it queues next sees them done.
+    pub fn join(&self, device: &Device) -> Result<()> {
+        let Device::Cuda(cuda) = device else { return Ok(()) };
+        cuda.cuda_stream().join(&self.0).map_err(|e| Error::Distributed(format!("CUDA: {e}")))
     }
 }
 
@@ -118,7 +147,8 @@ impl Drop for NcclComm {
     }
 }
 
-struct AllReduce(Arc<Mutex<Raw>>);
+/// The in-place sum on the communicator's stream (the second field).
+struct AllReduce(Arc<Mutex<Raw>>, Arc<CudaStream>);
 
 impl candle_core::InplaceOp1 for AllReduce {
     fn name(&self) -> &'static str {
@@ -131,7 +161,7 @@ impl candle_core::InplaceOp1 for AllReduce {
 
     fn cuda_fwd(&self, storage: &mut CudaStorage, layout: &Layout) -> candle_core::Result<()> {
         use candle_core::cuda_backend::cudarc::driver::DevicePtrMut;
-        let stream = storage.device().cuda_stream();
+        let stream = &self.1;
         let (start, count) = (layout.start_offset(), layout.shape().elem_count());
         let mut slice = storage.as_cuda_slice_mut::<f32>()?.slice_mut(start..start + count);
         let raw =
@@ -139,7 +169,7 @@ impl candle_core::InplaceOp1 for AllReduce {
         if raw.aborted {
             candle_core::bail!("the NCCL communicator was aborted (a rank is gone)");
         }
-        let (ptr, _record) = slice.device_ptr_mut(&stream);
+        let (ptr, _record) = slice.device_ptr_mut(stream);
         // SAFETY: `ptr` is `count` f32 on this stream's device; NCCL reads and writes it on that stream.
         unsafe {
             result::all_reduce(
