@@ -51,6 +51,21 @@ print(f"{sys.argv[3]}: max relative difference " + ", ".join(f"{k} {v:.2e}" if i
 EOF
 }
 
+# The 1B rows' inputs: the Llama-3.2-1B shape with random bf16 weights, and 1200 rows of 900 random words.
+ONE_B_ALL=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
+one_b_inputs() {
+  [ -d /tmp/llama1b ] || python3 "$G/make_smollm2_hf.py" --out /tmp/llama1b --shape llama-3.2-1b --dtype bf16 --tokenizer tests/fixtures/tiny-llama/tokenizer.json >/dev/null
+  [ -f /tmp/long.jsonl ] || python3 - <<'EOF'
+import json, random
+random.seed(0)
+words = [''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(random.randint(2, 9))) for _ in range(3000)]
+with open('/tmp/long.jsonl', 'w') as f:
+    for _ in range(1200):
+        f.write(json.dumps({"text": ' '.join(random.choice(words) for _ in range(900))}) + '\n')
+EOF
+}
+# Ours at the 1B rows' shape, 4 x 1024 tokens per GPU: add --batch-size, --name and any --gpus.
+ONE_B="--model /tmp/llama1b --data /tmp/long.jsonl --format text --device cuda --dtype bf16 --seq-len 1024 --rank 8 --targets $ONE_B_ALL --iters 30 --warmup 2 --val-every 0 --save-every 0 --out $W --json"
 if [[ $PARTS == *check* ]]; then
   T="--model tests/fixtures/tiny-llama --data assets/sample-chat --device cuda --seq-len 96 --batch-size 8 --rank 4 --targets all-linear --dropout 0 --iters 12 --val-every 4 --save-every 4 --lr 2e-3 --warmup 1 --grad-accum 2 --out $W --json"
   for dt in f32 bf16; do
@@ -104,19 +119,10 @@ if [[ $PARTS == *kill* && $NGPU -ge 2 ]]; then
 fi
 
 if [[ $PARTS == *scale* ]]; then
-  [ -d /tmp/llama1b ] || python3 "$G/make_smollm2_hf.py" --out /tmp/llama1b --shape llama-3.2-1b --dtype bf16 --tokenizer tests/fixtures/tiny-llama/tokenizer.json >/dev/null
-  python3 - <<'EOF'
-import json, random
-random.seed(0)
-words = [''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(random.randint(2, 9))) for _ in range(3000)]
-with open('/tmp/long.jsonl', 'w') as f:
-    for _ in range(1200):
-        f.write(json.dumps({"text": ' '.join(random.choice(words) for _ in range(900))}) + '\n')
-EOF
-  ALL=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
+  one_b_inputs
   anchor() {  # label name gpus script: a torchrun anchor at the same shape, its JSON line and the nvidia-smi peak
     local P; P=$(peak "$W/$2$3.mem")
-    timeout 500 torchrun --standalone --nproc-per-node "$3" "$4" --model /tmp/llama1b --global-batch-size $((4 * $3)) --seq-len 1024 --rank 8 --targets $ALL --steps 20 --warmup 3 --dtype bf16 2>"$W/$2$3.err" | tail -1 >"$W/$2$3.json"
+    timeout 500 torchrun --standalone --nproc-per-node "$3" "$4" --model /tmp/llama1b --global-batch-size $((4 * $3)) --seq-len 1024 --rank 8 --targets $ONE_B_ALL --steps 20 --warmup 3 --dtype bf16 2>"$W/$2$3.err" | tail -1 >"$W/$2$3.json"
     kill "$P"
     python3 - "$W/$2$3.json" "$1" "$3" "$(sort -n "$W/$2$3.mem" | tail -1)" <<'EOF' | tee -a "$LOG"
 import json, sys
@@ -132,7 +138,7 @@ EOF
     [ "$NGPU" -ge $n ] || continue
     GPUS=""; [ $n -gt 1 ] && GPUS="--gpus $n"
     P=$(peak "$W/ours$n.mem")
-    mc train --model /tmp/llama1b --data /tmp/long.jsonl --format text --device cuda --dtype bf16 --seq-len 1024 --batch-size $((4 * n)) --rank 8 --targets $ALL --iters 30 --warmup 2 --val-every 0 --save-every 0 --out $W --name scale$n --json $GPUS >"$W/scale$n.jsonl" 2>"$W/scale$n.err"
+    mc train $ONE_B --batch-size $((4 * n)) --name scale$n $GPUS >"$W/scale$n.jsonl" 2>"$W/scale$n.err"
     kill $P
     python3 - "$W/scale$n.jsonl" "$n" "$(sort -n "$W/ours$n.mem" | tail -1)" <<'EOF' | tee -a "$LOG"
 import json, sys, statistics
@@ -150,16 +156,11 @@ EOF
   tail -n 5 "$W"/scale*.err "$W"/ddp*.err "$W"/unsloth*.err >>"$LOG" 2>/dev/null
 fi
 if [[ $PARTS == *profile* ]]; then
-  [ -d /tmp/llama1b ] || python3 "$G/make_smollm2_hf.py" --out /tmp/llama1b --shape llama-3.2-1b --dtype bf16 --tokenizer tests/fixtures/tiny-llama/tokenizer.json >/dev/null
-  [ -f /tmp/long.jsonl ] || python3 -c "
-import json, random
-random.seed(0)
-w = [''.join(random.choice('abcdefghij') for _ in range(random.randint(2, 9))) for _ in range(3000)]
-open('/tmp/long.jsonl', 'w').writelines(json.dumps({'text': ' '.join(random.choice(w) for _ in range(900))}) + '\n' for _ in range(600))"
+  one_b_inputs
   for n in 1 2; do
     GPUS=""; [ $n -gt 1 ] && GPUS="--gpus $n"
-    NCCL_DEBUG=INFO CUDA_INJECTION64_PATH="$PWD/$G/tl/libtimeline.so" TIMELINE_OUT="$W/tl$n-%d.tsv" mc train --model /tmp/llama1b --data /tmp/long.jsonl --format text --device cuda --dtype bf16 --seq-len 1024 --batch-size $((4 * n)) --rank 8 --targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --iters 30 --warmup 2 --val-every 0 --save-every 0 --out $W --name prof$n --json $GPUS >"$W/prof$n.jsonl" 2>"$W/prof$n.err"
-    grep -E "via|Channel 00|NCCL INFO comm .* nRanks" "$W/prof$n.err" | head -8 | tee -a "$LOG"
+    NCCL_DEBUG=INFO CUDA_INJECTION64_PATH="$PWD/$G/tl/libtimeline.so" TIMELINE_OUT="$W/tl$n-%d.tsv" mc train $ONE_B --batch-size $((4 * n)) --name prof$n $GPUS >"$W/prof$n.jsonl" 2>"$W/prof$n.err"
+    grep -hE "via|NCCL INFO comm .* nRanks" "$W/prof$n.jsonl" "$W/prof$n.err" | head -8 | tee -a "$LOG"
     for f in "$W"/tl$n-*.tsv; do
       say "== $n GPU(s), $(basename "$f") =="
       python3 scripts/gpu_timeline/report.py "$f" --every-read --steps 8 --top 6 2>&1 | head -40 | tee -a "$LOG"
@@ -168,18 +169,13 @@ open('/tmp/long.jsonl', 'w').writelines(json.dumps({'text': ' '.join(random.choi
   done
 fi
 if [[ $PARTS == *tune* ]]; then
-  [ -d /tmp/llama1b ] || python3 "$G/make_smollm2_hf.py" --out /tmp/llama1b --shape llama-3.2-1b --dtype bf16 --tokenizer tests/fixtures/tiny-llama/tokenizer.json >/dev/null
-  [ -f /tmp/long.jsonl ] || python3 -c "
-import json, random
-random.seed(0)
-w = [''.join(random.choice('abcdefghij') for _ in range(random.randint(2, 9))) for _ in range(3000)]
-open('/tmp/long.jsonl', 'w').writelines(json.dumps({'text': ' '.join(random.choice(w) for _ in range(900))}) + '\n' for _ in range(600))"
+  one_b_inputs
   IFS=';' read -ra VARIANTS <<<"${TUNE:--}"
   for round in 1 2; do
     for v in "${VARIANTS[@]}"; do
       envs=(); [ "$v" = - ] || read -ra envs <<<"$v"
       tag=$(echo "$v" | tr -c 'A-Za-z0-9\n' _)
-      env "${envs[@]}" bash "$G/gpu-libs.sh" /tmp/mc train --model /tmp/llama1b --data /tmp/long.jsonl --format text --device cuda --dtype bf16 --seq-len 1024 --batch-size 8 --rank 8 --targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --iters 30 --warmup 2 --val-every 0 --save-every 0 --out $W --name tune-$round-$tag --json --gpus 2 >"$W/tune.jsonl" 2>"$W/tune-$tag.err"
+      env "${envs[@]}" bash "$G/gpu-libs.sh" /tmp/mc train $ONE_B --batch-size 8 --name tune-$round-$tag --gpus 2 >"$W/tune.jsonl" 2>"$W/tune-$tag.err"
       grep -o '{"event":"step".*' "$W/tune.jsonl" | python3 -c "
 import sys, json, statistics
 e = [json.loads(l) for l in sys.stdin]
