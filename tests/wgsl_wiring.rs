@@ -1,11 +1,12 @@
 //! `--kernels wgsl`: the portable graph with our WGSL kernels (RMS norm, rotary, SwiGLU, attention, forward and
-//! backward, the head's cross-entropy, the LoRA update in training, and the LoRA epilogue at inference) where they
-//! apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors to the same kernels and launches
-//! through wgpu on Vulkan (Mesa's lavapipe in CI; `ops::metal::run`'s other route), so the wiring (which op takes which
-//! kernel, with which shapes, and what comes back) is run end to end: a training step records every kernel's launches
-//! (and the attention's with a sliding window and with packed rows), and 20 training steps of every family, and packed
-//! runs of tiny-llama and tiny-gemma3, lose what the portable graph loses, f32 to 1e-5 of the loss and f16 to the
-//! portable f16 run's own distance from f32. Needs the `wgpu-kernels` feature (the README's test command).
+//! backward, the head's cross-entropy, the LoRA update and adapter dropout in training, and the LoRA epilogue at
+//! inference) where they apply, which a Mac runs through Metal. Here the same dispatchers send CPU tensors to the
+//! same kernels and launches through wgpu on Vulkan (Mesa's lavapipe in CI; `ops::metal::run`'s other route), so the
+//! wiring (which op takes which kernel, with which shapes, and what comes back) is run end to end: a training step
+//! records every kernel's launches (and the attention's with a sliding window and with packed rows), and 20 training
+//! steps of every family, and packed runs of tiny-llama and tiny-gemma3, lose what the portable graph loses, f32 to
+//! 1e-5 of the loss and f16 to the portable f16 run's own distance from f32. Needs the `wgpu-kernels` feature (the
+//! README's test command).
 
 mod common;
 
@@ -197,4 +198,32 @@ fn a_prefill_after_a_cache_takes_the_wgsl_attention() {
     );
     let whole = m.model.forward(&row(0..90), 0, None).unwrap().narrow(1, 70, 20).unwrap();
     assert_within_1e5("cached prefill against the whole forward:", &second, &whole);
+}
+
+/// Adapter dropout under wgsl multiplies by a mask the kernel draws from the seed (none drawn on the host and
+/// copied over): bit for bit the product with the mask the CPU draws, for whole masks and blocks of rows, f32 and
+/// f16, and past the 65,535 workgroups of one grid dimension (4,097 x 4,097 elements).
+#[test]
+fn dropout_draws_the_cpu_mask_in_the_kernel() {
+    let Some(_turn) = wgsl("dropout_draws_the_cpu_mask_in_the_kernel") else { return };
+    // (seed, p, rows skipped by `rows_from`, rows, columns)
+    let cases = [(7, 0.1, 0, 3, 1000), (11, 0.3, 5, 40, 37), (u64::MAX, 0.5, 2, 1, 1), (3, 0.05, 1, 4097, 4097)];
+    for dtype in [DType::F32, DType::F16] {
+        for (seed, p, skipped, rows, cols) in cases {
+            let dropout = ops::Dropout::new(seed, p).rows_from(skipped, cols);
+            let x = Tensor::randn(0f32, 1.0, (rows, cols), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+            let what = format!("seed {seed}, p {p}, {rows} x {cols} after {skipped} rows, {dtype:?}");
+            let before = launched("dropout_apply");
+            let got = dropout.apply(&x).unwrap();
+            assert_eq!(launched("dropout_apply"), before + 1, "{what}: the kernel did not run");
+            let want = (&x * dropout.mask(x.shape(), dtype, &Device::Cpu).unwrap()).unwrap();
+            let bits = |t: &Tensor| -> Vec<u32> {
+                let values: Vec<f32> = t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                values.iter().map(|v| v.to_bits()).collect()
+            };
+            let (got, want) = (bits(&got), bits(&want));
+            let differing = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(differing, 0, "{what}: {differing} of {} elements differ", want.len());
+        }
+    }
 }

@@ -2,8 +2,9 @@
 //! top 24 bits of output `i + 1` of splitmix64 started at `mix(seed)` fall below `keep * 2^24`, and is then
 //! `1 / keep`, else 0. Every element is a pure function of (seed, i), so whichever device or thread draws it draws
 //! the same: on CUDA `dropout_apply_*` (ops/cuda/training.cuh, the same integer arithmetic) multiplies an input by
-//! its mask in one pass without ever writing the mask; elsewhere the CPU fills the mask in parallel chunks and the
-//! input is multiplied by it. A training tape keeps the mask's seed ([`Dropout`]), not the mask. A sequential RNG on
+//! its mask in one pass without ever writing the mask, and so does `dropout_apply` in ops/metal/wgsl/dropout.wgsl
+//! under `--kernels wgsl` (a Mac's GPU: no mask drawn on the host and copied over); elsewhere the CPU fills the
+//! mask in parallel chunks and the input is multiplied by it. A training tape keeps the mask's seed ([`Dropout`]), not the mask. A sequential RNG on
 //! the host made a mask cost ~5 ns an element plus its copy to the device: at 1 x 4,096 tokens with adapters on q
 //! and v of a 1B model, 268 million draws and a gigabyte copied every step, seconds where the step itself takes
 //! tens of milliseconds.
@@ -72,12 +73,16 @@ impl Dropout {
         Tensor::from_vec(mask, shape, device)?.to_dtype(dtype)
     }
 
-    /// `x` times its mask (the mask's shape is `x`'s): on CUDA in one pass that never writes the mask, the same
-    /// values as the product with [`Self::mask`].
+    /// `x` times its mask (the mask's shape is `x`'s): on CUDA, and under `--kernels wgsl` (a Mac's GPU), in one
+    /// pass that never writes the mask, the same values as the product with [`Self::mask`].
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         if super::cuda::availability::available(x.device(), x.dtype()) {
             let (base, threshold, scale) = self.parts();
             return super::cuda::training::dropout_apply(x, base, threshold, scale);
+        }
+        if super::metal::takes(&[x]) {
+            let (base, threshold, scale) = self.parts();
+            return super::metal::dropout_apply(x, base, threshold, scale);
         }
         x * self.mask(x.shape(), x.dtype(), x.device())?
     }

@@ -66,6 +66,13 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
     Ok((out[0].clone(), out[1].clone()))
 }
 
+/// `x` times the dropout mask whose generator starts at `base` (ops/dropout.rs), drawn in the kernel: one launch,
+/// no mask in memory.
+pub fn dropout_apply(x: &Tensor, base: u64, threshold: u32, scale: f32) -> Result<Tensor> {
+    let out = run(&wgsl::dropout(x.elem_count(), base, threshold, scale), 0, &[x], &[x.shape().clone()])?;
+    Ok(out[0].clone())
+}
+
 /// Cross-entropy of `logits` (rows, vocab) against `targets` (rows, i32; negative = ignored): the per-row loss
 /// (f32) and the logits gradient scaled by `grad_scale`, in one launch.
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor, grad_scale: f32) -> Result<(Tensor, Tensor)> {

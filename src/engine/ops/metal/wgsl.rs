@@ -54,11 +54,13 @@ pub enum Kernel {
     AttentionFwd,
     /// Its backward: dq (+ delta), then dk/dv.
     AttentionBwd,
+    /// x times a dropout mask drawn in the kernel from its seed (ops/dropout.rs).
+    Dropout,
 }
 
 impl Kernel {
     /// Every kernel, for validation and translation tests.
-    pub const ALL: [Kernel; 7] = [
+    pub const ALL: [Kernel; 8] = [
         Kernel::RmsNorm,
         Kernel::Rope,
         Kernel::Swiglu,
@@ -66,6 +68,7 @@ impl Kernel {
         Kernel::LoraEpilogue,
         Kernel::AttentionFwd,
         Kernel::AttentionBwd,
+        Kernel::Dropout,
     ];
 
     /// The WGSL body, without the prelude.
@@ -76,6 +79,7 @@ impl Kernel {
             Kernel::Swiglu => include_str!("wgsl/swiglu.wgsl"),
             Kernel::CrossEntropy => include_str!("wgsl/cross_entropy.wgsl"),
             Kernel::LoraEpilogue => include_str!("wgsl/lora.wgsl"),
+            Kernel::Dropout => include_str!("wgsl/dropout.wgsl"),
             // Both attention modules start with what they share (parameters, masking, the output micro-tile).
             Kernel::AttentionFwd => {
                 concat!(include_str!("wgsl/attention_common.wgsl"), include_str!("wgsl/attention_fwd.wgsl"))
@@ -96,6 +100,7 @@ impl Kernel {
             Kernel::LoraEpilogue => &["lora_epilogue", "lowrank_add"],
             Kernel::AttentionFwd => &["attention_fwd"],
             Kernel::AttentionBwd => &["attention_bwd_dq", "attention_bwd_dkdv"],
+            Kernel::Dropout => &["dropout_apply"],
         }
     }
 
@@ -321,6 +326,19 @@ pub fn swiglu_bwd(n: usize) -> Launch {
         params: words(&[n as u32]),
         bindings: vec![b(1, Elem::Et, n), b(2, Elem::Et, n), b(3, Elem::Et, n), b(4, Elem::Et, n), b(5, Elem::Et, n)],
         outputs: 2,
+        groups: flat_grid(n),
+    }
+}
+
+/// `n` elements times the dropout mask whose generator starts at `base` (kept below `threshold` on 24 bits, kept
+/// values `scale`): input x; output the product.
+pub fn dropout(n: usize, base: u64, threshold: u32, scale: f32) -> Launch {
+    Launch {
+        kernel: Kernel::Dropout,
+        entry: "dropout_apply",
+        params: words(&[n as u32, base as u32, (base >> 32) as u32, threshold, scale.to_bits()]),
+        bindings: vec![b(1, Elem::Et, n), b(2, Elem::Et, n)],
+        outputs: 1,
         groups: flat_grid(n),
     }
 }
