@@ -216,7 +216,8 @@ fn lora_epilogue_matches_two_matmuls() {
 }
 
 /// The training form: y + scale * x B^T from a given (rows, rank) x, at ranks 1, 8 and the kernel's largest, a
-/// negative scale, and output widths past a workgroup's 256 threads.
+/// negative scale, and output widths past a workgroup's 256 threads; and with a dropout mask over the product
+/// (the backward through a dropped-out adapter input), drawn in the kernel as the CPU draws it.
 #[test]
 fn lowrank_add_matches_a_matmul() {
     let Some(gpu) = gpu_or_skip("lowrank_add_matches_a_matmul") else { return };
@@ -230,11 +231,23 @@ fn lowrank_add_matches_a_matmul() {
             let (yt, xt) = (t(&y, &[rows, n_out]), t(&x, &[rows, rank]));
             // B stored both ways: (n_out, rank) rows, and (rank, n_out) rows (the same values transposed).
             let bt = t(&bw, &[n_out, rank]);
-            let want = (yt + (xt.matmul(&bt.t().unwrap()).unwrap() * scale as f64).unwrap()).unwrap();
+            let product = (xt.matmul(&bt.t().unwrap()).unwrap() * scale as f64).unwrap();
             let by_rank = flat(&bt.t().unwrap().contiguous().unwrap());
-            for (layout, b) in [(Factor::Transposed, &bw), (Factor::AsKept, &by_rank)] {
-                let out = gpu.run(&wgsl::lowrank_add(rows, rank, n_out, scale, layout), precision, 0, &[&y, &x, b]);
-                assert_close(&format!("lowrank add rank {rank} {layout:?} {precision:?}"), &out[0], &flat(&want), tol);
+            // A mask that starts after a row, as a block of rows' does.
+            let dropout = ops::Dropout::new(rows as u64, 0.25).rows_from(1, n_out);
+            let mask = dropout.mask(&candle_core::Shape::from((rows, n_out)), DType::F32, &Device::Cpu).unwrap();
+            for masked in [false, true] {
+                let want = match masked {
+                    false => (&yt + &product).unwrap(),
+                    true => (&yt + (&product * &mask).unwrap()).unwrap(),
+                };
+                for (layout, b) in [(Factor::Transposed, &bw), (Factor::AsKept, &by_rank)] {
+                    let launch =
+                        wgsl::lowrank_add(rows, rank, n_out, scale, layout, masked.then(|| dropout.for_wgsl()));
+                    let out = gpu.run(&launch, precision, 0, &[&y, &x, b]);
+                    let what = format!("lowrank add rank {rank} {layout:?} {precision:?} masked {masked}");
+                    assert_close(&what, &out[0], &flat(&want), tol);
+                }
             }
         }
     }

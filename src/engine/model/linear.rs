@@ -376,7 +376,7 @@ impl Linear {
         grads.add(adapter.a.as_tensor(), &ops::matmul_f32(&x_in.t()?, &dxa, 1.0)?)?;
         Ok(match (dx, mask) {
             (None, _) => None,
-            (Some(dx), Some(mask)) => Some(ops::add(&dx, &mask.apply(&ops::matmul(&dxa, &a.t()?)?)?)?),
+            (Some(dx), Some(mask)) => Some(ops::matmul_add_dropped(&dx, &dxa, &a.t()?, mask)?),
             // `dx` is this pass's own product: the adapter's part is added in place.
             (Some(dx), None) => Some(ops::matmul_add(Some(dx), &dxa, &a.t()?, 1.0)?),
         })

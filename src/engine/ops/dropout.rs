@@ -59,6 +59,12 @@ impl Dropout {
         (mix(self.seed).wrapping_add(self.first.wrapping_mul(GOLDEN)), threshold(keep), 1.0 / keep)
     }
 
+    /// This mask as the WGSL kernels draw it (ops/metal/wgsl/dropout_mask.wgsl).
+    pub fn for_wgsl(&self) -> super::metal::wgsl::Mask {
+        let (base, threshold, scale) = self.parts();
+        super::metal::wgsl::Mask { base, threshold, scale }
+    }
+
     /// The mask of `shape`: 0 or `1 / (1 - p)` per element, in `dtype` on `device` (drawn on the CPU; on CUDA
     /// [`Self::apply`] never needs it).
     pub fn mask(&self, shape: &Shape, dtype: DType, device: &Device) -> Result<Tensor> {
@@ -81,8 +87,7 @@ impl Dropout {
             return super::cuda::training::dropout_apply(x, base, threshold, scale);
         }
         if super::metal::takes(&[x]) {
-            let (base, threshold, scale) = self.parts();
-            return super::metal::dropout_apply(x, base, threshold, scale);
+            return super::metal::dropout_apply(x, self.for_wgsl());
         }
         x * self.mask(x.shape(), x.dtype(), x.device())?
     }

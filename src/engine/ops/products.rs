@@ -28,7 +28,7 @@ pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Re
         return cuda_gemm::matmul_add(acc, a, b, alpha);
     }
     if let Some(acc) = acc.as_ref().filter(|acc| wgsl_lowrank_takes(acc, a, b)) {
-        return super::metal::lowrank_add(acc, a, b, alpha);
+        return super::metal::lowrank_add(acc, a, b, alpha, None);
     }
     let product = matmul(a, b)?;
     match acc {
@@ -36,6 +36,17 @@ pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Re
         None if alpha == 1.0 => Ok(product),
         None => product * alpha,
     }
+}
+
+/// `acc + mask(a b)` for 2-D `a` (m, k) and `b` (k, n) and the dropout mask `mask` over (m, n): the backward's input
+/// gradient through a dropped-out adapter input, `dx + mask((dy B) A^T)`. Under `--kernels wgsl`, with a low rank
+/// k, our WGSL low-rank add with the mask drawn in the kernel (one launch); elsewhere the product, the mask and the
+/// add.
+pub fn matmul_add_dropped(acc: &Tensor, a: &Tensor, b: &Tensor, mask: &super::Dropout) -> Result<Tensor> {
+    if wgsl_lowrank_takes(acc, a, b) {
+        return super::metal::lowrank_add(acc, a, b, 1.0, Some(mask.for_wgsl()));
+    }
+    super::elementwise::add(acc, &mask.apply(&matmul(a, b)?)?)
 }
 
 /// Whether [`matmul_add`] takes the WGSL low-rank add: `--kernels wgsl` for these tensors, 2-D operands matching

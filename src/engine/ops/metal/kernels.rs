@@ -5,7 +5,7 @@
 //! them under `--kernels wgsl` (ops/rotary.rs, ops/attention.rs, ...).
 
 use super::run;
-use super::wgsl::{self, AttentionShape};
+use super::wgsl::{self, AttentionShape, Mask};
 use candle_core::{DType, Result, Shape, Tensor, D};
 
 fn rows_cols(x: &Tensor) -> Result<(usize, usize)> {
@@ -66,10 +66,9 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
     Ok((out[0].clone(), out[1].clone()))
 }
 
-/// `x` times the dropout mask whose generator starts at `base` (ops/dropout.rs), drawn in the kernel: one launch,
-/// no mask in memory.
-pub fn dropout_apply(x: &Tensor, base: u64, threshold: u32, scale: f32) -> Result<Tensor> {
-    let out = run(&wgsl::dropout(x.elem_count(), base, threshold, scale), 0, &[x], &[x.shape().clone()])?;
+/// `x` times the dropout mask `mask` (ops/dropout.rs), drawn in the kernel: one launch, no mask in memory.
+pub fn dropout_apply(x: &Tensor, mask: Mask) -> Result<Tensor> {
+    let out = run(&wgsl::dropout(x.elem_count(), mask), 0, &[x], &[x.shape().clone()])?;
     Ok(out[0].clone())
 }
 
@@ -110,8 +109,9 @@ pub fn lora_epilogue(y: &Tensor, x: &Tensor, a: &Tensor, b: &Tensor, scale: f64)
 }
 
 /// `y + scale * x q` for `y` (rows, n_out), `x` (rows, rank) and `q` (rank, n_out): a training step's LoRA update
-/// from the `x A` it keeps, in one launch, `q` read where it lies ([`factor`]).
-pub fn lowrank_add(y: &Tensor, x: &Tensor, q: &Tensor, scale: f64) -> Result<Tensor> {
+/// from the `x A` it keeps, in one launch, `q` read where it lies ([`factor`]); with `mask`, `scale * x q` is
+/// multiplied by that dropout mask first.
+pub fn lowrank_add(y: &Tensor, x: &Tensor, q: &Tensor, scale: f64, mask: Option<Mask>) -> Result<Tensor> {
     let (rows, rank) = x.dims2()?;
     let (q_rank, n_out) = q.dims2()?;
     if rank > wgsl::LORA_MAX_RANK as usize || q_rank != rank || y.dims2()? != (rows, n_out) {
@@ -124,7 +124,7 @@ pub fn lowrank_add(y: &Tensor, x: &Tensor, q: &Tensor, scale: f64) -> Result<Ten
         )
     }
     let (b, b_is) = factor(q)?;
-    let launch = wgsl::lowrank_add(rows, rank, n_out, scale as f32, b_is);
+    let launch = wgsl::lowrank_add(rows, rank, n_out, scale as f32, b_is, mask);
     let out = run(&launch, 0, &[&y.contiguous()?, &x.contiguous()?, &b], &[y.shape().clone()])?;
     Ok(out[0].clone())
 }

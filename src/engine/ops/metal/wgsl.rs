@@ -78,8 +78,9 @@ impl Kernel {
             Kernel::Rope => include_str!("wgsl/rope.wgsl"),
             Kernel::Swiglu => include_str!("wgsl/swiglu.wgsl"),
             Kernel::CrossEntropy => include_str!("wgsl/cross_entropy.wgsl"),
-            Kernel::LoraEpilogue => include_str!("wgsl/lora.wgsl"),
-            Kernel::Dropout => include_str!("wgsl/dropout.wgsl"),
+            // Both dropout-drawing modules start with the mask's generator.
+            Kernel::LoraEpilogue => concat!(include_str!("wgsl/dropout_mask.wgsl"), include_str!("wgsl/lora.wgsl")),
+            Kernel::Dropout => concat!(include_str!("wgsl/dropout_mask.wgsl"), include_str!("wgsl/dropout.wgsl")),
             // Both attention modules start with what they share (parameters, masking, the output micro-tile).
             Kernel::AttentionFwd => {
                 concat!(include_str!("wgsl/attention_common.wgsl"), include_str!("wgsl/attention_fwd.wgsl"))
@@ -330,9 +331,8 @@ pub fn swiglu_bwd(n: usize) -> Launch {
     }
 }
 
-/// `n` elements times the dropout mask whose generator starts at `base` (kept below `threshold` on 24 bits, kept
-/// values `scale`): input x; output the product.
-pub fn dropout(n: usize, base: u64, threshold: u32, scale: f32) -> Launch {
+/// `n` elements times the dropout mask `mask`: input x; output the product.
+pub fn dropout(n: usize, Mask { base, threshold, scale }: Mask) -> Launch {
     Launch {
         kernel: Kernel::Dropout,
         entry: "dropout_apply",
@@ -378,10 +378,24 @@ pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale:
 }
 
 /// y (rows, n_out) + scale * x (rows, rank) B, rank <= [`LORA_MAX_RANK`], B (rank, n_out) laid out as `b` says: a
-/// training step's LoRA update from the x A it keeps (and its backward's dx + dy B A^T). Inputs y, x, b; output
-/// the sum.
-pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32, b: Factor) -> Launch {
-    lora_launch("lowrank_add", rows, rank, n_out, rank, scale, (None, b))
+/// training step's LoRA update from the x A it keeps (and its backward's dx + dy B A^T), the product multiplied by
+/// the dropout mask `mask` over (rows, n_out) when given. Inputs y, x, b; output the sum.
+pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32, b: Factor, mask: Option<Mask>) -> Launch {
+    let mut launch = lora_launch("lowrank_add", rows, rank, n_out, rank, scale, (None, b));
+    if let Some(Mask { base, threshold, scale }) = mask {
+        // Words 9..14 of lora.wgsl's Params: masked, the generator's start (low, high), threshold, kept value.
+        launch.params[9..14].copy_from_slice(&[1, base as u32, (base >> 32) as u32, threshold, scale.to_bits()]);
+    }
+    launch
+}
+
+/// A dropout mask as the kernels draw it (ops/dropout.rs): the generator's start, the kept-below threshold on 24
+/// bits and the kept elements' value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mask {
+    pub base: u64,
+    pub threshold: u32,
+    pub scale: f32,
 }
 
 /// A launch of lora.wgsl's `entry` (one workgroup a row): y, x (rows, n_in), A when it has one, B.
@@ -409,7 +423,9 @@ fn lora_launch(
         Factor::AsKept => (1, rank),
         Factor::Transposed => (n_in, 1),
     };
-    let params = words(&[rows as u32, n_in, n_out, rank, scale.to_bits(), b_k, b_o, a_k, a_j]);
+    // lora.wgsl's Params is 16 words: these, then the mask's (none: zeros).
+    let mut params = words(&[rows as u32, n_in, n_out, rank, scale.to_bits(), b_k, b_o, a_k, a_j]);
+    params.resize(16, 0);
     Launch { kernel: Kernel::LoraEpilogue, entry, params, bindings, outputs: 1, groups: row_grid(rows) }
 }
 

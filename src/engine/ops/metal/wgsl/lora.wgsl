@@ -4,12 +4,14 @@
 //   launch and no (rows, rank) tensor.
 // - lowrank_add (training): out = y + scale * x B^T with x (rows, rank) given, the x A the step keeps for its
 //   backward (or, in the backward, dy B with B := A^T): the product and the sum in one launch. n_in is unused.
+//   With `masked`, the product is multiplied by a dropout mask over (rows, n_out) drawn in the kernel
+//   (dropout_mask.wgsl): the backward's dx + mask * (dy B) A^T through a dropped-out adapter input.
 // The factors are read where they lie, so no transposed copy is made for the kernels: A's element (rank k, input
 // j) is a[k * a_k + j * a_j] and B's (output o, rank k) b[k * b_k + o * b_o], for (rank, n_in) and (n_out, rank)
 // rows or the adapter's own (n_in, rank) A and (rank, n_out) B.
 
 struct Params { rows: u32, n_in: u32, n_out: u32, rank: u32, scale: f32, b_k: u32, b_o: u32, a_k: u32, a_j: u32,
-                pad0: u32, pad1: u32, pad2: u32 }
+                masked: u32, mask_lo: u32, mask_hi: u32, threshold: u32, mask_scale: f32, pad0: u32, pad1: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> y: array<ET>;
@@ -58,14 +60,23 @@ fn lowrank_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     add_update(row, lid);
 }
 
-// out[row] = y[row] + xa B^T (xa already scaled, in workgroup memory).
+// out[row] = y[row] + xa B^T (xa already scaled, in workgroup memory), the product masked when `masked`.
 fn add_update(row: u32, lid: u32) {
     let ybase = row * p.n_out;
     for (var o = lid; o < p.n_out; o += WG) {
-        var acc = f32(y[ybase + o]);
-        for (var k = 0u; k < p.rank; k++) {
-            acc += xa[k] * f32(b[k * p.b_k + o * p.b_o]);
+        if (p.masked == 0u) {
+            var acc = f32(y[ybase + o]);
+            for (var k = 0u; k < p.rank; k++) {
+                acc += xa[k] * f32(b[k * p.b_k + o * p.b_o]);
+            }
+            out[ybase + o] = ET(acc);
+        } else {
+            var product = 0.0;
+            for (var k = 0u; k < p.rank; k++) {
+                product += xa[k] * f32(b[k * p.b_k + o * p.b_o]);
+            }
+            let kept = dropout_keeps(vec2<u32>(p.mask_lo, p.mask_hi), ybase + o, p.threshold);
+            out[ybase + o] = ET(f32(y[ybase + o]) + product * select(0.0, f32(ET(p.mask_scale)), kept));
         }
-        out[ybase + o] = ET(acc);
     }
 }
