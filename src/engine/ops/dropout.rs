@@ -2,12 +2,12 @@
 //! top 24 bits of output `i + 1` of splitmix64 started at `mix(seed)` fall below `keep * 2^24`, and is then
 //! `1 / keep`, else 0. Every element is a pure function of (seed, i), so whichever device or thread draws it draws
 //! the same: on CUDA `dropout_apply_*` (ops/cuda/training.cuh, the same integer arithmetic) multiplies an input by
-//! its mask in one pass without ever writing the mask, and so does `dropout_apply` in ops/metal/wgsl/dropout.wgsl
-//! under `--kernels wgsl` (a Mac's GPU: no mask drawn on the host and copied over); elsewhere the CPU fills the
-//! mask in parallel chunks and the input is multiplied by it. A training tape keeps the mask's seed ([`Dropout`]), not the mask. A sequential RNG on
-//! the host made a mask cost ~5 ns an element plus its copy to the device: at 1 x 4,096 tokens with adapters on q
-//! and v of a 1B model, 268 million draws and a gigabyte copied every step, seconds where the step itself takes
-//! tens of milliseconds.
+//! its mask in one pass without ever writing the mask, and so do the WGSL kernels under `--kernels wgsl`
+//! (ops/metal/wgsl/dropout_mask.wgsl: a Mac's GPU draws no mask on the host and copies none over); elsewhere the
+//! CPU fills the mask in parallel chunks and the input is multiplied by it. A training tape keeps the mask's seed
+//! ([`Dropout`]), not the mask. A sequential RNG on the host made a mask cost ~5 ns an element plus its copy to the
+//! device: at 1 x 4,096 tokens with adapters on q and v of a 1B model, 268 million draws and a gigabyte copied
+//! every step, seconds where the step itself takes tens of milliseconds.
 
 use candle_core::{DType, Device, Result, Shape, Tensor};
 
