@@ -11,19 +11,21 @@ use candle_core::{DType, Shape, Tensor};
 
 /// The buckets given so far: each one's tensors joined into one f32 row, and their shapes and dtypes.
 pub struct StepSum {
-    buckets: Vec<(Tensor, Vec<(Shape, DType)>)>,
-    /// With NCCL, the device's stream must wait for the sums before what it frees is reused.
+    /// With NCCL, the device's stream must wait for the sums before what it frees is reused. Declared before the
+    /// buckets so that, dropped unfinished, the wait is queued before their memory is freed on that stream (fields
+    /// drop in declaration order).
     #[cfg(feature = "nccl")]
     joins: Option<JoinOnDrop>,
+    buckets: Vec<(Tensor, Vec<(Shape, DType)>)>,
 }
 
 impl Group {
     /// A new step's sum, to give buckets to ([`Group::add_bucket`]) and end ([`Group::finish_sum`]).
     pub fn begin_sum(&self) -> StepSum {
         StepSum {
-            buckets: Vec::new(),
             #[cfg(feature = "nccl")]
             joins: None,
+            buckets: Vec::new(),
         }
     }
 
