@@ -15,7 +15,7 @@ pub struct StepSum {
     /// buckets so that, dropped unfinished, the wait is queued before their memory is freed on that stream (fields
     /// drop in declaration order).
     #[cfg(feature = "nccl")]
-    joins: Option<JoinOnDrop>,
+    joins: JoinOnDrop,
     buckets: Vec<(Tensor, Vec<(Shape, DType)>)>,
 }
 
@@ -24,7 +24,7 @@ impl Group {
     pub fn begin_sum(&self) -> StepSum {
         StepSum {
             #[cfg(feature = "nccl")]
-            joins: None,
+            joins: JoinOnDrop(None),
             buckets: Vec::new(),
         }
     }
@@ -42,7 +42,7 @@ impl Group {
             #[cfg(feature = "nccl")]
             Summer::Nccl(comm) => {
                 comm.all_reduce_sum_in_place(&joined).map_err(|e| self.links.explain(e))?;
-                sum.joins.get_or_insert_with(|| JoinOnDrop(Some((comm.stream_join(), joined.device().clone()))));
+                sum.joins.0.get_or_insert_with(|| (comm.stream_join(), joined.device().clone()));
             }
         }
         sum.buckets.push((joined, tensors.iter().map(|t| (t.shape().clone(), t.dtype())).collect()));
@@ -70,9 +70,7 @@ impl Group {
             }
             #[cfg(feature = "nccl")]
             Summer::Nccl(_) => {
-                if let Some(joins) = sum.joins.take() {
-                    joins.join().map_err(|e| self.links.explain(e))?;
-                }
+                sum.joins.join().map_err(|e| self.links.explain(e))?;
                 sum.buckets.iter().map(|(t, _)| t.clone()).collect()
             }
         };
@@ -100,15 +98,16 @@ impl Group {
     }
 }
 
-/// A sum whose buckets are in flight on NCCL's stream: dropped unfinished (a step begun ahead and abandoned, an
-/// error), it still makes the device's stream wait for them, so the memory they use is not handed out again while
-/// NCCL writes it.
+/// The wait for a sum's buckets in flight on NCCL's stream (None until the first is given): dropped unfinished (a
+/// step begun ahead and abandoned, an error), it still makes the device's stream wait for them, so the memory they
+/// use is not handed out again while NCCL writes it.
 #[cfg(feature = "nccl")]
 struct JoinOnDrop(Option<(crate::engine::ops::cuda::nccl::StreamJoin, candle_core::Device)>);
 
 #[cfg(feature = "nccl")]
 impl JoinOnDrop {
-    fn join(mut self) -> Result<()> {
+    /// Make the device's stream wait now (once: later calls and the drop do nothing).
+    fn join(&mut self) -> Result<()> {
         match self.0.take() {
             Some((join, device)) => join.join(&device),
             None => Ok(()),
@@ -119,8 +118,6 @@ impl JoinOnDrop {
 #[cfg(feature = "nccl")]
 impl Drop for JoinOnDrop {
     fn drop(&mut self) {
-        if let Some((join, device)) = self.0.take() {
-            let _ = join.join(&device);
-        }
+        let _ = self.join();
     }
 }

@@ -15,6 +15,15 @@ impl Gradients {
         self.by_id.get(&param.id())
     }
 
+    /// The gradient of a parameter, or zeros of its shape and dtype where it received none (the pass did not reach
+    /// it).
+    pub fn get_or_zeros(&self, param: &Tensor) -> Result<Tensor> {
+        match self.get(param) {
+            Some(grad) => Ok(grad.clone()),
+            None => param.zeros_like(),
+        }
+    }
+
     /// Add `grad` to the parameter's gradient (converted to f32).
     pub fn add(&mut self, param: &Tensor, grad: &Tensor) -> Result<()> {
         self.accumulate(param.id(), grad.to_dtype(DType::F32)?)

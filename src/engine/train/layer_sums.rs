@@ -7,11 +7,13 @@
 use crate::engine::distributed::{Group, StepSum};
 use crate::engine::model::Gradients;
 use crate::engine::{Error, Result};
-use candle_core::{DType, Tensor, Var};
+use candle_core::{Tensor, Var};
 
 /// The buckets of one step in flight.
 pub struct LayerSums {
     sum: StepSum,
+    /// The optimizer's parameters, in its order.
+    params: Vec<Var>,
     /// The adapted layers not given yet, the highest last, each with its parameters' positions in the optimizer.
     waiting: Vec<(usize, Vec<usize>)>,
     /// Optimizer positions in the order their gradients were given.
@@ -19,8 +21,8 @@ pub struct LayerSums {
 }
 
 impl LayerSums {
-    /// A step's sums, for parameters whose layers are `param_layers` (in the optimizer's order).
-    pub fn new(group: &Group, param_layers: &[usize]) -> Self {
+    /// A step's sums, for the optimizer's parameters `params`, whose layers are `param_layers`.
+    pub fn new(group: &Group, params: &[(String, Var)], param_layers: &[usize]) -> Self {
         let mut waiting: Vec<(usize, Vec<usize>)> = Vec::new();
         let mut layers: Vec<usize> = param_layers.to_vec();
         layers.sort_unstable();
@@ -29,15 +31,20 @@ impl LayerSums {
             let positions = (0..param_layers.len()).filter(|&i| param_layers[i] == layer).collect();
             waiting.push((layer, positions));
         }
-        Self { sum: group.begin_sum(), waiting, given: Vec::new() }
+        let params = params.iter().map(|(_, v)| v.clone()).collect();
+        Self { sum: group.begin_sum(), params, waiting, given: Vec::new() }
     }
 
     /// `layer`'s backward is done: give it, and any layer above it not given yet, their gradients now final.
-    pub fn after_layer(&mut self, group: &mut Group, layer: usize, grads: &Gradients, params: &[Var]) -> Result<()> {
+    pub fn after_layer(&mut self, group: &mut Group, layer: usize, grads: &Gradients) -> Result<()> {
         while self.waiting.last().is_some_and(|(l, _)| *l >= layer) {
             let (_, positions) = self.waiting.pop().expect("checked above");
-            let tensors =
-                positions.iter().map(|&i| gradient_or_zeros(grads, &params[i])).collect::<Result<Vec<_>>>()?;
+            // A parameter the pass did not reach gives zeros (f32, as every adapter is): every rank gives a bucket
+            // of the same shapes and dtype.
+            let tensors = positions
+                .iter()
+                .map(|&i| grads.get_or_zeros(self.params[i].as_tensor()))
+                .collect::<candle_core::Result<Vec<_>>>()?;
             group.add_bucket(&mut self.sum, &tensors)?;
             self.given.extend(positions);
         }
@@ -50,28 +57,18 @@ impl LayerSums {
         mut self,
         group: &mut Group,
         grads: &Gradients,
-        params: &[Var],
         tail: &[Tensor],
     ) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
-        self.after_layer(group, 0, grads, params)?;
+        self.after_layer(group, 0, grads)?;
         group.add_bucket(&mut self.sum, tail)?;
         let mut summed = group.finish_sum(self.sum)?;
         let tail_sums = summed.split_off(summed.len().saturating_sub(tail.len()));
-        let mut ordered: Vec<Option<Tensor>> = vec![None; params.len()];
+        let mut ordered: Vec<Option<Tensor>> = vec![None; self.params.len()];
         for (&position, sum) in self.given.iter().zip(summed) {
             ordered[position] = Some(sum);
         }
         let ordered = ordered.into_iter().collect::<Option<Vec<_>>>();
         let ordered = ordered.ok_or_else(|| Error::Distributed("a parameter's gradient was never summed".into()))?;
         Ok((ordered, tail_sums))
-    }
-}
-
-/// The parameter's gradient (f32, as [`Gradients`] keeps them), or f32 zeros where the pass did not reach it: every
-/// rank then gives a bucket of the same dtype.
-fn gradient_or_zeros(grads: &Gradients, param: &Var) -> Result<Tensor> {
-    match grads.get(param.as_tensor()) {
-        Some(g) => Ok(g.clone()),
-        None => Ok(Tensor::zeros(param.shape(), DType::F32, param.device())?),
     }
 }

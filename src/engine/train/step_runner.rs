@@ -20,7 +20,7 @@ use crate::engine::lora::{self, AdapterParam};
 use crate::engine::model::transformer::Transformer;
 use crate::engine::ops::Scalar;
 use crate::engine::Result;
-use candle_core::{Tensor, Var};
+use candle_core::Tensor;
 
 /// The model being trained and its optimizer. Shared by the trainer, the rank explorer and the training
 /// benchmark.
@@ -141,7 +141,7 @@ impl StepRunner {
         &mut self,
         batches: &[data::Batch],
         whole: Option<WholeStep>,
-        mut group: Option<&mut Group>,
+        group: Option<&mut Group>,
     ) -> Result<BegunStep> {
         lora::seed_dropout(&self.model, self.dropout_seed(), self.optimizer.step);
         let pass = self.pass();
@@ -155,12 +155,11 @@ impl StepRunner {
                     None => batches.iter().map(|b| b.target_tokens).sum(),
                 };
                 let scale = 1.0 / target_tokens.max(1) as f64;
-                let params: Vec<Var> = self.optimizer.params().iter().map(|(_, v)| v.clone()).collect();
-                let mut sums = group.as_deref().map(|g| LayerSums::new(g, &self.param_layers));
+                let mut sharing = group.map(|g| (LayerSums::new(g, self.optimizer.params(), &self.param_layers), g));
                 for (i, batch) in batches.iter().enumerate() {
-                    let out = match (group.as_deref_mut(), sums.as_mut()) {
-                        (Some(group), Some(sums)) if i + 1 == batches.len() => {
-                            let mut after = |layer, grads: &_| sums.after_layer(group, layer, grads, &params);
+                    let out = match sharing.as_mut() {
+                        Some((sums, group)) if i + 1 == batches.len() => {
+                            let mut after = |layer, grads: &_| sums.after_layer(group, layer, grads);
                             let onto = (std::mem::take(&mut accumulated), &mut after as backprop::AfterLayer<'_>);
                             let out = backprop::sft_loss_and_gradients_onto(&self.model, batch, scale, pass, onto)?;
                             accumulated = out.grads;
@@ -174,7 +173,7 @@ impl StepRunner {
                     };
                     losses.push(out);
                 }
-                if let Some(sums) = sums {
+                if let Some((sums, _)) = sharing {
                     let loss = Scalar::scaled_sum(&losses, scale)?;
                     let measured = Measured::default();
                     return Ok(BegunStep { grads: Vec::new(), loss, measured, sharing: Some((sums, accumulated)) });
@@ -241,9 +240,8 @@ impl StepRunner {
             crate::engine::Error::Distributed("a step begun for one device cannot be summed over ranks".into())
         })?;
         let device = self.model.device();
-        let params: Vec<Var> = self.optimizer.params().iter().map(|(_, v)| v.clone()).collect();
         let tail = [loss.on_device(device)?, Tensor::new(votes, device)?];
-        let (grads, mut tail) = sums.finish(group, &accumulated, &params, &tail)?;
+        let (grads, mut tail) = sums.finish(group, &accumulated, &tail)?;
         let (Some(votes), Some(loss)) = (tail.pop(), tail.pop()) else {
             return Err(crate::engine::Error::Distributed("the sums came back short".into()));
         };
@@ -252,12 +250,8 @@ impl StepRunner {
 
     /// The gradients in the optimizer's order (zeros for a parameter the passes did not reach).
     fn ordered_grads(&self, accumulated: &crate::engine::model::Gradients) -> Result<Vec<Tensor>> {
-        Ok(self
-            .optimizer
-            .params()
-            .iter()
-            .map(|(_, v)| accumulated.get(v.as_tensor()).cloned().map(Ok).unwrap_or_else(|| v.zeros_like()))
-            .collect::<candle_core::Result<_>>()?)
+        let grads = self.optimizer.params().iter().map(|(_, v)| accumulated.get_or_zeros(v.as_tensor()));
+        Ok(grads.collect::<candle_core::Result<_>>()?)
     }
 
     /// Queue the clipped AdamW update of a begun step at learning rate `lr`. Its gradients go here, while the

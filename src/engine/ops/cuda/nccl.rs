@@ -9,13 +9,18 @@
 //! CUDA libraries (the system's NCCL, or the folder of PyTorch's nvidia-nccl wheel on LD_LIBRARY_PATH).
 
 use crate::engine::{Error, Result};
-use candle_core::cuda_backend::cudarc::driver::CudaStream;
+use candle_core::cuda_backend::cudarc::driver::{CudaStream, DriverError};
 use candle_core::cuda_backend::cudarc::nccl::{result, sys};
 use candle_core::{CudaStorage, DType, Device, Layout, Tensor};
 use std::sync::{Arc, Mutex};
 
 fn nccl_error(what: &str) -> impl Fn(result::NcclError) -> Error + '_ {
     move |e| Error::Distributed(format!("NCCL {what}: {}", describe(e)))
+}
+
+/// A CUDA driver call's failure around the sums (their stream, its events).
+fn driver_error(e: DriverError) -> Error {
+    Error::Distributed(format!("CUDA: {e}"))
 }
 
 /// NCCL's name and words for `error`, and its last error message (NCCL_DEBUG=WARN prints more).
@@ -98,8 +103,7 @@ impl NcclComm {
                 .map_err(nccl_error("cannot join the communicator"))?;
             comm.assume_init()
         };
-        let sums =
-            cuda.cuda_stream().context().new_stream().map_err(|e| Error::Distributed(format!("CUDA stream: {e}")))?;
+        let sums = cuda.cuda_stream().context().new_stream().map_err(driver_error)?;
         Ok(Self { raw: Arc::new(Mutex::new(Raw { comm, aborted: false })), sums })
     }
 
@@ -116,10 +120,8 @@ impl NcclComm {
         let Device::Cuda(cuda) = t.device() else {
             return Err(Error::Distributed("the NCCL sum takes a CUDA tensor".into()));
         };
-        let driver =
-            |e: candle_core::cuda_backend::cudarc::driver::DriverError| Error::Distributed(format!("CUDA: {e}"));
-        let written = cuda.cuda_stream().record_event(None).map_err(driver)?;
-        self.sums.wait(&written).map_err(driver)?;
+        let written = cuda.cuda_stream().record_event(None).map_err(driver_error)?;
+        self.sums.wait(&written).map_err(driver_error)?;
         t.inplace_op1(&AllReduce(self.raw.clone(), self.sums.clone()))?;
         Ok(())
     }
@@ -137,7 +139,7 @@ impl StreamJoin {
     /// Make `device`'s stream wait for every sum asked for so far: what it queues next sees them done.
     pub fn join(&self, device: &Device) -> Result<()> {
         let Device::Cuda(cuda) = device else { return Ok(()) };
-        cuda.cuda_stream().join(&self.0).map_err(|e| Error::Distributed(format!("CUDA: {e}")))
+        cuda.cuda_stream().join(&self.0).map_err(driver_error)
     }
 }
 
