@@ -332,11 +332,11 @@ pub fn swiglu_bwd(n: usize) -> Launch {
 }
 
 /// `n` elements times the dropout mask `mask`: input x; output the product.
-pub fn dropout(n: usize, Mask { base, threshold, scale }: Mask) -> Launch {
+pub fn dropout(n: usize, mask: Mask) -> Launch {
     Launch {
         kernel: Kernel::Dropout,
         entry: "dropout_apply",
-        params: words(&[n as u32, base as u32, (base >> 32) as u32, threshold, scale.to_bits()]),
+        params: words(&[&[n as u32][..], &mask.words()].concat()),
         bindings: vec![b(1, Elem::Et, n), b(2, Elem::Et, n)],
         outputs: 1,
         groups: flat_grid(n),
@@ -382,9 +382,10 @@ pub fn lora_epilogue(rows: usize, n_in: usize, n_out: usize, rank: usize, scale:
 /// the dropout mask `mask` over (rows, n_out) when given. Inputs y, x, b; output the sum.
 pub fn lowrank_add(rows: usize, rank: usize, n_out: usize, scale: f32, b: Factor, mask: Option<Mask>) -> Launch {
     let mut launch = lora_launch("lowrank_add", rows, rank, n_out, rank, scale, (None, b));
-    if let Some(Mask { base, threshold, scale }) = mask {
-        // Words 9..14 of lora.wgsl's Params: masked, the generator's start (low, high), threshold, kept value.
-        launch.params[9..14].copy_from_slice(&[1, base as u32, (base >> 32) as u32, threshold, scale.to_bits()]);
+    if let Some(mask) = mask {
+        // Words 9..14 of lora.wgsl's Params: masked, then the mask's words.
+        launch.params[9] = 1;
+        launch.params[10..14].copy_from_slice(&mask.words());
     }
     launch
 }
@@ -396,6 +397,13 @@ pub struct Mask {
     pub base: u64,
     pub threshold: u32,
     pub scale: f32,
+}
+
+impl Mask {
+    /// As the kernels' Params hold it: the generator's start (low word, high word), the threshold, the kept value.
+    fn words(self) -> [u32; 4] {
+        [self.base as u32, (self.base >> 32) as u32, self.threshold, self.scale.to_bits()]
+    }
 }
 
 /// A launch of lora.wgsl's `entry` (one workgroup a row): y, x (rows, n_in), A when it has one, B.
