@@ -10,8 +10,9 @@
 //! block, (b, kv_heads, rep * block, d), and the key/value gradients sum over them in the products. A block's
 //! keys start at the first any of its queries sees (the causal start, a sliding window's edge or, for packed
 //! rows, the earliest example start among them), rounded down to a multiple of the block. Blocks that some query
-//! does not see whole are masked (attention_masks.rs): causal and window masks as a view of one relative mask kept
-//! between calls, packed rows' example starts per block on the device.
+//! does not see whole are masked (attention_masks.rs) on the columns some query does not see, in place: causal and
+//! window masks as a view of one relative mask kept between calls, packed rows' example starts per block on the
+//! device.
 
 use super::attention_masks;
 use super::kernel_choice::metal_dtypes;
@@ -138,23 +139,57 @@ impl<'a> Geometry<'a> {
         x.narrow(3, qs, bq)?.contiguous()?.reshape((self.b, self.kv, self.rep * bq, self.d))
     }
 
+    /// The columns of `span`'s scores that some query of block `rows` does not see, as (first, end) ranges: on the
+    /// left, keys before the window's edge or a packed row's start; on the right, keys after the block's first
+    /// query. The keys between are seen by every query and need no mask; ranges that meet become one.
+    fn hidden_columns(&self, (qs, bq): (usize, usize), span: KeySpan) -> Vec<(usize, usize)> {
+        let (q_lo, q_hi) = (self.q_offset + qs, self.q_offset + qs + bq - 1);
+        let (_, last_start) = self.start_bounds((qs, bq));
+        let left = (q_hi + 1).saturating_sub(self.window).max(last_start).saturating_sub(span.start).min(span.len);
+        let right = (q_lo + 1).saturating_sub(span.start).min(span.len);
+        if left >= right {
+            return vec![(0, span.len)];
+        }
+        [(0, left), (right, span.len)].into_iter().filter(|(first, end)| first < end).collect()
+    }
+
     /// `s` (b, kv, rep * bq, len), the scores of query block `rows` against `span`, with the keys each query does
-    /// not see hidden: the causal/window mask as a view of the kept relative mask, plus, for packed rows, the keys
-    /// before each query's example start.
-    fn masked(&self, s: Tensor, (qs, bq): (usize, usize), span: KeySpan, starts: Option<&Tensor>) -> Result<Tensor> {
+    /// not see hidden. Only the [`hidden_columns`](Self::hidden_columns) are masked, in place: a causal block's
+    /// mask covers its last `bq` keys, not all it sees.
+    fn masked(&self, s: Tensor, rows: (usize, usize), span: KeySpan, starts: Option<&Tensor>) -> Result<Tensor> {
+        let shape = s.shape().clone();
+        let s = s.reshape((self.b, self.kv * self.rep, rows.1, span.len))?;
+        let hidden = self.hidden_columns(rows, span);
+        if hidden == [(0, span.len)] {
+            return self.add_mask(&s, rows, (span.start, span.len), starts)?.reshape(shape);
+        }
+        for (first, end) in hidden {
+            let piece =
+                self.add_mask(&s.narrow(3, first, end - first)?, rows, (span.start + first, end - first), starts)?;
+            s.slice_set(&piece, 3, first)?;
+        }
+        s.reshape(shape)
+    }
+
+    /// `s` (b, heads, bq, keys), scores of query block `(qs, bq)` against `keys` (first, count), plus their mask:
+    /// the causal/window mask as a view of the kept relative mask and, for packed rows, the keys before each
+    /// query's example start.
+    fn add_mask(
+        &self,
+        s: &Tensor,
+        (qs, bq): (usize, usize),
+        keys: (usize, usize),
+        starts: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let queries = (self.q_offset + qs, bq);
-        let keys = (span.start, span.len);
         let causal = attention_masks::causal(queries, keys, (self.window, self.tk), s.dtype(), s.device())?;
-        let (heads, shape) = (self.kv * self.rep, s.shape().clone());
-        let masked = match starts {
-            None => s.reshape((self.b * heads, bq, span.len))?.broadcast_add(&causal.unsqueeze(0)?)?,
+        let mask = match starts {
+            None => causal.unsqueeze(0)?,
             Some(starts) => {
-                let packed = attention_masks::before_starts(starts, (qs, bq), keys, s.dtype())?;
-                let mask = packed.broadcast_add(&causal.unsqueeze(0)?)?.reshape((self.b, 1, bq * span.len))?;
-                s.reshape((self.b, heads, bq * span.len))?.broadcast_add(&mask)?
+                attention_masks::before_starts(starts, (qs, bq), keys, s.dtype())?.broadcast_add(&causal)?
             }
         };
-        masked.reshape(shape)
+        s.broadcast_add(&mask.unsqueeze(1)?)
     }
 }
 

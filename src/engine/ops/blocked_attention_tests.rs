@@ -246,3 +246,23 @@ fn packed_spans_start_at_the_earliest_example_start() {
     assert_eq!(g.key_span((48, 16)), span(32, 32, true));
     assert!(Geometry::new(&c.q, &c.k, (0, None), 16, Some(&[0; 3])).is_err(), "one start per query");
 }
+
+/// Only the columns some query of a block does not see are masked: a causal block's last keys from its first
+/// query on, a window's left edge, a packed row's start; both edges at once become one range where they meet.
+#[test]
+fn masks_cover_only_the_hidden_columns() {
+    let c = case(1, (1, 1), (64, 64), None, 8);
+    let g = Geometry::new(&c.q, &c.k, (0, None), 16, None).unwrap();
+    // Rows 32..48 see keys 0..48; keys 33..48 are after query 32: columns 33..48.
+    assert_eq!(g.hidden_columns((32, 16), g.key_span((32, 16))), vec![(33, 48)]);
+    let g = Geometry::new(&c.q, &c.k, (0, Some(20)), 16, None).unwrap();
+    // Rows 48..64 see keys 16..64; query 63 hides keys before 44 (columns 0..28), query 48 keys from 49 (33..48).
+    assert_eq!(g.hidden_columns((48, 16), g.key_span((48, 16))), vec![(0, 28), (33, 48)]);
+    let g = Geometry::new(&c.q, &c.k, (0, Some(4)), 16, None).unwrap();
+    // A window narrower than the block: the edges meet, the whole span is masked.
+    assert_eq!(g.hidden_columns((32, 16), g.key_span((32, 16))), vec![(0, 32)]);
+    let c = packed_case(&[&[40, 24], &[64]], (1, 1), None, 10);
+    let g = Geometry::new(&c.q, &c.k, (0, None), 16, c.starts.as_deref()).unwrap();
+    // Row 0's queries 48..64 start at 40: keys 0..40 hidden from them, and the diagonal from 49.
+    assert_eq!(g.hidden_columns((48, 16), g.key_span((48, 16))), vec![(0, 40), (49, 64)]);
+}
