@@ -231,11 +231,12 @@ fn head_nll_composed(
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
         let logits = upcast(&frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?)?;
-        let max = logits.max_keepdim(D::Minus1)?;
-        let lse = (logits.broadcast_sub(&max)?.exp()?.sum_keepdim(D::Minus1)?.log()? + max)?;
+        // One fused softmax (Candle has it on every device); the log-sum-exp from the largest probability,
+        // exp(max - lse) >= 1 / vocab, which never underflows.
+        let probs = candle_nn::ops::softmax_last_dim(&logits)?;
+        let lse = (logits.max_keepdim(D::Minus1)? - probs.max_keepdim(D::Minus1)?.log()?)?;
         let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
-        let picked = logits.gather(&index, 1)?;
-        let nll = (&lse - picked)?;
+        let nll = (&lse - logits.gather(&index, 1)?)?;
         if let Some(out) = row_nll.as_deref_mut() {
             out.extend(
                 nll.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?.iter().map(|&v| v as f64),
@@ -243,11 +244,9 @@ fn head_nll_composed(
         }
         nll_parts.push(nll.sum_all()?);
         if let Some(scale) = grad_scale {
-            let probs = (logits.broadcast_sub(&lse)?.exp()? * scale)?;
-            // No f64 constant on the device: Metal has none.
-            let minus = (Tensor::ones((rows, 1), probs.dtype(), device)? * -scale)?;
-            let dlogits = probs.scatter_add(&index, &minus, 1)?.to_dtype(hidden.dtype())?;
-            grads.push(frozen_matmul(&dlogits, head)?);
+            // softmax - onehot in place; the scale goes on the (rows, hidden) product, not the (rows, vocab) logits.
+            probs.scatter_add_set(&index, &Tensor::ones((rows, 1), probs.dtype(), device)?.neg()?, 1)?;
+            grads.push((frozen_matmul(&probs.to_dtype(hidden.dtype())?, head)? * scale)?);
         }
     }
     let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
@@ -271,6 +270,21 @@ mod tests {
             let rows = device_chunk_rows(1 << 27, vocab);
             assert!(rows * vocab <= 1 << 27 && rows.is_multiple_of(GPU_TILE_ROWS), "{vocab}: {rows} rows");
         }
+    }
+
+    /// A target whose probability underflows f32 still gets its whole loss: the composed path's log-sum-exp comes
+    /// from the largest probability, never the target's.
+    #[test]
+    fn composed_loss_of_an_underflowing_target_is_whole() {
+        let dev = Device::Cpu;
+        let hidden = Tensor::new(&[[1f32]], &dev).unwrap();
+        let head = Tensor::new(&[[0f32], [100.0], [-150.0]], &dev).unwrap();
+        let mut rows = Vec::new();
+        let loss = head_nll_composed(&hidden, &head, &[2], Some(1.0), Some(&mut rows), 1).unwrap();
+        assert!((rows[0] - 250.0).abs() < 1e-3, "{rows:?}");
+        // d/dh = sum_j (p_j - onehot_j) w_j = 100 - (-150) = 250.
+        let grad: Vec<f32> = loss.grad_hidden.unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert!((grad[0] - 250.0).abs() < 1e-3, "{grad:?}");
     }
 
     /// The CPU chunked path and the composed (GPU) path agree with a log-softmax computed whole.
