@@ -77,6 +77,37 @@ fn backward_kernels_match_autograd_of_composed_blocks() {
     assert!(max_diff(&fast, &(x64.gelu().unwrap() * &other64).unwrap()) < 1e-5, "gelu forward");
 }
 
+/// The composed SwiGLU backward in half precision (what the portable graph runs on a Mac) stays within a few
+/// roundings of the f64 truth on the same rounded inputs: every element of both gradients within 4 units of the
+/// dtype's last place of the terms it is made of (|dm u| (sig + |silu (1 - sig)|) for the gate, |dm silu| for up),
+/// plus two of the dtype's smallest steps (f16 gradients this small are subnormal).
+#[test]
+fn silu_backward_in_half_precision_stays_within_a_few_roundings() {
+    let dev = Device::Cpu;
+    let g64 = (Tensor::randn(0f64, 3.0, 4096, &dev).unwrap()).clamp(-12.0, 12.0).unwrap();
+    let u64 = Tensor::randn(0f64, 1.0, 4096, &dev).unwrap();
+    let d64 = Tensor::randn(0f64, 1e-3, 4096, &dev).unwrap();
+    for (dtype, ulp, smallest) in [(DType::BF16, 1.0 / 128.0, 1e-40), (DType::F16, 1.0 / 1024.0, 6e-8)] {
+        let half = |t: &Tensor| t.to_dtype(dtype).unwrap();
+        let (dgate, dup) = silu_mul_backward(&half(&g64), &half(&u64), &half(&d64)).unwrap();
+        let [g, u, d] = [&g64, &u64, &d64].map(|t| half(t).to_dtype(DType::F64).unwrap());
+        let sig = candle_nn::ops::sigmoid(&g).unwrap();
+        let silu = (&g * &sig).unwrap();
+        let curve = (&silu * sig.affine(-1.0, 1.0).unwrap()).unwrap();
+        let du = (&d * &u).unwrap();
+        let exact_gate = (&du * (&sig + &curve).unwrap()).unwrap();
+        let gate_size = (du.abs().unwrap() * (&sig + curve.abs().unwrap()).unwrap()).unwrap();
+        let exact_up = (&d * &silu).unwrap();
+        let up_size = exact_up.abs().unwrap();
+        for (name, got, exact, size) in [("gate", &dgate, &exact_gate, &gate_size), ("up", &dup, &exact_up, &up_size)] {
+            let err = (got.to_dtype(DType::F64).unwrap() - exact).unwrap().abs().unwrap();
+            let bound = ((size * (4.0 * ulp)).unwrap() + 2.0 * smallest).unwrap();
+            let excess = (err - bound).unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+            assert!(excess <= 0.0, "{dtype:?} d{name}: an element is off by {excess} more than its bound");
+        }
+    }
+}
+
 /// The f32 kernels (ours and Candle's) compute what the f64 composed versions compute.
 #[test]
 fn f32_kernels_match_f64_forward() {
