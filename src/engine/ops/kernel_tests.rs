@@ -134,3 +134,29 @@ fn frozen_matmul_matches_a_plain_product_both_ways() {
     let back = frozen_matmul(&y, &w).unwrap();
     assert!(max_diff(&back, &y.broadcast_matmul(&w).unwrap()) < 1e-4);
 }
+
+/// `acc + alpha a b` scales whichever operand is smaller than the product (a LoRA update's rank side) and keeps
+/// the product's value: bf16 on the CPU (no fused CPU path) against f64, for the rank on either side and none.
+#[test]
+fn matmul_add_scales_the_smaller_operand_to_the_same_value() {
+    use super::products::matmul_add;
+    let dev = Device::Cpu;
+    let bf16 = |t: &Tensor| t.to_dtype(DType::BF16).unwrap();
+    for (m, k, n) in [(64, 4, 48), (4, 48, 64), (32, 40, 36)] {
+        let a = bf16(&Tensor::randn(0f64, 1.0, (m, k), &dev).unwrap());
+        let b = bf16(&Tensor::randn(0f64, 1.0, (k, n), &dev).unwrap());
+        let acc = bf16(&Tensor::randn(0f64, 1.0, (m, n), &dev).unwrap());
+        let f64 = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+        let want = (f64(&acc) + (f64(&a).matmul(&f64(&b)).unwrap() * 2.0).unwrap()).unwrap();
+        let size = (f64(&acc).abs().unwrap() + (f64(&a).abs().unwrap().matmul(&f64(&b).abs().unwrap()).unwrap() * 2.0))
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap();
+        let got = matmul_add(Some(acc.clone()), &a, &b, 2.0).unwrap();
+        assert!(max_diff(&got, &want) <= size / 64.0, "{m}x{k}x{n}: {}", max_diff(&got, &want));
+        let alone = matmul_add(None, &a, &b, 2.0).unwrap();
+        assert!(max_diff(&alone, &(&want - f64(&acc)).unwrap()) <= size / 64.0, "{m}x{k}x{n} without acc");
+    }
+}

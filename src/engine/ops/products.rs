@@ -6,7 +6,7 @@ use candle_core::{DType, Result, Tensor};
 
 use super::cuda::gemm as cuda_gemm;
 use super::elementwise::add_scaled;
-use super::kernel_choice::metal_dtypes;
+use super::kernel_choice::{is_cpu_f32, metal_dtypes};
 
 /// `a (..., m, k) · b (..., k, n)`, same batch dimensions: through BLAS for CPU f32 operands (our kernels), Candle's
 /// matmul off the CPU, for other dtypes, without BLAS, and in the portable graph.
@@ -30,12 +30,34 @@ pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Re
     if let Some(acc) = acc.as_ref().filter(|acc| wgsl_lowrank_takes(acc, a, b)) {
         return super::metal::lowrank_add(acc, a, b, alpha, None);
     }
+    if let Some(product) = product_scaled_on_an_operand(a, b, alpha)? {
+        return match acc {
+            Some(acc) => add_scaled(&acc, &product, 1.0),
+            None => Ok(product),
+        };
+    }
     let product = matmul(a, b)?;
     match acc {
         Some(acc) => add_scaled(&acc, &product, alpha),
         None if alpha == 1.0 => Ok(product),
         None => product * alpha,
     }
+}
+
+/// `alpha * a b` with `alpha` applied to an operand smaller than the product (a LoRA update's (rows, rank) side):
+/// one pass over rank-sized values instead of one over the product, which on the portable graph is a dispatch
+/// over (rows, out). None where no operand is smaller, alpha is 1, on the CPU in f32 (its add takes the scale in
+/// the same pass), or in f16 with alpha below 1 (a shrunk f16 operand could lose bits the product keeps).
+fn product_scaled_on_an_operand(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Option<Tensor>> {
+    let (Ok((m, k)), Ok((_, n))) = (a.dims2(), b.dims2()) else { return Ok(None) };
+    if alpha == 1.0 || is_cpu_f32(a) || (a.dtype() == DType::F16 && alpha < 1.0) {
+        return Ok(None);
+    }
+    Ok(match (k < n && m * k <= k * n, k < m && k * n < m * k) {
+        (true, _) => Some(matmul(&(a * alpha)?, b)?),
+        (_, true) => Some(matmul(a, &(b * alpha)?)?),
+        _ => None,
+    })
 }
 
 /// `acc + mask(a b)` for 2-D `a` (m, k) and `b` (k, n) and the dropout mask `mask` over (m, n): the backward's input
