@@ -108,6 +108,32 @@ fn silu_backward_in_half_precision_stays_within_a_few_roundings() {
     }
 }
 
+/// The composed RMS norm backward in half precision (the portable graph's) stays within a few roundings of the
+/// f64 truth on the same rounded inputs: each element within 6 units of the dtype's last place of its two terms,
+/// |inv gw| + |x inv^3 mean(gw x)|.
+#[test]
+fn rms_norm_backward_in_half_precision_stays_within_a_few_roundings() {
+    let dev = Device::Cpu;
+    let x64 = Tensor::randn(0f64, 2.0, (16, 256), &dev).unwrap();
+    let w64 = Tensor::randn(1f64, 0.3, 256, &dev).unwrap();
+    let dy64 = Tensor::randn(0f64, 1.0, (16, 256), &dev).unwrap();
+    for (dtype, ulp) in [(DType::BF16, 1.0 / 128.0), (DType::F16, 1.0 / 1024.0)] {
+        let half = |t: &Tensor| t.to_dtype(dtype).unwrap();
+        let got = rms_norm_backward(&half(&x64), &half(&w64), 1e-6, &half(&dy64)).unwrap();
+        let [x, w, dy] = [&x64, &w64, &dy64].map(|t| half(t).to_dtype(DType::F64).unwrap());
+        let gw = dy.broadcast_mul(&w).unwrap();
+        let inv = (x.sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + 1e-6).unwrap().sqrt().unwrap().recip().unwrap();
+        let dot = (&gw * &x).unwrap().mean_keepdim(D::Minus1).unwrap();
+        let first = gw.broadcast_mul(&inv).unwrap();
+        let second = x.broadcast_mul(&(dot * inv.powf(3.0).unwrap()).unwrap()).unwrap();
+        let exact = (&first - &second).unwrap();
+        let size = (first.abs().unwrap() + second.abs().unwrap()).unwrap();
+        let err = (got.to_dtype(DType::F64).unwrap() - exact).unwrap().abs().unwrap();
+        let excess = (err - (size * (6.0 * ulp)).unwrap()).unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+        assert!(excess <= 0.0, "{dtype:?}: an element is off by {excess} more than its bound");
+    }
+}
+
 /// The f32 kernels (ours and Candle's) compute what the f64 composed versions compute.
 #[test]
 fn f32_kernels_match_f64_forward() {
