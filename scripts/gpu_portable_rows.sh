@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Portable-graph round: correctness (native vs portable losses, tiny fixtures on CUDA) and speed of three builds.
+# Portable-graph round on a lent GPU: correctness (native vs portable losses, tiny fixtures on CUDA), then the
+# portable step of two builds ($G/before.xz, $G/new.xz; `--features cuda,nccl`) beside the native one at the
+# Llama-3.2-1B shape, two rounds, and a CUPTI kernel profile of the new build's portable step ($G/tl holds
+# libtimeline.so). Run from the repo root: G=DIR bash scripts/gpu_portable_rows.sh OUT
 set -uo pipefail
-OUT="$1"; G=.gpu/pr; LOG="$OUT/round.txt"
-for b in perrow new; do python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('$G/$b.xz'), open('/tmp/$b','wb'))"; chmod +x /tmp/$b; done
+OUT="$1"; G="${G:-.gpu/pr}"; mkdir -p "$OUT"; LOG="$OUT/round.txt"
+for b in before new; do python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('$G/$b.xz'), open('/tmp/$b','wb'))"; chmod +x /tmp/$b; done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$LOG"
 for run in "tiny-llama f32" "tiny-llama bf16" "tiny-gemma3 bf16" "tiny-llama bf16 --packing"; do
   set -- $run; arch=$1; d=$2; extra="${3:-}"; tag="${arch}_${d}${extra:+_packed}"
@@ -29,11 +32,11 @@ run() {  # name binary kernels batch seq targets steps
   kill "$poll"; wait "$poll" 2>/dev/null
   echo "$1 | $(echo "$line" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d["median_step_secs"], "s/step, loss", d["last_loss"])' 2>&1 | tail -1) | peak $(sort -n "/tmp/$1.mem" | tail -1) MiB" | tee -a "$LOG"
 }
-for r in 1 2; do
+for r in $(seq 1 "${ROUNDS:-2}"); do
   run native_4x1024_$r new native 4 1024 $ALL 10
-  for b in perrow new; do run ${b}_portable_4x1024_$r $b portable 4 1024 $ALL 6; done
+  for b in before new; do run ${b}_portable_4x1024_$r $b portable 4 1024 $ALL 6; done
   run native_1x4096_$r new native 1 4096 q_proj,v_proj 10
-  for b in perrow new; do run ${b}_portable_1x4096_$r $b portable 1 4096 q_proj,v_proj 6; done
+  for b in before new; do run ${b}_portable_1x4096_$r $b portable 1 4096 q_proj,v_proj 6; done
 done
 CUDA_INJECTION64_PATH=$PWD/$G/tl/libtimeline.so TIMELINE_OUT=/tmp/tl.tsv timeout 200 bash $G/gpu-libs.sh /tmp/new bench train \
   --model /tmp/m/llama-3.2-1b --device cuda --dtype bf16 --batch-size 4 --seq-len 1024 --rank 8 --targets $ALL \

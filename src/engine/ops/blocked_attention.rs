@@ -132,11 +132,12 @@ impl<'a> Geometry<'a> {
         KeySpan { start, len: end - start, masked: !all_seen }
     }
 
-    /// Rows `qs..qs + bq` of `x` (b, heads, tq, d), the heads of a KV head folded into the rows:
+    /// Rows `qs..qs + bq` of `x` (b, heads, tq, d) (any d), the heads of a KV head folded into the rows:
     /// (b, kv, rep * bq, d) contiguous.
     fn query_block(&self, x: &Tensor, (qs, bq): (usize, usize)) -> Result<Tensor> {
-        let x = x.reshape((self.b, self.kv, self.rep, self.tq, self.d))?;
-        x.narrow(3, qs, bq)?.contiguous()?.reshape((self.b, self.kv, self.rep * bq, self.d))
+        let d = x.dim(3)?;
+        let x = x.reshape((self.b, self.kv, self.rep, self.tq, d))?;
+        x.narrow(3, qs, bq)?.contiguous()?.reshape((self.b, self.kv, self.rep * bq, d))
     }
 
     /// The columns of `span`'s scores that some query of block `rows` does not see, as (first, end) ranges: on the
@@ -359,8 +360,13 @@ pub fn blocked_attention_backward(
     let heads = g.kv * g.rep;
     // (b * tq, heads * d) -> (b, heads, tq, d), the layout query_block reads, made contiguous once (a reshape of
     // the transposed view would copy it whole for every block).
-    let as_heads = |x: &Tensor| x.reshape((g.b, g.tq, heads, g.d))?.transpose(1, 2)?.contiguous();
-    let (out, d_out) = (as_heads(out)?, as_heads(d_out)?);
+    let as_heads = |x: &Tensor, d: usize| x.reshape((g.b, g.tq, heads, d))?.transpose(1, 2)?.contiguous();
+    let d_out_rows = d_out;
+    let d_out = as_heads(d_out_rows, g.d)?;
+    // D = rowsum(dO O) for every query at once from the row layout (no copy of the output by heads), summed in
+    // f32, kept in the inputs' dtype: (b, heads, tq, 1).
+    let delta = (upcast(d_out_rows)? * upcast(out)?)?.reshape((g.b, g.tq, heads, g.d))?.sum_keepdim(D::Minus1)?;
+    let delta = as_heads(&delta.to_dtype(q.dtype())?, 1)?;
     // Scaled queries give the scores and, against the unscaled ds, dk whole; dq takes the scale once per block.
     let q_scaled = (q * scale)?;
     let (mut dk, mut dv) = (KeyGradients::new(), KeyGradients::new());
@@ -370,12 +376,12 @@ pub fn blocked_attention_backward(
         let (k_span, v_span) = (span.of(k)?, span.of(v)?);
         let q_blk = g.query_block(&q_scaled, rows)?;
         let do_blk = g.query_block(&d_out, rows)?;
-        let delta = (upcast(&do_blk)? * upcast(&g.query_block(&out, rows)?)?)?.sum_keepdim(D::Minus1)?;
+        let delta = g.query_block(&delta, rows)?;
         let p = probabilities(&g, &q_blk, &k_span, rows, span, starts.as_ref())?;
         dv.add(&matmul(&p.t()?, &do_blk)?, span)?;
         let dp = matmul(&do_blk, &v_span.t()?)?;
         let (n, r) = (span.len, g.b * g.kv * g.rep * rows.1);
-        let centred = dp.reshape((r, n))?.broadcast_sub(&delta.to_dtype(dp.dtype())?.reshape((r, 1))?)?;
+        let centred = dp.reshape((r, n))?.broadcast_sub(&delta.reshape((r, 1))?)?;
         let ds = (p * centred.reshape(dp.shape())?)?;
         let dq_blk = (matmul(&ds, &k_span)? * scale)?;
         dq.push(dq_blk.reshape((g.b, g.kv, g.rep, rows.1, g.d))?);

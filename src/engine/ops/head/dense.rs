@@ -231,10 +231,14 @@ fn head_nll_composed(
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
         let logits = upcast(&frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?)?;
-        // One fused softmax (Candle has it on every device); the log-sum-exp from the largest probability,
-        // exp(max - lse) >= 1 / vocab, which never underflows.
-        let probs = candle_nn::ops::softmax_last_dim(&logits)?;
-        let lse = (logits.max_keepdim(D::Minus1)? - probs.max_keepdim(D::Minus1)?.log()?)?;
+        // The probabilities as the shifted exponentials over their row sum (one division, not a second shift and
+        // exponential). Not Candle's fused softmax: it gives each row one thread block, 3.6 ms a 256-row chunk
+        // of a 128k vocabulary on an H200, where these passes take about a fifth of that.
+        let max = logits.max_keepdim(D::Minus1)?;
+        let exp = logits.broadcast_sub(&max)?.exp()?;
+        let sum = exp.sum_keepdim(D::Minus1)?;
+        let lse = (sum.log()? + max)?;
+        let probs = exp.broadcast_div(&sum)?;
         let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
         let nll = (&lse - logits.gather(&index, 1)?)?;
         if let Some(out) = row_nll.as_deref_mut() {
@@ -272,8 +276,8 @@ mod tests {
         }
     }
 
-    /// A target whose probability underflows f32 still gets its whole loss: the composed path's log-sum-exp comes
-    /// from the largest probability, never the target's.
+    /// A target whose probability underflows f32 still gets its whole loss: the composed path's log-sum-exp is
+    /// the row's maximum plus the log of its shifted sum, never a log of the target's probability.
     #[test]
     fn composed_loss_of_an_underflowing_target_is_whole() {
         let dev = Device::Cpu;
