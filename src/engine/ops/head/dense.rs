@@ -14,7 +14,7 @@ use crate::engine::ops::frozen_matmul::{frozen_matmul, frozen_matmul_t};
 use crate::engine::ops::kernel_choice::{is_cpu_f32, metal_dtypes};
 use crate::engine::ops::precision::upcast;
 use crate::engine::ops::scalar::{sum_to_host, Scalar};
-use candle_core::{Result, Tensor, D};
+use candle_core::{DType, Result, Tensor, D};
 
 /// Loss of one batch's target rows.
 pub struct HeadLoss {
@@ -231,14 +231,12 @@ fn head_nll_composed(
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
         let logits = upcast(&frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?)?;
-        // The probabilities as the shifted exponentials over their row sum (one division, not a second shift and
-        // exponential). Not Candle's fused softmax: it gives each row one thread block, 3.6 ms a 256-row chunk
-        // of a 128k vocabulary on an H200, where these passes take about a fifth of that.
+        // The log-sum-exp through the shifted exponentials e = exp(x - max) and their row sum s. Not Candle's fused
+        // softmax: it gives each row one thread block, 3.6 ms a 256-row chunk of a 128k vocabulary on an H200.
         let max = logits.max_keepdim(D::Minus1)?;
         let exp = logits.broadcast_sub(&max)?.exp()?;
         let sum = exp.sum_keepdim(D::Minus1)?;
         let lse = (sum.log()? + max)?;
-        let probs = exp.broadcast_div(&sum)?;
         let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
         let nll = (&lse - logits.gather(&index, 1)?)?;
         if let Some(out) = row_nll.as_deref_mut() {
@@ -248,13 +246,26 @@ fn head_nll_composed(
         }
         nll_parts.push(nll.sum_all()?);
         if let Some(scale) = grad_scale {
-            // softmax - onehot in place; the scale goes on the (rows, hidden) product, not the (rows, vocab) logits.
-            probs.scatter_add_set(&index, &Tensor::ones((rows, 1), probs.dtype(), device)?.neg()?, 1)?;
-            grads.push((frozen_matmul(&probs.to_dtype(hidden.dtype())?, head)? * scale)?);
+            grads.push(head_gradient(exp, &sum, &index, head, scale, hidden.dtype())?);
         }
     }
     let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
     Ok(HeadLoss { nll_sum: Scalar::Host(sum_to_host(&nll_parts)?), grad_hidden })
+}
+
+/// `scale * (softmax - onehot) W` for one chunk from its shifted exponentials `exp` (rows, vocab) in f32 and their
+/// row sums `sum` (rows, 1): `e - s onehot` in place, in f32 (so a confident target's `p - 1` keeps its digits),
+/// then the product, and the division by `s` with the scale on the (rows, hidden) result, not over the vocabulary.
+/// f16 cannot hold `s` (up to the vocabulary's size): there the probabilities are formed first.
+fn head_gradient(exp: Tensor, sum: &Tensor, index: &Tensor, head: &Tensor, scale: f64, dtype: DType) -> Result<Tensor> {
+    if dtype == DType::F16 {
+        let probs = exp.broadcast_div(sum)?;
+        probs.scatter_add_set(index, &Tensor::ones(sum.shape(), probs.dtype(), probs.device())?.neg()?, 1)?;
+        return frozen_matmul(&probs.to_dtype(dtype)?, head)? * scale;
+    }
+    exp.scatter_add_set(index, &sum.neg()?, 1)?;
+    let per_row = (sum.recip()? * scale)?.to_dtype(dtype)?;
+    frozen_matmul(&exp.to_dtype(dtype)?, head)?.broadcast_mul(&per_row)
 }
 
 #[cfg(test)]
@@ -289,6 +300,33 @@ mod tests {
         // d/dh = sum_j (p_j - onehot_j) w_j = 100 - (-150) = 250.
         let grad: Vec<f32> = loss.grad_hidden.unwrap().flatten_all().unwrap().to_vec1().unwrap();
         assert!((grad[0] - 250.0).abs() < 1e-3, "{grad:?}");
+    }
+
+    /// In bf16 (the division after the product) and f16 (the probabilities first) the composed gradient is the
+    /// f32 one to within a few of the dtype's roundings of its largest value.
+    #[test]
+    fn composed_half_precision_gradients_match_f32() {
+        let dev = Device::Cpu;
+        let hidden = Tensor::randn(0f32, 1.0, (40, 16), &dev).unwrap();
+        let head = Tensor::randn(0f32, 1.0, (37, 16), &dev).unwrap();
+        let targets: Vec<u32> = (0..40).map(|i| (i * 5 % 37) as u32).collect();
+        let want = head_nll_composed(&hidden, &head, &targets, Some(0.25), None, 7).unwrap().grad_hidden.unwrap();
+        let largest: f32 = want.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+        for (dtype, ulp) in [(DType::BF16, 1.0 / 128.0), (DType::F16, 1.0 / 1024.0)] {
+            let (h, w) = (hidden.to_dtype(dtype).unwrap(), head.to_dtype(dtype).unwrap());
+            let got = head_nll_composed(&h, &w, &targets, Some(0.25), None, 7).unwrap().grad_hidden.unwrap();
+            let diff: f32 = (got.to_dtype(DType::F32).unwrap() - &want)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            // The inputs' own rounding moves the logits by up to ~16 ulps of their size: the bound is generous
+            // in ulps but far below the gradient's own size.
+            assert!(diff <= 16.0 * ulp * largest, "{dtype:?}: off by {diff} (largest {largest})");
+        }
     }
 
     /// The CPU chunked path and the composed (GPU) path agree with a log-softmax computed whole.
