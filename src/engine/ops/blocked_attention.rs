@@ -26,6 +26,10 @@ pub const BLOCK: usize = 512;
 /// The fewest queries per block.
 const MIN_BLOCK: usize = 16;
 
+/// Columns appended to the head size in the backward's `[dO, -D] [V, 1]^T` product: the -D/1 pair and zeros, so
+/// that the inner size stays a multiple of 8 (half-precision products align on it).
+const CENTRING: usize = 8;
+
 /// The most scores of one block over all batch rows and heads (16 Mi: 32 MiB in bf16, 64 MiB in f32); a handful
 /// of such temporaries are alive at once, whatever T.
 const BLOCK_SCORES: usize = 1 << 24;
@@ -340,8 +344,9 @@ impl KeyGradients {
 /// Gradients `(dq (b, heads, tq, d), dk, dv (b, kv_heads, tk, d))` of [`blocked_attention`] for the output
 /// gradient `d_out` (b * tq, heads * d) or (b, tq, heads * d); `out` is its output, `stats` what it returned,
 /// `row_starts` what it was given. Each block's probabilities are recomputed by the forward's softmax;
-/// `ds = p (dp - D)` with D = rowsum(dO O) (FlashAttention-2's backward) in the inputs' dtype, which the products
-/// round it to anyway.
+/// `ds = p (dp - D)` with D = rowsum(dO O) (FlashAttention-2's backward), `dp - D` as one product of the output
+/// gradient and the values each widened by [`CENTRING`] columns (-D against ones), summed in the product's
+/// accumulator and rounded once.
 #[allow(clippy::too_many_arguments)]
 pub fn blocked_attention_backward(
     q: &Tensor,
@@ -361,28 +366,30 @@ pub fn blocked_attention_backward(
     // (b * tq, heads * d) -> (b, heads, tq, d), the layout query_block reads, made contiguous once (a reshape of
     // the transposed view would copy it whole for every block).
     let as_heads = |x: &Tensor, d: usize| x.reshape((g.b, g.tq, heads, d))?.transpose(1, 2)?.contiguous();
-    let d_out_rows = d_out;
-    let d_out = as_heads(d_out_rows, g.d)?;
     // D = rowsum(dO O) for every query at once from the row layout (no copy of the output by heads), summed in
-    // f32, kept in the inputs' dtype: (b, heads, tq, 1).
-    let delta = (upcast(d_out_rows)? * upcast(out)?)?.reshape((g.b, g.tq, heads, g.d))?.sum_keepdim(D::Minus1)?;
-    let delta = as_heads(&delta.to_dtype(q.dtype())?, 1)?;
+    // f32, kept in the inputs' dtype: (b, tq, heads, 1).
+    let delta = (upcast(d_out)? * upcast(out)?)?.reshape((g.b, g.tq, heads, g.d))?.sum_keepdim(D::Minus1)?;
+    let delta = delta.to_dtype(q.dtype())?;
+    // dp - D out of one product: [dO, -D, 0..] against [V, 1, 0..] (no pass over the scores to subtract D, and
+    // one rounding of the difference, not two).
+    let zeros =
+        |dims: (usize, usize, usize)| Tensor::zeros((dims.0, dims.1, dims.2, CENTRING - 1), q.dtype(), q.device());
+    let d_out_rows = d_out.reshape((g.b, g.tq, heads, g.d))?;
+    let d_out = as_heads(&Tensor::cat(&[&d_out_rows, &delta.neg()?, &zeros((g.b, g.tq, heads))?], 3)?, g.d + CENTRING)?;
+    let ones = Tensor::ones((g.b, g.kv, g.tk, 1), v.dtype(), v.device())?;
+    let v_centring = Tensor::cat(&[v, &ones, &zeros((g.b, g.kv, g.tk))?], 3)?;
     // Scaled queries give the scores and, against the unscaled ds, dk whole; dq takes the scale once per block.
     let q_scaled = (q * scale)?;
     let (mut dk, mut dv) = (KeyGradients::new(), KeyGradients::new());
     let mut dq = Vec::new();
     for rows in g.query_blocks().into_iter().rev() {
         let span = g.key_span(rows);
-        let (k_span, v_span) = (span.of(k)?, span.of(v)?);
+        let k_span = span.of(k)?;
         let q_blk = g.query_block(&q_scaled, rows)?;
         let do_blk = g.query_block(&d_out, rows)?;
-        let delta = g.query_block(&delta, rows)?;
         let p = probabilities(&g, &q_blk, &k_span, rows, span, starts.as_ref())?;
-        dv.add(&matmul(&p.t()?, &do_blk)?, span)?;
-        let dp = matmul(&do_blk, &v_span.t()?)?;
-        let (n, r) = (span.len, g.b * g.kv * g.rep * rows.1);
-        let centred = dp.reshape((r, n))?.broadcast_sub(&delta.reshape((r, 1))?)?;
-        let ds = (p * centred.reshape(dp.shape())?)?;
+        dv.add(&matmul(&p.t()?, &do_blk)?.narrow(3, 0, g.d)?, span)?;
+        let ds = (&p * matmul(&do_blk, &span.of(&v_centring)?.t()?)?)?;
         let dq_blk = (matmul(&ds, &k_span)? * scale)?;
         dq.push(dq_blk.reshape((g.b, g.kv, g.rep, rows.1, g.d))?);
         dk.add(&matmul(&ds.t()?, &q_blk)?, span)?;
