@@ -16,7 +16,7 @@
 
 use super::attention_masks;
 use super::kernel_choice::metal_dtypes;
-use super::precision::upcast;
+use super::precision::{filled, upcast};
 use super::products::matmul;
 use candle_core::{DType, Device, Result, Tensor, D};
 
@@ -26,8 +26,8 @@ pub const BLOCK: usize = 512;
 /// The fewest queries per block.
 const MIN_BLOCK: usize = 16;
 
-/// Columns appended to the head size in the backward's `[dO, -D] [V, 1]^T` product: the -D/1 pair and zeros, so
-/// that the inner size stays a multiple of 8 (half-precision products align on it).
+/// Columns appended to the head size in the backward's `[dO, D..] [V, -1/8..]^T` product: eight, so that the inner
+/// size stays a multiple of 8 (half-precision products align on it).
 const CENTRING: usize = 8;
 
 /// The most scores of one block over all batch rows and heads (16 Mi: 32 MiB in bf16, 64 MiB in f32); a handful
@@ -345,7 +345,7 @@ impl KeyGradients {
 /// gradient `d_out` (b * tq, heads * d) or (b, tq, heads * d); `out` is its output, `stats` what it returned,
 /// `row_starts` what it was given. Each block's probabilities are recomputed by the forward's softmax;
 /// `ds = p (dp - D)` with D = rowsum(dO O) (FlashAttention-2's backward), `dp - D` as one product of the output
-/// gradient and the values each widened by [`CENTRING`] columns (-D against ones), summed in the product's
+/// gradient and the values each widened by [`CENTRING`] columns (D against -1/8), summed in the product's
 /// accumulator and rounded once.
 #[allow(clippy::too_many_arguments)]
 pub fn blocked_attention_backward(
@@ -370,14 +370,13 @@ pub fn blocked_attention_backward(
     // f32, kept in the inputs' dtype: (b, tq, heads, 1).
     let delta = (upcast(d_out)? * upcast(out)?)?.reshape((g.b, g.tq, heads, g.d))?.sum_keepdim(D::Minus1)?;
     let delta = delta.to_dtype(q.dtype())?;
-    // dp - D out of one product: [dO, -D, 0..] against [V, 1, 0..] (no pass over the scores to subtract D, and
-    // one rounding of the difference, not two).
-    let zeros =
-        |dims: (usize, usize, usize)| Tensor::zeros((dims.0, dims.1, dims.2, CENTRING - 1), q.dtype(), q.device());
+    // dp - D out of one product: [dO, D x 8] against [V, -1/8 x 8] (no pass over the scores to subtract D, and one
+    // rounding of the difference, not two; the eight D/8 sum exactly in the product's accumulator).
     let d_out_rows = d_out.reshape((g.b, g.tq, heads, g.d))?;
-    let d_out = as_heads(&Tensor::cat(&[&d_out_rows, &delta.neg()?, &zeros((g.b, g.tq, heads))?], 3)?, g.d + CENTRING)?;
-    let ones = Tensor::ones((g.b, g.kv, g.tk, 1), v.dtype(), v.device())?;
-    let v_centring = Tensor::cat(&[v, &ones, &zeros((g.b, g.kv, g.tk))?], 3)?;
+    let tail = delta.broadcast_as((g.b, g.tq, heads, CENTRING))?.contiguous()?;
+    let d_out = as_heads(&Tensor::cat(&[&d_out_rows, &tail], 3)?, g.d + CENTRING)?;
+    let minus_eighths = filled(-1.0 / CENTRING as f64, (g.b, g.kv, g.tk, CENTRING), v.dtype(), v.device())?;
+    let v_centring = Tensor::cat(&[v, &minus_eighths], 3)?;
     // Scaled queries give the scores and, against the unscaled ds, dk whole; dq takes the scale once per block.
     let q_scaled = (q * scale)?;
     let (mut dk, mut dv) = (KeyGradients::new(), KeyGradients::new());

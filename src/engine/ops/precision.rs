@@ -1,7 +1,8 @@
 //! Precision choices shared by the dispatchers: half-precision inputs widened to f32 for numerically sensitive
-//! steps, and f64 (the finite-difference test models) composed so its arithmetic stays in f64.
+//! steps, f64 (the finite-difference test models) composed so its arithmetic stays in f64, and constants made in
+//! a tensor's dtype.
 
-use candle_core::{DType, Result, Tensor};
+use candle_core::{DType, Device, Result, Shape, Tensor};
 
 /// Half-precision tensors converted to f32 for numerically sensitive steps (softmax, loss); f32 and f64 stay.
 pub fn upcast(x: &Tensor) -> Result<Tensor> {
@@ -14,4 +15,16 @@ pub fn upcast(x: &Tensor) -> Result<Tensor> {
 /// f64 (CPU-only test models) is normed by composed ops: Candle's CPU kernel accumulates in f32.
 pub(super) fn composed_in_f64(dtype: DType) -> bool {
     dtype == DType::F64
+}
+
+/// A tensor of `shape` holding `value` in `dtype`: one fill on the device (`Tensor::ones` and a scale would be two
+/// operations, each a dispatch on Metal).
+pub(super) fn filled(value: f64, shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<Tensor> {
+    match dtype {
+        DType::F32 => Tensor::full(value as f32, shape, device),
+        DType::F64 => Tensor::full(value, shape, device),
+        DType::BF16 => Tensor::full(half::bf16::from_f64(value), shape, device),
+        DType::F16 => Tensor::full(half::f16::from_f64(value), shape, device),
+        other => Tensor::ones(shape, other, device)?.affine(value, 0.0),
+    }
 }

@@ -12,7 +12,7 @@ use crate::engine::ops::cpu::host::f32_of;
 use crate::engine::ops::cuda::{availability::available as cuda_available, training as cuda_training};
 use crate::engine::ops::frozen_matmul::{frozen_matmul, frozen_matmul_t};
 use crate::engine::ops::kernel_choice::{is_cpu_f32, metal_dtypes};
-use crate::engine::ops::precision::upcast;
+use crate::engine::ops::precision::{filled, upcast};
 use crate::engine::ops::scalar::{sum_to_host, Scalar};
 use candle_core::{DType, Result, Tensor, D};
 
@@ -260,7 +260,7 @@ fn head_nll_composed(
 fn head_gradient(exp: Tensor, sum: &Tensor, index: &Tensor, head: &Tensor, scale: f64, dtype: DType) -> Result<Tensor> {
     if dtype == DType::F16 {
         let probs = exp.broadcast_div(sum)?;
-        probs.scatter_add_set(index, &Tensor::ones(sum.shape(), probs.dtype(), probs.device())?.neg()?, 1)?;
+        probs.scatter_add_set(index, &filled(-1.0, sum.shape(), probs.dtype(), probs.device())?, 1)?;
         return frozen_matmul(&probs.to_dtype(dtype)?, head)? * scale;
     }
     exp.scatter_add_set(index, &sum.neg()?, 1)?;
