@@ -10,7 +10,7 @@ use super::elementwise::add;
 use super::gelu::{gelu_tanh, GELU_TANH_C};
 use super::kernel_choice::{is_cpu_f32, metal_dtypes};
 use super::metal;
-use super::precision::upcast;
+use super::precision::{for_chain, upcast};
 use super::rotary::on_rotary_dims;
 use candle_core::{Result, Tensor, D};
 
@@ -33,14 +33,17 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
         return cuda_residual::rms_norm_backward(x, weight, eps, dy, None);
     }
     // dx = inv gw - x (inv^3 mean(gw x)) with gw = dy weight and inv = 1 / sqrt(mean(x^2) + eps): the two row
-    // means in f32, the passes over whole rows in the inputs' dtype (ten, four of them in f32, against thirteen
-    // nearly all in f32); each rounds once, within a few units of the dtype's last place (kernel_tests.rs).
+    // means in f32, the passes over whole rows in bf16 for bf16 inputs (ten, four of them in f32, against thirteen
+    // nearly all in f32); each rounds once, within a few units of bf16's last place (kernel_tests.rs).
     let dtype = x.dtype();
-    let gw = dy.broadcast_mul(weight)?;
-    let inv = (upcast(x)?.sqr()?.mean_keepdim(D::Minus1)? + eps)?.sqrt()?.recip()?;
-    let dot = upcast(&(&gw * x)?)?.mean_keepdim(D::Minus1)?;
-    let along_x = ((dot * inv.sqr()?)? * &inv)?;
-    gw.broadcast_mul(&inv.to_dtype(dtype)?)? - x.broadcast_mul(&along_x.to_dtype(dtype)?)?
+    let (x, dy, weight) = (for_chain(x)?, for_chain(dy)?, for_chain(weight)?);
+    let gw = dy.broadcast_mul(&weight)?;
+    let mean_square = (upcast(&x)?.sqr()?.mean_keepdim(D::Minus1)? + eps)?;
+    let inv = mean_square.powf(-0.5)?;
+    let dot = upcast(&(&gw * &x)?)?.mean_keepdim(D::Minus1)?;
+    let along_x = (dot * mean_square.powf(-1.5)?)?;
+    let chain = x.dtype();
+    (gw.broadcast_mul(&inv.to_dtype(chain)?)? - x.broadcast_mul(&along_x.to_dtype(chain)?)?)?.to_dtype(dtype)
 }
 
 /// `addend + rms_norm_backward(x, weight, eps, dy)`: a residual branch's gradient joined by the gradient through
@@ -102,16 +105,18 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
     if fused_on_gpu(gate) && up.dtype() == gate.dtype() && dm.dtype() == gate.dtype() {
         return cuda_training::silu_mul_backward(gate, up, dm);
     }
-    // In the inputs' dtype: eight passes over (rows, intermediate) against thirteen, half of them over f32 copies,
-    // through f32. Each op rounds once (Candle's half-precision kernels compute in f32): dgate takes about six
+    // In bf16 for bf16 inputs: eight passes over (rows, intermediate) against thirteen, half of them over f32
+    // copies, through f32. Each op rounds once (Candle's bf16 kernels compute in f32): dgate takes about six
     // roundings to PyTorch's two, within a few units of bf16's last place (kernel_tests.rs bounds it).
-    let sig = candle_nn::ops::sigmoid(gate)?;
-    let silu = (gate * &sig)?;
-    let dup = (dm * &silu)?;
+    let dtype = gate.dtype();
+    let (gate, up, dm) = (for_chain(gate)?, for_chain(up)?, for_chain(dm)?);
+    let sig = candle_nn::ops::sigmoid(&gate)?;
+    let silu = (&gate * &sig)?;
+    let dup = (&dm * &silu)?;
     // silu'(g) = sig * (1 + g * (1 - sig)) = sig + silu * (1 - sig)
     let dsilu = (&sig + (&silu * sig.affine(-1.0, 1.0)?)?)?;
     let dgate = ((dm * up)? * dsilu)?;
-    Ok((dgate, dup))
+    Ok((dgate.to_dtype(dtype)?, dup.to_dtype(dtype)?))
 }
 
 /// The gradients of `act(gate) * up` for the output gradient `dm` in one parallel pass, when all three are CPU

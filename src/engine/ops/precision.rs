@@ -12,6 +12,15 @@ pub fn upcast(x: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// `x` in the dtype a composed chain of element-wise passes runs in: its own, but f32 for f16, whose range loses
+/// values such chains make on the way (Candle's f16 sigmoid computes its exp in f16, which overflows below -11).
+pub(super) fn for_chain(x: &Tensor) -> Result<Tensor> {
+    match x.dtype() {
+        DType::F16 => x.to_dtype(DType::F32),
+        _ => Ok(x.clone()),
+    }
+}
+
 /// f64 (CPU-only test models) is normed by composed ops: Candle's CPU kernel accumulates in f32.
 pub(super) fn composed_in_f64(dtype: DType) -> bool {
     dtype == DType::F64
