@@ -138,10 +138,19 @@ impl<'a> Geometry<'a> {
 
     /// Rows `qs..qs + bq` of `x` (b, heads, tq, d) (any d), the heads of a KV head folded into the rows:
     /// (b, kv, rep * bq, d) contiguous.
-    fn query_block(&self, x: &Tensor, (qs, bq): (usize, usize)) -> Result<Tensor> {
+    fn query_block(&self, x: &Tensor, rows: (usize, usize)) -> Result<Tensor> {
+        self.query_block_scaled(x, rows, None)
+    }
+
+    /// [`query_block`](Self::query_block) times `scale`, the scale taken in the same pass as the copy.
+    fn query_block_scaled(&self, x: &Tensor, (qs, bq): (usize, usize), scale: Option<f64>) -> Result<Tensor> {
         let d = x.dim(3)?;
-        let x = x.reshape((self.b, self.kv, self.rep, self.tq, d))?;
-        x.narrow(3, qs, bq)?.contiguous()?.reshape((self.b, self.kv, self.rep * bq, d))
+        let rows = x.reshape((self.b, self.kv, self.rep, self.tq, d))?.narrow(3, qs, bq)?;
+        let rows = match scale {
+            Some(scale) => rows.affine(scale, 0.0)?,
+            None => rows.contiguous()?,
+        };
+        rows.reshape((self.b, self.kv, self.rep * bq, d))
     }
 
     /// The columns of `span`'s scores that some query of block `rows` does not see, as (first, end) ranges: on the
@@ -257,12 +266,11 @@ pub(crate) fn blocked_attention_in(
     metal_dtypes("blocked_attention", &[q, k, v])?;
     let g = Geometry::new(q, k, (q_offset, window), block, row_starts)?;
     let starts = starts_on_device(&g, q.device())?;
-    let q = &(q * scale)?;
     let mut outs = Vec::new();
     for rows in g.query_blocks() {
         let span = g.key_span(rows);
         let (k_span, v_span) = (span.of(k)?, span.of(v)?);
-        let p = probabilities(&g, &g.query_block(q, rows)?, &k_span, rows, span, starts.as_ref())?;
+        let p = probabilities(&g, &g.query_block_scaled(q, rows, Some(scale))?, &k_span, rows, span, starts.as_ref())?;
         let out = matmul(&p, &v_span)?;
         outs.push(out.reshape((g.b, g.kv, g.rep, rows.1, g.d))?);
     }
@@ -377,14 +385,14 @@ pub fn blocked_attention_backward(
     let d_out = as_heads(&Tensor::cat(&[&d_out_rows, &tail], 3)?, g.d + CENTRING)?;
     let minus_eighths = filled(-1.0 / CENTRING as f64, (g.b, g.kv, g.tk, CENTRING), v.dtype(), v.device())?;
     let v_centring = Tensor::cat(&[v, &minus_eighths], 3)?;
-    // Scaled queries give the scores and, against the unscaled ds, dk whole; dq takes the scale once per block.
-    let q_scaled = (q * scale)?;
+    // Each block's queries are scaled as they are copied out: they give the scores and, against the unscaled ds,
+    // dk whole; dq takes the scale once per block.
     let (mut dk, mut dv) = (KeyGradients::new(), KeyGradients::new());
     let mut dq = Vec::new();
     for rows in g.query_blocks().into_iter().rev() {
         let span = g.key_span(rows);
         let k_span = span.of(k)?;
-        let q_blk = g.query_block(&q_scaled, rows)?;
+        let q_blk = g.query_block_scaled(q, rows, Some(scale))?;
         let do_blk = g.query_block(&d_out, rows)?;
         let p = probabilities(&g, &q_blk, &k_span, rows, span, starts.as_ref())?;
         dv.add(&matmul(&p.t()?, &do_blk)?.narrow(3, 0, g.d)?, span)?;
