@@ -7,7 +7,7 @@ set -uo pipefail
 OUT="$1"; G="${G:-.gpu/pr}"; mkdir -p "$OUT"; LOG="$OUT/round.txt"
 for b in before new; do python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('$G/$b.xz'), open('/tmp/$b','wb'))"; chmod +x /tmp/$b; done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$LOG"
-for run in "tiny-llama f32" "tiny-llama bf16" "tiny-gemma3 bf16" "tiny-llama bf16 --packing"; do
+for run in "tiny-llama f32" "tiny-llama bf16" "tiny-llama f16" "tiny-gemma3 bf16" "tiny-llama bf16 --packing"; do
   set -- $run; arch=$1; d=$2; extra="${3:-}"; tag="${arch}_${d}${extra:+_packed}"
   for k in native portable; do
   timeout 120 bash $G/gpu-libs.sh /tmp/new train --model tests/fixtures/$arch --data assets/sample-chat --iters 20 --batch-size 4 \
