@@ -117,6 +117,42 @@ fn silu_backward_in_half_precision_stays_within_a_few_roundings() {
     }
 }
 
+/// The composed GeGLU backward in half precision (gemma3 on the portable graph, composed in f32: a bf16 chain
+/// failed this by half the slope at g = -3) stays within a few roundings of the f64 truth on the same rounded
+/// inputs: each element within 8 units of the dtype's last place of the terms it is made of (|dm u| (0.5 (1 + t) +
+/// |0.5 c g (1 - t^2) (1 + 3a g^2)|) for the gate, |dm gelu(g)| for up), plus 1e-6 |dm u| (|dm| for up) where
+/// f32's t saturates, plus two of the dtype's smallest steps.
+#[test]
+fn gelu_backward_in_half_precision_stays_within_a_few_roundings() {
+    let (g64, u64, d64) = (seeded(&[4096], 0.0, 8.0, 7), seeded(&[4096], 0.0, 2.0, 8), seeded(&[4096], 0.0, 2e-3, 9));
+    for (dtype, ulp, smallest) in [(DType::BF16, 1.0 / 128.0, 1e-40), (DType::F16, 1.0 / 1024.0, 6e-8)] {
+        let half = |t: &Tensor| t.to_dtype(dtype).unwrap();
+        let (dgate, dup) = gelu_tanh_mul_backward(&half(&g64), &half(&u64), &half(&d64)).unwrap();
+        let [g, u, d] = [&g64, &u64, &d64].map(|t| half(t).to_dtype(DType::F64).unwrap());
+        let c = super::gelu::GELU_TANH_C;
+        let g2 = g.sqr().unwrap();
+        let t = (&g * g2.affine(c * 0.044_715, c).unwrap()).unwrap().tanh().unwrap();
+        let half_one_plus_t = t.affine(0.5, 0.5).unwrap();
+        let curve = ((&g * t.sqr().unwrap().affine(-1.0, 1.0).unwrap()).unwrap()
+            * g2.affine(0.5 * c * 3.0 * 0.044_715, 0.5 * c).unwrap())
+        .unwrap();
+        let du = (&d * &u).unwrap();
+        let exact_gate = (&du * (&half_one_plus_t + &curve).unwrap()).unwrap();
+        // Plus 1e-6 |dm u|: where f32's t rounds to -1 (g below about -5) the slope and gelu(g), both under 1e-6,
+        // are lost whole.
+        let terms = ((&half_one_plus_t + curve.abs().unwrap()).unwrap() + 1e-6 / (8.0 * ulp)).unwrap();
+        let gate_size = (du.abs().unwrap() * terms).unwrap();
+        let exact_up = (&d * (&g * &half_one_plus_t).unwrap()).unwrap();
+        let up_size = (exact_up.abs().unwrap() + (d.abs().unwrap() * (1e-6 / (8.0 * ulp))).unwrap()).unwrap();
+        for (name, got, exact, size) in [("gate", &dgate, &exact_gate, &gate_size), ("up", &dup, &exact_up, &up_size)] {
+            let err = (got.to_dtype(DType::F64).unwrap() - exact).unwrap().abs().unwrap();
+            let bound = ((size * (8.0 * ulp)).unwrap() + 2.0 * smallest).unwrap();
+            let excess = (err - bound).unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+            assert!(excess <= 0.0, "{dtype:?} d{name}: an element is off by {excess} more than its bound");
+        }
+    }
+}
+
 /// The composed RMS norm backward in half precision (the portable graph's; f16 through f32) stays within a few
 /// roundings of the f64 truth on the same rounded inputs: each element within 6 units of the dtype's last place of
 /// its two terms, |inv gw| + |x| inv^3 mean|gw x| (the row mean is of rounded products).
