@@ -25,6 +25,13 @@ fn seeded(shape: &[usize], center: f64, half_width: f64, seed: u64) -> Tensor {
     Tensor::from_vec(values, shape, &Device::Cpu).unwrap()
 }
 
+/// Every element of `got` within its `bound` (f64, elementwise) of `exact` (f64).
+fn assert_within(what: &str, got: &Tensor, exact: &Tensor, bound: &Tensor) {
+    let err = (got.to_dtype(DType::F64).unwrap() - exact).unwrap().abs().unwrap();
+    let excess = (err - bound).unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+    assert!(excess <= 0.0, "{what}: an element is off by {excess} more than its bound");
+}
+
 /// Each hand-written input gradient (CPU f32 kernel) against Candle's autograd through the same block
 /// composed from differentiable ops in f64, with a non-trivial upstream gradient.
 #[test]
@@ -94,7 +101,6 @@ fn backward_kernels_match_autograd_of_composed_blocks() {
 /// plus two of the dtype's smallest steps (f16 gradients this small are subnormal).
 #[test]
 fn silu_backward_in_half_precision_stays_within_a_few_roundings() {
-    let dev = Device::Cpu;
     let (g64, u64, d64) = (seeded(&[4096], 0.0, 12.0, 1), seeded(&[4096], 0.0, 2.0, 2), seeded(&[4096], 0.0, 2e-3, 3));
     for (dtype, ulp, smallest) in [(DType::BF16, 1.0 / 128.0, 1e-40), (DType::F16, 1.0 / 1024.0, 6e-8)] {
         let half = |t: &Tensor| t.to_dtype(dtype).unwrap();
@@ -109,10 +115,8 @@ fn silu_backward_in_half_precision_stays_within_a_few_roundings() {
         let exact_up = (&d * &silu).unwrap();
         let up_size = exact_up.abs().unwrap();
         for (name, got, exact, size) in [("gate", &dgate, &exact_gate, &gate_size), ("up", &dup, &exact_up, &up_size)] {
-            let err = (got.to_dtype(DType::F64).unwrap() - exact).unwrap().abs().unwrap();
             let bound = ((size * (4.0 * ulp)).unwrap() + 2.0 * smallest).unwrap();
-            let excess = (err - bound).unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
-            assert!(excess <= 0.0, "{dtype:?} d{name}: an element is off by {excess} more than its bound");
+            assert_within(&format!("{dtype:?} d{name}"), got, exact, &bound);
         }
     }
 }
@@ -145,10 +149,8 @@ fn gelu_backward_in_half_precision_stays_within_a_few_roundings() {
         let exact_up = (&d * (&g * &half_one_plus_t).unwrap()).unwrap();
         let up_size = (exact_up.abs().unwrap() + (d.abs().unwrap() * (1e-6 / (8.0 * ulp))).unwrap()).unwrap();
         for (name, got, exact, size) in [("gate", &dgate, &exact_gate, &gate_size), ("up", &dup, &exact_up, &up_size)] {
-            let err = (got.to_dtype(DType::F64).unwrap() - exact).unwrap().abs().unwrap();
             let bound = ((size * (8.0 * ulp)).unwrap() + 2.0 * smallest).unwrap();
-            let excess = (err - bound).unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
-            assert!(excess <= 0.0, "{dtype:?} d{name}: an element is off by {excess} more than its bound");
+            assert_within(&format!("{dtype:?} d{name}"), got, exact, &bound);
         }
     }
 }
@@ -158,7 +160,6 @@ fn gelu_backward_in_half_precision_stays_within_a_few_roundings() {
 /// its two terms, |inv gw| + |x| inv^3 mean|gw x| (the row mean is of rounded products).
 #[test]
 fn rms_norm_backward_in_half_precision_stays_within_a_few_roundings() {
-    let dev = Device::Cpu;
     let (x64, w64, dy64) =
         (seeded(&[16, 256], 0.0, 4.0, 4), seeded(&[256], 1.0, 0.5, 5), seeded(&[16, 256], 0.0, 2.0, 6));
     for (dtype, ulp) in [(DType::BF16, 1.0 / 128.0), (DType::F16, 1.0 / 1024.0)] {
@@ -176,9 +177,7 @@ fn rms_norm_backward_in_half_precision_stays_within_a_few_roundings() {
         let dot_size = (&gw * &x).unwrap().abs().unwrap().mean_keepdim(D::Minus1).unwrap();
         let second_size = x.abs().unwrap().broadcast_mul(&(dot_size * inv3).unwrap()).unwrap();
         let size = (first.abs().unwrap() + second_size).unwrap();
-        let err = (got.to_dtype(DType::F64).unwrap() - exact).unwrap().abs().unwrap();
-        let excess = (err - (size * (6.0 * ulp)).unwrap()).unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
-        assert!(excess <= 0.0, "{dtype:?}: an element is off by {excess} more than its bound");
+        assert_within(&format!("{dtype:?}"), &got, &exact, &(size * (6.0 * ulp)).unwrap());
     }
 }
 
