@@ -26,12 +26,11 @@ pub(super) fn composed_in_f64(dtype: DType) -> bool {
     dtype == DType::F64
 }
 
-/// A tensor of `shape` holding `value` in `dtype`: one fill on the device (`Tensor::ones` and a scale would be two
-/// operations, each a dispatch on Metal).
+/// A tensor of `shape` holding `value` in `dtype`: one fill on the device for the dtypes Metal has (`Tensor::ones`
+/// and a scale would be two operations, each a dispatch on Metal); ones and a scale for any other.
 pub(super) fn filled(value: f64, shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<Tensor> {
     match dtype {
         DType::F32 => Tensor::full(value as f32, shape, device),
-        DType::F64 => Tensor::full(value, shape, device),
         DType::BF16 => Tensor::full(half::bf16::from_f64(value), shape, device),
         DType::F16 => Tensor::full(half::f16::from_f64(value), shape, device),
         other => Tensor::ones(shape, other, device)?.affine(value, 0.0),
