@@ -10,7 +10,9 @@ use super::elementwise::gelu_tanh_mul;
 use super::frozen_matmul::{frozen_matmul, frozen_matmul_t};
 use super::norm::rms_norm;
 use super::rotary::rope;
-fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+
+/// The largest absolute difference of two tensors of one shape, in f64 whatever their dtypes.
+pub(super) fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
     let d = (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap()).unwrap();
     d.abs().unwrap().max_all().unwrap().to_scalar().unwrap()
 }

@@ -5,7 +5,7 @@
 use candle_core::{DType, Result, Tensor};
 
 use super::cuda::gemm as cuda_gemm;
-use super::elementwise::add_scaled;
+use super::elementwise::{add, add_scaled};
 use super::kernel_choice::{is_cpu_f32, metal_dtypes};
 
 /// `a (..., m, k) · b (..., k, n)`, same batch dimensions: through BLAS for CPU f32 operands (our kernels), Candle's
@@ -32,7 +32,7 @@ pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Re
     }
     if let Some(product) = product_scaled_on_an_operand(a, b, alpha)? {
         return match acc {
-            Some(acc) => add_scaled(&acc, &product, 1.0),
+            Some(acc) => add(&acc, &product),
             None => Ok(product),
         };
     }

@@ -271,6 +271,7 @@ fn head_gradient(exp: Tensor, sum: &Tensor, index: &Tensor, head: &Tensor, scale
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::ops::kernel_tests::max_diff;
     use candle_core::{DType, Device};
 
     /// Device chunks are whole rows of product tiles when at least one tile's rows fit, and never exceed their
@@ -302,11 +303,6 @@ mod tests {
         assert!((grad[0] - 250.0).abs() < 1e-3, "{grad:?}");
     }
 
-    /// The largest absolute difference of two f32 tensors of one shape.
-    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap()
-    }
-
     /// In bf16 (the division after the product) and f16 (the probabilities first) the composed gradient is the
     /// f32 one to within a few of the dtype's roundings of its largest value.
     #[test]
@@ -316,11 +312,11 @@ mod tests {
         let head = Tensor::randn(0f32, 1.0, (37, 16), &dev).unwrap();
         let targets: Vec<u32> = (0..40).map(|i| (i * 5 % 37) as u32).collect();
         let want = head_nll_composed(&hidden, &head, &targets, Some(0.25), None, 7).unwrap().grad_hidden.unwrap();
-        let largest: f32 = want.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+        let largest = max_diff(&want, &want.zeros_like().unwrap());
         for (dtype, ulp) in [(DType::BF16, 1.0 / 128.0), (DType::F16, 1.0 / 1024.0)] {
             let (h, w) = (hidden.to_dtype(dtype).unwrap(), head.to_dtype(dtype).unwrap());
             let got = head_nll_composed(&h, &w, &targets, Some(0.25), None, 7).unwrap().grad_hidden.unwrap();
-            let diff = max_abs_diff(&got.to_dtype(DType::F32).unwrap(), &want);
+            let diff = max_diff(&got, &want);
             // The inputs' own rounding moves the logits by up to ~16 ulps of their size: the bound is generous
             // in ulps but far below the gradient's own size.
             assert!(diff <= 16.0 * ulp * largest, "{dtype:?}: off by {diff} (largest {largest})");
@@ -353,7 +349,7 @@ mod tests {
                 .unwrap();
             let probs = candle_nn::ops::softmax_last_dim(&logits).unwrap();
             let expected_grad = ((probs - onehot).unwrap() * 0.5).unwrap().matmul(&head).unwrap();
-            let diff = max_abs_diff(&loss.grad_hidden.unwrap(), &expected_grad);
+            let diff = max_diff(&loss.grad_hidden.unwrap(), &expected_grad);
             assert!(diff < 1e-5, "gradient differs by {diff}");
         }
         // Per-row NLL (scoring): both paths, chunked, equal the whole log-softmax row by row.
