@@ -214,9 +214,9 @@ fn starts_on_device(g: &Geometry, device: &Device) -> Result<Option<Tensor>> {
 }
 
 /// The probabilities (b, kv, rep * bq, len) of query block `rows` (scaled queries `q_blk`) over the keys of
-/// `span` (`k_span`: those keys), in the inputs' dtype: one product, the mask where the span needs one, one fused softmax. Candle's CPU
-/// softmax sums in its input's dtype, so half precision goes through f32 there (its CUDA and Metal kernels
-/// accumulate in f32 themselves).
+/// `span` (`k_span`: those keys), in the inputs' dtype: one product, the mask where the span needs one, one fused
+/// softmax. Candle's CPU softmax sums in its input's dtype, so half precision goes through f32 there (its CUDA and
+/// Metal kernels accumulate in f32 themselves).
 fn probabilities(
     g: &Geometry,
     q_blk: &Tensor,
