@@ -2,7 +2,8 @@
 //! gradients, run through wgpu on Vulkan (lavapipe in CI; CI sets METAL_CANDLE_REQUIRE_VULKAN=1 so a missing
 //! adapter fails there instead of skipping), plus naga's MSL translation of every kernel for the Mac.
 //! f32 must agree to 1e-5 relative; f16 to 2^-10 (the kernel stores its result once in f16, 2^-11 relative,
-//! from the same f16-rounded inputs the reference gets). `bench_wgsl_1b_shapes` (ignored) times each kernel at
+//! from the same f16-rounded inputs the reference gets); bf16 to 2^-7 (stored once in bf16, 2^-8 relative, as
+//! u32 words of two elements: element_access.rs). `bench_wgsl_1b_shapes` (ignored) times each kernel at
 //! the Llama-3.2-1B shapes on whatever adapter wgpu finds.
 
 mod wgsl_support;
@@ -14,18 +15,16 @@ use wgsl_support::{assert_close, gpu_or_skip, msl, Gpu, Values};
 
 const F32_TOL: f32 = 1e-5;
 const F16_TOL: f32 = 1.0 / 1024.0;
+const BF16_TOL: f32 = 1.0 / 128.0;
 
-/// Deterministic values in [-amp, amp), rounded to f16 for f16 runs so both sides see the same inputs.
+/// Deterministic values in [-amp, amp), rounded to f16 (bf16) for f16 (bf16) runs so both sides see the same
+/// inputs.
 fn values(n: usize, seed: u64, amp: f32, precision: Precision) -> Vec<f32> {
     let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
             s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let v = ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp;
-            match precision {
-                Precision::F16 => half::f16::from_f32(v).to_f32(),
-                Precision::F32 => v,
-            }
+            values_round(((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp, precision)
         })
         .collect()
 }
@@ -46,6 +45,7 @@ fn precisions(gpu: &Gpu) -> Vec<(Precision, f32)> {
     } else {
         eprintln!("{}: no SHADER_F16, f16 kernels not run", gpu.name);
     }
+    p.push((Precision::Bf16, BF16_TOL));
     p
 }
 
@@ -53,7 +53,7 @@ fn precisions(gpu: &Gpu) -> Vec<(Precision, f32)> {
 fn every_kernel_validates_and_translates_to_msl() {
     for kernel in Kernel::ALL {
         let head_dims: &[u32] = if kernel.needs_head_dim() { &wgsl::ATTENTION_HEAD_DIMS } else { &[0] };
-        for precision in [Precision::F32, Precision::F16] {
+        for precision in Precision::ALL {
             for &head_dim in head_dims {
                 let source = wgsl::source(kernel, precision, head_dim);
                 let out =
@@ -140,6 +140,7 @@ fn rope_forward_and_backward() {
 fn values_round(v: f32, precision: Precision) -> f32 {
     match precision {
         Precision::F16 => half::f16::from_f32(v).to_f32(),
+        Precision::Bf16 => half::bf16::from_f32(v).to_f32(),
         Precision::F32 => v,
     }
 }
@@ -215,6 +216,41 @@ fn lora_epilogue_matches_two_matmuls() {
     }
 }
 
+/// bf16 stores round to nearest even, as Candle (the half crate) converts f32 to bf16: the low-rank add at rank 1
+/// with x = 1 forms `y + b` in f32 (an IEEE sum, the same on both sides; exact for the leading pairs), then the kernel
+/// rounds it once; ties both ways, a tie past the largest bf16 to infinity, and NaN are in the first row.
+#[test]
+fn bf16_stores_round_to_nearest_even_as_candle_does() {
+    let Some(gpu) = gpu_or_skip("bf16_stores_round_to_nearest_even_as_candle_does") else { return };
+    let bf = |v: f32| half::bf16::from_f32(v).to_f32();
+    let mut pairs: Vec<(f32, f32)> = vec![
+        (1.0, 2f32.powi(-8)),                 // a tie, to even (down)
+        (1.0 + 2f32.powi(-7), 2f32.powi(-8)), // a tie, to even (up)
+        (-1.0, -(2f32.powi(-8))),             // negative tie
+        (bf(3.38e38), 2f32.powi(119)),        // past the largest bf16: infinity
+        (f32::NAN, 1.0),
+        (f32::INFINITY, -1.0),
+    ];
+    let mut s = 17u64;
+    while pairs.len() < 4 * 64 {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let e1 = ((s >> 33) % 40) as i32 - 20;
+        let e2 = e1 + ((s >> 45) % 17) as i32 - 8;
+        let sign = if s >> 63 == 1 { -1.0 } else { 1.0 };
+        let mant = |shift: u32| 1.0 + ((s >> shift) & 0x7f) as f32 / 128.0;
+        pairs.push((bf(mant(10) * 2f32.powi(e1)), sign * bf(mant(20) * 2f32.powi(e2))));
+    }
+    let (y, b): (Vec<f32>, Vec<f32>) = pairs.iter().copied().unzip();
+    let launch = wgsl::lowrank_add(4, 1, 64, 1.0, Factor::AsKept, None);
+    let got = gpu.run(&launch, Precision::Bf16, 0, &[&y, &[1.0; 4], &b[..64]]);
+    let b_row = |i: usize| b[i % 64];
+    for (i, (&yv, &g)) in y.iter().zip(&got[0]).enumerate() {
+        let want = half::bf16::from_f32(yv + b_row(i)).to_f32();
+        let same = (g.is_nan() && want.is_nan()) || g.to_bits() == want.to_bits();
+        assert!(same, "element {i}: {yv} + {} stored as {g}, Candle rounds to {want}", b_row(i));
+    }
+}
+
 /// The training form: y + scale * x B^T from a given (rows, rank) x, at ranks 1, 8 and the kernel's largest, a
 /// negative scale, and output widths past a workgroup's 256 threads; and with a dropout mask over the product
 /// (the backward through a dropped-out adapter input), drawn in the kernel as the CPU draws it.
@@ -222,9 +258,12 @@ fn lora_epilogue_matches_two_matmuls() {
 fn lowrank_add_matches_a_matmul() {
     let Some(gpu) = gpu_or_skip("lowrank_add_matches_a_matmul") else { return };
     for (rows, rank, n_out, scale) in
-        [(70, 8, 260, 2.0f32), (5, 1, 33, -0.5), (3, wgsl::LORA_MAX_RANK as usize, 300, 1.0)]
+        [(70, 8, 260usize, 2.0f32), (5, 1, 33, -0.5), (3, wgsl::LORA_MAX_RANK as usize, 300, 1.0)]
     {
         for (precision, tol) in precisions(gpu) {
+            // bf16 rows are written a word (two elements) at a time, so its launches take even widths only
+            // (`metal::row_fits`); the odd width runs in f32 and f16.
+            let n_out = if precision == Precision::Bf16 { n_out.next_multiple_of(2) } else { n_out };
             let y = values(rows * n_out, 21, 1.0, precision);
             let x = values(rows * rank, 22, 1.0, precision);
             let bw = values(n_out * rank, 23, 0.1, precision);
@@ -344,9 +383,10 @@ fn check_attention(gpu: &Gpu, s: &AttentionShape, starts: Option<&[u32]>, case: 
         // The backward reads the kernel's own o and lse, as training does.
         let bq = gpu.run(&wgsl::attention_bwd_dq(s), precision, hd, &[&q, &k, &v, &fwd[0], &d_o, &fwd[1], &rs]);
         let bkv = gpu.run(&wgsl::attention_bwd_dkdv(s), precision, hd, &[&q, &k, &v, &d_o, &fwd[1], &bq[1], &rs]);
-        // f16: o is stored in f16 before delta = sum(dO * o) is formed; dp - delta can cancel, so allow 8x (dk
-        // at t=100 d=96 is 4.0e-3 off, the same to the digit from the earlier one-thread-per-row kernel).
-        let btol = if precision == Precision::F16 { 8.0 * tol } else { tol };
+        // f16 and bf16: o is stored in the half type before delta = sum(dO * o) is formed; dp - delta can cancel, so
+        // allow 8x (f16's dk at t=100 d=96 is 4.0e-3 off, the same to the digit from the earlier one-thread-per-row
+        // kernel).
+        let btol = if precision == Precision::F32 { tol } else { 8.0 * tol };
         assert_close_or_zero(&what("dq"), &bq[0], &flat(&dq), btol);
         assert_close_or_zero(&what("dk"), &bkv[0], &flat(&dk), btol);
         assert_close(&what("dv"), &bkv[1], &flat(&dv), btol);

@@ -5,7 +5,7 @@
 //! wiring (which op takes which kernel, with which shapes, and what comes back) is run end to end: a training step
 //! records every kernel's launches (and the attention's with a sliding window and with packed rows), and 20 training
 //! steps of every family, and packed runs of tiny-llama and tiny-gemma3, lose what the portable graph loses, f32 to
-//! 1e-5 of the loss and f16 to the portable f16 run's own distance from f32. Needs the `wgpu-kernels` feature (the
+//! 1e-5 of the loss and f16 and bf16 to the portable run's own distance from f32. Needs the `wgpu-kernels` feature (the
 //! README's test command).
 
 mod common;
@@ -69,14 +69,21 @@ fn pack(batch: &mut Batch) {
     batch.row_starts = Some(starts);
 }
 
-/// A training step of tiny-llama records every wired kernel's launches; with tiny-gemma3 (whose first layer attends
-/// through a sliding window) and with packed rows, each layer's attention still goes through the WGSL kernels each
-/// way.
+/// A training step of tiny-llama records every wired kernel's launches, in f32 and in bf16 (u32 words of two
+/// elements in the kernels); with tiny-gemma3 (whose first layer attends through a sliding window) and with packed
+/// rows, each layer's attention still goes through the WGSL kernels each way.
 #[test]
 fn a_training_step_runs_each_wired_kernel() {
     let Some(_turn) = wgsl("a_training_step_runs_each_wired_kernel") else { return };
-    for (arch, packed) in [("tiny-llama", false), ("tiny-llama", true), ("tiny-gemma3", false), ("tiny-gemma3", true)] {
-        let mut m = load_model(&fixture(arch), &Device::Cpu, DType::F32).unwrap();
+    let cases = [
+        ("tiny-llama", false, DType::F32),
+        ("tiny-llama", true, DType::F32),
+        ("tiny-gemma3", false, DType::F32),
+        ("tiny-gemma3", true, DType::F32),
+        ("tiny-llama", false, DType::BF16),
+    ];
+    for (arch, packed, dtype) in cases {
+        let mut m = load_model(&fixture(arch), &Device::Cpu, dtype).unwrap();
         let settings =
             LoraSettings { rank: 4, alpha: 8.0, targets: "all-linear".parse().unwrap(), ..Default::default() };
         let params = lora::attach_new_adapters(&mut m.model, &settings, 3).unwrap();
@@ -92,7 +99,7 @@ fn a_training_step_runs_each_wired_kernel() {
         assert!(out.unwrap().nll_sum.value().unwrap().is_finite());
         let after = metal::launch_counts();
         let ran = |entry: &str| after.get(entry).copied().unwrap_or(0) - before.get(entry).copied().unwrap_or(0);
-        let what = format!("{arch} (packed: {packed})");
+        let what = format!("{arch} (packed: {packed}, {dtype:?})");
         // Two layers: the attention each way per layer, the sliding layer's and packed rows' too.
         let mut expected = vec![("attention_fwd", 2), ("attention_bwd_dq", 2), ("attention_bwd_dkdv", 2)];
         if (arch, packed) == ("tiny-llama", false) {
@@ -141,17 +148,21 @@ fn wgsl_training_matches_the_portable_graph_in_every_family() {
         };
         assert_same_losses(&format!("{arch} packed"), &losses("portable"), &losses("wgsl"));
     }
-    // f16: the kernels store once in f16 where the composed ops round after each op; over the run the WGSL f16
-    // losses stay as close to the f32 run as the portable f16 ones do (within twice their largest distance, plus
-    // 1e-3).
+    // f16 and bf16: the kernels store once in the half type where the composed ops round after each op; over the
+    // run the WGSL losses stay as close to the f32 run as the portable ones do (within twice their largest
+    // distance, plus 1e-3).
     let arch = "tiny-llama";
     let f32_run = common::cli::family_run_losses("portable", arch, "f32");
-    let (portable, ours) =
-        (common::cli::family_run_losses("portable", arch, "f16"), common::cli::family_run_losses("wgsl", arch, "f16"));
-    let farthest = |run: &[f64]| run.iter().zip(&f32_run).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-    let (theirs, mine) = (farthest(&portable), farthest(&ours));
-    eprintln!("f16 against f32, largest loss distance: portable {theirs:.2e}, wgsl {mine:.2e}");
-    assert!(mine <= 2.0 * theirs + 1e-3, "f16: wgsl {mine} from the f32 run, portable {theirs} ({ours:?})");
+    for dtype in ["f16", "bf16"] {
+        let (portable, ours) = (
+            common::cli::family_run_losses("portable", arch, dtype),
+            common::cli::family_run_losses("wgsl", arch, dtype),
+        );
+        let farthest = |run: &[f64]| run.iter().zip(&f32_run).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let (theirs, mine) = (farthest(&portable), farthest(&ours));
+        eprintln!("{dtype} against f32, largest loss distance: portable {theirs:.2e}, wgsl {mine:.2e}");
+        assert!(mine <= 2.0 * theirs + 1e-3, "{dtype}: wgsl {mine} from the f32 run, portable {theirs} ({ours:?})");
+    }
 }
 
 /// At inference an adapter's update goes through the WGSL LoRA epilogue (one launch: `y + scale (x A) B`), and gives
@@ -201,21 +212,23 @@ fn a_prefill_after_a_cache_takes_the_wgsl_attention() {
 }
 
 /// Adapter dropout under wgsl multiplies by a mask the kernel draws from the seed (none drawn on the host and
-/// copied over): bit for bit the product with the mask the CPU draws, for whole masks and blocks of rows, f32 and
-/// f16, and past the 65,535 workgroups of one grid dimension (4,097 x 4,097 elements).
+/// copied over): bit for bit the product with the mask the CPU draws, for whole masks and blocks of rows, f32, f16
+/// and bf16, and past the 65,535 workgroups of one grid dimension (4,097 x 4,097 elements). bf16 rows of odd width
+/// stay on the portable graph (its kernels write two elements at a time), with the same bits.
 #[test]
 fn dropout_draws_the_cpu_mask_in_the_kernel() {
     let Some(_turn) = wgsl("dropout_draws_the_cpu_mask_in_the_kernel") else { return };
     // (seed, p, rows skipped by `rows_from`, rows, columns)
     let cases = [(7, 0.1, 0, 3, 1000), (11, 0.3, 5, 40, 37), (u64::MAX, 0.5, 2, 1, 1), (3, 0.05, 1, 4097, 4097)];
-    for dtype in [DType::F32, DType::F16] {
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
         for (seed, p, skipped, rows, cols) in cases {
             let dropout = ops::Dropout::new(seed, p).rows_from(skipped, cols);
             let x = Tensor::randn(0f32, 1.0, (rows, cols), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
             let what = format!("seed {seed}, p {p}, {rows} x {cols} after {skipped} rows, {dtype:?}");
             let before = launched("dropout_apply");
             let got = dropout.apply(&x).unwrap();
-            assert_eq!(launched("dropout_apply"), before + 1, "{what}: the kernel did not run");
+            let kernel = metal::row_fits(dtype, cols);
+            assert_eq!(launched("dropout_apply"), before + usize::from(kernel), "{what}: kernel {kernel}");
             let want = (&x * dropout.mask(x.shape(), dtype, &Device::Cpu).unwrap()).unwrap();
             let bits = |t: &Tensor| -> Vec<u32> {
                 let values: Vec<f32> = t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();

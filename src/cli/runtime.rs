@@ -34,7 +34,7 @@ pub struct RuntimeArgs {
     pub step_phases: bool,
     /// native: our CPU and CUDA kernels where they apply; portable: only the op graph a Mac runs (Candle's
     /// kernels and composed ops, no f64), to test or measure that path on this machine; wgsl: the portable graph
-    /// with our WGSL kernels for f32/f16 norms, rotary and SwiGLU (Metal on a Mac; CPU tensors through Vulkan in
+    /// with our WGSL kernels for f32/f16/bf16 norms, rotary and SwiGLU (Metal on a Mac; CPU tensors through Vulkan in
     /// a build with the wgpu-kernels feature; refused elsewhere).
     #[arg(long, global = true, value_name = "native|portable|wgsl", default_value = "native")]
     pub kernels: crate::engine::runtime::Kernels,

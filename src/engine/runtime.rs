@@ -56,8 +56,8 @@ pub enum Kernels {
     /// the CPU or CUDA this runs the Mac's op graph, and every op checks that its tensors have a dtype Candle's
     /// Metal backend implements, so the portable graph is tested where Metal is not.
     Portable,
-    /// The portable graph with our WGSL kernels where they apply (f32 and f16: RMS norm, rotary, SwiGLU, forward
-    /// and backward): through Metal on a Mac; on CPU tensors through wgpu (Vulkan) in a build with the
+    /// The portable graph with our WGSL kernels where they apply (f32, f16 and bf16: RMS norm, rotary, SwiGLU,
+    /// attention, the loss and the LoRA update, forward and backward): through Metal on a Mac; on CPU tensors through wgpu (Vulkan) in a build with the
     /// `wgpu-kernels` feature, which is how it is tested where no Mac is.
     Wgsl,
 }

@@ -33,6 +33,7 @@ pub fn gpu_or_skip(test: &str) -> Option<&'static Gpu> {
 pub fn bytes_of(elem: Elem, precision: Precision, data: &[f32]) -> Vec<u8> {
     match (elem, precision) {
         (Elem::Et, Precision::F16) => data.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
+        (Elem::Et, Precision::Bf16) => data.iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect(),
         (Elem::I32, _) => data.iter().flat_map(|v| (*v as i32).to_le_bytes()).collect(),
         (Elem::U32, _) => data.iter().flat_map(|v| (*v as u32).to_le_bytes()).collect(),
         _ => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -43,6 +44,9 @@ fn floats_of(elem: Elem, precision: Precision, bytes: &[u8], len: usize) -> Vec<
     match (elem, precision) {
         (Elem::Et, Precision::F16) => {
             bytes.chunks_exact(2).take(len).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+        }
+        (Elem::Et, Precision::Bf16) => {
+            bytes.chunks_exact(2).take(len).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
         }
         (Elem::I32, _) => {
             bytes.chunks_exact(4).take(len).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f32).collect()

@@ -92,7 +92,7 @@ pub fn head_nll_rows(
     if let Some(&bad) = targets.iter().find(|&&t| t as usize >= vocab) {
         candle_core::bail!("head loss: target id {bad} is outside the vocabulary of {vocab}");
     }
-    if crate::engine::ops::metal::takes(&[hidden, head]) {
+    if crate::engine::ops::metal::takes(&[hidden, head]) && crate::engine::ops::metal::row_fits(head.dtype(), vocab) {
         return head_nll_wgsl(hidden, head, targets, grad_scale, row_nll);
     }
     if is_cpu_f32(hidden) && is_cpu_f32(head) && crate::engine::blas::available() {

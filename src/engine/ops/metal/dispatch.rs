@@ -73,7 +73,7 @@ impl CustomOp1 for WgslOp {
         let device = storage.device();
         let dtype = storage.dtype();
         let precision = Precision::for_dtype(dtype)
-            .ok_or_else(|| metal_err(self.launch.entry, format!("{dtype:?} has no WGSL kernel (f32 and f16 do)")))?;
+            .ok_or_else(|| metal_err(self.launch.entry, format!("{dtype:?} has no WGSL kernel (f32, f16, bf16 do)")))?;
         let guards: Vec<_> = self.rest.iter().map(|t| t.storage_and_layout()).collect();
         let mut inputs: Vec<(&Buffer, usize)> = vec![(storage.buffer(), layout.start_offset() * dtype.size_in_bytes())];
         for (guard, t) in guards.iter().zip(&self.rest) {
@@ -123,10 +123,20 @@ impl CustomOp1 for WgslOp {
     }
 }
 
+/// `t`, copied when it is bf16 starting at an odd element: a bf16 kernel reads its buffer as u32 words
+/// (element_access.rs), and Metal binds a buffer at an offset aligned to the element the kernel reads.
+fn word_aligned(t: &Tensor) -> Result<Tensor> {
+    if t.dtype() == candle_core::DType::BF16 && t.layout().start_offset() % 2 == 1 {
+        t.force_contiguous()
+    } else {
+        Ok(t.clone())
+    }
+}
+
 /// Runs `launch` on the Metal tensors `inputs` (one per input binding, in order, checked by `metal::run`; made
 /// contiguous here) and returns its outputs reshaped to `shapes`. `head_dim` specialises the attention kernels.
 pub fn run(launch: &Launch, head_dim: u32, inputs: &[&Tensor], shapes: &[Shape]) -> Result<Vec<Tensor>> {
-    let contiguous: Vec<Tensor> = inputs.iter().map(|t| t.contiguous()).collect::<Result<_>>()?;
+    let contiguous: Vec<Tensor> = inputs.iter().map(|t| word_aligned(&t.contiguous()?)).collect::<Result<_>>()?;
     let op = WgslOp { launch: launch.clone(), head_dim, rest: contiguous[1..].to_vec(), extra: Mutex::new(Vec::new()) };
     let first = contiguous[0].apply_op1_no_bwd(&op)?;
     let extra = std::mem::take(&mut *op.extra.lock().map_err(|e| metal_err("outputs", e))?);

@@ -11,6 +11,7 @@
 
 #[cfg(target_os = "macos")]
 mod dispatch;
+mod element_access;
 mod kernels;
 #[cfg(target_os = "macos")]
 pub mod msl;
@@ -40,17 +41,27 @@ fn has_route(device: &Device) -> bool {
 }
 
 /// Whether ops on `dtype` tensors on `device` take our WGSL kernels: `--kernels wgsl`, a dtype the kernels store
-/// (f32, f16; bf16 has no WGSL type) and a device with a route.
+/// (f32, f16, bf16) and a device with a route.
 pub fn takes_on(device: &Device, dtype: DType) -> bool {
     kernels() == Kernels::Wgsl && Precision::for_dtype(dtype).is_some() && has_route(device)
 }
 
+/// Whether the kernels can write rows of `len` elements of `dtype`: any length but bf16's, which must be even (its
+/// kernels write whole u32 words, two elements each, so an odd row would share a word with the next).
+pub fn row_fits(dtype: DType, len: usize) -> bool {
+    dtype != DType::BF16 || len % 2 == 0
+}
+
 /// Whether an op on `tensors` takes our WGSL kernel: [`takes_on`] for the first, the others of its dtype and
-/// device.
+/// device, and every last dimension [`row_fits`].
 pub fn takes(tensors: &[&Tensor]) -> bool {
     let Some(first) = tensors.first() else { return false };
     takes_on(first.device(), first.dtype())
-        && tensors.iter().all(|t| t.dtype() == first.dtype() && t.device().same_device(first.device()))
+        && tensors.iter().all(|t| {
+            t.dtype() == first.dtype()
+                && t.device().same_device(first.device())
+                && row_fits(t.dtype(), t.dims().last().copied().unwrap_or(1))
+        })
 }
 
 static LAUNCHES: Mutex<BTreeMap<&'static str, usize>> = Mutex::new(BTreeMap::new());

@@ -9,7 +9,8 @@ use naga::back::msl;
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
 /// The Metal Shading Language version we emit and compile with: MSL 2.4, macOS 12 (Monterey) and later, which
-/// every Apple Silicon Mac can run. Nothing in the kernels needs Metal 3 (they use f32/f16 only, no bf16).
+/// every Apple Silicon Mac can run. Nothing in the kernels needs Metal 3 (they store bf16 as u32 words, not
+/// Metal's `bfloat`).
 pub const MSL_VERSION: (u8, u8) = (2, 4);
 
 /// The highest binding number any kernel uses (bindings 0..=MAX_BINDING are mapped to buffer slots).

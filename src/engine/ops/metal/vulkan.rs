@@ -185,6 +185,7 @@ fn bytes_of(t: &Tensor) -> Result<Vec<u8>> {
     let t = t.flatten_all()?;
     Ok(match t.dtype() {
         DType::F16 => t.to_vec1::<half::f16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::BF16 => t.to_vec1::<half::bf16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::I32 => t.to_vec1::<i32>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::U32 => t.to_vec1::<u32>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         _ => t.to_dtype(DType::F32)?.to_vec1::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -196,6 +197,9 @@ fn tensor_of(bytes: &[u8], dtype: DType, len: usize, shape: &Shape) -> Result<Te
     let t = match dtype {
         DType::F16 => {
             Tensor::from_vec(words(2).map(|c| half::f16::from_le_bytes([c[0], c[1]])).collect(), len, &Device::Cpu)
+        }
+        DType::BF16 => {
+            Tensor::from_vec(words(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]])).collect(), len, &Device::Cpu)
         }
         DType::I32 => Tensor::from_vec(
             words(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
@@ -212,7 +216,7 @@ fn tensor_of(bytes: &[u8], dtype: DType, len: usize, shape: &Shape) -> Result<Te
 }
 
 /// Runs `launch` on the CPU tensors `inputs` (one per input binding, in order; the first in the kernel's element
-/// type, f32 or f16) and returns its outputs reshaped to `shapes`, as CPU tensors.
+/// type, f32, f16 or bf16) and returns its outputs reshaped to `shapes`, as CPU tensors.
 pub fn run(launch: &Launch, head_dim: u32, inputs: &[&Tensor], shapes: &[Shape]) -> Result<Vec<Tensor>> {
     let gpu = gpu().map_err(|e| candle_core::Error::Msg(format!("{}: {e}", launch.entry)))?;
     let dtype = inputs[0].dtype();

@@ -6,24 +6,28 @@
 //! Binding 0 is always the uniform parameter block; bindings `1..` are storage buffers in the order
 //! [`Launch::bindings`] lists them (inputs first, then outputs). On Metal, binding N is `[[buffer(N)]]`.
 
-/// Element type of a kernel's tensors. Arithmetic is f32 in both; f16 needs wgpu's `SHADER_F16` (WGSL
-/// `enable f16;`). bf16 has no WGSL type; see [`Precision::for_dtype`].
+/// Element type of a kernel's tensors. Arithmetic is f32 in all; f16 needs wgpu's `SHADER_F16` (WGSL
+/// `enable f16;`); bf16, which WGSL lacks, travels as u32 words of two elements (element_access.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Precision {
     /// 32-bit float storage.
     F32,
     /// 16-bit float storage (`enable f16;`).
     F16,
+    /// bfloat16 storage, two elements to a u32 word.
+    Bf16,
 }
 
 impl Precision {
-    /// The precision that stores `dtype`, or `None`: bf16 would have to travel as packed u32 pairs with every
-    /// kernel unpacking and repacking them (two elements per thread on every write to avoid racing on a shared
-    /// word), so bf16 tensors take the composed path instead.
+    /// Every precision, for validation and translation tests.
+    pub const ALL: [Precision; 3] = [Precision::F32, Precision::F16, Precision::Bf16];
+
+    /// The precision that stores `dtype`, or `None` (f64 and the integer types have no kernels).
     pub fn for_dtype(dtype: candle_core::DType) -> Option<Self> {
         match dtype {
             candle_core::DType::F32 => Some(Self::F32),
             candle_core::DType::F16 => Some(Self::F16),
+            candle_core::DType::BF16 => Some(Self::Bf16),
             _ => None,
         }
     }
@@ -32,7 +36,7 @@ impl Precision {
     pub fn size_in_bytes(self) -> usize {
         match self {
             Self::F32 => 4,
-            Self::F16 => 2,
+            Self::F16 | Self::Bf16 => 2,
         }
     }
 }
@@ -134,12 +138,10 @@ pub const LORA_MAX_RANK: u32 = 128;
 const GRID_LIMIT: u32 = 65535;
 
 /// The full WGSL source of `kernel` for `precision` (and `head_dim` for attention): the prelude that names the
-/// element type `ET` (and `HEAD_DIM`), then the body.
+/// element type `ET` with the loads and stores of the kernel's buffers (element_access.rs; and `HEAD_DIM`), then
+/// the body.
 pub fn source(kernel: Kernel, precision: Precision, head_dim: u32) -> String {
-    let mut prelude = match precision {
-        Precision::F32 => String::from("alias ET = f32;\n"),
-        Precision::F16 => String::from("enable f16;\nalias ET = f16;\n"),
-    };
+    let mut prelude = super::element_access::prelude(precision, kernel.body());
     if kernel.needs_head_dim() {
         prelude.push_str(&format!("const HEAD_DIM: u32 = {head_dim}u;\n"));
     }
@@ -227,7 +229,8 @@ fn row_grid(rows: usize) -> [u32; 3] {
     }
 }
 
-/// One thread per item with 256-thread workgroups: item = gid.x + gid.y * nwg.x * 256 in the shaders.
+/// One thread per item with 256-thread workgroups: item = gid.x + gid.y * nwg.x * 256 in the shaders (an item is
+/// a pair of elements where the kernel writes pairs).
 fn flat_grid(items: usize) -> [u32; 3] {
     let groups = (items as u32).div_ceil(256).max(1);
     if groups <= GRID_LIMIT {
@@ -284,7 +287,7 @@ pub fn rms_norm_bwd_dw(rows: usize, cols: usize, eps: f32) -> Launch {
         params: words(&[rows as u32, cols as u32, eps.to_bits()]),
         bindings: vec![b(1, Elem::Et, n), b(3, Elem::Et, n), b(5, Elem::F32, rows), b(4, Elem::Et, cols)],
         outputs: 1,
-        groups: flat_grid(cols),
+        groups: flat_grid(cols.div_ceil(2)),
     }
 }
 
@@ -315,7 +318,7 @@ pub fn swiglu_fwd(n: usize) -> Launch {
         params: words(&[n as u32]),
         bindings: vec![b(1, Elem::Et, n), b(2, Elem::Et, n), b(4, Elem::Et, n)],
         outputs: 1,
-        groups: flat_grid(n),
+        groups: flat_grid(n.div_ceil(2)),
     }
 }
 
@@ -327,7 +330,7 @@ pub fn swiglu_bwd(n: usize) -> Launch {
         params: words(&[n as u32]),
         bindings: vec![b(1, Elem::Et, n), b(2, Elem::Et, n), b(3, Elem::Et, n), b(4, Elem::Et, n), b(5, Elem::Et, n)],
         outputs: 2,
-        groups: flat_grid(n),
+        groups: flat_grid(n.div_ceil(2)),
     }
 }
 
@@ -339,7 +342,7 @@ pub fn dropout(n: usize, mask: Mask) -> Launch {
         params: words(&[&[n as u32][..], &mask.words()].concat()),
         bindings: vec![b(1, Elem::Et, n), b(2, Elem::Et, n)],
         outputs: 1,
-        groups: flat_grid(n),
+        groups: flat_grid(n.div_ceil(2)),
     }
 }
 

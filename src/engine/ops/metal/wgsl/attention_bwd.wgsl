@@ -50,12 +50,9 @@ var<workgroup> row_delta: array<vec4<f32>, BT / 4u>;
 var<workgroup> row_lo: array<vec4<u32>, BT / 4u>;
 
 fn ld4_do(i: u32, ok: bool) -> vec4<f32> {
-    if (ok) { return vec4<f32>(f32(d_o[i]), f32(d_o[i + 1u]), f32(d_o[i + 2u]), f32(d_o[i + 3u])); }
+    if (ok) { return load4_d_o(i); }
     return vec4<f32>();
 }
-fn st4_dq(i: u32, x: vec4<f32>) { dq[i] = ET(x.x); dq[i + 1u] = ET(x.y); dq[i + 2u] = ET(x.z); dq[i + 3u] = ET(x.w); }
-fn st4_dk(i: u32, x: vec4<f32>) { dk[i] = ET(x.x); dk[i + 1u] = ET(x.y); dk[i + 2u] = ET(x.z); dk[i + 3u] = ET(x.w); }
-fn st4_dv(i: u32, x: vec4<f32>) { dv[i] = ET(x.x); dv[i + 1u] = ET(x.y); dv[i + 2u] = ET(x.z); dv[i + 3u] = ET(x.w); }
 
 // Head-dim entries dd .. dd + 3 of row r into the transposed slice `s` (0..4) of the stage.
 fn put4_t(s: u32, dd: u32, r: u32, x: vec4<f32>) {
@@ -175,7 +172,7 @@ fn attention_bwd_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
         var sum = 0.0;
         if (q0 + r < p.seq) {
             let base = q_base + (q0 + r) * HEAD_DIM + part * D4;
-            for (var c = 0u; c < D4; c++) { sum += f32(d_o[base + c]) * f32(o[base + c]); }
+            for (var c = 0u; c < D4; c++) { sum += load_d_o(base + c) * load_o(base + c); }
         }
         pt[r][part] = sum;
     }
@@ -221,7 +218,7 @@ fn attention_bwd_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
         let row = q0 + tyo * RO + i;
         if (row < p.seq) {
             let base = q_base + row * HEAD_DIM + txo * 4u;
-            for (var u = 0u; u < VO; u++) { st4_dq(base + u * TXO * 4u, acc_get(acc, i, u) * p.scale); }
+            for (var u = 0u; u < VO; u++) { store4_dq(base + u * TXO * 4u, acc_get(acc, i, u) * p.scale); }
         }
     }
 }
@@ -301,8 +298,8 @@ fn attention_bwd_dkdv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
         if (row < p.seq) {
             let base = kv_base + row * HEAD_DIM + txo * 4u;
             for (var u = 0u; u < VO; u++) {
-                st4_dk(base + u * TXO * 4u, acc_get(acc_k, i, u) * p.scale);
-                st4_dv(base + u * TXO * 4u, acc_get(acc_v, i, u));
+                store4_dk(base + u * TXO * 4u, acc_get(acc_k, i, u) * p.scale);
+                store4_dv(base + u * TXO * 4u, acc_get(acc_v, i, u));
             }
         }
     }

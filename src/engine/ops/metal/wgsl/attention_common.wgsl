@@ -15,17 +15,17 @@ struct Acc { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
              b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32> }
 
 fn ld4_q(i: u32, ok: bool) -> vec4<f32> {
-    if (ok) { return vec4<f32>(f32(q[i]), f32(q[i + 1u]), f32(q[i + 2u]), f32(q[i + 3u])); }
+    if (ok) { return load4_q(i); }
     return vec4<f32>();
 }
 
 fn ld4_k(i: u32, ok: bool) -> vec4<f32> {
-    if (ok) { return vec4<f32>(f32(k[i]), f32(k[i + 1u]), f32(k[i + 2u]), f32(k[i + 3u])); }
+    if (ok) { return load4_k(i); }
     return vec4<f32>();
 }
 
 fn ld4_v(i: u32, ok: bool) -> vec4<f32> {
-    if (ok) { return vec4<f32>(f32(v[i]), f32(v[i + 1u]), f32(v[i + 2u]), f32(v[i + 3u])); }
+    if (ok) { return load4_v(i); }
     return vec4<f32>();
 }
 

@@ -57,7 +57,6 @@ var<workgroup> pt: array<vec4<f32>, BQ * PAD4>;
 var<workgroup> red: array<vec4<f32>, BQ * 4u>;
 var<workgroup> row_a: array<f32, BQ>;
 
-fn st4_o(i: u32, x: vec4<f32>) { o[i] = ET(x.x); o[i + 1u] = ET(x.y); o[i + 2u] = ET(x.z); o[i + 3u] = ET(x.w); }
 
 // Head-dim entries dd .. dd + 3 of row r into the transposed slice `slot` (0: q, 1: k).
 fn put4_t(slot: u32, dd: u32, r: u32, x: vec4<f32>) {
@@ -219,10 +218,10 @@ fn attention_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
                 w = acc.b3;
             }
             let base = q_base + row * HEAD_DIM + txo * 4u;
-            st4_o(base, x * inv);
-            if (VO > 1u) { st4_o(base + TXO * 4u, y * inv); }
-            if (VO > 2u) { st4_o(base + 2u * TXO * 4u, z * inv); }
-            if (VO > 3u) { st4_o(base + 3u * TXO * 4u, w * inv); }
+            store4_o(base, x * inv);
+            if (VO > 1u) { store4_o(base + TXO * 4u, y * inv); }
+            if (VO > 2u) { store4_o(base + 2u * TXO * 4u, z * inv); }
+            if (VO > 3u) { store4_o(base + 3u * TXO * 4u, w * inv); }
             if (txo == 0u) { lse[bh * p.seq + row] = row_a[r] + log(sum); }
         }
     }

@@ -34,7 +34,7 @@ fn lora_epilogue(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     for (var k = 0u; k < p.rank; k++) {
         var acc = 0.0;
         for (var j = lid; j < p.n_in; j += WG) {
-            acc += f32(x[xbase + j]) * f32(a[k * p.a_k + j * p.a_j]);
+            acc += load_x(xbase + j) * load_a(k * p.a_k + j * p.a_j);
         }
         red[lid] = acc;
         workgroupBarrier();
@@ -54,29 +54,39 @@ fn lowrank_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     if (row >= p.rows) { return; }
     let lid = lid3.x;
     for (var k = lid; k < p.rank; k += WG) {
-        xa[k] = f32(x[row * p.rank + k]) * p.scale;
+        xa[k] = load_x(row * p.rank + k) * p.scale;
     }
     workgroupBarrier();
     add_update(row, lid);
 }
 
-// out[row] = y[row] + xa B^T (xa already scaled, in workgroup memory), the product masked when `masked`.
+// out[row] = y[row] + xa B^T (xa already scaled, in workgroup memory), the product masked when `masked`; each
+// thread writes its outputs in pairs (bf16 writes whole words).
 fn add_update(row: u32, lid: u32) {
     let ybase = row * p.n_out;
-    for (var o = lid; o < p.n_out; o += WG) {
-        if (p.masked == 0u) {
-            var acc = f32(y[ybase + o]);
-            for (var k = 0u; k < p.rank; k++) {
-                acc += xa[k] * f32(b[k * p.b_k + o * p.b_o]);
-            }
-            out[ybase + o] = ET(acc);
+    for (var o = 2u * lid; o < p.n_out; o += 2u * WG) {
+        let y0 = updated(ybase, o);
+        if (o + 1u < p.n_out) {
+            store2_out(ybase + o, vec2<f32>(y0, updated(ybase, o + 1u)));
         } else {
-            var product = 0.0;
-            for (var k = 0u; k < p.rank; k++) {
-                product += xa[k] * f32(b[k * p.b_k + o * p.b_o]);
-            }
-            let kept = dropout_keeps(vec2<u32>(p.mask_lo, p.mask_hi), ybase + o, p.threshold);
-            out[ybase + o] = ET(f32(y[ybase + o]) + product * select(0.0, f32(ET(p.mask_scale)), kept));
+            store_out(ybase + o, y0);
         }
     }
+}
+
+// Output o of the row at `ybase`: y + xa B^T, or y + mask * xa B^T.
+fn updated(ybase: u32, o: u32) -> f32 {
+    if (p.masked == 0u) {
+        var acc = load_y(ybase + o);
+        for (var k = 0u; k < p.rank; k++) {
+            acc += xa[k] * load_b(k * p.b_k + o * p.b_o);
+        }
+        return acc;
+    }
+    var product = 0.0;
+    for (var k = 0u; k < p.rank; k++) {
+        product += xa[k] * load_b(k * p.b_k + o * p.b_o);
+    }
+    let kept = dropout_keeps(vec2<u32>(p.mask_lo, p.mask_hi), ybase + o, p.threshold);
+    return load_y(ybase + o) + product * select(0.0, to_et(p.mask_scale), kept);
 }

@@ -1,6 +1,7 @@
 // RMS norm over the last axis: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps).
 // Forward: one workgroup per row. Backward in two passes: dx per row (rstd recomputed and saved per row),
-// then dw per column (a sum over rows, no atomics). `ET` (the element type) comes from the prelude.
+// then dw per column (a sum over rows, no atomics). `ET` and the buffers' loads and stores come from the prelude;
+// each thread writes its elements in pairs (bf16 writes whole words).
 
 struct Params { rows: u32, cols: u32, eps: f32, pad: u32 }
 
@@ -37,13 +38,18 @@ fn rms_norm_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     let base = row * p.cols;
     var ss = 0.0;
     for (var j = lid; j < p.cols; j += WG) {
-        let v = f32(x[base + j]);
+        let v = load_x(base + j);
         ss += v * v;
     }
     reduce2(lid, ss, 0.0);
     let rstd = inverseSqrt(red[0] / f32(p.cols) + p.eps);
-    for (var j = lid; j < p.cols; j += WG) {
-        out[base + j] = ET(f32(x[base + j]) * rstd * f32(w[j]));
+    for (var j = 2u * lid; j < p.cols; j += 2u * WG) {
+        let y0 = load_x(base + j) * rstd * load_w(j);
+        if (j + 1u < p.cols) {
+            store2_out(base + j, vec2<f32>(y0, load_x(base + j + 1u) * rstd * load_w(j + 1u)));
+        } else {
+            store_out(base + j, y0);
+        }
     }
 }
 
@@ -57,30 +63,37 @@ fn rms_norm_bwd_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     var ss = 0.0;
     var dot = 0.0;
     for (var j = lid; j < p.cols; j += WG) {
-        let v = f32(x[base + j]);
+        let v = load_x(base + j);
         ss += v * v;
-        dot += f32(dy[base + j]) * f32(w[j]) * v;
+        dot += load_dy(base + j) * load_w(j) * v;
     }
     reduce2(lid, ss, dot);
     let n = f32(p.cols);
     let rstd = inverseSqrt(red[0] / n + p.eps);
     let c = red2[0] / n * rstd * rstd;
-    for (var j = lid; j < p.cols; j += WG) {
-        let v = f32(x[base + j]);
-        out[base + j] = ET(rstd * (f32(w[j]) * f32(dy[base + j]) - v * c));
+    for (var j = 2u * lid; j < p.cols; j += 2u * WG) {
+        let dx0 = rstd * (load_w(j) * load_dy(base + j) - load_x(base + j) * c);
+        if (j + 1u < p.cols) {
+            let k = j + 1u;
+            store2_out(base + j, vec2<f32>(dx0, rstd * (load_w(k) * load_dy(base + k) - load_x(base + k) * c)));
+        } else {
+            store_out(base + j, dx0);
+        }
     }
     if (lid == 0u) { rstd_buf[row] = rstd; }
 }
 
-// dw_j = sum_rows dy[r, j] * x[r, j] * rstd[r]: one thread per column.
+// dw_j = sum_rows dy[r, j] * x[r, j] * rstd[r]: one thread per pair of columns.
 @compute @workgroup_size(256)
 fn rms_norm_bwd_dw(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let j = gid.x;
+    let j = 2u * gid.x;
     if (j >= p.cols) { return; }
-    var acc = 0.0;
+    let pair = j + 1u < p.cols;
+    var acc = vec2<f32>();
     for (var r = 0u; r < p.rows; r++) {
         let i = r * p.cols + j;
-        acc += f32(dy[i]) * f32(x[i]) * rstd_buf[r];
+        acc.x += load_dy(i) * load_x(i) * rstd_buf[r];
+        if (pair) { acc.y += load_dy(i + 1u) * load_x(i + 1u) * rstd_buf[r]; }
     }
-    out[j] = ET(acc);
+    if (pair) { store2_out(j, acc); } else { store_out(j, acc.x); }
 }

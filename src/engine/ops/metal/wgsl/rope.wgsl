@@ -1,7 +1,7 @@
 // Rotary position embedding, Llama's "half" layout (x1 = x[..d/2], x2 = x[d/2..]) on (b, h, t, d):
 // out1 = x1 cos - sign * x2 sin, out2 = x2 cos + sign * x1 sin with cos/sin of shape (t, d/2).
 // sign = 1 is the forward; sign = -1 (rotation by -theta) is the backward, the transpose of the rotation.
-// One thread per (row, pair).
+// One thread per pair of adjacent outputs of a row (bf16 writes whole words), each output from its two inputs.
 
 struct Params { rows: u32, seq: u32, half_dim: u32, sign: f32 }
 
@@ -16,13 +16,18 @@ fn rope(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i = gid.x + gid.y * nwg.x * 256u;
     if (i >= p.rows * p.half_dim) { return; }
     let row = i / p.half_dim;
-    let k = i % p.half_dim;
-    let pos = row % p.seq;
-    let d = 2u * p.half_dim;
-    let a = f32(x[row * d + k]);
-    let b = f32(x[row * d + k + p.half_dim]);
-    let c = f32(cos_t[pos * p.half_dim + k]);
-    let s = p.sign * f32(sin_t[pos * p.half_dim + k]);
-    out[row * d + k] = ET(a * c - b * s);
-    out[row * d + k + p.half_dim] = ET(b * c + a * s);
+    let j = 2u * (i % p.half_dim);
+    let at = row * 2u * p.half_dim;
+    store2_out(at + j, vec2<f32>(turned(at, row % p.seq, j), turned(at, row % p.seq, j + 1u)));
+}
+
+// Output j of the row at `at` (position `pos`): x1 cos - sign x2 sin in the first half, x2 cos + sign x1 sin in
+// the second.
+fn turned(at: u32, pos: u32, j: u32) -> f32 {
+    let h = p.half_dim;
+    let k = select(j, j - h, j >= h);
+    let c = load_cos_t(pos * h + k);
+    let s = p.sign * load_sin_t(pos * h + k);
+    if (j < h) { return load_x(at + k) * c - load_x(at + k + h) * s; }
+    return load_x(at + k + h) * c + load_x(at + k) * s;
 }
