@@ -383,10 +383,11 @@ fn check_attention(gpu: &Gpu, s: &AttentionShape, starts: Option<&[u32]>, case: 
         // The backward reads the kernel's own o and lse, as training does.
         let bq = gpu.run(&wgsl::attention_bwd_dq(s), precision, hd, &[&q, &k, &v, &fwd[0], &d_o, &fwd[1], &rs]);
         let bkv = gpu.run(&wgsl::attention_bwd_dkdv(s), precision, hd, &[&q, &k, &v, &d_o, &fwd[1], &bq[1], &rs]);
-        // f16 and bf16: o is stored in the half type before delta = sum(dO * o) is formed; dp - delta can cancel, so
-        // allow 8x (f16's dk at t=100 d=96 is 4.0e-3 off, the same to the digit from the earlier one-thread-per-row
-        // kernel).
-        let btol = if precision == Precision::F32 { tol } else { 8.0 * tol };
+        // dp - delta can cancel, so the gradients' error is relative to dp, not to what is left: allow 4x in f32
+        // (NVIDIA's Vulkan driver put dk at d=128 1.2e-5 off, lavapipe 4e-6) and 8x in f16 and bf16, where o is
+        // also stored in the half type before delta = sum(dO * o) is formed (f16's dk at t=100 d=96 is 4.0e-3 off,
+        // the same to the digit from the earlier one-thread-per-row kernel).
+        let btol = if precision == Precision::F32 { 4.0 * tol } else { 8.0 * tol };
         assert_close_or_zero(&what("dq"), &bq[0], &flat(&dq), btol);
         assert_close_or_zero(&what("dk"), &bkv[0], &flat(&dk), btol);
         assert_close(&what("dv"), &bkv[1], &flat(&dv), btol);
