@@ -216,27 +216,78 @@ fn head_nll_wgsl(
     Ok(HeadLoss { nll_sum: Scalar::Host(sum_to_host(&nll_parts)?), grad_hidden })
 }
 
+/// The composed head and loss (Metal, the portable graph, half precision on the CPU): first without shifting the
+/// logits by their row maxima ([`Shift::None`], two fewer passes over every chunk of logits), and again shifted when
+/// a row's log-sum-exp left [`UNSHIFTED_LSE`]. Rows' NLLs for the caller (scoring) come from the shifted
+/// pass alone, which never has to be undone.
 fn head_nll_composed(
+    hidden: &Tensor,
+    head: &Tensor,
+    targets: &[u32],
+    grad_scale: Option<f64>,
+    row_nll: Option<&mut Vec<f64>>,
+    chunk_rows: usize,
+) -> Result<HeadLoss> {
+    if row_nll.is_none() {
+        if let Some(loss) = composed_pass(hidden, head, targets, grad_scale, None, chunk_rows, Shift::None)? {
+            return Ok(loss);
+        }
+    }
+    let loss = composed_pass(hidden, head, targets, grad_scale, row_nll, chunk_rows, Shift::RowMax)?;
+    loss.ok_or_else(|| candle_core::Error::Msg("head loss: the shifted pass gave no loss".into()))
+}
+
+/// How the composed pass forms its exponentials.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Shift {
+    /// `exp(x)`: no row maximum, no broadcast subtraction over the chunk. As exact as the shifted pass where no
+    /// row's log-sum-exp leaves [`UNSHIFTED_LSE`]; the pass answers None (and is done again shifted) where one does.
+    None,
+    /// `exp(x - max)`, the row maximum subtracted first: any logits.
+    RowMax,
+}
+
+/// The rows' log-sum-exp the unshifted pass keeps, ln(1e-20) to ln(1e30): with a row sum of `exp(x)` below 1e30
+/// every exponential, and the gradient product's sums of them times the head, are far inside f32 (and bf16) range;
+/// above 1e-20 the row's largest logit is above ln(1e-20 / 2^18), about -58, so the exponentials that underflow
+/// (logits below about -87) are below e^-29 of it, as the shifted pass loses those more than 87 below its maximum.
+const UNSHIFTED_LSE: (f32, f32) = (-46.0, 69.0);
+
+/// One composed pass over the chunks (see [`head_nll_composed`]); None when [`Shift::None`] met a row whose
+/// log-sum-exp left [`UNSHIFTED_LSE`].
+fn composed_pass(
     hidden: &Tensor,
     head: &Tensor,
     targets: &[u32],
     grad_scale: Option<f64>,
     mut row_nll: Option<&mut Vec<f64>>,
     chunk_rows: usize,
-) -> Result<HeadLoss> {
+    shift: Shift,
+) -> Result<Option<HeadLoss>> {
     let n = hidden.dim(0)?;
     let device = hidden.device();
-    let mut nll_parts = Vec::new();
-    let mut grads = Vec::new();
+    let (mut nll_parts, mut grads, mut unshifted_lse) = (Vec::new(), Vec::new(), Vec::new());
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
         let logits = upcast(&frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?)?;
-        // The log-sum-exp through the shifted exponentials e = exp(x - max) and their row sum s. Not Candle's fused
-        // softmax: it gives each row one thread block, 3.6 ms a 256-row chunk of a 128k vocabulary on an H200.
-        let max = logits.max_keepdim(D::Minus1)?;
-        let exp = logits.broadcast_sub(&max)?.exp()?;
-        let sum = exp.sum_keepdim(D::Minus1)?;
-        let lse = (sum.log()? + max)?;
+        // The log-sum-exp through the exponentials e and their row sum s. Not Candle's fused softmax: it gives each
+        // row one thread block, 3.6 ms a 256-row chunk of a 128k vocabulary on an H200.
+        let (exp, sum, lse) = match shift {
+            Shift::None => {
+                let exp = logits.exp()?;
+                let sum = exp.sum_keepdim(D::Minus1)?;
+                let lse = sum.log()?;
+                unshifted_lse.push(lse.clone());
+                (exp, sum, lse)
+            }
+            Shift::RowMax => {
+                let max = logits.max_keepdim(D::Minus1)?;
+                let exp = logits.broadcast_sub(&max)?.exp()?;
+                let sum = exp.sum_keepdim(D::Minus1)?;
+                let lse = (sum.log()? + max)?;
+                (exp, sum, lse)
+            }
+        };
         let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
         let nll = (&lse - logits.gather(&index, 1)?)?;
         if let Some(out) = row_nll.as_deref_mut() {
@@ -249,8 +300,16 @@ fn head_nll_composed(
             grads.push(head_gradient(exp, &sum, &index, head, scale, hidden.dtype())?);
         }
     }
+    if !unshifted_lse.is_empty() {
+        // Read once, after every chunk is queued: the loss is read here too.
+        let lse = Tensor::cat(&unshifted_lse, 0)?;
+        let bounds = Tensor::stack(&[lse.min_all()?, lse.max_all()?], 0)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+        if !(bounds[0] >= UNSHIFTED_LSE.0 && bounds[1] <= UNSHIFTED_LSE.1) {
+            return Ok(None);
+        }
+    }
     let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
-    Ok(HeadLoss { nll_sum: Scalar::Host(sum_to_host(&nll_parts)?), grad_hidden })
+    Ok(Some(HeadLoss { nll_sum: Scalar::Host(sum_to_host(&nll_parts)?), grad_hidden }))
 }
 
 /// `scale * (softmax - onehot) W` for one chunk from its shifted exponentials `exp` (rows, vocab) in f32 and their
@@ -301,6 +360,44 @@ mod tests {
         // d/dh = sum_j (p_j - onehot_j) w_j = 100 - (-150) = 250.
         let grad: Vec<f32> = loss.grad_hidden.unwrap().flatten_all().unwrap().to_vec1().unwrap();
         assert!((grad[0] - 250.0).abs() < 1e-3, "{grad:?}");
+    }
+
+    /// The unshifted pass gives the shifted pass's losses and gradients (f32, to a few ulps), in one chunk and in
+    /// several.
+    #[test]
+    fn the_unshifted_pass_matches_the_shifted_one() {
+        let dev = Device::Cpu;
+        let hidden = (Tensor::randn(0f32, 1.0, (50, 16), &dev).unwrap() * 3.0).unwrap();
+        let head = Tensor::randn(0f32, 1.0, (41, 16), &dev).unwrap();
+        let targets: Vec<u32> = (0..50).map(|i| (i * 7 % 41) as u32).collect();
+        for chunk_rows in [50, 8] {
+            let pass = |shift| composed_pass(&hidden, &head, &targets, Some(0.5), None, chunk_rows, shift).unwrap();
+            let (ours, shifted) = (pass(Shift::None).expect("in range"), pass(Shift::RowMax).unwrap());
+            let (a, b) = (ours.nll_sum.value().unwrap(), shifted.nll_sum.value().unwrap());
+            assert!((a - b).abs() <= 1e-5 * b.abs(), "{chunk_rows} rows a chunk: loss {a} against {b}");
+            let (ga, gb) = (ours.grad_hidden.unwrap(), shifted.grad_hidden.unwrap());
+            let largest = max_diff(&gb, &gb.zeros_like().unwrap());
+            assert!(max_diff(&ga, &gb) <= 1e-5 * largest, "{chunk_rows} rows a chunk: gradient");
+        }
+    }
+
+    /// Rows whose exponentials would overflow or all but vanish unshifted send the loss through the shifted pass,
+    /// with the same result as a log-softmax in f64.
+    #[test]
+    fn logits_out_of_the_unshifted_range_are_shifted() {
+        let dev = Device::Cpu;
+        for (logits, target) in [([90f32, 80.0, -3.0], 1u32), ([-70.0, -72.0, -90.0], 2)] {
+            let hidden = Tensor::new(&[[1f32]], &dev).unwrap();
+            let head = Tensor::new(&[[logits[0]], [logits[1]], [logits[2]]], &dev).unwrap();
+            let unshifted = composed_pass(&hidden, &head, &[target], Some(1.0), None, 1, Shift::None).unwrap();
+            assert!(unshifted.is_none(), "{logits:?}: the unshifted pass kept a log-sum-exp out of range");
+            let loss = head_nll_composed(&hidden, &head, &[target], Some(1.0), None, 1).unwrap();
+            let max = logits.iter().fold(f64::MIN, |m, &v| m.max(v as f64));
+            let lse = max + logits.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
+            let want = lse - logits[target as usize] as f64;
+            let got = loss.nll_sum.value().unwrap();
+            assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{logits:?}: {got} against {want}");
+        }
     }
 
     /// In bf16 (the division after the product) and f16 (the probabilities first) the composed gradient is the
