@@ -288,10 +288,10 @@ fn loss_and_gradients_onto(
     timer.mark("layers forward")?;
 
     let (x, normed) = model.final_norm_after(&x, pending.as_ref())?;
-    let source_index = Tensor::from_vec(sources, targets.len(), device)?;
+    let source_index = Tensor::from_slice(&sources, targets.len(), device)?;
     let picked = ops::gather_rows(&normed, &source_index)?;
     let (head, d_picked) = head_loss(model, &picked, &targets, weights)?;
-    let d_normed = ops::scatter_rows(&d_picked, &source_index, normed.dim(0)?)?;
+    let d_normed = ops::scatter_rows(&d_picked, &source_index, &sources, normed.dim(0)?)?;
     let mut d_x = model.final_norm_backward(&x, &d_normed)?;
     // The last copy out is long done by now.
     offloader.settle()?;
