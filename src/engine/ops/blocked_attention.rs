@@ -169,20 +169,36 @@ impl<'a> Geometry<'a> {
 
     /// `s` (b, kv, rep * bq, len), the scores of query block `rows` against `span`, with the keys each query does
     /// not see hidden. Only the [`hidden_columns`](Self::hidden_columns) are masked, in place: a causal block's
-    /// mask covers its last `bq` keys, not all it sees.
+    /// mask covers its last `bq` keys, not all it sees. Unpacked, those columns are copied out whole and added to
+    /// the kept expanded mask (two contiguous tensors), then written back.
     fn masked(&self, s: Tensor, rows: (usize, usize), span: KeySpan, starts: Option<&Tensor>) -> Result<Tensor> {
         let shape = s.shape().clone();
         let s = s.reshape((self.b, self.kv * self.rep, rows.1, span.len))?;
         let hidden = self.hidden_columns(rows, span);
+        let add = |piece: &Tensor, first: usize, n: usize| {
+            let keys = (span.start + first, n);
+            match starts.map_or(self.expanded_mask(rows, keys, piece), |_| Ok(None))? {
+                Some(mask) => piece.contiguous()? + mask,
+                None => self.add_mask(piece, rows, keys, starts),
+            }
+        };
         if hidden == [(0, span.len)] {
-            return self.add_mask(&s, rows, (span.start, span.len), starts)?.reshape(shape);
+            return add(&s, 0, span.len)?.reshape(shape);
         }
         for (first, end) in hidden {
-            let piece =
-                self.add_mask(&s.narrow(3, first, end - first)?, rows, (span.start + first, end - first), starts)?;
+            let piece = add(&s.narrow(3, first, end - first)?, first, end - first)?;
             s.slice_set(&piece, 3, first)?;
         }
         s.reshape(shape)
+    }
+
+    /// The causal/window mask of query block `(qs, bq)` against `keys` (first, count) in the shape, dtype and device
+    /// of the scores `like` (b, heads, bq, count), contiguous and kept (`attention_masks::causal_expanded`; None
+    /// when too large to keep).
+    fn expanded_mask(&self, (qs, bq): (usize, usize), keys: (usize, usize), like: &Tensor) -> Result<Option<Tensor>> {
+        let queries = (self.q_offset + qs, bq);
+        let bh = (self.b, self.kv * self.rep);
+        attention_masks::causal_expanded(queries, keys, (self.window, self.tk), bh, like.dtype(), like.device())
     }
 
     /// `s` (b, heads, bq, keys), scores of query block `(qs, bq)` against `keys` (first, count), plus their mask:
