@@ -169,32 +169,40 @@ impl<'a> Geometry<'a> {
 
     /// `s` (b, kv, rep * bq, len), the scores of query block `rows` against `span`, with the keys each query does
     /// not see hidden. Only the [`hidden_columns`](Self::hidden_columns) are masked, in place: a causal block's
-    /// mask covers its last `bq` keys, not all it sees. Unpacked, those columns are copied out whole and added to
-    /// the kept expanded mask (two contiguous tensors), then written back.
-    fn masked(&self, s: Tensor, rows: (usize, usize), span: KeySpan, starts: Option<&Tensor>) -> Result<Tensor> {
+    /// mask covers its last `bq` keys, not all it sees. Unpacked, those columns' scores come again from `scores`
+    /// (first column, count: the product against just those keys, contiguous, where reading them out of `s` is a
+    /// strided copy), are added to the kept expanded mask (two contiguous tensors) and written back.
+    fn masked(
+        &self,
+        s: Tensor,
+        rows: (usize, usize),
+        span: KeySpan,
+        starts: Option<&Tensor>,
+        scores: impl Fn(usize, usize) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let shape = s.shape().clone();
         let s = s.reshape((self.b, self.kv * self.rep, rows.1, span.len))?;
         let hidden = self.hidden_columns(rows, span);
-        let add = |piece: &Tensor, first: usize, n: usize| {
+        let add = |first: usize, n: usize| {
             let keys = (span.start + first, n);
-            match starts.map_or(self.expanded_mask(rows, keys, piece), |_| Ok(None))? {
-                Some(mask) => piece.contiguous()? + mask,
-                None => self.add_mask(piece, rows, keys, starts),
+            let piece = || if n == span.len { Ok(s.clone()) } else { s.narrow(3, first, n) };
+            match starts.map_or(self.expanded_mask(rows, keys, &s), |_| Ok(None))? {
+                Some(mask) => scores(first, n)?.reshape(mask.shape())? + mask,
+                None => self.add_mask(&piece()?, rows, keys, starts),
             }
         };
         if hidden == [(0, span.len)] {
-            return add(&s, 0, span.len)?.reshape(shape);
+            return add(0, span.len)?.reshape(shape);
         }
         for (first, end) in hidden {
-            let piece = add(&s.narrow(3, first, end - first)?, first, end - first)?;
-            s.slice_set(&piece, 3, first)?;
+            s.slice_set(&add(first, end - first)?, 3, first)?;
         }
         s.reshape(shape)
     }
 
-    /// The causal/window mask of query block `(qs, bq)` against `keys` (first, count) in the shape, dtype and device
-    /// of the scores `like` (b, heads, bq, count), contiguous and kept (`attention_masks::causal_expanded`; None
-    /// when too large to keep).
+    /// The causal/window mask of query block `(qs, bq)` against `keys` (first, count), (b, heads, bq, count) in the
+    /// dtype and on the device of `like`, contiguous and kept (`attention_masks::causal_expanded`; None when too
+    /// large to keep).
     fn expanded_mask(&self, (qs, bq): (usize, usize), keys: (usize, usize), like: &Tensor) -> Result<Option<Tensor>> {
         let queries = (self.q_offset + qs, bq);
         let bh = (self.b, self.kv * self.rep);
@@ -243,7 +251,11 @@ fn probabilities(
 ) -> Result<Tensor> {
     let mut s = matmul(q_blk, &k_span.t()?)?;
     if span.masked {
-        s = g.masked(s, rows, span, starts)?;
+        let scores = |first: usize, n: usize| match n == span.len {
+            true => Ok(s.clone()),
+            false => matmul(q_blk, &k_span.narrow(2, first, n)?.t()?),
+        };
+        s = g.masked(s.clone(), rows, span, starts, scores)?;
     }
     if s.device().is_cpu() && matches!(s.dtype(), DType::F16 | DType::BF16) {
         return candle_nn::ops::softmax_last_dim(&upcast(&s)?)?.to_dtype(s.dtype());
