@@ -1,6 +1,6 @@
-//! The prelude every WGSL kernel starts with: its element type and, for each storage buffer of that type the kernel
-//! declares (`var<storage, read> x: array<ET>;`), the functions its body reads and writes it through, so one body
-//! serves every [`Precision`]:
+//! The element types of our WGSL kernels ([`Precision`]) and the prelude every kernel starts with: its element type
+//! and, for each storage buffer of that type the kernel declares (`var<storage, read> x: array<ET>;`), the
+//! functions its body reads and writes it through, so one body serves every precision:
 //!
 //! - `load_x(i) -> f32` and `load4_x(i) -> vec4<f32>` (i a multiple of 2);
 //! - for `read_write` buffers, `store2_x(i, vec2<f32>)` and `store4_x(i, vec4<f32>)` (i a multiple of 2), and
@@ -12,7 +12,40 @@
 //! elements each (wgsl/bf16.wgsl), read by widening a half word and written a whole word (two elements) at a time,
 //! which is why the kernels write in even-aligned pairs.
 
-use super::wgsl::Precision;
+/// Element type of a kernel's tensors. Arithmetic is f32 in all; f16 needs wgpu's `SHADER_F16` (WGSL
+/// `enable f16;`); bf16, which WGSL lacks, travels as u32 words of two elements (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// 32-bit float storage.
+    F32,
+    /// 16-bit float storage (`enable f16;`).
+    F16,
+    /// bfloat16 storage, two elements to a u32 word.
+    Bf16,
+}
+
+impl Precision {
+    /// Every precision, for validation and translation tests.
+    pub const ALL: [Precision; 3] = [Precision::F32, Precision::F16, Precision::Bf16];
+
+    /// The precision that stores `dtype`, or `None` (f64 and the integer types have no kernels).
+    pub fn for_dtype(dtype: candle_core::DType) -> Option<Self> {
+        match dtype {
+            candle_core::DType::F32 => Some(Self::F32),
+            candle_core::DType::F16 => Some(Self::F16),
+            candle_core::DType::BF16 => Some(Self::Bf16),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one element.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 | Self::Bf16 => 2,
+        }
+    }
+}
 
 /// The element-type prelude of a kernel whose body is `body`: the type, the bf16 helpers where needed, and the
 /// accessors of every `array<ET>` storage buffer `body` declares.

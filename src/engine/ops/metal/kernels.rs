@@ -1,8 +1,8 @@
 //! The WGSL kernels as tensor functions, shaped like their portable counterparts in `ops`
 //! (`rms_norm`/`rms_norm_backward`, `rope`/`rope_backward`, `silu_mul`/`silu_mul_backward`) plus the cross-entropy
-//! head, the LoRA epilogue (and its training form, the low-rank add) and blocked attention. f32, f16 and bf16 tensors on a
-//! device with a route (`metal::run`: Metal on a Mac, the CPU through Vulkan with `wgpu-kernels`). The dispatchers take
-//! them under `--kernels wgsl` (ops/rotary.rs, ops/attention.rs, ...).
+//! head, the LoRA epilogue (and its training form, the low-rank add) and blocked attention. f32, f16 and bf16
+//! tensors on a device with a route (`metal::run`: Metal on a Mac, the CPU through Vulkan with `wgpu-kernels`). The
+//! dispatchers take them under `--kernels wgsl` (ops/rotary.rs, ops/attention.rs, ...).
 
 use super::run;
 use super::wgsl::{self, AttentionShape, Mask};

@@ -49,7 +49,7 @@ pub fn takes_on(device: &Device, dtype: DType) -> bool {
 /// Whether the kernels can write rows of `len` elements of `dtype`: any length but bf16's, which must be even (its
 /// kernels write whole u32 words, two elements each, so an odd row would share a word with the next).
 pub fn row_fits(dtype: DType, len: usize) -> bool {
-    dtype != DType::BF16 || len % 2 == 0
+    dtype != DType::BF16 || len.is_multiple_of(2)
 }
 
 /// Whether an op on `tensors` takes our WGSL kernel: [`takes_on`] for the first, the others of its dtype and

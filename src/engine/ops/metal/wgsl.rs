@@ -6,40 +6,7 @@
 //! Binding 0 is always the uniform parameter block; bindings `1..` are storage buffers in the order
 //! [`Launch::bindings`] lists them (inputs first, then outputs). On Metal, binding N is `[[buffer(N)]]`.
 
-/// Element type of a kernel's tensors. Arithmetic is f32 in all; f16 needs wgpu's `SHADER_F16` (WGSL
-/// `enable f16;`); bf16, which WGSL lacks, travels as u32 words of two elements (element_access.rs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Precision {
-    /// 32-bit float storage.
-    F32,
-    /// 16-bit float storage (`enable f16;`).
-    F16,
-    /// bfloat16 storage, two elements to a u32 word.
-    Bf16,
-}
-
-impl Precision {
-    /// Every precision, for validation and translation tests.
-    pub const ALL: [Precision; 3] = [Precision::F32, Precision::F16, Precision::Bf16];
-
-    /// The precision that stores `dtype`, or `None` (f64 and the integer types have no kernels).
-    pub fn for_dtype(dtype: candle_core::DType) -> Option<Self> {
-        match dtype {
-            candle_core::DType::F32 => Some(Self::F32),
-            candle_core::DType::F16 => Some(Self::F16),
-            candle_core::DType::BF16 => Some(Self::Bf16),
-            _ => None,
-        }
-    }
-
-    /// Bytes of one element.
-    pub fn size_in_bytes(self) -> usize {
-        match self {
-            Self::F32 => 4,
-            Self::F16 | Self::Bf16 => 2,
-        }
-    }
-}
+pub use super::element_access::Precision;
 
 /// One WGSL module (one `.wgsl` file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
