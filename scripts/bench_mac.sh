@@ -25,8 +25,9 @@
 #                        then uses too: f32 on a CPU, bf16 on a GPU with bf16 kernels)
 #     --out PREFIX       writes PREFIX.jsonl (raw JSON lines), PREFIX.md (tables), PREFIX.log (stderr)
 #                        (default bench-results/<mac|cpu>-<UTC date>-bench-mac)
-#     --skip LIST        comma list of check,train,generate,lora,dpo,orpo,grpo to leave out (check: both sides' greedy ids for
-#                        one chat prompt, to show they run the same model)
+#     --skip LIST        comma list of check,train,train-wgsl,generate,lora,dpo,orpo,grpo to leave out (check: both sides'
+#                        greedy ids for one chat prompt, to show they run the same model; train-wgsl: our training step
+#                        again under --kernels wgsl, our WGSL kernels, which a Mac runs through Metal)
 # A part that fails is logged and shown as "not measured"; the script still writes the table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -131,6 +132,13 @@ if ! skipped train; then
     --rank "$RANK" ${alpha_args[@]+"${alpha_args[@]}"} --targets "$TARGETS" --steps "$STEPS" --warmup "$WARMUP" --json
   run train "$PY" scripts/bench_mlx.py train --model "$MODEL" --dtype "$(ours_dtype train)" --batch-size "$BATCH" \
     --seq-len "$SEQ" --rank "$RANK" ${alpha_args[@]+"${alpha_args[@]}"} --targets "$TARGETS" --steps "$STEPS" --warmup "$WARMUP"
+fi
+if ! skipped train-wgsl; then
+  # The same step with our WGSL kernels (a Mac's default is the portable graph). Where the flag has no route (a
+  # build without Metal or the wgpu-kernels feature) it is refused, and the row reads "not measured".
+  run train-wgsl "$BIN" bench train --kernels wgsl --model "$MODEL" --device auto ${dtype_args[@]+"${dtype_args[@]}"} \
+    --batch-size "$BATCH" --seq-len "$SEQ" --rank "$RANK" ${alpha_args[@]+"${alpha_args[@]}"} --targets "$TARGETS" \
+    --steps "$STEPS" --warmup "$WARMUP" --json
 fi
 if ! skipped generate; then
   run generate "$BIN" bench generate --model "$MODEL" --device auto ${dtype_args[@]+"${dtype_args[@]}"} --prompt-tokens "$PROMPT" \

@@ -448,6 +448,7 @@ def cmd_report(args) -> None:
         return None
 
     ours_train, mlx_train = pick("metal-candle", "train"), pick("mlx-lm", "train")
+    ours_wgsl = pick("metal-candle", "train-wgsl")
     ours_gen, mlx_gen = pick("metal-candle", "generate"), pick("mlx-lm", "generate")
     ours_chk, mlx_chk = pick("metal-candle", "check"), pick("mlx-lm", "check")
     any_mlx = mlx_train or mlx_gen or mlx_chk or pick("mlx", "lora") or {}
@@ -480,6 +481,13 @@ def cmd_report(args) -> None:
                      f"process max RSS) | {fmt(o_mem / 1e9 if o_mem else None)} "
                      f"| {fmt((t.get('mlx_peak_memory_bytes') or 0) / 1e9 if t else None)}, "
                      f"{fmt((t.get('process_max_rss_bytes') or 0) / 1e9 if t else None)} | not like for like |")
+    if ours_wgsl:
+        o, t, d = ours_wgsl, mlx_train or {}, ours_train or {}
+        lines.append(f"| train step under `--kernels wgsl` (our WGSL kernels): mean s/step (median) "
+                     f"| {fmt(o.get('mean_step_secs'), 3)} ({fmt(o.get('median_step_secs'), 3)}) "
+                     f"| {fmt(t.get('mean_step_secs'), 3)} ({fmt(t.get('median_step_secs'), 3)}) "
+                     f"| {ratio(t.get('mean_step_secs'), o.get('mean_step_secs'))} (mlx-lm time / ours); "
+                     f"{ratio(d.get('mean_step_secs'), o.get('mean_step_secs'))} (our default kernels' time / ours) |")
     if ours_gen or mlx_gen:
         o, t = ours_gen or {}, mlx_gen or {}
         what = f"{o.get('prompt_tokens', t.get('prompt_tokens'))}-token prompt, {o.get('new_tokens', t.get('new_tokens'))} new, greedy, best of {o.get('repeats', t.get('repeats'))}"
@@ -522,6 +530,7 @@ def cmd_report(args) -> None:
         lines.append("")
     missing = []
     for name, r in [("metal-candle bench train", ours_train), ("mlx-lm train", mlx_train),
+                    ("metal-candle bench train --kernels wgsl", ours_wgsl),
                     ("metal-candle bench generate", ours_gen), ("mlx-lm generate", mlx_gen),
                     ("metal-candle bench lora", ours_micro), ("MLX lora-micro", mlx_micro),
                     ("metal-candle generate (check)", ours_chk), ("mlx-lm check", mlx_chk)]:
