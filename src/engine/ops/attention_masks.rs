@@ -122,6 +122,7 @@ pub(super) fn before_starts(
 
 #[cfg(test)]
 mod tests {
+    use super::super::kernel_tests::max_diff;
     use super::*;
 
     /// The expanded mask is the causal view broadcast to every head, the same values for blocks at the same
@@ -138,8 +139,7 @@ mod tests {
             let expanded = causal_expanded(queries, keys, (window, 200), (2, 3), DType::F32, &dev).unwrap().unwrap();
             assert_eq!(expanded.dims(), [2, 3, queries.1, keys.1]);
             for (b, h) in [(0, 0), (1, 2)] {
-                let diff = (expanded.get(b).unwrap().get(h).unwrap() - &view).unwrap().abs().unwrap();
-                assert_eq!(diff.max_all().unwrap().to_scalar::<f32>().unwrap(), 0.0, "{queries:?} {keys:?}");
+                assert_eq!(max_diff(&expanded.get(b).unwrap().get(h).unwrap(), &view), 0.0, "{queries:?} {keys:?}");
             }
         }
         let huge = causal_expanded((0, 1024), (0, 1024), (usize::MAX, 1024), (64, 64), DType::F32, &dev).unwrap();

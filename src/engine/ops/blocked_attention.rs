@@ -171,7 +171,8 @@ impl<'a> Geometry<'a> {
     /// not see hidden. Only the [`hidden_columns`](Self::hidden_columns) are masked, in place: a causal block's
     /// mask covers its last `bq` keys, not all it sees. Unpacked, those columns' scores come again from `scores`
     /// (first column, count: the product against just those keys, contiguous, where reading them out of `s` is a
-    /// strided copy), are added to the kept expanded mask (two contiguous tensors) and written back.
+    /// strided copy; `s` itself when they are all its columns), are added to the kept expanded mask (two
+    /// contiguous tensors) and written back.
     fn masked(
         &self,
         s: Tensor,
@@ -185,10 +186,14 @@ impl<'a> Geometry<'a> {
         let hidden = self.hidden_columns(rows, span);
         let add = |first: usize, n: usize| {
             let keys = (span.start + first, n);
-            let piece = || if n == span.len { Ok(s.clone()) } else { s.narrow(3, first, n) };
-            match starts.map_or(self.expanded_mask(rows, keys, &s), |_| Ok(None))? {
-                Some(mask) => scores(first, n)?.reshape(mask.shape())? + mask,
-                None => self.add_mask(&piece()?, rows, keys, starts),
+            let mask = match starts {
+                None => self.expanded_mask(rows, keys, &s)?,
+                Some(_) => None,
+            };
+            match (mask, n == span.len) {
+                (Some(mask), true) => s.clone() + mask,
+                (Some(mask), false) => scores(first, n)?.reshape(mask.shape())? + mask,
+                (None, _) => self.add_mask(&s.narrow(3, first, n)?, rows, keys, starts),
             }
         };
         if hidden == [(0, span.len)] {
@@ -251,11 +256,8 @@ fn probabilities(
 ) -> Result<Tensor> {
     let mut s = matmul(q_blk, &k_span.t()?)?;
     if span.masked {
-        let scores = |first: usize, n: usize| match n == span.len {
-            true => Ok(s.clone()),
-            false => matmul(q_blk, &k_span.narrow(2, first, n)?.t()?),
-        };
-        s = g.masked(s.clone(), rows, span, starts, scores)?;
+        let scores = |first: usize, n: usize| matmul(q_blk, &k_span.narrow(2, first, n)?.t()?);
+        s = g.masked(s, rows, span, starts, scores)?;
     }
     if s.device().is_cpu() && matches!(s.dtype(), DType::F16 | DType::BF16) {
         return candle_nn::ops::softmax_last_dim(&upcast(&s)?)?.to_dtype(s.dtype());

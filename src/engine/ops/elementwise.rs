@@ -91,6 +91,7 @@ pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::kernel_tests::max_diff;
     use super::*;
     use candle_core::Device;
 
@@ -104,15 +105,7 @@ mod tests {
             let index = Tensor::from_slice(&sources, 4, &dev).unwrap();
             let got = scatter_rows(&src, &index, &sources, rows).unwrap();
             let want = Tensor::zeros((rows, 3), DType::BF16, &dev).unwrap().index_add(&index, &src, 0).unwrap();
-            let diff: f32 = (got.to_dtype(DType::F32).unwrap() - want.to_dtype(DType::F32).unwrap())
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar()
-                .unwrap();
-            assert_eq!(diff, 0.0, "sources {sources:?} into {rows} rows");
+            assert_eq!(max_diff(&got, &want), 0.0, "sources {sources:?} into {rows} rows");
         }
         assert!(scatter_rows(&src, &Tensor::zeros(4, DType::U32, &dev).unwrap(), &[0, 1, 9, 2], 4).is_err());
     }

@@ -272,20 +272,21 @@ fn composed_pass(
         let logits = upcast(&frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?)?;
         // The log-sum-exp through the exponentials e and their row sum s. Not Candle's fused softmax: it gives each
         // row one thread block, 3.6 ms a 256-row chunk of a 128k vocabulary on an H200.
-        let (exp, sum, lse) = match shift {
-            Shift::None => {
-                let exp = logits.exp()?;
-                let sum = exp.sum_keepdim(D::Minus1)?;
+        let max = match shift {
+            Shift::None => None,
+            Shift::RowMax => Some(logits.max_keepdim(D::Minus1)?),
+        };
+        let exp = match &max {
+            Some(max) => logits.broadcast_sub(max)?.exp()?,
+            None => logits.exp()?,
+        };
+        let sum = exp.sum_keepdim(D::Minus1)?;
+        let lse = match max {
+            Some(max) => (sum.log()? + max)?,
+            None => {
                 let lse = sum.log()?;
                 unshifted_lse.push(lse.clone());
-                (exp, sum, lse)
-            }
-            Shift::RowMax => {
-                let max = logits.max_keepdim(D::Minus1)?;
-                let exp = logits.broadcast_sub(&max)?.exp()?;
-                let sum = exp.sum_keepdim(D::Minus1)?;
-                let lse = (sum.log()? + max)?;
-                (exp, sum, lse)
+                lse
             }
         };
         let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
@@ -312,9 +313,10 @@ fn composed_pass(
     Ok(Some(HeadLoss { nll_sum: Scalar::Host(sum_to_host(&nll_parts)?), grad_hidden }))
 }
 
-/// `scale * (softmax - onehot) W` for one chunk from its shifted exponentials `exp` (rows, vocab) in f32 and their
-/// row sums `sum` (rows, 1): `e - s onehot` in place, in f32 (so a confident target's `p - 1` keeps its digits),
-/// then the product, and the division by `s` with the scale on the (rows, hidden) result, not over the vocabulary.
+/// `scale * (softmax - onehot) W` for one chunk from its exponentials `exp` (rows, vocab; shifted or not) in f32
+/// and their row sums `sum` (rows, 1): `e - s onehot` in place, in f32 (so a confident target's `p - 1` keeps its
+/// digits), then the product, and the division by `s` with the scale on the (rows, hidden) result, not over the
+/// vocabulary.
 /// f16 cannot hold `s` (up to the vocabulary's size): there the probabilities are formed first.
 fn head_gradient(exp: Tensor, sum: &Tensor, index: &Tensor, head: &Tensor, scale: f64, dtype: DType) -> Result<Tensor> {
     if dtype == DType::F16 {
