@@ -58,8 +58,10 @@ fn portable_training_matches_the_fast_path() {
     for arch in ARCHS {
         let fast = common::cli::family_run_losses("native", arch, "f32");
         let portable = common::cli::family_run_losses("portable", arch, "f32");
+        // 2e-5: summing in another order (the norm backward's row sums as products) moved tiny-mistral's largest
+        // loss difference from 0.86e-5 to 1.26e-5 over 20 steps at lr 1e-2; the other families stay near 2e-6.
         for (step, (a, b)) in fast.iter().zip(&portable).enumerate() {
-            assert!((a - b).abs() < 1e-5, "{arch} step {}: fast {a} vs portable {b}", step + 1);
+            assert!((a - b).abs() < 2e-5, "{arch} step {}: fast {a} vs portable {b}", step + 1);
         }
         let bf16 = common::cli::family_run_losses("portable", arch, "bf16");
         assert!(bf16.iter().all(|l| l.is_finite()), "{arch}: bf16 losses {bf16:?}");

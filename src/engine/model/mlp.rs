@@ -201,15 +201,20 @@ impl Mlp {
         d_out: &Tensor,
         grads: &mut Gradients,
     ) -> Result<Tensor> {
-        let gated = match tape.down.needs_input() {
-            true => Some(self.gate(&tape.gate, &tape.up)?),
-            false => None,
+        // A remade SwiGLU product leaves the gate's sigmoid and silu for its gradient below (composed Candle ops).
+        let (gated, silu_parts) = match (tape.down.needs_input(), self.activation) {
+            (true, MlpActivation::Silu) => {
+                let (gated, parts) = ops::silu_mul_remade(&tape.gate, &tape.up)?;
+                (Some(gated), parts)
+            }
+            (true, _) => (Some(self.gate(&tape.gate, &tape.up)?), None),
+            (false, _) => (None, None),
         };
         let d_gated = self.down_proj.backward_with_input(&tape.down, gated.as_ref(), d_out, grads, InputGrad::New)?;
         drop(gated);
         let d_gated = Linear::input_grad(d_gated)?;
         let (d_gate, d_up) = match self.activation {
-            MlpActivation::Silu => ops::silu_mul_backward(&tape.gate, &tape.up, &d_gated)?,
+            MlpActivation::Silu => ops::silu_mul_backward_with(&tape.gate, &tape.up, &d_gated, silu_parts)?,
             MlpActivation::GeluTanh => ops::gelu_tanh_mul_backward(&tape.gate, &tape.up, &d_gated)?,
         };
         let d_in = self.gate_up.backward(&tape.gate_up_tapes, input, &[d_gate, d_up], grads, true)?;

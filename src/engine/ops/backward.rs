@@ -11,6 +11,7 @@ use super::gelu::{gelu_tanh, GELU_TANH_C};
 use super::kernel_choice::{is_cpu_f32, metal_dtypes};
 use super::metal;
 use super::precision::{for_chain, upcast};
+use super::products::row_dots;
 use super::rotary::on_rotary_dims;
 use candle_core::{Result, Tensor, D};
 
@@ -32,16 +33,18 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
     if fused_on_gpu(x) {
         return cuda_residual::rms_norm_backward(x, weight, eps, dy, None);
     }
-    // dx = inv gw - x (inv^3 mean(gw x)) with gw = dy weight and inv = 1 / sqrt(mean(x^2) + eps): the two row
-    // means in f32, the passes over whole rows in bf16 for bf16 inputs (ten, four of them in f32, against thirteen
-    // nearly all in f32); each rounds once, within a few units of bf16's last place (kernel_tests.rs).
+    // dx = inv gw - x (inv^3 mean(gw x)) with gw = dy weight and inv = 1 / sqrt(mean(x^2) + eps): the two row sums
+    // as row dots (a product in bf16, summed by a product against ones), the per-row factors in f32, the passes over
+    // whole rows in bf16 for bf16 inputs (six, with two short reads, where casting and summing in f32 took ten);
+    // each rounds once, within a few units of bf16's last place (kernel_tests.rs).
     let dtype = x.dtype();
     let (x, dy, weight) = (for_chain(x)?, for_chain(dy)?, for_chain(weight)?);
+    let width = x.dim(D::Minus1)? as f64;
     let gw = dy.broadcast_mul(&weight)?;
-    let mean_square = (upcast(&x)?.sqr()?.mean_keepdim(D::Minus1)? + eps)?;
+    let mean_square = row_dots(&x, &x)?.affine(1.0 / width, eps)?;
     let inv = mean_square.powf(-0.5)?;
-    let dot = upcast(&(&gw * &x)?)?.mean_keepdim(D::Minus1)?;
-    let along_x = (dot * mean_square.powf(-1.5)?)?;
+    let dot = row_dots(&gw, &x)?;
+    let along_x = (dot * mean_square.powf(-1.5)?.affine(1.0 / width, 0.0)?)?;
     let chain = x.dtype();
     (gw.broadcast_mul(&inv.to_dtype(chain)?)? - x.broadcast_mul(&along_x.to_dtype(chain)?)?)?.to_dtype(dtype)
 }
@@ -89,8 +92,45 @@ pub fn softmax_backward(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
     (p * dp.broadcast_sub(&dot)?)? * scale
 }
 
+/// A gate's sigmoid and silu as the composed SwiGLU backward forms them, in the chain's dtype: made once where the
+/// backward also remakes `silu(gate) * up` (down_proj's input), by [`silu_mul_remade`].
+pub struct SiluParts {
+    sig: Tensor,
+    silu: Tensor,
+}
+
+/// Whether [`silu_mul_backward`] composes Candle ops for these tensors (no CPU f32, WGSL or CUDA kernel takes them).
+fn silu_backward_composes(gate: &Tensor, up: &Tensor) -> bool {
+    !(is_cpu_f32(gate) && is_cpu_f32(up))
+        && !(metal::takes(&[gate, up]) && up.shape() == gate.shape())
+        && !(fused_on_gpu(gate) && up.dtype() == gate.dtype())
+}
+
+/// `silu(gate) * up` made again for the backward that follows, with the gate's [`SiluParts`] where that backward
+/// composes (one pass fewer: the product reuses the silu the gradient needs); `super::silu_mul` and None elsewhere.
+pub fn silu_mul_remade(gate: &Tensor, up: &Tensor) -> Result<(Tensor, Option<SiluParts>)> {
+    if !silu_backward_composes(gate, up) {
+        return Ok((super::elementwise::silu_mul(gate, up)?, None));
+    }
+    let chain_gate = for_chain(gate)?;
+    let sig = candle_nn::ops::sigmoid(&chain_gate)?;
+    let silu = (&chain_gate * &sig)?;
+    let product = (&silu * for_chain(up)?)?.to_dtype(gate.dtype())?;
+    Ok((product, Some(SiluParts { sig, silu })))
+}
+
 /// Gradients of `silu(gate) * up` with respect to gate and up, given the output gradient `dm`.
 pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Tensor, Tensor)> {
+    silu_mul_backward_with(gate, up, dm, None)
+}
+
+/// [`silu_mul_backward`] with the gate's sigmoid and silu when [`silu_mul_remade`] made them.
+pub fn silu_mul_backward_with(
+    gate: &Tensor,
+    up: &Tensor,
+    dm: &Tensor,
+    parts: Option<SiluParts>,
+) -> Result<(Tensor, Tensor)> {
     metal_dtypes("silu_mul_backward", &[gate, up, dm])?;
     let silu_and_slope = |g: f32| {
         let sig = 1.0 / (1.0 + (-g).exp());
@@ -110,8 +150,13 @@ pub fn silu_mul_backward(gate: &Tensor, up: &Tensor, dm: &Tensor) -> Result<(Ten
     // roundings to PyTorch's two, within a few units of bf16's last place (kernel_tests.rs bounds it).
     let dtype = gate.dtype();
     let (gate, up, dm) = (for_chain(gate)?, for_chain(up)?, for_chain(dm)?);
-    let sig = candle_nn::ops::sigmoid(&gate)?;
-    let silu = (&gate * &sig)?;
+    let SiluParts { sig, silu } = match parts {
+        Some(parts) => parts,
+        None => {
+            let sig = candle_nn::ops::sigmoid(&gate)?;
+            SiluParts { silu: (&gate * &sig)?, sig }
+        }
+    };
     let dup = (&dm * &silu)?;
     // silu'(g) = sig * (1 + g * (1 - sig)) = sig + silu * (1 - sig)
     let dsilu = (&sig + (&silu * sig.affine(-1.0, 1.0)?)?)?;

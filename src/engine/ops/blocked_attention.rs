@@ -17,8 +17,8 @@
 use super::attention_masks;
 use super::kernel_choice::metal_dtypes;
 use super::precision::{filled, upcast};
-use super::products::matmul;
-use candle_core::{DType, Device, Result, Tensor, D};
+use super::products::{matmul, row_dots};
+use candle_core::{DType, Device, Result, Tensor};
 
 /// The most queries per block.
 pub const BLOCK: usize = 512;
@@ -404,10 +404,10 @@ pub fn blocked_attention_backward(
     // (b * tq, heads * d) -> (b, heads, tq, d), the layout query_block reads, made contiguous once (a reshape of
     // the transposed view would copy it whole for every block).
     let as_heads = |x: &Tensor, d: usize| x.reshape((g.b, g.tq, heads, d))?.transpose(1, 2)?.contiguous();
-    // D = rowsum(dO O) for every query at once from the row layout (no copy of the output by heads), summed in
-    // f32, kept in the inputs' dtype: (b, tq, heads, 1).
-    let delta = (upcast(d_out)? * upcast(out)?)?.reshape((g.b, g.tq, heads, g.d))?.sum_keepdim(D::Minus1)?;
-    let delta = delta.to_dtype(q.dtype())?;
+    // D = rowsum(dO O) for every query at once from the row layout (no copy of the output by heads), as row dots
+    // summed in f32, kept in the inputs' dtype: (b, tq, heads, 1).
+    let by_heads = |x: &Tensor| x.reshape((g.b, g.tq, heads, g.d));
+    let delta = row_dots(&by_heads(d_out)?, &by_heads(out)?)?.to_dtype(q.dtype())?;
     // dp - D out of one product: [dO, D x 8] against [V, -1/8 x 8] (no pass over the scores to subtract D, and one
     // rounding of the difference, not two; the eight D/8 sum exactly in the product's accumulator).
     let d_out_rows = d_out.reshape((g.b, g.tq, heads, g.d))?;

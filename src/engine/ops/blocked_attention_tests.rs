@@ -5,6 +5,7 @@
 
 use super::*;
 use candle_core::Var;
+use candle_core::D;
 
 /// One attention problem: q (b, heads, tq, d) at positions `q_offset..`, k/v (b, kv, tk, d), the output
 /// gradient (b * tq, heads * d).

@@ -5,7 +5,10 @@
 use candle_core::{DType, Device, Tensor, Var, D};
 
 use super::attention::scaled_masked_softmax;
-use super::backward::{gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, softmax_backward};
+use super::backward::{
+    gelu_tanh_mul_backward, rms_norm_backward, rope_backward, silu_mul_backward, silu_mul_backward_with,
+    silu_mul_remade, softmax_backward,
+};
 use super::elementwise::gelu_tanh_mul;
 use super::frozen_matmul::{frozen_matmul, frozen_matmul_t};
 use super::norm::rms_norm;
@@ -94,6 +97,27 @@ fn backward_kernels_match_autograd_of_composed_blocks() {
     assert!(max_diff(&composed, &expected) < 1e-8, "gelu gate (composed f64)");
     let fast = gelu_tanh_mul(&f32(&x64), &f32(&other64)).unwrap();
     assert!(max_diff(&fast, &(x64.gelu().unwrap() * &other64).unwrap()) < 1e-5, "gelu forward");
+}
+
+/// The remade SwiGLU product and its parts (the portable graph's down_proj input in the backward) give the gradient
+/// the composed backward gives alone, bit for bit, and a product within one rounding of Candle's `silu(g) * u`.
+#[test]
+fn remade_silu_parts_give_the_same_gradients() {
+    let (g64, u64, d64) = (seeded(&[4096], 0.0, 6.0, 7), seeded(&[4096], 0.0, 2.0, 8), seeded(&[4096], 0.0, 1.0, 9));
+    for dtype in [DType::BF16, DType::F16] {
+        let half = |t: &Tensor| t.to_dtype(dtype).unwrap();
+        let (g, u, d) = (half(&g64), half(&u64), half(&d64));
+        let (product, parts) = silu_mul_remade(&g, &u).unwrap();
+        assert!(parts.is_some(), "{dtype:?}: the CPU composes in half precision");
+        let f64_of = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+        let want = (f64_of(&candle_nn::ops::silu(&g).unwrap()) * f64_of(&u)).unwrap();
+        let bound = (want.abs().unwrap() * if dtype == DType::BF16 { 3.0 / 256.0 } else { 3.0 / 2048.0 }).unwrap();
+        assert_within(&format!("{dtype:?} product"), &product, &want, &(bound + 1e-30).unwrap());
+        let (with_parts, alone) =
+            (silu_mul_backward_with(&g, &u, &d, parts).unwrap(), silu_mul_backward(&g, &u, &d).unwrap());
+        assert_eq!(max_diff(&with_parts.0, &alone.0), 0.0, "{dtype:?} dgate");
+        assert_eq!(max_diff(&with_parts.1, &alone.1), 0.0, "{dtype:?} dup");
+    }
 }
 
 /// The composed SwiGLU backward in half precision (what the portable graph runs on a Mac; bf16 in bf16, f16

@@ -18,6 +18,42 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// The sums of `a * b` along the last dimension in f32, `(..., n)` -> `(..., 1)`, for same-shaped `a` and `b`:
+/// the product in the operands' dtype, then [`row_sums`]. On the portable graph two dispatches where multiplying,
+/// casting to f32 and summing took three, each a pass over the rows (the cast at twice the width): the row dots of
+/// the norm and attention backward passes.
+pub fn row_dots(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    row_sums(&(a * b)?)
+}
+
+/// The most blocks [`row_sums`] splits a row into, and the fewest elements it puts in a block.
+const ROW_SUM_BLOCKS: (usize, usize) = (256, 64);
+
+/// The sums of `x` along the last dimension in f32, `(..., n)` -> `(..., 1)`: blocks of each row multiplied by a
+/// column of ones (one product, summed in its f32 accumulator and rounded once to `x`'s dtype), then the blocks'
+/// sums added in f32. The blocks are a power of two dividing n, up to 256 of at least 64 elements: in half
+/// precision each block's sum is rounded once, so 256 of them leave a row's sum about 2^-13 of itself off where one
+/// rounded sum is 2^-9 off. A product by ones, not Candle's sum: no f32 copy of a half-precision `x` (its sums
+/// accumulate in the input's dtype), one read of `x`.
+pub fn row_sums(x: &Tensor) -> Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let n = *dims.last().ok_or_else(|| candle_core::Error::Msg("row sums of a scalar".into()))?;
+    let rows = x.elem_count() / n.max(1);
+    let (most, least) = ROW_SUM_BLOCKS;
+    let blocks = (0..=most.trailing_zeros())
+        .rev()
+        .map(|p| 1usize << p)
+        .find(|&b| n.is_multiple_of(b) && n / b >= least)
+        .unwrap_or(1);
+    let ones = super::precision::filled(1.0, (n / blocks, 1), x.dtype(), x.device())?;
+    let partial = matmul(&x.contiguous()?.reshape((rows * blocks, n / blocks))?, &ones)?;
+    let partial = super::precision::upcast(&partial)?.reshape((rows, blocks))?;
+    let sums = if blocks == 1 { partial } else { partial.sum_keepdim(candle_core::D::Minus1)? };
+    let mut keep = dims;
+    *keep.last_mut().expect("a row has a last dimension") = 1;
+    sums.reshape(keep)
+}
+
 /// `acc + alpha * a b` (or `alpha * a b` without `acc`) for 2-D `a` (m, k) and `b` (k, n), which may be
 /// transposed views. On CUDA one cuBLAS call that writes into `acc` in place (`ops/cuda/gemm.rs`), so the
 /// caller must own `acc` alone (a fresh product, never a tensor kept elsewhere); under `--kernels wgsl`, with

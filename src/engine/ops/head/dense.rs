@@ -8,6 +8,7 @@
 //! gradient, which is all the backward pass needs (the head is frozen).
 
 use super::row_loss::row_loss_and_grad;
+use super::unshifted_bf16::unshifted_bf16;
 use crate::engine::ops::cpu::host::f32_of;
 use crate::engine::ops::cuda::{availability::available as cuda_available, training as cuda_training};
 use crate::engine::ops::frozen_matmul::{frozen_matmul, frozen_matmul_t};
@@ -217,7 +218,8 @@ fn head_nll_wgsl(
 }
 
 /// The composed head and loss (Metal, the portable graph, half precision on the CPU): first without shifting the
-/// logits by their row maxima ([`Shift::None`], two fewer passes over every chunk of logits), and again shifted when
+/// logits by their row maxima ([`Shift::None`], two fewer passes over every chunk of logits; bf16 chunks without an
+/// f32 copy, `unshifted_bf16.rs`), and again shifted when
 /// a row's log-sum-exp left [`UNSHIFTED_LSE`]. Rows' NLLs for the caller (scoring) come from the shifted
 /// pass alone, which never has to be undone.
 fn head_nll_composed(
@@ -269,7 +271,19 @@ fn composed_pass(
     let (mut nll_parts, mut grads, mut unshifted_lse) = (Vec::new(), Vec::new(), Vec::new());
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
-        let logits = upcast(&frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?)?;
+        let logits = frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?;
+        let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
+        if shift == Shift::None && logits.dtype() == DType::BF16 {
+            let chunk = unshifted_bf16(&logits, &index)?;
+            unshifted_lse.push(chunk.lse);
+            nll_parts.push(chunk.nll.sum_all()?);
+            if let Some(scale) = grad_scale {
+                let per_row = (chunk.sum.recip()? * scale)?.to_dtype(hidden.dtype())?;
+                grads.push(frozen_matmul(&chunk.scaled_grad, head)?.broadcast_mul(&per_row)?);
+            }
+            continue;
+        }
+        let logits = upcast(&logits)?;
         // The log-sum-exp through the exponentials e and their row sum s. Not Candle's fused softmax: it gives each
         // row one thread block, 3.6 ms a 256-row chunk of a 128k vocabulary on an H200.
         let max = match shift {
@@ -289,7 +303,6 @@ fn composed_pass(
                 lse
             }
         };
-        let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
         let nll = (&lse - logits.gather(&index, 1)?)?;
         if let Some(out) = row_nll.as_deref_mut() {
             out.extend(
@@ -313,10 +326,10 @@ fn composed_pass(
     Ok(Some(HeadLoss { nll_sum: Scalar::Host(sum_to_host(&nll_parts)?), grad_hidden }))
 }
 
-/// `scale * (softmax - onehot) W` for one chunk from its exponentials `exp` (rows, vocab; shifted or not) in f32
-/// and their row sums `sum` (rows, 1): `e - s onehot` in place, in f32 (so a confident target's `p - 1` keeps its
-/// digits), then the product, and the division by `s` with the scale on the (rows, hidden) result, not over the
-/// vocabulary.
+/// `scale * (softmax - onehot) W` for one f32 chunk (f32 and f16 logits, and any shifted) from its exponentials
+/// `exp` (rows, vocab) in f32 and their row sums `sum` (rows, 1): `e - s onehot` in place, in f32 (so a confident
+/// target's `p - 1` keeps its digits), then the product, and the division by `s` with the scale on the (rows,
+/// hidden) result, not over the vocabulary.
 /// f16 cannot hold `s` (up to the vocabulary's size): there the probabilities are formed first.
 fn head_gradient(exp: Tensor, sum: &Tensor, index: &Tensor, head: &Tensor, scale: f64, dtype: DType) -> Result<Tensor> {
     if dtype == DType::F16 {
