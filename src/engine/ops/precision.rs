@@ -2,7 +2,9 @@
 //! steps, f64 (the finite-difference test models) composed so its arithmetic stays in f64, and constants made in
 //! a tensor's dtype.
 
-use candle_core::{DType, Device, Result, Shape, Tensor};
+use candle_core::{DType, Device, DeviceLocation, Result, Shape, Tensor};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 /// Half-precision tensors converted to f32 for numerically sensitive steps (softmax, loss); f32 and f64 stay.
 pub fn upcast(x: &Tensor) -> Result<Tensor> {
@@ -35,4 +37,24 @@ pub(super) fn filled(value: f64, shape: impl Into<Shape>, dtype: DType, device: 
         DType::F16 => Tensor::full(half::f16::from_f64(value), shape, device),
         other => Tensor::ones(shape, other, device)?.affine(value, 0.0),
     }
+}
+
+/// A (len, 1) column of ones in `dtype` on `device`, a view of one kept between calls per dtype and device (remade
+/// longer when a longer one is asked for): what `products::row_sums` multiplies by, without a fill dispatched each
+/// time.
+pub(super) fn ones_column(len: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+    static KEPT: OnceLock<Mutex<HashMap<(DType, DeviceLocation), Tensor>>> = OnceLock::new();
+    let kept = KEPT.get_or_init(Default::default);
+    let key = (dtype, device.location());
+    let column = kept.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+    // Candle does not let ops mix two device instances at one location: such a column is remade.
+    let column = match column.filter(|c| c.dim(0).is_ok_and(|n| n >= len) && c.device().same_device(device)) {
+        Some(column) => column,
+        None => {
+            let column = filled(1.0, (len, 1), dtype, device)?;
+            kept.lock().unwrap_or_else(|e| e.into_inner()).insert(key, column.clone());
+            column
+        }
+    };
+    column.narrow(0, 0, len)
 }

@@ -45,7 +45,7 @@ pub fn row_sums(x: &Tensor) -> Result<Tensor> {
         .map(|p| 1usize << p)
         .find(|&b| n.is_multiple_of(b) && n / b >= least)
         .unwrap_or(1);
-    let ones = super::precision::filled(1.0, (n / blocks, 1), x.dtype(), x.device())?;
+    let ones = super::precision::ones_column(n / blocks, x.dtype(), x.device())?;
     let partial = matmul(&x.contiguous()?.reshape((rows * blocks, n / blocks))?, &ones)?;
     let partial = super::precision::upcast(&partial)?.reshape((rows, blocks))?;
     let sums = if blocks == 1 { partial } else { partial.sum_keepdim(candle_core::D::Minus1)? };
