@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# Portable-graph round on a lent GPU: correctness (native vs portable losses, tiny fixtures on CUDA), then the
-# portable step of two builds ($G/before.xz, $G/new.xz; `--features cuda,nccl`) beside the native one at the
-# Llama-3.2-1B shape, two rounds, and a CUPTI kernel profile of the new build's portable step ($G/tl holds
-# libtimeline.so). Run from the repo root: G=DIR bash scripts/gpu_portable_rows.sh OUT
+# Portable-graph round on a lent GPU: correctness (native vs portable losses of both builds, tiny fixtures on
+# CUDA), then the portable step of two builds ($G/before.xz, $G/new.xz; `--features cuda,nccl`) beside the native
+# one at the Llama-3.2-1B shape, ROUNDS rounds (2), and a CUPTI kernel profile of the new build's portable step
+# ($G/tl holds libtimeline.so). Run from the repo root: G=DIR bash scripts/gpu_portable_rows.sh OUT
 set -uo pipefail
 OUT="$1"; G="${G:-.gpu/pr}"; mkdir -p "$OUT"; LOG="$OUT/round.txt"
 for b in before new; do python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('$G/$b.xz'), open('/tmp/$b','wb'))"; chmod +x /tmp/$b; done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$LOG"
 for run in "tiny-llama f32" "tiny-llama bf16" "tiny-llama f16" "tiny-gemma3 bf16" "tiny-llama bf16 --packing"; do
   set -- $run; arch=$1; d=$2; extra="${3:-}"; tag="${arch}_${d}${extra:+_packed}"
-  for k in native portable; do
-  timeout 120 bash $G/gpu-libs.sh /tmp/new train --model tests/fixtures/$arch --data assets/sample-chat --iters 20 --batch-size 4 \
+  for k in native:new portable:before portable:new; do kk=${k%%:*}; bb=${k##*:}
+  timeout 120 bash $G/gpu-libs.sh /tmp/$bb train --model tests/fixtures/$arch --data assets/sample-chat --iters 20 --batch-size 4 \
     --seq-len 96 --lr 1e-2 --targets all-linear --rank 4 --alpha 8 --dropout 0.1 --save-every 0 --val-every 10 --seed 0 \
-    --device cuda --dtype $d --json --out "$(mktemp -d)" --name t --kernels $k $extra > /tmp/train_${tag}_$k.out 2>/tmp/train_${tag}_$k.err
+    --device cuda --dtype $d --json --out "$(mktemp -d)" --name t --kernels $kk $extra > /tmp/train_${tag}_${kk}_$bb.out 2>/tmp/train_${tag}_${kk}_$bb.err
   done
 python3 - "$tag" >> "$LOG" <<'PY'
 import json, sys
 a = sys.argv[1]
 def losses(k): return [json.loads(l)["loss"] for l in open(f"/tmp/train_{a}_{k}.out") if '"event":"step"' in l]
-x, y = losses("native"), losses("portable")
-print(f"{a}: steps {len(x)} {len(y)} max |loss diff| {max(abs(p - q) for p, q in zip(x, y)) if x and y else None} last {x[-1:]} {y[-1:]}")
+x = losses("native_new")
+for k in ["portable_before", "portable_new"]:
+    y = losses(k)
+    print(f"{a} {k}: steps {len(x)} {len(y)} max |loss diff| vs native {max(abs(p - q) for p, q in zip(x, y)) if x and y else None} last {x[-1:]} {y[-1:]}")
 PY
 done
 python3 scripts/make_random_model.py /tmp/m/llama-3.2-1b --preset llama-3.2-1b > /dev/null
@@ -53,7 +55,7 @@ for line in open(sys.argv[1]):
     by[k][0] += 1; by[k][1] += (int(p[2]) - int(p[1])) / 1e6
 tot = sum(v[1] for v in by.values())
 print(f"total kernel ms over 3 steps: {tot:.1f}; kernels {sum(v[0] for v in by.values())}")
-for (name, grid), (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1])[:45]:
+for (name, grid), (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1])[:60]:
     print(f"{ms/3:9.2f} ms/step {n/3:7.1f}x  grid {grid:8d}  {name}")
 PY
 cat "$LOG"; head -30 "$OUT/new-by-grid.txt"
