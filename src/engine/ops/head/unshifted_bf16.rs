@@ -1,4 +1,4 @@
-//! One chunk of the composed loss's unshifted pass ([`super::dense`]) for bf16 logits, without an f32 copy of the
+//! One chunk of the composed loss's unshifted pass (dense.rs) for bf16 logits, without an f32 copy of the
 //! chunk. The exponentials are taken in bf16 (one pass); their row sums come from products against ones over
 //! blocks of the vocabulary (`ops::row_sums`: one more pass, a read). The f32 route converts the chunk, takes the
 //! exponentials and the sums in f32 and converts back: four passes, three of them at twice the width.
