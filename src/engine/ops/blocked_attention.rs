@@ -416,7 +416,9 @@ pub fn blocked_attention_backward(
     let minus_eighths = filled(-1.0 / CENTRING as f64, (g.b, g.kv, g.tk, CENTRING), v.dtype(), v.device())?;
     let v_centring = Tensor::cat(&[v, &minus_eighths], 3)?;
     // Each block's queries are scaled as they are copied out: they give the scores and, against the unscaled ds,
-    // dk whole; dq takes the scale once per block.
+    // dk whole; dq takes the scale from the keys, scaled once for every block (a pass over the keys, where scaling
+    // each block's dq was a pass over the queries' size per block).
+    let k_scaled = (k * scale)?;
     let (mut dk, mut dv) = (KeyGradients::new(), KeyGradients::new());
     let mut dq = Vec::new();
     for rows in g.query_blocks().into_iter().rev() {
@@ -427,7 +429,7 @@ pub fn blocked_attention_backward(
         let p = probabilities(&g, &q_blk, &k_span, rows, span, starts.as_ref())?;
         dv.add(&matmul(&p.t()?, &do_blk)?.narrow(3, 0, g.d)?, span)?;
         let ds = (&p * matmul(&do_blk, &span.of(&v_centring)?.t()?)?)?;
-        let dq_blk = (matmul(&ds, &k_span)? * scale)?;
+        let dq_blk = matmul(&ds, &span.of(&k_scaled)?)?;
         dq.push(dq_blk.reshape((g.b, g.kv, g.rep, rows.1, g.d))?);
         dk.add(&matmul(&ds.t()?, &q_blk)?, span)?;
     }
