@@ -92,7 +92,7 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
     let rotary = if wgsl { ours_wgsl("rope") } else { candle("fused rope kernel") };
     let swiglu =
         if wgsl { format!("{}; residual adds: {element_wise}", ours_wgsl("SwiGLU")) } else { element_wise.clone() };
-    vec![
+    let mut rows = vec![
         ("kernel set", format!("{:?}", kernels()).to_lowercase()),
         (
             "frozen and adapter products",
@@ -119,5 +119,14 @@ pub fn implementations(device: &candle_core::Device, dtype: DType) -> Vec<(&'sta
         ),
         ("head + loss", head_loss),
         ("decode step", decode_layer.to_string()),
-    ]
+    ];
+    if wgsl && dtype == DType::BF16 {
+        rows.push((
+            "WGSL kernels in bf16",
+            "rows of even width (a word holds two bf16); a tensor whose last dimension is odd (such as a 517-word \
+             vocabulary's logits) takes Candle's ops for that operation"
+                .into(),
+        ));
+    }
+    rows
 }
