@@ -6,6 +6,7 @@
 //! device from the starts (a handful of ops on (b, bq, keys), a heads-th of the scores). Unpacked, the mask a block
 //! adds is also kept broadcast to the scores' shape ([`causal_expanded`]), so the add reads two contiguous tensors.
 
+use super::precision::kept_tensor;
 use candle_core::{DType, Device, DeviceLocation, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -22,9 +23,7 @@ fn master(bq: usize, window: usize, width: usize, dtype: DType, device: &Device)
     static MASTERS: OnceLock<Mutex<HashMap<MasterKey, Tensor>>> = OnceLock::new();
     let masters = MASTERS.get_or_init(Default::default);
     let key = (bq, window, dtype, device.location());
-    let kept = masters.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
-    // Candle does not let ops mix two device instances at one location: such a mask is remade.
-    if let Some(mask) = kept.filter(|m| m.dim(1).is_ok_and(|w| w >= width) && m.device().same_device(device)) {
+    if let Some(mask) = kept_tensor(masters, &key, device, |m| m.dim(1).is_ok_and(|w| w >= width)) {
         return Ok(mask);
     }
     let mut values = vec![0f32; bq * width];
@@ -89,8 +88,7 @@ pub(super) fn causal_expanded(
     let expanded = EXPANDED.get_or_init(Default::default);
     let relative = first_key as i64 - first_query as i64;
     let key = (bq, window, relative, keys, b, heads, dtype, device.location());
-    let kept = expanded.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
-    if let Some(mask) = kept.filter(|m| m.device().same_device(device)) {
+    if let Some(mask) = kept_tensor(expanded, &key, device, |_| true) {
         return Ok(Some(mask));
     }
     let view = causal((first_query, bq), (first_key, keys), (window, total_keys), dtype, device)?;

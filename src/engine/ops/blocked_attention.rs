@@ -407,10 +407,10 @@ pub fn blocked_attention_backward(
     // D = rowsum(dO O) for every query at once from the row layout (no copy of the output by heads), as row dots
     // summed in f32, kept in the inputs' dtype: (b, tq, heads, 1).
     let by_heads = |x: &Tensor| x.reshape((g.b, g.tq, heads, g.d));
-    let delta = row_dots(&by_heads(d_out)?, &by_heads(out)?)?.to_dtype(q.dtype())?;
+    let d_out_rows = by_heads(d_out)?;
+    let delta = row_dots(&d_out_rows, &by_heads(out)?)?.to_dtype(q.dtype())?;
     // dp - D out of one product: [dO, D x 8] against [V, -1/8 x 8] (no pass over the scores to subtract D, and one
     // rounding of the difference, not two; the eight D/8 sum exactly in the product's accumulator).
-    let d_out_rows = d_out.reshape((g.b, g.tq, heads, g.d))?;
     let tail = delta.broadcast_as((g.b, g.tq, heads, CENTRING))?.contiguous()?;
     let d_out = as_heads(&Tensor::cat(&[&d_out_rows, &tail], 3)?, g.d + CENTRING)?;
     let minus_eighths = filled(-1.0 / CENTRING as f64, (g.b, g.kv, g.tk, CENTRING), v.dtype(), v.device())?;

@@ -4,6 +4,7 @@
 
 use candle_core::{DType, Device, DeviceLocation, Result, Shape, Tensor};
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Mutex, OnceLock};
 
 /// Half-precision tensors converted to f32 for numerically sensitive steps (softmax, loss); f32 and f64 stay.
@@ -46,9 +47,7 @@ pub(super) fn ones_column(len: usize, dtype: DType, device: &Device) -> Result<T
     static KEPT: OnceLock<Mutex<HashMap<(DType, DeviceLocation), Tensor>>> = OnceLock::new();
     let kept = KEPT.get_or_init(Default::default);
     let key = (dtype, device.location());
-    let column = kept.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
-    // Candle does not let ops mix two device instances at one location: such a column is remade.
-    let column = match column.filter(|c| c.dim(0).is_ok_and(|n| n >= len) && c.device().same_device(device)) {
+    let column = match kept_tensor(kept, &key, device, |c| c.dim(0).is_ok_and(|n| n >= len)) {
         Some(column) => column,
         None => {
             let column = filled(1.0, (len, 1), dtype, device)?;
@@ -57,4 +56,16 @@ pub(super) fn ones_column(len: usize, dtype: DType, device: &Device) -> Result<T
         }
     };
     column.narrow(0, 0, len)
+}
+
+/// The tensor kept in `cache` under `key` when it is `usable` and on `device` itself: Candle does not let ops mix two
+/// device instances at one location, so a tensor made on another is made again by the caller.
+pub(super) fn kept_tensor<K: Eq + Hash>(
+    cache: &Mutex<HashMap<K, Tensor>>,
+    key: &K,
+    device: &Device,
+    usable: impl Fn(&Tensor) -> bool,
+) -> Option<Tensor> {
+    let kept = cache.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned();
+    kept.filter(|t| t.device().same_device(device) && usable(t))
 }
