@@ -9,7 +9,8 @@
 #   ours:NAME:T:STEPS:CKPT[:FLAGS]  our build NAME (G/NAME.xz) at 1 x T, --checkpointing CKPT (on | offload), FLAGS:
 #                               extra bench flags, commas for spaces (one warm-up step unless FLAGS has --warmup)
 #   test:NAME                   a test binary G/NAME.xz built with --features cuda (cargo test --no-run)
-#   unsloth:T:STEPS[:WARM]      Unsloth at 1 x T (WARM warm-up steps, 2 unless given)
+#   unsloth:T:STEPS[:WARM[:CKPT]]  Unsloth at 1 x T (WARM warm-up steps, 2 unless given; CKPT its checkpointing,
+#                               unsloth (offloaded, the default) or none)
 #   ours1b:NAME:B:T:STEPS       our build at the Llama-3.2-1B shape, bf16, B x T, all linear, no checkpointing
 #   unsloth1b:B:T:STEPS         Unsloth at the same 1B shape and settings
 #   timeline:NAME:T:CKPT        one step of ours under the CUPTI timeline, GPU time by kernel into OUT/tl-T-CKPT.txt
@@ -54,7 +55,7 @@ for item in "$@"; do
       echo "$tag | $(ours_line "$line") | nvidia-smi peak $(peak "$tag") MiB | $(( $(date +%s) - t0 )) s" | tee -a "$RES" ;;
     unsloth|unsloth1b)
       unsloth_site
-      if [ "$kind" = unsloth ]; then args=(llama-8b 1 "$a" all qlora unsloth); steps="$b"; warm="${c:-2}"
+      if [ "$kind" = unsloth ]; then args=(llama-8b 1 "$a" all qlora "${d:-unsloth}"); steps="$b"; warm="${c:-2}"
       else args=(llama-1b "$a" "$b" all bf16 none); steps="$c"; warm=3; fi
       p=$(poll "$tag"); line=$(PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 STEPS="$steps" WARM="$warm" timeout 590 python3 "$G/gpu_unsloth.py" "${args[@]}" 2>"/tmp/$tag.err" | grep '^{"' | tail -1)
       kill "$p"; wait "$p" 2>/dev/null; tail -3 "/tmp/$tag.err" >>"$LOG"
