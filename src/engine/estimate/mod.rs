@@ -208,6 +208,13 @@ impl MemoryEstimate {
 
 /// What the process holds besides the model and the step: measured on the CPU builds (binary, BLAS and
 /// thread pools, allocator arenas), plus the tokenizer, which grows with the vocabulary.
+/// Rows of a quantized head its CUDA loss over `tokens` rows holds dense at once (`ops::dequantized_head_rows`: a
+/// block of its rows, or all of them past a few chunks of rows).
+fn dequantized_head_rows(model: &ModelShape, tokens: u64) -> u64 {
+    let block_rows = crate::engine::model::vocab_matrix::VocabMatrix::rows_per_block(model.hidden_size);
+    crate::engine::ops::dequantized_head_rows(model.vocab_size, block_rows, tokens as usize) as u64
+}
+
 fn runtime_bytes(vocab: u64) -> u64 {
     RUNTIME_BASE_BYTES + vocab * RUNTIME_BYTES_PER_TOKEN
 }
@@ -294,10 +301,10 @@ pub fn training_memory_with(model: &ModelShape, config: &TrainConfig, checkpoint
         base_weights_bytes: model.base_weights_bytes.unwrap_or(model.parameters as u64 * bytes),
         adapter_state_bytes: trainable_params(model, &config.lora).unwrap_or(0) as u64 * 16,
         activations_bytes,
-        // A quantized head dequantized whole for the loss adds its dense copy.
+        // A quantized head's loss on CUDA holds a dense copy of one block of its rows, or of all of them at length.
         logits_bytes: logits_chunk
             + 4 * tokens * h * bytes.max(4)
-            + if model.dequantizes_head { vocab * h * bytes } else { 0 },
+            + if model.dequantizes_head { dequantized_head_rows(model, tokens) * h * bytes } else { 0 },
         transient_bytes: attention.max(mlp) + 2 * tokens * h * bytes,
         runtime_bytes: runtime_bytes(vocab),
         checkpointing,

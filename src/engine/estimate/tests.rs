@@ -322,12 +322,15 @@ fn the_offload_note_says_what_host_memory_holds() {
     assert_eq!(offload_host_note(&offloading, &on), None);
 }
 
-/// A quantized head whose loss dequantizes it whole for the pass (CUDA) holds its dense copy during the head phase.
+/// A quantized head whose loss runs the CUDA kernel holds a dense copy during the head phase: one block of its rows
+/// (2^24 elements: 8,192 rows at 2,048 wide) up to four chunks of 1,024 rows, the whole vocabulary past them.
 #[test]
 fn a_head_dequantized_for_the_loss_is_counted() {
-    let cfg = TrainConfig { batch_size: 1, seq_len: 1024, ..TrainConfig::default() };
-    let blockwise = llama_1b_bf16(true);
-    let whole = ModelShape { dequantizes_head: true, ..llama_1b_bf16(true) };
-    let (a, b) = (training_memory(&blockwise, &cfg), training_memory(&whole, &cfg));
-    assert_eq!(b.logits_bytes - a.logits_bytes, 128_256 * 2048 * 2);
+    let composed = llama_1b_bf16(true);
+    let kernel = ModelShape { dequantizes_head: true, ..llama_1b_bf16(true) };
+    for (batch_size, seq_len, rows) in [(1, 1024, 8192), (4, 1024, 8192), (1, 8192, 128_256)] {
+        let cfg = TrainConfig { batch_size, seq_len, ..TrainConfig::default() };
+        let (a, b) = (training_memory(&composed, &cfg), training_memory(&kernel, &cfg));
+        assert_eq!(b.logits_bytes - a.logits_bytes, rows * 2048 * 2, "{batch_size} x {seq_len}");
+    }
 }

@@ -54,7 +54,7 @@ impl VocabMatrix {
     }
 
     /// Rows per quantized block at this hidden size (before clamping to the vocabulary).
-    fn rows_per_block(hidden: usize) -> usize {
+    pub fn rows_per_block(hidden: usize) -> usize {
         (BLOCK_ELEMS / hidden.max(1)).max(1)
     }
 

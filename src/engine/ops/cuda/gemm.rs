@@ -36,14 +36,40 @@ pub fn matmul_f32(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
     imp::matmul_add(None, a, b, alpha, DType::F32)
 }
 
-/// (transposed, leading dimension) of a 2-D matrix stored row-major or as the transposed view of one.
+/// `out[:, first..first + n] = a b` for `a` (m, k), `b` (k, n) and a contiguous (m, N) `out` of the operands' dtype,
+/// written in place through cuBLAS's leading dimension (no product tensor and no copy into `out`): a product by a
+/// block of a matrix's rows, landing in its columns of the whole product. The caller owns `out` alone. Callers check
+/// [`takes`] for `a` and `b` first.
+pub fn matmul_into_columns(out: &Tensor, first: usize, a: &Tensor, b: &Tensor) -> Result<()> {
+    imp::matmul_into_columns(out, first, a, b)
+}
+
+/// `acc + alpha * a b` in f32 (or `alpha * a b` in a new f32 tensor without `acc`) whatever the operands' float
+/// dtype: a sum of products over blocks of their inner dimension kept in f32 between the blocks, so a half-precision
+/// sum is rounded once, at its end, as one product's would be. Callers check [`takes`] (without an accumulator).
+pub fn matmul_add_f32(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+    if let Some(acc) = &acc {
+        let shape = (a.dim(0)?, b.dim(1)?);
+        if acc.dtype() != DType::F32 || acc.dims2()? != shape || !acc.is_contiguous() {
+            candle_core::bail!(
+                "matmul_add_f32: an accumulator {:?} {:?} for a {shape:?} product",
+                acc.dtype(),
+                acc.layout()
+            );
+        }
+    }
+    imp::matmul_add(acc, a, b, alpha, DType::F32)
+}
+
+/// (transposed, leading dimension) of a 2-D matrix stored row-major or as the transposed view of one, its rows (or
+/// columns) possibly further apart than their length: a window of columns of a wider matrix.
 fn operand(t: &Tensor) -> Option<(bool, usize)> {
     let (rows, cols) = t.dims2().ok()?;
     let stride = t.stride();
-    if (stride[1] == 1 || cols == 1) && (stride[0] == cols || rows == 1) {
-        Some((false, cols))
-    } else if (stride[0] == 1 || rows == 1) && (stride[1] == rows || cols == 1) {
-        Some((true, rows))
+    if (stride[1] == 1 || cols == 1) && (stride[0] >= cols || rows == 1) {
+        Some((false, stride[0].max(cols)))
+    } else if (stride[0] == 1 || rows == 1) && (stride[1] >= rows || cols == 1) {
+        Some((true, stride[1].max(rows)))
     } else {
         None
     }
@@ -81,6 +107,39 @@ mod imp {
 
     /// `acc + alpha * a b` (acc of `out_dtype`), or `alpha * a b` in a new `out_dtype` tensor.
     pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64, out_dtype: DType) -> Result<Tensor> {
+        let ((m, _), (_, n)) = (a.dims2()?, b.dims2()?);
+        let dev = match &*a.storage_and_layout().0 {
+            Storage::Cuda(a_s) => a_s.device().clone(),
+            _ => bail!("matmul_add: operands are not all on the CUDA device"),
+        };
+        let (beta, c) = match acc {
+            Some(c) => (1f32, c),
+            // beta = 0: cuBLAS never reads C, so it needs no zeros.
+            None if out_dtype == DType::F32 => (0f32, wrap(output::<f32>(&dev, m * n)?, &dev, (m, n))),
+            None => (0f32, with_dtype!(a, T, { wrap(output::<T>(&dev, m * n)?, &dev, (m, n)) })),
+        };
+        if c.dtype() != out_dtype {
+            bail!("matmul_add: a {:?} accumulator for a {out_dtype:?} product", c.dtype());
+        }
+        gemm(&c, (0, n), beta, a, b, alpha)?;
+        Ok(c)
+    }
+
+    /// `out[:, first..first + n] = a b` (see `super::matmul_into_columns`).
+    pub fn matmul_into_columns(out: &Tensor, first: usize, a: &Tensor, b: &Tensor) -> Result<()> {
+        let ((m, _), (_, n), (rows, width)) = (a.dims2()?, b.dims2()?, out.dims2()?);
+        if rows != m || first + n > width || !out.is_contiguous() || out.dtype() != a.dtype() {
+            bail!(
+                "matmul_into_columns: a ({m} x {n}) product into columns {first}.. of {:?} {:?}",
+                out.dtype(),
+                out.layout()
+            );
+        }
+        gemm(out, (first, width), 0.0, a, b, 1.0)
+    }
+
+    /// `C = alpha * a b + beta * C` for C the (m, n) window of `c` from column `first` of rows `ldc` apart.
+    fn gemm(c: &Tensor, (first, ldc): (usize, usize), beta: f32, a: &Tensor, b: &Tensor, alpha: f64) -> Result<()> {
         let ((m, k), (_, n)) = (a.dims2()?, b.dims2()?);
         let (Some((a_t, lda)), Some((b_t, ldb))) = (operand(a), operand(b)) else {
             bail!("matmul_add: operands {:?} x {:?} are not plain or transposed matrices", a.layout(), b.layout())
@@ -91,21 +150,12 @@ mod imp {
             bail!("matmul_add: operands are not all on the CUDA device")
         };
         let dev = a_s.device().clone();
-        let (beta, c) = match acc {
-            Some(c) => (1f32, c),
-            // beta = 0: cuBLAS never reads C, so it needs no zeros.
-            None if out_dtype == DType::F32 => (0f32, wrap(output::<f32>(&dev, m * n)?, &dev, (m, n))),
-            None => (0f32, with_dtype!(a_s, T, { wrap(output::<T>(&dev, m * n)?, &dev, (m, n)) })),
-        };
-        if c.dtype() != out_dtype {
-            bail!("matmul_add: a {:?} accumulator for a {out_dtype:?} product", c.dtype());
-        }
-        let (dtype, c_dtype) = (data_type(a.dtype())?, data_type(out_dtype)?);
+        let (dtype, c_dtype) = (data_type(a.dtype())?, data_type(c.dtype())?);
         let (c_guard, _) = c.storage_and_layout();
         let Storage::Cuda(c_s) = &*c_guard else { bail!("matmul_add: the accumulator is not on the CUDA device") };
         let stream = dev.cuda_stream();
         let (pa, pb) = with_dtype!(a_s, T, { (address::<T>(a_s, a, &stream)?, address::<T>(b_s, b, &stream)?) });
-        let pc = with_dtype!(c_s, T, { address::<T>(c_s, &c, &stream)? });
+        let pc = with_dtype!(c_s, T, { address::<T>(c_s, c, &stream)? + (first * std::mem::size_of::<T>()) as u64 });
         let op = |t: bool| if t { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
         let alpha = alpha as f32;
         let blas = dev.cublas_handle();
@@ -130,14 +180,14 @@ mod imp {
                 (&beta) as *const f32 as *const _,
                 pc as *mut _,
                 c_dtype,
-                n as i32,
+                ldc as i32,
                 sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
             .w()?;
         }
         drop((a_guard, b_guard, c_guard));
-        Ok(c)
+        Ok(())
     }
 }
 
@@ -147,5 +197,9 @@ mod imp {
 
     pub fn matmul_add(_: Option<Tensor>, _: &Tensor, _: &Tensor, _: f64, _: candle_core::DType) -> Result<Tensor> {
         bail!("matmul_add with scalars runs on CUDA only")
+    }
+
+    pub fn matmul_into_columns(_: &Tensor, _: usize, _: &Tensor, _: &Tensor) -> Result<()> {
+        bail!("matmul_into_columns runs on CUDA only")
     }
 }

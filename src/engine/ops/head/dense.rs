@@ -106,6 +106,30 @@ pub fn head_nll_rows(
     head_nll_composed(hidden, head, targets, grad_scale, row_nll, chunk_rows)
 }
 
+/// The two products by a frozen head (vocab, hidden) that the chunked loss takes: a dense head's, or a quantized
+/// head's a block of vocabulary rows at a time (`super::quantized`).
+pub(super) trait HeadProducts {
+    /// The logits `x head^T`, (rows, vocab) contiguous in `x`'s dtype.
+    fn logits(&self, x: &Tensor) -> Result<Tensor>;
+    /// The input gradient `dlogits head`, (rows, hidden) in `dlogits`' dtype.
+    fn input_grad(&self, dlogits: &Tensor) -> Result<Tensor>;
+}
+
+impl HeadProducts for Tensor {
+    fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        frozen_matmul_t(x, self)
+    }
+
+    fn input_grad(&self, dlogits: &Tensor) -> Result<Tensor> {
+        frozen_matmul(dlogits, self)
+    }
+}
+
+/// Rows of one chunk of [`head_nll_cuda`]'s logits over a vocabulary of `vocab`.
+pub(super) fn cuda_chunk_rows(vocab: usize) -> usize {
+    device_chunk_rows(CUDA_CHUNK_ELEMS, vocab)
+}
+
 /// On CUDA: each chunk's logits stay in the model's dtype and one kernel per chunk turns them into the rows'
 /// losses and their gradient (cuda/training.rs), where the composed path makes an f32 copy and about ten passes.
 /// Its chunks hold four times the composed path's elements: a chunk is the logits in the model's dtype, which their
@@ -117,10 +141,22 @@ fn head_nll_cuda(
     grad_scale: Option<f64>,
     row_nll: Option<&mut Vec<f64>>,
 ) -> Result<HeadLoss> {
-    let chunk_rows = device_chunk_rows(CUDA_CHUNK_ELEMS, head.dim(0)?);
+    head_nll_cuda_with(hidden, head, head.dim(0)?, targets, grad_scale, row_nll)
+}
+
+/// [`head_nll_cuda`] through `products` of a head of `vocab` rows.
+pub(super) fn head_nll_cuda_with(
+    hidden: &Tensor,
+    products: &dyn HeadProducts,
+    vocab: usize,
+    targets: &[u32],
+    grad_scale: Option<f64>,
+    row_nll: Option<&mut Vec<f64>>,
+) -> Result<HeadLoss> {
+    let chunk_rows = cuda_chunk_rows(vocab);
     let targets = Tensor::from_slice(targets, hidden.dim(0)?, hidden.device())?;
     let (nll_parts, grad_hidden) =
-        head_nll_chunks(hidden, head, grad_scale, row_nll, chunk_rows, |logits, start, rows| {
+        head_nll_chunks(hidden, products, grad_scale, row_nll, chunk_rows, |logits, start, rows| {
             cuda_training::cross_entropy_rows(logits, &targets.narrow(0, start, rows)?, grad_scale)
         })?;
     Ok(HeadLoss { nll_sum: Scalar::device_sum(&nll_parts)?, grad_hidden })
@@ -131,7 +167,7 @@ fn head_nll_cuda(
 /// gradient scale, the logits' gradient. Returns each chunk's NLL sum and the hidden states' gradient.
 fn head_nll_chunks(
     hidden: &Tensor,
-    head: &Tensor,
+    head: &dyn HeadProducts,
     grad_scale: Option<f64>,
     mut row_nll: Option<&mut Vec<f64>>,
     chunk_rows: usize,
@@ -141,14 +177,14 @@ fn head_nll_chunks(
     let (mut nll_parts, mut grads) = (Vec::new(), Vec::new());
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
-        let logits = frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?;
+        let logits = head.logits(&hidden.narrow(0, start, rows)?)?;
         let (nll, dlogits) = loss_kernel(logits, start, rows)?;
         if let Some(out) = row_nll.as_deref_mut() {
             out.extend(nll.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?.into_iter().map(f64::from));
         }
         nll_parts.push(nll.sum_all()?);
         if let Some(dlogits) = dlogits {
-            grads.push(frozen_matmul(&dlogits, head)?);
+            grads.push(head.input_grad(&dlogits)?);
         }
     }
     let grad_hidden = if grad_scale.is_some() { Some(Tensor::cat(&grads, 0)?) } else { None };
@@ -271,7 +307,7 @@ fn composed_pass(
     let (mut nll_parts, mut grads, mut unshifted_lse) = (Vec::new(), Vec::new(), Vec::new());
     for start in (0..n).step_by(chunk_rows) {
         let rows = chunk_rows.min(n - start);
-        let logits = frozen_matmul_t(&hidden.narrow(0, start, rows)?, head)?;
+        let logits = head.logits(&hidden.narrow(0, start, rows)?)?;
         let index = Tensor::from_slice(&targets[start..start + rows], (rows, 1), device)?;
         if shift == Shift::None && logits.dtype() == DType::BF16 {
             let chunk = unshifted_bf16(&logits, &index)?;

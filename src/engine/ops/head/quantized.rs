@@ -10,11 +10,15 @@
 //! Each block's logits are products in the hidden states' dtype, read as f32 for the statistics, as the dense
 //! path reads them. Composed of Candle ops, so every device runs it (the portable graph included).
 //!
-//! Where our CUDA cross-entropy kernel runs, the head is instead dequantized whole for the pass (a transient copy
-//! of the vocabulary in the hidden states' dtype: 1 GiB at Llama-3's 128k x 4096 in bf16) and goes through the dense
-//! path: the composed passes over f32 logits took 0.5 s of a 7 s step at 8B x 32k tokens, the kernel a fraction.
+//! Where our CUDA cross-entropy kernel runs, each chunk of rows goes through the dense path's kernel instead (the
+//! composed passes over f32 logits took 0.5 s of a 7 s step at 8B x 32k tokens, the kernel a fraction). Up to
+//! [`BLOCKWISE_CHUNKS`] chunks of rows, the chunk's logits are made a block of vocabulary rows at a time, each block
+//! dequantized for its product only and the product written into its columns of the logits, and the gradient
+//! likewise, summed over the blocks in f32 ([`BlockProducts`]): no dense copy of the head exists. Past that, the head
+//! is dequantized whole for the pass (a transient copy of the vocabulary in the hidden states' dtype: 1 GiB at
+//! Llama-3's 128k x 4096 in bf16), as every chunk would otherwise dequantize each block twice.
 
-use super::dense::HeadLoss;
+use super::dense::{HeadLoss, HeadProducts};
 use crate::engine::ops::frozen_matmul::{frozen_matmul, frozen_matmul_t};
 use crate::engine::ops::quantized::{dequantize, dequantize_stacked};
 use crate::engine::ops::scalar::Scalar;
@@ -44,11 +48,58 @@ fn block_logits(hidden: &Tensor, block: &QTensor) -> Result<(Tensor, Tensor)> {
     Ok((logits, dense))
 }
 
-/// Whether the loss over a quantized head on `device` in `dtype` dequantizes the whole vocabulary for the pass (CUDA:
-/// then the dense head's cross-entropy kernel runs; a (vocab x hidden) transient the memory estimate counts), rather
-/// than going block by block.
+/// Whether the loss over a quantized head on `device` in `dtype` runs the dense head's cross-entropy kernel (CUDA),
+/// which holds a dense copy of some of the head meanwhile ([`dequantized_head_rows`]), rather than the composed
+/// online log-sum-exp.
 pub fn dequantizes_whole_head(device: &candle_core::Device, dtype: candle_core::DType) -> bool {
     crate::engine::ops::cuda::availability::available(device, dtype)
+}
+
+/// Chunks of rows up to which the CUDA loss over a quantized head goes a block of the vocabulary at a time (each
+/// chunk dequantizes every block twice: for its logits and for its gradient); past it the head is dequantized whole,
+/// once. At Llama-3's 128k words a chunk is 1,024 rows: up to 4,096 rows (the 1B and 8B steps of 4 x 1024 and less)
+/// hold one block of 32 MiB where the whole head took 1 GiB (8B).
+pub const BLOCKWISE_CHUNKS: usize = 4;
+
+/// Rows of a quantized head of `vocab` rows held dense at once by its CUDA loss over `rows` rows, the head stored
+/// in blocks of `block_rows` (the memory estimate's figure): one block up to [`BLOCKWISE_CHUNKS`] chunks of rows,
+/// the whole vocabulary past it.
+pub fn dequantized_head_rows(vocab: usize, block_rows: usize, rows: usize) -> usize {
+    if rows <= BLOCKWISE_CHUNKS * super::dense::cuda_chunk_rows(vocab) {
+        block_rows.min(vocab)
+    } else {
+        vocab
+    }
+}
+
+/// A quantized head's products a block of vocabulary rows at a time (CUDA): each block dequantized in the hidden
+/// states' dtype for its product only. The logits' columns are written by each block's product in place; the input
+/// gradient sums the blocks' products in f32 and is rounded once.
+struct BlockProducts<'a> {
+    head: &'a QuantizedHead<'a>,
+    vocab: usize,
+}
+
+impl HeadProducts for BlockProducts<'_> {
+    fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        let logits = Tensor::zeros((x.dim(0)?, self.vocab), x.dtype(), x.device())?;
+        for (start, block) in block_starts(self.head) {
+            let dense = dequantize(block, x.device(), x.dtype())?;
+            crate::engine::ops::cuda::gemm::matmul_into_columns(&logits, start, x, &dense.t()?)?;
+        }
+        Ok(logits)
+    }
+
+    fn input_grad(&self, dlogits: &Tensor) -> Result<Tensor> {
+        let mut sum = None;
+        for (start, block) in block_starts(self.head) {
+            let dense = dequantize(block, dlogits.device(), dlogits.dtype())?;
+            let columns = dlogits.narrow(1, start, dense.dim(0)?)?;
+            sum = Some(crate::engine::ops::cuda::gemm::matmul_add_f32(sum, &columns, &dense, 1.0)?);
+        }
+        sum.ok_or_else(|| candle_core::Error::Msg("head loss: a quantized head without blocks".into()))?
+            .to_dtype(dlogits.dtype())
+    }
 }
 
 /// Negative log-likelihood of `targets[i]` after `hidden[i]` (n, h) through the quantized head, pushing each
@@ -67,6 +118,11 @@ pub fn quantized_head_nll(
     }
     let device = hidden.device();
     if dequantizes_whole_head(device, hidden.dtype()) {
+        let vocab = head.blocks.iter().map(|b| b.shape().dims2().map(|d| d.0)).sum::<Result<usize>>()?;
+        if dequantized_head_rows(vocab, head.rows_per_block, n) < vocab {
+            let products = BlockProducts { head, vocab };
+            return super::dense::head_nll_cuda_with(hidden, &products, vocab, targets, grad_scale, row_nll);
+        }
         let dense = dequantize_stacked(head.blocks, device, hidden.dtype())?;
         return super::dense::head_nll_rows(hidden, &dense, targets, grad_scale, row_nll);
     }
