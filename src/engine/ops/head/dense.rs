@@ -107,7 +107,7 @@ pub fn head_nll_rows(
 }
 
 /// The two products by a frozen head (vocab, hidden) that the chunked loss takes: a dense head's, or a quantized
-/// head's a block of vocabulary rows at a time (`super::quantized`).
+/// head's a block of vocabulary rows at a time (the quantized head's loss, beside this file).
 pub(super) trait HeadProducts {
     /// The logits `x head^T`, (rows, vocab) contiguous in `x`'s dtype.
     fn logits(&self, x: &Tensor) -> Result<Tensor>;
