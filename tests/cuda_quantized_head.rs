@@ -1,4 +1,4 @@
-//! The loss over a quantized LM head on CUDA (`ops::quantized_head_nll`): a few chunks of rows go a block of the
+//! The loss over a quantized LM head on CUDA (`ops::quantized_head_nll`): one chunk of rows goes a block of the
 //! vocabulary at a time (each block dequantized for its product only, its logits written into their columns, the
 //! gradient summed over the blocks in f32), more rows through the whole head dequantized once. Both against the
 //! dense head's loss (the same CUDA kernel) on the same dequantized weights, in f32 and bf16.
@@ -13,7 +13,7 @@ use common::cuda_or_skip;
 use metal_candle::engine::ops;
 use std::sync::Arc;
 
-/// Llama-3's vocabulary: CUDA chunks of 1,024 rows, so up to 4,096 rows go by blocks.
+/// Llama-3's vocabulary: CUDA chunks of 1,024 rows, so up to 1,024 rows go by blocks.
 const VOCAB: usize = 128_256;
 const HIDDEN: usize = 128;
 /// Rows per quantized block: 31 of 4,096 and a last one of 1,280.
@@ -49,7 +49,7 @@ fn max_abs(t: &Tensor) -> f64 {
     t.to_dtype(DType::F64).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap()
 }
 
-/// Blocks (1,000 and 4,096 rows) and the whole head (4,100 rows) give the dense head's loss and hidden-state
+/// Blocks (1,000 and 1,024 rows) and the whole head (1,025 and 4,100 rows) give the dense head's loss and hidden-state
 /// gradient, row by row, within the dtype's rounding: in f32 the products are the same sums in another grouping;
 /// in bf16 each logit rounds to bf16 in both, and the blocks' gradient is summed in f32 where the dense product
 /// sums the vocabulary in one f32 accumulator, so they differ by its last rounding.
@@ -59,7 +59,7 @@ fn a_quantized_head_by_blocks_or_whole_gives_the_dense_heads_loss_and_gradient()
     let (blocks, whole) = head(&device);
     for dtype in [DType::F32, DType::BF16] {
         let dense = whole.to_dtype(dtype).unwrap();
-        for rows in [1000, 4096, 4100] {
+        for rows in [1000, 1024, 1025, 4100] {
             let values: Vec<f32> = hashed(rows * HIDDEN, rows as u64).iter().map(|v| v * 0.5).collect();
             let hidden = Tensor::from_vec(values, (rows, HIDDEN), &device).unwrap().to_dtype(dtype).unwrap();
             let targets: Vec<u32> = (0..rows as u32).map(|i| (i * 7919 + 13) % VOCAB as u32).collect();
@@ -68,7 +68,7 @@ fn a_quantized_head_by_blocks_or_whole_gives_the_dense_heads_loss_and_gradient()
             let quantized =
                 ops::QuantizedHead { blocks: &blocks, rows_per_block: BLOCK_ROWS, target_rows: &target_rows };
             let by_rows = ops::dequantized_head_rows(VOCAB, BLOCK_ROWS, rows);
-            assert_eq!(by_rows, if rows <= 4096 { BLOCK_ROWS } else { VOCAB }, "{rows} rows");
+            assert_eq!(by_rows, if rows <= 1024 { BLOCK_ROWS } else { VOCAB }, "{rows} rows");
 
             let (mut ours_rows, mut reference_rows) = (Vec::new(), Vec::new());
             let ours =

@@ -57,9 +57,10 @@ pub fn dequantizes_whole_head(device: &candle_core::Device, dtype: candle_core::
 
 /// Chunks of rows up to which the CUDA loss over a quantized head goes a block of the vocabulary at a time (each
 /// chunk dequantizes every block twice: for its logits and for its gradient); past it the head is dequantized whole,
-/// once. At Llama-3's 128k words a chunk is 1,024 rows: up to 4,096 rows (the 1B and 8B steps of 4 x 1024 and less)
-/// hold one block of 32 MiB where the whole head took 1 GiB (8B).
-pub const BLOCKWISE_CHUNKS: usize = 4;
+/// once. At Llama-3's 128k words a chunk is 1,024 rows. Measured at 8B on a lent H200 (BENCHMARKS.md, 2026-11-30):
+/// one chunk (1 x 1024) by blocks took the head phase from 8.9 to 10.3 ms and 1.3 GiB off the peak; four chunks
+/// (1 x 4096) from 18 to 39 ms (Candle's dequantization is most of it) for 0.5-1.1 GiB: one chunk it is.
+pub const BLOCKWISE_CHUNKS: usize = 1;
 
 /// Rows of a quantized head of `vocab` rows held dense at once by its CUDA loss over `rows` rows, the head stored
 /// in blocks of `block_rows` (the memory estimate's figure): one block up to [`BLOCKWISE_CHUNKS`] chunks of rows,
@@ -186,6 +187,17 @@ mod tests {
     use super::*;
     use candle_core::quantized::GgmlDType;
     use candle_core::Device;
+
+    /// One block dense up to one chunk of rows (1,024 at 128k words), the whole vocabulary past it; a vocabulary of
+    /// one block is that block either way.
+    #[test]
+    fn the_cuda_loss_holds_one_block_dense_for_one_chunk_of_rows() {
+        assert_eq!(dequantized_head_rows(128_256, 4096, 1), 4096);
+        assert_eq!(dequantized_head_rows(128_256, 4096, 1024), 4096);
+        assert_eq!(dequantized_head_rows(128_256, 4096, 1025), 128_256);
+        assert_eq!(dequantized_head_rows(128_256, 4096, 32_768), 128_256);
+        assert_eq!(dequantized_head_rows(3000, 4096, 10), 3000);
+    }
 
     #[test]
     fn blocks_of_the_vocabulary_give_the_dense_heads_loss_and_gradient() -> Result<()> {
