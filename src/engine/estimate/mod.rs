@@ -47,7 +47,8 @@ pub struct ModelShape {
     /// A checkpointed recompute defers the MLP to the backward (no norm after the MLP: `model::mlp::Mlp::defer`).
     #[serde(default)]
     pub defers_mlp: bool,
-    /// The head is quantized and its loss dequantizes it whole for the pass (CUDA: `ops::dequantizes_whole_head`).
+    /// The head is quantized and its loss dequantizes some or all of it for the pass (CUDA:
+    /// `ops::kernel_takes_quantized_head`; how much: `ops::dequantized_head_rows`).
     #[serde(default)]
     pub dequantizes_head: bool,
 }
@@ -107,7 +108,7 @@ impl ModelShape {
             ),
             offloads_checkpoints: crate::engine::ops::offload_applies(model.device()),
             dequantizes_head: model.head().quantized_type().is_some()
-                && crate::engine::ops::dequantizes_whole_head(model.device(), model.dtype()),
+                && crate::engine::ops::kernel_takes_quantized_head(model.device(), model.dtype()),
             ..Self::of(&model.config, model.dtype().size_in_bytes())
         }
     }
@@ -206,15 +207,15 @@ impl MemoryEstimate {
     }
 }
 
-/// What the process holds besides the model and the step: measured on the CPU builds (binary, BLAS and
-/// thread pools, allocator arenas), plus the tokenizer, which grows with the vocabulary.
 /// Rows of a quantized head its CUDA loss over `tokens` rows holds dense at once (`ops::dequantized_head_rows`: a
-/// block of its rows, or all of them past a few chunks of rows).
+/// block of its rows for one chunk of rows, all of them past it).
 fn dequantized_head_rows(model: &ModelShape, tokens: u64) -> u64 {
     let block_rows = crate::engine::model::vocab_matrix::VocabMatrix::rows_per_block(model.hidden_size);
     crate::engine::ops::dequantized_head_rows(model.vocab_size, block_rows, tokens as usize) as u64
 }
 
+/// What the process holds besides the model and the step: measured on the CPU builds (binary, BLAS and
+/// thread pools, allocator arenas), plus the tokenizer, which grows with the vocabulary.
 fn runtime_bytes(vocab: u64) -> u64 {
     RUNTIME_BASE_BYTES + vocab * RUNTIME_BYTES_PER_TOKEN
 }

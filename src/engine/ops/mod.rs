@@ -63,7 +63,7 @@ pub use dropout::Dropout;
 pub use elementwise::{add, add_scaled, gather_rows, gelu_tanh_mul, scatter_rows, silu_mul};
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t, swiglu_matmul_t};
 pub use head::dense::{head_nll, head_nll_rows, head_token_nll, logits_chunk_rows, HeadLoss};
-pub use head::quantized::{dequantized_head_rows, dequantizes_whole_head, quantized_head_nll, QuantizedHead};
+pub use head::quantized::{dequantized_head_rows, kernel_takes_quantized_head, quantized_head_nll, QuantizedHead};
 pub use heads::{merge_heads_backward, split_heads};
 pub use kernel_choice::{kernels, Kernels};
 pub use metal::sdpa::sdpa;

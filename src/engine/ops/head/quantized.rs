@@ -51,7 +51,7 @@ fn block_logits(hidden: &Tensor, block: &QTensor) -> Result<(Tensor, Tensor)> {
 /// Whether the loss over a quantized head on `device` in `dtype` runs the dense head's cross-entropy kernel (CUDA),
 /// which holds a dense copy of some of the head meanwhile ([`dequantized_head_rows`]), rather than the composed
 /// online log-sum-exp.
-pub fn dequantizes_whole_head(device: &candle_core::Device, dtype: candle_core::DType) -> bool {
+pub fn kernel_takes_quantized_head(device: &candle_core::Device, dtype: candle_core::DType) -> bool {
     crate::engine::ops::cuda::availability::available(device, dtype)
 }
 
@@ -118,7 +118,7 @@ pub fn quantized_head_nll(
         candle_core::bail!("head loss: {n} rows but {} targets", targets.len());
     }
     let device = hidden.device();
-    if dequantizes_whole_head(device, hidden.dtype()) {
+    if kernel_takes_quantized_head(device, hidden.dtype()) {
         let vocab = head.blocks.iter().map(|b| b.shape().dims2().map(|d| d.0)).sum::<Result<usize>>()?;
         if dequantized_head_rows(vocab, head.rows_per_block, n) < vocab {
             let products = BlockProducts { head, vocab };
