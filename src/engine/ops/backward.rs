@@ -99,6 +99,14 @@ pub struct SiluParts {
     silu: Tensor,
 }
 
+impl SiluParts {
+    /// The parts of `gate`, already in the chain's dtype.
+    fn of(gate: &Tensor) -> Result<Self> {
+        let sig = candle_nn::ops::sigmoid(gate)?;
+        Ok(Self { silu: (gate * &sig)?, sig })
+    }
+}
+
 /// Whether [`silu_mul_backward`] composes Candle ops for these tensors (no CPU f32, WGSL or CUDA kernel takes them).
 fn silu_backward_composes(gate: &Tensor, up: &Tensor) -> bool {
     !(is_cpu_f32(gate) && is_cpu_f32(up))
@@ -112,11 +120,9 @@ pub fn silu_mul_remade(gate: &Tensor, up: &Tensor) -> Result<(Tensor, Option<Sil
     if !silu_backward_composes(gate, up) {
         return Ok((super::elementwise::silu_mul(gate, up)?, None));
     }
-    let chain_gate = for_chain(gate)?;
-    let sig = candle_nn::ops::sigmoid(&chain_gate)?;
-    let silu = (&chain_gate * &sig)?;
-    let product = (&silu * for_chain(up)?)?.to_dtype(gate.dtype())?;
-    Ok((product, Some(SiluParts { sig, silu })))
+    let parts = SiluParts::of(&for_chain(gate)?)?;
+    let product = (&parts.silu * for_chain(up)?)?.to_dtype(gate.dtype())?;
+    Ok((product, Some(parts)))
 }
 
 /// Gradients of `silu(gate) * up` with respect to gate and up, given the output gradient `dm`.
@@ -152,10 +158,7 @@ pub fn silu_mul_backward_with(
     let (gate, up, dm) = (for_chain(gate)?, for_chain(up)?, for_chain(dm)?);
     let SiluParts { sig, silu } = match parts {
         Some(parts) => parts,
-        None => {
-            let sig = candle_nn::ops::sigmoid(&gate)?;
-            SiluParts { silu: (&gate * &sig)?, sig }
-        }
+        None => SiluParts::of(&gate)?,
     };
     let dup = (&dm * &silu)?;
     // silu'(g) = sig * (1 + g * (1 - sig)) = sig + silu * (1 - sig)

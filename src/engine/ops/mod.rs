@@ -70,7 +70,7 @@ pub use metal::sdpa::sdpa;
 pub use norm::{add_rms_norm, rms_norm};
 pub use offload::{attention_fits_in_host, host_pin_budget, offload_applies, Offloader, Parked};
 pub use precision::upcast;
-pub use products::{lora_add, matmul, matmul_add, matmul_add_dropped, matmul_f32, row_dots};
+pub use products::{lora_add, matmul, matmul_add, matmul_add_dropped, matmul_f32};
 pub use quantized::{
     dequantize, dequantize_stacked, qtensor_to_device, quantize_rows, quantized_gemv_joined,
     quantized_gemv_joined_with, quantized_kernels_take, quantized_matmul, quantized_matmul_t, quantized_rows_on_device,

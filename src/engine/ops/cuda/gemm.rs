@@ -108,15 +108,12 @@ mod imp {
     /// `acc + alpha * a b` (acc of `out_dtype`), or `alpha * a b` in a new `out_dtype` tensor.
     pub fn matmul_add(acc: Option<Tensor>, a: &Tensor, b: &Tensor, alpha: f64, out_dtype: DType) -> Result<Tensor> {
         let ((m, _), (_, n)) = (a.dims2()?, b.dims2()?);
-        let dev = match &*a.storage_and_layout().0 {
-            Storage::Cuda(a_s) => a_s.device().clone(),
-            _ => bail!("matmul_add: operands are not all on the CUDA device"),
-        };
+        let dev = a.device().as_cuda_device()?;
         let (beta, c) = match acc {
             Some(c) => (1f32, c),
             // beta = 0: cuBLAS never reads C, so it needs no zeros.
-            None if out_dtype == DType::F32 => (0f32, wrap(output::<f32>(&dev, m * n)?, &dev, (m, n))),
-            None => (0f32, with_dtype!(a, T, { wrap(output::<T>(&dev, m * n)?, &dev, (m, n)) })),
+            None if out_dtype == DType::F32 => (0f32, wrap(output::<f32>(dev, m * n)?, dev, (m, n))),
+            None => (0f32, with_dtype!(a, T, { wrap(output::<T>(dev, m * n)?, dev, (m, n)) })),
         };
         if c.dtype() != out_dtype {
             bail!("matmul_add: a {:?} accumulator for a {out_dtype:?} product", c.dtype());

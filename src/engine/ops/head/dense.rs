@@ -314,8 +314,7 @@ fn composed_pass(
             unshifted_lse.push(chunk.lse);
             nll_parts.push(chunk.nll.sum_all()?);
             if let Some(scale) = grad_scale {
-                let per_row = (chunk.sum.recip()? * scale)?.to_dtype(hidden.dtype())?;
-                grads.push(frozen_matmul(&chunk.scaled_grad, head)?.broadcast_mul(&per_row)?);
+                grads.push(divided_by_sums(&chunk.scaled_grad, &chunk.sum, head, scale, hidden.dtype())?);
             }
             continue;
         }
@@ -374,8 +373,14 @@ fn head_gradient(exp: Tensor, sum: &Tensor, index: &Tensor, head: &Tensor, scale
         return frozen_matmul(&probs.to_dtype(dtype)?, head)? * scale;
     }
     exp.scatter_add_set(index, &sum.neg()?, 1)?;
+    divided_by_sums(&exp, sum, head, scale, dtype)
+}
+
+/// `scale * (g W) / s` for a chunk's loss gradient times its row sums, `g` (rows, vocab), and the sums `s` (rows, 1)
+/// in f32: the product in `dtype`, the division and the scale on the (rows, hidden) result, not over the vocabulary.
+fn divided_by_sums(g: &Tensor, sum: &Tensor, head: &Tensor, scale: f64, dtype: DType) -> Result<Tensor> {
     let per_row = (sum.recip()? * scale)?.to_dtype(dtype)?;
-    frozen_matmul(&exp.to_dtype(dtype)?, head)?.broadcast_mul(&per_row)
+    frozen_matmul(&g.to_dtype(dtype)?, head)?.broadcast_mul(&per_row)
 }
 
 #[cfg(test)]
