@@ -1,6 +1,7 @@
-//! Decoding with a quantized base on CUDA: our single-row kernels for Q4_K, Q6_K and Q8_0 weights
-//! (`ops::quantized_gemv_joined`, `ops/cuda/qgemv.rs`) and the row lookup of a quantized vocabulary
-//! (`ops::quantized_rows_on_device`) against Candle's CPU dequantization, and a whole model's decode steps with a
+//! A quantized base on CUDA: our single-row kernels for Q4_K, Q6_K and Q8_0 weights (`ops::quantized_gemv_joined`,
+//! `ops/cuda/qgemv.rs`) and the row lookup of a quantized vocabulary (`ops::quantized_rows_on_device`) against
+//! Candle's CPU dequantization, whole weights made dense for the many-row products (`ops/cuda/dequantize.rs`)
+//! against Candle's CUDA dequantize and cast, and a whole model's decode steps with a
 //! quantized base against its own forward over the whole sequence (which dequantizes each weight and multiplies
 //! densely), replayed from a captured CUDA graph.
 //! Built with `--features cuda`; skipped without a GPU. Run on a lent GPU machine.
@@ -140,6 +141,34 @@ fn quantized_rows_looked_up_on_the_device_equal_the_dequantized_rows() {
                     let tol = if dtype == DType::BF16 { 2f64.powi(-8) * w.abs() } else { 1e-6 * w.abs() };
                     assert!((w - *g as f64).abs() <= tol, "{qtype:?} {dtype:?} id {id} weight {j}: {g} against {w}");
                 }
+            }
+        }
+    }
+}
+
+/// A whole quantized weight made dense on the GPU (`ops::dequantize` on CUDA, our one-launch kernel,
+/// `ops/cuda/dequantize.rs`) equals Candle's CUDA dequantize followed by its cast bit for bit, in f32, bf16 and
+/// f16: the kernel repeats Candle's arithmetic and rounds each f32 value once. A weight of 2 x 256 (fewer values
+/// than one block of threads covers) and one of 300 x 4,096.
+#[test]
+fn whole_weights_dequantized_on_the_device_equal_candles_dequantize_and_cast() {
+    let Some(cuda) = cuda_or_skip() else { return };
+    for qtype in TYPES {
+        for (rows, k) in [(2, 256), (300, 4096)] {
+            let (_, w) = weight(rows, k, qtype, &cuda, rows as u64);
+            let candle_f32 = w.dequantize(&cuda).unwrap();
+            for dtype in [DType::F32, DType::BF16, DType::F16] {
+                let ours = ops::dequantize(&w, &cuda, dtype).unwrap();
+                let candle = candle_f32.to_dtype(dtype).unwrap();
+                assert_eq!((ours.dims(), ours.dtype()), (candle.dims(), dtype));
+                // Compared as bits: the f32 values of both, and exact equality of the 16-bit ones widened.
+                let bits = |t: &Tensor| -> Vec<u32> {
+                    let wide: Vec<f32> = t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                    wide.iter().map(|v| v.to_bits()).collect()
+                };
+                let (a, b) = (bits(&ours), bits(&candle));
+                let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+                assert_eq!(differ, 0, "{qtype:?} {rows}x{k} {dtype:?}: {differ} of {} values differ", a.len());
             }
         }
     }

@@ -420,6 +420,7 @@ INSTANTIATE(__nv_bfloat16, bf16)
 // ---- Decoding: single-row products against frozen weights ----
 #include "gemv.cuh"
 #include "qgemv.cuh"
+#include "dequantize.cuh"
 
 // ---- Decoding: the index of a row's largest logit (greedy sampling), in two launches ----
 // Ties go to the first index and NaN is never the largest, as the CPU's `sampler::argmax` has it.

@@ -6,7 +6,8 @@
 //!   scatters, cross-entropy, dropout; residual.rs: the residual add fused with the RMS norm, forward and backward;
 //! - attention.rs (flash_attention*.cuh, flash_*_ops.cuh): flash attention, training forward/backward and prefill;
 //! - decode.rs, gemv.rs (gemv.cuh) and qgemv.rs (qgemv.cuh: quantized weights): token-by-token decoding; graph.rs: a
-//!   decode step captured as a CUDA graph;
+//!   decode step captured as a CUDA graph; dequantize.rs (dequantize.cuh): a quantized weight made dense for the
+//!   many-row products;
 //! - gemm.rs: cuBLAS products with alpha and beta; cast.rs: many casts in one launch; optimizer.rs: the AdamW step;
 //! - offload.rs: checkpoints parked in pinned host memory, copied on a second stream;
 //! - nccl.rs (the `nccl` feature): NCCL's all-reduce, summing gradients over the ranks of a data-parallel run;
@@ -16,6 +17,8 @@ pub(super) mod attention;
 pub(crate) mod availability;
 pub(super) mod cast;
 pub mod decode;
+#[cfg(feature = "cuda")]
+pub(super) mod dequantize;
 pub(super) mod gemm;
 #[cfg(feature = "cuda")]
 pub(super) mod gemv;
