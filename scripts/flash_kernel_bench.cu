@@ -53,16 +53,23 @@ int main(int argc, char** argv) {
   int major = 0;
   CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   const bool wg = major == 9 && getenv("MMA_SYNC") == nullptr;  // MMA_SYNC=1 for a -arch=sm_90 build
-  const int fr = 64 * (wg ? FwdTiles<64>::R_WGMMA : D == 64 ? FwdTiles<64>::R_MMA : FwdTiles<128>::R_MMA);
-  const int qr = 64 * (wg ? DqTiles<64>::R_WGMMA : D == 64 ? DqTiles<64>::R_MMA : DqTiles<128>::R_MMA);
+  // Warpgroups a block on the sm_90a kernels (WgGroups: FA_WG64_GROUPS / FA_WG128_GROUPS at build time).
+#ifdef FA_WG128_GROUPS
+  const int groups = wg ? (D == 64 ? WgGroups<64>::value : WgGroups<128>::value) : 1, threads = 128 * groups;
+#else
+  const int groups = 1, threads = 128;  // kernels from before WgGroups
+#endif
+  const int fr = 64 * groups * (wg ? FwdTiles<64>::R_WGMMA : D == 64 ? FwdTiles<64>::R_MMA : FwdTiles<128>::R_MMA);
+  const int qr = 64 * groups * (wg ? DqTiles<64>::R_WGMMA : D == 64 ? DqTiles<64>::R_MMA : DqTiles<128>::R_MMA);
   dim3 gf((T + fr - 1) / fr, H, B), gd((T + qr - 1) / qr, H, B);
+  gk.x = (T + 64 * groups - 1) / (64 * groups);
   auto fwd = [&] {
-    if (D == 64) flash_forward_d64_bf16<<<gf, 128>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, scale);
-    else flash_forward_d128_bf16<<<gf, 128>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, scale);
+    if (D == 64) flash_forward_d64_bf16<<<gf, threads>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, nullptr, scale);
+    else flash_forward_d128_bf16<<<gf, threads>>>(q, k, v, out, lse, H, KV, T, T, bs, hs, 0, 0, nullptr, scale);
   };
   auto bdq = [&] {
-    if (D == 64) flash_backward_dq_d64_bf16<<<gd, 128>>>(q, k, v, out, dout, lse, delta, dq, H, KV, T, 0, scale);
-    else flash_backward_dq_d128_bf16<<<gd, 128>>>(q, k, v, out, dout, lse, delta, dq, H, KV, T, 0, scale);
+    if (D == 64) flash_backward_dq_d64_bf16<<<gd, threads>>>(q, k, v, out, dout, lse, delta, dq, H, KV, T, 0, nullptr, scale);
+    else flash_backward_dq_d128_bf16<<<gd, threads>>>(q, k, v, out, dout, lse, delta, dq, H, KV, T, 0, nullptr, scale);
   };
   // The sm_90a head_dim 128 dK/dV kernel takes dynamic shared memory (builds of the kernels before it: none).
 #ifdef FA_WG_DKV128_SMEM
@@ -72,8 +79,8 @@ int main(int argc, char** argv) {
   const int dkv128_smem = 0;
 #endif
   auto bkv = [&] {
-    if (D == 64) flash_backward_dkv_d64_bf16<<<gk, 128>>>(q, k, v, dout, lse, delta, dk, dv, H, KV, T, 0, scale);
-    else flash_backward_dkv_d128_bf16<<<gk, 128, dkv128_smem>>>(q, k, v, dout, lse, delta, dk, dv, H, KV, T, 0, scale);
+    if (D == 64) flash_backward_dkv_d64_bf16<<<gk, threads>>>(q, k, v, dout, lse, delta, dk, dv, H, KV, T, 0, nullptr, scale);
+    else flash_backward_dkv_d128_bf16<<<gk, threads, dkv128_smem>>>(q, k, v, dout, lse, delta, dk, dv, H, KV, T, 0, nullptr, scale);
   };
   fwd(); bdq(); CK(cudaDeviceSynchronize());
   printf("shape b=%d T=%d heads=%d kv=%d D=%d\n", B, T, H, KV, D);

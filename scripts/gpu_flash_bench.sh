@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # The fused attention kernels alone on a lent GPU, builds side by side (scripts/flash_kernel_bench.cu):
 #   scripts/gpu_flash_bench.sh OUT BEFORE AFTER [MORE...]   (flash_kernel_bench binaries built here)
-# Both shapes of the 1B table (1 x 4096 and 4 x 1024), two rounds alternating, then the largest difference between
-# each later build's outputs and the first's (bf16 outputs; lse in f32). HEAD_DIM=128 in the environment times
-# Llama-3.1-8B's heads instead of Llama-3.2-1B's. Writes OUT/bench.txt.
+# Both shapes of the 1B table (1 x 4096 and 4 x 1024; SHAPES="B T,B T,..." for others), two rounds alternating, then
+# the largest difference between each later build's outputs and the first's (bf16 outputs; lse in f32). HEAD_DIM=128
+# in the environment times Llama-3.1-8B's heads instead of Llama-3.2-1B's. Writes OUT/bench.txt.
 set -u
 OUT="$1"; shift; mkdir -p "$OUT" /tmp/flash-dumps
-for s in "1 4096" "4 1024"; do for r in 1 2; do for b in "$@"; do
+IFS=, read -r -a shapes <<<"${SHAPES:-1 4096,4 1024}"
+for s in "${shapes[@]}"; do for r in 1 2; do for b in "$@"; do
   echo "## $(basename "$b") $s"; "$b" $s 20 "/tmp/flash-dumps/$(basename "$b")-${s// /x}"
 done; done; done >"$OUT/bench.txt" 2>&1
-python3 - "$@" >>"$OUT/bench.txt" <<'PY'
+python3 - "${SHAPES:-1 4096,4 1024}" "$@" >>"$OUT/bench.txt" <<'PY'
 import os, sys
 import numpy as np
-names = [os.path.basename(b) for b in sys.argv[1:]]
+shapes = [s.strip().replace(" ", "x") for s in sys.argv[1].split(",")]
+names = [os.path.basename(b) for b in sys.argv[2:]]
 for other in names[1:]:
-    for shape in ["1x4096", "4x1024"]:
+    for shape in shapes:
         for name in ["out", "lse", "dq", "dk", "dv"]:
             dt = np.float32 if name == "lse" else np.uint16
             a = np.fromfile(f"/tmp/flash-dumps/{names[0]}-{shape}-{name}.bin", dt)

@@ -62,7 +62,7 @@ for item in "$@"; do
       echo "$tag | $line | nvidia-smi peak $(peak "$tag") MiB | $(( $(date +%s) - t0 )) s" | tee -a "$RES" ;;
     timeline)
       CUDA_INJECTION64_PATH=$PWD/$G/tl/libtimeline.so TIMELINE_OUT=/tmp/tl.tsv $(ours_cmd "$a" "$b" 1 "$c") >/dev/null 2>>"$LOG"
-      python3 scripts/gpu_timeline/report.py /tmp/tl.tsv --by-kernel 2 > "$OUT/tl-$b-$c.txt" 2>&1
+      python3 scripts/gpu_timeline/report.py /tmp/tl.tsv --by-kernel 2 --top 30 > "$OUT/tl-$b-$c.txt" 2>&1
       echo "$tag | timeline in tl-$b-$c.txt | $(( $(date +%s) - t0 )) s" | tee -a "$RES" ;;
     test)
       # The tests find their fixtures under the path they were built in.
