@@ -53,11 +53,13 @@ int main(int argc, char** argv) {
   int major = 0;
   CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   const bool wg = major == 9 && getenv("MMA_SYNC") == nullptr;  // MMA_SYNC=1 for a -arch=sm_90 build
-  // Warpgroups a block on the sm_90a kernels (WgGroups: FA_WG64_GROUPS / FA_WG128_GROUPS at build time).
+  // Warpgroups a block on the sm_90a kernels: one, unless the kernels are built with the two-warpgroup blocks
+  // measured and set aside on 2026-11-30 (bench-results/attention-two-warpgroups-h200-20261130/, its patch applied:
+  // WgGroups, FA_WG64_GROUPS / FA_WG128_GROUPS at build time).
 #ifdef FA_WG128_GROUPS
   const int groups = wg ? (D == 64 ? WgGroups<64>::value : WgGroups<128>::value) : 1, threads = 128 * groups;
 #else
-  const int groups = 1, threads = 128;  // kernels from before WgGroups
+  const int groups = 1, threads = 128;
 #endif
   const int fr = 64 * groups * (wg ? FwdTiles<64>::R_WGMMA : D == 64 ? FwdTiles<64>::R_MMA : FwdTiles<128>::R_MMA);
   const int qr = 64 * groups * (wg ? DqTiles<64>::R_WGMMA : D == 64 ? DqTiles<64>::R_MMA : DqTiles<128>::R_MMA);
