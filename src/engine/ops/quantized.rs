@@ -198,7 +198,7 @@ pub fn dequantize_stacked(blocks: &[Arc<QTensor>], device: &Device, dtype: DType
 /// Rows `start..start + n` of `weight` dense, in `dtype` on `device`: on the CPU dequantized in parallel on our
 /// team (Candle's dequantize is one thread: at 8B it was several seconds of each step); on CUDA the whole weight
 /// (the only piece there) in one launch of our kernel where it takes the block type (`cuda/dequantize.rs`: the
-/// same values as Candle's dequantize and cast); elsewhere through Candle's dequantize.
+/// same values as Candle's dequantize and cast); elsewhere (Metal, the portable graph) [`every_row`].
 fn dequantize_rows(weight: &QTensor, start: usize, n: usize, device: &Device, dtype: DType) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if device.is_cuda() && start == 0 && n == weight.shape().dims2()?.0 {
@@ -207,7 +207,7 @@ fn dequantize_rows(weight: &QTensor, start: usize, n: usize, device: &Device, dt
         }
     }
     if !device.is_cpu() || !native() {
-        return weight.dequantize(device)?.to_dtype(dtype);
+        return every_row(weight)?.to_device(device)?.to_dtype(dtype);
     }
     let (_, in_features) = weight.shape().dims2()?;
     let qtype = weight.dtype();
@@ -226,6 +226,15 @@ fn dequantize_rows(weight: &QTensor, start: usize, n: usize, device: &Device, dt
         Ok::<_, candle_core::Error>(())
     })?;
     Tensor::from_vec(values, (n, in_features), &Device::Cpu)?.to_dtype(dtype)
+}
+
+/// Every row of `weight` dense in f32 on its own device, through Candle's row lookup of a quantized matrix
+/// (`QTensor::embedding`, a GPU kernel on Metal and CUDA). Candle's `dequantize` gives the same values, but on
+/// Metal it copies the blocks to the host, waits for the GPU and dequantizes on one CPU thread: a Mac's QLoRA step
+/// did that for every weight in its backward.
+fn every_row(weight: &QTensor) -> Result<Tensor> {
+    let rows = weight.shape().dims2()?.0;
+    weight.embedding(&Tensor::arange(0u32, rows as u32, &weight.device())?)
 }
 
 /// `dense` (out, in), on the CPU, quantized to `dtype` and placed on `device`: rows are quantized in parallel
@@ -290,6 +299,20 @@ mod tests {
         let forward = relative(quantized_matmul_t(&x, &weight)?, x.broadcast_matmul(&whole.t()?)?)?;
         let backward = relative(quantized_matmul(&dy, &weight)?, dy.broadcast_matmul(&whole)?)?;
         assert!(forward < 1e-5 && backward < 1e-5, "forward {forward}, backward {backward}");
+        Ok(())
+    }
+
+    /// The portable graph's (and Metal's) dense weight, every row looked up, is Candle's dequantize bit for bit.
+    #[test]
+    fn every_row_looked_up_equals_the_dequantized_weight() -> Result<()> {
+        let dev = Device::Cpu;
+        for qtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0, GgmlDType::Q4_0] {
+            let weight = quantize_rows(&Tensor::randn(0f32, 0.05, (37, 512), &dev)?, qtype, &dev)?;
+            let rows: Vec<u32> =
+                every_row(&weight)?.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect();
+            let whole = weight.dequantize(&dev)?.flatten_all()?.to_vec1::<f32>()?;
+            assert_eq!(rows, whole.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{qtype:?}");
+        }
         Ok(())
     }
 
