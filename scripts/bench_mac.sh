@@ -25,14 +25,16 @@
 #                        then uses too: f32 on a CPU, bf16 on a GPU with bf16 kernels)
 #     --out PREFIX       writes PREFIX.jsonl (raw JSON lines), PREFIX.md (tables), PREFIX.log (stderr)
 #                        (default bench-results/<mac|cpu>-<UTC date>-bench-mac)
-#     --skip LIST        comma list of check,train,train-wgsl,generate,lora,dpo,orpo,grpo to leave out (check: both sides'
-#                        greedy ids for one chat prompt, to show they run the same model; train-wgsl: our training step
-#                        again under --kernels wgsl, our WGSL kernels, which a Mac runs through Metal)
+#     --quantize TYPE (q4_1)  train-q4: our base quantization (QLoRA) beside mlx-lm's 4-bit groups of 64
+#     --skip LIST        comma list of check,train,train-wgsl,train-q4,generate,lora,dpo,orpo,grpo to leave out (check:
+#                        both sides' greedy ids for one chat prompt, to show they run the same model; train-wgsl: our
+#                        training step again under --kernels wgsl, our WGSL kernels, which a Mac runs through Metal;
+#                        train-q4: the training step on a 4-bit base, ours and mlx-lm's)
 # A part that fails is logged and shown as "not measured"; the script still writes the table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-MODEL="" GGUF="" BIN="" PY="python3" DTYPE="" OUT="" SKIP=""
+MODEL="" GGUF="" BIN="" PY="python3" DTYPE="" OUT="" SKIP="" QUANT="q4_1"
 BATCH=4 SEQ=128 RANK=8 ALPHA="" TARGETS="q_proj,v_proj" STEPS=5 WARMUP=1
 PROMPT=128 NEW=64 REPEATS=3 LORA_REPEATS=10
 METHOD_STEPS=3 METHOD_BATCH=2 GROUP=4 COMPLETION=16
@@ -61,6 +63,7 @@ while [ $# -gt 0 ]; do
     --dtype) DTYPE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --skip) SKIP="$2"; shift 2 ;;
+    --quantize) QUANT="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_mac.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -139,6 +142,17 @@ if ! skipped train-wgsl; then
   run train-wgsl "$BIN" bench train --kernels wgsl --model "$MODEL" --device auto ${dtype_args[@]+"${dtype_args[@]}"} \
     --batch-size "$BATCH" --seq-len "$SEQ" --rank "$RANK" ${alpha_args[@]+"${alpha_args[@]}"} --targets "$TARGETS" \
     --steps "$STEPS" --warmup "$WARMUP" --json
+fi
+if ! skipped train-q4; then
+  # QLoRA: ours quantizes the base at load (q4_1 by default: 4-bit blocks of 32 with a scale and a minimum, which
+  # fit rows of any multiple of 32; Q4_K's 256 leave a 576-wide model's linears dense); mlx-lm's 4-bit affine groups
+  # of 64, the quantization `mlx_lm.convert -q` writes.
+  run train-q4 "$BIN" bench train --quantize "$QUANT" --model "$MODEL" --device auto ${dtype_args[@]+"${dtype_args[@]}"} \
+    --batch-size "$BATCH" --seq-len "$SEQ" --rank "$RANK" ${alpha_args[@]+"${alpha_args[@]}"} --targets "$TARGETS" \
+    --steps "$STEPS" --warmup "$WARMUP" --json
+  run train-q4 "$PY" scripts/bench_mlx.py train --quantize-bits 4 --model "$MODEL" --dtype "$(ours_dtype train-q4)" \
+    --batch-size "$BATCH" --seq-len "$SEQ" --rank "$RANK" ${alpha_args[@]+"${alpha_args[@]}"} --targets "$TARGETS" \
+    --steps "$STEPS" --warmup "$WARMUP"
 fi
 if ! skipped generate; then
   run generate "$BIN" bench generate --model "$MODEL" --device auto ${dtype_args[@]+"${dtype_args[@]}"} --prompt-tokens "$PROMPT" \

@@ -226,6 +226,11 @@ def cmd_train(args) -> None:
     t0 = time.perf_counter()
     model, config = load_model(Path(args.model))
     model.set_dtype(getattr(mx, MX_DTYPES[args.dtype]))
+    if args.quantize_bits:
+        # QLoRA as mlx-lm trains it on a model converted with `-q`: the linears' weights in affine groups of 64
+        # (nn.QuantizedLinear; the embedding stays dense), the adapters over them.
+        nn.quantize(model, group_size=64, bits=args.quantize_bits,
+                    class_predicate=lambda _, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 64 == 0)
     model.freeze()
     alpha = args.alpha if args.alpha is not None else 2.0 * args.rank
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -268,7 +273,8 @@ def cmd_train(args) -> None:
         times.append(time.perf_counter() - t)
     mean_s = statistics.mean(times)
     emit({
-        "impl": "mlx-lm", "bench": "train", "device": device_name(), "dtype": args.dtype,
+        "impl": "mlx-lm", "bench": "train-q4" if args.quantize_bits else "train", "device": device_name(),
+        "dtype": args.dtype, "quantize_bits": args.quantize_bits,
         "model": str(args.model), "batch_size": B, "seq_len": T, "rank": args.rank, "alpha": alpha,
         "scale": lcfg["scale"], "targets": targets, "trainable_params": trainable, "compiled": not args.no_compile,
         "warmup_steps": args.warmup, "steps": len(times), "mean_step_secs": mean_s,
@@ -449,10 +455,11 @@ def cmd_report(args) -> None:
 
     ours_train, mlx_train = pick("metal-candle", "train"), pick("mlx-lm", "train")
     ours_wgsl = pick("metal-candle", "train-wgsl")
+    ours_q4, mlx_q4 = pick("metal-candle", "train-q4"), pick("mlx-lm", "train-q4")
     ours_gen, mlx_gen = pick("metal-candle", "generate"), pick("mlx-lm", "generate")
     ours_chk, mlx_chk = pick("metal-candle", "check"), pick("mlx-lm", "check")
-    any_mlx = mlx_train or mlx_gen or mlx_chk or pick("mlx", "lora") or {}
-    any_ours = ours_train or ours_gen or pick("metal-candle", "lora") or {}
+    any_mlx = mlx_train or mlx_q4 or mlx_gen or mlx_chk or pick("mlx", "lora") or {}
+    any_ours = ours_train or ours_q4 or ours_gen or pick("metal-candle", "lora") or {}
     lines = []
     lines.append(f"metal-candle on `{any_ours.get('device', '?')}` ({any_ours.get('dtype', '?')}; `bench lora`: f32); "
                  f"MLX {any_mlx.get('mlx', '?')} / mlx-lm {any_mlx.get('mlx_lm', '?')} on `{any_mlx.get('device', '?')}` "
@@ -488,6 +495,13 @@ def cmd_report(args) -> None:
                      f"| {fmt(t.get('mean_step_secs'), 3)} ({fmt(t.get('median_step_secs'), 3)}) "
                      f"| {ratio(t.get('mean_step_secs'), o.get('mean_step_secs'))} (mlx-lm time / ours); "
                      f"{ratio(d.get('mean_step_secs'), o.get('mean_step_secs'))} (our default kernels' time / ours) |")
+    if ours_q4 or mlx_q4:
+        o, t = ours_q4 or {}, mlx_q4 or {}
+        lines.append(f"| train step on a quantized base (QLoRA; ours `bench train --quantize`, q4_1 unless the command "
+                     f"says, mlx-lm {t.get('quantize_bits', '?')}-bit groups of 64): mean s/step (median) "
+                     f"| {fmt(o.get('mean_step_secs'), 3)} ({fmt(o.get('median_step_secs'), 3)}) "
+                     f"| {fmt(t.get('mean_step_secs'), 3)} ({fmt(t.get('median_step_secs'), 3)}) "
+                     f"| {ratio(t.get('mean_step_secs'), o.get('mean_step_secs'))} (mlx-lm time / ours) |")
     if ours_gen or mlx_gen:
         o, t = ours_gen or {}, mlx_gen or {}
         what = f"{o.get('prompt_tokens', t.get('prompt_tokens'))}-token prompt, {o.get('new_tokens', t.get('new_tokens'))} new, greedy, best of {o.get('repeats', t.get('repeats'))}"
@@ -531,6 +545,7 @@ def cmd_report(args) -> None:
     missing = []
     for name, r in [("metal-candle bench train", ours_train), ("mlx-lm train", mlx_train),
                     ("metal-candle bench train --kernels wgsl", ours_wgsl),
+                    ("metal-candle bench train --quantize", ours_q4), ("mlx-lm train, 4-bit base", mlx_q4),
                     ("metal-candle bench generate", ours_gen), ("mlx-lm generate", mlx_gen),
                     ("metal-candle bench lora", ours_micro), ("MLX lora-micro", mlx_micro),
                     ("metal-candle generate (check)", ours_chk), ("mlx-lm check", mlx_chk)]:
@@ -566,6 +581,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-compile", action="store_true", help="do not mx.compile the step")
+    p.add_argument("--quantize-bits", type=int, default=0, help="QLoRA: the linears quantized to this many bits")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("generate")
