@@ -7,26 +7,18 @@
 //! Taken under the native kernel set; built with the `cuda` feature only.
 
 use crate::engine::ops::cuda::launch::{load, output, wrap};
+use crate::engine::ops::cuda::qgemv::type_name;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Result, Tensor};
 
 /// Values each thread of the kernel writes (a 16-byte store in 16-bit types).
 const CHUNK: usize = 8;
 
-/// The kernel name part of a block type the kernel reads.
-fn type_name(t: GgmlDType) -> Option<&'static str> {
-    match t {
-        GgmlDType::Q4K => Some("q4k"),
-        GgmlDType::Q6K => Some("q6k"),
-        GgmlDType::Q8_0 => Some("q8_0"),
-        _ => None,
-    }
-}
-
-/// `weight` dense in `dtype` on its CUDA device, or None where the kernel does not take it (another block type,
-/// device or dtype, the portable graph): then Candle's dequantize and a cast do.
+/// `weight` dense in `dtype` on its CUDA device, or None where the kernel does not take it (a block type qgemv.cuh's
+/// readers, which it shares, lack; another device or dtype; the portable graph): then Candle's kernels do
+/// (`ops::quantized`).
 pub fn dense(weight: &QTensor, dtype: DType) -> Result<Option<Tensor>> {
     let Device::Cuda(dev) = weight.device() else { return Ok(None) };
     let Some(kind) = type_name(weight.dtype()) else { return Ok(None) };

@@ -54,8 +54,8 @@ struct Segments {
 // SAFETY: a plain-old-data struct laid out as the kernels' C struct.
 unsafe impl DeviceRepr for Segments {}
 
-/// The kernel name part of a block type the kernels read.
-fn type_name(t: GgmlDType) -> Option<&'static str> {
+/// The kernel name part of a block type the kernels read (also dequantize.cuh's, which shares their block readers).
+pub(super) fn type_name(t: GgmlDType) -> Option<&'static str> {
     match t {
         GgmlDType::Q4K => Some("q4k"),
         GgmlDType::Q6K => Some("q6k"),
