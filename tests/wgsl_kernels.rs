@@ -125,15 +125,43 @@ fn rope_forward_and_backward() {
         let cos: Vec<f32> = angles.iter().map(|a| round(a.cos())).collect();
         let sin: Vec<f32> = angles.iter().map(|a| round(a.sin())).collect();
         let (xt, ct, st) = (t(&x, &[b, h, seq, d]), t(&cos, &[seq, d / 2]), t(&sin, &[seq, d / 2]));
-        let y = gpu.run(&wgsl::rope(rows, seq, d / 2, 1.0), precision, 0, &[&x, &cos, &sin]);
+        let y = gpu.run(&wgsl::rope(rows, seq, d / 2, 1.0, 1), precision, 0, &[&x, &cos, &sin]);
         assert_close(&format!("rope {precision:?}"), &y[0], &flat(&ops::rope(&xt, &ct, &st).unwrap()), tol);
-        let dx = gpu.run(&wgsl::rope(rows, seq, d / 2, -1.0), precision, 0, &[&x, &cos, &sin]);
+        let dx = gpu.run(&wgsl::rope(rows, seq, d / 2, -1.0, 1), precision, 0, &[&x, &cos, &sin]);
         assert_close(
             &format!("rope backward {precision:?}"),
             &dx[0],
             &flat(&ops::rope_backward(&xt, &ct, &st).unwrap()),
             tol,
         );
+    }
+}
+
+/// Packed rows: each batch turned by its own table (b, t, d / 2), as the model gathers at each token's position in
+/// its example, against Candle's rope with the same per-batch tables.
+#[test]
+fn rope_with_a_table_per_batch() {
+    let Some(gpu) = gpu_or_skip("rope_with_a_table_per_batch") else { return };
+    let (b, h, seq, d) = (3, 2, 11, 32);
+    let rows = b * h * seq;
+    for (precision, tol) in precisions(gpu) {
+        let x = values(rows * d, 7, 1.0, precision);
+        // Batch i restarts its positions every 4 + i tokens (its examples' lengths).
+        let angles: Vec<f32> = (0..b * seq * d / 2)
+            .map(|i| {
+                let (batch, pos, k) = (i / (seq * d / 2), (i / (d / 2)) % seq, i % (d / 2));
+                (pos % (4 + batch)) as f32 * 0.41 + k as f32 * 0.13
+            })
+            .collect();
+        let round = |v: f32| values_round(v, precision);
+        let cos: Vec<f32> = angles.iter().map(|a| round(a.cos())).collect();
+        let sin: Vec<f32> = angles.iter().map(|a| round(a.sin())).collect();
+        let (xt, ct, st) = (t(&x, &[b, h, seq, d]), t(&cos, &[b, seq, d / 2]), t(&sin, &[b, seq, d / 2]));
+        let y = gpu.run(&wgsl::rope(rows, seq, d / 2, 1.0, b), precision, 0, &[&x, &cos, &sin]);
+        assert_close(&format!("packed rope {precision:?}"), &y[0], &flat(&ops::rope(&xt, &ct, &st).unwrap()), tol);
+        let dx = gpu.run(&wgsl::rope(rows, seq, d / 2, -1.0, b), precision, 0, &[&x, &cos, &sin]);
+        let want = flat(&ops::rope_backward(&xt, &ct, &st).unwrap());
+        assert_close(&format!("packed rope backward {precision:?}"), &dx[0], &want, tol);
     }
 }
 
@@ -548,7 +576,7 @@ fn bench_wgsl_1b_shapes() {
         let mut cases: Vec<(String, wgsl::Launch, Vec<&[f32]>, u32)> = vec![
             ("rms_norm fwd 4x1024x2048".into(), wgsl::rms_norm_fwd(rows, hidden, 1e-5), vec![&big, &w], 0),
             ("rms_norm bwd dx 4x1024x2048".into(), wgsl::rms_norm_bwd_dx(rows, hidden, 1e-5), vec![&big, &w, &big2], 0),
-            ("rope 4x32x1024x64".into(), wgsl::rope(4 * 32 * 1024, 1024, 32, 1.0), vec![&big, &cs, &cs], 0),
+            ("rope 4x32x1024x64".into(), wgsl::rope(4 * 32 * 1024, 1024, 32, 1.0, 1), vec![&big, &cs, &cs], 0),
             ("swiglu fwd 4x1024x2048".into(), wgsl::swiglu_fwd(n), vec![&big, &big2], 0),
             ("swiglu bwd 4x1024x2048".into(), wgsl::swiglu_bwd(n), vec![&big, &big2, &big3], 0),
             (

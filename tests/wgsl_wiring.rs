@@ -71,7 +71,7 @@ fn pack(batch: &mut Batch) {
 
 /// A training step of tiny-llama records every wired kernel's launches, in f32 and in bf16 (u32 words of two
 /// elements in the kernels); with tiny-gemma3 (whose first layer attends through a sliding window) and with packed
-/// rows, each layer's attention still goes through the WGSL kernels each way.
+/// rows, each layer's attention and rotary still go through the WGSL kernels each way.
 #[test]
 fn a_training_step_runs_each_wired_kernel() {
     let Some(_turn) = wgsl("a_training_step_runs_each_wired_kernel") else { return };
@@ -100,8 +100,9 @@ fn a_training_step_runs_each_wired_kernel() {
         let after = metal::launch_counts();
         let ran = |entry: &str| after.get(entry).copied().unwrap_or(0) - before.get(entry).copied().unwrap_or(0);
         let what = format!("{arch} (packed: {packed}, {dtype:?})");
-        // Two layers: the attention each way per layer, the sliding layer's and packed rows' too.
-        let mut expected = vec![("attention_fwd", 2), ("attention_bwd_dq", 2), ("attention_bwd_dkdv", 2)];
+        // Two layers: the attention each way per layer, the sliding layer's and packed rows' too; q and k turned
+        // and turned back, packed rows' by their batch's own table of positions.
+        let mut expected = vec![("attention_fwd", 2), ("attention_bwd_dq", 2), ("attention_bwd_dkdv", 2), ("rope", 8)];
         if (arch, packed) == ("tiny-llama", false) {
             // Two norms each and the final one forward; backward the same but the first layer's input norm
             // (nothing below it trains); q and k turned and turned back; one SwiGLU each way per layer; the loss;
@@ -110,7 +111,6 @@ fn a_training_step_runs_each_wired_kernel() {
                 ("lowrank_add", 14),
                 ("rms_norm_fwd", 5),
                 ("rms_norm_bwd_dx", 4),
-                ("rope", 8),
                 ("swiglu_fwd", 2),
                 ("swiglu_bwd", 2),
                 ("cross_entropy_fwd_bwd", 1),

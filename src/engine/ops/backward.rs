@@ -60,11 +60,11 @@ pub fn rms_norm_backward_add(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor,
 
 /// Gradient of rotary embedding: the inverse rotation of the output gradient (rope with -sin), on the rotary
 /// dimensions only (partial rotary passes the rest through). `dy`: (b, heads, t, head_dim); `cos`/`sin`:
-/// (t, rotary_dim / 2), or (b, t, rotary_dim / 2) for packed rows (Candle's kernel then).
+/// (t, rotary_dim / 2), or (b, t, rotary_dim / 2) for packed rows (Candle's kernel then, or our WGSL kernel).
 pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     metal_dtypes("rope_backward", &[dy, cos, sin])?;
     on_rotary_dims(dy, cos, |dy| {
-        if cos.rank() == 2 && metal::takes(&[dy, cos, sin]) {
+        if metal::takes(&[dy, cos, sin]) && metal::rope_fits(dy, cos, sin) {
             return metal::rope_backward(dy, cos, sin);
         }
         if is_cpu_f32(dy) && cos.rank() == 2 {

@@ -13,7 +13,7 @@ use super::metal;
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     metal_dtypes("rope", &[x, cos, sin])?;
     on_rotary_dims(x, cos, |x| {
-        if cos.rank() == 2 && metal::takes(&[x, cos, sin]) {
+        if metal::takes(&[x, cos, sin]) && metal::rope_fits(x, cos, sin) {
             return metal::rope(x, cos, sin);
         }
         candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin)

@@ -28,8 +28,8 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
     Ok(out[0].clone())
 }
 
-/// Rotary embedding, "rotate half" layout, `x` (b, heads, t, head_dim) with `cos`/`sin` (t, head_dim / 2):
-/// the full head turns (partial rotary stays on the portable path).
+/// Rotary embedding, "rotate half" layout, `x` (b, heads, t, head_dim) with `cos`/`sin` (t, head_dim / 2), or
+/// (b, t, head_dim / 2) for packed rows: the full head turns (partial rotary stays on the portable path).
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     rotate(x, cos, sin, 1.0)
 }
@@ -39,17 +39,34 @@ pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> 
     rotate(dy, cos, sin, -1.0)
 }
 
+/// (tables, positions, half) of `cos` when the rope kernel turns `x` (b, heads, t, 2 half) by it: one table of t
+/// positions, or one for each of x's b batches (packed rows), `sin` of the same shape; None otherwise.
+fn rope_tables(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Option<(usize, usize, usize)> {
+    let (tables, seq, half) = match *cos.dims() {
+        [seq, half] => (1, seq, half),
+        [b, seq, half] => (b, seq, half),
+        _ => return None,
+    };
+    let fits = matches!(*x.dims(), [b, _, t, d] if t == seq && d == 2 * half && (cos.rank() == 2 || b == tables));
+    (fits && sin.dims() == cos.dims()).then_some((tables, seq, half))
+}
+
+/// Whether [`rope`] and [`rope_backward`] take `x` with these tables (see `rope_tables`).
+pub fn rope_fits(x: &Tensor, cos: &Tensor, sin: &Tensor) -> bool {
+    rope_tables(x, cos, sin).is_some()
+}
+
 fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, sign: f32) -> Result<Tensor> {
-    let (seq, half) = cos.dims2()?;
-    let (rows, d) = rows_cols(x)?;
-    if d != 2 * half || x.dim(D::Minus2)? != seq {
+    let (rows, _) = rows_cols(x)?;
+    let Some((tables, seq, half)) = rope_tables(x, cos, sin) else {
         candle_core::bail!(
-            "rope: x {:?} does not match cos {:?} (a full rotary of the last axis)",
+            "rope: x {:?} does not match cos {:?} / sin {:?} (a full rotary of the last axis)",
             x.dims(),
-            cos.dims()
+            cos.dims(),
+            sin.dims()
         )
-    }
-    let out = run(&wgsl::rope(rows, seq, half, sign), 0, &[x, cos, sin], &[x.shape().clone()])?;
+    };
+    let out = run(&wgsl::rope(rows, seq, half, sign, tables), 0, &[x, cos, sin], &[x.shape().clone()])?;
     Ok(out[0].clone())
 }
 

@@ -28,7 +28,7 @@ use wgsl::{Launch, Precision};
 
 pub use kernels::{
     attention, attention_backward, cross_entropy, dropout_apply, lora_epilogue, lowrank_add, rms_norm,
-    rms_norm_backward, rope, rope_backward, silu_mul, silu_mul_backward, AttentionMask,
+    rms_norm_backward, rope, rope_backward, rope_fits, silu_mul, silu_mul_backward, AttentionMask,
 };
 
 /// Whether tensors on `device` have a route to the WGSL kernels in this build.

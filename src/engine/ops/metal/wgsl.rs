@@ -259,19 +259,17 @@ pub fn rms_norm_bwd_dw(rows: usize, cols: usize, eps: f32) -> Launch {
 }
 
 /// Rotary embedding of x (rows = b * heads * t, 2 * half_dim) at positions row % seq with cos/sin (seq,
+/// half_dim), or, with `tables` = b > 1 (packed rows), batch i's rows turned by table i of cos/sin (b, seq,
 /// half_dim); `sign` 1 forward, -1 backward. Inputs x, cos, sin; output the rotated x.
-pub fn rope(rows: usize, seq: usize, half_dim: usize, sign: f32) -> Launch {
+pub fn rope(rows: usize, seq: usize, half_dim: usize, sign: f32, tables: usize) -> Launch {
     let n = rows * half_dim * 2;
+    let batch_rows = if tables > 1 { rows / tables } else { 0 };
+    let table = tables.max(1) * seq * half_dim;
     Launch {
         kernel: Kernel::Rope,
         entry: "rope",
-        params: words(&[rows as u32, seq as u32, half_dim as u32, sign.to_bits()]),
-        bindings: vec![
-            b(1, Elem::Et, n),
-            b(2, Elem::Et, seq * half_dim),
-            b(3, Elem::Et, seq * half_dim),
-            b(4, Elem::Et, n),
-        ],
+        params: words(&[rows as u32, seq as u32, half_dim as u32, sign.to_bits(), batch_rows as u32]),
+        bindings: vec![b(1, Elem::Et, n), b(2, Elem::Et, table), b(3, Elem::Et, table), b(4, Elem::Et, n)],
         outputs: 1,
         groups: flat_grid(rows * half_dim),
     }
