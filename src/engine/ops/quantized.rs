@@ -198,13 +198,17 @@ pub fn dequantize_stacked(blocks: &[Arc<QTensor>], device: &Device, dtype: DType
 /// Rows `start..start + n` of `weight` dense, in `dtype` on `device`: on the CPU dequantized in parallel on our
 /// team (Candle's dequantize is one thread: at 8B it was several seconds of each step); on CUDA the whole weight
 /// (the only piece there) in one launch of our kernel where it takes the block type (`cuda/dequantize.rs`: the
-/// same values as Candle's dequantize and cast); elsewhere (Metal, the portable graph) [`every_row`].
+/// same values as Candle's dequantize and cast), other block types through Candle's CUDA dequantize; on Metal and
+/// in the portable graph (what Metal runs) [`every_row`].
 fn dequantize_rows(weight: &QTensor, start: usize, n: usize, device: &Device, dtype: DType) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if device.is_cuda() && start == 0 && n == weight.shape().dims2()?.0 {
         if let Some(dense) = super::cuda::dequantize::dense(weight, dtype)? {
             return Ok(dense);
         }
+    }
+    if device.is_cuda() && native() {
+        return weight.dequantize(device)?.to_dtype(dtype);
     }
     if !device.is_cpu() || !native() {
         return every_row(weight)?.to_device(device)?.to_dtype(dtype);
