@@ -112,57 +112,45 @@ fn rms_norm_forward_and_gradients() {
     }
 }
 
-#[test]
-fn rope_forward_and_backward() {
-    let Some(gpu) = gpu_or_skip("rope_forward_and_backward") else { return };
-    let (b, h, seq, d) = (2, 3, 17, 64);
+/// The rope kernel forward and back against Candle's rope, on x (b, h, seq, d) and `tables` tables of cos/sin
+/// (1: one (seq, d / 2) table for every batch; b: one per batch, packed rows), angle `angle(table, pos, k)`.
+fn check_rope(
+    gpu: &Gpu,
+    (b, h, seq, d): (usize, usize, usize, usize),
+    tables: usize,
+    angle: fn(usize, usize, usize) -> f32,
+) {
     let rows = b * h * seq;
+    let table_shape: Vec<usize> = if tables == 1 { vec![seq, d / 2] } else { vec![tables, seq, d / 2] };
     for (precision, tol) in precisions(gpu) {
-        let x = values(rows * d, 4, 1.0, precision);
+        let x = values(rows * d, 4 + tables as u64, 1.0, precision);
         let angles: Vec<f32> =
-            (0..seq * d / 2).map(|i| (i / (d / 2)) as f32 * 0.37 + (i % (d / 2)) as f32 * 0.11).collect();
+            (0..tables * seq * d / 2).map(|i| angle(i / (seq * d / 2), (i / (d / 2)) % seq, i % (d / 2))).collect();
         let round = |v: f32| values_round(v, precision);
         let cos: Vec<f32> = angles.iter().map(|a| round(a.cos())).collect();
         let sin: Vec<f32> = angles.iter().map(|a| round(a.sin())).collect();
-        let (xt, ct, st) = (t(&x, &[b, h, seq, d]), t(&cos, &[seq, d / 2]), t(&sin, &[seq, d / 2]));
-        let y = gpu.run(&wgsl::rope(rows, seq, d / 2, 1.0, 1), precision, 0, &[&x, &cos, &sin]);
-        assert_close(&format!("rope {precision:?}"), &y[0], &flat(&ops::rope(&xt, &ct, &st).unwrap()), tol);
-        let dx = gpu.run(&wgsl::rope(rows, seq, d / 2, -1.0, 1), precision, 0, &[&x, &cos, &sin]);
-        assert_close(
-            &format!("rope backward {precision:?}"),
-            &dx[0],
-            &flat(&ops::rope_backward(&xt, &ct, &st).unwrap()),
-            tol,
-        );
+        let (xt, ct, st) = (t(&x, &[b, h, seq, d]), t(&cos, &table_shape), t(&sin, &table_shape));
+        let what = format!("rope, {tables} table(s), {precision:?}");
+        let y = gpu.run(&wgsl::rope(rows, seq, d / 2, 1.0, tables), precision, 0, &[&x, &cos, &sin]);
+        assert_close(&what, &y[0], &flat(&ops::rope(&xt, &ct, &st).unwrap()), tol);
+        let dx = gpu.run(&wgsl::rope(rows, seq, d / 2, -1.0, tables), precision, 0, &[&x, &cos, &sin]);
+        let want = flat(&ops::rope_backward(&xt, &ct, &st).unwrap());
+        assert_close(&format!("{what} backward"), &dx[0], &want, tol);
     }
 }
 
+#[test]
+fn rope_forward_and_backward() {
+    let Some(gpu) = gpu_or_skip("rope_forward_and_backward") else { return };
+    check_rope(gpu, (2, 3, 17, 64), 1, |_, pos, k| pos as f32 * 0.37 + k as f32 * 0.11);
+}
+
 /// Packed rows: each batch turned by its own table (b, t, d / 2), as the model gathers at each token's position in
-/// its example, against Candle's rope with the same per-batch tables.
+/// its example; batch i restarts its positions every 4 + i tokens (its examples' lengths).
 #[test]
 fn rope_with_a_table_per_batch() {
     let Some(gpu) = gpu_or_skip("rope_with_a_table_per_batch") else { return };
-    let (b, h, seq, d) = (3, 2, 11, 32);
-    let rows = b * h * seq;
-    for (precision, tol) in precisions(gpu) {
-        let x = values(rows * d, 7, 1.0, precision);
-        // Batch i restarts its positions every 4 + i tokens (its examples' lengths).
-        let angles: Vec<f32> = (0..b * seq * d / 2)
-            .map(|i| {
-                let (batch, pos, k) = (i / (seq * d / 2), (i / (d / 2)) % seq, i % (d / 2));
-                (pos % (4 + batch)) as f32 * 0.41 + k as f32 * 0.13
-            })
-            .collect();
-        let round = |v: f32| values_round(v, precision);
-        let cos: Vec<f32> = angles.iter().map(|a| round(a.cos())).collect();
-        let sin: Vec<f32> = angles.iter().map(|a| round(a.sin())).collect();
-        let (xt, ct, st) = (t(&x, &[b, h, seq, d]), t(&cos, &[b, seq, d / 2]), t(&sin, &[b, seq, d / 2]));
-        let y = gpu.run(&wgsl::rope(rows, seq, d / 2, 1.0, b), precision, 0, &[&x, &cos, &sin]);
-        assert_close(&format!("packed rope {precision:?}"), &y[0], &flat(&ops::rope(&xt, &ct, &st).unwrap()), tol);
-        let dx = gpu.run(&wgsl::rope(rows, seq, d / 2, -1.0, b), precision, 0, &[&x, &cos, &sin]);
-        let want = flat(&ops::rope_backward(&xt, &ct, &st).unwrap());
-        assert_close(&format!("packed rope backward {precision:?}"), &dx[0], &want, tol);
-    }
+    check_rope(gpu, (3, 2, 11, 32), 3, |batch, pos, k| (pos % (4 + batch)) as f32 * 0.41 + k as f32 * 0.13);
 }
 
 fn values_round(v: f32, precision: Precision) -> f32 {
