@@ -11,7 +11,7 @@ mod common;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use common::cuda_or_skip;
+use common::{cuda_or_skip, differing_bits};
 use metal_candle::engine::generate::KvCache;
 use metal_candle::engine::model::{load_model_with, BaseQuant, LoadOptions};
 use metal_candle::engine::ops;
@@ -161,14 +161,8 @@ fn whole_weights_dequantized_on_the_device_equal_candles_dequantize_and_cast() {
                 let ours = ops::dequantize(&w, &cuda, dtype).unwrap();
                 let candle = candle_f32.to_dtype(dtype).unwrap();
                 assert_eq!((ours.dims(), ours.dtype()), (candle.dims(), dtype));
-                // Compared as bits: the f32 values of both, and exact equality of the 16-bit ones widened.
-                let bits = |t: &Tensor| -> Vec<u32> {
-                    let wide: Vec<f32> = t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-                    wide.iter().map(|v| v.to_bits()).collect()
-                };
-                let (a, b) = (bits(&ours), bits(&candle));
-                let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count();
-                assert_eq!(differ, 0, "{qtype:?} {rows}x{k} {dtype:?}: {differ} of {} values differ", a.len());
+                let (differ, all) = differing_bits(&ours, &candle);
+                assert_eq!(differ, 0, "{qtype:?} {rows}x{k} {dtype:?}: {differ} of {all} values differ");
             }
         }
     }

@@ -230,13 +230,8 @@ fn dropout_draws_the_cpu_mask_in_the_kernel() {
             let kernel = metal::row_fits(dtype, cols);
             assert_eq!(launched("dropout_apply"), before + usize::from(kernel), "{what}: kernel {kernel}");
             let want = (&x * dropout.mask(x.shape(), dtype, &Device::Cpu).unwrap()).unwrap();
-            let bits = |t: &Tensor| -> Vec<u32> {
-                let values: Vec<f32> = t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-                values.iter().map(|v| v.to_bits()).collect()
-            };
-            let (got, want) = (bits(&got), bits(&want));
-            let differing = got.iter().zip(&want).filter(|(a, b)| a != b).count();
-            assert_eq!(differing, 0, "{what}: {differing} of {} elements differ", want.len());
+            let (differing, all) = differing_bits(&got, &want);
+            assert_eq!(differing, 0, "{what}: {differing} of {all} elements differ");
         }
     }
 }

@@ -115,6 +115,18 @@ pub fn all_linear_lora(dropout: f32) -> metal_candle::engine::train::LoraSetting
     }
 }
 
+/// How many elements of `a` and `b` differ in their bits once widened to f32 (which every half-precision value
+/// survives exactly), and how many `a` has: for the tests that ask two paths to agree bit for bit.
+pub fn differing_bits(a: &candle_core::Tensor, b: &candle_core::Tensor) -> (usize, usize) {
+    let bits = |t: &candle_core::Tensor| -> Vec<u32> {
+        let wide: Vec<f32> = t.to_dtype(candle_core::DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        wide.iter().map(|v| v.to_bits()).collect()
+    };
+    let (a, b) = (bits(a), bits(b));
+    assert_eq!(a.len(), b.len(), "differing_bits: {} against {} elements", a.len(), b.len());
+    (a.iter().zip(&b).filter(|(x, y)| x != y).count(), a.len())
+}
+
 pub fn cuda_or_skip() -> Option<candle_core::Device> {
     let device = candle_core::Device::new_cuda(0).ok();
     if device.is_none() {
