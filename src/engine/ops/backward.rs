@@ -10,8 +10,8 @@ use super::elementwise::add;
 use super::gelu::{gelu_tanh, GELU_TANH_C};
 use super::kernel_choice::{is_cpu_f32, metal_dtypes};
 use super::metal;
-use super::precision::{for_chain, upcast};
-use super::products::row_dots;
+use super::precision::{for_chain, ones_column, upcast};
+use super::products::{outer, row_dots};
 use super::rotary::on_rotary_dims;
 use candle_core::{Result, Tensor, D};
 
@@ -33,20 +33,27 @@ pub fn rms_norm_backward(x: &Tensor, weight: &Tensor, eps: f64, dy: &Tensor) -> 
     if fused_on_gpu(x) {
         return cuda_residual::rms_norm_backward(x, weight, eps, dy, None);
     }
-    // dx = inv gw - x (inv^3 mean(gw x)) with gw = dy weight and inv = 1 / sqrt(mean(x^2) + eps): the two row sums
-    // as row dots (a product in bf16, summed by a product against ones), the per-row factors in f32, the passes over
-    // whole rows in bf16 for bf16 inputs (six, with two short reads, where casting and summing in f32 took ten);
-    // each rounds once, within a few units of bf16's last place (kernel_tests.rs).
+    // dx = inv gw - x (inv^3 mean(gw x)) with gw = dy weight and inv = 1 / sqrt(mean(x^2) + eps). The row sums are
+    // row dots (a product in the inputs' dtype, summed by a product against ones), the per-row factors are in f32.
+    // Each factor that scales whole rows or columns comes as an outer product (a matrix product over an inner size
+    // of one) and then one contiguous multiply: `inv gw = dy * (inv w^T)`, `x c = x * (c 1^T)`. Broadcasting a
+    // factor through Candle's strided kernels cost three contiguous passes each (one index division per dimension
+    // per element), and there were three of them. In bf16 for bf16 inputs, each op rounding once: within a few units
+    // of bf16's last place (kernel_tests.rs).
     let dtype = x.dtype();
     let (x, dy, weight) = (for_chain(x)?, for_chain(dy)?, for_chain(weight)?);
-    let width = x.dim(D::Minus1)? as f64;
-    let gw = dy.broadcast_mul(&weight)?;
-    let mean_square = row_dots(&x, &x)?.affine(1.0 / width, eps)?;
-    let inv = mean_square.powf(-0.5)?;
-    let dot = row_dots(&gw, &x)?;
-    let along_x = (dot * mean_square.powf(-1.5)?.affine(1.0 / width, 0.0)?)?;
     let chain = x.dtype();
-    (gw.broadcast_mul(&inv.to_dtype(chain)?)? - x.broadcast_mul(&along_x.to_dtype(chain)?)?)?.to_dtype(dtype)
+    let width = x.dim(D::Minus1)?;
+    let rows = x.elem_count() / width.max(1);
+    let (x2, dy2) = (x.reshape((rows, width))?, dy.reshape((rows, width))?);
+    let mean_square = row_dots(&x2, &x2)?.affine(1.0 / width as f64, eps)?;
+    let inv = mean_square.powf(-0.5)?.to_dtype(chain)?;
+    let scaled = (&dy2 * outer(&inv, &weight.reshape((1, width))?)?)?;
+    // inv^3 mean(gw x) = mean(inv gw x) / mean_square, negated: the second term is then added.
+    let minus_along = (row_dots(&scaled, &x2)? / mean_square)?.affine(-1.0 / width as f64, 0.0)?.to_dtype(chain)?;
+    let ones = ones_column(width, chain, x.device())?.t()?;
+    let dx = (scaled + (&x2 * outer(&minus_along, &ones)?)?)?;
+    dx.reshape(x.shape())?.to_dtype(dtype)
 }
 
 /// `addend + rms_norm_backward(x, weight, eps, dy)`: a residual branch's gradient joined by the gradient through
