@@ -286,10 +286,13 @@ impl Linear {
             let (y, tape) = self.forward_train_dora(x, xd, mask, xa, (a, b), adapter, dora)?;
             return Ok((Some(y), tape));
         }
-        // `y` is the fresh frozen product: the update lands in it.
-        let y = match output {
-            true => Some(ops::matmul_add(Some(self.base(x)?), &xa, &b, adapter.scale)?),
-            false => None,
+        let y = match (output, &self.weight) {
+            (false, _) => None,
+            (true, BaseWeight::Dense(w)) if mask.is_none() && ops::forward_widening_pays(x, w, xa.dim(1)?) => {
+                Some(self.add_bias(ops::widened_forward(x, w, &xa, &b, adapter.scale)?)?)
+            }
+            // `y` is the fresh frozen product: the update lands in it.
+            (true, _) => Some(ops::matmul_add(Some(self.base(x)?), &xa, &b, adapter.scale)?),
         };
         Ok((y, LinearTape { adapter: Some(AdapterTape { input: Some(x.clone()), mask, xa, a, b, dora: None }) }))
     }
@@ -356,15 +359,10 @@ impl Linear {
         {
             return self.backward_dora(adapter, tape, x, dora, dy, grads, input_grad);
         }
-        let dx = match input_grad {
-            InputGrad::Skip => None,
-            InputGrad::New => Some(self.weight.matmul(dy, None)?),
-            InputGrad::AddTo(acc) => Some(self.weight.matmul(dy, Some(acc))?),
-        };
         let (Some(adapter), Some(AdapterTape { mask, xa, a, b, .. }), Some(x)) =
             (self.active_adapter(), &tape.adapter, x)
         else {
-            return Ok(dx);
+            return self.base_input_grad(dy, input_grad);
         };
         let scale = adapter.scale;
         let dxa = ops::matmul_add(None, dy, &b.t()?, scale)?; // (rows, r)
@@ -374,11 +372,29 @@ impl Linear {
             None => x.clone(),
         };
         grads.add(adapter.a.as_tensor(), &ops::matmul_f32(&x_in.t()?, &dxa, 1.0)?)?;
-        Ok(match (dx, mask) {
+        if let (BaseWeight::Dense(w), None) = (&self.weight, mask) {
+            if !matches!(input_grad, InputGrad::Skip) && ops::backward_widening_pays(dy, w, dxa.dim(1)?) {
+                let acc = match input_grad {
+                    InputGrad::AddTo(acc) => Some(acc),
+                    _ => None,
+                };
+                return Ok(Some(ops::widened_input_grad(acc, dy, w, &dxa, a)?));
+            }
+        }
+        Ok(match (self.base_input_grad(dy, input_grad)?, mask) {
             (None, _) => None,
             (Some(dx), Some(mask)) => Some(ops::matmul_add_dropped(&dx, &dxa, &a.t()?, mask)?),
             // `dx` is this pass's own product: the adapter's part is added in place.
             (Some(dx), None) => Some(ops::matmul_add(Some(dx), &dxa, &a.t()?, 1.0)?),
+        })
+    }
+
+    /// The frozen weight's part of the input gradient, `dy W`, as `input_grad` asks for it.
+    fn base_input_grad(&self, dy: &Tensor, input_grad: InputGrad) -> Result<Option<Tensor>> {
+        Ok(match input_grad {
+            InputGrad::Skip => None,
+            InputGrad::New => Some(self.weight.matmul(dy, None)?),
+            InputGrad::AddTo(acc) => Some(self.weight.matmul(dy, Some(acc))?),
         })
     }
 

@@ -46,6 +46,7 @@ mod quantized;
 mod report;
 mod rotary;
 mod scalar;
+mod widened_products;
 
 pub use attention::{
     blocked_attention_applies, fused_attention, fused_attention_applies, fused_attention_backward,
@@ -78,3 +79,4 @@ pub use quantized::{
 pub use report::implementations;
 pub use rotary::rope;
 pub use scalar::{sum_to_host, Scalar};
+pub use widened_products::{backward_widening_pays, forward_widening_pays, widened_forward, widened_input_grad};
