@@ -30,20 +30,27 @@ const MIN_BLOCK: usize = 16;
 /// size stays a multiple of 8 (half-precision products align on it).
 const CENTRING: usize = 8;
 
-/// The most scores of one block over all batch rows and heads (16 Mi: 32 MiB in bf16, 64 MiB in f32); a handful
+/// The most scores of one block over all batch rows and heads (32 Mi: 64 MiB in bf16, 128 MiB in f32); a handful
 /// of such temporaries are alive at once, whatever T.
-const BLOCK_SCORES: usize = 1 << 24;
+const BLOCK_SCORES: usize = 1 << 25;
+
+/// The most queries per block, as a multiple of the head size (see [`block_size`]).
+const BLOCK_PER_HEAD_DIM: usize = 4;
 
 /// Queries per block for `b` sequences of `heads` query heads of `head_dim` against `keys` keys, a key no older
-/// than `window` positions back: the largest power of two from [`MIN_BLOCK`] to [`BLOCK`], and to twice the head
-/// size, whose (b * heads, block, keys a block sees) scores fit [`BLOCK_SCORES`]. Twice the head size keeps a
-/// block's scores within twice the size of the queries (b * heads * T * head_dim), so a small model's attention
-/// memory stays as linear in T as the rest of its activations. Llama-3.2-1B (32 heads of 64) at 4 x 1024 or
-/// 1 x 4096: 128.
+/// than `window` positions back: the largest power of two from [`MIN_BLOCK`] to [`BLOCK`], and to
+/// [`BLOCK_PER_HEAD_DIM`] times the head size, whose (b * heads, block, keys a block sees) scores fit
+/// [`BLOCK_SCORES`]. The bound by the head size keeps a block's scores within four times the size of the queries
+/// (b * heads * T * head_dim), so a small model's attention memory stays as linear in T as the rest of its
+/// activations. Llama-3.2-1B (32 heads of 64) at 4 x 1024 or 1 x 4096: 256. Fewer, larger blocks cost fewer
+/// dispatches and fewer partial sums of the key gradients, more causal waste and a larger masked corner each; on a
+/// lent H200 the portable step took 0.244 s at 1 x 4096 with 256 against 0.276 s with 128, and 0.160 against 0.164 s
+/// at 4 x 1024 (blocks of 512 in an earlier build: 0.243 s and 0.185 s; BENCHMARKS.md, fortieth session).
 pub fn block_size(b: usize, heads: usize, head_dim: usize, keys: usize, window: Option<usize>) -> usize {
     let mut block = BLOCK;
     let seen = |block: usize| keys.min(window.unwrap_or(usize::MAX).saturating_add(2 * block));
-    while block > MIN_BLOCK && (block > 2 * head_dim || b * heads * block * seen(block) > BLOCK_SCORES) {
+    while block > MIN_BLOCK && (block > BLOCK_PER_HEAD_DIM * head_dim || b * heads * block * seen(block) > BLOCK_SCORES)
+    {
         block /= 2;
     }
     block
@@ -136,21 +143,21 @@ impl<'a> Geometry<'a> {
         KeySpan { start, len: end - start, masked: !all_seen }
     }
 
-    /// Rows `qs..qs + bq` of `x` (b, heads, tq, d) (any d), the heads of a KV head folded into the rows:
-    /// (b, kv, rep * bq, d) contiguous.
-    fn query_block(&self, x: &Tensor, rows: (usize, usize)) -> Result<Tensor> {
-        self.query_block_scaled(x, rows, None)
-    }
-
-    /// [`query_block`](Self::query_block) times `scale`, the scale taken in the same pass as the copy.
-    fn query_block_scaled(&self, x: &Tensor, (qs, bq): (usize, usize), scale: Option<f64>) -> Result<Tensor> {
+    /// Rows `qs..qs + bq` of `x` (b, heads, tq, d) times `scale` (the scale taken in the same pass as the copy), the
+    /// heads of a KV head folded into the rows: (b, kv, rep * bq, d) contiguous.
+    fn query_block(&self, x: &Tensor, (qs, bq): (usize, usize), scale: f64) -> Result<Tensor> {
         let d = x.dim(3)?;
         let rows = x.reshape((self.b, self.kv, self.rep, self.tq, d))?.narrow(3, qs, bq)?;
-        let rows = match scale {
-            Some(scale) => rows.affine(scale, 0.0)?,
-            None => rows.contiguous()?,
-        };
-        rows.reshape((self.b, self.kv, self.rep * bq, d))
+        rows.affine(scale, 0.0)?.reshape((self.b, self.kv, self.rep * bq, d))
+    }
+
+    /// Rows `qs..qs + bq` of `x` (b, tq, heads, d) in the row layout (any d), gathered as
+    /// [`query_block`](Self::query_block) gives them (unscaled). One strided copy per block, where turning all of `x`
+    /// to (b, heads, tq, d) first was one more pass over it.
+    fn query_block_from_rows(&self, x: &Tensor, (qs, bq): (usize, usize)) -> Result<Tensor> {
+        let d = x.dim(3)?;
+        let rows = x.reshape((self.b, self.tq, self.kv, self.rep, d))?.narrow(1, qs, bq)?;
+        rows.permute((0, 2, 3, 1, 4))?.contiguous()?.reshape((self.b, self.kv, self.rep * bq, d))
     }
 
     /// The columns of `span`'s scores that some query of block `rows` does not see, as (first, end) ranges: on the
@@ -300,7 +307,7 @@ pub(crate) fn blocked_attention_in(
     for rows in g.query_blocks() {
         let span = g.key_span(rows);
         let (k_span, v_span) = (span.of(k)?, span.of(v)?);
-        let p = probabilities(&g, &g.query_block_scaled(q, rows, Some(scale))?, &k_span, rows, span, starts.as_ref())?;
+        let p = probabilities(&g, &g.query_block(q, rows, scale)?, &k_span, rows, span, starts.as_ref())?;
         let out = matmul(&p, &v_span)?;
         outs.push(out.reshape((g.b, g.kv, g.rep, rows.1, g.d))?);
     }
@@ -401,9 +408,6 @@ pub fn blocked_attention_backward(
     let g = Geometry::new(q, k, (stats.q_offset, window), stats.block, row_starts)?;
     let starts = starts_on_device(&g, q.device())?;
     let heads = g.kv * g.rep;
-    // (b * tq, heads * d) -> (b, heads, tq, d), the layout query_block reads, made contiguous once (a reshape of
-    // the transposed view would copy it whole for every block).
-    let as_heads = |x: &Tensor, d: usize| x.reshape((g.b, g.tq, heads, d))?.transpose(1, 2)?.contiguous();
     // D = rowsum(dO O) for every query at once from the row layout (no copy of the output by heads), as row dots
     // summed in f32, kept in the inputs' dtype: (b, tq, heads, 1).
     let by_heads = |x: &Tensor| x.reshape((g.b, g.tq, heads, g.d));
@@ -412,7 +416,8 @@ pub fn blocked_attention_backward(
     // dp - D out of one product: [dO, D x 8] against [V, -1/8 x 8] (no pass over the scores to subtract D, and one
     // rounding of the difference, not two; the eight D/8 sum exactly in the product's accumulator).
     let tail = delta.broadcast_as((g.b, g.tq, heads, CENTRING))?.contiguous()?;
-    let d_out = as_heads(&Tensor::cat(&[&d_out_rows, &tail], 3)?, g.d + CENTRING)?;
+    // Kept in the row layout (b, tq, heads, d + 8): each block gathers its rows by heads itself.
+    let d_out = Tensor::cat(&[&d_out_rows, &tail], 3)?;
     let minus_eighths = filled(-1.0 / CENTRING as f64, (g.b, g.kv, g.tk, CENTRING), v.dtype(), v.device())?;
     let v_centring = Tensor::cat(&[v, &minus_eighths], 3)?;
     // Each block's queries are scaled as they are copied out: they give the scores and, against the unscaled ds,
@@ -424,8 +429,8 @@ pub fn blocked_attention_backward(
     for rows in g.query_blocks().into_iter().rev() {
         let span = g.key_span(rows);
         let k_span = span.of(k)?;
-        let q_blk = g.query_block_scaled(q, rows, Some(scale))?;
-        let do_blk = g.query_block(&d_out, rows)?;
+        let q_blk = g.query_block(q, rows, scale)?;
+        let do_blk = g.query_block_from_rows(&d_out, rows)?;
         let p = probabilities(&g, &q_blk, &k_span, rows, span, starts.as_ref())?;
         dv.add(&matmul(&p.t()?, &do_blk)?.narrow(3, 0, g.d)?, span)?;
         let ds = (&p * matmul(&do_blk, &span.of(&v_centring)?.t()?)?)?;
