@@ -148,8 +148,15 @@ impl Attention {
         })
     }
 
-    /// (b, t, n * d) or (rows, n * d) projections [q, k, v] -> normed, rotated heads.
-    fn heads(&self, qkv: Vec<Tensor>, (b, t): (usize, usize), (cos, sin): (&Tensor, &Tensor)) -> Result<Heads> {
+    /// (b, t, n * d) or (rows, n * d) projections [q, k, v] -> normed, rotated heads. `query_view`: the queries may
+    /// come as a strided view ([`ops::split_query_heads`]), for the blocked attention, which gathers them itself.
+    fn heads(
+        &self,
+        qkv: Vec<Tensor>,
+        (b, t): (usize, usize),
+        (cos, sin): (&Tensor, &Tensor),
+        query_view: bool,
+    ) -> Result<Heads> {
         let [mut q, mut k, v]: [Tensor; 3] =
             qkv.try_into().map_err(|_| candle_core::Error::Msg("q|k|v projections give 3 parts".into()))?;
         let d = self.head_dim;
@@ -166,7 +173,11 @@ impl Attention {
         let v = split(&v, self.num_kv_heads, None)?;
         let Some((qn, kn)) = norms.filter(|_| !self.qk_norm_over_projection) else {
             // The split and the rotation in one pass where the fused kernel runs.
-            let (q, k) = (split(&q, self.num_heads, rope)?, split(&k, self.num_kv_heads, rope)?);
+            let q = match query_view {
+                true => ops::split_query_heads(&q, (b, t, self.num_heads, d), rope)?,
+                false => split(&q, self.num_heads, rope)?,
+            };
+            let k = split(&k, self.num_kv_heads, rope)?;
             return Ok(Heads { q, k, v, q_pre_norm, k_pre_norm });
         };
         // Per-head norms sit between the split and the rotation.
@@ -207,7 +218,7 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (cos, sin) = rotary.slice(start_pos, t)?;
-        let h = self.heads(self.qkv.forward(x)?, (b, t), (&cos, &sin))?;
+        let h = self.heads(self.qkv.forward(x)?, (b, t), (&cos, &sin), false)?;
         let (k, v) = match cache {
             Some(c) => c.append(&h.k, &h.v)?,
             None => (h.k, h.v),
@@ -245,12 +256,16 @@ impl Attention {
         let (b, t) = (ctx.batch, ctx.seq_len);
         let (qkv, qkv_tapes) = self.qkv.forward_train(normed_in, ctx.dropout)?;
         let (cos, sin, mask) = ctx.attention(self.local);
-        let h = self.heads(qkv, (b, t), (cos, sin))?;
-        let q = h.q.contiguous()?;
         let starts = ctx.row_starts();
         // Packed rows take the fused or the blocked attention: both mask by the rows' starts.
-        let blocked =
-            starts.is_some() || (t > 1 && ops::blocked_attention_applies(q.device(), q.dtype(), self.head_dim, t));
+        let (device, dtype) = (normed_in.device(), normed_in.dtype());
+        let blocked = starts.is_some() || (t > 1 && ops::blocked_attention_applies(device, dtype, self.head_dim, t));
+        // The blocked attention gathers its query blocks from any layout; a recompute's known result was fused.
+        let h = self.heads(qkv, (b, t), (cos, sin), blocked && known.is_none())?;
+        let q = match blocked {
+            true => h.q.clone(),
+            false => h.q.contiguous()?,
+        };
         let (window, scale) = (self.sliding_window, self.scale());
         let attended = match known {
             Some(AttentionResult { out, lse }) => Some((out, ops::Logsumexp(lse))),

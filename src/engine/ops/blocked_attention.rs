@@ -143,21 +143,17 @@ impl<'a> Geometry<'a> {
         KeySpan { start, len: end - start, masked: !all_seen }
     }
 
-    /// Rows `qs..qs + bq` of `x` (b, heads, tq, d) times `scale` (the scale taken in the same pass as the copy), the
-    /// heads of a KV head folded into the rows: (b, kv, rep * bq, d) contiguous.
-    fn query_block(&self, x: &Tensor, (qs, bq): (usize, usize), scale: f64) -> Result<Tensor> {
-        let d = x.dim(3)?;
-        let rows = x.reshape((self.b, self.kv, self.rep, self.tq, d))?.narrow(3, qs, bq)?;
-        rows.affine(scale, 0.0)?.reshape((self.b, self.kv, self.rep * bq, d))
-    }
-
-    /// Rows `qs..qs + bq` of `x` (b, tq, heads, d) in the row layout (any d), gathered as
-    /// [`query_block`](Self::query_block) gives them (unscaled). One strided copy per block, where turning all of `x`
-    /// to (b, heads, tq, d) first was one more pass over it.
-    fn query_block_from_rows(&self, x: &Tensor, (qs, bq): (usize, usize)) -> Result<Tensor> {
-        let d = x.dim(3)?;
-        let rows = x.reshape((self.b, self.tq, self.kv, self.rep, d))?.narrow(1, qs, bq)?;
-        rows.permute((0, 2, 3, 1, 4))?.contiguous()?.reshape((self.b, self.kv, self.rep * bq, d))
+    /// Rows `qs..qs + bq` of `x` (b, heads, tq, d), of any strides (any d), times `scale` when given (in the same pass
+    /// as the copy), the heads of a KV head folded into the rows: (b, kv, rep * bq, d) contiguous. One strided copy
+    /// per block, so the queries may come as a view of the rotated rows (`ops::split_query_heads`) and the output
+    /// gradient as a view of its row layout: turning either to (b, heads, tq, d) first would be one more pass.
+    fn query_block(&self, x: &Tensor, (qs, bq): (usize, usize), scale: Option<f64>) -> Result<Tensor> {
+        let rows = x.narrow(2, qs, bq)?;
+        let rows = match scale {
+            Some(scale) => rows.affine(scale, 0.0)?,
+            None => rows.contiguous()?,
+        };
+        rows.reshape((self.b, self.kv, self.rep * bq, x.dim(3)?))
     }
 
     /// The columns of `span`'s scores that some query of block `rows` does not see, as (first, end) ranges: on the
@@ -307,7 +303,7 @@ pub(crate) fn blocked_attention_in(
     for rows in g.query_blocks() {
         let span = g.key_span(rows);
         let (k_span, v_span) = (span.of(k)?, span.of(v)?);
-        let p = probabilities(&g, &g.query_block(q, rows, scale)?, &k_span, rows, span, starts.as_ref())?;
+        let p = probabilities(&g, &g.query_block(q, rows, Some(scale))?, &k_span, rows, span, starts.as_ref())?;
         let out = matmul(&p, &v_span)?;
         outs.push(out.reshape((g.b, g.kv, g.rep, rows.1, g.d))?);
     }
@@ -416,8 +412,8 @@ pub fn blocked_attention_backward(
     // dp - D out of one product: [dO, D x 8] against [V, -1/8 x 8] (no pass over the scores to subtract D, and one
     // rounding of the difference, not two; the eight D/8 sum exactly in the product's accumulator).
     let tail = delta.broadcast_as((g.b, g.tq, heads, CENTRING))?.contiguous()?;
-    // Kept in the row layout (b, tq, heads, d + 8): each block gathers its rows by heads itself.
-    let d_out = Tensor::cat(&[&d_out_rows, &tail], 3)?;
+    // Kept in the row layout (b, tq, heads, d + 8), seen by heads: each block gathers its rows itself.
+    let d_out = Tensor::cat(&[&d_out_rows, &tail], 3)?.transpose(1, 2)?;
     let minus_eighths = filled(-1.0 / CENTRING as f64, (g.b, g.kv, g.tk, CENTRING), v.dtype(), v.device())?;
     let v_centring = Tensor::cat(&[v, &minus_eighths], 3)?;
     // Each block's queries are scaled as they are copied out: they give the scores and, against the unscaled ds,
@@ -429,8 +425,8 @@ pub fn blocked_attention_backward(
     for rows in g.query_blocks().into_iter().rev() {
         let span = g.key_span(rows);
         let k_span = span.of(k)?;
-        let q_blk = g.query_block(q, rows, scale)?;
-        let do_blk = g.query_block_from_rows(&d_out, rows)?;
+        let q_blk = g.query_block(q, rows, Some(scale))?;
+        let do_blk = g.query_block(&d_out, rows, None)?;
         let p = probabilities(&g, &q_blk, &k_span, rows, span, starts.as_ref())?;
         dv.add(&matmul(&p.t()?, &do_blk)?.narrow(3, 0, g.d)?, span)?;
         let ds = (&p * matmul(&do_blk, &span.of(&v_centring)?.t()?)?)?;

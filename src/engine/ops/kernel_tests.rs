@@ -259,3 +259,26 @@ fn matmul_add_scales_the_smaller_operand_to_the_same_value() {
         assert!(max_diff(&alone, &(&want - f64(&acc)).unwrap()) <= size / 64.0, "{m}x{k}x{n} without acc");
     }
 }
+
+/// The queries split as a view of the rotated rows (Candle's `rope_thd`) hold the values the contiguous split
+/// (a copy to heads, then `rope`) gives, in f32 and bf16, and come back as a strided view; a partial rotary
+/// (tables narrower than half a head) keeps the contiguous split.
+#[test]
+fn query_heads_rotated_in_rows_equal_the_contiguous_split() {
+    use super::heads::{split_heads, split_query_heads};
+    let (b, t, n, d) = (2, 5, 3, 8);
+    let x64 = seeded(&[b * t, n * d], 0.0, 2.0, 11);
+    let (cos64, sin64) = (seeded(&[t, d / 2], 0.0, 1.0, 12), seeded(&[t, d / 2], 0.0, 1.0, 13));
+    for dtype in [DType::F32, DType::BF16] {
+        let cast = |x: &Tensor| x.to_dtype(dtype).unwrap();
+        let (x, cos, sin) = (cast(&x64), cast(&cos64), cast(&sin64));
+        let view = split_query_heads(&x, (b, t, n, d), Some((&cos, &sin))).unwrap();
+        let contiguous = split_heads(&x, (b, t, n, d), Some((&cos, &sin))).unwrap();
+        assert!(!view.is_contiguous() && contiguous.is_contiguous(), "{dtype:?}");
+        assert_eq!(max_diff(&view, &contiguous), 0.0, "{dtype:?}");
+        let narrow =
+            (cos.narrow(1, 0, 2).unwrap().contiguous().unwrap(), sin.narrow(1, 0, 2).unwrap().contiguous().unwrap());
+        let partial = split_query_heads(&x, (b, t, n, d), Some((&narrow.0, &narrow.1))).unwrap();
+        assert!(partial.is_contiguous(), "{dtype:?}: a partial rotary keeps the contiguous split");
+    }
+}

@@ -65,7 +65,7 @@ pub use elementwise::{add, add_scaled, gather_rows, gelu_tanh_mul, scatter_rows,
 pub use frozen_matmul::{frozen_matmul, frozen_matmul_add, frozen_matmul_t, swiglu_matmul_t};
 pub use head::dense::{head_nll, head_nll_rows, head_token_nll, logits_chunk_rows, HeadLoss};
 pub use head::quantized::{dequantized_head_rows, kernel_takes_quantized_head, quantized_head_nll, QuantizedHead};
-pub use heads::{merge_heads_backward, split_heads};
+pub use heads::{merge_heads_backward, split_heads, split_query_heads};
 pub use kernel_choice::{kernels, Kernels};
 pub use metal::sdpa::sdpa;
 pub use norm::{add_rms_norm, rms_norm};
