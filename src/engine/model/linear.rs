@@ -44,6 +44,14 @@ impl BaseWeight {
         }
     }
 
+    /// The dense weight; None when quantized.
+    pub fn dense(&self) -> Option<&Tensor> {
+        match self {
+            BaseWeight::Dense(w) => Some(w),
+            BaseWeight::Quantized(_) => None,
+        }
+    }
+
     /// The GGML type of a quantized weight; None when dense.
     pub fn quantized_type(&self) -> Option<GgmlDType> {
         match self {
@@ -124,6 +132,11 @@ impl LinearTape {
         }
     }
 
+    /// Whether the adapter trained with dropout or is a DoRA adapter (its input gradient then takes its own path).
+    pub fn has_dropout_or_dora(&self) -> bool {
+        matches!(&self.adapter, Some(AdapterTape { mask: Some(_), .. } | AdapterTape { dora: Some(_), .. }))
+    }
+
     /// Whether the backward needs the input handed to it ([`Self::forget_input`]).
     pub fn needs_input(&self) -> bool {
         matches!(&self.adapter, Some(AdapterTape { input: None, .. }))
@@ -150,6 +163,14 @@ struct AdapterTape {
     b: Tensor,
     /// DoRA's part, for a DoRA adapter.
     dora: Option<DoraTape>,
+}
+
+/// What the input gradient takes from a LoRA adapter's backward: `dxa = scale dy B^T` (rows, r), the adapter's A (in,
+/// r) as the forward used it, and its dropout mask; the input gradient's adapter part is `mask(dxa A^T)`.
+pub(super) struct AdapterInputGrad<'t> {
+    pub dxa: Tensor,
+    pub a: &'t Tensor,
+    pub mask: Option<&'t ops::Dropout>,
 }
 
 /// What a DoRA adapter's backward needs besides LoRA's.
@@ -348,30 +369,15 @@ impl Linear {
         grads: &mut Gradients,
         input_grad: InputGrad,
     ) -> Result<Option<Tensor>> {
-        let x = match &tape.adapter {
-            Some(adapter) => Some(input.or(adapter.input.as_ref()).ok_or_else(|| {
-                candle_core::Error::Msg("a projection's backward without its input (forgotten, not given)".into())
-            })?),
-            None => None,
-        };
+        let x = Self::backward_input(tape, input)?;
         if let (Some(adapter), Some(tape @ AdapterTape { dora: Some(dora), .. }), Some(x)) =
             (self.active_adapter(), &tape.adapter, x)
         {
             return self.backward_dora(adapter, tape, x, dora, dy, grads, input_grad);
         }
-        let (Some(adapter), Some(AdapterTape { mask, xa, a, b, .. }), Some(x)) =
-            (self.active_adapter(), &tape.adapter, x)
-        else {
+        let Some(AdapterInputGrad { dxa, a, mask }) = self.adapter_backward(tape, x, dy, grads)? else {
             return self.base_input_grad(dy, input_grad);
         };
-        let scale = adapter.scale;
-        let dxa = ops::matmul_add(None, dy, &b.t()?, scale)?; // (rows, r)
-        grads.add(adapter.b.as_tensor(), &ops::matmul_f32(&xa.t()?, dy, scale)?)?;
-        let x_in = match mask {
-            Some(mask) => mask.apply(x)?,
-            None => x.clone(),
-        };
-        grads.add(adapter.a.as_tensor(), &ops::matmul_f32(&x_in.t()?, &dxa, 1.0)?)?;
         if let (BaseWeight::Dense(w), None) = (&self.weight, mask) {
             if !matches!(input_grad, InputGrad::Skip) && ops::backward_widening_pays(dy, w, dxa.dim(1)?) {
                 let acc = match input_grad {
@@ -387,6 +393,43 @@ impl Linear {
             // `dx` is this pass's own product: the adapter's part is added in place.
             (Some(dx), None) => Some(ops::matmul_add(Some(dx), &dxa, &a.t()?, 1.0)?),
         })
+    }
+
+    /// A LoRA adapter's gradients for the output gradient `dy` (dA and dB added to `grads`; `x`: the projection's
+    /// input), and what the input gradient takes from the adapter. None without an active LoRA adapter (DoRA's
+    /// backward is [`Self::backward_dora`]).
+    pub(super) fn adapter_backward<'t>(
+        &self,
+        tape: &'t LinearTape,
+        x: Option<&Tensor>,
+        dy: &Tensor,
+        grads: &mut Gradients,
+    ) -> Result<Option<AdapterInputGrad<'t>>> {
+        let (Some(adapter), Some(AdapterTape { mask, xa, a, b, dora: None, .. }), Some(x)) =
+            (self.active_adapter(), &tape.adapter, x)
+        else {
+            return Ok(None);
+        };
+        let scale = adapter.scale;
+        let dxa = ops::matmul_add(None, dy, &b.t()?, scale)?; // (rows, r)
+        grads.add(adapter.b.as_tensor(), &ops::matmul_f32(&xa.t()?, dy, scale)?)?;
+        let x_in = match mask {
+            Some(mask) => mask.apply(x)?,
+            None => x.clone(),
+        };
+        grads.add(adapter.a.as_tensor(), &ops::matmul_f32(&x_in.t()?, &dxa, 1.0)?)?;
+        Ok(Some(AdapterInputGrad { dxa, a, mask: mask.as_ref() }))
+    }
+
+    /// The input of the projection's backward: `input` when given, else the tape's own; None for a projection
+    /// without an adapter (its backward needs no input).
+    pub(super) fn backward_input<'a>(tape: &'a LinearTape, input: Option<&'a Tensor>) -> Result<Option<&'a Tensor>> {
+        match &tape.adapter {
+            Some(adapter) => Ok(Some(input.or(adapter.input.as_ref()).ok_or_else(|| {
+                candle_core::Error::Msg("a projection's backward without its input (forgotten, not given)".into())
+            })?)),
+            None => Ok(None),
+        }
     }
 
     /// The frozen weight's part of the input gradient, `dy W`, as `input_grad` asks for it.

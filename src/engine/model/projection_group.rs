@@ -114,6 +114,11 @@ impl ProjectionGroup {
         } else {
             d_parts
         };
+        if need_input_grad && self.linears.len() > 1 {
+            if let Some(dx) = self.widened_backward(tapes, input, d_outputs, grads)? {
+                return Ok(Some(dx));
+            }
+        }
         let mut sum: Option<Tensor> = None;
         for (((_, linear), tape), dy) in self.linears.iter().zip(tapes).zip(d_outputs) {
             // Each linear adds its input gradient to the sum so far (in place on CUDA).
@@ -128,6 +133,40 @@ impl ProjectionGroup {
             }
         }
         Ok(sum)
+    }
+
+    /// The group's backward with its input gradient as one product over every part and adapter,
+    /// `[dy_1 | .. | dy_n | dxa_1 | ..] [W_1 ; .. ; W_n ; A_1^T ; ..]` (`ops::grouped_input_grad`), where the portable
+    /// graph would otherwise add n - 1 products and each adapter's part one by one (`ops::grouped_widening_pays`:
+    /// q|k|v at the 1B shape and 4,096 rows, not gate|up, whose output gradients are four times wider). Every
+    /// adapter's gradients are added to `grads` as [`Linear::backward`] adds them. None (nothing done) where some
+    /// weight is quantized, an adapter has dropout or DoRA, or the copies would cost more.
+    fn widened_backward(
+        &self,
+        tapes: &[LinearTape],
+        input: Option<&Tensor>,
+        d_outputs: &[Tensor],
+        grads: &mut Gradients,
+    ) -> Result<Option<Tensor>> {
+        let Some(weights) = self.linears.iter().map(|(_, l)| l.weight.dense()).collect::<Option<Vec<_>>>() else {
+            return Ok(None);
+        };
+        if tapes.iter().any(|t| t.has_dropout_or_dora()) || d_outputs.len() != self.linears.len() {
+            return Ok(None);
+        }
+        let ranks: Vec<usize> = self.linears.iter().map(|(_, l)| l.active_adapter().map_or(0, |a| a.rank())).collect();
+        let Some(first) = d_outputs.first() else { return Ok(None) };
+        if !ops::grouped_widening_pays(first, &weights, &ranks) {
+            return Ok(None);
+        }
+        let mut adapter_parts = Vec::new();
+        for (((_, linear), tape), dy) in self.linears.iter().zip(tapes).zip(d_outputs) {
+            let x = Linear::backward_input(tape, input)?;
+            if let Some(part) = linear.adapter_backward(tape, x, dy, grads)? {
+                adapter_parts.push((part.dxa, part.a.clone()));
+            }
+        }
+        Ok(Some(ops::grouped_input_grad(d_outputs, &weights, &adapter_parts)?))
     }
 
     /// Inference: the parts side by side in one tensor, `x` (..., in) -> (..., sum of parts), what the fused

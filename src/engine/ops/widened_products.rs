@@ -3,7 +3,8 @@
 //!
 //! - Forward: `x W^T + (x A) (s B)` as `[x | x A] [W | (s B)^T]^T`.
 //! - Input gradient: `dy W + dxa A^T` as `[dy | dxa] [W ; A^T]`, with `dxa = s dy B^T` (and an accumulator added
-//!   after, as [`frozen_matmul_add`] does).
+//!   after, as [`frozen_matmul_add`] does); for projections sharing an input (q|k|v), every part and adapter in one
+//!   product, `[dy_1 | .. | dxa_1 | ..] [W_1 ; .. ; A_1^T ; ..]` ([`grouped_input_grad`]).
 //!
 //! The widened operands are copies: the activation and the frozen weight, each once. The product-then-add it
 //! replaces writes the low-rank part (an output-sized tensor) and then reads two output-sized tensors and writes a
@@ -74,6 +75,35 @@ pub fn widened_input_grad(
     frozen_matmul_add(acc, &widened_dy, &widened_weight)
 }
 
+/// Whether [`grouped_input_grad`] is the cheaper way to the input gradient of projections sharing one input, with
+/// weights (out_i, in), adapters of `ranks` (0: none) and output gradients like `dy` (rows, out_1): saved, the
+/// n - 1 adds of the parts' products (three passes each) and each adapter's product and add (four), all over (rows,
+/// in); copied, the output gradients and the weights into their widened forms.
+pub fn grouped_widening_pays(dy: &Tensor, weights: &[&Tensor], ranks: &[usize]) -> bool {
+    let Some(Ok((first_out, inputs))) = weights.first().map(|w| w.dims2()) else { return false };
+    let rows = dy.elem_count() / first_out.max(1);
+    let outs: usize = weights.iter().map(|w| w.dim(0).unwrap_or(0)).sum();
+    let (rank_total, adapters) = (ranks.iter().sum::<usize>(), ranks.iter().filter(|&&r| r > 0).count());
+    let saved = ((weights.len().saturating_sub(1)) * 3 + adapters * 4) * rows * inputs;
+    adds_by_composed_ops(dy) && saved > 2 * (rows + inputs) * (outs + rank_total)
+}
+
+/// `sum_i dy_i W_i + sum_j dxa_j A_j^T` for output gradients `d_outputs` (rows, out_i), `weights` (out_i, in) and
+/// adapter parts (`dxa_j` (rows, r_j), `a_j` (in, r_j)), as one product over the widened inner size: (rows, in).
+pub fn grouped_input_grad(d_outputs: &[Tensor], weights: &[&Tensor], adapters: &[(Tensor, Tensor)]) -> Result<Tensor> {
+    let mut dys = Vec::with_capacity(d_outputs.len() + adapters.len());
+    for (dy, w) in d_outputs.iter().zip(weights) {
+        let out = w.dim(0)?;
+        dys.push(dy.reshape((dy.elem_count() / out.max(1), out))?.contiguous()?);
+    }
+    let mut rows_of_weight: Vec<Tensor> = weights.iter().map(|w| (*w).clone()).collect();
+    for (dxa, a) in adapters {
+        dys.push(dxa.contiguous()?);
+        rows_of_weight.push(a.t()?.contiguous()?);
+    }
+    frozen_matmul_add(None, &Tensor::cat(&dys, 1)?, &Tensor::cat(&rows_of_weight, 0)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +129,19 @@ mod tests {
         let dxa = (dy.matmul(&b.t().unwrap()).unwrap() * 0.5).unwrap();
         let plain = ((&acc + dy.matmul(&w).unwrap()).unwrap() + dxa.matmul(&a.t().unwrap()).unwrap()).unwrap();
         assert!(max_diff(&widened_input_grad(Some(acc), &dy, &w, &dxa, &a).unwrap(), &plain) < 1e-12);
+    }
+
+    #[test]
+    fn the_grouped_input_gradient_equals_the_sum_of_the_parts() {
+        let (w1, w2, w3) = (values((7, 5), 7), values((3, 5), 8), values((3, 5), 9));
+        let (dy1, dy2, dy3) = (values((6, 7), 10), values((6, 3), 11), values((6, 3), 12));
+        let (a1, a3, dxa1, dxa3) = (values((5, 2), 13), values((5, 4), 14), values((6, 2), 15), values((6, 4), 16));
+        let mut plain =
+            ((dy1.matmul(&w1).unwrap() + dy2.matmul(&w2).unwrap()).unwrap() + dy3.matmul(&w3).unwrap()).unwrap();
+        plain = ((plain + dxa1.matmul(&a1.t().unwrap()).unwrap()).unwrap() + dxa3.matmul(&a3.t().unwrap()).unwrap())
+            .unwrap();
+        let grouped = grouped_input_grad(&[dy1, dy2, dy3], &[&w1, &w2, &w3], &[(dxa1, a1), (dxa3, a3)]).unwrap();
+        assert!(max_diff(&grouped, &plain) < 1e-12);
     }
 
     #[test]
