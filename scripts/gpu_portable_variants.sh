@@ -62,19 +62,6 @@ for v in $VARIANTS; do [ "$(name_of "$v")" = "$P" ] && PE=$(env_of "$v") && PB=$
 env ${PE:-X=1} CUDA_INJECTION64_PATH=$PWD/$G/tl/libtimeline.so TIMELINE_OUT=/tmp/tl.tsv timeout 200 bash $G/gpu-libs.sh \
   /tmp/${PB:-new} bench train --model /tmp/m/llama-3.2-1b --device cuda --dtype bf16 --batch-size 4 --seq-len 1024 --rank 8 \
   --targets $ALL --steps 2 --warmup 1 --kernels portable --json 2>/dev/null | tail -1 >> "$LOG"
-python3 - /tmp/tl.tsv <<'PY' > "$OUT/$P-by-grid.txt"
-import sys
-from collections import defaultdict
-by = defaultdict(lambda: [0, 0.0])
-for line in open(sys.argv[1]):
-    p = line.rstrip("\n").split("\t")
-    if p[0] != "K": continue
-    k = (p[5][:40], int(p[4]))
-    by[k][0] += 1; by[k][1] += (int(p[2]) - int(p[1])) / 1e6
-tot = sum(v[1] for v in by.values())
-print(f"total kernel ms over 3 steps: {tot:.1f}; kernels {sum(v[0] for v in by.values())}")
-for (name, grid), (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1])[:80]:
-    print(f"{ms/3:9.2f} ms/step {n/3:7.1f}x  grid {grid:8d}  {name}")
-PY
+python3 scripts/gpu_timeline/report.py /tmp/tl.tsv --by-grid 3 --top 80 > "$OUT/$P-by-grid.txt"
 xz -T4 -6 -c /tmp/tl.tsv > "$OUT/$P-timeline.tsv.xz"
 cat "$LOG"; head -50 "$OUT/$P-by-grid.txt"

@@ -14,6 +14,8 @@ what surrounds them.
     python3 report.py timeline.tsv --by-kernel N   GPU time by kernel name over the whole run, divided by N (the
                                                   number of steps run), for a process that reads back mid-step
                                                   (PyTorch + Liger does), where the step split above does not hold
+    python3 report.py timeline.tsv --by-grid N --top 60   kernel time by kernel and grid size, divided by N: tells
+                                                  apart one kernel's launches over tensors of different sizes
 """
 from __future__ import annotations
 
@@ -67,6 +69,19 @@ def by_kernel(gpu, steps, top):
         print(f"  {t / steps / 1e6:7.3f} ms {count[name] / steps:6.1f}x  {short(name, 90)}")
 
 
+def by_grid(gpu, steps, top):
+    """Kernel time by (kernel name, grid size) over the whole run, per step: copies and memsets apart."""
+    total, count = Counter(), Counter()
+    for s, e, kind, _, name, extra in gpu:
+        if kind == "K":
+            key = (name[:40], int(extra))
+            total[key] += e - s
+            count[key] += 1
+    print(f"total kernel ms over {steps} steps: {sum(total.values()) / 1e6:.1f}; kernels {sum(count.values())}")
+    for (name, grid), t in total.most_common(top):
+        print(f"{t / steps / 1e6:9.2f} ms/step {count[(name, grid)] / steps:7.1f}x  grid {grid:8d}  {name}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("timeline")
@@ -75,8 +90,12 @@ def main():
     ap.add_argument("--every-read", action="store_true", help="each device-to-host copy ends a step")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--by-kernel", type=int, default=0, metavar="STEPS")
+    ap.add_argument("--by-grid", type=int, default=0, metavar="STEPS")
     args = ap.parse_args()
     gpu, api = load(args.timeline)
+    if args.by_grid:
+        by_grid(gpu, args.by_grid, args.top)
+        return
     if args.by_kernel:
         by_kernel(gpu, args.by_kernel, args.top)
         return
