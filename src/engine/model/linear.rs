@@ -379,12 +379,12 @@ impl Linear {
             return self.base_input_grad(dy, input_grad);
         };
         if let (BaseWeight::Dense(w), None) = (&self.weight, mask) {
-            if !matches!(input_grad, InputGrad::Skip) && ops::backward_widening_pays(dy, w, dxa.dim(1)?) {
+            if !matches!(input_grad, InputGrad::Skip) && ops::input_widening_pays(dy, &[w], &[dxa.dim(1)?]) {
                 let acc = match input_grad {
                     InputGrad::AddTo(acc) => Some(acc),
                     _ => None,
                 };
-                return Ok(Some(ops::widened_input_grad(acc, dy, w, &dxa, a)?));
+                return Ok(Some(ops::widened_input_grad(acc, std::slice::from_ref(dy), &[w], &[(dxa, a.clone())])?));
             }
         }
         Ok(match (self.base_input_grad(dy, input_grad)?, mask) {

@@ -136,8 +136,8 @@ impl ProjectionGroup {
     }
 
     /// The group's backward with its input gradient as one product over every part and adapter,
-    /// `[dy_1 | .. | dy_n | dxa_1 | ..] [W_1 ; .. ; W_n ; A_1^T ; ..]` (`ops::grouped_input_grad`), where the portable
-    /// graph would otherwise add n - 1 products and each adapter's part one by one (`ops::grouped_widening_pays`:
+    /// `[dy_1 | .. | dy_n | dxa_1 | ..] [W_1 ; .. ; W_n ; A_1^T ; ..]` (`ops::widened_input_grad`), where the portable
+    /// graph would otherwise add n - 1 products and each adapter's part one by one (`ops::input_widening_pays`:
     /// q|k|v at the 1B shape and 4,096 rows, not gate|up, whose output gradients are four times wider). Every
     /// adapter's gradients are added to `grads` as [`Linear::backward`] adds them. None (nothing done) where some
     /// weight is quantized, an adapter has dropout or DoRA, or the copies would cost more.
@@ -156,7 +156,7 @@ impl ProjectionGroup {
         }
         let ranks: Vec<usize> = self.linears.iter().map(|(_, l)| l.active_adapter().map_or(0, |a| a.rank())).collect();
         let Some(first) = d_outputs.first() else { return Ok(None) };
-        if !ops::grouped_widening_pays(first, &weights, &ranks) {
+        if !ops::input_widening_pays(first, &weights, &ranks) {
             return Ok(None);
         }
         let mut adapter_parts = Vec::new();
@@ -166,7 +166,7 @@ impl ProjectionGroup {
                 adapter_parts.push((part.dxa, part.a.clone()));
             }
         }
-        Ok(Some(ops::grouped_input_grad(d_outputs, &weights, &adapter_parts)?))
+        Ok(Some(ops::widened_input_grad(None, d_outputs, &weights, &adapter_parts)?))
     }
 
     /// Inference: the parts side by side in one tensor, `x` (..., in) -> (..., sum of parts), what the fused

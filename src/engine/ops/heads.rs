@@ -34,11 +34,8 @@ pub fn split_query_heads(
     (b, t, n, d): (usize, usize, usize, usize),
     rope: Option<(&Tensor, &Tensor)>,
 ) -> Result<Tensor> {
-    let rotates_in_rows = |(cos, sin): (&Tensor, &Tensor)| {
-        cos.dims2().is_ok_and(|dims| dims == (t, d / 2))
-            && sin.shape() == cos.shape()
-            && cos.dtype() == x.dtype()
-            && sin.dtype() == x.dtype()
+    let rotates_in_rows = |tables: (&Tensor, &Tensor)| {
+        whole_head_tables(x, t, d, tables)
             && d.is_multiple_of(2)
             && !fused_applies(x, t, d, rope)
             && !super::metal::takes(&[x])
@@ -67,11 +64,16 @@ pub fn merge_heads_backward(dy: &Tensor, rope: Option<(&Tensor, &Tensor)>) -> Re
 
 /// The fused kernel's case: CUDA f32/bf16, and tables (t, d / 2) in the tensor's dtype (a whole-head rotary).
 fn fused_applies(x: &Tensor, t: usize, d: usize, rope: Option<(&Tensor, &Tensor)>) -> bool {
-    let tables_fit = |(cos, sin): (&Tensor, &Tensor)| {
-        cos.dims2().is_ok_and(|dims| dims == (t, d / 2))
-            && sin.shape() == cos.shape()
-            && cos.dtype() == x.dtype()
-            && sin.dtype() == x.dtype()
-    };
-    d.is_multiple_of(2) && cuda_available(x.device(), x.dtype()) && rope.is_none_or(tables_fit)
+    d.is_multiple_of(2)
+        && cuda_available(x.device(), x.dtype())
+        && rope.is_none_or(|tables| whole_head_tables(x, t, d, tables))
+}
+
+/// Whether `(cos, sin)` are one (t, d / 2) table each in `x`'s dtype: a whole-head rotary with one table of
+/// positions for every batch row.
+fn whole_head_tables(x: &Tensor, t: usize, d: usize, (cos, sin): (&Tensor, &Tensor)) -> bool {
+    cos.dims2().is_ok_and(|dims| dims == (t, d / 2))
+        && sin.shape() == cos.shape()
+        && cos.dtype() == x.dtype()
+        && sin.dtype() == x.dtype()
 }

@@ -79,7 +79,4 @@ pub use quantized::{
 pub use report::implementations;
 pub use rotary::rope;
 pub use scalar::{sum_to_host, Scalar};
-pub use widened_products::{
-    backward_widening_pays, forward_widening_pays, grouped_input_grad, grouped_widening_pays, widened_forward,
-    widened_input_grad,
-};
+pub use widened_products::{forward_widening_pays, input_widening_pays, widened_forward, widened_input_grad};

@@ -4,11 +4,11 @@
 //! - Forward: `x W^T + (x A) (s B)` as `[x | x A] [W | (s B)^T]^T`.
 //! - Input gradient: `dy W + dxa A^T` as `[dy | dxa] [W ; A^T]`, with `dxa = s dy B^T` (and an accumulator added
 //!   after, as [`frozen_matmul_add`] does); for projections sharing an input (q|k|v), every part and adapter in one
-//!   product, `[dy_1 | .. | dxa_1 | ..] [W_1 ; .. ; A_1^T ; ..]` ([`grouped_input_grad`]).
+//!   product, `[dy_1 | .. | dxa_1 | ..] [W_1 ; .. ; A_1^T ; ..]` (the same [`widened_input_grad`]).
 //!
 //! The widened operands are copies: the activation and the frozen weight, each once. The product-then-add it
 //! replaces writes the low-rank part (an output-sized tensor) and then reads two output-sized tensors and writes a
-//! third. [`forward_widening_pays`] and [`backward_widening_pays`] weigh the two by element counts: at the
+//! third. [`forward_widening_pays`] and [`input_widening_pays`] weigh the two by element counts: at the
 //! Llama-3.2-1B shape and 4,096 rows, the forwards of gate_proj and up_proj (8,192 outputs from 2,048 inputs) and
 //! the input gradient of down_proj are widened, k_proj's and v_proj's 512 outputs are not. Measured on a lent H200
 //! (CUPTI, per layer of the portable step at 4 x 1024): gate_proj's forward 365 -> 292 us (base product, update
@@ -54,43 +54,34 @@ pub fn widened_forward(x: &Tensor, weight: &Tensor, xa: &Tensor, b: &Tensor, sca
     frozen_matmul_t(&widened_x, &widened_weight)
 }
 
-/// Whether [`widened_input_grad`] is the cheaper way to `dy W + dxa A^T` for `dy` (rows, out), `weight` (out, in) and
-/// an update of `rank`.
-pub fn backward_widening_pays(dy: &Tensor, weight: &Tensor, rank: usize) -> bool {
-    let Ok((out, inputs)) = weight.dims2() else { return false };
-    adds_by_composed_ops(dy) && pays(dy.elem_count() / out.max(1), out, inputs, rank)
+/// Whether [`widened_input_grad`] is the cheaper way to the input gradient of one projection or of projections
+/// sharing one input, with weights (out_i, in), adapters of `ranks` (0: none) and output gradients like `dy` (rows,
+/// out_1).
+pub fn input_widening_pays(dy: &Tensor, weights: &[&Tensor], ranks: &[usize]) -> bool {
+    let Some(Ok((first_out, inputs))) = weights.first().map(|w| w.dims2()) else { return false };
+    let outs: usize = weights.iter().map(|w| w.dim(0).unwrap_or(0)).sum();
+    let adapters = ranks.iter().filter(|&&r| r > 0).count();
+    let shape = (dy.elem_count() / first_out.max(1), inputs, outs + ranks.iter().sum::<usize>());
+    adds_by_composed_ops(dy) && input_pays(shape, weights.len(), adapters)
 }
 
-/// `acc + dy W + dxa A^T` (without `acc`: the product alone) for `dy` (rows, out), `weight` (out, in), `dxa` (rows,
-/// rank) and `a` (in, rank), as one product over the widened inner size: (rows, in).
+/// Whether widening the input gradient of `parts` projections with `adapters` adapters costs fewer element passes,
+/// for (rows, in, the widened inner size: outputs plus ranks): saved, the parts' products' n - 1 adds (three passes
+/// each) and each adapter's product and add (four), all over (rows, in); copied, the output gradients and the weights
+/// into their widened forms. For one projection with an adapter it is [`pays`] of the transposed product.
+fn input_pays((rows, inputs, widened): (usize, usize, usize), parts: usize, adapters: usize) -> bool {
+    (parts.saturating_sub(1) * 3 + adapters * 4) * rows * inputs > 2 * (rows + inputs) * widened
+}
+
+/// `acc + sum_i dy_i W_i + sum_j dxa_j A_j^T` (without `acc`: the product alone) for output gradients `d_outputs`
+/// (rows, out_i), `weights` (out_i, in) and adapter parts (`dxa_j = s_j dy_j B_j^T` (rows, r_j), `a_j` (in, r_j)), as
+/// one product over the widened inner size: (rows, in). One projection's, or q|k|v's together.
 pub fn widened_input_grad(
     acc: Option<Tensor>,
-    dy: &Tensor,
-    weight: &Tensor,
-    dxa: &Tensor,
-    a: &Tensor,
+    d_outputs: &[Tensor],
+    weights: &[&Tensor],
+    adapters: &[(Tensor, Tensor)],
 ) -> Result<Tensor> {
-    let widened_weight = Tensor::cat(&[weight, &a.t()?.contiguous()?], 0)?;
-    let widened_dy = Tensor::cat(&[&dy.contiguous()?, &dxa.contiguous()?], candle_core::D::Minus1)?;
-    frozen_matmul_add(acc, &widened_dy, &widened_weight)
-}
-
-/// Whether [`grouped_input_grad`] is the cheaper way to the input gradient of projections sharing one input, with
-/// weights (out_i, in), adapters of `ranks` (0: none) and output gradients like `dy` (rows, out_1): saved, the
-/// n - 1 adds of the parts' products (three passes each) and each adapter's product and add (four), all over (rows,
-/// in); copied, the output gradients and the weights into their widened forms.
-pub fn grouped_widening_pays(dy: &Tensor, weights: &[&Tensor], ranks: &[usize]) -> bool {
-    let Some(Ok((first_out, inputs))) = weights.first().map(|w| w.dims2()) else { return false };
-    let rows = dy.elem_count() / first_out.max(1);
-    let outs: usize = weights.iter().map(|w| w.dim(0).unwrap_or(0)).sum();
-    let (rank_total, adapters) = (ranks.iter().sum::<usize>(), ranks.iter().filter(|&&r| r > 0).count());
-    let saved = ((weights.len().saturating_sub(1)) * 3 + adapters * 4) * rows * inputs;
-    adds_by_composed_ops(dy) && saved > 2 * (rows + inputs) * (outs + rank_total)
-}
-
-/// `sum_i dy_i W_i + sum_j dxa_j A_j^T` for output gradients `d_outputs` (rows, out_i), `weights` (out_i, in) and
-/// adapter parts (`dxa_j` (rows, r_j), `a_j` (in, r_j)), as one product over the widened inner size: (rows, in).
-pub fn grouped_input_grad(d_outputs: &[Tensor], weights: &[&Tensor], adapters: &[(Tensor, Tensor)]) -> Result<Tensor> {
     let mut dys = Vec::with_capacity(d_outputs.len() + adapters.len());
     for (dy, w) in d_outputs.iter().zip(weights) {
         let out = w.dim(0)?;
@@ -101,7 +92,7 @@ pub fn grouped_input_grad(d_outputs: &[Tensor], weights: &[&Tensor], adapters: &
         dys.push(dxa.contiguous()?);
         rows_of_weight.push(a.t()?.contiguous()?);
     }
-    frozen_matmul_add(None, &Tensor::cat(&dys, 1)?, &Tensor::cat(&rows_of_weight, 0)?)
+    frozen_matmul_add(acc, &Tensor::cat(&dys, 1)?, &Tensor::cat(&rows_of_weight, 0)?)
 }
 
 #[cfg(test)]
@@ -128,7 +119,8 @@ mod tests {
         let (dy, acc) = (values((6, 7), 5), values((6, 5), 6));
         let dxa = (dy.matmul(&b.t().unwrap()).unwrap() * 0.5).unwrap();
         let plain = ((&acc + dy.matmul(&w).unwrap()).unwrap() + dxa.matmul(&a.t().unwrap()).unwrap()).unwrap();
-        assert!(max_diff(&widened_input_grad(Some(acc), &dy, &w, &dxa, &a).unwrap(), &plain) < 1e-12);
+        let widened = widened_input_grad(Some(acc), &[dy], &[&w], &[(dxa, a)]).unwrap();
+        assert!(max_diff(&widened, &plain) < 1e-12);
     }
 
     #[test]
@@ -140,7 +132,7 @@ mod tests {
             ((dy1.matmul(&w1).unwrap() + dy2.matmul(&w2).unwrap()).unwrap() + dy3.matmul(&w3).unwrap()).unwrap();
         plain = ((plain + dxa1.matmul(&a1.t().unwrap()).unwrap()).unwrap() + dxa3.matmul(&a3.t().unwrap()).unwrap())
             .unwrap();
-        let grouped = grouped_input_grad(&[dy1, dy2, dy3], &[&w1, &w2, &w3], &[(dxa1, a1), (dxa3, a3)]).unwrap();
+        let grouped = widened_input_grad(None, &[dy1, dy2, dy3], &[&w1, &w2, &w3], &[(dxa1, a1), (dxa3, a3)]).unwrap();
         assert!(max_diff(&grouped, &plain) < 1e-12);
     }
 
@@ -149,7 +141,16 @@ mod tests {
         // Llama-3.2-1B at 4,096 rows, rank 8: gate/up forward and down's input gradient widen, k/v's do not.
         assert!(pays(4096, 2048, 8192, 8));
         assert!(!pays(4096, 2048, 512, 8));
+        assert!(input_pays((4096, 8192, 2048 + 8), 1, 1));
         // At 1,024 rows the weight's copy outweighs the saved passes.
         assert!(!pays(1024, 2048, 8192, 8));
+        assert!(!input_pays((1024, 8192, 2048 + 8), 1, 1));
+        // Together q|k|v's input gradient widens; gate|up's, whose output gradients are four times wider, does not.
+        assert!(input_pays((4096, 2048, 3072 + 24), 3, 3));
+        assert!(!input_pays((4096, 2048, 16384 + 16), 2, 2));
+        // For one projection the two rules agree.
+        for (rows, inputs, out) in [(4096, 8192, 2048), (4096, 2048, 2048), (1024, 2048, 8192), (512, 64, 256)] {
+            assert_eq!(input_pays((rows, inputs, out + 8), 1, 1), pays(rows, out, inputs, 8));
+        }
     }
 }
